@@ -13,6 +13,10 @@ mod bindgen_config;
 #[path = "src/native_link.rs"]
 mod native_link;
 
+// Ondo patch: non-Apple targets link a prebuilt libmlx (see linux/system_mlx.rs).
+#[path = "linux/system_mlx.rs"]
+mod system_mlx;
+
 #[cfg(feature = "metal")]
 fn mlx_c_key(mlx_c_root: &Path) -> String {
     if mlx_c_root.join(".git").exists() {
@@ -192,9 +196,21 @@ fn main() {
     println!("cargo:rerun-if-env-changed=MLX_RS_METAL_PATH");
     println!("cargo:rerun-if-changed=native-libraries.txt");
     println!("cargo:rerun-if-changed=src/native_link.rs");
-    build_and_link_mlx_c();
-
     let mlx_c_root = PathBuf::from("src/mlx-c");
+    // Ondo patch: `cargo check` for Apple targets from a machine without Metal
+    // uses the checked-in bindings and builds nothing (see PATCHES.md).
+    if system_mlx::is_apple_target() && system_mlx::is_check_only() {
+        let out_path = PathBuf::from(env::var("OUT_DIR").unwrap());
+        fs::copy("linux/check-only-bindings.rs", out_path.join("bindings.rs"))
+            .expect("Couldn't copy the check-only bindings");
+        return;
+    }
+    if system_mlx::is_apple_target() {
+        build_and_link_mlx_c();
+    } else {
+        system_mlx::build_and_link(&mlx_c_root);
+    }
+
     let headers =
         bindgen_config::discover_headers(&mlx_c_root).expect("Unable to discover headers");
     for header in &headers {
@@ -205,7 +221,11 @@ fn main() {
             mlx_c_root.join(relative).display()
         );
     }
-    let bindings = bindgen_config::builder(&mlx_c_root, &headers)
+    let mut builder = bindgen_config::builder(&mlx_c_root, &headers);
+    if !system_mlx::is_apple_target() {
+        builder = system_mlx::adjust_bindgen(builder);
+    }
+    let bindings = builder
         .parse_callbacks(Box::new(bindgen::CargoCallbacks::new()))
         .generate()
         .expect("Unable to generate bindings");

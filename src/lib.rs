@@ -1,0 +1,1 @@
+//! Ondo's core: everything but the desktop shell.
