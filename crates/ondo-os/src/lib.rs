@@ -1,1 +1,75 @@
-//! OS probes.
+//! Operating-system probes that Ondo needs and MLX does not provide: how much
+//! memory the machine has and how much is available, and what the processor is.
+//!
+//! This crate has no MLX dependency so that its macOS code type-checks with
+//! `cargo check --target aarch64-apple-darwin` on any machine.
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(target_os = "macos")]
+mod macos;
+
+use std::io;
+
+/// Physical memory of the machine, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryTotals {
+    /// Installed RAM.
+    pub total_bytes: u64,
+    /// Memory the OS could give a new allocation without swapping
+    /// (Linux: `MemAvailable`; macOS: the free share of `kern.memorystatus_level`).
+    pub available_bytes: u64,
+}
+
+/// Reads the machine's memory totals.
+pub fn memory_totals() -> io::Result<MemoryTotals> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::memory_totals()
+    }
+    #[cfg(target_os = "macos")]
+    {
+        macos::memory_totals()
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
+    {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "memory probes exist for Linux and macOS only",
+        ))
+    }
+}
+
+/// The processor's marketing name ("Apple M2 Pro", "AMD EPYC 7B13"), or
+/// `None` when the OS does not say.
+pub fn cpu_name() -> Option<String> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::cpu_name()
+    }
+    #[cfg(target_os = "macos")]
+    {
+        macos::cpu_name()
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
+    {
+        None
+    }
+}
+
+/// The OS name and version as one line ("Debian GNU/Linux 12 (bookworm)",
+/// "macOS 15.1").
+pub fn os_description() -> String {
+    #[cfg(target_os = "linux")]
+    {
+        linux::os_description()
+    }
+    #[cfg(target_os = "macos")]
+    {
+        macos::os_description()
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
+    {
+        std::env::consts::OS.to_owned()
+    }
+}
