@@ -128,8 +128,12 @@ fn max_abs_diff(a: &[f32], b: &[f64]) -> f64 {
 /// A 16x48 by 48x8 matmul against the same product summed in f64.
 fn check_matmul() -> Result<String, String> {
     let (m, k, n) = (16usize, 48usize, 8usize);
-    let a: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 8.0).collect();
-    let b: Vec<f32> = (0..k * n).map(|i| ((i * 5 % 11) as f32 - 5.0) / 4.0).collect();
+    let a: Vec<f32> = (0..m * k)
+        .map(|i| ((i * 7 % 13) as f32 - 6.0) / 8.0)
+        .collect();
+    let b: Vec<f32> = (0..k * n)
+        .map(|i| ((i * 5 % 11) as f32 - 5.0) / 4.0)
+        .collect();
     let mut expected = vec![0f64; m * n];
     for r in 0..m {
         for c in 0..n {
@@ -175,7 +179,9 @@ fn check_quantized_matmul() -> Result<String, String> {
             scale * (offset + level)
         })
         .collect();
-    let x: Vec<f32> = (0..in_features).map(|i| ((i % 9) as f32 - 4.0) / 2.0).collect();
+    let x: Vec<f32> = (0..in_features)
+        .map(|i| ((i % 9) as f32 - 4.0) / 2.0)
+        .collect();
     let expected: Vec<f64> = (0..out_features)
         .map(|r| {
             (0..in_features)
@@ -220,6 +226,10 @@ mod tests {
     fn a_wrong_version_fails_with_what_to_install() {
         let check = version_check("0.20.0");
         assert!(!check.passed);
-        assert!(check.detail.contains("mlx[cpu]==0.32.2"), "{}", check.detail);
+        assert!(
+            check.detail.contains("mlx[cpu]==0.32.2"),
+            "{}",
+            check.detail
+        );
     }
 }

@@ -1,6 +1,10 @@
 //! Ondo's core: everything but the desktop shell. The CLI, the app and the
 //! local API are all clients of this library.
 
+pub mod cli;
+pub mod demo;
 pub mod doctor;
+pub mod engine;
 pub mod metrics;
 pub mod paths;
+pub mod synth;

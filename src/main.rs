@@ -1,5 +1,3 @@
-fn main() {
-    let a = mlx_rs::Array::from_slice(&[1.0f32, 2.0, 3.0], &[3]);
-    let b = &a * &a;
-    println!("{:?}", b.as_slice::<f32>());
+fn main() -> std::process::ExitCode {
+    ondo::cli::main()
 }

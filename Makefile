@@ -1,0 +1,37 @@
+# Ondo's entry points. Each target installs what it is missing first
+# (scripts/setup.sh), so a fresh clone needs nothing but `make app` or `make test`.
+
+SHELL := /bin/bash
+CARGO ?= cargo
+export MLX_PYTHON := $(CURDIR)/.venv/bin/python
+
+.PHONY: help setup app demo test test-rust test-python test-ui test-e2e lint check-macos release
+
+help:
+	@echo "make app      build and launch the desktop app (offers a built-in tiny model offline)"
+	@echo "make demo     headless: make the tiny model, time one cold and one warm generation"
+	@echo "make test     everything CI runs: lint, Rust, mlx-lm parity, UI, macOS type-check, e2e"
+	@echo "make release  optimised CLI and app binaries under target/release"
+
+setup:
+	@scripts/setup.sh test
+
+app:
+	@scripts/setup.sh app
+	@cd ui && npm run --silent build
+	$(CARGO) build --release -p ondo-app --features custom-protocol
+	@scripts/launch-app.sh target/release/ondo-app
+
+demo:
+	@scripts/setup.sh core
+	$(CARGO) run --release --quiet --bin ondo -- demo
+
+release:
+	@scripts/setup.sh app
+	@cd ui && npm run --silent build
+	$(CARGO) build --release --bin ondo
+	$(CARGO) build --release -p ondo-app --features custom-protocol
+
+test:
+	@scripts/setup.sh test
+	@scripts/test.sh

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Installs what building, running and testing Ondo needs, and nothing that is
+# already there. Safe to run again: each step checks first and stays quiet.
+#
+#   scripts/setup.sh core    Rust build needs: compilers, libclang, cmake, the MLX venv
+#   scripts/setup.sh app     core + WebKitGTK/appindicator, npm packages of ui/
+#   scripts/setup.sh test    app + Xvfb, Chromium, WebKitWebDriver, tauri-driver,
+#                            the macOS std for `cargo check --target aarch64-apple-darwin`
+set -euo pipefail
+
+level=${1:-test}
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+MLX_VERSION=0.32.2
+MLX_LM_VERSION=0.32.2
+TAURI_DRIVER_VERSION=2.1.0
+
+say() { printf '  setup: %s\n' "$*"; }
+
+core_debs=(build-essential pkg-config cmake libclang-14-dev libclang-common-14-dev clang-14 python3-venv libopenblas0-pthread)
+app_debs=(file libwebkit2gtk-4.1-dev libayatana-appindicator3-dev librsvg2-dev libssl-dev libxdo-dev libgtk-3-dev libsoup-3.0-dev libjavascriptcoregtk-4.1-dev)
+test_debs=(xvfb xauth imagemagick webkit2gtk-driver dbus-x11 at-spi2-core chromium chromium-driver fonts-dejavu-core trayer xdotool)
+
+install_debs() {
+  local missing=()
+  for pkg in "$@"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
+    echo "setup: missing Debian/Ubuntu packages: ${missing[*]}" >&2
+    echo "setup: install them (sudo apt-get install ${missing[*]}) and run again" >&2
+    exit 1
+  fi
+  say "installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+setup_venv() {
+  local py=.venv/bin/python
+  if [ -x "$py" ] && "$py" - <<PY 2>/dev/null
+import importlib.metadata as m, sys
+ok = m.version("mlx") == "$MLX_VERSION" and m.version("mlx-lm") == "$MLX_LM_VERSION"
+sys.exit(0 if ok else 1)
+PY
+  then return 0; fi
+  say "creating .venv with mlx[cpu]==$MLX_VERSION and mlx-lm==$MLX_LM_VERSION"
+  python3 -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check "mlx[cpu]==$MLX_VERSION" "mlx-lm==$MLX_LM_VERSION"
+}
+
+setup_npm() {
+  # Reinstall only when package-lock.json changed since the last install.
+  local stamp=ui/node_modules/.ondo-lock-hash
+  local want
+  want=$(sha256sum ui/package-lock.json | cut -d' ' -f1)
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
+  say "installing ui/ npm packages"
+  (cd ui && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  echo "$want" > "$stamp"
+}
+
+setup_apple_target() {
+  rustup target list --installed 2>/dev/null | grep -q aarch64-apple-darwin && return 0
+  say "adding the aarch64-apple-darwin std (type-checks the macOS code)"
+  rustup target add aarch64-apple-darwin >/dev/null 2>&1 \
+    || echo "setup: could not add aarch64-apple-darwin; the macOS check will be skipped" >&2
+}
+
+setup_tauri_driver() {
+  command -v tauri-driver >/dev/null && return 0
+  say "building tauri-driver $TAURI_DRIVER_VERSION (once)"
+  cargo install --quiet --locked "tauri-driver@$TAURI_DRIVER_VERSION"
+}
+
+case "$level" in
+  core) install_debs "${core_debs[@]}"; setup_venv ;;
+  app) install_debs "${core_debs[@]}" "${app_debs[@]}"; setup_venv; setup_npm ;;
+  test)
+    install_debs "${core_debs[@]}" "${app_debs[@]}" "${test_debs[@]}"
+    setup_venv; setup_npm; setup_apple_target; setup_tauri_driver ;;
+  *) echo "usage: scripts/setup.sh core|app|test" >&2; exit 2 ;;
+esac

@@ -1,0 +1,80 @@
+//! `ondo demo`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use crate::cli::human_bytes;
+use crate::demo::{DemoRun, DemoSession};
+use crate::paths::DataDirs;
+use crate::synth;
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+The first run pays for loading the weights (cold); the second finds them
+resident (warm) and goes straight to prefill. Prefill is the time to the first
+token; decode is every token after it. Random weights: the text is noise.")]
+pub struct DemoArgs {
+    /// Model folder to use [default: the built-in tiny model, written on
+    /// first use into Ondo's data folder].
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Prompt to send (the same one both times).
+    #[arg(long, default_value = "Explain in one paragraph why the sky is blue.")]
+    prompt: String,
+    /// Tokens to generate per run.
+    #[arg(long, default_value_t = 64)]
+    max_tokens: usize,
+    /// Print the two runs as JSON lines instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: DemoArgs) -> Result<ExitCode, String> {
+    let dir = match args.model {
+        Some(dir) => dir,
+        None => synth::builtin_tiny_model(&DataDirs::from_env()).map_err(|e| e.to_string())?,
+    };
+    let mut session = DemoSession::load(&dir).map_err(|e| e.to_string())?;
+    let cold = session
+        .run(&args.prompt, args.max_tokens)
+        .map_err(|e| e.to_string())?;
+    let warm = session
+        .run(&args.prompt, args.max_tokens)
+        .map_err(|e| e.to_string())?;
+    if args.json {
+        for run in [&cold, &warm] {
+            println!("{}", serde_json::to_string(run).map_err(|e| e.to_string())?);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("model: {}", dir.display());
+    println!(
+        "{:<5} {:>9} {:>7} {:>9} {:>13} {:>6} {:>12} {:>10}",
+        "run", "load ms", "prompt", "TTFT ms", "prefill tok/s", "gen", "decode tok/s", "peak mem"
+    );
+    for run in [&cold, &warm] {
+        print_row(run);
+    }
+    println!();
+    println!("text (random weights): {}", cold.text.trim());
+    if crate::doctor::build_profile() == "debug" {
+        println!("note: debug build; build with --release for timings worth comparing");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_row(r: &DemoRun) {
+    println!(
+        "{:<5} {:>9.1} {:>7} {:>9.1} {:>13.0} {:>6} {:>12.1} {:>10}",
+        r.load_kind,
+        r.load_ms,
+        r.prompt_tokens,
+        r.ttft_ms,
+        r.prefill_tps,
+        r.generated_tokens,
+        r.decode_tps,
+        human_bytes(r.mlx_peak_bytes as u64)
+    );
+}

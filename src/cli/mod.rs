@@ -1,0 +1,67 @@
+//! The `ondo` command: thin parsing and printing over the core library.
+
+mod doctor;
+mod synth;
+
+use clap::{Parser, Subcommand};
+
+/// Run language models locally on MLX and see where the time and the memory go.
+///
+/// A model answers in two phases: prefill runs the whole prompt through the
+/// weights once (time to first token), then decode makes one token per pass
+/// while the KV cache grows (tokens per second). Loading the weights (cold
+/// start) is a third cost that a warm model skips. Ondo measures all three.
+#[derive(Debug, Parser)]
+#[command(name = "ondo", version, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show what Ondo runs on (MLX version, backend, memory, folders) and
+    /// check that MLX computes correctly here.
+    Doctor(doctor::DoctorArgs),
+    /// Write a model folder with random weights that Ondo and mlx-lm load,
+    /// for tests and speed measurements without downloading anything.
+    Synth(synth::SynthArgs),
+    /// Make the tiny synthetic model and time one cold and one warm
+    /// generation: load, prefill and decode.
+    Demo(crate::cli::demo::DemoArgs),
+}
+
+mod demo;
+
+/// Parses the command line, runs the command, and returns the exit code.
+pub fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Doctor(args) => doctor::run(args),
+        Command::Synth(args) => synth::run(args),
+        Command::Demo(args) => demo::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("error: {message}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Bytes as a short human figure (binary units, as Activity Monitor shows).
+pub(crate) fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}

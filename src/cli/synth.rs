@@ -1,0 +1,160 @@
+//! `ondo synth`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::cli::human_bytes;
+use crate::synth::{self, Arch, SynthOptions, WeightDtype};
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Presets:
+  tiny          2 layers, hidden 256, vocab 2k, fp32: tests and CPU benchmarks
+  small         8 layers, hidden 1024, vocab 8k, fp32: weight-bound benchmarks
+  llama-3.2-1b  the real Llama 3.2 1B shape, 4-bit bf16 (for a GPU or a Mac)
+  llama-3.2-3b  the real Llama 3.2 3B shape, 4-bit bf16 (for a GPU or a Mac)
+
+Examples:
+  ondo synth tiny ./models/tiny
+  ondo synth small ./models/small-q4 --bits 4 --group-size 64
+  ondo synth tiny ./models/qwen-tiny --arch qwen3 --seed 7
+  python -m mlx_lm generate --model ./models/tiny --prompt hi   # mlx-lm loads it too")]
+pub struct SynthArgs {
+    /// Preset shape: tiny, small, llama-3.2-1b or llama-3.2-3b.
+    preset: String,
+    /// Folder to write; must be empty or new unless --force.
+    out: PathBuf,
+    /// Architecture (decides model_type and weight names).
+    #[arg(long, value_enum, default_value = "llama")]
+    arch: Arch,
+    /// Quantize the matrices to 4 or 8 bits (affine), or `none` [default: the
+    /// preset's usual format].
+    #[arg(long, value_parser = parse_bits)]
+    bits: Option<Bits>,
+    /// Elements that share one scale and bias when quantized: 32, 64 or 128.
+    #[arg(long, default_value_t = 64)]
+    group_size: u32,
+    /// Floating-point type of unquantized weights, scales and biases
+    /// [default: the preset's].
+    #[arg(long, value_enum)]
+    dtype: Option<WeightDtype>,
+    /// Random seed; the same seed writes the same bytes.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Split the weights into shards above this size, like large checkpoints
+    /// (e.g. 500MB, 2GB).
+    #[arg(long, default_value = "5GB", value_parser = parse_size)]
+    max_shard_size: u64,
+    /// Replace the folder's contents if it is not empty.
+    #[arg(long)]
+    force: bool,
+    /// Print a JSON summary instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Bits(Option<u8>);
+
+fn parse_bits(text: &str) -> Result<Bits, String> {
+    match text {
+        "4" => Ok(Bits(Some(4))),
+        "8" => Ok(Bits(Some(8))),
+        "none" => Ok(Bits(None)),
+        other => Err(format!("`{other}` is not 4, 8 or none")),
+    }
+}
+
+/// Parses sizes like `500MB`, `2GB`, `1048576`.
+fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size like 500MB or 2GB"))?;
+    let scale = match unit.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 1.0,
+        "KB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        "KIB" => 1024.0,
+        "MIB" => 1024.0 * 1024.0,
+        "GIB" => 1024.0 * 1024.0 * 1024.0,
+        _ => return Err(format!("unknown unit in `{text}`; use B, KB, MB, GB")),
+    };
+    Ok((number * scale) as u64)
+}
+
+pub fn run(args: SynthArgs) -> Result<ExitCode, String> {
+    let preset = synth::preset_named(&args.preset).map_err(|e| e.to_string())?;
+    let mut options = SynthOptions::for_preset(preset);
+    options.arch = args.arch;
+    if let Some(Bits(bits)) = args.bits {
+        options.bits = bits;
+    }
+    if let Some(dtype) = args.dtype {
+        options.dtype = dtype;
+    }
+    options.group_size = args.group_size;
+    options.seed = args.seed;
+    options.max_shard_bytes = args.max_shard_size;
+    options.force = args.force;
+
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} writing tensors [{bar:30}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    if args.json {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let summary = synth::write_model(&options, &args.out, &mut |p| {
+        bar.set_length(p.tensors_total as u64);
+        bar.set_position(p.tensors_done as u64);
+        bar.set_message(p.current);
+    })
+    .map_err(|e| e.to_string())?;
+    bar.finish_and_clear();
+
+    if args.json {
+        let text = serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?;
+        println!("{text}");
+    } else {
+        let quant = match options.bits {
+            Some(bits) => format!("{bits}-bit, group {}", options.group_size),
+            None => "unquantized".to_owned(),
+        };
+        println!(
+            "wrote {} ({} {}, {:.1}M parameters, {quant}, {:?}) to {}",
+            summary.preset,
+            summary.model_type,
+            human_bytes(summary.bytes_on_disk),
+            summary.parameters as f64 / 1e6,
+            options.dtype,
+            summary.dir.display()
+        );
+        println!("weights: {}", summary.weight_files.join(", "));
+        println!("random weights: for speed tests, not for answers");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_in_decimal_and_binary_units() {
+        assert_eq!(parse_size("500MB"), Ok(500_000_000));
+        assert_eq!(parse_size("2GiB"), Ok(2 * 1024 * 1024 * 1024));
+        assert_eq!(parse_size("1024"), Ok(1024));
+        assert!(parse_size("lots").is_err());
+    }
+}

@@ -1,0 +1,122 @@
+//! Loading a model folder: config, weights (strictly), tokenizer, EOS ids.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::LoadError;
+use super::model::llama::{Llama, LlamaConfig};
+use super::weights::load_weight_map;
+
+/// The architectures Ondo can run, by `model_type`.
+pub const SUPPORTED_MODEL_TYPES: &[&str] = &["llama"];
+
+/// A model ready to run: weights resident, tokenizer loaded.
+pub struct LoadedModel {
+    pub dir: PathBuf,
+    pub model_type: String,
+    pub model: Llama,
+    pub tokenizer: tokenizers::Tokenizer,
+    /// Token ids that end an answer (from generation_config.json, config.json
+    /// and the tokenizer's EOS token).
+    pub eos_token_ids: Vec<u32>,
+    /// Bytes of all weight arrays once resident.
+    pub weights_bytes: usize,
+}
+
+fn read_json(path: &Path) -> Result<serde_json::Value, LoadError> {
+    let text = fs::read_to_string(path).map_err(|e| LoadError::ConfigInvalid {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })?;
+    serde_json::from_str(&text).map_err(|e| LoadError::ConfigInvalid {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+/// `eos_token_id` may be one id or a list.
+fn ids_of(value: &serde_json::Value) -> Vec<u32> {
+    match value {
+        serde_json::Value::Number(n) => n.as_u64().map(|v| v as u32).into_iter().collect(),
+        serde_json::Value::Array(items) => items
+            .iter()
+            .filter_map(|v| v.as_u64().map(|v| v as u32))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+impl LoadedModel {
+    /// Loads `dir` and evaluates every weight so the model is resident.
+    pub fn load(dir: &Path) -> Result<Self, LoadError> {
+        let config_path = dir.join("config.json");
+        if !config_path.is_file() {
+            return Err(LoadError::ConfigMissing {
+                dir: dir.to_owned(),
+            });
+        }
+        let config_value = read_json(&config_path)?;
+        let model_type = config_value["model_type"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let model =
+            match model_type.as_str() {
+                "llama" => {
+                    let config: LlamaConfig = serde_json::from_value(config_value.clone())
+                        .map_err(|e| LoadError::ConfigInvalid {
+                            path: config_path.clone(),
+                            message: e.to_string(),
+                        })?;
+                    Llama::load(&config, &config_path, load_weight_map(dir)?)?
+                }
+                _ => {
+                    return Err(LoadError::UnsupportedModelType {
+                        model_type,
+                        path: config_path,
+                        supported: SUPPORTED_MODEL_TYPES.join(", "),
+                    });
+                }
+            };
+        let arrays = model.arrays();
+        mlx_rs::transforms::eval(arrays.iter().copied())?;
+        let weights_bytes = arrays.iter().map(|a| a.nbytes()).sum();
+
+        let tokenizer_path = dir.join("tokenizer.json");
+        let tokenizer = tokenizers::Tokenizer::from_file(&tokenizer_path).map_err(|e| {
+            LoadError::ConfigInvalid {
+                path: tokenizer_path.clone(),
+                message: e.to_string(),
+            }
+        })?;
+        let mut eos_token_ids = ids_of(&config_value["eos_token_id"]);
+        let generation_path = dir.join("generation_config.json");
+        if generation_path.is_file() {
+            eos_token_ids.extend(ids_of(&read_json(&generation_path)?["eos_token_id"]));
+        }
+        let tokenizer_config = dir.join("tokenizer_config.json");
+        if tokenizer_config.is_file() {
+            let value = read_json(&tokenizer_config)?;
+            let eos = match &value["eos_token"] {
+                serde_json::Value::String(s) => Some(s.clone()),
+                serde_json::Value::Object(o) => {
+                    o.get("content").and_then(|c| c.as_str()).map(str::to_owned)
+                }
+                _ => None,
+            };
+            if let Some(id) = eos.and_then(|t| tokenizer.token_to_id(&t)) {
+                eos_token_ids.push(id);
+            }
+        }
+        eos_token_ids.sort_unstable();
+        eos_token_ids.dedup();
+        Ok(Self {
+            dir: dir.to_owned(),
+            model_type,
+            model,
+            tokenizer,
+            eos_token_ids,
+            weights_bytes,
+        })
+    }
+}

@@ -1,0 +1,324 @@
+//! `ondo synth`: random-weight model folders that Ondo and mlx-lm both load.
+//!
+//! No weights can be downloaded on the machines Ondo is built on, so every
+//! test and benchmark reads a folder written here: the same file names,
+//! tensor names, quantized layout (packed uint32 with per-group scales and
+//! biases) and configs as an mlx-community checkpoint, deterministic for a
+//! seed. Folders are written next to the target and renamed into place, so a
+//! killed process never leaves a half-written model behind.
+
+pub mod presets;
+pub mod tokenizer;
+pub mod weights;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+pub use presets::{Arch, Preset, Shape, WeightDtype};
+
+use crate::paths::DataDirs;
+
+/// Everything that decides what `ondo synth` writes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SynthOptions {
+    pub preset: Preset,
+    pub arch: Arch,
+    /// 4 or 8 for affine quantization; `None` leaves the weights unquantized.
+    pub bits: Option<u8>,
+    pub group_size: u32,
+    pub dtype: WeightDtype,
+    pub seed: u64,
+    /// Above this many bytes of tensors, the weights are split into shards
+    /// with an index, as large checkpoints are.
+    pub max_shard_bytes: u64,
+    /// Replace a non-empty target folder.
+    pub force: bool,
+}
+
+impl SynthOptions {
+    /// The preset's usual format: its default bits and dtype, group size 64,
+    /// seed 0, 5 GB shards.
+    pub fn for_preset(preset: Preset) -> Self {
+        Self {
+            bits: preset.default_bits,
+            dtype: preset.default_dtype,
+            preset,
+            arch: Arch::Llama,
+            group_size: 64,
+            seed: 0,
+            max_shard_bytes: 5_000_000_000,
+            force: false,
+        }
+    }
+
+    /// The shape after the architecture's own conventions are applied.
+    pub fn shape(&self) -> Shape {
+        let mut shape = self.preset.shape.clone();
+        if self.arch == Arch::Qwen3 {
+            // Qwen3 uses plain rope with a larger base and no llama3 scaling.
+            shape.rope_theta = 1_000_000.0;
+            shape.rope_scaling = None;
+        }
+        shape
+    }
+}
+
+/// What `ondo synth` wrote.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SynthSummary {
+    pub dir: PathBuf,
+    pub preset: String,
+    pub model_type: String,
+    pub parameters: u64,
+    pub bytes_on_disk: u64,
+    pub weight_files: Vec<String>,
+    pub tokenizer_vocab_size: usize,
+}
+
+/// Why `ondo synth` could not write a model.
+#[derive(Debug, thiserror::Error)]
+pub enum SynthError {
+    #[error("unknown preset `{given}`; valid presets: {valid}")]
+    UnknownPreset { given: String, valid: String },
+    #[error(
+        "{dir} is not empty; pick an empty or new folder, or pass --force to replace what is there"
+    )]
+    TargetNotEmpty { dir: PathBuf },
+    #[error("--bits {bits} is not supported; use 4, 8 or none")]
+    UnsupportedBits { bits: u8 },
+    #[error(
+        "--group-size {group_size} does not divide the hidden size {hidden}; use 32, 64 or 128"
+    )]
+    GroupSizeMismatch { group_size: u32, hidden: usize },
+    #[error("could not write {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("MLX failed while making tensor {tensor}: {message}")]
+    Mlx { tensor: String, message: String },
+    #[error(transparent)]
+    Tokenizer(#[from] tokenizer::TokenizerSynthError),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SynthError + '_ {
+    move |source| SynthError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Looks up a preset, or says which ones exist.
+pub fn preset_named(name: &str) -> Result<Preset, SynthError> {
+    presets::find(name).ok_or_else(|| SynthError::UnknownPreset {
+        given: name.to_owned(),
+        valid: presets::names().join(", "),
+    })
+}
+
+fn validate(options: &SynthOptions) -> Result<(), SynthError> {
+    if let Some(bits) = options.bits
+        && bits != 4
+        && bits != 8
+    {
+        return Err(SynthError::UnsupportedBits { bits });
+    }
+    let shape = options.shape();
+    let group = options.group_size as usize;
+    if options.bits.is_some()
+        && (!matches!(group, 32 | 64 | 128)
+            || shape.hidden_size % group != 0
+            || shape.intermediate_size % group != 0)
+    {
+        return Err(SynthError::GroupSizeMismatch {
+            group_size: options.group_size,
+            hidden: shape.hidden_size,
+        });
+    }
+    Ok(())
+}
+
+fn is_empty_dir(dir: &Path) -> Result<bool, SynthError> {
+    match fs::read_dir(dir) {
+        Ok(mut entries) => Ok(entries.next().is_none()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(true),
+        Err(e) => Err(io_err(dir)(e)),
+    }
+}
+
+/// Writes a model folder at `dir` and reports what it holds.
+pub fn write_model(
+    options: &SynthOptions,
+    dir: &Path,
+    progress: &mut dyn FnMut(weights::Progress),
+) -> Result<SynthSummary, SynthError> {
+    validate(options)?;
+    if !options.force && !is_empty_dir(dir)? {
+        return Err(SynthError::TargetNotEmpty {
+            dir: dir.to_owned(),
+        });
+    }
+    let parent = dir
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    fs::create_dir_all(parent).map_err(io_err(parent))?;
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".to_owned());
+    let staging = parent.join(format!(".{name}.synth-{}", std::process::id()));
+    if staging.exists() {
+        fs::remove_dir_all(&staging).map_err(io_err(&staging))?;
+    }
+    fs::create_dir_all(&staging).map_err(io_err(&staging))?;
+
+    let result = write_into(options, &staging, progress);
+    let summary = match result {
+        Ok(summary) => summary,
+        Err(e) => {
+            // Best effort: the staging folder is ours alone and worthless now.
+            let _ = fs::remove_dir_all(&staging);
+            return Err(e);
+        }
+    };
+    if dir.exists() {
+        fs::remove_dir_all(dir).map_err(io_err(dir))?;
+    }
+    fs::rename(&staging, dir).map_err(io_err(dir))?;
+    Ok(SynthSummary {
+        dir: dir.to_owned(),
+        ..summary
+    })
+}
+
+fn write_into(
+    options: &SynthOptions,
+    dir: &Path,
+    progress: &mut dyn FnMut(weights::Progress),
+) -> Result<SynthSummary, SynthError> {
+    let shape = options.shape();
+    let tokenizer = tokenizer::write_tokenizer(
+        &tokenizer::TokenizerSpec {
+            vocab_size: shape.tokenizer_vocab_size,
+            seed: options.seed,
+        },
+        dir,
+    )?;
+    // The embedding must at least cover every id the tokenizer can produce.
+    let mut shape = shape;
+    shape.vocab_size = shape.vocab_size.max(tokenizer.vocab_size);
+    let written = weights::write_weights(options, &shape, dir, progress)?;
+
+    let config = config_json(options, &shape, &tokenizer);
+    write_json(&dir.join("config.json"), &config)?;
+    let generation = json!({
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_ids,
+        "do_sample": false,
+        "transformers_version": "4.46.0",
+    });
+    write_json(&dir.join("generation_config.json"), &generation)?;
+    let bytes_on_disk = folder_bytes(dir)?;
+    Ok(SynthSummary {
+        dir: dir.to_owned(),
+        preset: options.preset.name.to_owned(),
+        model_type: options.arch.model_type().to_owned(),
+        parameters: written.parameters,
+        bytes_on_disk,
+        weight_files: written.files,
+        tokenizer_vocab_size: tokenizer.vocab_size,
+    })
+}
+
+/// `config.json` as an mlx-community checkpoint of this shape writes it.
+fn config_json(
+    options: &SynthOptions,
+    shape: &Shape,
+    tokenizer: &tokenizer::SynthTokenizer,
+) -> serde_json::Value {
+    let architecture = match options.arch {
+        Arch::Llama => "LlamaForCausalLM",
+        Arch::Qwen3 => "Qwen3ForCausalLM",
+    };
+    let mut config = json!({
+        "architectures": [architecture],
+        "model_type": options.arch.model_type(),
+        "hidden_size": shape.hidden_size,
+        "intermediate_size": shape.intermediate_size,
+        "num_hidden_layers": shape.num_hidden_layers,
+        "num_attention_heads": shape.num_attention_heads,
+        "num_key_value_heads": shape.num_key_value_heads,
+        "head_dim": shape.head_dim,
+        "vocab_size": shape.vocab_size,
+        "max_position_embeddings": shape.max_position_embeddings,
+        "rms_norm_eps": shape.rms_norm_eps,
+        "rope_theta": shape.rope_theta,
+        "tie_word_embeddings": shape.tie_word_embeddings,
+        "attention_bias": false,
+        "mlp_bias": false,
+        "hidden_act": "silu",
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_ids,
+        "torch_dtype": options.dtype.torch_name(),
+        "ondo_synthetic": {
+            "preset": options.preset.name,
+            "seed": options.seed,
+            "note": "random weights written by `ondo synth`: for speed tests, not for answers",
+        },
+    });
+    if let Some(scaling) = shape.rope_scaling {
+        config["rope_scaling"] = json!({
+            "rope_type": "llama3",
+            "factor": scaling.factor,
+            "low_freq_factor": scaling.low_freq_factor,
+            "high_freq_factor": scaling.high_freq_factor,
+            "original_max_position_embeddings": scaling.original_max_position_embeddings,
+        });
+    }
+    if let Some(bits) = options.bits {
+        let quantization = json!({
+            "group_size": options.group_size,
+            "bits": bits,
+            "mode": "affine",
+        });
+        config["quantization"] = quantization.clone();
+        config["quantization_config"] = quantization;
+    }
+    config
+}
+
+fn write_json(path: &Path, value: &serde_json::Value) -> Result<(), SynthError> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| SynthError::Io {
+        path: path.to_owned(),
+        source: std::io::Error::other(e),
+    })?;
+    fs::write(path, text + "\n").map_err(io_err(path))
+}
+
+fn folder_bytes(dir: &Path) -> Result<u64, SynthError> {
+    let mut total = 0;
+    for entry in fs::read_dir(dir).map_err(io_err(dir))? {
+        let entry = entry.map_err(io_err(dir))?;
+        total += entry.metadata().map_err(io_err(&entry.path()))?.len();
+    }
+    Ok(total)
+}
+
+/// Where the built-in tiny model lives, writing it on first use: the model
+/// the app offers when nothing has been downloaded.
+pub fn builtin_tiny_model(dirs: &DataDirs) -> Result<PathBuf, SynthError> {
+    let dir = dirs.models_dir.join("ondo-builtin-tiny");
+    if dir.join("config.json").is_file() {
+        return Ok(dir);
+    }
+    let options = SynthOptions {
+        force: true,
+        ..SynthOptions::for_preset(preset_named("tiny")?)
+    };
+    write_model(&options, &dir, &mut |_| {})?;
+    Ok(dir)
+}

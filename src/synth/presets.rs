@@ -1,0 +1,196 @@
+//! Model shapes `ondo synth` can write: small ones for tests and benchmarks on
+//! any machine, and the real Llama 3.2 shapes for the GPU and the Mac.
+
+use serde::Serialize;
+
+/// Which `model_type` the folder declares (and which weight names it has).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Arch {
+    Llama,
+    Qwen3,
+}
+
+impl Arch {
+    pub fn model_type(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen3 => "qwen3",
+        }
+    }
+}
+
+/// Floating-point type of the unquantized weights (and of scales and biases).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum WeightDtype {
+    F32,
+    Bf16,
+    F16,
+}
+
+impl WeightDtype {
+    /// The name `config.json` uses (`torch_dtype`).
+    pub fn torch_name(self) -> &'static str {
+        match self {
+            WeightDtype::F32 => "float32",
+            WeightDtype::Bf16 => "bfloat16",
+            WeightDtype::F16 => "float16",
+        }
+    }
+
+    pub fn to_mlx(self) -> mlx_rs::Dtype {
+        match self {
+            WeightDtype::F32 => mlx_rs::Dtype::Float32,
+            WeightDtype::Bf16 => mlx_rs::Dtype::Bfloat16,
+            WeightDtype::F16 => mlx_rs::Dtype::Float16,
+        }
+    }
+}
+
+/// Llama 3's rope scaling (`rope_type: llama3`) as its config writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Llama3RopeScaling {
+    pub factor: f32,
+    pub low_freq_factor: f32,
+    pub high_freq_factor: f32,
+    pub original_max_position_embeddings: u32,
+}
+
+/// The shape of a model: everything `config.json` says about its tensors.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Shape {
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: usize,
+    pub head_dim: usize,
+    /// Rows of the embedding; may exceed the tokenizer's vocabulary, as in
+    /// real checkpoints.
+    pub vocab_size: usize,
+    /// Tokens the synthetic BPE tokenizer learns (specials included).
+    pub tokenizer_vocab_size: usize,
+    pub max_position_embeddings: usize,
+    pub rope_theta: f32,
+    pub rope_scaling: Option<Llama3RopeScaling>,
+    pub rms_norm_eps: f32,
+    pub tie_word_embeddings: bool,
+}
+
+/// A named preset with the weight format it is usually found in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Preset {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub shape: Shape,
+    /// `None` means unquantized.
+    pub default_bits: Option<u8>,
+    pub default_dtype: WeightDtype,
+}
+
+/// Every preset, in the order `--help` lists them.
+pub fn all() -> Vec<Preset> {
+    let llama3_scaling = Some(Llama3RopeScaling {
+        factor: 32.0,
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_max_position_embeddings: 8192,
+    });
+    vec![
+        Preset {
+            name: "tiny",
+            about: "2 layers, hidden 256, vocab 2k: tests and CPU benchmarks (fp32)",
+            shape: Shape {
+                hidden_size: 256,
+                intermediate_size: 512,
+                num_hidden_layers: 2,
+                num_attention_heads: 4,
+                num_key_value_heads: 2,
+                head_dim: 64,
+                vocab_size: 2048,
+                tokenizer_vocab_size: 2048,
+                max_position_embeddings: 4096,
+                rope_theta: 10000.0,
+                rope_scaling: None,
+                rms_norm_eps: 1e-5,
+                tie_word_embeddings: true,
+            },
+            default_bits: None,
+            default_dtype: WeightDtype::F32,
+        },
+        Preset {
+            name: "small",
+            about: "8 layers, hidden 1024, vocab 8k: benchmarks where weights dominate (fp32)",
+            shape: Shape {
+                hidden_size: 1024,
+                intermediate_size: 2816,
+                num_hidden_layers: 8,
+                num_attention_heads: 16,
+                num_key_value_heads: 4,
+                head_dim: 64,
+                vocab_size: 8192,
+                tokenizer_vocab_size: 8192,
+                max_position_embeddings: 8192,
+                rope_theta: 10000.0,
+                rope_scaling: None,
+                rms_norm_eps: 1e-5,
+                tie_word_embeddings: false,
+            },
+            default_bits: None,
+            default_dtype: WeightDtype::F32,
+        },
+        Preset {
+            name: "llama-3.2-1b",
+            about: "the real Llama 3.2 1B shape, 4-bit like mlx-community's (GPU or Mac)",
+            shape: Shape {
+                hidden_size: 2048,
+                intermediate_size: 8192,
+                num_hidden_layers: 16,
+                num_attention_heads: 32,
+                num_key_value_heads: 8,
+                head_dim: 64,
+                vocab_size: 128_256,
+                tokenizer_vocab_size: 8192,
+                max_position_embeddings: 131_072,
+                rope_theta: 500_000.0,
+                rope_scaling: llama3_scaling,
+                rms_norm_eps: 1e-5,
+                tie_word_embeddings: true,
+            },
+            default_bits: Some(4),
+            default_dtype: WeightDtype::Bf16,
+        },
+        Preset {
+            name: "llama-3.2-3b",
+            about: "the real Llama 3.2 3B shape (the catalog default), 4-bit (GPU or Mac)",
+            shape: Shape {
+                hidden_size: 3072,
+                intermediate_size: 8192,
+                num_hidden_layers: 28,
+                num_attention_heads: 24,
+                num_key_value_heads: 8,
+                head_dim: 128,
+                vocab_size: 128_256,
+                tokenizer_vocab_size: 8192,
+                max_position_embeddings: 131_072,
+                rope_theta: 500_000.0,
+                rope_scaling: llama3_scaling,
+                rms_norm_eps: 1e-5,
+                tie_word_embeddings: true,
+            },
+            default_bits: Some(4),
+            default_dtype: WeightDtype::Bf16,
+        },
+    ]
+}
+
+/// Looks a preset up by name.
+pub fn find(name: &str) -> Option<Preset> {
+    all().into_iter().find(|p| p.name == name)
+}
+
+/// The preset names, for error messages and `--help`.
+pub fn names() -> Vec<&'static str> {
+    all().iter().map(|p| p.name).collect()
+}

@@ -1,0 +1,262 @@
+//! The tensors of a synthetic checkpoint: names and shapes exactly as
+//! mlx-community writes them, random values from MLX's counter-based RNG keyed
+//! by (seed, tensor name), so a tensor's values do not depend on which other
+//! tensors were made before it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::path::Path;
+
+use mlx_rs::{Array, ops, random};
+
+use super::{Arch, Shape, SynthError, SynthOptions, io_err};
+
+/// What a tensor is, which decides its values and whether it is quantized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TensorKind {
+    /// A matrix of a Linear or Embedding layer: normal(0, 0.02); quantized
+    /// when the model is.
+    Matrix,
+    /// An RMSNorm scale: ones; never quantized.
+    NormScale,
+}
+
+/// One tensor of the plan (before quantization).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedTensor {
+    /// The checkpoint name, e.g. `model.layers.0.self_attn.q_proj.weight`.
+    pub name: String,
+    pub shape: Vec<i32>,
+    pub kind: TensorKind,
+}
+
+/// Progress of `write_weights`, reported after each tensor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Progress {
+    pub tensors_done: usize,
+    pub tensors_total: usize,
+    pub current: String,
+}
+
+/// The tensors a model of this shape and architecture has, in file order.
+pub fn tensor_plan(arch: Arch, shape: &Shape) -> Vec<PlannedTensor> {
+    let to_i32 = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+    let hidden = to_i32(shape.hidden_size);
+    let inter = to_i32(shape.intermediate_size);
+    let q_out = to_i32(shape.num_attention_heads * shape.head_dim);
+    let kv_out = to_i32(shape.num_key_value_heads * shape.head_dim);
+    let head_dim = to_i32(shape.head_dim);
+    let vocab = to_i32(shape.vocab_size);
+
+    let mut plan = Vec::new();
+    let mut add =
+        |name: String, shape: Vec<i32>, kind| plan.push(PlannedTensor { name, shape, kind });
+    add(
+        "model.embed_tokens.weight".into(),
+        vec![vocab, hidden],
+        TensorKind::Matrix,
+    );
+    for layer in 0..shape.num_hidden_layers {
+        let p = format!("model.layers.{layer}");
+        add(
+            format!("{p}.input_layernorm.weight"),
+            vec![hidden],
+            TensorKind::NormScale,
+        );
+        for (proj, out) in [("q_proj", q_out), ("k_proj", kv_out), ("v_proj", kv_out)] {
+            add(
+                format!("{p}.self_attn.{proj}.weight"),
+                vec![out, hidden],
+                TensorKind::Matrix,
+            );
+        }
+        add(
+            format!("{p}.self_attn.o_proj.weight"),
+            vec![hidden, q_out],
+            TensorKind::Matrix,
+        );
+        if arch == Arch::Qwen3 {
+            for norm in ["q_norm", "k_norm"] {
+                add(
+                    format!("{p}.self_attn.{norm}.weight"),
+                    vec![head_dim],
+                    TensorKind::NormScale,
+                );
+            }
+        }
+        add(
+            format!("{p}.post_attention_layernorm.weight"),
+            vec![hidden],
+            TensorKind::NormScale,
+        );
+        add(
+            format!("{p}.mlp.gate_proj.weight"),
+            vec![inter, hidden],
+            TensorKind::Matrix,
+        );
+        add(
+            format!("{p}.mlp.up_proj.weight"),
+            vec![inter, hidden],
+            TensorKind::Matrix,
+        );
+        add(
+            format!("{p}.mlp.down_proj.weight"),
+            vec![hidden, inter],
+            TensorKind::Matrix,
+        );
+    }
+    add(
+        "model.norm.weight".into(),
+        vec![hidden],
+        TensorKind::NormScale,
+    );
+    if !shape.tie_word_embeddings {
+        add(
+            "lm_head.weight".into(),
+            vec![vocab, hidden],
+            TensorKind::Matrix,
+        );
+    }
+    plan
+}
+
+/// FNV-1a over the seed and the tensor name: a stable per-tensor RNG key.
+fn tensor_seed(seed: u64, name: &str) -> u64 {
+    let mut hash = 0xcbf2_9ce4_8422_2325_u64 ^ seed;
+    for byte in name.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+/// The stored arrays for one planned tensor: one array, or the packed
+/// weight with its scales and biases.
+fn make_tensor(
+    options: &SynthOptions,
+    tensor: &PlannedTensor,
+) -> Result<Vec<(String, Array)>, mlx_rs::error::Exception> {
+    let dtype = options.dtype.to_mlx();
+    let values = match tensor.kind {
+        TensorKind::NormScale => Array::ones::<f32>(&tensor.shape)?,
+        TensorKind::Matrix => {
+            let key = random::key(tensor_seed(options.seed, &tensor.name))?;
+            random::normal::<f32>(&tensor.shape[..], 0.0, 0.02, &key)?
+        }
+    }
+    .as_dtype(dtype)?;
+    let out = match (tensor.kind, options.bits) {
+        (TensorKind::Matrix, Some(bits)) => {
+            let group = i32::try_from(options.group_size).unwrap_or(64);
+            let (packed, scales, biases) = ops::quantize(&values, group, i32::from(bits))?;
+            let stem = tensor
+                .name
+                .strip_suffix(".weight")
+                .unwrap_or(&tensor.name)
+                .to_owned();
+            vec![
+                (tensor.name.clone(), packed),
+                (format!("{stem}.scales"), scales),
+                (format!("{stem}.biases"), biases),
+            ]
+        }
+        _ => vec![(tensor.name.clone(), values)],
+    };
+    mlx_rs::transforms::eval(out.iter().map(|(_, a)| a))?;
+    Ok(out)
+}
+
+/// What `write_weights` produced.
+pub struct WrittenWeights {
+    pub files: Vec<String>,
+    pub parameters: u64,
+}
+
+/// Writes the safetensors file(s), plus `model.safetensors.index.json` when
+/// the tensors exceed one shard.
+pub fn write_weights(
+    options: &SynthOptions,
+    shape: &Shape,
+    dir: &Path,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<WrittenWeights, SynthError> {
+    let plan = tensor_plan(options.arch, shape);
+    let parameters = plan
+        .iter()
+        .map(|t| t.shape.iter().map(|&d| d as u64).product::<u64>())
+        .sum();
+    let metadata = HashMap::from([("format".to_owned(), "mlx".to_owned())]);
+
+    let mut shards: Vec<Vec<String>> = Vec::new();
+    let mut pending: Vec<(String, Array)> = Vec::new();
+    let mut pending_bytes = 0u64;
+    let mut total_bytes = 0u64;
+    let flush = |pending: &mut Vec<(String, Array)>,
+                 shards: &mut Vec<Vec<String>>|
+     -> Result<(), SynthError> {
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let path = dir.join(format!("shard-{:05}.safetensors", shards.len() + 1));
+        Array::save_safetensors(pending.iter().map(|(n, a)| (n, a)), &metadata, &path).map_err(
+            |e| SynthError::Io {
+                path: path.clone(),
+                source: std::io::Error::other(e.to_string()),
+            },
+        )?;
+        shards.push(pending.drain(..).map(|(n, _)| n).collect());
+        Ok(())
+    };
+
+    for (index, tensor) in plan.iter().enumerate() {
+        let arrays = make_tensor(options, tensor).map_err(|e| SynthError::Mlx {
+            tensor: tensor.name.clone(),
+            message: e.to_string(),
+        })?;
+        let bytes: u64 = arrays.iter().map(|(_, a)| a.nbytes() as u64).sum();
+        if pending_bytes > 0 && pending_bytes + bytes > options.max_shard_bytes {
+            flush(&mut pending, &mut shards)?;
+            pending_bytes = 0;
+        }
+        pending_bytes += bytes;
+        total_bytes += bytes;
+        pending.extend(arrays);
+        progress(Progress {
+            tensors_done: index + 1,
+            tensors_total: plan.len(),
+            current: tensor.name.clone(),
+        });
+    }
+    flush(&mut pending, &mut shards)?;
+
+    let count = shards.len();
+    let mut files = Vec::with_capacity(count);
+    let mut weight_map = BTreeMap::new();
+    for (i, names) in shards.iter().enumerate() {
+        let final_name = if count == 1 {
+            "model.safetensors".to_owned()
+        } else {
+            format!("model-{:05}-of-{count:05}.safetensors", i + 1)
+        };
+        let from = dir.join(format!("shard-{:05}.safetensors", i + 1));
+        let to = dir.join(&final_name);
+        fs::rename(&from, &to).map_err(io_err(&to))?;
+        for name in names {
+            weight_map.insert(name.clone(), final_name.clone());
+        }
+        files.push(final_name);
+    }
+    if count > 1 {
+        let index = serde_json::json!({
+            "metadata": { "total_size": total_bytes, "total_parameters": parameters },
+            "weight_map": weight_map,
+        });
+        let path = dir.join("model.safetensors.index.json");
+        let text = serde_json::to_string_pretty(&index).map_err(|e| SynthError::Io {
+            path: path.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        fs::write(&path, text + "\n").map_err(io_err(&path))?;
+    }
+    Ok(WrittenWeights { files, parameters })
+}
