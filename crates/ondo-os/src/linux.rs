@@ -18,7 +18,10 @@ pub(crate) fn parse_meminfo(text: &str) -> io::Result<MemoryTotals> {
         })
     };
     let total_bytes = field("MemTotal").ok_or_else(|| {
-        io::Error::new(io::ErrorKind::InvalidData, "/proc/meminfo has no MemTotal line")
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "/proc/meminfo has no MemTotal line",
+        )
     })?;
     // Kernels before 3.14 lack MemAvailable; free + page cache is the old estimate.
     let available_bytes = field("MemAvailable")

@@ -31,7 +31,13 @@ fn sysctl_string(name: &CStr) -> io::Result<String> {
     let mut size: libc::size_t = 0;
     // SAFETY: a null buffer asks only for the size, written into `size`.
     let status = unsafe {
-        libc::sysctlbyname(name.as_ptr(), std::ptr::null_mut(), &mut size, std::ptr::null_mut(), 0)
+        libc::sysctlbyname(
+            name.as_ptr(),
+            std::ptr::null_mut(),
+            &mut size,
+            std::ptr::null_mut(),
+            0,
+        )
     };
     if status != 0 {
         return Err(io::Error::last_os_error());
