@@ -130,8 +130,8 @@ fn validate(options: &SynthOptions) -> Result<(), SynthError> {
     let group = options.group_size as usize;
     if options.bits.is_some()
         && (!matches!(group, 32 | 64 | 128)
-            || shape.hidden_size % group != 0
-            || shape.intermediate_size % group != 0)
+            || !shape.hidden_size.is_multiple_of(group)
+            || !shape.intermediate_size.is_multiple_of(group))
     {
         return Err(SynthError::GroupSizeMismatch {
             group_size: options.group_size,
