@@ -1,0 +1,163 @@
+//! The commands the UI invokes. Each one checks its input, calls the core on a
+//! blocking thread (the core's work is synchronous file and MLX work that must
+//! not stall the event loop), and returns data or a `CommandError`.
+
+use std::path::PathBuf;
+use std::sync::{Mutex, PoisonError};
+
+use ondo::demo::{self, DemoRun};
+use ondo::doctor::DoctorReport;
+use ondo::paths::DataDirs;
+use ondo::synth;
+
+use crate::error::CommandError;
+use crate::library::LibraryStatus;
+
+/// The most tokens one test generation may ask for: enough to measure decode,
+/// few enough to finish quickly on a CPU.
+pub const MAX_TEST_TOKENS: usize = 256;
+
+/// The longest prompt a test generation accepts, in characters.
+pub const MAX_TEST_PROMPT_CHARS: usize = 4000;
+
+/// Serializes MLX work. MLX is not thread-safe and its state is per process;
+/// until the core's engine thread owns all of it, every command that touches
+/// MLX holds this lock.
+static MLX_WORK: Mutex<()> = Mutex::new(());
+
+/// Runs `work` on a blocking thread while holding the MLX lock.
+async fn with_mlx<T, F>(work: F) -> Result<T, CommandError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, CommandError> + Send + 'static,
+{
+    on_blocking_thread(move || {
+        // A panic in earlier MLX work poisons the lock but leaves nothing
+        // behind it to repair: the lock guards `()`.
+        let _guard = MLX_WORK.lock().unwrap_or_else(PoisonError::into_inner);
+        work()
+    })
+    .await
+}
+
+async fn on_blocking_thread<T, F>(work: F) -> Result<T, CommandError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, CommandError> + Send + 'static,
+{
+    tauri::async_runtime::spawn_blocking(work)
+        .await
+        .map_err(|join_error| CommandError::Internal(join_error.to_string()))?
+}
+
+/// Which model a test generation runs. Downloaded models join when the core
+/// has a local library to resolve them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ModelChoice {
+    /// The random-weight model Ondo writes itself: for speed tests only.
+    BuiltinTiny,
+}
+
+/// The built-in tiny model, once written.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PreparedModel {
+    pub model_dir: PathBuf,
+}
+
+/// Versions, backend, device, memory and MLX self-tests.
+#[tauri::command]
+pub async fn doctor_report() -> Result<DoctorReport, CommandError> {
+    with_mlx(|| Ok(DoctorReport::collect())).await
+}
+
+/// The downloaded models and the recommended download.
+#[tauri::command]
+pub async fn library_status() -> Result<LibraryStatus, CommandError> {
+    on_blocking_thread(|| Ok(LibraryStatus::read(&DataDirs::from_env()))).await
+}
+
+/// Writes the built-in tiny model if it is not there yet.
+#[tauri::command]
+pub async fn prepare_builtin_model() -> Result<PreparedModel, CommandError> {
+    with_mlx(|| {
+        let model_dir = synth::builtin_tiny_model(&DataDirs::from_env())?;
+        Ok(PreparedModel { model_dir })
+    })
+    .await
+}
+
+/// Loads the chosen model cold, generates once, and returns the timings.
+#[tauri::command]
+pub async fn run_test_generation(
+    model: ModelChoice,
+    prompt: String,
+    max_tokens: usize,
+) -> Result<DemoRun, CommandError> {
+    check_test_request(&prompt, max_tokens)?;
+    with_mlx(move || {
+        let model_dir = match model {
+            ModelChoice::BuiltinTiny => synth::builtin_tiny_model(&DataDirs::from_env())?,
+        };
+        Ok(demo::run_test_generation(&model_dir, &prompt, max_tokens)?)
+    })
+    .await
+}
+
+/// Rejects prompts and token limits a test generation cannot use.
+fn check_test_request(prompt: &str, max_tokens: usize) -> Result<(), CommandError> {
+    if prompt.trim().is_empty() {
+        return Err(CommandError::InvalidInput(
+            "The prompt is empty; type a few words to generate from".into(),
+        ));
+    }
+    let prompt_chars = prompt.chars().count();
+    if prompt_chars > MAX_TEST_PROMPT_CHARS {
+        return Err(CommandError::InvalidInput(format!(
+            "The prompt has {prompt_chars} characters; a test generation takes at most \
+             {MAX_TEST_PROMPT_CHARS}"
+        )));
+    }
+    if !(1..=MAX_TEST_TOKENS).contains(&max_tokens) {
+        return Err(CommandError::InvalidInput(format!(
+            "max_tokens is {max_tokens}; choose between 1 and {MAX_TEST_TOKENS}"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_an_ordinary_request() {
+        assert!(check_test_request("Why is the sky blue?", 32).is_ok());
+    }
+
+    #[test]
+    fn rejects_an_empty_prompt() {
+        let error = check_test_request("  \n", 32).unwrap_err();
+        assert_eq!(error.kind(), "invalid_input");
+    }
+
+    #[test]
+    fn rejects_token_limits_outside_the_range() {
+        assert!(check_test_request("hi", 0).is_err());
+        assert!(check_test_request("hi", MAX_TEST_TOKENS + 1).is_err());
+        assert!(check_test_request("hi", MAX_TEST_TOKENS).is_ok());
+    }
+
+    #[test]
+    fn rejects_an_overlong_prompt() {
+        let prompt = "x".repeat(MAX_TEST_PROMPT_CHARS + 1);
+        let error = check_test_request(&prompt, 8).unwrap_err();
+        assert!(error.to_string().contains("at most"), "{error}");
+    }
+
+    #[test]
+    fn model_choice_reads_the_tagged_form_the_ui_sends() {
+        let choice: ModelChoice = serde_json::from_str(r#"{ "kind": "builtin_tiny" }"#).unwrap();
+        assert_eq!(choice, ModelChoice::BuiltinTiny);
+    }
+}

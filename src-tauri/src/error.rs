@@ -1,0 +1,73 @@
+//! The one error type every command returns; the UI receives it as
+//! `{ kind, message }` and branches on `kind`.
+
+use serde::ser::SerializeStruct;
+
+use ondo::demo::DemoError;
+use ondo::synth::SynthError;
+
+/// Why a command failed. `message` (the `Display` text) says what happened and
+/// what to do; `kind` is stable for the UI to match on.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    /// The UI sent arguments the command cannot use.
+    #[error("{0}")]
+    InvalidInput(String),
+    /// The built-in tiny model could not be written or found.
+    #[error("Could not prepare the built-in tiny model: {0}")]
+    ModelUnavailable(#[from] SynthError),
+    /// Loading the model or generating failed.
+    #[error("The test generation failed: {0}")]
+    GenerationFailed(#[from] DemoError),
+    /// The background task that did the work died (a panic in the core).
+    #[error("Ondo hit an internal error ({0}); please report it with the steps that led here")]
+    Internal(String),
+}
+
+impl CommandError {
+    /// The machine-readable name of the variant, in snake_case.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::InvalidInput(_) => "invalid_input",
+            Self::ModelUnavailable(_) => "model_unavailable",
+            Self::GenerationFailed(_) => "generation_failed",
+            Self::Internal(_) => "internal",
+        }
+    }
+}
+
+impl serde::Serialize for CommandError {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut fields = serializer.serialize_struct("CommandError", 2)?;
+        fields.serialize_field("kind", self.kind())?;
+        fields.serialize_field("message", &self.to_string())?;
+        fields.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serializes_as_kind_and_message() {
+        let error = CommandError::InvalidInput("max_tokens must be between 1 and 512".into());
+        let json = serde_json::to_value(&error).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "kind": "invalid_input",
+                "message": "max_tokens must be between 1 and 512",
+            })
+        );
+    }
+
+    #[test]
+    fn internal_errors_tell_the_user_what_to_do() {
+        let json = serde_json::to_value(CommandError::Internal("task panicked".into())).unwrap();
+        assert_eq!(json["kind"], "internal");
+        let message = json["message"].as_str().unwrap();
+        assert!(message.contains("task panicked"), "{message}");
+        assert!(message.contains("report"), "{message}");
+    }
+}

@@ -1,0 +1,65 @@
+//! Ondo's desktop shell: builds the Tauri app (commands, popover window, tray
+//! icon) around the `ondo` core. Domain work stays in the core.
+
+mod commands;
+mod error;
+mod library;
+#[cfg(desktop)]
+mod tray;
+mod window;
+
+pub use error::CommandError;
+
+use tauri::{App, AppHandle, Builder, RunEvent, Runtime};
+
+/// Starts the desktop app and runs it until the user quits from the tray.
+pub fn run() {
+    let app = run_app(tauri::Builder::default())
+        .setup(|app| Ok(set_up_desktop(app)?))
+        .build(tauri::generate_context!());
+    match app {
+        Ok(app) => app.run(keep_running_without_windows),
+        Err(error) => {
+            eprintln!("ondo-app: could not start: {error}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Adds Ondo's commands and window behaviour to `builder`. Tests pass
+/// `tauri::test::mock_builder()`; `run` passes the real one.
+pub fn run_app<R: Runtime>(builder: Builder<R>) -> Builder<R> {
+    builder
+        .invoke_handler(tauri::generate_handler![
+            commands::doctor_report,
+            commands::library_status,
+            commands::prepare_builtin_model,
+            commands::run_test_generation,
+        ])
+        .on_window_event(window::on_window_event)
+}
+
+/// What only a real desktop session has: the menu-bar policy, the tray icon,
+/// and the popover when `--show` was given.
+fn set_up_desktop<R: Runtime>(app: &mut App<R>) -> tauri::Result<()> {
+    // A menu-bar app: no Dock icon and no app menu.
+    #[cfg(target_os = "macos")]
+    app.set_activation_policy(tauri::ActivationPolicy::Accessory);
+    #[cfg(desktop)]
+    tray::create(app.handle())?;
+    if window::shown_at_start(std::env::args()) {
+        window::show(app.handle())?;
+    }
+    Ok(())
+}
+
+/// A tray app lives on with no window open: only an exit with an explicit
+/// code (Quit in the tray menu) ends it.
+fn keep_running_without_windows<R: Runtime>(_app: &AppHandle<R>, event: RunEvent) {
+    if let RunEvent::ExitRequested {
+        code: None, api, ..
+    } = event
+    {
+        api.prevent_exit();
+    }
+}

@@ -1,0 +1,255 @@
+// End to end: the built app under Xvfb, with trayer as the tray host, driven
+// through tauri-driver (which drives WebKitWebDriver). It clicks what a user
+// clicks, reads the timings back from the window, and saves screenshots of the
+// window and of the whole screen (tray icon included) to docs/screenshots/.
+//
+// Needs: the app built with `cargo build -p ondo-app --features custom-protocol`
+// (after `npm --prefix ui run build`), `cargo install tauri-driver@2.1.0 --locked`,
+// and Debian's xvfb, trayer, webkit2gtk-driver, imagemagick, xdotool.
+// Run: npm --prefix tests/e2e test   (ONDO_APP=path picks another binary)
+import assert from 'node:assert/strict';
+import { execFile, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { createConnection } from 'node:net';
+import { homedir, tmpdir } from 'node:os';
+import path from 'node:path';
+import { after, before, test as nodeTest } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { remote } from 'webdriverio';
+
+const run = promisify(execFile);
+const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const appBinary = process.env.ONDO_APP ?? path.join(repoRoot, 'target/debug/ondo-app');
+const tauriDriver = process.env.TAURI_DRIVER ?? path.join(homedir(), '.cargo/bin/tauri-driver');
+const screenshotDir = path.join(repoRoot, 'docs/screenshots');
+const driverPort = 4444;
+
+/** Processes this test started, stopped in reverse order by their own ids. */
+const started = [];
+let display;
+let dataRoot;
+let browser;
+
+function start(command, args, env) {
+  const child = spawn(command, args, { env, stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (chunk) => {
+    stderr = (stderr + chunk).slice(-4000);
+  });
+  child.lastErrors = () => stderr;
+  started.push(child);
+  return child;
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function waitFor(what, check, timeoutMs = 20_000) {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await check()) return;
+    await sleep(100);
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+function portOpen(port) {
+  return new Promise((resolve) => {
+    const socket = createConnection({ host: '127.0.0.1', port });
+    socket.once('connect', () => socket.end(() => resolve(true)));
+    socket.once('error', () => resolve(false));
+  });
+}
+
+/** The first X display number with no server on it. */
+function freeDisplay() {
+  for (let number = 90; number < 130; number += 1) {
+    if (!existsSync(`/tmp/.X${number}-lock`) && !existsSync(`/tmp/.X11-unix/X${number}`)) return `:${number}`;
+  }
+  throw new Error('no free X display between :90 and :129');
+}
+
+/** Ids of the visible top-level windows titled "Ondo". */
+async function visibleOndoWindows() {
+  try {
+    const { stdout } = await run('xdotool', ['search', '--onlyvisible', '--name', '^Ondo$'], {
+      env: { ...process.env, DISPLAY: display },
+    });
+    return stdout.split('\n').filter(Boolean);
+  } catch {
+    return []; // xdotool exits 1 when nothing matches
+  }
+}
+
+async function screenshotRoot(name) {
+  await run('import', ['-window', 'root', path.join(screenshotDir, name)], {
+    env: { ...process.env, DISPLAY: display },
+  });
+}
+
+/** Tests that ran, for the one summary line scripts/test.sh adds up. */
+const outcome = { passed: 0, failed: 0 };
+
+function test(name, body) {
+  nodeTest(name, async (context) => {
+    try {
+      await body(context);
+      outcome.passed += 1;
+    } catch (error) {
+      outcome.failed += 1;
+      throw error;
+    }
+  });
+}
+
+before(async () => {
+  assert.ok(existsSync(appBinary), `build the app first: ${appBinary} is missing`);
+  assert.ok(existsSync(tauriDriver), `install tauri-driver first: ${tauriDriver} is missing`);
+  assert.equal(await portOpen(driverPort), false, `port ${driverPort} is taken; tauri-driver needs it`);
+  await mkdir(screenshotDir, { recursive: true });
+
+  display = freeDisplay();
+  start('Xvfb', [display, '-screen', '0', '1280x800x24', '-nolisten', 'tcp']);
+  await waitFor('Xvfb', () => existsSync(`/tmp/.X11-unix/X${display.slice(1)}`));
+
+  // A clean data folder and an empty Hugging Face cache: the library starts empty.
+  dataRoot = await mkdtemp(path.join(tmpdir(), 'ondo-e2e-'));
+  const env = {
+    ...process.env,
+    DISPLAY: display,
+    ONDO_HOME: path.join(dataRoot, 'ondo'),
+    HF_HUB_CACHE: path.join(dataRoot, 'hub'),
+    // No accessibility bus under Xvfb; without this GTK waits for it.
+    NO_AT_BRIDGE: '1',
+  };
+  delete env.DBUS_SESSION_BUS_ADDRESS;
+
+  // The tray host: without a D-Bus session the app's indicator falls back to
+  // an XEmbed icon, which trayer shows at the top right.
+  start('trayer', [
+    '--edge', 'top', '--align', 'right', '--widthtype', 'request', '--height', '32',
+    '--SetDockType', 'true', '--transparent', 'false', '--tint', '0x303030', '--expand', 'true',
+  ], env);
+  const driver = start(tauriDriver, ['--port', String(driverPort)], env);
+  await waitFor('tauri-driver', () => portOpen(driverPort)).catch((error) => {
+    throw new Error(`${error.message}\n${driver.lastErrors()}`);
+  });
+
+  browser = await remote({
+    hostname: '127.0.0.1',
+    port: driverPort,
+    logLevel: 'warn',
+    capabilities: {
+      'tauri:options': { application: appBinary, args: ['--show'] },
+    },
+  });
+});
+
+after(async () => {
+  await browser?.deleteSession().catch(() => {});
+  for (const child of started.reverse()) child.kill('SIGTERM');
+  if (dataRoot) await rm(dataRoot, { recursive: true, force: true });
+});
+
+test('the window opens with --show and shows the environment from the real core', async () => {
+  await (await browser.$('h1=Ondo')).waitForDisplayed({ timeout: 30_000 });
+  // Queried afresh on every poll: Svelte replaces the element when the report arrives.
+  let memoryLine = '';
+  await browser
+    .waitUntil(
+      async () => {
+        // textContent, not getText: WebDriver's visibility rules drop ellipsis-clipped text.
+        memoryLine = await browser.$('[data-testid="memory-line"]').getProperty('textContent');
+        return /free of/.test(memoryLine);
+      },
+      { timeout: 60_000 },
+    )
+    .catch(() => assert.fail(`the memory line never showed the doctor report: "${memoryLine}"`));
+
+  const environment = await browser.$('[data-testid="environment"]');
+  const text = await environment.getText();
+  assert.match(text, /MLX\s+0\.32\.2/);
+  assert.match(text, /Backend\s+cpu/);
+  assert.match(text, /Memory\s+[\d.]+ GiB total, [\d.]+ GiB available/);
+  assert.match(text, /Ondo\s+0\.1\.0/);
+  assert.match(await (await browser.$('[data-testid="library-empty"]')).getText(), /No models are downloaded yet/);
+});
+
+test('a test generation on the built-in tiny model shows its timings', async () => {
+  await (await browser.$('button=Use the built-in tiny model')).click();
+  await (await browser.$('[data-testid="tiny-ready"]')).waitForDisplayed({ timeout: 120_000 });
+
+  await (await browser.$('button=Run a test generation')).click();
+  // Queried afresh on every poll: either may appear.
+  const timings = () => browser.$('[data-testid="timings"]');
+  const alert = () => browser.$('[role="alert"]');
+  await browser.waitUntil(async () => (await timings().isDisplayed()) || (await alert().isExisting()), {
+    timeout: 180_000,
+    timeoutMsg: 'neither timings nor an error appeared',
+  });
+  if (await alert().isExisting()) assert.fail(`the run failed: ${await alert().getText()}`);
+
+  /** Each row as "Stage measures | time | tokens | speed". */
+  const cells = [];
+  for (const row of await browser.$$('[data-testid="timings"] tbody tr')) {
+    const parts = [];
+    for (const cell of await row.$$('th, td')) parts.push((await cell.getText()).replace(/\s+/g, ' '));
+    cells.push(parts.join(' | '));
+  }
+  assert.equal(cells.length, 3);
+  const [load, prefill, decode] = cells;
+  assert.match(load, /Load[\s\S]*cold start[\s\S]*\d[\d.,]* (ms|s)/);
+  assert.match(prefill, /Prefill[\s\S]*\d[\d.,]* (ms|s)[\s\S]*\d+ prompt[\s\S]*[\d.,]+ tok\/s/);
+  assert.match(decode, /Decode[\s\S]*\d[\d.,]* (ms|s)[\s\S]*\d+ generated[\s\S]*[\d.,]+ tok\/s/);
+  assert.match(await (await browser.$('[data-testid="run-memory"]')).getText(), /^MLX peak [\d.]+ (B|[KMG]iB) · KV cache [\d.]+ (B|[KMG]iB)$/);
+  const generated = await (await browser.$('[data-testid="generated-text"]')).getText();
+  assert.ok(generated.length > 0, 'some text was generated');
+  console.log(`# timings read back:\n#   ${cells.join('\n#   ')}`);
+
+  // Let the smooth scroll to the timings settle before the pictures.
+  await sleep(800);
+  await browser.saveScreenshot(path.join(screenshotDir, 'app-window.png'));
+});
+
+/** Left-clicks the middle of trayer's window, where the app's icon sits; on
+ * Linux that opens the tray menu. */
+async function clickTrayIcon() {
+  const env = { ...process.env, DISPLAY: display };
+  const { stdout } = await run('xdotool', ['search', '--class', 'trayer'], { env });
+  const trayWindow = stdout.split('\n').filter(Boolean).at(-1);
+  assert.ok(trayWindow, 'trayer has a window');
+  const geometry = await run('xdotool', ['getwindowgeometry', '--shell', trayWindow], { env });
+  const value = (key) => Number(new RegExp(`${key}=(\\d+)`).exec(geometry.stdout)?.[1]);
+  const [x, y] = [value('X') + value('WIDTH') / 2, value('Y') + value('HEIGHT') / 2];
+  await run('xdotool', ['mousemove', String(Math.round(x)), String(Math.round(y)), 'click', '1'], { env });
+}
+
+/** Picks the first menu item (Open) of the open tray menu with the keyboard. */
+async function chooseOpen() {
+  await run('xdotool', ['key', 'Down', 'Return'], { env: { ...process.env, DISPLAY: display } });
+}
+
+test('the tray menu opens, and its Open item toggles the window', async () => {
+  assert.equal((await visibleOndoWindows()).length, 1, 'the popover is on screen');
+  await clickTrayIcon();
+  await sleep(700); // the menu maps
+  await screenshotRoot('app-tray.png');
+
+  await chooseOpen();
+  await waitFor('Open to hide the visible window', async () => (await visibleOndoWindows()).length === 0, 10_000);
+
+  await clickTrayIcon();
+  await sleep(700);
+  await chooseOpen();
+  await waitFor('Open to show the window again', async () => (await visibleOndoWindows()).length === 1, 10_000);
+});
+
+test('Escape hides the window and the app keeps running in the tray', async () => {
+  await browser.keys(['Escape']);
+  await waitFor('the window to hide', async () => (await visibleOndoWindows()).length === 0, 10_000);
+  // The process is still there and its page still answers.
+  assert.equal(await browser.execute(() => document.title), 'Ondo');
+});
+
+after(() => console.log(`e2e: ${outcome.passed} passed, ${outcome.failed} failed`));

@@ -1,0 +1,214 @@
+// The popover in Debian's headless Chromium against a mocked backend
+// (test/browser/): asserts on what a user sees and does, keyboard included,
+// and writes screenshots to docs/screenshots/. Run: npm run test:browser
+import assert from 'node:assert/strict';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { after, before, test as nodeTest } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+import { createServer } from 'vite';
+
+const uiDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const screenshotDir = path.resolve(uiDir, '../docs/screenshots');
+const chromiumPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
+const popoverSize = { width: 380, height: 560 };
+
+let server;
+let baseUrl;
+let userDataDir;
+let context;
+
+/** Tests that ran, for the one summary line scripts/test.sh adds up. */
+const outcome = { passed: 0, failed: 0 };
+
+function test(name, body) {
+  nodeTest(name, async (context) => {
+    try {
+      await body(context);
+      outcome.passed += 1;
+    } catch (error) {
+      outcome.failed += 1;
+      throw error;
+    }
+  });
+}
+
+before(async () => {
+  await mkdir(screenshotDir, { recursive: true });
+  server = await createServer({
+    root: uiDir,
+    logLevel: 'warn',
+    server: { host: '127.0.0.1', port: 5174, strictPort: false },
+  });
+  await server.listen();
+  baseUrl = server.resolvedUrls.local[0];
+  userDataDir = await mkdtemp(path.join(tmpdir(), 'ondo-chromium-'));
+  context = await chromium.launchPersistentContext(userDataDir, {
+    executablePath: chromiumPath,
+    headless: true,
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+    viewport: popoverSize,
+    deviceScaleFactor: 2,
+  });
+});
+
+after(async () => {
+  await context?.close();
+  await server?.close();
+  if (userDataDir) await rm(userDataDir, { recursive: true, force: true });
+});
+
+/** Opens the popover in a fresh page; fails the test on any page error or
+ * request that leaves the local server (the popover loads no remote content). */
+async function openPopover({ scenario = 'ok', colorScheme = 'light' } = {}) {
+  const page = await context.newPage();
+  const problems = [];
+  page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
+  page.on('console', (message) => {
+    if (message.type() === 'error') problems.push(`console error: ${message.text()}`);
+  });
+  page.on('request', (request) => {
+    const url = new URL(request.url());
+    if (url.hostname !== '127.0.0.1' && url.protocol !== 'data:') problems.push(`remote request: ${url}`);
+  });
+  await page.emulateMedia({ colorScheme });
+  await page.goto(`${baseUrl}test/browser/index.html?scenario=${scenario}`);
+  await page.getByRole('heading', { name: 'Ondo', level: 1 }).waitFor();
+  return { page, problems };
+}
+
+async function screenshot(page, name) {
+  await page.screenshot({ path: path.join(screenshotDir, name) });
+}
+
+const text = (locator) => locator.innerText();
+
+test('an empty library offers the tiny speed-test model and the recommended download', async () => {
+  const { page, problems } = await openPopover();
+  await page.getByText('Memory: 20.0 GiB free of 24.0 GiB').waitFor();
+  await page.getByText('No models are downloaded yet.').waitFor();
+
+  assert.ok(await page.getByText('mlx-community/Llama-3.2-3B-Instruct-4bit').isVisible());
+  const download = page.getByRole('button', { name: 'Download' });
+  assert.ok(await download.isDisabled(), 'downloads are not possible yet');
+  assert.match(await text(page.locator('#download-note')), /next version/);
+
+  const useTiny = page.getByRole('button', { name: 'Use the built-in tiny model' });
+  assert.ok(await useTiny.isEnabled());
+  // The label says what it is wherever the button is announced.
+  const describedBy = (await useTiny.getAttribute('aria-describedby')).split(' ');
+  const description = (await Promise.all(describedBy.map((id) => text(page.locator(`#${id}`))))).join(' ');
+  assert.match(description, /Speed test · random weights/i);
+  assert.match(description, /gibberish/);
+  assert.ok(await page.getByRole('button', { name: 'Run a test generation' }).isDisabled());
+  await page.getByText('Choose a model above first.').waitFor();
+
+  const environment = page.getByTestId('environment');
+  await environment.getByText('0.1.0 (release build)').waitFor();
+  for (const shown of ['0.32.2', 'cpu (Intel Xeon, 2 cores)', '24.0 GiB total, 20.0 GiB available']) {
+    assert.ok(await environment.getByText(shown, { exact: true }).isVisible(), shown);
+  }
+  await screenshot(page, 'popover-empty.png');
+
+  // Folded, the block still says whether all is well.
+  await environment.getByRole('heading', { name: 'Environment' }).click();
+  await environment.getByText('MLX 0.32.2 on cpu · all 3 checks passed').waitFor();
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
+test('keyboard only: choose the tiny model, run a test generation, read the timings', async () => {
+  const { page, problems } = await openPopover();
+  const useTiny = page.getByRole('button', { name: 'Use the built-in tiny model' });
+  await useTiny.waitFor();
+
+  // Tab from the top of the page to the button, as a keyboard user would.
+  let presses = 0;
+  while (!(await useTiny.evaluate((button) => button === document.activeElement))) {
+    await page.keyboard.press('Tab');
+    presses += 1;
+    assert.ok(presses < 10, 'the tiny-model button is reachable with Tab');
+  }
+  await page.keyboard.press('Enter');
+  await page.getByTestId('tiny-ready').waitFor();
+
+  const run = page.getByRole('button', { name: 'Run a test generation' });
+  assert.ok(await run.isEnabled());
+  await run.focus();
+  const focusRing = await run.evaluate((button) => getComputedStyle(button).outlineStyle);
+  assert.notEqual(focusRing, 'none', 'a focused button shows a focus ring');
+  await page.keyboard.press('Enter');
+  await page.getByRole('button', { name: 'Generating…' }).waitFor();
+
+  const timings = page.getByRole('table', { name: 'Timings of the test generation' });
+  await timings.waitFor();
+  const rows = await timings.locator('tbody tr').allInnerTexts();
+  assert.equal(rows.length, 3);
+  assert.match(rows[0], /Load[\s\S]*cold start[\s\S]*41\.7 ms/);
+  assert.match(rows[1], /Prefill[\s\S]*to first token[\s\S]*8\.93 ms[\s\S]*12 prompt[\s\S]*1,427 tok\/s/);
+  assert.match(rows[2], /Decode[\s\S]*66\.2 ms[\s\S]*32 generated[\s\S]*468 tok\/s/);
+  assert.equal(await text(page.getByTestId('run-memory')), 'MLX peak 12.5 MiB · KV cache 352 KiB');
+  assert.match(await text(page.getByTestId('generated-text')), /quartz lantern/);
+
+  const calls = await page.evaluate(() => window.__ondoIpcCalls.map((call) => call.cmd));
+  assert.deepEqual(calls.filter((cmd) => cmd === 'run_test_generation').length, 1);
+  const runCall = await page.evaluate(() => window.__ondoIpcCalls.find((call) => call.cmd === 'run_test_generation'));
+  assert.deepEqual(runCall.payload.model, { kind: 'builtin_tiny' });
+  assert.equal(runCall.payload.maxTokens, 32);
+
+  await page.waitForTimeout(600); // the smooth scroll that brings the timings into view
+  await screenshot(page, 'popover-timings.png');
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
+test('dark mode follows the system setting', async () => {
+  const { page, problems } = await openPopover({ colorScheme: 'dark' });
+  const background = await page.evaluate(() => getComputedStyle(document.documentElement).backgroundColor);
+  assert.equal(background, 'rgb(28, 27, 26)');
+  await page.getByRole('button', { name: 'Use the built-in tiny model' }).click();
+  await page.getByRole('button', { name: 'Run a test generation' }).click();
+  await page.getByRole('table', { name: 'Timings of the test generation' }).waitFor();
+  await page.waitForTimeout(600);
+  await screenshot(page, 'popover-dark.png');
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
+test('a failed generation says what happened and what to do', async () => {
+  const { page, problems } = await openPopover({ scenario: 'generation-fails' });
+  await page.getByRole('button', { name: 'Use the built-in tiny model' }).click();
+  await page.getByRole('button', { name: 'Run a test generation' }).click();
+  const alert = page.getByRole('alert');
+  await alert.waitFor();
+  assert.match(await text(alert), /The generation failed/);
+  assert.match(await text(alert), /run `ondo synth` again/);
+  assert.ok(await page.getByRole('button', { name: 'Run a test generation' }).isEnabled(), 'the user can try again');
+  await screenshot(page, 'popover-error.png');
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
+test('Escape and the hide button hide the window', async () => {
+  const { page, problems } = await openPopover();
+  await page.keyboard.press('Escape');
+  await page.getByRole('button', { name: 'Hide the Ondo window' }).click();
+  await page.waitForFunction(
+    () => window.__ondoIpcCalls.filter((call) => call.cmd === 'plugin:window|hide').length === 2,
+  );
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
+after(() => console.log(`browser: ${outcome.passed} passed, ${outcome.failed} failed`));

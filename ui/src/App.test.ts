@@ -1,0 +1,75 @@
+import { cleanup, fireEvent, render, screen } from '@testing-library/svelte';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { demoRun, doctorReport, emptyLibrary, preparedTinyModel } from '../test/fixtures';
+import App from './App.svelte';
+import type { Backend } from './lib/backend';
+
+afterEach(cleanup);
+
+function fakeBackend(overrides: Partial<Backend> = {}): Backend {
+  return {
+    doctorReport: vi.fn(async () => doctorReport),
+    libraryStatus: vi.fn(async () => emptyLibrary),
+    prepareBuiltinModel: vi.fn(async () => preparedTinyModel),
+    runTestGeneration: vi.fn(async () => demoRun),
+    ...overrides,
+  };
+}
+
+describe('App', () => {
+  it('loads the memory line and the library on open', async () => {
+    render(App, { api: fakeBackend() });
+    expect(await screen.findByText('Memory: 20.0 GiB free of 24.0 GiB')).toBeTruthy();
+    expect(await screen.findByText('No models are downloaded yet.')).toBeTruthy();
+  });
+
+  it('runs a test generation on the tiny model and shows the timings', async () => {
+    const api = fakeBackend();
+    render(App, { api });
+    const run = (await screen.findByRole('button', { name: 'Run a test generation' })) as HTMLButtonElement;
+    expect(run.disabled).toBe(true);
+
+    await fireEvent.click(await screen.findByRole('button', { name: 'Use the built-in tiny model' }));
+    await screen.findByTestId('tiny-ready');
+    expect(run.disabled).toBe(false);
+
+    await fireEvent.click(run);
+    const table = await screen.findByTestId('timings');
+    expect(table.textContent).toContain('1,427 tok/s');
+    expect(api.runTestGeneration).toHaveBeenCalledWith({ kind: 'builtin_tiny' }, expect.any(String), 32);
+    expect(screen.getByTestId('generated-text').textContent).toContain('quartz lantern');
+  });
+
+  it('shows the backend error kind and message when the run fails', async () => {
+    const api = fakeBackend({
+      runTestGeneration: vi.fn(async () => {
+        throw { kind: 'generation_failed', message: 'The test generation failed: out of memory' };
+      }),
+    });
+    render(App, { api });
+    await fireEvent.click(await screen.findByRole('button', { name: 'Use the built-in tiny model' }));
+    await screen.findByTestId('tiny-ready');
+    await fireEvent.click(screen.getByRole('button', { name: 'Run a test generation' }));
+    const alert = await screen.findByRole('alert');
+    expect(alert.dataset.kind).toBe('generation_failed');
+    expect(alert.textContent).toContain('out of memory');
+  });
+
+  it('says memory is unknown when the doctor report fails', async () => {
+    const api = fakeBackend({
+      doctorReport: vi.fn(async () => {
+        throw { kind: 'internal', message: 'libmlx missing' };
+      }),
+    });
+    render(App, { api });
+    expect(await screen.findByText('Memory: unknown')).toBeTruthy();
+    expect((await screen.findByRole('alert')).textContent).toContain('libmlx missing');
+  });
+
+  it('hides the window on Escape', async () => {
+    const hideWindow = vi.fn(async () => {});
+    render(App, { api: fakeBackend(), hideWindow });
+    await fireEvent.keyDown(window, { key: 'Escape' });
+    expect(hideWindow).toHaveBeenCalledOnce();
+  });
+});

@@ -1,0 +1,33 @@
+import { cleanup, render, screen } from '@testing-library/svelte';
+import { afterEach, describe, expect, it } from 'vitest';
+import { doctorReport } from '../../test/fixtures';
+import EnvironmentSection from './EnvironmentSection.svelte';
+
+afterEach(cleanup);
+
+describe('EnvironmentSection', () => {
+  it('shows versions, backend, device and memory', () => {
+    render(EnvironmentSection, { report: doctorReport, error: null, open: true });
+    const text = screen.getByTestId('environment').textContent ?? '';
+    for (const shown of ['0.1.0 (release build)', '0.32.2', 'cpu (Intel Xeon, 2 cores)', '24.0 GiB total, 20.0 GiB available']) {
+      expect(text).toContain(shown);
+    }
+  });
+
+  it('names a failed self-test with what to do', () => {
+    const failed = {
+      ...doctorReport,
+      checks: [{ name: 'MLX version', passed: false, detail: 'install mlx[cpu]==0.32.2 and rebuild' }],
+    };
+    render(EnvironmentSection, { report: failed, error: null });
+    const list = screen.getByRole('list', { name: 'MLX self-tests' });
+    expect(list.textContent).toContain('Failed:');
+    expect(list.textContent).toContain('install mlx[cpu]==0.32.2 and rebuild');
+    expect(screen.getByText(/1 of 1 check failed/)).toBeTruthy();
+  });
+
+  it('says so when the report could not be collected', () => {
+    render(EnvironmentSection, { report: null, error: { kind: 'internal', message: 'libmlx not found' } });
+    expect(screen.getByRole('alert').textContent).toContain('libmlx not found');
+  });
+});

@@ -1,0 +1,125 @@
+import { describe, expect, it } from 'vitest';
+import { demoRun, doctorReport } from '../../test/fixtures';
+import {
+  formatBytes,
+  formatChecks,
+  formatMemory,
+  formatMs,
+  formatRunMemory,
+  formatTimings,
+  formatTps,
+} from './format';
+
+describe('formatBytes', () => {
+  it('uses binary units with about three significant digits', () => {
+    expect(formatBytes(0)).toBe('0 B');
+    expect(formatBytes(1023)).toBe('1023 B');
+    expect(formatBytes(1024)).toBe('1.00 KiB');
+    expect(formatBytes(1_234_567)).toBe('1.18 MiB');
+    expect(formatBytes(24 * 2 ** 30)).toBe('24.0 GiB');
+    expect(formatBytes(128 * 2 ** 30)).toBe('128 GiB');
+    expect(formatBytes(2 * 2 ** 50)).toBe('2048 TiB');
+  });
+
+  it('shows a dash for impossible sizes', () => {
+    expect(formatBytes(-1)).toBe('—');
+    expect(formatBytes(Number.NaN)).toBe('—');
+  });
+});
+
+describe('formatMs', () => {
+  it('keeps about three significant digits', () => {
+    expect(formatMs(0.4211)).toBe('0.42 ms');
+    expect(formatMs(8.934)).toBe('8.93 ms');
+    expect(formatMs(41.66)).toBe('41.7 ms');
+    expect(formatMs(412.4)).toBe('412 ms');
+  });
+
+  it('switches to seconds at one second', () => {
+    expect(formatMs(999.4)).toBe('999 ms');
+    expect(formatMs(1000)).toBe('1.00 s');
+    expect(formatMs(12_345)).toBe('12.3 s');
+  });
+
+  it('shows a dash for values that are not durations', () => {
+    expect(formatMs(Number.POSITIVE_INFINITY)).toBe('—');
+    expect(formatMs(-3)).toBe('—');
+  });
+});
+
+describe('formatTps', () => {
+  it('rounds by magnitude and groups thousands', () => {
+    expect(formatTps(0.734)).toBe('0.73 tok/s');
+    expect(formatTps(46.25)).toBe('46.3 tok/s');
+    expect(formatTps(1426.9)).toBe('1,427 tok/s');
+  });
+
+  it('shows a dash when the rate could not be measured', () => {
+    // decode_tps of a one-token answer is 0/0.
+    expect(formatTps(Number.NaN)).toBe('—');
+    expect(formatTps(0)).toBe('—');
+  });
+});
+
+describe('formatTimings', () => {
+  it('lists load, prefill and decode in order with their numbers', () => {
+    expect(formatTimings(demoRun)).toEqual([
+      { stage: 'Load', measures: 'cold start', time: '41.7 ms', tokens: '', speed: '' },
+      {
+        stage: 'Prefill',
+        measures: 'to first token',
+        time: '8.93 ms',
+        tokens: '12 prompt',
+        speed: '1,427 tok/s',
+      },
+      {
+        stage: 'Decode',
+        measures: 'after first token',
+        time: '66.2 ms',
+        tokens: '32 generated',
+        speed: '468 tok/s',
+      },
+    ]);
+  });
+});
+
+describe('formatTimings of a warm run', () => {
+  it('says the model was already loaded', () => {
+    const [load] = formatTimings({ ...demoRun, load_kind: 'warm', load_ms: 0 });
+    expect(load).toMatchObject({ stage: 'Load', measures: 'warm, already loaded', time: '0.00 ms' });
+  });
+});
+
+describe('formatRunMemory', () => {
+  it('shows MLX peak and KV cache sizes', () => {
+    expect(formatRunMemory(demoRun)).toBe('MLX peak 12.5 MiB · KV cache 352 KiB');
+  });
+});
+
+describe('formatMemory', () => {
+  it('says how much is free and how full memory is', () => {
+    const memory = formatMemory(doctorReport);
+    expect(memory.text).toBe('20.0 GiB free of 24.0 GiB');
+    expect(memory.usedFraction).toBeCloseTo(1 / 6, 6);
+  });
+
+  it('never reports more free than total', () => {
+    const memory = formatMemory({ total_memory_bytes: 8 * 2 ** 30, available_memory_bytes: 9 * 2 ** 30 });
+    expect(memory.usedFraction).toBe(0);
+    expect(memory.text).toBe('8.00 GiB free of 8.00 GiB');
+  });
+
+  it('admits when the total is unknown', () => {
+    expect(formatMemory({ total_memory_bytes: 0, available_memory_bytes: 0 }).text).toBe('Memory unknown');
+  });
+});
+
+describe('formatChecks', () => {
+  it('says all passed, or how many failed', () => {
+    expect(formatChecks(doctorReport)).toBe('all 3 checks passed');
+    const oneFailed = { checks: [...doctorReport.checks, { name: 'x', passed: false, detail: '' }] };
+    expect(formatChecks(oneFailed)).toBe('1 of 4 checks failed');
+    expect(formatChecks({ checks: doctorReport.checks.slice(0, 1) })).toBe('1 check passed');
+    expect(formatChecks({ checks: [] })).toBe('no checks ran');
+  });
+});

@@ -1,0 +1,107 @@
+// Turns the backend's raw numbers into what the popover shows. Pure functions,
+// so every rounding rule is unit-tested.
+import type { DemoRun, DoctorReport } from './backend';
+
+const integer = new Intl.NumberFormat('en-US', { maximumFractionDigits: 0 });
+
+/** Binary units (1 GiB = 2^30 bytes), labelled as such, like `ondo doctor`. */
+export function formatBytes(bytes: number): string {
+  if (!Number.isFinite(bytes) || bytes < 0) return '—';
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  if (unit === 0) return `${value} B`;
+  const digits = value < 10 ? 2 : value < 100 ? 1 : 0;
+  return `${value.toFixed(digits)} ${units[unit]}`;
+}
+
+/** Milliseconds with about three significant digits; seconds from 1 s up. */
+export function formatMs(ms: number): string {
+  if (!Number.isFinite(ms) || ms < 0) return '—';
+  if (ms >= 1000) return `${(ms / 1000).toFixed(ms >= 10_000 ? 1 : 2)} s`;
+  if (ms >= 100) return `${ms.toFixed(0)} ms`;
+  if (ms >= 10) return `${ms.toFixed(1)} ms`;
+  return `${ms.toFixed(2)} ms`;
+}
+
+/** Tokens per second; a rate that could not be measured shows as a dash. */
+export function formatTps(tps: number): string {
+  if (!Number.isFinite(tps) || tps <= 0) return '—';
+  if (tps >= 100) return `${integer.format(tps)} tok/s`;
+  if (tps >= 10) return `${tps.toFixed(1)} tok/s`;
+  return `${tps.toFixed(2)} tok/s`;
+}
+
+export function formatCount(count: number): string {
+  return integer.format(count);
+}
+
+/** One row of the timings table. */
+export interface TimingRow {
+  stage: string;
+  /** What the time column measures, in a few words. */
+  measures: string;
+  time: string;
+  tokens: string;
+  speed: string;
+}
+
+/** The three stages of a test generation, in the order they happen. */
+export function formatTimings(run: DemoRun): TimingRow[] {
+  return [
+    {
+      stage: 'Load',
+      measures: run.load_kind === 'warm' ? 'warm, already loaded' : 'cold start',
+      time: formatMs(run.load_ms),
+      tokens: '',
+      speed: '',
+    },
+    {
+      stage: 'Prefill',
+      measures: 'to first token',
+      time: formatMs(run.ttft_ms),
+      tokens: `${formatCount(run.prompt_tokens)} prompt`,
+      speed: formatTps(run.prefill_tps),
+    },
+    {
+      stage: 'Decode',
+      measures: 'after first token',
+      time: formatMs(run.decode_ms),
+      tokens: `${formatCount(run.generated_tokens)} generated`,
+      speed: formatTps(run.decode_tps),
+    },
+  ];
+}
+
+/** What the run did to memory, in one line under the timings. */
+export function formatRunMemory(run: Pick<DemoRun, 'mlx_peak_bytes' | 'kv_cache_bytes'>): string {
+  return `MLX peak ${formatBytes(run.mlx_peak_bytes)} · KV cache ${formatBytes(run.kv_cache_bytes)}`;
+}
+
+/** The header's memory line and how full memory is (0 to 1). */
+export function formatMemory(report: Pick<DoctorReport, 'total_memory_bytes' | 'available_memory_bytes'>): {
+  text: string;
+  usedFraction: number;
+} {
+  const total = report.total_memory_bytes;
+  const available = Math.min(report.available_memory_bytes, total);
+  if (!(total > 0)) return { text: 'Memory unknown', usedFraction: 0 };
+  return {
+    text: `${formatBytes(available)} free of ${formatBytes(total)}`,
+    usedFraction: (total - available) / total,
+  };
+}
+
+/** The MLX self-tests in a few words: "all 3 checks passed", "1 of 3 checks failed". */
+export function formatChecks(report: Pick<DoctorReport, 'checks'>): string {
+  const total = report.checks.length;
+  const failed = report.checks.filter((check) => !check.passed).length;
+  const noun = total === 1 ? 'check' : 'checks';
+  if (total === 0) return 'no checks ran';
+  if (failed === 0) return total === 1 ? '1 check passed' : `all ${total} checks passed`;
+  return `${failed} of ${total} ${noun} failed`;
+}
