@@ -49,6 +49,9 @@ stage() {
   fi
 }
 
+# The app embeds ui/dist at compile time, so the UI is built before any cargo
+# stage that compiles src-tauri.
+stage ui-build bash -c 'cd ui && npm run --silent build'
 stage fmt cargo fmt --all --check
 stage clippy cargo clippy --workspace --all-targets --locked -- -D warnings
 stage cargo-test cargo test --workspace --locked
