@@ -252,4 +252,13 @@ test('Escape hides the window and the app keeps running in the tray', async () =
   assert.equal(await browser.execute(() => document.title), 'Ondo');
 });
 
+test('without --show the app starts in the tray only, its window hidden', async () => {
+  assert.equal((await visibleOndoWindows()).length, 0, 'the first instance is hidden by now');
+  const env = { ...process.env, DISPLAY: display, ONDO_HOME: path.join(dataRoot, 'ondo'), NO_AT_BRIDGE: '1' };
+  const trayOnly = start(appBinary, [], env);
+  await sleep(5000); // long enough for a window to have been mapped, had it been shown
+  assert.equal(trayOnly.exitCode, null, `the app exited: ${trayOnly.lastErrors()}`);
+  assert.equal((await visibleOndoWindows()).length, 0);
+});
+
 after(() => console.log(`e2e: ${outcome.passed} passed, ${outcome.failed} failed`));

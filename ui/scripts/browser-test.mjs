@@ -181,6 +181,9 @@ test('dark mode follows the system setting', async () => {
   await page.getByRole('button', { name: 'Run a test generation' }).click();
   await page.getByRole('table', { name: 'Timings of the test generation' }).waitFor();
   await page.waitForTimeout(600);
+  // Only the content scrolls; the header stays put.
+  assert.equal(await page.evaluate(() => document.scrollingElement.scrollTop), 0);
+  assert.equal(await page.locator('header').evaluate((header) => header.getBoundingClientRect().top), 0);
   await screenshot(page, 'popover-dark.png');
   assert.deepEqual(problems, []);
   await page.close();
