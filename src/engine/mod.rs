@@ -4,6 +4,7 @@
 pub mod generate;
 pub mod load;
 pub mod model;
+pub mod sample;
 pub mod weights;
 
 use std::path::PathBuf;
