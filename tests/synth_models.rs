@@ -117,6 +117,37 @@ fn tiny_presets_load_in_mlx_lm_and_ondo_generates_the_same_tokens() {
     }
 }
 
+/// Prompt lengths that take different paths: the BOS token alone (no cache
+/// fill), and ~300 tokens (the cache grows past its first 256-position step
+/// during prefill and keeps growing while decoding).
+#[test]
+fn greedy_parity_holds_for_one_token_and_long_prompts() {
+    let Some(python) = python() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("tiny");
+    write(&options("tiny"), &dir);
+    let long =
+        "The prefill runs the whole prompt once; decode adds one token per step. ".repeat(20);
+    for prompt in ["", long.as_str()] {
+        let (prompt_ids, reference) = mlx_lm_generate(&python, &dir, prompt, 16);
+        if prompt.is_empty() {
+            assert_eq!(
+                prompt_ids.len(),
+                1,
+                "an empty prompt is the BOS token alone"
+            );
+        } else {
+            assert!(prompt_ids.len() > 256, "{} prompt tokens", prompt_ids.len());
+        }
+        assert_eq!(
+            ondo_generate(&dir, &prompt_ids, 16),
+            reference,
+            "prompt of {} tokens",
+            prompt_ids.len()
+        );
+    }
+}
+
 #[test]
 fn small_preset_shards_and_loads_in_both() {
     let Some(python) = python() else { return };

@@ -8,14 +8,14 @@
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, ops};
 
-use super::model::LayerKv;
+use super::cache::KvCache;
 use super::model::llama::Llama;
 
 /// Greedy generation as an iterator of token ids. The first `next()` runs the
 /// prefill and returns the first token; each later one is a decode step.
 pub struct GreedySteps<'m> {
     model: &'m Llama,
-    cache: Vec<LayerKv>,
+    cache: Vec<KvCache>,
     prompt: Option<Vec<u32>>,
     last: Option<u32>,
 }
@@ -32,7 +32,7 @@ impl<'m> GreedySteps<'m> {
 
     /// Bytes held by the KV cache so far.
     pub fn kv_cache_bytes(&self) -> usize {
-        self.cache.iter().map(LayerKv::nbytes).sum()
+        self.cache.iter().map(KvCache::nbytes).sum()
     }
 
     /// Runs `tokens` through the model to fill the cache, without the
@@ -41,11 +41,7 @@ impl<'m> GreedySteps<'m> {
         let length = i32::try_from(tokens.len()).unwrap_or(i32::MAX);
         let input = Array::from_slice(tokens, &[1, length]);
         self.model.hidden(&input, &mut self.cache)?;
-        let state: Vec<&Array> = self
-            .cache
-            .iter()
-            .flat_map(|kv| kv.keys.iter().chain(kv.values.iter()))
-            .collect();
+        let state: Vec<&Array> = self.cache.iter().flat_map(KvCache::state).collect();
         mlx_rs::transforms::eval(state)
     }
 

@@ -1,6 +1,7 @@
 //! The MLX side of Ondo: load a model folder, run it, yield tokens. It never
 //! downloads, pools or records (see DESIGN.md, "Boundaries").
 
+pub mod cache;
 pub mod detokenize;
 pub mod generate;
 pub mod load;

@@ -8,8 +8,9 @@ use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
 use mlx_rs::{Array, ops};
 use serde::Deserialize;
 
-use super::{LayerKv, Linear, QuantConfig};
+use super::{Linear, QuantConfig};
 use crate::engine::LoadError;
+use crate::engine::cache::KvCache;
 use crate::engine::weights::WeightMap;
 
 fn default_rope_theta() -> f32 {
@@ -188,7 +189,7 @@ struct Layer {
     mlp: Mlp,
 }
 
-/// A loaded Llama model. The KV cache lives outside, one `LayerKv` per layer.
+/// A loaded Llama model. The KV cache lives outside, one `KvCache` per layer.
 pub struct Llama {
     embed_tokens: Linear,
     layers: Vec<Layer>,
@@ -337,9 +338,9 @@ impl Llama {
         })
     }
 
-    /// One cache entry per layer, empty.
-    pub fn make_cache(&self) -> Vec<LayerKv> {
-        self.layers.iter().map(|_| LayerKv::default()).collect()
+    /// One cache per layer, empty.
+    pub fn make_cache(&self) -> Vec<KvCache> {
+        self.layers.iter().map(|_| KvCache::default()).collect()
     }
 
     /// Every weight array, to evaluate (make resident) after loading.
@@ -369,7 +370,7 @@ impl Llama {
 
     /// Hidden states of the last layer (after the final norm) for `tokens`
     /// `[batch, length]`, extending `cache` by `length` positions.
-    pub fn hidden(&self, tokens: &Array, cache: &mut [LayerKv]) -> Result<Array, Exception> {
+    pub fn hidden(&self, tokens: &Array, cache: &mut [KvCache]) -> Result<Array, Exception> {
         let mut h = self.embed_tokens.embed(tokens)?;
         for (layer, kv) in self.layers.iter().zip(cache.iter_mut()) {
             let normed = fast::rms_norm(&h, Some(&layer.input_layernorm), self.eps)?;
@@ -392,7 +393,7 @@ impl Llama {
 }
 
 impl Attention {
-    fn forward(&self, x: &Array, kv: &mut LayerKv, rope: &Rope) -> Result<Array, Exception> {
+    fn forward(&self, x: &Array, kv: &mut KvCache, rope: &Rope) -> Result<Array, Exception> {
         let shape = x.shape();
         let (b, l) = (shape[0], shape[1]);
         let split = |y: Array, heads: i32| -> Result<Array, Exception> {
@@ -402,9 +403,9 @@ impl Attention {
         let q = split(self.q_proj.forward(x)?, self.heads)?;
         let k = split(self.k_proj.forward(x)?, self.kv_heads)?;
         let v = split(self.v_proj.forward(x)?, self.kv_heads)?;
-        let q = rope.apply(&q, kv.offset)?;
-        let k = rope.apply(&k, kv.offset)?;
-        let (k, v) = kv.update(k, v)?;
+        let q = rope.apply(&q, kv.offset())?;
+        let k = rope.apply(&k, kv.offset())?;
+        let (k, v) = kv.update_and_fetch(&k, &v)?;
         // Causal masking only matters when several query positions attend at
         // once (prefill); MLX aligns the mask to the end of the keys.
         let mask = (l > 1).then_some(ScaledDotProductAttentionMask::Causal);

@@ -183,39 +183,3 @@ impl Linear {
         }
     }
 }
-
-/// Keys and values of one attention layer, `[batch, kv_heads, tokens, head_dim]`.
-///
-/// A first, simple cache: it concatenates one position per step. The
-/// engine's step-growing and rotating caches replace it.
-#[derive(Default)]
-pub struct LayerKv {
-    pub keys: Option<Array>,
-    pub values: Option<Array>,
-    /// Positions already in the cache.
-    pub offset: i32,
-}
-
-impl LayerKv {
-    /// Appends new keys and values and returns everything cached so far.
-    pub fn update(&mut self, keys: Array, values: Array) -> Result<(Array, Array), Exception> {
-        let added = keys.shape()[2];
-        let (k, v) = match (self.keys.take(), self.values.take()) {
-            (Some(old_k), Some(old_v)) => (
-                ops::concatenate(&[old_k, keys], 2)?,
-                ops::concatenate(&[old_v, values], 2)?,
-            ),
-            _ => (keys, values),
-        };
-        self.keys = Some(k.clone());
-        self.values = Some(v.clone());
-        self.offset += added;
-        Ok((k, v))
-    }
-
-    /// Bytes the cached keys and values hold.
-    pub fn nbytes(&self) -> usize {
-        self.keys.as_ref().map_or(0, |a| a.nbytes())
-            + self.values.as_ref().map_or(0, |a| a.nbytes())
-    }
-}
