@@ -37,11 +37,22 @@ fn python() -> Option<PathBuf> {
 
 /// Generates with mlx-lm; returns (prompt ids, generated ids).
 fn mlx_lm_generate(python: &Path, dir: &Path, prompt: &str, tokens: usize) -> (Vec<u32>, Vec<u32>) {
+    mlx_lm_generate_chunked(python, dir, prompt, tokens, 2048)
+}
+
+fn mlx_lm_generate_chunked(
+    python: &Path,
+    dir: &Path,
+    prompt: &str,
+    tokens: usize,
+    prefill_step_size: usize,
+) -> (Vec<u32>, Vec<u32>) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/mlx_lm_generate.py");
     let out = Command::new(python)
         .arg(script)
         .arg(dir)
         .args(["--prompt", prompt, "--max-tokens", &tokens.to_string()])
+        .args(["--prefill-step-size", &prefill_step_size.to_string()])
         .output()
         .expect("python runs");
     assert!(
@@ -146,6 +157,20 @@ fn greedy_parity_holds_for_one_token_and_long_prompts() {
             prompt_ids.len()
         );
     }
+    // Prefill in chunks of 64 (the prompt is longer than the step size).
+    let (prompt_ids, reference) = mlx_lm_generate_chunked(&python, &dir, &long, 16, 64);
+    let loaded = LoadedModel::load(&dir).unwrap();
+    let ours = ondo::engine::generate::GreedySteps::new(&loaded.model, &prompt_ids)
+        .with_prefill_step_size(64)
+        .take(16)
+        .collect::<Result<Vec<u32>, _>>()
+        .unwrap();
+    assert_eq!(
+        ours,
+        reference,
+        "chunked prefill of {} tokens",
+        prompt_ids.len()
+    );
 }
 
 #[test]

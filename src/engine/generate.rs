@@ -18,7 +18,12 @@ pub struct GreedySteps<'m> {
     cache: Vec<KvCache>,
     prompt: Option<Vec<u32>>,
     last: Option<u32>,
+    prefill_step_size: usize,
 }
+
+/// Prompt tokens run through the model at once while prefilling; larger is
+/// faster until the activations no longer fit (mlx-lm's default).
+pub const DEFAULT_PREFILL_STEP_SIZE: usize = 2048;
 
 impl<'m> GreedySteps<'m> {
     pub fn new(model: &'m Llama, prompt: &[u32]) -> Self {
@@ -27,7 +32,15 @@ impl<'m> GreedySteps<'m> {
             model,
             prompt: Some(prompt.to_vec()),
             last: None,
+            prefill_step_size: DEFAULT_PREFILL_STEP_SIZE,
         }
+    }
+
+    /// Prefills in chunks of `size` tokens, evaluating the cache after each
+    /// chunk so that peak memory is bounded by the chunk, not the prompt.
+    pub fn with_prefill_step_size(mut self, size: usize) -> Self {
+        self.prefill_step_size = size.max(1);
+        self
     }
 
     /// Bytes held by the KV cache so far.
@@ -42,7 +55,10 @@ impl<'m> GreedySteps<'m> {
         let input = Array::from_slice(tokens, &[1, length]);
         self.model.hidden(&input, &mut self.cache)?;
         let state: Vec<&Array> = self.cache.iter().flat_map(KvCache::state).collect();
-        mlx_rs::transforms::eval(state)
+        mlx_rs::transforms::eval(state)?;
+        // Intermediate activations of the chunk are garbage now; give their
+        // buffers back instead of keeping them cached (mlx-lm does the same).
+        mlx_rs::memory::clear_cache()
     }
 
     /// One pass that yields the next token from the last position's logits.
@@ -75,10 +91,10 @@ impl Iterator for GreedySteps<'_> {
                 // Like mlx-lm: the cache takes all but the last prompt token,
                 // then the last one runs alone and yields the first token.
                 let (last, rest) = prompt.split_last()?;
-                if !rest.is_empty()
-                    && let Err(e) = self.fill_cache(rest)
-                {
-                    return Some(Err(e));
+                for chunk in rest.chunks(self.prefill_step_size) {
+                    if let Err(e) = self.fill_cache(chunk) {
+                        return Some(Err(e));
+                    }
                 }
                 vec![*last]
             }

@@ -21,6 +21,7 @@ def main() -> int:
     parser.add_argument("model")
     parser.add_argument("--prompt", default="Hello from Ondo")
     parser.add_argument("--max-tokens", type=int, default=4)
+    parser.add_argument("--prefill-step-size", type=int, default=2048)
     args = parser.parse_args()
 
     try:
@@ -32,7 +33,10 @@ def main() -> int:
     prompt_ids = tokenizer.encode(args.prompt)
     generated = []
     for token, _ in generate_step(
-        mx.array(prompt_ids), model, max_tokens=args.max_tokens
+        mx.array(prompt_ids),
+        model,
+        max_tokens=args.max_tokens,
+        prefill_step_size=args.prefill_step_size,
     ):
         generated.append(int(token))
     print(
