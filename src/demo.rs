@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::engine::LoadError;
-use crate::engine::generate::GreedySteps;
+use crate::engine::generate::{GreedySteps, LoopShape};
 use crate::engine::load::LoadedModel;
 
 /// The timings of one generation, with DESIGN.md's field names.
@@ -17,6 +17,9 @@ pub struct DemoRun {
     pub model_dir: PathBuf,
     /// "cold" when this run loaded the model, "warm" when it was resident.
     pub load_kind: String,
+    /// The decode loop's shape: "sync" or "pipelined".
+    #[serde(rename = "loop")]
+    pub loop_shape: LoopShape,
     pub load_ms: f64,
     pub prompt_tokens: usize,
     pub ttft_ms: f64,
@@ -76,6 +79,16 @@ impl DemoSession {
     /// Generates up to `max_tokens` greedily (EOS ignored, so every run
     /// decodes the same number of tokens) and times each phase.
     pub fn run(&mut self, prompt: &str, max_tokens: usize) -> Result<DemoRun, DemoError> {
+        self.run_with(prompt, max_tokens, LoopShape::default())
+    }
+
+    /// `run` with a chosen decode loop shape.
+    pub fn run_with(
+        &mut self,
+        prompt: &str,
+        max_tokens: usize,
+        loop_shape: LoopShape,
+    ) -> Result<DemoRun, DemoError> {
         if prompt.trim().is_empty() {
             return Err(DemoError::EmptyPrompt);
         }
@@ -90,7 +103,8 @@ impl DemoSession {
         mlx_rs::memory::reset_peak_memory()?;
 
         let request = Instant::now();
-        let mut steps = GreedySteps::new(&self.model.model, &prompt_ids);
+        let mut steps =
+            GreedySteps::new(&self.model.model, &prompt_ids).with_loop_shape(loop_shape);
         let mut tokens = Vec::with_capacity(max_tokens);
         let mut first_token_at = None;
         for step in steps.by_ref().take(max_tokens.max(1)) {
@@ -118,6 +132,7 @@ impl DemoSession {
         Ok(DemoRun {
             model_dir: self.model.dir.clone(),
             load_kind: if cold { "cold" } else { "warm" }.to_owned(),
+            loop_shape,
             load_ms: if cold { self.load_ms } else { 0.0 },
             prompt_tokens: prompt_ids.len(),
             ttft_ms,

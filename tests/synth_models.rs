@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use ondo::engine::LoadError;
+use ondo::engine::generate::LoopShape;
 use ondo::engine::load::LoadedModel;
 use ondo::synth::{self, Arch, SynthError, SynthOptions, WeightDtype};
 
@@ -74,13 +75,24 @@ fn mlx_lm_generate_chunked(
     (ids("prompt_ids"), ids("generated_ids"))
 }
 
-/// Ondo's greedy tokens for the same prompt ids.
+/// Ondo's greedy tokens for the same prompt ids, with both loop shapes
+/// (which must agree with each other before they are compared with mlx-lm).
 fn ondo_generate(dir: &Path, prompt_ids: &[u32], tokens: usize) -> Vec<u32> {
     let loaded = LoadedModel::load(dir).expect("Ondo loads the synthetic model");
-    ondo::engine::generate::GreedySteps::new(&loaded.model, prompt_ids)
-        .take(tokens)
-        .collect::<Result<Vec<u32>, _>>()
-        .expect("generation runs")
+    let run = |shape| {
+        ondo::engine::generate::GreedySteps::new(&loaded.model, prompt_ids)
+            .with_loop_shape(shape)
+            .take(tokens)
+            .collect::<Result<Vec<u32>, _>>()
+            .expect("generation runs")
+    };
+    let pipelined = run(LoopShape::Pipelined);
+    assert_eq!(
+        run(LoopShape::Sync),
+        pipelined,
+        "sync and pipelined loops agree"
+    );
+    pipelined
 }
 
 #[test]

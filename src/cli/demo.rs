@@ -7,6 +7,7 @@ use clap::Args;
 
 use crate::cli::human_bytes;
 use crate::demo::{DemoRun, DemoSession};
+use crate::engine::generate::LoopShape;
 use crate::paths::DataDirs;
 use crate::synth;
 
@@ -26,6 +27,10 @@ pub struct DemoArgs {
     /// Tokens to generate per run.
     #[arg(long, default_value_t = 64)]
     max_tokens: usize,
+    /// Decode loop shape: `pipelined` queues the next step before reading a
+    /// token; `sync` reads each token before building the next step.
+    #[arg(long = "loop", value_enum, default_value_t = LoopShape::Pipelined)]
+    loop_shape: LoopShape,
     /// Print the two runs as JSON lines instead of a table.
     #[arg(long)]
     json: bool,
@@ -38,10 +43,10 @@ pub fn run(args: DemoArgs) -> Result<ExitCode, String> {
     };
     let mut session = DemoSession::load(&dir).map_err(|e| e.to_string())?;
     let cold = session
-        .run(&args.prompt, args.max_tokens)
+        .run_with(&args.prompt, args.max_tokens, args.loop_shape)
         .map_err(|e| e.to_string())?;
     let warm = session
-        .run(&args.prompt, args.max_tokens)
+        .run_with(&args.prompt, args.max_tokens, args.loop_shape)
         .map_err(|e| e.to_string())?;
     if args.json {
         for run in [&cold, &warm] {
@@ -49,7 +54,11 @@ pub fn run(args: DemoArgs) -> Result<ExitCode, String> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    println!("model: {}", dir.display());
+    println!(
+        "model: {} (decode loop: {})",
+        dir.display(),
+        args.loop_shape
+    );
     println!(
         "{:<5} {:>9} {:>7} {:>9} {:>13} {:>6} {:>12} {:>10}",
         "run", "load ms", "prompt", "TTFT ms", "prefill tok/s", "gen", "decode tok/s", "peak mem"

@@ -2,8 +2,12 @@
 //! through the same weights while the cache grows. No clocks here; the
 //! caller times the steps.
 //!
-//! This is the first, simple loop (greedy, one sync per token). The engine
-//! work adds sampling, chunked prefill and the pipelined loop shape.
+//! Two loop shapes, both kept because the difference is the point:
+//! - `Sync` evaluates each token and reads it back before building the next
+//!   step: the device idles while the host reads and schedules.
+//! - `Pipelined` builds step n+1 from the (still lazy) token n and queues it
+//!   with `async_eval` before reading token n, so the next step is already
+//!   computing while the host handles the current token.
 
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, ops};
@@ -11,19 +15,51 @@ use mlx_rs::{Array, ops};
 use super::cache::KvCache;
 use super::model::llama::Llama;
 
+/// Prompt tokens run through the model at once while prefilling; larger is
+/// faster until the activations no longer fit (mlx-lm's default).
+pub const DEFAULT_PREFILL_STEP_SIZE: usize = 2048;
+
+/// How the decode loop waits for tokens.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum LoopShape {
+    /// One sync per token: evaluate, read, then build the next step.
+    Sync,
+    /// Queue step n+1 before reading token n (mlx-lm's loop).
+    #[default]
+    Pipelined,
+}
+
+impl std::fmt::Display for LoopShape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LoopShape::Sync => "sync",
+            LoopShape::Pipelined => "pipelined",
+        })
+    }
+}
+
 /// Greedy generation as an iterator of token ids. The first `next()` runs the
 /// prefill and returns the first token; each later one is a decode step.
 pub struct GreedySteps<'m> {
     model: &'m Llama,
     cache: Vec<KvCache>,
     prompt: Option<Vec<u32>>,
-    last: Option<u32>,
+    /// The token produced last, still lazy in the pipelined shape.
+    pending: Option<Array>,
     prefill_step_size: usize,
+    shape: LoopShape,
 }
-
-/// Prompt tokens run through the model at once while prefilling; larger is
-/// faster until the activations no longer fit (mlx-lm's default).
-pub const DEFAULT_PREFILL_STEP_SIZE: usize = 2048;
 
 impl<'m> GreedySteps<'m> {
     pub fn new(model: &'m Llama, prompt: &[u32]) -> Self {
@@ -31,8 +67,9 @@ impl<'m> GreedySteps<'m> {
             cache: model.make_cache(),
             model,
             prompt: Some(prompt.to_vec()),
-            last: None,
+            pending: None,
             prefill_step_size: DEFAULT_PREFILL_STEP_SIZE,
+            shape: LoopShape::default(),
         }
     }
 
@@ -40,6 +77,12 @@ impl<'m> GreedySteps<'m> {
     /// chunk so that peak memory is bounded by the chunk, not the prompt.
     pub fn with_prefill_step_size(mut self, size: usize) -> Self {
         self.prefill_step_size = size.max(1);
+        self
+    }
+
+    /// Chooses the decode loop shape.
+    pub fn with_loop_shape(mut self, shape: LoopShape) -> Self {
+        self.shape = shape;
         self
     }
 
@@ -61,22 +104,66 @@ impl<'m> GreedySteps<'m> {
         mlx_rs::memory::clear_cache()
     }
 
-    /// One pass that yields the next token from the last position's logits.
-    fn step(&mut self, tokens: &[u32]) -> Result<u32, Exception> {
-        let length = i32::try_from(tokens.len()).unwrap_or(i32::MAX);
-        let input = Array::from_slice(tokens, &[1, length]);
-        let hidden = self.model.hidden(&input, &mut self.cache)?;
+    /// Builds (without evaluating) one step: `input` `[1, n]` token ids in,
+    /// the next token `[1]` out.
+    fn build_step(&mut self, input: &Array) -> Result<Array, Exception> {
+        let hidden = self.model.hidden(input, &mut self.cache)?;
         // Only the last position's logits are needed for the next token.
         let last = hidden.index((.., -1.., ..));
-        let logits = self.model.logits(&last)?;
+        let logits = self.model.logits(&last)?.squeeze_axes(&[1])?;
         // Normalised to log-probabilities first, as mlx-lm does: in bf16 the
         // shift can merge near-ties, and greedy must pick what mlx-lm picks.
         let logprobs = ops::subtract(&logits, logits.logsumexp_axis(-1, true)?)?;
-        let token = ops::indexing::argmax_axis(&logprobs, -1, None)?;
-        token.eval()?;
+        ops::indexing::argmax_axis(&logprobs, -1, None)
+    }
+
+    /// The first token: prefill, then the last prompt token alone (as
+    /// mlx-lm does: the cache takes all but the last prompt token).
+    fn first(&mut self, prompt: Vec<u32>) -> Result<Array, Exception> {
+        let Some((last, rest)) = prompt.split_last() else {
+            return Err(Exception::custom("the prompt has no tokens"));
+        };
+        for chunk in rest.chunks(self.prefill_step_size) {
+            self.fill_cache(chunk)?;
+        }
+        self.build_step(&Array::from_slice(&[*last], &[1, 1]))
+    }
+
+    fn read(token: &Array) -> Result<u32, Exception> {
         token
             .try_item_exact::<u32>()
             .map_err(|e| Exception::custom(e.to_string()))
+    }
+
+    fn advance(&mut self) -> Result<Option<u32>, Exception> {
+        let current = match (self.prompt.take(), self.pending.take()) {
+            (Some(prompt), _) => {
+                let first = self.first(prompt)?;
+                if self.shape == LoopShape::Pipelined {
+                    mlx_rs::transforms::async_eval([&first])?;
+                }
+                first
+            }
+            (None, Some(previous)) => previous,
+            (None, None) => return Ok(None),
+        };
+        match self.shape {
+            LoopShape::Sync => {
+                current.eval()?;
+                let token = Self::read(&current)?;
+                // The next step starts only after the host has the token.
+                self.pending = Some(self.build_step(&Array::from_slice(&[token], &[1, 1]))?);
+                Ok(Some(token))
+            }
+            LoopShape::Pipelined => {
+                // Queue step n+1, fed by the lazy token n, before reading n.
+                let next = self.build_step(&current.reshape(&[1, 1])?)?;
+                mlx_rs::transforms::async_eval([&next])?;
+                let token = Self::read(&current)?;
+                self.pending = Some(next);
+                Ok(Some(token))
+            }
+        }
     }
 }
 
@@ -86,27 +173,13 @@ impl Iterator for GreedySteps<'_> {
     type Item = Result<u32, Exception>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let input = match (self.prompt.take(), self.last) {
-            (Some(prompt), _) if !prompt.is_empty() => {
-                // Like mlx-lm: the cache takes all but the last prompt token,
-                // then the last one runs alone and yields the first token.
-                let (last, rest) = prompt.split_last()?;
-                for chunk in rest.chunks(self.prefill_step_size) {
-                    if let Err(e) = self.fill_cache(chunk) {
-                        return Some(Err(e));
-                    }
-                }
-                vec![*last]
+        match self.advance() {
+            Ok(Some(token)) => Some(Ok(token)),
+            Ok(None) => None,
+            Err(e) => {
+                self.pending = None;
+                Some(Err(e))
             }
-            (_, Some(last)) => vec![last],
-            _ => return None,
-        };
-        let result = self.step(&input);
-        if let Ok(token) = result {
-            self.last = Some(token);
-        } else {
-            self.last = None;
         }
-        Some(result)
     }
 }

@@ -35,6 +35,7 @@ export const preparedTinyModel: PreparedModel = {
 export const demoRun: DemoRun = {
   model_dir: preparedTinyModel.model_dir,
   load_kind: 'cold',
+  loop: 'pipelined',
   load_ms: 41.7,
   prompt_tokens: 12,
   ttft_ms: 8.93,

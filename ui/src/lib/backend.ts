@@ -48,6 +48,8 @@ export interface DemoRun {
   model_dir: string;
   /** "cold" when this run loaded the model, "warm" when it was resident. */
   load_kind: 'cold' | 'warm';
+  /** The decode loop's shape: one sync per token, or the next step queued first. */
+  loop: 'sync' | 'pipelined';
   load_ms: number;
   prompt_tokens: number;
   ttft_ms: number;

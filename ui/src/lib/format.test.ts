@@ -74,7 +74,7 @@ describe('formatTimings', () => {
       },
       {
         stage: 'Decode',
-        measures: 'after first token',
+        measures: 'after first token, pipelined loop',
         time: '66.2 ms',
         tokens: '32 generated',
         speed: '468 tok/s',

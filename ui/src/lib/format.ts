@@ -69,7 +69,7 @@ export function formatTimings(run: DemoRun): TimingRow[] {
     },
     {
       stage: 'Decode',
-      measures: 'after first token',
+      measures: `after first token, ${run.loop} loop`,
       time: formatMs(run.decode_ms),
       tokens: `${formatCount(run.generated_tokens)} generated`,
       speed: formatTps(run.decode_tps),
