@@ -13,6 +13,8 @@ export ONDO_REQUIRE_PYTHON=1
 # MLX state is per process; keep the test binaries' MLX work on one thread.
 export RUST_TEST_THREADS=1
 export CARGO_TERM_COLOR=never
+# Plain logs: the summary below reads the runners' own closing lines.
+export NO_COLOR=1 FORCE_COLOR=0
 
 logdir=$(mktemp -d)
 failed_stages=()
@@ -26,9 +28,11 @@ stage() {
   local log="$logdir/$name.log"
   echo "=== $name: $*"
   local start=$SECONDS
-  "$@" > >(tee "$log") 2>&1
+  "$@" > >(tee "$log.raw") 2>&1
   local status=$?
   wait
+  # Colour codes would hide the runners' counts from the greps below.
+  sed 's/\x1b\[[0-9;]*m//g' "$log.raw" > "$log"
   # Sum what each runner reports: cargo's "test result" lines, vitest's
   # "Tests N passed", and our scripts' plain "N passed, N failed" lines.
   local p f
