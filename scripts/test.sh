@@ -34,7 +34,7 @@ stage() {
   # Colour codes would hide the runners' counts from the greps below.
   sed 's/\x1b\[[0-9;]*m//g' "$log.raw" > "$log"
   # Sum what each runner reports: cargo's "test result" lines, vitest's
-  # "Tests N passed", and our scripts' plain "N passed, N failed" lines.
+  # "Tests N passed", and node's test runner's "# pass N" / "# fail N".
   local p f
   p=$(grep -hoE 'test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' | sum_lines)
   f=$(grep -hoE '; [0-9]+ failed' "$log" | grep -oE '[0-9]+' | sum_lines)
@@ -42,8 +42,8 @@ stage() {
   p=$(grep -hE '^\s*Tests\s+.*[0-9]+ passed' "$log" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' | sum_lines)
   f=$(grep -hE '^\s*Tests\s+.*[0-9]+ failed' "$log" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+' | sum_lines)
   passed=$((passed + ${p:-0})); failed=$((failed + ${f:-0}))
-  p=$(grep -hE '^(ui|e2e|browser): [0-9]+ passed, [0-9]+ failed' "$log" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' | sum_lines)
-  f=$(grep -hE '^(ui|e2e|browser): [0-9]+ passed, [0-9]+ failed' "$log" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+' | sum_lines)
+  p=$(grep -hE '^# pass [0-9]+$' "$log" | grep -oE '[0-9]+' | sum_lines)
+  f=$(grep -hE '^# fail [0-9]+$' "$log" | grep -oE '[0-9]+' | sum_lines)
   passed=$((passed + ${p:-0})); failed=$((failed + ${f:-0}))
   if [ $status -ne 0 ]; then
     failed_stages+=("$name")

@@ -14,7 +14,7 @@ import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { createConnection } from 'node:net';
 import { homedir, tmpdir } from 'node:os';
 import path from 'node:path';
-import { after, before, test as nodeTest } from 'node:test';
+import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { remote } from 'webdriverio';
@@ -85,21 +85,6 @@ async function visibleOndoWindows() {
 async function screenshotRoot(name) {
   await run('import', ['-window', 'root', path.join(screenshotDir, name)], {
     env: { ...process.env, DISPLAY: display },
-  });
-}
-
-/** Tests that ran, for the one summary line scripts/test.sh adds up. */
-const outcome = { passed: 0, failed: 0 };
-
-function test(name, body) {
-  nodeTest(name, async (context) => {
-    try {
-      await body(context);
-      outcome.passed += 1;
-    } catch (error) {
-      outcome.failed += 1;
-      throw error;
-    }
   });
 }
 
@@ -261,4 +246,3 @@ test('without --show the app starts in the tray only, its window hidden', async 
   assert.equal((await visibleOndoWindows()).length, 0);
 });
 
-after(() => console.log(`e2e: ${outcome.passed} passed, ${outcome.failed} failed`));

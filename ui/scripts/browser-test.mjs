@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { after, before, test as nodeTest } from 'node:test';
+import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 import { createServer } from 'vite';
@@ -19,21 +19,6 @@ let server;
 let baseUrl;
 let userDataDir;
 let context;
-
-/** Tests that ran, for the one summary line scripts/test.sh adds up. */
-const outcome = { passed: 0, failed: 0 };
-
-function test(name, body) {
-  nodeTest(name, async (context) => {
-    try {
-      await body(context);
-      outcome.passed += 1;
-    } catch (error) {
-      outcome.failed += 1;
-      throw error;
-    }
-  });
-}
 
 before(async () => {
   await mkdir(screenshotDir, { recursive: true });
@@ -214,4 +199,3 @@ test('Escape and the hide button hide the window', async () => {
   await page.close();
 });
 
-after(() => console.log(`browser: ${outcome.passed} passed, ${outcome.failed} failed`));
