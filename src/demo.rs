@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::engine::LoadError;
-use crate::engine::generate::{GreedySteps, LoopShape};
+use crate::engine::generate::{LoopShape, TokenSteps};
 use crate::engine::load::LoadedModel;
 
 /// The timings of one generation, with DESIGN.md's field names.
@@ -103,8 +103,9 @@ impl DemoSession {
         mlx_rs::memory::reset_peak_memory()?;
 
         let request = Instant::now();
-        let mut steps =
-            GreedySteps::new(&self.model.model, &prompt_ids).with_loop_shape(loop_shape);
+        let mut cache = self.model.model.make_cache(None);
+        let mut steps = TokenSteps::new(&self.model.model, &mut cache, &prompt_ids)?
+            .with_loop_shape(loop_shape);
         let mut tokens = Vec::with_capacity(max_tokens);
         let mut first_token_at = None;
         for step in steps.by_ref().take(max_tokens.max(1)) {

@@ -80,7 +80,9 @@ fn mlx_lm_generate_chunked(
 fn ondo_generate(dir: &Path, prompt_ids: &[u32], tokens: usize) -> Vec<u32> {
     let loaded = LoadedModel::load(dir).expect("Ondo loads the synthetic model");
     let run = |shape| {
-        ondo::engine::generate::GreedySteps::new(&loaded.model, prompt_ids)
+        let mut cache = loaded.model.make_cache(None);
+        ondo::engine::generate::TokenSteps::new(&loaded.model, &mut cache, prompt_ids)
+            .unwrap()
             .with_loop_shape(shape)
             .take(tokens)
             .collect::<Result<Vec<u32>, _>>()
@@ -172,7 +174,9 @@ fn greedy_parity_holds_for_one_token_and_long_prompts() {
     // Prefill in chunks of 64 (the prompt is longer than the step size).
     let (prompt_ids, reference) = mlx_lm_generate_chunked(&python, &dir, &long, 16, 64);
     let loaded = LoadedModel::load(&dir).unwrap();
-    let ours = ondo::engine::generate::GreedySteps::new(&loaded.model, &prompt_ids)
+    let mut cache = loaded.model.make_cache(None);
+    let ours = ondo::engine::generate::TokenSteps::new(&loaded.model, &mut cache, &prompt_ids)
+        .unwrap()
         .with_prefill_step_size(64)
         .take(16)
         .collect::<Result<Vec<u32>, _>>()

@@ -12,8 +12,9 @@
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, ops};
 
-use super::cache::KvCache;
-use super::model::llama::Llama;
+use super::cache::LayerCache;
+use super::model::decoder::Decoder;
+use super::sample::{Sampler, SamplerSettings, repetition_penalty};
 
 /// Prompt tokens run through the model at once while prefilling; larger is
 /// faster until the activations no longer fit (mlx-lm's default).
@@ -49,28 +50,46 @@ impl std::fmt::Display for LoopShape {
     }
 }
 
-/// Greedy generation as an iterator of token ids. The first `next()` runs the
+/// Generation as an iterator of token ids. The first `next()` runs the
 /// prefill and returns the first token; each later one is a decode step.
-pub struct GreedySteps<'m> {
-    model: &'m Llama,
-    cache: Vec<KvCache>,
+/// The cache is borrowed, so a conversation keeps it between turns and a
+/// follow-up only prefills what the cache does not hold yet.
+pub struct TokenSteps<'a> {
+    model: &'a Decoder,
+    cache: &'a mut [LayerCache],
     prompt: Option<Vec<u32>>,
-    /// The token produced last, still lazy in the pipelined shape.
-    pending: Option<Array>,
+    /// The token produced last (still lazy in the pipelined shape) and the
+    /// log-probabilities it was drawn from.
+    pending: Option<(Array, Array)>,
+    /// Log-probabilities of the token returned last.
+    last_logprobs: Option<Array>,
     prefill_step_size: usize,
     shape: LoopShape,
+    sampler: Sampler,
+    /// The latest token ids `[1, n]` for the repetition penalty, extended
+    /// lazily so the pipelined shape never waits for them.
+    recent: Option<Array>,
 }
 
-impl<'m> GreedySteps<'m> {
-    pub fn new(model: &'m Llama, prompt: &[u32]) -> Self {
-        Self {
-            cache: model.make_cache(),
+impl<'a> TokenSteps<'a> {
+    /// Steps that feed `prompt` (the tokens the cache does not hold yet)
+    /// into `cache`, greedy unless `with_sampler` says otherwise.
+    pub fn new(
+        model: &'a Decoder,
+        cache: &'a mut [LayerCache],
+        prompt: &[u32],
+    ) -> Result<Self, Exception> {
+        Ok(Self {
             model,
+            cache,
             prompt: Some(prompt.to_vec()),
             pending: None,
+            last_logprobs: None,
             prefill_step_size: DEFAULT_PREFILL_STEP_SIZE,
             shape: LoopShape::default(),
-        }
+            sampler: Sampler::new(SamplerSettings::default())?,
+            recent: None,
+        })
     }
 
     /// Prefills in chunks of `size` tokens, evaluating the cache after each
@@ -86,9 +105,20 @@ impl<'m> GreedySteps<'m> {
         self
     }
 
+    /// Chooses how tokens are drawn.
+    pub fn with_sampler(mut self, sampler: Sampler) -> Self {
+        self.sampler = sampler;
+        self
+    }
+
+    /// Log-probabilities `[1, vocab]` the last returned token was drawn from.
+    pub fn last_logprobs(&self) -> Option<&Array> {
+        self.last_logprobs.as_ref()
+    }
+
     /// Bytes held by the KV cache so far.
     pub fn kv_cache_bytes(&self) -> usize {
-        self.cache.iter().map(KvCache::nbytes).sum()
+        self.cache.iter().map(LayerCache::nbytes).sum()
     }
 
     /// Runs `tokens` through the model to fill the cache, without the
@@ -96,33 +126,57 @@ impl<'m> GreedySteps<'m> {
     fn fill_cache(&mut self, tokens: &[u32]) -> Result<(), Exception> {
         let length = i32::try_from(tokens.len()).unwrap_or(i32::MAX);
         let input = Array::from_slice(tokens, &[1, length]);
-        self.model.hidden(&input, &mut self.cache)?;
-        let state: Vec<&Array> = self.cache.iter().flat_map(KvCache::state).collect();
+        self.model.hidden(&input, self.cache)?;
+        let state: Vec<&Array> = self.cache.iter().flat_map(LayerCache::state).collect();
         mlx_rs::transforms::eval(state)?;
         // Intermediate activations of the chunk are garbage now; give their
         // buffers back instead of keeping them cached (mlx-lm does the same).
         mlx_rs::memory::clear_cache()
     }
 
-    /// Builds (without evaluating) one step: `input` `[1, n]` token ids in,
-    /// the next token `[1]` out.
-    fn build_step(&mut self, input: &Array) -> Result<Array, Exception> {
-        let hidden = self.model.hidden(input, &mut self.cache)?;
+    /// Builds (without evaluating) one step: `input` `[1, 1]` token id in,
+    /// the next token `[1]` and its log-probabilities `[1, vocab]` out.
+    fn build_step(&mut self, input: &Array) -> Result<(Array, Array), Exception> {
+        let hidden = self.model.hidden(input, self.cache)?;
         // Only the last position's logits are needed for the next token.
         let last = hidden.index((.., -1.., ..));
-        let logits = self.model.logits(&last)?.squeeze_axes(&[1])?;
+        let mut logits = self.model.logits(&last)?.squeeze_axes(&[1])?;
+        if let Some(penalty) = self.sampler.settings().repetition_penalty {
+            let context = i32::try_from(self.sampler.settings().repetition_context_size)
+                .unwrap_or(i32::MAX)
+                .max(1);
+            let recent = match self.recent.take() {
+                Some(r) => ops::concatenate(&[r, input.reshape(&[1, 1])?], 1)?,
+                None => input.reshape(&[1, 1])?,
+            };
+            let length = recent.shape()[1];
+            let recent = if length > context {
+                recent.index((.., (length - context)..))
+            } else {
+                recent
+            };
+            logits = repetition_penalty(&logits, &recent, penalty)?;
+            self.recent = Some(recent);
+        }
         // Normalised to log-probabilities first, as mlx-lm does: in bf16 the
         // shift can merge near-ties, and greedy must pick what mlx-lm picks.
         let logprobs = ops::subtract(&logits, logits.logsumexp_axis(-1, true)?)?;
-        ops::indexing::argmax_axis(&logprobs, -1, None)
+        let token = self.sampler.sample(&logprobs)?;
+        Ok((token, logprobs))
     }
 
     /// The first token: prefill, then the last prompt token alone (as
     /// mlx-lm does: the cache takes all but the last prompt token).
-    fn first(&mut self, prompt: Vec<u32>) -> Result<Array, Exception> {
+    fn first(&mut self, prompt: Vec<u32>) -> Result<(Array, Array), Exception> {
         let Some((last, rest)) = prompt.split_last() else {
             return Err(Exception::custom("the prompt has no tokens"));
         };
+        if self.sampler.settings().repetition_penalty.is_some() && !rest.is_empty() {
+            let context = self.sampler.settings().repetition_context_size;
+            let tail = &rest[rest.len().saturating_sub(context.saturating_sub(1))..];
+            let n = i32::try_from(tail.len()).unwrap_or(i32::MAX);
+            self.recent = Some(Array::from_slice(tail, &[1, n]));
+        }
         for chunk in rest.chunks(self.prefill_step_size) {
             self.fill_cache(chunk)?;
         }
@@ -136,11 +190,11 @@ impl<'m> GreedySteps<'m> {
     }
 
     fn advance(&mut self) -> Result<Option<u32>, Exception> {
-        let current = match (self.prompt.take(), self.pending.take()) {
+        let (current, logprobs) = match (self.prompt.take(), self.pending.take()) {
             (Some(prompt), _) => {
                 let first = self.first(prompt)?;
                 if self.shape == LoopShape::Pipelined {
-                    mlx_rs::transforms::async_eval([&first])?;
+                    mlx_rs::transforms::async_eval([&first.0, &first.1])?;
                 }
                 first
             }
@@ -149,8 +203,9 @@ impl<'m> GreedySteps<'m> {
         };
         match self.shape {
             LoopShape::Sync => {
-                current.eval()?;
+                mlx_rs::transforms::eval([&current, &logprobs])?;
                 let token = Self::read(&current)?;
+                self.last_logprobs = Some(logprobs);
                 // The next step starts only after the host has the token.
                 self.pending = Some(self.build_step(&Array::from_slice(&[token], &[1, 1]))?);
                 Ok(Some(token))
@@ -158,8 +213,9 @@ impl<'m> GreedySteps<'m> {
             LoopShape::Pipelined => {
                 // Queue step n+1, fed by the lazy token n, before reading n.
                 let next = self.build_step(&current.reshape(&[1, 1])?)?;
-                mlx_rs::transforms::async_eval([&next])?;
+                mlx_rs::transforms::async_eval([&next.0, &next.1])?;
                 let token = Self::read(&current)?;
+                self.last_logprobs = Some(logprobs);
                 self.pending = Some(next);
                 Ok(Some(token))
             }
@@ -169,7 +225,7 @@ impl<'m> GreedySteps<'m> {
 
 use mlx_rs::ops::indexing::IndexOp;
 
-impl Iterator for GreedySteps<'_> {
+impl Iterator for TokenSteps<'_> {
     type Item = Result<u32, Exception>;
 
     fn next(&mut self) -> Option<Self::Item> {

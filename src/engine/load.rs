@@ -4,17 +4,18 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::LoadError;
-use super::model::llama::{Llama, LlamaConfig};
+use super::model::decoder::{Decoder, DecoderConfig};
+use super::model::decoder_config;
 use super::weights::load_weight_map;
 
-/// The architectures Ondo can run, by `model_type`.
-pub const SUPPORTED_MODEL_TYPES: &[&str] = &["llama"];
+pub use super::model::SUPPORTED_MODEL_TYPES;
 
 /// A model ready to run: weights resident, tokenizer loaded.
 pub struct LoadedModel {
     pub dir: PathBuf,
     pub model_type: String,
-    pub model: Llama,
+    pub config: DecoderConfig,
+    pub model: Decoder,
     pub tokenizer: tokenizers::Tokenizer,
     /// Token ids that end an answer (from generation_config.json, config.json
     /// and the tokenizer's EOS token).
@@ -56,28 +57,9 @@ impl LoadedModel {
             });
         }
         let config_value = read_json(&config_path)?;
-        let model_type = config_value["model_type"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        let model =
-            match model_type.as_str() {
-                "llama" => {
-                    let config: LlamaConfig = serde_json::from_value(config_value.clone())
-                        .map_err(|e| LoadError::ConfigInvalid {
-                            path: config_path.clone(),
-                            message: e.to_string(),
-                        })?;
-                    Llama::load(&config, &config_path, load_weight_map(dir)?)?
-                }
-                _ => {
-                    return Err(LoadError::UnsupportedModelType {
-                        model_type,
-                        path: config_path,
-                        supported: SUPPORTED_MODEL_TYPES.join(", "),
-                    });
-                }
-            };
+        let config = decoder_config(&config_value, &config_path)?;
+        let model_type = config.model_type.clone();
+        let model = Decoder::load(&config, &config_path, load_weight_map(dir)?)?;
         let arrays = model.arrays();
         mlx_rs::transforms::eval(arrays.iter().copied())?;
         let weights_bytes = arrays.iter().map(|a| a.nbytes()).sum();
@@ -113,6 +95,7 @@ impl LoadedModel {
         Ok(Self {
             dir: dir.to_owned(),
             model_type,
+            config,
             model,
             tokenizer,
             eos_token_ids,

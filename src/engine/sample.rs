@@ -104,20 +104,6 @@ impl Sampler {
         &self.settings
     }
 
-    /// Applies the repetition penalty to `logits` `[1, vocab]` given the
-    /// tokens so far.
-    pub fn process_logits(&self, logits: Array, history: &[u32]) -> Result<Array, Exception> {
-        match self.settings.repetition_penalty {
-            Some(penalty) if !history.is_empty() => {
-                let start = history
-                    .len()
-                    .saturating_sub(self.settings.repetition_context_size);
-                repetition_penalty(&logits, &history[start..], penalty)
-            }
-            _ => Ok(logits),
-        }
-    }
-
     /// Picks the next token from log-probabilities `[1, vocab]`; returns a
     /// `[1]` uint32 array (not evaluated, so the caller decides when to sync).
     pub fn sample(&mut self, logprobs: &Array) -> Result<Array, Exception> {
@@ -183,20 +169,20 @@ use mlx_rs::ops::indexing::IndexOp;
 
 /// Divides positive logits and multiplies negative ones of `tokens` by
 /// `penalty`, so a repeated token always becomes less likely for penalty > 1.
+/// `tokens` is `[1, n]` uint32 and may still be lazy.
 pub fn repetition_penalty(
     logits: &Array,
-    tokens: &[u32],
+    tokens: &Array,
     penalty: f32,
 ) -> Result<Array, Exception> {
-    let count = i32::try_from(tokens.len()).unwrap_or(i32::MAX);
-    let idx = Array::from_slice(tokens, &[1, count]);
-    let selected = ops::indexing::take_along_axis(logits, &idx, -1)?;
+    let idx = tokens;
+    let selected = ops::indexing::take_along_axis(logits, idx, -1)?;
     let penalised = ops::select(
         &ops::lt(&selected, Array::from_f32(0.0))?,
         ops::multiply(&selected, Array::from_f32(penalty))?,
         ops::divide(&selected, Array::from_f32(penalty))?,
     )?;
-    ops::indexing::put_along_axis(logits, &idx, &penalised, -1)
+    ops::indexing::put_along_axis(logits, idx, &penalised, -1)
 }
 
 #[cfg(test)]
@@ -303,12 +289,8 @@ mod tests {
     #[test]
     fn repetition_penalty_makes_repeats_less_likely() {
         let logits = Array::from_slice(&[2.0f32, 1.9, -1.0, 0.5], &[1, 4]);
-        let sampler = Sampler::new(SamplerSettings {
-            repetition_penalty: Some(2.0),
-            ..SamplerSettings::default()
-        })
-        .unwrap();
-        let out = sampler.process_logits(logits, &[0, 2]).unwrap();
+        let out =
+            repetition_penalty(&logits, &Array::from_slice(&[0u32, 2], &[1, 2]), 2.0).unwrap();
         out.eval().unwrap();
         assert_eq!(out.as_slice::<f32>(), &[1.0, 1.9, -2.0, 0.5]);
     }

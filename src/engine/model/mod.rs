@@ -2,7 +2,11 @@
 //! Field names follow the checkpoint's tensor names, so loading needs no
 //! rename table; loading is strict (see `weights::WeightMap`).
 
+pub mod decoder;
 pub mod llama;
+pub mod mistral;
+pub mod qwen2;
+pub mod qwen3;
 
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, ops};
@@ -181,5 +185,27 @@ impl Linear {
                 ..
             } => [weight, scales, biases].into_iter().chain(bias).collect(),
         }
+    }
+}
+
+/// The architectures Ondo can run, by `model_type`.
+pub const SUPPORTED_MODEL_TYPES: &[&str] = &["llama", "mistral", "qwen2", "qwen3"];
+
+/// Settles config.json for its `model_type`, or names what is unsupported.
+pub fn decoder_config(
+    value: &serde_json::Value,
+    path: &std::path::Path,
+) -> Result<decoder::DecoderConfig, LoadError> {
+    let model_type = value["model_type"].as_str().unwrap_or_default();
+    match model_type {
+        "llama" => llama::config(value, path),
+        "mistral" => mistral::config(value, path),
+        "qwen2" => qwen2::config(value, path),
+        "qwen3" => qwen3::config(value, path),
+        _ => Err(LoadError::UnsupportedModelType {
+            model_type: model_type.to_owned(),
+            path: path.to_owned(),
+            supported: SUPPORTED_MODEL_TYPES.join(", "),
+        }),
     }
 }

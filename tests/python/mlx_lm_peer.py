@@ -1,0 +1,213 @@
+"""mlx-lm side of `ondo bench --peer mlx-lm`: a JSON-lines generation worker.
+
+    python tests/python/mlx_lm_peer.py MODEL_DIR [--process-start-ns NS]
+    python tests/python/mlx_lm_peer.py MODEL_DIR --cold --prompt-ids 1,2,3 \
+        [--max-tokens 1] [--prefill-step-size 2048] [--max-kv-size N] [--process-start-ns NS]
+
+Serve mode loads the model once, prints
+  {"event":"ready","load_ms","process_to_loaded_ms","spawn_to_loaded_ms",
+   "mlx_version","mlx_lm_version","device","model_type"}
+then answers each stdin line
+  {"prompt_ids":[...],"max_tokens":128,"prefill_step_size":2048,"max_kv_size":null}
+(an optional "id" is echoed back) with one line
+  {"event":"result","generated_ids","prompt_tokens","generated_tokens",
+   "ttft_ms","decode_ms","decode_tps","prefill_tps",
+   "prompt_tps","generation_tps","peak_memory_bytes","kv_cache"}
+or {"event":"error","message":...}, and keeps serving. An empty line or EOF
+exits. --cold answers the one request given on the command line with the
+same fields plus "event":"cold", load_ms, process_to_loaded_ms and
+process_to_first_token_ms, then exits.
+
+Timing:
+  ttft_ms      request line read -> first token id on the host (generate_step
+               runs mx.eval on it before yielding it)
+  decode_ms    first token -> last token; decode_tps = (generated-1)/decode_s
+  prefill_tps  prompt_tokens / ttft_s
+  prompt_tps, generation_tps, peak_memory_bytes
+               stream_generate's own numbers from its last GenerationResponse
+               (prompt_tps = prompt tokens / its time to first token;
+               generation_tps = generated tokens, the first included, / time
+               since the first token; peak memory is reset per request)
+  process_to_loaded_ms / process_to_first_token_ms
+               from the top of this script (time.perf_counter), or for
+               spawn_to_loaded_ms and, when --process-start-ns is given,
+               process_to_first_token_ms, from the parent's time.time_ns()
+               taken right before it spawned this process.
+
+Generation runs through mlx_lm.stream_generate with the greedy sampler. It
+stops at the tokenizer's EOS ids, so they are cleared after loading (the
+public TokenizerWrapper.eos_token_ids setter): every request yields exactly
+max_tokens ids, like Ondo's benchmark.
+"""
+
+import time
+
+# Taken before the heavy imports so start-up cost counts in the cold numbers.
+SCRIPT_START = time.perf_counter()
+
+import argparse
+import json
+import sys
+
+import mlx.core as mx
+import mlx_lm
+from mlx_lm import load, stream_generate
+from mlx_lm.models.cache import KVCache, RotatingKVCache, make_prompt_cache
+from mlx_lm.sample_utils import greedy_sampler
+
+
+def make_cache(model, max_kv_size):
+    """make_prompt_cache, with max_kv_size honoured for every model.
+
+    make_prompt_cache ignores max_kv_size when the model has its own
+    make_cache (llama does in mlx-lm 0.32.2), so swap its plain KVCache layers
+    for the RotatingKVCache(max_size=N, keep=4) it builds for other models.
+    """
+    cache = make_prompt_cache(model, max_kv_size=max_kv_size)
+    if max_kv_size is None:
+        return cache
+    return [
+        RotatingKVCache(max_size=max_kv_size, keep=4) if type(c) is KVCache else c
+        for c in cache
+    ]
+
+
+def run(model, tokenizer, request: dict, received: float):
+    """Generate for one request; `received` is its perf_counter arrival time.
+
+    Returns the result and the first token's perf_counter and time_ns times.
+    """
+    prompt_ids = [int(t) for t in request["prompt_ids"]]
+    max_tokens = int(request.get("max_tokens", 128))
+    if not prompt_ids:
+        raise ValueError("prompt_ids is empty")
+    # MLX gathers out-of-range embedding rows without complaint.
+    vocab = getattr(getattr(model, "args", None), "vocab_size", None)
+    if vocab is not None and not all(0 <= t < vocab for t in prompt_ids):
+        raise ValueError(f"prompt_ids must lie in [0, {vocab})")
+    if max_tokens < 1:
+        raise ValueError("max_tokens must be at least 1")
+    cache = make_cache(model, request.get("max_kv_size"))
+
+    mx.reset_peak_memory()
+    generated, first, first_ns, last = [], None, None, None
+    for response in stream_generate(
+        model,
+        tokenizer,
+        prompt_ids,
+        max_tokens=max_tokens,
+        sampler=greedy_sampler,
+        prompt_cache=cache,
+        prefill_step_size=int(request.get("prefill_step_size", 2048)),
+    ):
+        last = time.perf_counter()
+        if first is None:
+            first, first_ns = last, time.time_ns()
+        generated.append(int(response.token))
+        final = response
+
+    ttft_s, decode_s = first - received, last - first
+    n = len(generated)
+    result = {
+        "event": "result",
+        "generated_ids": generated,
+        "prompt_tokens": len(prompt_ids),
+        "generated_tokens": n,
+        "ttft_ms": ttft_s * 1e3,
+        "decode_ms": decode_s * 1e3,
+        "decode_tps": (n - 1) / decode_s if n > 1 and decode_s > 0 else None,
+        "prefill_tps": len(prompt_ids) / ttft_s,
+        "prompt_tps": final.prompt_tps,
+        "generation_tps": final.generation_tps,
+        # GenerationResponse reports GB (bytes / 1e9).
+        "peak_memory_bytes": round(final.peak_memory * 1e9),
+        "kv_cache": "+".join(sorted({type(c).__name__ for c in cache})),
+    }
+    if "id" in request:
+        result["id"] = request["id"]
+    return result, first, first_ns
+
+
+def parse_ids(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model")
+    parser.add_argument("--process-start-ns", type=int)
+    parser.add_argument("--cold", action="store_true")
+    parser.add_argument("--prompt-ids", type=parse_ids)
+    parser.add_argument("--max-tokens", type=int, default=1)
+    parser.add_argument("--prefill-step-size", type=int, default=2048)
+    parser.add_argument("--max-kv-size", type=int)
+    args = parser.parse_args()
+    if args.cold and not args.prompt_ids:
+        parser.error("--cold needs --prompt-ids")
+
+    # The protocol owns stdout; anything a library prints goes to stderr.
+    protocol, sys.stdout = sys.stdout, sys.stderr
+
+    def emit(message: dict) -> None:
+        protocol.write(json.dumps(message) + "\n")
+        protocol.flush()
+
+    load_start = time.perf_counter()
+    try:
+        model, tokenizer = load(args.model)
+    except Exception as error:
+        emit({"event": "error", "message": f"load failed: {type(error).__name__}: {error}"})
+        return 1
+    # stream_generate stops at EOS; the benchmark wants exactly max_tokens.
+    tokenizer.eos_token_ids = []
+    loaded, loaded_ns = time.perf_counter(), time.time_ns()
+    startup = {
+        "load_ms": (loaded - load_start) * 1e3,
+        "process_to_loaded_ms": (loaded - SCRIPT_START) * 1e3,
+        "spawn_to_loaded_ms": (
+            (loaded_ns - args.process_start_ns) / 1e6
+            if args.process_start_ns is not None
+            else None
+        ),
+    }
+
+    if args.cold:
+        request = {
+            "prompt_ids": args.prompt_ids,
+            "max_tokens": args.max_tokens,
+            "prefill_step_size": args.prefill_step_size,
+            "max_kv_size": args.max_kv_size,
+        }
+        result, first, first_ns = run(model, tokenizer, request, time.perf_counter())
+        if args.process_start_ns is not None:
+            to_first = (first_ns - args.process_start_ns) / 1e6
+        else:
+            to_first = (first - SCRIPT_START) * 1e3
+        emit({**result, "event": "cold", **startup, "process_to_first_token_ms": to_first})
+        return 0
+
+    emit(
+        {
+            "event": "ready",
+            **startup,
+            "mlx_version": mx.__version__,
+            "mlx_lm_version": mlx_lm.__version__,
+            "device": str(mx.default_device()),
+            "model_type": getattr(model, "model_type", None),
+        }
+    )
+    while True:
+        line = sys.stdin.readline()
+        received = time.perf_counter()
+        if not line.strip():  # "" at EOF, "\n" for an empty line
+            break
+        try:
+            result, _, _ = run(model, tokenizer, json.loads(line), received)
+            emit(result)
+        except Exception as error:  # one bad request must not end the worker
+            emit({"event": "error", "message": f"{type(error).__name__}: {error}"})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
