@@ -1,6 +1,7 @@
 //! The `ondo` command: thin parsing and printing over the core library.
 
 mod doctor;
+mod run;
 mod synth;
 
 use clap::{Parser, Subcommand};
@@ -29,6 +30,12 @@ enum Command {
     /// Make the tiny synthetic model and time one cold and one warm
     /// generation: load, prefill and decode.
     Demo(crate::cli::demo::DemoArgs),
+    /// Answer one prompt: stream the text, then show load, prefill (time to
+    /// first token) and decode speed, and memory.
+    Run(run::RunArgs),
+    /// Talk with a model in the terminal; later turns reuse the warm model
+    /// and the conversation's KV cache.
+    Chat(run::ChatArgs),
 }
 
 mod demo;
@@ -40,6 +47,8 @@ pub fn main() -> std::process::ExitCode {
         Command::Doctor(args) => doctor::run(args),
         Command::Synth(args) => synth::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Run(args) => run::run(args),
+        Command::Chat(args) => run::chat(args),
     };
     match result {
         Ok(code) => code,

@@ -14,6 +14,7 @@ use mlx_rs::{Array, ops};
 
 use super::cache::LayerCache;
 use super::model::decoder::Decoder;
+use super::request::CancelToken;
 use super::sample::{Sampler, SamplerSettings, repetition_penalty};
 
 /// Prompt tokens run through the model at once while prefilling; larger is
@@ -69,6 +70,8 @@ pub struct TokenSteps<'a> {
     /// The latest token ids `[1, n]` for the repetition penalty, extended
     /// lazily so the pipelined shape never waits for them.
     recent: Option<Array>,
+    /// Checked before each prefill chunk, so a long prompt can be stopped.
+    cancel: Option<CancelToken>,
 }
 
 impl<'a> TokenSteps<'a> {
@@ -89,6 +92,7 @@ impl<'a> TokenSteps<'a> {
             shape: LoopShape::default(),
             sampler: Sampler::new(SamplerSettings::default())?,
             recent: None,
+            cancel: None,
         })
     }
 
@@ -108,6 +112,13 @@ impl<'a> TokenSteps<'a> {
     /// Chooses how tokens are drawn.
     pub fn with_sampler(mut self, sampler: Sampler) -> Self {
         self.sampler = sampler;
+        self
+    }
+
+    /// Stops prefilling between chunks once `cancel` is set (the caller
+    /// checks it between decode steps itself).
+    pub fn with_cancel(mut self, cancel: CancelToken) -> Self {
+        self.cancel = Some(cancel);
         self
     }
 
@@ -178,6 +189,9 @@ impl<'a> TokenSteps<'a> {
             self.recent = Some(Array::from_slice(tail, &[1, n]));
         }
         for chunk in rest.chunks(self.prefill_step_size) {
+            if self.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
+                return Err(Exception::custom("cancelled during prefill"));
+            }
             self.fill_cache(chunk)?;
         }
         self.build_step(&Array::from_slice(&[*last], &[1, 1]))

@@ -4,6 +4,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::LoadError;
+use super::chat_template::ChatTemplate;
 use super::model::decoder::{Decoder, DecoderConfig};
 use super::model::decoder_config;
 use super::weights::load_weight_map;
@@ -22,6 +23,10 @@ pub struct LoadedModel {
     pub eos_token_ids: Vec<u32>,
     /// Bytes of all weight arrays once resident.
     pub weights_bytes: usize,
+    /// The chat template, when the folder has one.
+    pub chat_template: Option<ChatTemplate>,
+    /// The dtype of the unquantized weights ("float32", "bfloat16", ...).
+    pub float_dtype: String,
 }
 
 fn read_json(path: &Path) -> Result<serde_json::Value, LoadError> {
@@ -63,6 +68,7 @@ impl LoadedModel {
         let arrays = model.arrays();
         mlx_rs::transforms::eval(arrays.iter().copied())?;
         let weights_bytes = arrays.iter().map(|a| a.nbytes()).sum();
+        let float_dtype = model.float_dtype();
 
         let tokenizer_path = dir.join("tokenizer.json");
         let tokenizer = tokenizers::Tokenizer::from_file(&tokenizer_path).map_err(|e| {
@@ -92,6 +98,12 @@ impl LoadedModel {
         }
         eos_token_ids.sort_unstable();
         eos_token_ids.dedup();
+        // A broken template is reported at load, not at the first message.
+        let chat_template =
+            ChatTemplate::from_model_dir(dir).map_err(|e| LoadError::ConfigInvalid {
+                path: dir.join("tokenizer_config.json"),
+                message: e.to_string(),
+            })?;
         Ok(Self {
             dir: dir.to_owned(),
             model_type,
@@ -100,6 +112,16 @@ impl LoadedModel {
             tokenizer,
             eos_token_ids,
             weights_bytes,
+            chat_template,
+            float_dtype,
         })
+    }
+
+    /// "4bit", "8bit", or the float dtype when the weights are not quantized.
+    pub fn quantization_label(&self) -> String {
+        match &self.config.quantization {
+            Some(q) => format!("{}bit", q.bits),
+            None => self.float_dtype.clone(),
+        }
     }
 }

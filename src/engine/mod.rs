@@ -2,12 +2,21 @@
 //! downloads, pools or records (see DESIGN.md, "Boundaries").
 
 pub mod cache;
+pub mod chat_template;
 pub mod detokenize;
 pub mod generate;
 pub mod load;
 pub mod model;
+pub mod request;
 pub mod sample;
+pub mod stats;
+pub mod stream;
+pub mod thread;
 pub mod weights;
+
+pub use request::{CancelToken, GenerateRequest, Prompt, RunError, RunEvent};
+pub use stats::{LoadKind, RunStats, StopReason};
+pub use thread::EngineHandle;
 
 use std::path::PathBuf;
 

@@ -123,6 +123,8 @@ pub struct DecoderConfig {
     /// RMSNorm of each head's queries and keys before rope (qwen3).
     pub qk_norm: bool,
     pub quantization: Option<QuantConfig>,
+    /// The longest context the model was trained for, when config.json says.
+    pub max_position_embeddings: Option<usize>,
 }
 
 impl DecoderConfig {
@@ -149,6 +151,7 @@ impl DecoderConfig {
             mlp_bias: keys.mlp_bias.unwrap_or(false),
             qk_norm: false,
             quantization: keys.quantization,
+            max_position_embeddings: keys.max_position_embeddings,
         }
     }
 }
@@ -425,6 +428,11 @@ impl Decoder {
             rope: Rope::new(config, config_path)?,
             eps: config.rms_norm_eps,
         })
+    }
+
+    /// The dtype of the norm weights: the model's compute dtype.
+    pub fn float_dtype(&self) -> String {
+        format!("{:?}", self.norm.dtype()).to_lowercase()
     }
 
     /// One empty cache per layer: growing, or rotating at `max_kv_size`

@@ -1,0 +1,309 @@
+//! `ondo run` and `ondo chat`: clients of the engine thread that stream the
+//! answer and print where the time went.
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Args;
+
+use crate::cli::human_bytes;
+use crate::engine::chat_template::ChatMessage;
+use crate::engine::generate::{DEFAULT_PREFILL_STEP_SIZE, LoopShape};
+use crate::engine::sample::SamplerSettings;
+use crate::engine::stream::RunOutcome;
+use crate::engine::{CancelToken, EngineHandle, GenerateRequest, Prompt, RunEvent, RunStats};
+use crate::paths::DataDirs;
+use crate::synth;
+
+/// The flags `run` and `chat` share, named like mlx-lm's where they overlap.
+#[derive(Debug, Args)]
+pub struct GenerationArgs {
+    /// A model folder, a repo id already in the Hugging Face cache
+    /// (mlx-community/Llama-3.2-3B-Instruct-4bit), or `tiny` for the
+    /// built-in synthetic model.
+    model: String,
+    /// Most tokens to generate.
+    #[arg(long, short = 'm', default_value_t = 256)]
+    max_tokens: usize,
+    /// Sampling temperature; 0 is greedy (always the most likely token).
+    #[arg(long, default_value_t = 0.0)]
+    temp: f32,
+    /// Nucleus sampling: keep the most likely tokens up to this mass (0 or 1: off).
+    #[arg(long, default_value_t = 0.0)]
+    top_p: f32,
+    /// Keep only the k most likely tokens (0: off).
+    #[arg(long, default_value_t = 0)]
+    top_k: u32,
+    /// Drop tokens less likely than this fraction of the most likely (0: off).
+    #[arg(long, default_value_t = 0.0)]
+    min_p: f32,
+    /// Penalise tokens seen in the last 20 (1.1 is a gentle push; off by default).
+    #[arg(long)]
+    repetition_penalty: Option<f32>,
+    /// Seed for sampling, for answers you can reproduce.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// A system message put before the conversation.
+    #[arg(long)]
+    system_prompt: Option<String>,
+    /// Prompt tokens per prefill pass. Smaller lowers peak memory on long
+    /// prompts; larger is faster until memory runs short.
+    #[arg(long, default_value_t = DEFAULT_PREFILL_STEP_SIZE)]
+    prefill_step_size: usize,
+    /// Keep at most this many positions in the KV cache (a rotating cache
+    /// that keeps the first tokens): bounded memory for long conversations.
+    #[arg(long)]
+    max_kv_size: Option<usize>,
+    /// Decode loop shape: `pipelined` queues the next step before reading a
+    /// token; `sync` reads each token before building the next step.
+    #[arg(long = "loop", value_enum, default_value_t = LoopShape::Pipelined)]
+    loop_shape: LoopShape,
+    /// Stop when the answer reaches this text (repeatable; not printed).
+    #[arg(long = "stop")]
+    stop_strings: Vec<String>,
+    /// Keep generating past end-of-sequence tokens (for timing exactly
+    /// --max-tokens tokens).
+    #[arg(long)]
+    ignore_eos: bool,
+}
+
+impl GenerationArgs {
+    fn request(&self, model_dir: &Path, prompt: Prompt) -> GenerateRequest {
+        GenerateRequest {
+            max_tokens: self.max_tokens,
+            sampler: SamplerSettings {
+                temperature: self.temp,
+                top_p: self.top_p,
+                min_p: self.min_p,
+                top_k: self.top_k,
+                repetition_penalty: self.repetition_penalty,
+                seed: self.seed,
+                ..SamplerSettings::default()
+            },
+            prefill_step_size: self.prefill_step_size,
+            max_kv_size: self.max_kv_size,
+            loop_shape: self.loop_shape,
+            stop_strings: self.stop_strings.clone(),
+            ignore_eos: self.ignore_eos,
+            ..GenerateRequest::new(model_dir, prompt)
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+The answer streams to stdout; the timings follow on stderr:
+  load     reading the weights (cold runs only; 0 when the model was warm)
+  TTFT     time to first token: prefill, one pass over the whole prompt
+  decode   every later token, one pass each, while the KV cache grows
+
+Examples:
+  ondo run tiny \"Why is the sky blue?\"
+  ondo run ./my-model \"Summarise:\" --max-tokens 64 --loop sync
+  ondo run mlx-community/Qwen3-0.6B-4bit \"hi\" --json")]
+pub struct RunArgs {
+    #[command(flatten)]
+    generation: GenerationArgs,
+    /// What to ask. Goes through the model's chat template unless --raw.
+    prompt: String,
+    /// Send the prompt as plain text, without the chat template.
+    #[arg(long)]
+    raw: bool,
+    /// Print one JSON record (timings, counts, memory, text, token_ids)
+    /// instead of the streamed text and footer.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Type a message and press Enter. The model stays loaded and the conversation's
+KV cache stays warm, so each later turn only prefills the new tokens (see
+`cached` in the footer).
+  /reset   start a new conversation     /exit   quit (or Ctrl-D)")]
+pub struct ChatArgs {
+    #[command(flatten)]
+    generation: GenerationArgs,
+}
+
+/// A folder, a repo id in the HF cache, or `tiny`.
+pub fn resolve_model(model: &str) -> Result<PathBuf, String> {
+    let dirs = DataDirs::from_env();
+    let as_path = Path::new(model);
+    if as_path.is_dir() {
+        return Ok(as_path.to_owned());
+    }
+    if model == "tiny" {
+        return synth::builtin_tiny_model(&dirs).map_err(|e| e.to_string());
+    }
+    let (repo, revision) = model.split_once('@').unwrap_or((model, "main"));
+    if repo.split('/').count() == 2 && !repo.contains("..") {
+        let repo_dir = dirs
+            .hf_cache_dir
+            .join(format!("models--{}", repo.replace('/', "--")));
+        let commit = std::fs::read_to_string(repo_dir.join("refs").join(revision))
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_else(|_| revision.to_owned());
+        let snapshot = repo_dir.join("snapshots").join(commit);
+        if snapshot.join("config.json").is_file() {
+            return Ok(snapshot);
+        }
+        return Err(format!(
+            "{repo} is not in the Hugging Face cache at {}; download it first (`ondo pull {repo}`) \
+             or pass a model folder",
+            dirs.hf_cache_dir.display()
+        ));
+    }
+    Err(format!(
+        "{model} is neither a folder nor a repo id (owner/name); pass a model folder, a repo id \
+         from the cache, or `tiny`"
+    ))
+}
+
+/// The timings footer, in the order the costs happen.
+pub fn footer(stats: &RunStats) -> String {
+    let mut lines = Vec::new();
+    let load = if stats.load_ms > 0.0 {
+        format!("load {:.0} ms", stats.load_ms)
+    } else {
+        "no load".to_owned()
+    };
+    lines.push(format!(
+        "{} · {} · TTFT {:.1} ms · {} · stop: {}",
+        stats.load_kind, load, stats.ttft_ms, stats.quantization, stats.stop_reason
+    ));
+    let cached = if stats.cached_tokens > 0 {
+        format!(" ({} cached)", stats.cached_tokens)
+    } else {
+        String::new()
+    };
+    lines.push(format!(
+        "prefill  {:>5} tokens{cached} {:>9.1} tok/s  {:>8.1} ms",
+        stats.prefill_tokens, stats.prefill_tps, stats.prefill_ms
+    ));
+    lines.push(format!(
+        "decode   {:>5} tokens {:>9.1} tok/s  {:>8.1} ms  loop {}",
+        stats.generated_tokens, stats.decode_tps, stats.decode_ms, stats.loop_shape
+    ));
+    lines.push(format!(
+        "memory   peak {} · KV cache {} · weights {}",
+        human_bytes(stats.mlx_peak_bytes),
+        human_bytes(stats.kv_cache_bytes),
+        human_bytes(stats.weights_bytes)
+    ));
+    if crate::doctor::build_profile() == "debug" {
+        lines.push("note: debug build; use --release for timings worth comparing".into());
+    }
+    lines.join("\n")
+}
+
+/// Streams one request's text to stdout; returns the outcome.
+fn stream_to_stdout(engine: &EngineHandle, request: GenerateRequest) -> Result<RunOutcome, String> {
+    let mut stdout = std::io::stdout();
+    engine
+        .generate_blocking(request, CancelToken::new(), |event| {
+            if let RunEvent::Delta { text, .. } = event {
+                let _ = stdout.write_all(text.as_bytes());
+                let _ = stdout.flush();
+            }
+        })
+        .map_err(|e| e.to_string())
+}
+
+pub fn run(args: RunArgs) -> Result<ExitCode, String> {
+    let dir = resolve_model(&args.generation.model)?;
+    let prompt = if args.raw {
+        Prompt::Raw { text: args.prompt }
+    } else {
+        Prompt::Chat {
+            system_prompt: args.generation.system_prompt.clone(),
+            messages: vec![ChatMessage::user(args.prompt)],
+        }
+    };
+    let request = args.generation.request(&dir, prompt);
+    let engine = EngineHandle::spawn().map_err(|e| e.to_string())?;
+    if args.json {
+        let outcome = engine
+            .generate_blocking(request, CancelToken::new(), |_| {})
+            .map_err(|e| e.to_string())?;
+        let mut record = serde_json::to_value(&outcome.stats).map_err(|e| e.to_string())?;
+        record["text"] = outcome.text.into();
+        record["token_ids"] = outcome.token_ids.into();
+        println!("{record}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let outcome = stream_to_stdout(&engine, request)?;
+    println!();
+    eprintln!("{}", footer(&outcome.stats));
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn chat(args: ChatArgs) -> Result<ExitCode, String> {
+    let dir = resolve_model(&args.generation.model)?;
+    let engine = EngineHandle::spawn().map_err(|e| e.to_string())?;
+    eprintln!(
+        "loading {} ... (/reset starts over, /exit or Ctrl-D quits)",
+        dir.display()
+    );
+    let model = engine.load(&dir).map_err(|e| e.to_string())?;
+    eprintln!(
+        "{} {} · {} · loaded in {:.0} ms",
+        model.model_type,
+        model.quantization,
+        human_bytes(model.weights_bytes),
+        model.load_ms
+    );
+    let mut messages: Vec<ChatMessage> = Vec::new();
+    let mut conversation = 1u64;
+    let stdin = std::io::stdin();
+    loop {
+        eprint!("\n> ");
+        let mut line = String::new();
+        if stdin
+            .lock()
+            .read_line(&mut line)
+            .map_err(|e| e.to_string())?
+            == 0
+        {
+            break;
+        }
+        let line = line.trim();
+        match line {
+            "" => continue,
+            "/exit" | "/quit" => break,
+            "/reset" => {
+                engine
+                    .forget_conversation(&conversation.to_string())
+                    .map_err(|e| e.to_string())?;
+                conversation += 1;
+                messages.clear();
+                eprintln!("(new conversation)");
+                continue;
+            }
+            _ => {}
+        }
+        messages.push(ChatMessage::user(line));
+        let mut request = args.generation.request(
+            &dir,
+            Prompt::Chat {
+                system_prompt: args.generation.system_prompt.clone(),
+                messages: messages.clone(),
+            },
+        );
+        request.conversation = Some(conversation.to_string());
+        match stream_to_stdout(&engine, request) {
+            Ok(outcome) => {
+                println!();
+                eprintln!("{}", footer(&outcome.stats));
+                messages.push(ChatMessage::assistant(outcome.text));
+            }
+            Err(message) => {
+                // The engine keeps serving; the turn is dropped.
+                messages.pop();
+                eprintln!("error: {message}");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,197 @@
+//! The plain data that crosses into and out of the engine thread: what to
+//! generate, the events that come back, the cancellation token, the errors.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+use super::LoadError;
+use super::chat_template::{ChatMessage, ChatTemplateError};
+use super::generate::{DEFAULT_PREFILL_STEP_SIZE, LoopShape};
+use super::sample::{SamplerError, SamplerSettings};
+use super::stats::{LoadKind, RunStats};
+
+/// What the model is asked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Prompt {
+    /// A conversation rendered with the model's chat template (plain text
+    /// when the model has none), ending with a generation prompt.
+    Chat {
+        system_prompt: Option<String>,
+        messages: Vec<ChatMessage>,
+    },
+    /// Text tokenized as it is (with the tokenizer's BOS), no template.
+    Raw { text: String },
+    /// Token ids as they are: benchmarks use these for exact lengths.
+    Tokens { ids: Vec<u32> },
+}
+
+impl Prompt {
+    /// One user message.
+    pub fn user(text: impl Into<String>) -> Self {
+        Prompt::Chat {
+            system_prompt: None,
+            messages: vec![ChatMessage::user(text)],
+        }
+    }
+}
+
+/// One generation request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GenerateRequest {
+    /// The model folder (config.json, safetensors, tokenizer).
+    pub model_dir: PathBuf,
+    /// Requests with the same conversation id share one KV cache, so a
+    /// follow-up only prefills the tokens the cache does not hold.
+    pub conversation: Option<String>,
+    pub prompt: Prompt,
+    pub max_tokens: usize,
+    pub sampler: SamplerSettings,
+    pub prefill_step_size: usize,
+    /// Hold at most this many positions (a rotating cache that keeps the
+    /// first tokens); `None` lets the cache grow.
+    pub max_kv_size: Option<usize>,
+    pub loop_shape: LoopShape,
+    /// Generation stops when the text reaches one of these (not included).
+    pub stop_strings: Vec<String>,
+    /// Keep generating past end-of-sequence tokens (benchmarks).
+    pub ignore_eos: bool,
+}
+
+impl GenerateRequest {
+    /// Defaults like mlx-lm's: greedy, 256 tokens, prefill step 2048.
+    pub fn new(model_dir: impl Into<PathBuf>, prompt: Prompt) -> Self {
+        Self {
+            model_dir: model_dir.into(),
+            conversation: None,
+            prompt,
+            max_tokens: 256,
+            sampler: SamplerSettings::default(),
+            prefill_step_size: DEFAULT_PREFILL_STEP_SIZE,
+            max_kv_size: None,
+            loop_shape: LoopShape::default(),
+            stop_strings: Vec::new(),
+            ignore_eos: false,
+        }
+    }
+}
+
+/// What a request streams back, in order: `Started`, any number of
+/// `Delta`s, then exactly one of `Finished` or `Failed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "event")]
+pub enum RunEvent {
+    /// The model is resident and the prompt tokenized; prefill begins.
+    Started {
+        load_kind: LoadKind,
+        load_ms: f64,
+        prompt_tokens: usize,
+        cached_tokens: usize,
+    },
+    /// New text (possibly empty while a character is incomplete) and the
+    /// token ids it came from.
+    Delta {
+        text: String,
+        token_ids: Vec<u32>,
+    },
+    /// The whole answer and its statistics.
+    Finished {
+        text: String,
+        token_ids: Vec<u32>,
+        stats: Box<RunStats>,
+    },
+    Failed {
+        error: RunError,
+    },
+}
+
+/// Where a request's events go; called on the engine thread, so it should
+/// hand the event on and return quickly.
+pub type EventSink = Box<dyn FnMut(RunEvent) + Send>;
+
+/// Asks a running request to stop; checked between any two steps (prefill
+/// chunks and decode tokens). Cloning shares the flag.
+#[derive(Debug, Clone, Default)]
+pub struct CancelToken(Arc<AtomicBool>);
+
+impl CancelToken {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Why a request failed. The engine thread keeps serving afterwards.
+#[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "message")]
+pub enum RunError {
+    #[error("{0}")]
+    Load(String),
+    #[error("the prompt is empty; type something to send")]
+    EmptyPrompt,
+    #[error("{0}")]
+    PromptTooLong(String),
+    #[error("{0}")]
+    ChatTemplate(String),
+    #[error("tokenizing failed: {0}")]
+    Tokenizer(String),
+    #[error("{0}")]
+    InvalidSettings(String),
+    #[error("MLX failed while generating: {0}")]
+    Mlx(String),
+    #[error("the engine stopped unexpectedly ({0}); the next request starts it fresh")]
+    Internal(String),
+    #[error("the engine thread is gone; restart Ondo")]
+    EngineStopped,
+}
+
+impl RunError {
+    /// A short name for the UI to branch on.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RunError::Load(_) => "load",
+            RunError::EmptyPrompt => "empty_prompt",
+            RunError::PromptTooLong(_) => "prompt_too_long",
+            RunError::ChatTemplate(_) => "chat_template",
+            RunError::Tokenizer(_) => "tokenizer",
+            RunError::InvalidSettings(_) => "invalid_settings",
+            RunError::Mlx(_) => "mlx",
+            RunError::Internal(_) => "internal",
+            RunError::EngineStopped => "engine_stopped",
+        }
+    }
+}
+
+impl From<LoadError> for RunError {
+    fn from(e: LoadError) -> Self {
+        RunError::Load(e.to_string())
+    }
+}
+
+impl From<ChatTemplateError> for RunError {
+    fn from(e: ChatTemplateError) -> Self {
+        RunError::ChatTemplate(e.to_string())
+    }
+}
+
+impl From<SamplerError> for RunError {
+    fn from(e: SamplerError) -> Self {
+        RunError::InvalidSettings(e.to_string())
+    }
+}
+
+impl From<mlx_rs::error::Exception> for RunError {
+    fn from(e: mlx_rs::error::Exception) -> Self {
+        RunError::Mlx(e.to_string())
+    }
+}

@@ -1,0 +1,151 @@
+//! What one generation cost, with DESIGN.md's field names ("What the timings
+//! mean"): the record the engine hands out with `RunEvent::Finished`.
+
+use serde::{Deserialize, Serialize};
+
+use super::generate::LoopShape;
+use super::sample::SamplerSettings;
+
+/// Whether the model had to be loaded for this run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoadKind {
+    /// The model was loaded by this request (`load_ms` > 0).
+    #[default]
+    Cold,
+    /// The model was already resident.
+    Warm,
+}
+
+impl std::fmt::Display for LoadKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LoadKind::Cold => "cold",
+            LoadKind::Warm => "warm",
+        })
+    }
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The model produced an end-of-sequence token.
+    Eos,
+    /// The text reached one of the request's stop strings.
+    StopString,
+    /// `max_tokens` were generated.
+    #[default]
+    MaxTokens,
+    /// The caller cancelled.
+    Cancelled,
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StopReason::Eos => "eos",
+            StopReason::StopString => "stop_string",
+            StopReason::MaxTokens => "max_tokens",
+            StopReason::Cancelled => "cancelled",
+        })
+    }
+}
+
+/// Timings, counts and memory of one run. Durations in milliseconds, rates
+/// in tokens per second, memory in bytes.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct RunStats {
+    /// The model folder that ran.
+    pub model_dir: String,
+    pub model_type: String,
+    /// "4bit", "8bit" or the float dtype of the weights ("float32", ...).
+    pub quantization: String,
+    pub weights_bytes: u64,
+    pub load_kind: LoadKind,
+    /// Start of load to weights evaluated and resident; 0 when warm.
+    pub load_ms: f64,
+    /// Request accepted (after load) to first token id available.
+    pub ttft_ms: f64,
+    /// First prompt chunk submitted to logits of the last prompt token.
+    pub prefill_ms: f64,
+    /// First token available to last token available.
+    pub decode_ms: f64,
+    /// Tokens of the whole prompt, `cached_tokens + prefill_tokens`.
+    pub prompt_tokens: usize,
+    /// Prompt tokens the conversation's cache already held.
+    pub cached_tokens: usize,
+    /// Prompt tokens run through the model by this request.
+    pub prefill_tokens: usize,
+    pub generated_tokens: usize,
+    /// `prefill_tokens / prefill_s`.
+    pub prefill_tps: f64,
+    /// `(generated_tokens - 1) / decode_s`: the first token belongs to prefill.
+    pub decode_tps: f64,
+    /// mlx-lm's convention: tokens given to the model / time to first token.
+    pub prompt_tps: f64,
+    /// mlx-lm's convention: generated tokens / time since the first token.
+    pub generation_tps: f64,
+    /// MLX's peak allocation during this request (reset at its start).
+    pub mlx_peak_bytes: u64,
+    /// MLX allocations in use when the run ended (weights, cache, buffers).
+    pub mlx_active_bytes: u64,
+    /// Freed buffers MLX keeps for reuse when the run ended.
+    pub mlx_cache_bytes: u64,
+    /// Bytes of the positions the KV cache holds after the run.
+    pub kv_cache_bytes: u64,
+    #[serde(rename = "loop")]
+    pub loop_shape: LoopShape,
+    pub prefill_step_size: usize,
+    pub max_kv_size: Option<usize>,
+    pub sampler: SamplerSettings,
+    pub stop_reason: StopReason,
+    /// Whether the prompt went through the model's chat template.
+    pub chat_template: bool,
+}
+
+/// `count / (ms / 1000)`, 0 when nothing was timed.
+pub fn per_second(count: usize, ms: f64) -> f64 {
+    if ms > 0.0 {
+        count as f64 / (ms / 1e3)
+    } else {
+        0.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_uses_design_field_names() {
+        let value = serde_json::to_value(RunStats::default()).unwrap();
+        for key in [
+            "ttft_ms",
+            "prefill_ms",
+            "decode_ms",
+            "load_ms",
+            "prefill_tps",
+            "decode_tps",
+            "prompt_tps",
+            "generation_tps",
+            "cached_tokens",
+            "prefill_tokens",
+            "mlx_peak_bytes",
+            "kv_cache_bytes",
+            "loop",
+            "load_kind",
+            "stop_reason",
+        ] {
+            assert!(value.get(key).is_some(), "missing {key}");
+        }
+        assert_eq!(value["load_kind"], "cold");
+        assert_eq!(value["stop_reason"], "max_tokens");
+    }
+
+    #[test]
+    fn rates_of_nothing_are_zero() {
+        assert_eq!(per_second(10, 0.0), 0.0);
+        assert_eq!(per_second(10, 500.0), 20.0);
+    }
+}
