@@ -1,0 +1,364 @@
+//! Ondo's engine produces exactly mlx-lm's tokens: greedy ids for 64 tokens
+//! at prompt lengths 1, 7, 300 and longer than `prefill_step_size`, both
+//! loop shapes, llama and qwen3, fp32 / 4-bit / 8-bit, with and without a
+//! rotating cache; first-step log-probabilities within a tolerance; and a
+//! follow-up turn on a kept cache equal to recomputing from scratch. The
+//! reference is Python mlx-lm 0.32.2 from the project venv.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use ondo::engine::chat_template::ChatMessage;
+use ondo::engine::generate::{LoopShape, TokenSteps};
+use ondo::engine::load::LoadedModel;
+use ondo::engine::{CancelToken, EngineHandle, GenerateRequest, Prompt};
+use ondo::synth::{self, Arch, SynthOptions, WeightDtype};
+
+const GENERATE: usize = 64;
+/// Chunks of 128 make the 300-token prompt take three prefill passes.
+const SMALL_PREFILL_STEP: usize = 128;
+/// Smaller than prompt + answer, so the rotating cache wraps while
+/// prefilling the long prompts and while decoding the short ones.
+const ROTATING_SIZE: usize = 48;
+
+fn python() -> Option<PathBuf> {
+    let python = std::env::var_os("ONDO_PYTHON")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+            venv.is_file().then_some(venv)
+        });
+    if python.is_none() {
+        assert!(
+            std::env::var_os("ONDO_REQUIRE_PYTHON").is_none(),
+            "ONDO_REQUIRE_PYTHON is set but no Python with mlx-lm was found; run `make setup`"
+        );
+        eprintln!("note: no project venv; skipping the mlx-lm comparison");
+    }
+    python
+}
+
+fn script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(name)
+}
+
+/// mlx-lm loaded once in a child process, answering requests line by line.
+struct Peer {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Peer {
+    fn start(python: &Path, dir: &Path) -> Self {
+        let mut child = Command::new(python)
+            .arg(script("mlx_lm_peer.py"))
+            .arg(dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python starts");
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut ready = String::new();
+        stdout.read_line(&mut ready).unwrap();
+        assert!(ready.contains("\"ready\""), "mlx-lm peer: {ready}");
+        Self {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    fn generate(&mut self, prompt: &[u32], step: usize, max_kv: Option<usize>) -> Vec<u32> {
+        let request = serde_json::json!({
+            "prompt_ids": prompt,
+            "max_tokens": GENERATE,
+            "prefill_step_size": step,
+            "max_kv_size": max_kv,
+        });
+        writeln!(self.stdin, "{request}").unwrap();
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&line).expect("peer answers JSON");
+        assert_eq!(value["event"], "result", "mlx-lm peer: {line}");
+        ids(&value["generated_ids"])
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin);
+        let _ = self.child.wait();
+    }
+}
+
+fn ids(value: &serde_json::Value) -> Vec<u32> {
+    value
+        .as_array()
+        .expect("a list of ids")
+        .iter()
+        .map(|v| v.as_u64().expect("an id") as u32)
+        .collect()
+}
+
+/// A prompt of `n` ordinary (non-special) token ids, the same every run.
+fn prompt_of(n: usize) -> Vec<u32> {
+    (0..n as u32).map(|i| (i * 7919 + 13) % 1900).collect()
+}
+
+fn variant(arch: Arch, bits: Option<u8>, dtype: WeightDtype) -> SynthOptions {
+    SynthOptions {
+        arch,
+        bits,
+        dtype,
+        ..SynthOptions::for_preset(synth::preset_named("tiny").unwrap())
+    }
+}
+
+fn ondo_tokens(
+    engine: &EngineHandle,
+    dir: &Path,
+    prompt: &[u32],
+    step: usize,
+    max_kv: Option<usize>,
+    shape: LoopShape,
+) -> Vec<u32> {
+    let request = GenerateRequest {
+        max_tokens: GENERATE,
+        prefill_step_size: step,
+        max_kv_size: max_kv,
+        loop_shape: shape,
+        ignore_eos: true,
+        ..GenerateRequest::new(
+            dir,
+            Prompt::Tokens {
+                ids: prompt.to_vec(),
+            },
+        )
+    };
+    engine
+        .generate_blocking(request, CancelToken::new(), |_| {})
+        .expect("Ondo generates")
+        .token_ids
+}
+
+#[test]
+fn greedy_tokens_equal_mlx_lm_across_the_matrix() {
+    let Some(python) = python() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let engine = EngineHandle::spawn().unwrap();
+    let variants = [
+        ("llama-f32", variant(Arch::Llama, None, WeightDtype::F32)),
+        ("llama-q4", variant(Arch::Llama, Some(4), WeightDtype::F32)),
+        (
+            "llama-q8-bf16",
+            variant(Arch::Llama, Some(8), WeightDtype::Bf16),
+        ),
+        ("qwen3-f32", variant(Arch::Qwen3, None, WeightDtype::F32)),
+        ("qwen3-q4", variant(Arch::Qwen3, Some(4), WeightDtype::F32)),
+        ("qwen3-q8", variant(Arch::Qwen3, Some(8), WeightDtype::F32)),
+    ];
+    // (prompt length, prefill step): 300 > 128 takes three prefill chunks.
+    let shapes = [(1, 2048), (7, 2048), (300, 2048), (300, SMALL_PREFILL_STEP)];
+    let mut compared = 0;
+    for (name, options) in variants {
+        let dir = root.path().join(name);
+        synth::write_model(&options, &dir, &mut |_| {}).unwrap();
+        let mut peer = Peer::start(&python, &dir);
+        for (length, step) in shapes {
+            for max_kv in [None, Some(ROTATING_SIZE)] {
+                let prompt = prompt_of(length);
+                let reference = peer.generate(&prompt, step, max_kv);
+                assert_eq!(reference.len(), GENERATE);
+                for shape in [LoopShape::Pipelined, LoopShape::Sync] {
+                    let ours = ondo_tokens(&engine, &dir, &prompt, step, max_kv, shape);
+                    assert_eq!(
+                        ours, reference,
+                        "{name}: prompt {length}, prefill step {step}, max_kv_size {max_kv:?}, loop {shape}"
+                    );
+                    compared += 1;
+                }
+            }
+        }
+        engine.unload(&dir).unwrap();
+    }
+    assert_eq!(compared, 6 * 4 * 2 * 2);
+}
+
+/// Runs mlx_lm_generate.py; returns its JSON.
+fn mlx_lm_generate(python: &Path, dir: &Path, args: &[&str]) -> serde_json::Value {
+    let out = Command::new(python)
+        .arg(script("mlx_lm_generate.py"))
+        .arg(dir)
+        .args(args)
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "mlx-lm failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the script prints JSON")
+}
+
+#[test]
+fn first_step_log_probabilities_match_mlx_lm() {
+    let Some(python) = python() else { return };
+    let root = tempfile::tempdir().unwrap();
+    for (name, options, tolerance) in [
+        (
+            "llama-f32",
+            variant(Arch::Llama, None, WeightDtype::F32),
+            1e-4,
+        ),
+        (
+            "qwen3-q4",
+            variant(Arch::Qwen3, Some(4), WeightDtype::F32),
+            1e-4,
+        ),
+        // bf16 rounds each layer's output: a looser bound.
+        (
+            "llama-q8-bf16",
+            variant(Arch::Llama, Some(8), WeightDtype::Bf16),
+            5e-2,
+        ),
+    ] {
+        let dir = root.path().join(name);
+        synth::write_model(&options, &dir, &mut |_| {}).unwrap();
+        let prompt = prompt_of(7);
+        let logits_path = root.path().join(format!("{name}.json"));
+        let ids_arg = prompt
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        mlx_lm_generate(
+            &python,
+            &dir,
+            &[
+                "--prompt-ids",
+                &ids_arg,
+                "--max-tokens",
+                "1",
+                "--logits-out",
+                logits_path.to_str().unwrap(),
+            ],
+        );
+        let reference: Vec<f32> =
+            serde_json::from_str(&std::fs::read_to_string(&logits_path).unwrap()).unwrap();
+
+        let loaded = LoadedModel::load(&dir).unwrap();
+        let mut cache = loaded.model.make_cache(None);
+        let mut steps = TokenSteps::new(&loaded.model, &mut cache, &prompt).unwrap();
+        steps.next().unwrap().unwrap();
+        let ours = steps
+            .last_logprobs()
+            .unwrap()
+            .as_dtype(mlx_rs::Dtype::Float32)
+            .unwrap();
+        ours.eval().unwrap();
+        let ours = ours.as_slice::<f32>();
+        assert_eq!(ours.len(), reference.len(), "{name}: vocabulary size");
+        let worst = ours
+            .iter()
+            .zip(&reference)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(
+            worst <= tolerance,
+            "{name}: largest log-probability difference {worst} > {tolerance}"
+        );
+    }
+}
+
+#[test]
+fn follow_up_turn_on_the_kept_cache_equals_mlx_lm_and_a_fresh_run() {
+    let Some(python) = python() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let engine = EngineHandle::spawn().unwrap();
+    for (name, options) in [
+        ("llama-f32", variant(Arch::Llama, None, WeightDtype::F32)),
+        ("qwen3-q4", variant(Arch::Qwen3, Some(4), WeightDtype::F32)),
+    ] {
+        let dir = root.path().join(name);
+        synth::write_model(&options, &dir, &mut |_| {}).unwrap();
+        let (first, second) = ("What is the temperature today?", "And tomorrow?");
+        let reference = mlx_lm_generate(
+            &python,
+            &dir,
+            &[
+                "--prompt",
+                first,
+                "--chat",
+                "--max-tokens",
+                "12",
+                "--followup",
+                second,
+                "--followup-tokens",
+                "12",
+            ],
+        );
+        let chat = |messages: Vec<ChatMessage>, conversation: Option<&str>| {
+            let request = GenerateRequest {
+                max_tokens: 12,
+                ignore_eos: true,
+                conversation: conversation.map(str::to_owned),
+                ..GenerateRequest::new(
+                    &dir,
+                    Prompt::Chat {
+                        system_prompt: None,
+                        messages,
+                    },
+                )
+            };
+            engine
+                .generate_blocking(request, CancelToken::new(), |_| {})
+                .expect("Ondo generates")
+        };
+        let turn1 = chat(vec![ChatMessage::user(first)], Some("c"));
+        assert_eq!(
+            turn1.token_ids,
+            ids(&reference["generated_ids"]),
+            "{name}: turn 1"
+        );
+        let history = vec![
+            ChatMessage::user(first),
+            ChatMessage::assistant(turn1.text.clone()),
+            ChatMessage::user(second),
+        ];
+        let turn2 = chat(history.clone(), Some("c"));
+        assert_eq!(
+            turn2.stats.prompt_tokens,
+            ids(&reference["followup_prompt_ids"]).len(),
+            "{name}: the follow-up prompt renders to mlx-lm's tokens"
+        );
+        assert!(
+            turn2.stats.cached_tokens > 0,
+            "{name}: the cache was reused"
+        );
+        assert_eq!(
+            turn2.stats.cached_tokens as u64,
+            reference["followup_cached_tokens"].as_u64().unwrap(),
+            "{name}: as many tokens reused as mlx-lm's prompt cache"
+        );
+        assert_eq!(
+            turn2.stats.cached_tokens + turn2.stats.prefill_tokens,
+            turn2.stats.prompt_tokens
+        );
+        assert_eq!(
+            turn2.token_ids,
+            ids(&reference["followup_generated_ids"]),
+            "{name}: turn 2 equals mlx-lm's"
+        );
+        let fresh = chat(history, None);
+        assert_eq!(fresh.stats.cached_tokens, 0);
+        assert_eq!(
+            fresh.token_ids, turn2.token_ids,
+            "{name}: reuse equals recompute"
+        );
+    }
+}
