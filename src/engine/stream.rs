@@ -120,6 +120,7 @@ fn held_back(text: &str, stops: &[String]) -> usize {
 }
 
 /// How a run went, for the caller that records it.
+#[derive(Debug, Clone, PartialEq)]
 pub struct RunOutcome {
     pub text: String,
     pub token_ids: Vec<u32>,
@@ -151,6 +152,14 @@ pub fn run(
     let (prompt, templated) = prompt_ids(model, &request.prompt)?;
     if prompt.is_empty() {
         return Err(RunError::EmptyPrompt);
+    }
+    let vocab = model.config.vocab_size.max(0) as u32;
+    if let Some(bad) = prompt.iter().find(|&&id| id >= vocab) {
+        // MLX would read past the embedding table instead of failing.
+        return Err(RunError::InvalidSettings(format!(
+            "token id {bad} is outside the vocabulary of {} ({vocab} ids)",
+            model.dir.display()
+        )));
     }
     if let (None, Some(context)) = (request.max_kv_size, model.config.max_position_embeddings)
         && prompt.len() > context
