@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::Instant;
 
 use super::load::LoadedModel;
@@ -48,11 +48,26 @@ enum Command {
     },
 }
 
-/// A handle to the engine thread. Cloning is cheap; the thread ends when
-/// the last handle is dropped and its queue is empty.
+/// A handle to the engine thread. Cloning is cheap; when the last clone is
+/// dropped the thread finishes its queue, waits for MLX to go idle and is
+/// joined, so the process never exits while MLX still computes (its static
+/// destructors would free buffers a worker is writing).
 #[derive(Clone)]
 pub struct EngineHandle {
     commands: mpsc::SyncSender<Command>,
+    _thread: Arc<JoinOnDrop>,
+}
+
+struct JoinOnDrop(Option<std::thread::JoinHandle<()>>);
+
+impl Drop for JoinOnDrop {
+    fn drop(&mut self) {
+        // By now every sender is gone (this guard is dropped after the
+        // handle's own sender), so the thread's loop ends.
+        if let Some(thread) = self.0.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// Requests waiting beyond this block the sender (backpressure rather than
@@ -63,11 +78,14 @@ impl EngineHandle {
     /// Starts the engine thread.
     pub fn spawn() -> Result<Self, RunError> {
         let (commands, receiver) = mpsc::sync_channel(QUEUE_DEPTH);
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("ondo-engine".into())
             .spawn(move || EngineThread::default().serve(receiver))
             .map_err(|e| RunError::Internal(format!("could not start the engine thread: {e}")))?;
-        Ok(Self { commands })
+        Ok(Self {
+            commands,
+            _thread: Arc::new(JoinOnDrop(Some(thread))),
+        })
     }
 
     /// Queues a generation; its events go to `sink` on the engine thread.
