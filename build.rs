@@ -6,4 +6,10 @@ fn main() {
     if let Ok(lib_dir) = std::env::var("DEP_MLX_LIB") {
         println!("cargo:rustc-link-arg=-Wl,-rpath,{lib_dir}");
     }
+    // On Linux, OpenBLAS for MLX's fp32 matmuls instead of the wheel's
+    // reference BLAS (see third_party/mlx-sys/PATCHES.md, change 8).
+    println!("cargo:rerun-if-env-changed=DEP_MLX_FAST_BLAS");
+    if let Ok(blas) = std::env::var("DEP_MLX_FAST_BLAS") {
+        println!("cargo:rustc-link-arg=-Wl,--push-state,--no-as-needed,{blas},--pop-state");
+    }
 }

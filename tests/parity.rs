@@ -55,7 +55,7 @@ struct Peer {
 impl Peer {
     fn start(python: &Path, dir: &Path) -> Self {
         let mut child = Command::new(python)
-            .arg(script("mlx_lm_peer.py"))
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/bench/mlx_lm_peer.py"))
             .arg(dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

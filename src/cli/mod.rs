@@ -1,7 +1,8 @@
 //! The `ondo` command: thin parsing and printing over the core library.
 
+mod bench;
 mod doctor;
-mod run;
+pub mod run;
 mod synth;
 
 use clap::{Parser, Subcommand};
@@ -36,6 +37,9 @@ enum Command {
     /// Talk with a model in the terminal; later turns reuse the warm model
     /// and the conversation's KV cache.
     Chat(run::ChatArgs),
+    /// Time prefill, decode and cold start over repetitions (median and
+    /// spread), optionally against Python mlx-lm on the same model.
+    Bench(bench::BenchArgs),
 }
 
 mod demo;
@@ -49,6 +53,7 @@ pub fn main() -> std::process::ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Run(args) => run::run(args),
         Command::Chat(args) => run::chat(args),
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(code) => code,

@@ -106,7 +106,12 @@ pub struct RunArgs {
     #[command(flatten)]
     generation: GenerationArgs,
     /// What to ask. Goes through the model's chat template unless --raw.
+    #[arg(required_unless_present = "prompt_ids", default_value = "")]
     prompt: String,
+    /// Token ids to send as they are (comma-separated), instead of a prompt;
+    /// benchmarks use this for exact lengths.
+    #[arg(long, value_delimiter = ',', hide = true)]
+    prompt_ids: Option<Vec<u32>>,
     /// Send the prompt as plain text, without the chat template.
     #[arg(long)]
     raw: bool,
@@ -213,7 +218,9 @@ fn stream_to_stdout(engine: &EngineHandle, request: GenerateRequest) -> Result<R
 
 pub fn run(args: RunArgs) -> Result<ExitCode, String> {
     let dir = resolve_model(&args.generation.model)?;
-    let prompt = if args.raw {
+    let prompt = if let Some(ids) = args.prompt_ids {
+        Prompt::Tokens { ids }
+    } else if args.raw {
         Prompt::Raw { text: args.prompt }
     } else {
         Prompt::Chat {
@@ -224,10 +231,23 @@ pub fn run(args: RunArgs) -> Result<ExitCode, String> {
     let request = args.generation.request(&dir, prompt);
     let engine = EngineHandle::spawn().map_err(|e| e.to_string())?;
     if args.json {
+        // A parent timing this process from its spawn (`ondo bench`'s cold
+        // start) passes the spawn time; the first token's is taken here.
+        let spawned_at = std::env::var(crate::bench::SPAWNED_AT_ENV)
+            .ok()
+            .and_then(|v| v.parse::<u128>().ok());
+        let mut first_token_at = None;
         let outcome = engine
-            .generate_blocking(request, CancelToken::new(), |_| {})
+            .generate_blocking(request, CancelToken::new(), |event| {
+                if matches!(event, RunEvent::Delta { .. }) && first_token_at.is_none() {
+                    first_token_at = Some(crate::bench::peer::spawn_timestamp_ns());
+                }
+            })
             .map_err(|e| e.to_string())?;
         let mut record = serde_json::to_value(&outcome.stats).map_err(|e| e.to_string())?;
+        if let (Some(spawned), Some(first)) = (spawned_at, first_token_at) {
+            record["cold_start_ms"] = (first.saturating_sub(spawned) as f64 / 1e6).into();
+        }
         record["text"] = outcome.text.into();
         record["token_ids"] = outcome.token_ids.into();
         println!("{record}");

@@ -2,7 +2,7 @@
 //! not), reuse of the conversation's cache, the steps, the text stream with
 //! its stops, and the clocks (the only layer of the engine that reads them).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::cache::LayerCache;
 use super::chat_template::ChatMessage;
@@ -119,6 +119,9 @@ fn held_back(text: &str, stops: &[String]) -> usize {
         .unwrap_or(0)
 }
 
+/// Deltas after the first are merged over this long (one display frame).
+const DELTA_INTERVAL: Duration = Duration::from_millis(16);
+
 /// How a run went, for the caller that records it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunOutcome {
@@ -196,6 +199,7 @@ pub fn run(
     let mut first_token_at = None;
     let mut last_token_at = prefill_started;
     let mut stop_reason = StopReason::MaxTokens;
+    let mut last_sent: Option<Instant> = None;
 
     while generated.len() < request.max_tokens {
         if cancel.is_cancelled() {
@@ -240,8 +244,12 @@ pub fn run(
             break;
         }
         let ready = text.len() - held_back(&text, &request.stop_strings);
-        // The first token is sent at once, even empty, so TTFT is visible.
-        if ready > sent || generated.len() == 1 {
+        // The first token is sent at once, even empty, so TTFT is visible;
+        // later ones at most once a frame: waking the client's thread for
+        // every token costs decode speed on a machine with few cores.
+        let due = last_sent.is_none_or(|at| last_token_at - at >= DELTA_INTERVAL);
+        if generated.len() == 1 || (ready > sent && due) {
+            last_sent = Some(last_token_at);
             sink(RunEvent::Delta {
                 text: text[sent..ready].to_owned(),
                 token_ids: std::mem::take(&mut pending_ids),

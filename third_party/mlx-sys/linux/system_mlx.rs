@@ -105,6 +105,27 @@ pub fn build_and_link(mlx_c_root: &Path) {
     println!("cargo::metadata=include={}", include.display());
     println!("cargo::metadata=lib={}", lib_dir.display());
     println!("cargo::metadata=prefix={}", prefix.display());
+    if let Some(blas) = fast_blas() {
+        println!("cargo::metadata=fast_blas={}", blas.display());
+    }
+}
+
+/// An optimised CBLAS the final binaries can load ahead of the wheel's
+/// reference BLAS: libmlx leaves `cblas_sgemm` undefined and takes the first
+/// definition in load order, so a library the binary itself needs wins. The
+/// wheel's BLAS multiplies fp32 matrices at a few GFLOP/s on x86; OpenBLAS at
+/// tens. `MLX_SYS_FAST_BLAS` names another library, or `none` to keep the
+/// wheel's.
+fn fast_blas() -> Option<PathBuf> {
+    println!("cargo:rerun-if-env-changed=MLX_SYS_FAST_BLAS");
+    match env::var("MLX_SYS_FAST_BLAS") {
+        Ok(v) if v == "none" => None,
+        Ok(v) => Some(PathBuf::from(v)),
+        Err(_) => ["/usr/lib/x86_64-linux-gnu/libopenblas.so.0", "/usr/lib/aarch64-linux-gnu/libopenblas.so.0"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.is_file()),
+    }
 }
 
 /// bindgen settings for these targets: `float16_t` is the newtype over its bit

@@ -1,7 +1,7 @@
 """mlx-lm side of `ondo bench --peer mlx-lm`: a JSON-lines generation worker.
 
-    python tests/python/mlx_lm_peer.py MODEL_DIR [--process-start-ns NS]
-    python tests/python/mlx_lm_peer.py MODEL_DIR --cold --prompt-ids 1,2,3 \
+    python src/bench/mlx_lm_peer.py MODEL_DIR [--process-start-ns NS]
+    python src/bench/mlx_lm_peer.py MODEL_DIR --cold --prompt-ids 1,2,3 \
         [--max-tokens 1] [--prefill-step-size 2048] [--max-kv-size N] [--process-start-ns NS]
 
 Serve mode loads the model once, prints

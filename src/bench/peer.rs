@@ -1,0 +1,208 @@
+//! Python mlx-lm as a benchmark peer: a child process that loads the same
+//! model folder once and answers generation requests line by line. The
+//! worker script ships inside the binary and is written to a temporary file.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use serde::{Deserialize, Serialize};
+
+const WORKER: &str = include_str!("mlx_lm_peer.py");
+
+/// Why the peer could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    #[error(
+        "could not start {python} for the mlx-lm peer: {message}; install it with `make setup` \
+         or pass --python PATH to a Python that has mlx-lm"
+    )]
+    Start { python: PathBuf, message: String },
+    #[error("the mlx-lm peer failed: {0}")]
+    Failed(String),
+}
+
+/// One measurement by mlx-lm, in the worker's field names.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PeerRun {
+    pub generated_ids: Vec<u32>,
+    pub prompt_tokens: usize,
+    pub generated_tokens: usize,
+    pub ttft_ms: f64,
+    pub decode_ms: f64,
+    pub decode_tps: Option<f64>,
+    pub prefill_tps: f64,
+    pub prompt_tps: f64,
+    pub generation_tps: f64,
+    pub peak_memory_bytes: u64,
+    #[serde(default)]
+    pub process_to_first_token_ms: Option<f64>,
+}
+
+/// Versions the worker reports once loaded.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct PeerInfo {
+    pub mlx_version: String,
+    pub mlx_lm_version: String,
+    pub load_ms: f64,
+}
+
+/// The Python to use: `--python`, `ONDO_PYTHON`, the project venv, python3.
+pub fn find_python(explicit: Option<&Path>) -> PathBuf {
+    if let Some(p) = explicit {
+        return p.to_owned();
+    }
+    if let Some(p) = std::env::var_os("ONDO_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let venv = Path::new(".venv/bin/python");
+    if venv.is_file() {
+        return venv.to_owned();
+    }
+    PathBuf::from("python3")
+}
+
+fn worker_file() -> Result<tempfile::NamedTempFile, PeerError> {
+    let failed = |e: std::io::Error| PeerError::Failed(format!("could not write the worker: {e}"));
+    let mut file = tempfile::Builder::new()
+        .prefix("ondo-mlx-lm-peer")
+        .suffix(".py")
+        .tempfile()
+        .map_err(failed)?;
+    file.write_all(WORKER.as_bytes()).map_err(failed)?;
+    Ok(file)
+}
+
+fn wall_clock_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+/// A running mlx-lm worker with the model loaded.
+pub struct MlxLmPeer {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    pub info: PeerInfo,
+    _worker: tempfile::NamedTempFile,
+}
+
+impl MlxLmPeer {
+    /// Starts the worker and waits until the model is loaded.
+    pub fn start(python: &Path, model_dir: &Path) -> Result<Self, PeerError> {
+        let worker = worker_file()?;
+        let mut child = Command::new(python)
+            .arg(worker.path())
+            .arg(model_dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| PeerError::Start {
+                python: python.to_owned(),
+                message: e.to_string(),
+            })?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(PeerError::Failed("no pipes to the worker".into()));
+        };
+        let mut peer = Self {
+            child,
+            stdin,
+            stdout: BufReader::new(stdout),
+            info: PeerInfo::default(),
+            _worker: worker,
+        };
+        let ready = peer.read_line()?;
+        if ready["event"] != "ready" {
+            return Err(PeerError::Failed(ready.to_string()));
+        }
+        peer.info = serde_json::from_value(ready).map_err(|e| PeerError::Failed(e.to_string()))?;
+        Ok(peer)
+    }
+
+    fn read_line(&mut self) -> Result<serde_json::Value, PeerError> {
+        let mut line = String::new();
+        let read = self
+            .stdout
+            .read_line(&mut line)
+            .map_err(|e| PeerError::Failed(e.to_string()))?;
+        if read == 0 {
+            return Err(PeerError::Failed(
+                "the worker exited (its error is printed above)".into(),
+            ));
+        }
+        serde_json::from_str(&line).map_err(|e| PeerError::Failed(format!("{e}: {line}")))
+    }
+
+    /// Generates exactly `max_tokens` greedy tokens after `prompt_ids`.
+    pub fn generate(
+        &mut self,
+        prompt_ids: &[u32],
+        max_tokens: usize,
+        prefill_step_size: usize,
+        max_kv_size: Option<usize>,
+    ) -> Result<PeerRun, PeerError> {
+        let request = serde_json::json!({
+            "prompt_ids": prompt_ids,
+            "max_tokens": max_tokens,
+            "prefill_step_size": prefill_step_size,
+            "max_kv_size": max_kv_size,
+        });
+        writeln!(self.stdin, "{request}").map_err(|e| PeerError::Failed(e.to_string()))?;
+        let answer = self.read_line()?;
+        if answer["event"] != "result" {
+            return Err(PeerError::Failed(answer.to_string()));
+        }
+        serde_json::from_value(answer).map_err(|e| PeerError::Failed(e.to_string()))
+    }
+}
+
+impl Drop for MlxLmPeer {
+    fn drop(&mut self) {
+        // An empty line asks the worker to exit.
+        let _ = writeln!(self.stdin);
+        let _ = self.child.wait();
+    }
+}
+
+/// A fresh mlx-lm process: spawn to first token, in milliseconds.
+pub fn cold_start(
+    python: &Path,
+    model_dir: &Path,
+    prompt_ids: &[u32],
+) -> Result<PeerRun, PeerError> {
+    let worker = worker_file()?;
+    let ids: Vec<String> = prompt_ids.iter().map(u32::to_string).collect();
+    let spawned_at = wall_clock_ns();
+    let out = Command::new(python)
+        .arg(worker.path())
+        .arg(model_dir)
+        .args([
+            "--cold",
+            "--max-tokens",
+            "1",
+            "--prompt-ids",
+            &ids.join(","),
+        ])
+        .args(["--process-start-ns", &spawned_at.to_string()])
+        .output()
+        .map_err(|e| PeerError::Start {
+            python: python.to_owned(),
+            message: e.to_string(),
+        })?;
+    if !out.status.success() {
+        return Err(PeerError::Failed(
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ));
+    }
+    let line = String::from_utf8_lossy(&out.stdout);
+    let last = line.lines().last().unwrap_or_default();
+    serde_json::from_str(last).map_err(|e| PeerError::Failed(format!("{e}: {last}")))
+}
+
+/// Nanoseconds since the Unix epoch, for a child to measure from its spawn.
+pub fn spawn_timestamp_ns() -> u128 {
+    wall_clock_ns()
+}

@@ -1,0 +1,277 @@
+//! `ondo bench`: Ondo's engine timed on one model, optionally side by side
+//! with Python mlx-lm on the same folder in the same run.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::bench::{self, PeerComparison, PeerComparisonPlan, Summary, ratio};
+use crate::cli::run::resolve_model;
+use crate::engine::generate::{DEFAULT_PREFILL_STEP_SIZE, LoopShape};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Peer {
+    /// Python mlx-lm (`stream_generate`), the reference implementation.
+    MlxLm,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Method: every side runs the same synthetic prompt (different in each
+repetition, so no cache carries work over), greedy, exactly --gen tokens (EOS
+ignored). Sides alternate who goes first; warm-up repetitions are dropped;
+the table shows the median with min-max. Ratios are Ondo / mlx-lm: above 1 is
+faster for tok/s, below 1 is less memory or a quicker start. Cold start is a
+fresh process from spawn to first token.
+
+Build with --release (`make release`) before trusting the numbers.
+
+Example:
+  ondo bench tiny --peer mlx-lm --prompt-tokens 128 --gen 128 --reps 5")]
+pub struct BenchArgs {
+    /// A model folder, a repo id in the Hugging Face cache, or `tiny`.
+    model: String,
+    /// Also run this implementation on the same folder, alternating.
+    #[arg(long, value_enum)]
+    peer: Option<Peer>,
+    /// Prompt lengths in tokens, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "128")]
+    prompt_tokens: Vec<usize>,
+    /// Tokens to generate per run.
+    #[arg(long = "gen", default_value_t = 128)]
+    generate_tokens: usize,
+    /// Measured repetitions per prompt length (at least 5 for a median you
+    /// can quote).
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// Unmeasured repetitions first (kernel compilation, caches).
+    #[arg(long, default_value_t = 1)]
+    warmup: usize,
+    /// Decode loop shapes of Ondo to run, comma-separated.
+    #[arg(
+        long = "loop",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "pipelined,sync"
+    )]
+    loops: Vec<LoopShape>,
+    /// Prompt tokens per prefill pass.
+    #[arg(long, default_value_t = DEFAULT_PREFILL_STEP_SIZE)]
+    prefill_step_size: usize,
+    /// Fresh-process cold starts per side (0 skips them).
+    #[arg(long, default_value_t = 3)]
+    cold: usize,
+    /// Python with mlx-lm for the peer [default: $ONDO_PYTHON, .venv/bin/python, python3].
+    #[arg(long)]
+    python: Option<PathBuf>,
+    /// Print the whole result (plan, environment, raw samples) as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Print the table as Markdown (for docs/BENCHMARKS.md).
+    #[arg(long)]
+    markdown: bool,
+}
+
+pub fn run(args: BenchArgs) -> Result<ExitCode, String> {
+    let dir = resolve_model(&args.model)?;
+    let plan = PeerComparisonPlan {
+        model_dir: dir,
+        prompt_tokens: args.prompt_tokens,
+        generate_tokens: args.generate_tokens,
+        repetitions: args.reps,
+        warmup: args.warmup,
+        loops: args.loops,
+        prefill_step_size: args.prefill_step_size,
+        cold_repetitions: args.cold,
+        python: args
+            .peer
+            .map(|_| bench::peer::find_python(args.python.as_deref())),
+    };
+    let bar = ProgressBar::new(1).with_style(
+        ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} runs, {elapsed}")
+            .map_err(|e| e.to_string())?
+            .progress_chars("=> "),
+    );
+    bar.set_message("benchmarking");
+    if args.json {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let result = bench::compare_with_mlx_lm(&plan, &mut |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    });
+    bar.finish_and_clear();
+    let result = result.map_err(|e| e.to_string())?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&result).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", table(&result, args.markdown));
+    }
+    Ok(if result.same_tokens == Some(false) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn cell(s: &Summary, digits: usize) -> String {
+    format!(
+        "{:.digits$} ({:.digits$}–{:.digits$})",
+        s.median, s.min, s.max
+    )
+}
+
+fn mib(bytes: f64) -> f64 {
+    bytes / (1024.0 * 1024.0)
+}
+
+/// The comparison as a text or Markdown table, ratios against mlx-lm.
+pub fn table(r: &PeerComparison, markdown: bool) -> String {
+    let e = &r.environment;
+    let mut out = String::new();
+    out.push_str(&format!(
+        "model: {} ({} {}, {:.1} MiB) · generate {} · {} reps after {} warm-up · prefill step {}\n",
+        r.plan.model_dir.display(),
+        e.model_type,
+        e.quantization,
+        mib(e.weights_bytes as f64),
+        r.plan.generate_tokens,
+        r.plan.repetitions,
+        r.plan.warmup,
+        r.plan.prefill_step_size,
+    ));
+    out.push_str(&format!(
+        "machine: {} · {} · {:.0} GiB · MLX {} ({}) · mlx-lm {} · Ondo {} ({})\n\n",
+        e.cpu,
+        e.os,
+        e.memory_bytes as f64 / (1u64 << 30) as f64,
+        e.mlx_version,
+        e.backend,
+        e.mlx_lm_version.as_deref().unwrap_or("not run"),
+        e.ondo_version,
+        e.build_profile,
+    ));
+    let header = [
+        "side",
+        "prompt",
+        "TTFT ms",
+        "prompt tok/s",
+        "vs mlx-lm",
+        "decode tok/s",
+        "vs mlx-lm",
+        "peak MiB",
+        "vs mlx-lm",
+    ];
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for result in &r.results {
+        let reference = r
+            .results
+            .iter()
+            .find(|x| x.side == "mlx-lm" && x.prompt_tokens == result.prompt_tokens);
+        let vs = |ours: &Summary, pick: fn(&bench::SideResult) -> &Summary| match reference {
+            Some(reference) if result.side != "mlx-lm" => {
+                format!("{:.2}x", ratio(ours.median, pick(reference).median))
+            }
+            _ => "—".to_owned(),
+        };
+        let peak = Summary::from_samples(
+            &result
+                .mlx_peak_bytes
+                .samples
+                .iter()
+                .map(|b| mib(*b))
+                .collect::<Vec<_>>(),
+        );
+        rows.push(vec![
+            result.side.clone(),
+            result.prompt_tokens.to_string(),
+            cell(&result.ttft_ms, 1),
+            cell(&result.prompt_tps, 0),
+            vs(&result.prompt_tps, |x| &x.prompt_tps),
+            cell(&result.decode_tps, 1),
+            vs(&result.decode_tps, |x| &x.decode_tps),
+            format!("{:.1}", peak.median),
+            vs(&result.mlx_peak_bytes, |x| &x.mlx_peak_bytes),
+        ]);
+    }
+    out.push_str(&render(&header, &rows, markdown));
+    if let Some(cold) = &r.cold_start {
+        out.push_str(&format!(
+            "\ncold start (spawn to first token, median of {}): ondo {} ms",
+            cold.ondo_ms.samples.len(),
+            cell(&cold.ondo_ms, 0)
+        ));
+        if let Some(theirs) = &cold.mlx_lm_ms {
+            out.push_str(&format!(
+                " · mlx-lm {} ms · ratio {:.2}x",
+                cell(theirs, 0),
+                ratio(cold.ondo_ms.median, theirs.median)
+            ));
+        }
+        out.push('\n');
+    }
+    match r.same_tokens {
+        Some(true) => out.push_str("tokens: identical to mlx-lm's in every measured run\n"),
+        Some(false) => out.push_str("tokens: DIFFERENT from mlx-lm's (a correctness bug)\n"),
+        None => {}
+    }
+    if e.build_profile == "debug" {
+        out.push_str("warning: debug build; run `make release` and bench again\n");
+    }
+    out
+}
+
+fn render(header: &[&str], rows: &[Vec<String>], markdown: bool) -> String {
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].chars().count())
+                .chain([header[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: Vec<String>| -> String {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(i, (c, w))| {
+                if i == 0 {
+                    format!("{c:<w$}")
+                } else {
+                    format!("{c:>w$}")
+                }
+            })
+            .collect();
+        if markdown {
+            format!("| {} |\n", padded.join(" | "))
+        } else {
+            format!("{}\n", padded.join("  "))
+        }
+    };
+    let mut out = line(header.iter().map(|s| s.to_string()).collect());
+    if markdown {
+        let rule: Vec<String> = widths
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                if i == 0 {
+                    "-".repeat(*w)
+                } else {
+                    format!("{}:", "-".repeat(w.saturating_sub(1)))
+                }
+            })
+            .collect();
+        out.push_str(&format!("| {} |\n", rule.join(" | ")));
+    }
+    for row in rows {
+        out.push_str(&line(row.clone()));
+    }
+    out
+}
