@@ -18,7 +18,7 @@ TAURI_DRIVER_VERSION=2.1.0
 
 say() { printf '  setup: %s\n' "$*"; }
 
-core_debs=(build-essential pkg-config cmake libclang-14-dev libclang-common-14-dev clang-14 python3-venv libopenblas0-pthread)
+core_debs=(build-essential pkg-config cmake libclang-14-dev libclang-common-14-dev clang-14 python3-venv libopenblas0-serial)
 app_debs=(file libwebkit2gtk-4.1-dev libayatana-appindicator3-dev librsvg2-dev libssl-dev libxdo-dev libgtk-3-dev libsoup-3.0-dev libjavascriptcoregtk-4.1-dev)
 test_debs=(xvfb xauth imagemagick webkit2gtk-driver dbus-x11 at-spi2-core chromium chromium-driver fonts-dejavu-core trayer xdotool)
 

@@ -11,6 +11,11 @@ fn main() {
     println!("cargo:rerun-if-env-changed=DEP_MLX_FAST_BLAS");
     if let Ok(blas) = std::env::var("DEP_MLX_FAST_BLAS") {
         println!("cargo:rustc-link-arg=-Wl,--push-state,--no-as-needed,{blas},--pop-state");
+        // The soname is shared by OpenBLAS's serial and threaded builds; the
+        // rpath makes the loader take the one linked here.
+        if let Some(dir) = std::path::Path::new(&blas).parent() {
+            println!("cargo:rustc-link-arg=-Wl,-rpath,{}", dir.display());
+        }
     }
     tauri_build::build();
 }

@@ -1,6 +1,6 @@
 //! Ondo's engine produces exactly mlx-lm's tokens: greedy ids for 64 tokens
 //! at prompt lengths 1, 7, 300 and longer than `prefill_step_size`, both
-//! loop shapes, llama and qwen3, fp32 / 4-bit / 8-bit, with and without a
+//! loop shapes, llama and qwen3 (and qwen2, mistral), fp32 / 4-bit / 8-bit, with and without a
 //! rotating cache; first-step log-probabilities within a tolerance; and a
 //! follow-up turn on a kept cache equal to recomputing from scratch. The
 //! reference is Python mlx-lm 0.32.2 from the project venv.
@@ -161,6 +161,11 @@ fn greedy_tokens_equal_mlx_lm_across_the_matrix() {
         ("qwen3-f32", variant(Arch::Qwen3, None, WeightDtype::F32)),
         ("qwen3-q4", variant(Arch::Qwen3, Some(4), WeightDtype::F32)),
         ("qwen3-q8", variant(Arch::Qwen3, Some(8), WeightDtype::F32)),
+        ("qwen2-f32", variant(Arch::Qwen2, None, WeightDtype::F32)),
+        (
+            "mistral-q4",
+            variant(Arch::Mistral, Some(4), WeightDtype::F32),
+        ),
     ];
     // (prompt length, prefill step): 300 > 128 takes three prefill chunks.
     let shapes = [(1, 2048), (7, 2048), (300, 2048), (300, SMALL_PREFILL_STEP)];
@@ -186,7 +191,7 @@ fn greedy_tokens_equal_mlx_lm_across_the_matrix() {
         }
         engine.unload(&dir).unwrap();
     }
-    assert_eq!(compared, 6 * 4 * 2 * 2);
+    assert_eq!(compared, 8 * 4 * 2 * 2);
 }
 
 /// Runs mlx_lm_generate.py; returns its JSON.

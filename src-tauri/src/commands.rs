@@ -1,12 +1,13 @@
 //! The commands the UI invokes. Each one checks its input, calls the core on a
 //! blocking thread (the core's work is synchronous file and MLX work that must
-//! not stall the event loop), and returns data or a `CommandError`.
+//! not stall the event loop), and returns data or a `CommandError`. Work that
+//! touches MLX runs on the core's engine thread (MLX is not thread-safe).
 
 use std::path::PathBuf;
-use std::sync::{Mutex, PoisonError};
 
 use ondo::demo::{self, DemoRun};
 use ondo::doctor::DoctorReport;
+use ondo::engine::EngineHandle;
 use ondo::paths::DataDirs;
 use ondo::synth;
 
@@ -20,22 +21,22 @@ pub const MAX_TEST_TOKENS: usize = 256;
 /// The longest prompt a test generation accepts, in characters.
 pub const MAX_TEST_PROMPT_CHARS: usize = 4000;
 
-/// Serializes MLX work. MLX is not thread-safe and its state is per process;
-/// until the core's engine thread owns all of it, every command that touches
-/// MLX holds this lock.
-static MLX_WORK: Mutex<()> = Mutex::new(());
+/// The engine the app manages (a cheap clone of its handle).
+fn engine(state: tauri::State<'_, EngineHandle>) -> Result<EngineHandle, CommandError> {
+    Ok(state.inner().clone())
+}
 
-/// Runs `work` on a blocking thread while holding the MLX lock.
-async fn with_mlx<T, F>(work: F) -> Result<T, CommandError>
+/// Runs `work` on the engine thread (waiting on a blocking thread, so the
+/// event loop stays free).
+async fn with_mlx<T, F>(engine: EngineHandle, work: F) -> Result<T, CommandError>
 where
     T: Send + 'static,
     F: FnOnce() -> Result<T, CommandError> + Send + 'static,
 {
     on_blocking_thread(move || {
-        // A panic in earlier MLX work poisons the lock but leaves nothing
-        // behind it to repair: the lock guards `()`.
-        let _guard = MLX_WORK.lock().unwrap_or_else(PoisonError::into_inner);
-        work()
+        engine
+            .call(work)
+            .map_err(|e| CommandError::Internal(e.to_string()))?
     })
     .await
 }
@@ -67,8 +68,10 @@ pub struct PreparedModel {
 
 /// Versions, backend, device, memory and MLX self-tests.
 #[tauri::command]
-pub async fn doctor_report() -> Result<DoctorReport, CommandError> {
-    with_mlx(|| Ok(DoctorReport::collect())).await
+pub async fn doctor_report(
+    state: tauri::State<'_, EngineHandle>,
+) -> Result<DoctorReport, CommandError> {
+    with_mlx(engine(state)?, || Ok(DoctorReport::collect())).await
 }
 
 /// The downloaded models and the recommended download.
@@ -79,27 +82,41 @@ pub async fn library_status() -> Result<LibraryStatus, CommandError> {
 
 /// Writes the built-in tiny model if it is not there yet.
 #[tauri::command]
-pub async fn prepare_builtin_model() -> Result<PreparedModel, CommandError> {
-    with_mlx(|| {
+pub async fn prepare_builtin_model(
+    state: tauri::State<'_, EngineHandle>,
+) -> Result<PreparedModel, CommandError> {
+    with_mlx(engine(state)?, || {
         let model_dir = synth::builtin_tiny_model(&DataDirs::from_env())?;
         Ok(PreparedModel { model_dir })
     })
     .await
 }
 
-/// Loads the chosen model cold, generates once, and returns the timings.
+/// Generates once with the chosen model (loading it cold the first time,
+/// warm after) and returns the timings.
 #[tauri::command]
 pub async fn run_test_generation(
+    state: tauri::State<'_, EngineHandle>,
     model: ModelChoice,
     prompt: String,
     max_tokens: usize,
 ) -> Result<DemoRun, CommandError> {
     check_test_request(&prompt, max_tokens)?;
-    with_mlx(move || {
-        let model_dir = match model {
-            ModelChoice::BuiltinTiny => synth::builtin_tiny_model(&DataDirs::from_env())?,
-        };
-        Ok(demo::run_test_generation(&model_dir, &prompt, max_tokens)?)
+    let engine = engine(state)?;
+    let model_dir = match model {
+        ModelChoice::BuiltinTiny => {
+            with_mlx(engine.clone(), || {
+                Ok(synth::builtin_tiny_model(&DataDirs::from_env())?)
+            })
+            .await?
+        }
+    };
+    // The generation itself is a request to the engine, not a `call`: it
+    // waits in the engine's queue like any other client's.
+    on_blocking_thread(move || {
+        Ok(demo::run_test_generation(
+            &engine, &model_dir, &prompt, max_tokens,
+        )?)
     })
     .await
 }

@@ -27,8 +27,17 @@ pub fn run() {
 }
 
 /// Adds Ondo's commands and window behaviour to `builder`. Tests pass
-/// `tauri::test::mock_builder()`; `run` passes the real one.
+/// `tauri::test::mock_builder()`; `run` passes the real one. The engine
+/// thread that owns every MLX object starts here; all commands share it.
 pub fn run_app<R: Runtime>(builder: Builder<R>) -> Builder<R> {
+    let builder = match ondo::engine::EngineHandle::spawn() {
+        Ok(engine) => builder.manage(engine),
+        // Without an engine the commands answer with an error the UI shows.
+        Err(error) => {
+            eprintln!("ondo-app: {error}");
+            builder
+        }
+    };
     builder
         .invoke_handler(tauri::generate_handler![
             commands::doctor_report,

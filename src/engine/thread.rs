@@ -46,6 +46,9 @@ enum Command {
     Resident {
         reply: mpsc::Sender<Vec<ResidentModel>>,
     },
+    /// Other MLX work (self-tests, writing synthetic models) that must not
+    /// run beside the engine's.
+    Call(Box<dyn FnOnce() + Send>),
 }
 
 /// A handle to the engine thread. Cloning is cheap; when the last clone is
@@ -173,6 +176,24 @@ impl EngineHandle {
             .map_err(|_| RunError::EngineStopped)
     }
 
+    /// Runs `work` on the engine thread, between requests, and returns its
+    /// result: the way for other code that uses MLX to stay off the engine's
+    /// toes (MLX is not thread-safe).
+    pub fn call<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, RunError> {
+        let (reply, answer) = mpsc::channel();
+        self.commands
+            .send(Command::Call(Box::new(move || {
+                let _ = reply.send(work());
+            })))
+            .map_err(|_| RunError::EngineStopped)?;
+        answer
+            .recv()
+            .map_err(|_| RunError::Internal("the work sent to the engine thread panicked".into()))
+    }
+
     /// The models resident now.
     pub fn resident(&self) -> Result<Vec<ResidentModel>, RunError> {
         let (reply, answer) = mpsc::channel();
@@ -256,6 +277,10 @@ impl EngineThread {
                     for resident in self.models.values_mut() {
                         resident.conversations.remove(&id);
                     }
+                }
+                Command::Call(work) => {
+                    // A panic drops the reply sender; the caller hears of it.
+                    let _ = std::panic::catch_unwind(AssertUnwindSafe(work));
                 }
                 Command::Resident { reply } => {
                     let mut all: Vec<ResidentModel> = self

@@ -56,8 +56,8 @@ impl SynthOptions {
     /// The shape after the architecture's own conventions are applied.
     pub fn shape(&self) -> Shape {
         let mut shape = self.preset.shape.clone();
-        if self.arch == Arch::Qwen3 {
-            // Qwen3 uses plain rope with a larger base and no llama3 scaling.
+        if self.arch != Arch::Llama {
+            // Mistral and Qwen use plain rope with a larger base, no llama3 scaling.
             shape.rope_theta = 1_000_000.0;
             shape.rope_scaling = None;
         }
@@ -240,12 +240,8 @@ fn config_json(
     shape: &Shape,
     tokenizer: &tokenizer::SynthTokenizer,
 ) -> serde_json::Value {
-    let architecture = match options.arch {
-        Arch::Llama => "LlamaForCausalLM",
-        Arch::Qwen3 => "Qwen3ForCausalLM",
-    };
     let mut config = json!({
-        "architectures": [architecture],
+        "architectures": [options.arch.class_name()],
         "model_type": options.arch.model_type(),
         "hidden_size": shape.hidden_size,
         "intermediate_size": shape.intermediate_size,

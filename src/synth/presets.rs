@@ -8,6 +8,8 @@ use serde::Serialize;
 #[serde(rename_all = "lowercase")]
 pub enum Arch {
     Llama,
+    Mistral,
+    Qwen2,
     Qwen3,
 }
 
@@ -15,7 +17,19 @@ impl Arch {
     pub fn model_type(self) -> &'static str {
         match self {
             Arch::Llama => "llama",
+            Arch::Mistral => "mistral",
+            Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+        }
+    }
+
+    /// `architectures[0]` of config.json, as transformers names the class.
+    pub fn class_name(self) -> &'static str {
+        match self {
+            Arch::Llama => "LlamaForCausalLM",
+            Arch::Mistral => "MistralForCausalLM",
+            Arch::Qwen2 => "Qwen2ForCausalLM",
+            Arch::Qwen3 => "Qwen3ForCausalLM",
         }
     }
 }

@@ -19,6 +19,9 @@ pub enum TensorKind {
     Matrix,
     /// An RMSNorm scale: ones; never quantized.
     NormScale,
+    /// A projection's bias (qwen2's q, k, v): normal(0, 0.1), so it
+    /// visibly changes the output; never quantized.
+    Bias,
 }
 
 /// One tensor of the plan (before quantization).
@@ -69,6 +72,13 @@ pub fn tensor_plan(arch: Arch, shape: &Shape) -> Vec<PlannedTensor> {
                 vec![out, hidden],
                 TensorKind::Matrix,
             );
+            if arch == Arch::Qwen2 {
+                add(
+                    format!("{p}.self_attn.{proj}.bias"),
+                    vec![out],
+                    TensorKind::Bias,
+                );
+            }
         }
         add(
             format!("{p}.self_attn.o_proj.weight"),
@@ -139,9 +149,14 @@ fn make_tensor(
     let dtype = options.dtype.to_mlx();
     let values = match tensor.kind {
         TensorKind::NormScale => Array::ones::<f32>(&tensor.shape)?,
-        TensorKind::Matrix => {
+        TensorKind::Matrix | TensorKind::Bias => {
             let key = random::key(tensor_seed(options.seed, &tensor.name))?;
-            random::normal::<f32>(&tensor.shape[..], 0.0, 0.02, &key)?
+            let scale = if tensor.kind == TensorKind::Bias {
+                0.1
+            } else {
+                0.02
+            };
+            random::normal::<f32>(&tensor.shape[..], 0.0, scale, &key)?
         }
     }
     .as_dtype(dtype)?;

@@ -114,17 +114,22 @@ pub fn build_and_link(mlx_c_root: &Path) {
 /// reference BLAS: libmlx leaves `cblas_sgemm` undefined and takes the first
 /// definition in load order, so a library the binary itself needs wins. The
 /// wheel's BLAS multiplies fp32 matrices at a few GFLOP/s on x86; OpenBLAS at
-/// tens. `MLX_SYS_FAST_BLAS` names another library, or `none` to keep the
-/// wheel's.
+/// tens. The serial build is preferred: the threaded one's exit handler can
+/// wait forever for its worker threads once they have run (seen with 0.3.21),
+/// and MLX already computes on a thread of its own. `MLX_SYS_FAST_BLAS` names
+/// another library, or `none` to keep the wheel's.
 fn fast_blas() -> Option<PathBuf> {
     println!("cargo:rerun-if-env-changed=MLX_SYS_FAST_BLAS");
     match env::var("MLX_SYS_FAST_BLAS") {
         Ok(v) if v == "none" => None,
         Ok(v) => Some(PathBuf::from(v)),
-        Err(_) => ["/usr/lib/x86_64-linux-gnu/libopenblas.so.0", "/usr/lib/aarch64-linux-gnu/libopenblas.so.0"]
-            .iter()
-            .map(PathBuf::from)
-            .find(|p| p.is_file()),
+        Err(_) => [
+            "/usr/lib/x86_64-linux-gnu/openblas-serial/libopenblas.so.0",
+            "/usr/lib/aarch64-linux-gnu/openblas-serial/libopenblas.so.0",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file()),
     }
 }
 
