@@ -66,8 +66,11 @@ struct JoinOnDrop(Option<std::thread::JoinHandle<()>>);
 impl Drop for JoinOnDrop {
     fn drop(&mut self) {
         // By now every sender is gone (this guard is dropped after the
-        // handle's own sender), so the thread's loop ends.
-        if let Some(thread) = self.0.take() {
+        // handle's own sender), so the thread's loop ends. A handle dropped
+        // on the engine thread itself (inside a sink) cannot wait for it.
+        if let Some(thread) = self.0.take()
+            && thread.thread().id() != std::thread::current().id()
+        {
             let _ = thread.join();
         }
     }
@@ -221,6 +224,15 @@ fn model_key(dir: &Path) -> PathBuf {
     std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned())
 }
 
+/// Blocks until the default stream has no queued work.
+fn wait_for_mlx() {
+    // SAFETY: a plain C call without arguments; MLX is only used from this
+    // thread.
+    unsafe {
+        mlx_sys::mlx_synchronize_default();
+    }
+}
+
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()
@@ -241,6 +253,11 @@ impl EngineThread {
                     let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
                         self.generate(&request, &cancel, &mut sink)
                     }));
+                    // A pipelined run leaves its last step queued. Let it
+                    // finish before the client hears the end: the next
+                    // request then starts on an idle MLX, and a client that
+                    // exits right away never exits under running work.
+                    wait_for_mlx();
                     let event = match result {
                         Ok(Ok(outcome)) => RunEvent::Finished {
                             text: outcome.text,
@@ -293,6 +310,9 @@ impl EngineThread {
                 }
             }
         }
+        // Leave nothing running behind the arrays (and perhaps the process).
+        wait_for_mlx();
+        self.models.clear();
     }
 
     fn describe(&self, key: &Path) -> Option<ResidentModel> {
