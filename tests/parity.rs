@@ -22,22 +22,8 @@ const SMALL_PREFILL_STEP: usize = 128;
 /// prefilling the long prompts and while decoding the short ones.
 const ROTATING_SIZE: usize = 48;
 
-fn python() -> Option<PathBuf> {
-    let python = std::env::var_os("ONDO_PYTHON")
-        .map(PathBuf::from)
-        .or_else(|| {
-            let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-            venv.is_file().then_some(venv)
-        });
-    if python.is_none() {
-        assert!(
-            std::env::var_os("ONDO_REQUIRE_PYTHON").is_none(),
-            "ONDO_REQUIRE_PYTHON is set but no Python with mlx-lm was found; run `make setup`"
-        );
-        eprintln!("note: no project venv; skipping the mlx-lm comparison");
-    }
-    python
-}
+mod common;
+use common::python;
 
 fn script(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

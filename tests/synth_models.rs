@@ -1,7 +1,7 @@
 //! `ondo synth` writes folders that both Ondo and Python mlx-lm load, for
 //! every preset and format, deterministically; bad input is refused clearly.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use ondo::engine::LoadError;
@@ -17,24 +17,8 @@ fn write(options: &SynthOptions, dir: &Path) -> synth::SynthSummary {
     synth::write_model(options, dir, &mut |_| {}).expect("synth writes the model")
 }
 
-/// The project venv's Python, or `None` (with a note) when it is absent and
-/// not required. `make test` requires it.
-fn python() -> Option<PathBuf> {
-    let python = std::env::var_os("ONDO_PYTHON")
-        .map(PathBuf::from)
-        .or_else(|| {
-            let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-            venv.is_file().then_some(venv)
-        });
-    if python.is_none() {
-        assert!(
-            std::env::var_os("ONDO_REQUIRE_PYTHON").is_none(),
-            "ONDO_REQUIRE_PYTHON is set but no Python with mlx-lm was found; run `make setup`"
-        );
-        eprintln!("note: no project venv; skipping the mlx-lm comparison");
-    }
-    python
-}
+mod common;
+use common::python;
 
 /// Generates with mlx-lm; returns (prompt ids, generated ids).
 fn mlx_lm_generate(python: &Path, dir: &Path, prompt: &str, tokens: usize) -> (Vec<u32>, Vec<u32>) {
