@@ -22,8 +22,8 @@ pub const MAX_TEST_TOKENS: usize = 256;
 pub const MAX_TEST_PROMPT_CHARS: usize = 4000;
 
 /// The engine the app manages (a cheap clone of its handle).
-fn engine(state: tauri::State<'_, EngineHandle>) -> Result<EngineHandle, CommandError> {
-    Ok(state.inner().clone())
+fn engine(state: tauri::State<'_, EngineHandle>) -> EngineHandle {
+    state.inner().clone()
 }
 
 /// Runs `work` on the engine thread (waiting on a blocking thread, so the
@@ -71,7 +71,7 @@ pub struct PreparedModel {
 pub async fn doctor_report(
     state: tauri::State<'_, EngineHandle>,
 ) -> Result<DoctorReport, CommandError> {
-    with_mlx(engine(state)?, || Ok(DoctorReport::collect())).await
+    with_mlx(engine(state), || Ok(DoctorReport::collect())).await
 }
 
 /// The downloaded models and the recommended download.
@@ -85,7 +85,7 @@ pub async fn library_status() -> Result<LibraryStatus, CommandError> {
 pub async fn prepare_builtin_model(
     state: tauri::State<'_, EngineHandle>,
 ) -> Result<PreparedModel, CommandError> {
-    with_mlx(engine(state)?, || {
+    with_mlx(engine(state), || {
         let model_dir = synth::builtin_tiny_model(&DataDirs::from_env())?;
         Ok(PreparedModel { model_dir })
     })
@@ -102,7 +102,7 @@ pub async fn run_test_generation(
     max_tokens: usize,
 ) -> Result<DemoRun, CommandError> {
     check_test_request(&prompt, max_tokens)?;
-    let engine = engine(state)?;
+    let engine = engine(state);
     let model_dir = match model {
         ModelChoice::BuiltinTiny => {
             with_mlx(engine.clone(), || {

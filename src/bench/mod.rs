@@ -283,7 +283,7 @@ fn model_vocab(dir: &Path) -> Result<u32, BenchError> {
 fn ondo_cold_start(model_dir: &Path, prompt: &[u32]) -> Result<f64, BenchError> {
     let exe = std::env::current_exe().map_err(|e| BenchError::Plan(e.to_string()))?;
     let ids: Vec<String> = prompt.iter().map(u32::to_string).collect();
-    let spawned_at = peer::spawn_timestamp_ns();
+    let spawned_at = peer::wall_clock_ns();
     let out = Command::new(exe)
         .arg("run")
         .arg(model_dir)

@@ -73,7 +73,8 @@ fn worker_file() -> Result<tempfile::NamedTempFile, PeerError> {
     Ok(file)
 }
 
-fn wall_clock_ns() -> u128 {
+/// Nanoseconds since the Unix epoch, for a child to measure from its spawn.
+pub fn wall_clock_ns() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -200,9 +201,4 @@ pub fn cold_start(
     let line = String::from_utf8_lossy(&out.stdout);
     let last = line.lines().last().unwrap_or_default();
     serde_json::from_str(last).map_err(|e| PeerError::Failed(format!("{e}: {last}")))
-}
-
-/// Nanoseconds since the Unix epoch, for a child to measure from its spawn.
-pub fn spawn_timestamp_ns() -> u128 {
-    wall_clock_ns()
 }

@@ -240,7 +240,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, String> {
         let outcome = engine
             .generate_blocking(request, CancelToken::new(), |event| {
                 if matches!(event, RunEvent::Delta { .. }) && first_token_at.is_none() {
-                    first_token_at = Some(crate::bench::peer::spawn_timestamp_ns());
+                    first_token_at = Some(crate::bench::peer::wall_clock_ns());
                 }
             })
             .map_err(|e| e.to_string())?;
