@@ -6,6 +6,7 @@ pub mod cli;
 pub mod demo;
 pub mod doctor;
 pub mod engine;
+pub mod hub;
 pub mod metrics;
 pub mod paths;
 pub mod synth;

@@ -1,24 +1,24 @@
 //! What the Models section shows: the models already in the Hugging Face cache
-//! and the catalog's recommended download. The shell's own small reading of the
-//! cache until `ondo::hub` owns the local library; then this calls the core.
+//! (read by the core's library) and the catalog's recommended download.
 
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+use ondo::hub::{catalog, library};
 use ondo::paths::DataDirs;
 
 /// The catalog's default model (DESIGN.md): small enough for most Macs, good
 /// enough to chat with.
-pub const RECOMMENDED_MODEL_ID: &str = "mlx-community/Llama-3.2-3B-Instruct-4bit";
+pub const RECOMMENDED_MODEL_ID: &str = catalog::DEFAULT_MODEL;
 
 /// The local library as the UI sees it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct LibraryStatus {
-    /// Repo ids (`ORG/NAME`) with a complete-looking snapshot in the hub cache, sorted.
+    /// Repo ids (`ORG/NAME`) with a complete snapshot in the hub cache, sorted.
     pub downloaded: Vec<String>,
     /// What the UI offers to download first.
     pub recommended_model_id: String,
-    /// False until Ondo can download (a later release); the UI disables the button.
+    /// False until the app has its download screen (the core and `ondo pull`
+    /// can download); the UI disables the button.
     pub downloads_available: bool,
     /// Where Ondo keeps models it made itself (the built-in tiny model).
     pub models_dir: PathBuf,
@@ -30,7 +30,11 @@ impl LibraryStatus {
     /// Reads the library from disk. A missing cache folder is an empty library.
     pub fn read(dirs: &DataDirs) -> Self {
         Self {
-            downloaded: cached_model_ids(&dirs.hf_cache_dir),
+            downloaded: library::scan_hub_cache(&dirs.hf_cache_dir)
+                .into_iter()
+                .filter(|model| model.complete)
+                .map(|model| model.id)
+                .collect(),
             recommended_model_id: RECOMMENDED_MODEL_ID.to_owned(),
             downloads_available: false,
             models_dir: dirs.models_dir.clone(),
@@ -39,36 +43,11 @@ impl LibraryStatus {
     }
 }
 
-/// Repo ids of the `models--ORG--NAME` folders in `hf_cache_dir` that hold at
-/// least one snapshot with a `config.json` (a model that can be loaded).
-fn cached_model_ids(hf_cache_dir: &Path) -> Vec<String> {
-    let Ok(entries) = fs::read_dir(hf_cache_dir) else {
-        return Vec::new();
-    };
-    let mut ids: Vec<String> = entries
-        .flatten()
-        .filter_map(|entry| {
-            let folder_name = entry.file_name().into_string().ok()?;
-            let repo_id = folder_name.strip_prefix("models--")?.replacen("--", "/", 1);
-            has_loadable_snapshot(&entry.path()).then_some(repo_id)
-        })
-        .collect();
-    ids.sort();
-    ids
-}
-
-fn has_loadable_snapshot(repo_folder: &Path) -> bool {
-    let Ok(snapshots) = fs::read_dir(repo_folder.join("snapshots")) else {
-        return false;
-    };
-    snapshots
-        .flatten()
-        .any(|snapshot| snapshot.path().join("config.json").is_file())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
+    use std::path::Path;
 
     fn dirs_in(root: &Path) -> DataDirs {
         DataDirs {
@@ -83,6 +62,7 @@ mod tests {
         fs::create_dir_all(&snapshot).unwrap();
         if with_config {
             fs::write(snapshot.join("config.json"), "{}").unwrap();
+            fs::write(snapshot.join("model.safetensors"), b"").unwrap();
         }
     }
 

@@ -2,6 +2,7 @@
 
 mod bench;
 mod doctor;
+mod models;
 pub mod run;
 mod synth;
 
@@ -40,6 +41,19 @@ enum Command {
     /// Time prefill, decode and cold start over repetitions (median and
     /// spread), optionally against Python mlx-lm on the same model.
     Bench(bench::BenchArgs),
+    /// Download a model from the Hugging Face hub into the shared cache
+    /// (resumable: Ctrl-C pauses, the same command continues).
+    Pull(models::PullArgs),
+    /// List the models on this machine: the Hugging Face cache (shared with
+    /// mlx-lm and transformers), added folders, and Ondo's own.
+    Ls(models::LsArgs),
+    /// Delete a model from the Hugging Face cache, or forget an added folder.
+    Rm(models::RmArgs),
+    /// Will a model fit in memory? Weights + KV cache at a context + overhead,
+    /// against what is free, with what to change when it does not.
+    Fit(models::FitArgs),
+    /// Search the hub for MLX models by name.
+    Search(models::SearchArgs),
 }
 
 mod demo;
@@ -54,6 +68,11 @@ pub fn main() -> std::process::ExitCode {
         Command::Run(args) => run::run(args),
         Command::Chat(args) => run::chat(args),
         Command::Bench(args) => bench::run(args),
+        Command::Pull(args) => models::pull(args),
+        Command::Ls(args) => models::ls(args),
+        Command::Rm(args) => models::rm(args),
+        Command::Fit(args) => models::fit(args),
+        Command::Search(args) => models::search(args),
     };
     match result {
         Ok(code) => code,

@@ -66,6 +66,10 @@ pub struct GenerationArgs {
     /// --max-tokens tokens).
     #[arg(long)]
     ignore_eos: bool,
+    /// Load even when the fit estimate says the model will not fit in the
+    /// memory available (it may swap or fail).
+    #[arg(long)]
+    load_anyway: bool,
 }
 
 impl GenerationArgs {
@@ -142,28 +146,53 @@ pub fn resolve_model(model: &str) -> Result<PathBuf, String> {
     if model == "tiny" {
         return synth::builtin_tiny_model(&dirs).map_err(|e| e.to_string());
     }
-    let (repo, revision) = model.split_once('@').unwrap_or((model, "main"));
-    if repo.split('/').count() == 2 && !repo.contains("..") {
-        let repo_dir = dirs
-            .hf_cache_dir
-            .join(format!("models--{}", repo.replace('/', "--")));
-        let commit = std::fs::read_to_string(repo_dir.join("refs").join(revision))
-            .map(|s| s.trim().to_owned())
-            .unwrap_or_else(|_| revision.to_owned());
-        let snapshot = repo_dir.join("snapshots").join(commit);
-        if snapshot.join("config.json").is_file() {
-            return Ok(snapshot);
-        }
-        return Err(format!(
+    let repo = crate::hub::ModelRef::parse(model).map_err(|_| {
+        format!(
+            "{model} is neither a folder nor a repo id (owner/name); pass a model folder, a repo id \
+             from `ondo ls`, or `tiny`"
+        )
+    })?;
+    match crate::hub::library::cached_snapshot_dir(&dirs.hf_cache_dir, &repo) {
+        Some(snapshot) => Ok(snapshot),
+        None => Err(format!(
             "{repo} is not in the Hugging Face cache at {}; download it first (`ondo pull {repo}`) \
              or pass a model folder",
             dirs.hf_cache_dir.display()
-        ));
+        )),
     }
-    Err(format!(
-        "{model} is neither a folder nor a repo id (owner/name); pass a model folder, a repo id \
-         from the cache, or `tiny`"
-    ))
+}
+
+/// Refuses to load a model the fit estimate says will not fit, unless the
+/// user asked to load anyway; warns when it is tight.
+fn check_fit(dir: &Path, args: &GenerationArgs) -> Result<(), String> {
+    use crate::hub::{fit::Verdict, sizing};
+    let Ok(facts) = sizing::facts_from_folder(dir) else {
+        // The engine's loader names what is wrong with the folder.
+        return Ok(());
+    };
+    let context = args.max_kv_size.map_or(4096, |n| n as u64);
+    let estimate = facts.estimate(context, sizing::MachineMemory::read(None));
+    let line = crate::cli::models::verdict_line(&estimate);
+    match estimate.verdict {
+        Verdict::Fits => Ok(()),
+        Verdict::Tight => {
+            eprintln!("{line}");
+            Ok(())
+        }
+        Verdict::WillNotFit if args.load_anyway => {
+            eprintln!("{line}; loading anyway (--load-anyway)");
+            Ok(())
+        }
+        Verdict::WillNotFit => Err(format!(
+            "{line}\n{}\nPass --load-anyway to try regardless (the system may swap heavily).",
+            estimate
+                .advice
+                .iter()
+                .map(|a| format!("  - {a}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        )),
+    }
 }
 
 /// The timings footer, in the order the costs happen.
@@ -218,6 +247,7 @@ fn stream_to_stdout(engine: &EngineHandle, request: GenerateRequest) -> Result<R
 
 pub fn run(args: RunArgs) -> Result<ExitCode, String> {
     let dir = resolve_model(&args.generation.model)?;
+    check_fit(&dir, &args.generation)?;
     let prompt = if let Some(ids) = args.prompt_ids {
         Prompt::Tokens { ids }
     } else if args.raw {
@@ -261,6 +291,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, String> {
 
 pub fn chat(args: ChatArgs) -> Result<ExitCode, String> {
     let dir = resolve_model(&args.generation.model)?;
+    check_fit(&dir, &args.generation)?;
     let engine = EngineHandle::spawn().map_err(|e| e.to_string())?;
     eprintln!(
         "loading {} ... (/reset starts over, /exit or Ctrl-D quits)",

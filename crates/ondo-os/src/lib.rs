@@ -1,15 +1,26 @@
 //! Operating-system probes that Ondo needs and MLX does not provide: how much
-//! memory the machine has and how much is available, and what the processor is.
+//! memory the machine has, how it is used and how hard the OS is working to
+//! find more (memory pressure), and what the processor is.
 //!
 //! This crate has no MLX dependency so that its macOS code type-checks with
 //! `cargo check --target aarch64-apple-darwin` on any machine.
 
 #[cfg(target_os = "linux")]
 mod linux;
+#[cfg(target_os = "linux")]
+mod linux_pressure;
 #[cfg(target_os = "macos")]
 mod macos;
+// Pure formulas, compiled into tests everywhere so that Linux CI checks them.
+#[cfg(any(target_os = "macos", test))]
+mod macos_breakdown;
+mod pressure;
+mod sampler;
 
 use std::io;
+
+pub use pressure::{LevelSource, MemorySnapshot, PressureLevel, Psi, memory_snapshot};
+pub use sampler::PressureSampler;
 
 /// Physical memory of the machine, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,15 +8,19 @@ pub(crate) fn memory_totals() -> io::Result<MemoryTotals> {
     parse_meminfo(&fs::read_to_string("/proc/meminfo")?)
 }
 
+/// One `Name:   123 kB` line of `/proc/meminfo`, in bytes; `None` when the
+/// kernel does not have that line.
+pub(crate) fn meminfo_bytes(text: &str, name: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let rest = line.strip_prefix(name)?.strip_prefix(':')?;
+        let kib: u64 = rest.trim().trim_end_matches("kB").trim().parse().ok()?;
+        Some(kib.saturating_mul(1024))
+    })
+}
+
 /// Parses the kB lines of `/proc/meminfo` that the totals need.
 pub(crate) fn parse_meminfo(text: &str) -> io::Result<MemoryTotals> {
-    let field = |name: &str| -> Option<u64> {
-        text.lines().find_map(|line| {
-            let rest = line.strip_prefix(name)?.strip_prefix(':')?;
-            let kib: u64 = rest.trim().trim_end_matches("kB").trim().parse().ok()?;
-            Some(kib * 1024)
-        })
-    };
+    let field = |name: &str| meminfo_bytes(text, name);
     let total_bytes = field("MemTotal").ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::InvalidData,

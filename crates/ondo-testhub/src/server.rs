@@ -1,0 +1,473 @@
+//! The HTTP side: routes, the hub's JSON and headers, its error codes, and the
+//! request log.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use axum::Router;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::header::{
+    ACCEPT_RANGES, AUTHORIZATION, AsHeaderName, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, ETAG,
+    IntoHeaderName, LOCATION, RANGE,
+};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::{Value, json};
+
+use crate::LoggedRequest;
+use crate::file_body::{ByteRange, Transfer};
+use crate::repo::{ServedFile, ServedRepo, is_valid_repo_id, sha256_hex};
+
+/// Every repo gets these, so `filter=mlx` finds them all.
+const TAGS: [&str; 3] = ["mlx", "safetensors", "text-generation"];
+const LAST_MODIFIED: &str = "2026-01-01T00:00:00.000Z";
+/// What the hub reports as the size of an LFS pointer file.
+const LFS_POINTER_BYTES: u64 = 134;
+
+/// State shared by the server thread and the `TestHub` handle.
+pub(crate) struct Shared {
+    /// `http://127.0.0.1:PORT`, for redirects and error messages.
+    pub base_url: String,
+    state: Mutex<HubState>,
+    pub body_bytes_served: AtomicU64,
+}
+
+#[derive(Default)]
+pub(crate) struct HubState {
+    pub repos: BTreeMap<String, ServedRepo>,
+    /// Repo id to the one token that may read it.
+    pub gate_tokens: HashMap<String, String>,
+    /// Content hashes whose bodies are served with a byte flipped.
+    pub corrupted_sha256: HashSet<String>,
+    pub bytes_per_second: Option<u64>,
+    pub drops_left: usize,
+    pub drop_after_bytes: u64,
+    pub requests: Vec<LoggedRequest>,
+}
+
+impl Shared {
+    pub(crate) fn new(base_url: String) -> Shared {
+        Shared {
+            base_url,
+            state: Mutex::default(),
+            body_bytes_served: AtomicU64::new(0),
+        }
+    }
+
+    /// A panic elsewhere must not take the server down with it: the state
+    /// stays consistent because every update is a single assignment or push.
+    pub(crate) fn state(&self) -> MutexGuard<'_, HubState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/api/models", get(search))
+        .route("/api/models/{org}/{name}", get(info_at_main))
+        .route("/api/models/{org}/{name}/revision/{revision}", get(info))
+        .route("/{org}/{name}/resolve/{revision}/{*path}", get(resolve))
+        .route("/storage/{sha256}", get(storage))
+        .fallback(unknown_route)
+        .layer(middleware::from_fn_with_state(shared.clone(), log_request))
+        .with_state(shared)
+}
+
+async fn log_request(State(shared): State<Arc<Shared>>, request: Request, next: Next) -> Response {
+    let method = request.method().to_string();
+    let path = request.uri().path().to_string();
+    let query = request.uri().query().map(str::to_string);
+    let range = header_str(request.headers(), RANGE).map(str::to_string);
+    let response = next.run(request).await;
+    shared.state().requests.push(LoggedRequest {
+        method,
+        path,
+        query,
+        range,
+        status: response.status().as_u16(),
+    });
+    response
+}
+
+/// An error as the hub sends it: a status, `X-Error-Code`, and `{"error": ...}`.
+struct HubError {
+    status: StatusCode,
+    code: Option<&'static str>,
+    message: String,
+}
+
+impl HubError {
+    fn new(status: StatusCode, code: Option<&'static str>, message: String) -> HubError {
+        HubError {
+            status,
+            code,
+            message,
+        }
+    }
+}
+
+impl IntoResponse for HubError {
+    fn into_response(self) -> Response {
+        let mut response =
+            (self.status, axum::Json(json!({ "error": self.message }))).into_response();
+        if let Some(code) = self.code {
+            set(response.headers_mut(), "x-error-code", code);
+        }
+        response
+    }
+}
+
+async fn unknown_route(State(shared): State<Arc<Shared>>, uri: Uri) -> HubError {
+    HubError::new(
+        StatusCode::NOT_FOUND,
+        None,
+        format!("Not Found: {}{uri}", shared.base_url),
+    )
+}
+
+/// Finds a repo at a revision the way the hub checks a request: id, then
+/// access, then revision.
+fn find_repo(
+    shared: &Shared,
+    org: &str,
+    name: &str,
+    revision: &str,
+    headers: &HeaderMap,
+    uri: &Uri,
+) -> Result<ServedRepo, HubError> {
+    let repo_id = format!("{org}/{name}");
+    if !is_valid_repo_id(&repo_id) {
+        return Err(HubError::new(
+            StatusCode::BAD_REQUEST,
+            None,
+            format!("Invalid repo id: {repo_id:?}"),
+        ));
+    }
+    let state = shared.state();
+    let Some(repo) = state.repos.get(&repo_id) else {
+        return Err(HubError::new(
+            StatusCode::NOT_FOUND,
+            Some("RepoNotFound"),
+            format!("Repository Not Found for url: {}{uri}.", shared.base_url),
+        ));
+    };
+    if let Some(token) = state.gate_tokens.get(&repo_id) {
+        let bearer = header_str(headers, AUTHORIZATION)
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .map(str::trim);
+        match bearer {
+            Some(given) if given == token => {}
+            Some(_) => {
+                return Err(HubError::new(
+                    StatusCode::FORBIDDEN,
+                    Some("GatedRepo"),
+                    format!(
+                        "Access to model {repo_id} is restricted and you are not in the authorized list. Visit {}/{repo_id} to ask for access.",
+                        shared.base_url
+                    ),
+                ));
+            }
+            None => {
+                return Err(HubError::new(
+                    StatusCode::UNAUTHORIZED,
+                    Some("GatedRepo"),
+                    format!(
+                        "Access to model {repo_id} is restricted. You must have access to it and be authenticated to access it. Please log in."
+                    ),
+                ));
+            }
+        }
+    }
+    if revision != "main" && revision != repo.commit {
+        return Err(HubError::new(
+            StatusCode::NOT_FOUND,
+            Some("RevisionNotFound"),
+            format!("Invalid rev id: {revision}"),
+        ));
+    }
+    Ok(repo.clone())
+}
+
+#[derive(serde::Deserialize)]
+struct InfoQuery {
+    blobs: Option<String>,
+}
+
+async fn info_at_main(
+    State(shared): State<Arc<Shared>>,
+    Path((org, name)): Path<(String, String)>,
+    Query(query): Query<InfoQuery>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Result<Response, HubError> {
+    info_response(&shared, &org, &name, "main", &query, &headers, &uri)
+}
+
+async fn info(
+    State(shared): State<Arc<Shared>>,
+    Path((org, name, revision)): Path<(String, String, String)>,
+    Query(query): Query<InfoQuery>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Result<Response, HubError> {
+    info_response(&shared, &org, &name, &revision, &query, &headers, &uri)
+}
+
+fn info_response(
+    shared: &Shared,
+    org: &str,
+    name: &str,
+    revision: &str,
+    query: &InfoQuery,
+    headers: &HeaderMap,
+    uri: &Uri,
+) -> Result<Response, HubError> {
+    let repo = find_repo(shared, org, name, revision, headers, uri)?;
+    let with_blobs = matches!(query.blobs.as_deref(), Some("true" | "1"));
+    let siblings: Vec<Value> = repo
+        .files
+        .iter()
+        .map(|file| {
+            if !with_blobs {
+                return json!({ "rfilename": file.path });
+            }
+            let mut sibling = json!({
+                "rfilename": file.path,
+                "blobId": file.blob_id,
+                "size": file.size_bytes,
+            });
+            if file.lfs {
+                sibling["lfs"] = json!({
+                    "sha256": file.sha256,
+                    "size": file.size_bytes,
+                    "pointerSize": LFS_POINTER_BYTES,
+                });
+            }
+            sibling
+        })
+        .collect();
+    let gated = shared.state().gate_tokens.contains_key(&repo.repo_id);
+    let mut body = summary(&repo);
+    body["sha"] = json!(repo.commit);
+    body["private"] = json!(false);
+    body["gated"] = if gated { json!("manual") } else { json!(false) };
+    body["siblings"] = json!(siblings);
+    Ok(axum::Json(body).into_response())
+}
+
+/// The fields that both search results and repo info carry.
+fn summary(repo: &ServedRepo) -> Value {
+    let (downloads, likes) = popularity(&repo.repo_id);
+    json!({
+        "_id": sha256_hex(&repo.repo_id)[..24],
+        "id": repo.repo_id,
+        "modelId": repo.repo_id,
+        "downloads": downloads,
+        "likes": likes,
+        "tags": TAGS,
+        "library_name": "mlx",
+        "pipeline_tag": "text-generation",
+        "lastModified": LAST_MODIFIED,
+    })
+}
+
+/// Download and like counts that differ between repos but never between
+/// runs, so sorting by them is testable.
+fn popularity(repo_id: &str) -> (u64, u64) {
+    let hash = sha256_hex(repo_id);
+    let downloads = u64::from_str_radix(&hash[..8], 16).unwrap_or(0) % 100_000;
+    (downloads, downloads / 10)
+}
+
+async fn search(
+    State(shared): State<Arc<Shared>>,
+    Query(pairs): Query<Vec<(String, String)>>,
+) -> axum::Json<Vec<Value>> {
+    let value_of = |key: &str| {
+        pairs
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    };
+    let search = value_of("search").unwrap_or("").to_lowercase();
+    // The hub takes filters repeated or comma-separated; every one must match.
+    let filters: Vec<&str> = pairs
+        .iter()
+        .filter(|(key, _)| key == "filter")
+        .flat_map(|(_, value)| value.split(','))
+        .filter(|tag| !tag.is_empty())
+        .collect();
+    let limit = value_of("limit").and_then(|l| l.parse::<usize>().ok());
+    let descending = value_of("direction") == Some("-1");
+
+    let mut found: Vec<Value> = shared
+        .state()
+        .repos
+        .values()
+        .filter(|repo| repo.repo_id.to_lowercase().contains(&search))
+        .filter(|_| filters.iter().all(|tag| TAGS.contains(tag)))
+        .map(summary)
+        .collect();
+    if let Some(key @ ("downloads" | "likes")) = value_of("sort") {
+        found.sort_by_key(|repo| repo[key].as_u64().unwrap_or(0));
+    }
+    if descending {
+        found.reverse();
+    }
+    if let Some(limit) = limit {
+        found.truncate(limit);
+    }
+    axum::Json(found)
+}
+
+async fn resolve(
+    State(shared): State<Arc<Shared>>,
+    Path((org, name, revision, path)): Path<(String, String, String, String)>,
+    method: Method,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Result<Response, HubError> {
+    let repo = find_repo(&shared, &org, &name, &revision, &headers, &uri)?;
+    if path.split('/').any(|part| part == "..") {
+        return Err(HubError::new(
+            StatusCode::BAD_REQUEST,
+            None,
+            format!("Invalid file path: {path:?}"),
+        ));
+    }
+    let Some(file) = repo.files.iter().find(|file| file.path == path) else {
+        return Err(HubError::new(
+            StatusCode::NOT_FOUND,
+            Some("EntryNotFound"),
+            format!(
+                "Entry not found: {path} is not in {} at {revision}",
+                repo.repo_id
+            ),
+        ));
+    };
+    let mut response = if file.lfs {
+        // The hub answers LFS files with a redirect to its CDN, and puts the
+        // content's identity in the X-Linked-* headers.
+        let mut response = StatusCode::FOUND.into_response();
+        let headers = response.headers_mut();
+        set(
+            headers,
+            LOCATION,
+            &format!("{}/storage/{}", shared.base_url, file.sha256),
+        );
+        set(headers, ETAG, &format!("\"{}\"", file.sha256));
+        set(headers, "x-linked-etag", &format!("\"{}\"", file.sha256));
+        set(headers, "x-linked-size", &file.size_bytes.to_string());
+        set(headers, ACCEPT_RANGES, "bytes");
+        response
+    } else {
+        serve_file(&shared, &method, &headers, file, &file.blob_id).await?
+    };
+    set(response.headers_mut(), "x-repo-commit", &repo.commit);
+    Ok(response)
+}
+
+async fn storage(
+    State(shared): State<Arc<Shared>>,
+    Path(sha256): Path<String>,
+    method: Method,
+    headers: HeaderMap,
+) -> Result<Response, HubError> {
+    let file = shared
+        .state()
+        .repos
+        .values()
+        .flat_map(|repo| &repo.files)
+        .find(|file| file.sha256 == sha256)
+        .cloned();
+    let Some(file) = file else {
+        return Err(HubError::new(
+            StatusCode::NOT_FOUND,
+            Some("EntryNotFound"),
+            format!("No stored object with sha256 {sha256}"),
+        ));
+    };
+    serve_file(&shared, &method, &headers, &file, &file.sha256).await
+}
+
+/// The bytes of a file, whole or the requested range, with whatever
+/// misbehaviour the test has asked for.
+async fn serve_file(
+    shared: &Arc<Shared>,
+    method: &Method,
+    headers: &HeaderMap,
+    file: &ServedFile,
+    etag: &str,
+) -> Result<Response, HubError> {
+    let total = file.size_bytes;
+    let (status, start, len) = match ByteRange::parse(header_str(headers, RANGE), total) {
+        ByteRange::Whole => (StatusCode::OK, 0, total),
+        ByteRange::Part { start, end } => (StatusCode::PARTIAL_CONTENT, start, end - start + 1),
+        ByteRange::Unsatisfiable => {
+            let mut response = StatusCode::RANGE_NOT_SATISFIABLE.into_response();
+            set(
+                response.headers_mut(),
+                CONTENT_RANGE,
+                &format!("bytes */{total}"),
+            );
+            return Ok(response);
+        }
+    };
+
+    let body = if method == Method::HEAD || len == 0 {
+        axum::body::Body::empty()
+    } else {
+        let mut transfer = Transfer::open(&file.disk_path, start, len, shared.clone())
+            .await
+            .map_err(|error| {
+                HubError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    None,
+                    format!("cannot read {}: {error}", file.disk_path.display()),
+                )
+            })?;
+        let mut state = shared.state();
+        if state.corrupted_sha256.contains(&file.sha256) {
+            transfer.flip_at = Some(total / 2);
+        }
+        // A body that ends before the cut point would not be cut, so it does
+        // not use up one of the drops.
+        if state.drops_left > 0 && len > state.drop_after_bytes {
+            state.drops_left -= 1;
+            transfer.cut_after_bytes = Some(state.drop_after_bytes);
+        }
+        drop(state);
+        transfer.into_body()
+    };
+
+    let mut response = (status, body).into_response();
+    let headers = response.headers_mut();
+    set(headers, CONTENT_LENGTH, &len.to_string());
+    set(headers, CONTENT_TYPE, "application/octet-stream");
+    set(headers, ETAG, &format!("\"{etag}\""));
+    set(headers, ACCEPT_RANGES, "bytes");
+    if status == StatusCode::PARTIAL_CONTENT {
+        let end = start + len - 1;
+        set(
+            headers,
+            CONTENT_RANGE,
+            &format!("bytes {start}-{end}/{total}"),
+        );
+    }
+    Ok(response)
+}
+
+fn header_str(headers: &HeaderMap, name: impl AsHeaderName) -> Option<&str> {
+    headers.get(name).and_then(|value| value.to_str().ok())
+}
+
+/// Sets a header whose value we built ourselves; values that are not valid
+/// header text (never, for ours) are left out rather than panicking.
+fn set(headers: &mut HeaderMap, name: impl IntoHeaderName, value: &str) {
+    if let Ok(value) = value.parse() {
+        headers.insert(name, value);
+    }
+}

@@ -1,0 +1,654 @@
+//! `ondo pull`, `ls`, `rm`, `fit` and `search`: getting models and knowing
+//! what is on this machine, over `crate::hub`.
+
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::hub::{
+    DownloadCancel, DownloadEvent, DownloadOptions, Hub, HubConfig, HubError, ModelRef, OnCancel,
+    catalog,
+    fit::{FitEstimate, Verdict, human_bytes},
+    library::{self, LibraryModel, ModelSource},
+    sizing::{self, MachineMemory, ModelFacts},
+};
+use crate::paths::DataDirs;
+
+/// Context the fit is judged at unless `--context` says otherwise: a long
+/// conversation, well short of what the models are trained for.
+const DEFAULT_FIT_CONTEXT: u64 = 4096;
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))
+}
+
+fn hub() -> Result<(Hub, DataDirs), String> {
+    let dirs = DataDirs::from_env();
+    let hub = Hub::new(HubConfig::from_env(&dirs)).map_err(|e| e.to_string())?;
+    Ok((hub, dirs))
+}
+
+/// Prints a hub error; with `--json` also as `{"error": {kind, message}}` on
+/// stdout so scripts can branch on the kind.
+fn fail(err: HubError, json: bool) -> Result<ExitCode, String> {
+    if json {
+        let record = serde_json::json!({"error": {"kind": err.kind(), "message": err.to_string()}});
+        println!("{record}");
+    }
+    Err(err.to_string())
+}
+
+/// MLX's recommended working set on a Mac (None on Linux's CPU backend).
+fn working_set() -> Option<u64> {
+    if cfg!(target_os = "macos") {
+        crate::metrics::mlx_runtime::MlxRuntime::detect().recommended_working_set_bytes
+    } else {
+        None
+    }
+}
+
+// ---------------------------------------------------------------- pull
+
+#[derive(Debug, Args)]
+pub struct PullArgs {
+    /// The model on the hub: ORG/NAME or ORG/NAME@REVISION (a branch, tag or
+    /// commit), for example mlx-community/Qwen3-0.6B-4bit.
+    model: String,
+    /// Context length the fit verdict shown before the download assumes.
+    #[arg(long, default_value_t = DEFAULT_FIT_CONTEXT)]
+    context: u64,
+    /// On Ctrl-C, delete the unfinished file instead of keeping it for resume.
+    #[arg(long)]
+    discard_partial: bool,
+    /// Print one JSON record (the summary, or the error with its kind) and no progress bar.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Downloads a model into the shared Hugging Face cache.
+pub fn pull(args: PullArgs) -> Result<ExitCode, String> {
+    let model = match ModelRef::parse(&args.model) {
+        Ok(model) => model,
+        Err(err) => return fail(err, args.json),
+    };
+    let (hub, _dirs) = hub()?;
+    let rt = runtime()?;
+    let cancel = DownloadCancel::new();
+    let on_cancel = if args.discard_partial {
+        OnCancel::RemovePartial
+    } else {
+        OnCancel::KeepPartial
+    };
+    let result = rt.block_on(async {
+        if !hub.config().offline && !args.json {
+            // The verdict before the bytes: a model that cannot run here is
+            // better known before gigabytes arrive.
+            if let Ok(facts) = hub.facts_from_hub(&model).await {
+                let estimate = facts.estimate(args.context, MachineMemory::read(working_set()));
+                eprintln!("{}", verdict_line(&estimate));
+            }
+        }
+        let ctrl_c = {
+            let cancel = cancel.clone();
+            tokio::spawn(async move {
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    cancel.cancel();
+                }
+            })
+        };
+        let mut bar = PullProgress::new(!args.json && std::io::stderr().is_terminal());
+        let result = hub
+            .download(
+                &model,
+                DownloadOptions { on_cancel },
+                &mut |event| bar.show(&event),
+                &cancel,
+            )
+            .await;
+        ctrl_c.abort();
+        bar.finish();
+        result
+    });
+    match result {
+        Ok(summary) => {
+            if args.json {
+                println!("{}", serde_json::to_string(&summary).expect("plain data"));
+            } else {
+                let fetched = if summary.fetched_bytes == 0 {
+                    "already downloaded".to_owned()
+                } else {
+                    format!(
+                        "fetched {} in {:.1} s",
+                        human_bytes(summary.fetched_bytes),
+                        summary.download_ms / 1e3
+                    )
+                };
+                println!("{model}: {fetched}");
+                println!("  {}", summary.snapshot_dir.display());
+                println!("  run it: ondo run {model} \"Hello\"");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(HubError::Cancelled) if on_cancel == OnCancel::KeepPartial => {
+            eprintln!("paused: what arrived is kept; run `ondo pull {model}` again to continue");
+            fail(HubError::Cancelled, args.json).map(|_| ExitCode::from(130))
+        }
+        Err(err) => fail(err, args.json),
+    }
+}
+
+/// A progress bar with bytes, speed and ETA, or plain lines when stderr is
+/// not a terminal (logs, CI).
+struct PullProgress {
+    bar: Option<ProgressBar>,
+    plain: bool,
+    last_plain_percent: u64,
+}
+
+impl PullProgress {
+    fn new(terminal: bool) -> Self {
+        Self {
+            bar: None,
+            plain: !terminal,
+            last_plain_percent: 0,
+        }
+    }
+
+    fn show(&mut self, event: &DownloadEvent) {
+        match event {
+            DownloadEvent::Planned {
+                model,
+                files,
+                total_bytes,
+                present_bytes,
+                ..
+            } => {
+                let already = if *present_bytes > 0 {
+                    format!(", {} already here", human_bytes(*present_bytes))
+                } else {
+                    String::new()
+                };
+                eprintln!(
+                    "{model}: {files} files, {}{already}",
+                    human_bytes(*total_bytes)
+                );
+                if !self.plain {
+                    let bar = ProgressBar::new(*total_bytes);
+                    bar.set_style(
+                        ProgressStyle::with_template(
+                            "{bar:30.cyan/blue} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta} {msg}",
+                        )
+                        .expect("valid template")
+                        .progress_chars("=> "),
+                    );
+                    bar.set_position(*present_bytes);
+                    bar.enable_steady_tick(Duration::from_millis(200));
+                    self.bar = Some(bar);
+                }
+            }
+            DownloadEvent::Progress {
+                file,
+                done_bytes,
+                total_bytes,
+                bytes_per_second,
+                eta_seconds,
+                ..
+            } => {
+                if let Some(bar) = &self.bar {
+                    bar.set_position(*done_bytes);
+                    bar.set_message(file.clone());
+                } else if *total_bytes > 0 {
+                    let percent = done_bytes * 100 / total_bytes;
+                    if percent >= self.last_plain_percent + 10 {
+                        self.last_plain_percent = percent - percent % 10;
+                        let eta = eta_seconds.map_or(String::new(), |s| format!(", {s:.0} s left"));
+                        eprintln!(
+                            "  {percent}% {}/s{eta}",
+                            human_bytes(*bytes_per_second as u64)
+                        );
+                    }
+                }
+            }
+            DownloadEvent::Retrying {
+                file,
+                attempt,
+                detail,
+            } => {
+                let line = format!("  {file}: {detail}; resuming (attempt {attempt})");
+                match &self.bar {
+                    Some(bar) => bar.println(line),
+                    None => eprintln!("{line}"),
+                }
+            }
+            DownloadEvent::FileDone { .. } => {}
+        }
+    }
+
+    fn finish(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+// ---------------------------------------------------------------- ls
+
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    /// List the curated catalog instead, with a fit verdict for this machine.
+    #[arg(long)]
+    catalog: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Lists the models on this machine (or the catalog).
+pub fn ls(args: LsArgs) -> Result<ExitCode, String> {
+    let dirs = DataDirs::from_env();
+    if args.catalog {
+        return list_catalog(&dirs, args.json);
+    }
+    let models = library::scan(&dirs);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&models).expect("plain data")
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    if models.is_empty() {
+        println!(
+            "No models yet in {} or {}.\nGet one: ondo pull {}   (or try `ondo run tiny \"hi\"` with the built-in speed-test model)",
+            dirs.hf_cache_dir.display(),
+            dirs.models_dir.display(),
+            catalog::DEFAULT_MODEL
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<[String; 6]> = models.iter().map(library_row).collect();
+    print_table(
+        &["MODEL", "SIZE", "QUANT", "PARAMS", "TYPE", "REVISION"],
+        &rows,
+    );
+    for model in models.iter().filter(|m| m.problem.is_some()) {
+        println!(
+            "note: {}: {}",
+            model.id,
+            model.problem.as_deref().unwrap_or_default()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn library_row(model: &LibraryModel) -> [String; 6] {
+    let name = match model.source {
+        ModelSource::HubCache => model.id.clone(),
+        ModelSource::Folder => format!("{} (folder)", model.id),
+        ModelSource::Ondo => format!("{} (ondo)", model.id),
+    };
+    let name = if model.complete {
+        name
+    } else {
+        format!("{name} [incomplete]")
+    };
+    let revision = match (&model.commit, model.revisions.first()) {
+        (Some(commit), Some(rev)) => format!("{rev} {}", &commit[..commit.len().min(8)]),
+        (Some(commit), None) => commit[..commit.len().min(8)].to_owned(),
+        _ => "-".to_owned(),
+    };
+    [
+        name,
+        human_bytes(model.size_on_disk_bytes),
+        model.quantization.clone().unwrap_or_else(|| "-".into()),
+        model.parameters.map_or("-".into(), human_count),
+        model.model_type.clone().unwrap_or_else(|| "-".into()),
+        revision,
+    ]
+}
+
+fn list_catalog(dirs: &DataDirs, json: bool) -> Result<ExitCode, String> {
+    let machine = MachineMemory::read(working_set());
+    let rows: Vec<(&catalog::CatalogEntry, FitEstimate, bool)> = catalog::catalog()
+        .iter()
+        .map(|entry| {
+            let facts = sizing::facts_from_catalog(entry.repo_id).expect("catalog entry");
+            let downloaded =
+                library::find_cached(&dirs.hf_cache_dir, entry.repo_id).is_some_and(|m| m.complete);
+            (
+                entry,
+                facts.estimate(DEFAULT_FIT_CONTEXT, machine),
+                downloaded,
+            )
+        })
+        .collect();
+    if json {
+        let records: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(entry, fit, downloaded)| {
+                serde_json::json!({"entry": entry, "fit": fit, "downloaded": downloaded})
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&records).expect("plain data")
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let table: Vec<[String; 6]> = rows
+        .iter()
+        .map(|(entry, fit, downloaded)| {
+            [
+                format!(
+                    "{}{}",
+                    entry.repo_id,
+                    if *downloaded { " (downloaded)" } else { "" }
+                ),
+                format!("~{}", human_bytes(entry.size_bytes)),
+                entry.quantization.to_owned(),
+                human_count(entry.parameters),
+                verdict_word(fit.verdict).to_owned(),
+                entry.note.to_owned(),
+            ]
+        })
+        .collect();
+    print_table(
+        &["MODEL", "SIZE", "QUANT", "PARAMS", "FIT@4K", "NOTE"],
+        &table,
+    );
+    println!("Download one: ondo pull MODEL   (sizes are approximate until the hub is asked)");
+    Ok(ExitCode::SUCCESS)
+}
+
+// ---------------------------------------------------------------- rm
+
+#[derive(Debug, Args)]
+pub struct RmArgs {
+    /// A repo id in the Hugging Face cache, or a folder added to the library
+    /// (its files are left alone; it is only forgotten).
+    model: String,
+    /// Do not ask for confirmation.
+    #[arg(long, short = 'y')]
+    yes: bool,
+}
+
+/// Removes a model from the library.
+pub fn rm(args: RmArgs) -> Result<ExitCode, String> {
+    let dirs = DataDirs::from_env();
+    let as_path = Path::new(&args.model);
+    if as_path.is_dir()
+        && library::user_folders(&dirs)
+            .iter()
+            .any(|f| same_path(f, as_path))
+    {
+        library::remove_folder(&dirs, as_path).map_err(|e| e.to_string())?;
+        println!("forgot {} (its files are untouched)", as_path.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let model = ModelRef::parse(&args.model).map_err(|e| e.to_string())?;
+    let Some(entry) = library::find_cached(&dirs.hf_cache_dir, &model.repo_id) else {
+        return Err(format!(
+            "{} is not in the Hugging Face cache at {}; `ondo ls` lists what is",
+            model.repo_id,
+            dirs.hf_cache_dir.display()
+        ));
+    };
+    if !args.yes {
+        if !std::io::stdin().is_terminal() {
+            return Err(format!(
+                "this would delete {} ({}); pass --yes to confirm",
+                model.repo_id,
+                human_bytes(entry.size_on_disk_bytes)
+            ));
+        }
+        eprint!(
+            "Delete {} ({}) from {}? It is shared with mlx-lm and transformers. [y/N] ",
+            model.repo_id,
+            human_bytes(entry.size_on_disk_bytes),
+            dirs.hf_cache_dir.display()
+        );
+        std::io::stderr().flush().ok();
+        let mut answer = String::new();
+        std::io::stdin().read_line(&mut answer).ok();
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            println!("kept {}", model.repo_id);
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
+    let freed = library::delete_cached(&dirs.hf_cache_dir, &model).map_err(|e| e.to_string())?;
+    println!("removed {}, freed {}", model.repo_id, human_bytes(freed));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn same_path(a: &Path, b: &Path) -> bool {
+    let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned());
+    canon(a) == canon(b)
+}
+
+// ---------------------------------------------------------------- fit
+
+#[derive(Debug, Args)]
+pub struct FitArgs {
+    /// A model folder, a repo id (looked up in the cache, then on the hub
+    /// without downloading, then in the catalog), or `tiny`.
+    model: String,
+    /// Context to size the KV cache for: prompt and answer together, in tokens.
+    #[arg(long, default_value_t = DEFAULT_FIT_CONTEXT)]
+    context: u64,
+    /// Print the estimate as JSON (weights_bytes, kv_cache_bytes,
+    /// overhead_bytes, available_bytes, verdict, ...).
+    #[arg(long)]
+    json: bool,
+}
+
+/// Says whether a model fits in this machine's memory, and what to change if not.
+pub fn fit(args: FitArgs) -> Result<ExitCode, String> {
+    let (facts, label) = model_facts(&args.model).map_err(|e| e.to_string())?;
+    let estimate = facts.estimate(args.context, MachineMemory::read(working_set()));
+    if args.json {
+        let mut record = serde_json::to_value(&estimate).expect("plain data");
+        record["model"] = label.into();
+        record["source"] = facts.source.into();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&record).expect("plain data")
+        );
+    } else {
+        println!("{label} at {} tokens of context:", args.context);
+        println!(
+            "  weights   {:>10}\n  KV cache  {:>10}  ({} per token, {})\n  overhead  {:>10}\n  needed    {:>10}\n  available {:>10}{}",
+            human_bytes(estimate.weights_bytes),
+            human_bytes(estimate.kv_cache_bytes),
+            human_bytes(estimate.kv_bytes_per_token),
+            facts.shape.kv_dtype.name(),
+            human_bytes(estimate.overhead_bytes),
+            human_bytes(estimate.needed_bytes),
+            human_bytes(estimate.available_bytes),
+            estimate
+                .working_set_bytes
+                .map_or(String::new(), |w| format!(
+                    "  (GPU working set {})",
+                    human_bytes(w)
+                )),
+        );
+        println!("{}", verdict_line(&estimate));
+        for advice in &estimate.advice {
+            println!("  - {advice}");
+        }
+        if facts.source == "catalog" {
+            println!("  (sizes from Ondo's catalog, approximate: the hub could not be asked)");
+        }
+    }
+    Ok(match estimate.verdict {
+        Verdict::WillNotFit => ExitCode::from(2),
+        _ => ExitCode::SUCCESS,
+    })
+}
+
+/// Finds the facts for what the user typed: folder, `tiny`, cache, hub, catalog.
+fn model_facts(text: &str) -> Result<(ModelFacts, String), HubError> {
+    let as_path = Path::new(text);
+    if as_path.is_dir() {
+        return Ok((sizing::facts_from_folder(as_path)?, text.to_owned()));
+    }
+    let dirs = DataDirs::from_env();
+    if text == "tiny" {
+        let dir = crate::synth::builtin_tiny_model(&dirs).map_err(|e| HubError::NotAModel {
+            repo_id: "tiny".into(),
+            reason: e.to_string(),
+        })?;
+        return Ok((sizing::facts_from_folder(&dir)?, "tiny (built-in)".into()));
+    }
+    let model = ModelRef::parse(text)?;
+    if let Some(cached) = library::find_cached(&dirs.hf_cache_dir, &model.repo_id)
+        .filter(|m| m.complete && model.revision == ModelRef::DEFAULT_REVISION)
+    {
+        return Ok((sizing::facts_from_folder(&cached.path)?, model.to_string()));
+    }
+    let hub = Hub::new(HubConfig::from_env(&dirs))?;
+    let from_hub = runtime()
+        .map_err(|detail| HubError::Unreachable {
+            endpoint: hub.config().endpoint.clone(),
+            detail,
+        })?
+        .block_on(hub.facts_from_hub(&model));
+    match from_hub {
+        Ok(facts) => Ok((facts, model.to_string())),
+        // Offline or unreachable: the catalog still knows its own models.
+        Err(err @ (HubError::Unreachable { .. } | HubError::NotCachedOffline { .. })) => {
+            sizing::facts_from_catalog(&model.repo_id)
+                .map(|facts| (facts, model.to_string()))
+                .ok_or(err)
+        }
+        Err(err) => Err(err),
+    }
+}
+
+pub(crate) fn verdict_word(verdict: Verdict) -> &'static str {
+    match verdict {
+        Verdict::Fits => "fits",
+        Verdict::Tight => "tight",
+        Verdict::WillNotFit => "will not fit",
+    }
+}
+
+/// One line: the verdict with the two numbers behind it.
+pub(crate) fn verdict_line(estimate: &FitEstimate) -> String {
+    format!(
+        "fit: {} (needs {} of {} available at {} tokens of context)",
+        verdict_word(estimate.verdict),
+        human_bytes(estimate.needed_bytes),
+        human_bytes(estimate.budget_bytes),
+        estimate.context_tokens
+    )
+}
+
+// ---------------------------------------------------------------- search
+
+#[derive(Debug, Args)]
+pub struct SearchArgs {
+    /// Part of a model's name, for example "qwen3 4bit" or "llama-3.2".
+    text: String,
+    /// Most results to show.
+    #[arg(long, default_value_t = 20)]
+    limit: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+/// Searches the hub for MLX models by name.
+pub fn search(args: SearchArgs) -> Result<ExitCode, String> {
+    let (hub, dirs) = hub()?;
+    // The hub searches for one substring; words are matched in order as one.
+    let query = args.text.split_whitespace().collect::<Vec<_>>().join("-");
+    let hits = runtime()?.block_on(hub.search(&query, args.limit));
+    let hits = match hits {
+        Ok(hits) => hits,
+        Err(err) => {
+            let offline: Vec<&catalog::CatalogEntry> = catalog::catalog()
+                .iter()
+                .filter(|e| words_match(e.repo_id, &args.text))
+                .collect();
+            if offline.is_empty() || args.json {
+                return fail(err, args.json);
+            }
+            eprintln!("{err}\nFrom Ondo's catalog instead:");
+            for entry in offline {
+                println!("{}  ~{}", entry.repo_id, human_bytes(entry.size_bytes));
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&hits).expect("plain data")
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    if hits.is_empty() {
+        println!("No MLX models match \"{}\".", args.text);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<[String; 3]> = hits
+        .iter()
+        .map(|hit| {
+            let mut marks = Vec::new();
+            if library::find_cached(&dirs.hf_cache_dir, &hit.id).is_some() {
+                marks.push("downloaded");
+            }
+            if catalog::find(&hit.id).is_some() {
+                marks.push("in catalog");
+            }
+            [hit.id.clone(), human_count(hit.downloads), marks.join(", ")]
+        })
+        .collect();
+    print_table(&["MODEL", "DOWNLOADS", ""], &rows);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn words_match(id: &str, text: &str) -> bool {
+    let id = id.to_lowercase();
+    text.split_whitespace()
+        .all(|w| id.contains(&w.to_lowercase()))
+}
+
+// ---------------------------------------------------------------- shared
+
+/// 1.2B, 350M, 12K.
+fn human_count(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000_000 => format!("{:.1}B", n as f64 / 1e9),
+        n if n >= 1_000_000 => format!("{:.0}M", n as f64 / 1e6),
+        n if n >= 1_000 => format!("{:.0}K", n as f64 / 1e3),
+        n => n.to_string(),
+    }
+}
+
+fn print_table<const N: usize>(headers: &[&str; N], rows: &[[String; N]]) {
+    let mut widths = headers.map(|h| h.chars().count());
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        println!("{}", padded.join("  ").trim_end());
+    };
+    line(headers.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+}

@@ -1,0 +1,784 @@
+//! Downloading a model into the shared Hugging Face cache.
+//!
+//! hf-hub 0.5 gives the cache layout, the repo info and the authenticated
+//! client, and its own `download` is not used for the transfer itself: it
+//! keeps a whole chunk in memory (by default the whole file), writes its own
+//! trailer format into `.incomplete` files that Python's tools do not
+//! continue, checks no checksums and reports errors without the hub's status.
+//! So the transfer here is ours, on hf-hub's client and cache paths, written
+//! the way huggingface_hub writes: bytes appended to `blobs/<etag>.incomplete`
+//! and resumed from its length with an HTTP Range (across restarts and
+//! between Ondo and the Python tools), a `.locks/` file so two processes never
+//! write one blob, LFS files checked against their sha256 before they are
+//! renamed into place, and snapshot links relative to the blob.
+
+use std::{
+    collections::VecDeque,
+    io::{Read, Write},
+    path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use futures_util::StreamExt;
+use reqwest::{StatusCode, header};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use tokio::sync::Notify;
+
+use super::{
+    Hub, HubError, ModelRef, RepoFile, RepoInfo,
+    client::{backoff, root_cause},
+    error::is_disk_full,
+};
+
+/// Which files a model needs to run: configs, tokenizer files, chat
+/// templates and the `model*.safetensors` weights (not `consolidated.*`
+/// duplicates, PyTorch or GGUF copies, READMEs or images). The same choice
+/// mlx-lm makes, so a model pulled by either is complete for both.
+pub fn needed_for_inference(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.ends_with(".json")
+        || name.ends_with(".jinja")
+        || name.ends_with(".txt")
+        || name.ends_with(".tiktoken")
+        || name == "tokenizer.model"
+        || name == "tiktoken.model"
+        || (name.starts_with("model") && name.ends_with(".safetensors"))
+}
+
+/// What happens to a partly downloaded file when a download is cancelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnCancel {
+    /// Keep it so the next pull continues where this one stopped (pause).
+    KeepPartial,
+    /// Delete it.
+    RemovePartial,
+}
+
+/// Stops a download from another task or thread.
+#[derive(Clone, Default)]
+pub struct DownloadCancel {
+    cancelled: Arc<AtomicBool>,
+    notify: Arc<Notify>,
+}
+
+impl DownloadCancel {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::SeqCst)
+    }
+    async fn cancelled(&self) {
+        loop {
+            let notified = self.notify.notified();
+            if self.is_cancelled() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// What a download reports while it runs.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum DownloadEvent {
+    /// The files are known; `present_bytes` are already on disk (whole
+    /// files, or the start of partial ones).
+    Planned {
+        model: String,
+        commit: String,
+        files: usize,
+        total_bytes: u64,
+        present_bytes: u64,
+    },
+    /// Bytes arrived. Sent at most every 100 ms.
+    Progress {
+        file: String,
+        file_bytes: u64,
+        file_total_bytes: u64,
+        done_bytes: u64,
+        total_bytes: u64,
+        /// Over the last few seconds.
+        bytes_per_second: f64,
+        eta_seconds: Option<f64>,
+    },
+    /// The transfer stopped and is being resumed from where it was.
+    Retrying {
+        file: String,
+        attempt: u32,
+        detail: String,
+    },
+    FileDone {
+        file: String,
+        /// Its sha256 was checked against the hub's.
+        verified: bool,
+        /// Bytes sent over the network for it in this run.
+        fetched_bytes: u64,
+    },
+}
+
+/// What a finished download left in the cache.
+#[derive(Debug, Clone, Serialize)]
+pub struct DownloadSummary {
+    pub model: String,
+    pub commit: String,
+    /// `snapshots/<commit>`: the folder to load.
+    pub snapshot_dir: PathBuf,
+    pub files: usize,
+    pub total_bytes: u64,
+    pub fetched_bytes: u64,
+    /// Request to all files present and verified (DESIGN.md `download_ms`).
+    pub download_ms: f64,
+}
+
+/// How a download behaves.
+#[derive(Debug, Clone, Copy)]
+pub struct DownloadOptions {
+    pub on_cancel: OnCancel,
+}
+
+impl Default for DownloadOptions {
+    fn default() -> Self {
+        Self {
+            on_cancel: OnCancel::KeepPartial,
+        }
+    }
+}
+
+impl Hub {
+    /// Downloads what `model` needs into the cache, or finds it there.
+    /// Offline mode resolves from the cache only.
+    pub async fn download(
+        &self,
+        model: &ModelRef,
+        options: DownloadOptions,
+        sink: &mut (dyn FnMut(DownloadEvent) + Send),
+        cancel: &DownloadCancel,
+    ) -> Result<DownloadSummary, HubError> {
+        let started = Instant::now();
+        if self.config.offline {
+            return self.cached_snapshot(model, started);
+        }
+        let info = self.repo_info(model).await?;
+        let files = model_files(&info)?;
+        let repo_dir = self.config.cache_dir.join(model.cache_folder_name());
+        let cache_repo = self.cache.repo(model.hf_repo());
+
+        let present_bytes: u64 = files
+            .iter()
+            .map(|f| present_len(&cache_repo.blob_path(&f.blob_id), f.size_bytes))
+            .sum();
+        let total_bytes: u64 = files.iter().map(|f| f.size_bytes).sum();
+        sink(DownloadEvent::Planned {
+            model: model.to_string(),
+            commit: info.commit.clone(),
+            files: files.len(),
+            total_bytes,
+            present_bytes,
+        });
+        check_free_space(model, &self.config.cache_dir, total_bytes - present_bytes)?;
+
+        let mut progress = Progress::new(total_bytes, present_bytes);
+        let mut fetched_bytes = 0;
+        for file in &files {
+            let blob = cache_repo.blob_path(&file.blob_id);
+            let fetched = if present_len(&blob, file.size_bytes) == file.size_bytes && blob.exists()
+            {
+                0
+            } else {
+                self.fetch_blob(
+                    model,
+                    &repo_dir,
+                    file,
+                    &blob,
+                    options,
+                    &mut progress,
+                    sink,
+                    cancel,
+                )
+                .await?
+            };
+            fetched_bytes += fetched;
+            link_into_snapshot(&cache_repo.pointer_path(&info.commit), &file.path, &blob)?;
+            sink(DownloadEvent::FileDone {
+                file: file.path.clone(),
+                verified: file.sha256.is_some() && fetched > 0,
+                fetched_bytes: fetched,
+            });
+        }
+        // The ref is written last: a revision that resolves names a complete snapshot.
+        cache_repo
+            .create_ref(&info.commit)
+            .map_err(HubError::io(repo_dir.join("refs")))?;
+        Ok(DownloadSummary {
+            model: model.to_string(),
+            commit: info.commit.clone(),
+            snapshot_dir: cache_repo.pointer_path(&info.commit),
+            files: files.len(),
+            total_bytes,
+            fetched_bytes,
+            download_ms: started.elapsed().as_secs_f64() * 1e3,
+        })
+    }
+
+    /// Offline: the snapshot the revision names, if the cache has one with a config.
+    fn cached_snapshot(
+        &self,
+        model: &ModelRef,
+        started: Instant,
+    ) -> Result<DownloadSummary, HubError> {
+        let not_cached = || HubError::NotCachedOffline {
+            model: model.to_string(),
+        };
+        let repo_dir = self.config.cache_dir.join(model.cache_folder_name());
+        let commit = if model.revision.len() == 40
+            && model.revision.chars().all(|c| c.is_ascii_hexdigit())
+        {
+            model.revision.clone()
+        } else {
+            std::fs::read_to_string(repo_dir.join("refs").join(&model.revision))
+                .map_err(|_| not_cached())?
+                .trim()
+                .to_owned()
+        };
+        let snapshot_dir = repo_dir.join("snapshots").join(&commit);
+        if !snapshot_dir.join("config.json").is_file() {
+            return Err(not_cached());
+        }
+        Ok(DownloadSummary {
+            model: model.to_string(),
+            commit,
+            snapshot_dir,
+            files: 0,
+            total_bytes: 0,
+            fetched_bytes: 0,
+            download_ms: started.elapsed().as_secs_f64() * 1e3,
+        })
+    }
+
+    /// Fetches one file into its blob, resuming a partial one, retrying
+    /// dropped transfers, verifying the sha256. Returns the bytes fetched.
+    #[allow(clippy::too_many_arguments)]
+    async fn fetch_blob(
+        &self,
+        model: &ModelRef,
+        repo_dir: &Path,
+        file: &RepoFile,
+        blob: &Path,
+        options: DownloadOptions,
+        progress: &mut Progress,
+        sink: &mut (dyn FnMut(DownloadEvent) + Send),
+        cancel: &DownloadCancel,
+    ) -> Result<u64, HubError> {
+        let blobs_dir = blob.parent().unwrap_or(repo_dir);
+        std::fs::create_dir_all(blobs_dir).map_err(HubError::io(blobs_dir))?;
+        let _lock = BlobLock::acquire(&self.config.cache_dir, model, &file.blob_id)?;
+        // Another process may have finished it while we waited for nothing.
+        if present_len(blob, file.size_bytes) == file.size_bytes && blob.exists() {
+            return Ok(0);
+        }
+        let partial = partial_path(blob);
+        let mut out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .read(true)
+            .open(&partial)
+            .map_err(HubError::io(&partial))?;
+        let mut have = out.metadata().map_err(HubError::io(&partial))?.len();
+        if have > file.size_bytes {
+            out.set_len(0).map_err(HubError::io(&partial))?;
+            have = 0;
+        }
+        // The hash must cover the bytes kept from an earlier run too.
+        let mut hasher = Sha256::new();
+        if file.sha256.is_some() && have > 0 {
+            hash_existing(&partial, have, &mut hasher)?;
+        }
+        let url = self.file_url(model, &file.path);
+        let mut fetched = 0u64;
+        let mut attempt = 0u32;
+        while have < file.size_bytes {
+            let outcome = tokio::select! {
+                biased;
+                () = cancel.cancelled() => Err(TransferStop::Cancelled),
+                result = self.transfer(model, file, &url, &partial, &mut out, &mut have,
+                    &mut hasher, &mut fetched, progress, sink) => result,
+            };
+            match outcome {
+                Ok(()) => {}
+                Err(TransferStop::Cancelled) => {
+                    drop(out);
+                    if options.on_cancel == OnCancel::RemovePartial {
+                        let _ = std::fs::remove_file(&partial);
+                    }
+                    return Err(HubError::Cancelled);
+                }
+                Err(TransferStop::Fatal(err)) => return Err(err),
+                Err(TransferStop::Dropped(detail)) => {
+                    attempt += 1;
+                    if attempt > self.config.retries {
+                        return Err(HubError::Interrupted {
+                            file: file.path.clone(),
+                            detail,
+                        });
+                    }
+                    sink(DownloadEvent::Retrying {
+                        file: file.path.clone(),
+                        attempt,
+                        detail,
+                    });
+                    tokio::select! {
+                        () = cancel.cancelled() => {}
+                        () = tokio::time::sleep(backoff(attempt)) => {}
+                    }
+                }
+            }
+        }
+        out.sync_all().map_err(HubError::io(&partial))?;
+        drop(out);
+        if let Some(expected) = &file.sha256 {
+            let actual = format!("{:x}", hasher.finalize());
+            if !actual.eq_ignore_ascii_case(expected) {
+                let _ = std::fs::remove_file(&partial);
+                return Err(HubError::ChecksumMismatch {
+                    repo_id: model.repo_id.clone(),
+                    file: file.path.clone(),
+                    expected: expected.clone(),
+                    actual,
+                });
+            }
+        }
+        std::fs::rename(&partial, blob).map_err(HubError::io(blob))?;
+        Ok(fetched)
+    }
+
+    /// One HTTP request for the rest of a file, appended as it arrives.
+    #[allow(clippy::too_many_arguments)]
+    async fn transfer(
+        &self,
+        model: &ModelRef,
+        file: &RepoFile,
+        url: &str,
+        partial: &Path,
+        out: &mut std::fs::File,
+        have: &mut u64,
+        hasher: &mut Sha256,
+        fetched: &mut u64,
+        progress: &mut Progress,
+        sink: &mut (dyn FnMut(DownloadEvent) + Send),
+    ) -> Result<(), TransferStop> {
+        let mut request = self.api.client().get(url);
+        if *have > 0 {
+            request = request.header(header::RANGE, format!("bytes={}-", *have));
+        }
+        let response = match self.send(request, model, Some(&file.path)).await {
+            Ok(response) => response,
+            // A connection that fails between chunks is retried like a drop.
+            Err(HubError::Unreachable { detail, .. })
+            | Err(HubError::Interrupted { detail, .. }) => {
+                return Err(TransferStop::Dropped(detail));
+            }
+            Err(err) => return Err(TransferStop::Fatal(err)),
+        };
+        match response.status() {
+            StatusCode::PARTIAL_CONTENT => {
+                let start = content_range_start(response.headers());
+                if start != Some(*have) {
+                    restart(out, partial, have, hasher, progress)?;
+                    return Err(TransferStop::Dropped(
+                        "the server resumed at another offset; starting the file over".into(),
+                    ));
+                }
+            }
+            StatusCode::RANGE_NOT_SATISFIABLE => {
+                restart(out, partial, have, hasher, progress)?;
+                return Err(TransferStop::Dropped(
+                    "the partial file was longer than the server's; starting over".into(),
+                ));
+            }
+            _ if *have > 0 => {
+                // The server ignored the Range: take the whole file again.
+                restart(out, partial, have, hasher, progress)?;
+            }
+            _ => {}
+        }
+        let mut body = response.bytes_stream();
+        loop {
+            let next = tokio::time::timeout(self.config.read_timeout, body.next()).await;
+            let chunk = match next {
+                Err(_) => {
+                    return Err(TransferStop::Dropped(format!(
+                        "nothing arrived for {} s",
+                        self.config.read_timeout.as_secs()
+                    )));
+                }
+                Ok(None) => break,
+                Ok(Some(Err(err))) => return Err(TransferStop::Dropped(root_cause(&err))),
+                Ok(Some(Ok(chunk))) => chunk,
+            };
+            let room = file.size_bytes.saturating_sub(*have) as usize;
+            let chunk = &chunk[..chunk.len().min(room)];
+            out.write_all(chunk).map_err(|err| {
+                TransferStop::Fatal(if is_disk_full(&err) {
+                    HubError::DiskFull {
+                        model: model.to_string(),
+                        dir: self.config.cache_dir.clone(),
+                        needed_bytes: file.size_bytes - *have,
+                        available_bytes: free_disk_bytes(&self.config.cache_dir).unwrap_or(0),
+                    }
+                } else {
+                    HubError::Io {
+                        path: partial.to_owned(),
+                        source: err,
+                    }
+                })
+            })?;
+            if file.sha256.is_some() {
+                hasher.update(chunk);
+            }
+            *have += chunk.len() as u64;
+            *fetched += chunk.len() as u64;
+            progress.advance(chunk.len() as u64);
+            if let Some(event) = progress.event(&file.path, *have, file.size_bytes, false) {
+                sink(event);
+            }
+            if *have >= file.size_bytes {
+                break;
+            }
+        }
+        if let Some(event) = progress.event(&file.path, *have, file.size_bytes, true) {
+            sink(event);
+        }
+        if *have < file.size_bytes {
+            return Err(TransferStop::Dropped(format!(
+                "the connection closed after {} of {} bytes",
+                *have, file.size_bytes
+            )));
+        }
+        Ok(())
+    }
+}
+
+enum TransferStop {
+    Cancelled,
+    /// Worth resuming.
+    Dropped(String),
+    Fatal(HubError),
+}
+
+fn restart(
+    out: &mut std::fs::File,
+    partial: &Path,
+    have: &mut u64,
+    hasher: &mut Sha256,
+    progress: &mut Progress,
+) -> Result<(), TransferStop> {
+    out.set_len(0)
+        .map_err(|err| TransferStop::Fatal(HubError::io(partial)(err)))?;
+    progress.retract(*have);
+    *have = 0;
+    *hasher = Sha256::new();
+    Ok(())
+}
+
+fn content_range_start(headers: &header::HeaderMap) -> Option<u64> {
+    let value = headers.get(header::CONTENT_RANGE)?.to_str().ok()?;
+    let range = value.strip_prefix("bytes ")?;
+    range.split('-').next()?.trim().parse().ok()
+}
+
+/// The files of `info` that a model needs, checked to include a config and weights.
+fn model_files(info: &RepoInfo) -> Result<Vec<RepoFile>, HubError> {
+    let files: Vec<RepoFile> = info
+        .files
+        .iter()
+        .filter(|f| needed_for_inference(&f.path))
+        .cloned()
+        .collect();
+    let not_a_model = |reason: &str| HubError::NotAModel {
+        repo_id: info.repo_id.clone(),
+        reason: reason.to_owned(),
+    };
+    if !files.iter().any(|f| f.path == "config.json") {
+        return Err(not_a_model("it has no config.json"));
+    }
+    if !files.iter().any(|f| f.path.ends_with(".safetensors")) {
+        return Err(not_a_model(
+            "it has no model*.safetensors weights (MLX needs safetensors; GGUF and PyTorch files are not used)",
+        ));
+    }
+    Ok(files)
+}
+
+/// Bytes of a file already on disk: the whole blob, or its partial start.
+fn present_len(blob: &Path, size: u64) -> u64 {
+    if let Ok(meta) = std::fs::metadata(blob) {
+        return if meta.len() == size { size } else { 0 };
+    }
+    std::fs::metadata(partial_path(blob))
+        .map(|m| m.len().min(size))
+        .unwrap_or(0)
+}
+
+/// `blobs/<etag>.incomplete`, the name huggingface_hub resumes from too.
+fn partial_path(blob: &Path) -> PathBuf {
+    PathBuf::from(format!("{}.incomplete", blob.display()))
+}
+
+fn hash_existing(path: &Path, len: u64, hasher: &mut Sha256) -> Result<(), HubError> {
+    let mut file = std::fs::File::open(path).map_err(HubError::io(path))?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = len;
+    while left > 0 {
+        let want = left.min(buf.len() as u64) as usize;
+        let n = file.read(&mut buf[..want]).map_err(HubError::io(path))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        left -= n as u64;
+    }
+    Ok(())
+}
+
+/// `snapshots/<commit>/<path>` as a relative link to the blob, like the
+/// Python tools make, so the cache can be moved as a whole.
+fn link_into_snapshot(snapshot_dir: &Path, repo_path: &str, blob: &Path) -> Result<(), HubError> {
+    let link = snapshot_dir.join(repo_path);
+    let parent = link.parent().unwrap_or(snapshot_dir);
+    std::fs::create_dir_all(parent).map_err(HubError::io(parent))?;
+    let depth = repo_path.matches('/').count();
+    let mut target = PathBuf::from("../".repeat(depth + 2));
+    target.push("blobs");
+    target.push(blob.file_name().unwrap_or_default());
+    if std::fs::symlink_metadata(&link).is_ok() {
+        std::fs::remove_file(&link).map_err(HubError::io(&link))?;
+    }
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(&target, &link).map_err(HubError::io(&link))?;
+    #[cfg(not(unix))]
+    std::fs::copy(blob, &link).map_err(HubError::io(&link))?;
+    Ok(())
+}
+
+/// An exclusive lock on one blob, in the same place and of the same kind
+/// (flock) as huggingface_hub's, so Ondo and the Python tools never write
+/// one blob at the same time.
+struct BlobLock {
+    _file: std::fs::File,
+}
+
+impl BlobLock {
+    fn acquire(cache_dir: &Path, model: &ModelRef, blob_id: &str) -> Result<Self, HubError> {
+        let dir = cache_dir.join(".locks").join(model.cache_folder_name());
+        std::fs::create_dir_all(&dir).map_err(HubError::io(&dir))?;
+        let path = dir.join(format!("{blob_id}.lock"));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(HubError::io(&path))?;
+        match file.try_lock() {
+            Ok(()) => Ok(Self { _file: file }),
+            Err(std::fs::TryLockError::WouldBlock) => Err(HubError::Busy { path }),
+            Err(std::fs::TryLockError::Error(err)) => Err(HubError::io(path)(err)),
+        }
+    }
+}
+
+/// Refuses to start when the rest of the model cannot fit on the disk.
+fn check_free_space(model: &ModelRef, cache_dir: &Path, needed_bytes: u64) -> Result<(), HubError> {
+    let Some(available_bytes) = free_disk_bytes(cache_dir) else {
+        return Ok(());
+    };
+    if needed_bytes > available_bytes {
+        return Err(HubError::DiskFull {
+            model: model.to_string(),
+            dir: cache_dir.to_owned(),
+            needed_bytes,
+            available_bytes,
+        });
+    }
+    Ok(())
+}
+
+/// Free bytes for an unprivileged user on the filesystem holding `path` (or
+/// its nearest existing parent).
+pub fn free_disk_bytes(path: &Path) -> Option<u64> {
+    let existing = path.ancestors().find(|p| p.exists())?;
+    statvfs_available(existing)
+}
+
+#[cfg(unix)]
+fn statvfs_available(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut stats = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: a valid NUL-terminated path and a buffer of the right type;
+    // the struct is read only when the call succeeded.
+    let stats = unsafe {
+        if libc::statvfs(c_path.as_ptr(), stats.as_mut_ptr()) != 0 {
+            return None;
+        }
+        stats.assume_init()
+    };
+    #[allow(clippy::unnecessary_cast)] // the field types differ between Linux and macOS
+    Some(stats.f_bavail as u64 * stats.f_frsize as u64)
+}
+
+#[cfg(not(unix))]
+fn statvfs_available(_path: &Path) -> Option<u64> {
+    None
+}
+
+/// Byte counts and a speed over a sliding window of a few seconds, so the ETA
+/// follows the connection as it is now, not its average since the start.
+struct Progress {
+    total_bytes: u64,
+    done_bytes: u64,
+    window: VecDeque<(Instant, u64)>,
+    last_event: Option<Instant>,
+}
+
+impl Progress {
+    const WINDOW: Duration = Duration::from_secs(3);
+    const EVERY: Duration = Duration::from_millis(100);
+
+    fn new(total_bytes: u64, done_bytes: u64) -> Self {
+        Self {
+            total_bytes,
+            done_bytes,
+            window: VecDeque::new(),
+            last_event: None,
+        }
+    }
+
+    fn advance(&mut self, bytes: u64) {
+        let now = Instant::now();
+        self.done_bytes += bytes;
+        self.window.push_back((now, bytes));
+        while self
+            .window
+            .front()
+            .is_some_and(|(t, _)| now.duration_since(*t) > Self::WINDOW)
+        {
+            self.window.pop_front();
+        }
+    }
+
+    fn retract(&mut self, bytes: u64) {
+        self.done_bytes = self.done_bytes.saturating_sub(bytes);
+    }
+
+    fn bytes_per_second(&self) -> f64 {
+        let Some((first, _)) = self.window.front() else {
+            return 0.0;
+        };
+        let span = first.elapsed().as_secs_f64().max(0.05);
+        let bytes: u64 = self.window.iter().map(|(_, b)| b).sum();
+        bytes as f64 / span
+    }
+
+    fn event(
+        &mut self,
+        file: &str,
+        file_bytes: u64,
+        file_total: u64,
+        force: bool,
+    ) -> Option<DownloadEvent> {
+        let now = Instant::now();
+        if !force
+            && self
+                .last_event
+                .is_some_and(|t| now.duration_since(t) < Self::EVERY)
+        {
+            return None;
+        }
+        self.last_event = Some(now);
+        let speed = self.bytes_per_second();
+        let left = self.total_bytes.saturating_sub(self.done_bytes);
+        Some(DownloadEvent::Progress {
+            file: file.to_owned(),
+            file_bytes,
+            file_total_bytes: file_total,
+            done_bytes: self.done_bytes,
+            total_bytes: self.total_bytes,
+            bytes_per_second: speed,
+            eta_seconds: (speed > 0.0).then(|| left as f64 / speed),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picks_what_inference_needs() {
+        for yes in [
+            "config.json",
+            "model.safetensors",
+            "model-00001-of-00002.safetensors",
+            "model.safetensors.index.json",
+            "tokenizer.json",
+            "tokenizer.model",
+            "chat_template.jinja",
+            "merges.txt",
+        ] {
+            assert!(needed_for_inference(yes), "{yes}");
+        }
+        for no in [
+            "README.md",
+            ".gitattributes",
+            "consolidated.safetensors",
+            "pytorch_model.bin",
+            "model.gguf",
+            "original/consolidated.00.pth",
+            "figure.png",
+        ] {
+            assert!(!needed_for_inference(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn progress_speed_and_eta_follow_the_recent_window() {
+        let mut p = Progress::new(1000, 0);
+        p.advance(100);
+        std::thread::sleep(Duration::from_millis(60));
+        p.advance(100);
+        let Some(DownloadEvent::Progress {
+            done_bytes,
+            bytes_per_second,
+            eta_seconds,
+            ..
+        }) = p.event("f", 200, 1000, true)
+        else {
+            panic!("no event")
+        };
+        assert_eq!(done_bytes, 200);
+        assert!(bytes_per_second > 0.0);
+        let eta = eta_seconds.unwrap();
+        assert!((eta - 800.0 / bytes_per_second).abs() < 1e-6);
+        // Throttled: a second event right away is skipped unless forced.
+        assert!(p.event("f", 200, 1000, false).is_none());
+    }
+
+    #[test]
+    fn content_range_start_is_read() {
+        let mut h = header::HeaderMap::new();
+        h.insert(header::CONTENT_RANGE, "bytes 100-199/200".parse().unwrap());
+        assert_eq!(content_range_start(&h), Some(100));
+    }
+}

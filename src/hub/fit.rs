@@ -1,0 +1,880 @@
+//! Whether a model will fit in memory before it is loaded: the weights, the KV
+//! cache at a chosen context and MLX's working room, against what the machine
+//! has free, with advice a user can act on when it does not fit.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::Path;
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// Why config.json cannot be sized. Names the key, since that is what a user
+/// can look for in the file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FitError {
+    #[error(
+        "the model folder's config.json has no `{key}`, so it does not describe a decoder model Ondo can size; check that the folder holds a text-generation model"
+    )]
+    ConfigKeyMissing { key: &'static str },
+    #[error(
+        "the model folder's config.json has `{key}` = {found}, not a positive whole number, so it does not describe a decoder model Ondo can size"
+    )]
+    ConfigKeyInvalid { key: &'static str, found: String },
+}
+
+/// The element type of the KV cache: the model's compute dtype.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum KvDtype {
+    #[serde(rename = "float32")]
+    F32,
+    #[serde(rename = "float16")]
+    F16,
+    #[serde(rename = "bfloat16")]
+    BF16,
+}
+
+impl KvDtype {
+    /// Bytes per element.
+    pub fn bytes(self) -> u64 {
+        match self {
+            KvDtype::F32 => 4,
+            KvDtype::F16 | KvDtype::BF16 => 2,
+        }
+    }
+
+    /// The name config.json uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            KvDtype::F32 => "float32",
+            KvDtype::F16 => "float16",
+            KvDtype::BF16 => "bfloat16",
+        }
+    }
+
+    /// Reads a config.json name ("bfloat16", "torch.float16") or a safetensors
+    /// dtype ("BF16"); `None` for anything else.
+    pub fn parse(name: &str) -> Option<Self> {
+        let name = name.trim().to_ascii_lowercase();
+        match name.strip_prefix("torch.").unwrap_or(&name) {
+            "float32" | "f32" | "fp32" | "float" => Some(KvDtype::F32),
+            "float16" | "f16" | "fp16" | "half" => Some(KvDtype::F16),
+            "bfloat16" | "bf16" => Some(KvDtype::BF16),
+            _ => None,
+        }
+    }
+}
+
+/// What the KV cache needs per token, read from config.json.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ModelShape {
+    pub num_hidden_layers: u64,
+    pub num_key_value_heads: u64,
+    /// Elements per key (and per value) vector.
+    pub head_dim: u64,
+    pub hidden_size: u64,
+    /// The longest context the model was trained for, in tokens.
+    pub max_position_embeddings: Option<u64>,
+    pub kv_dtype: KvDtype,
+}
+
+impl ModelShape {
+    /// Reads a parsed config.json. `weights_float_dtype` is the dtype of the
+    /// checkpoint's unquantized tensors ("BF16", "F16", "F32"; see
+    /// [`safetensors_float_dtype`]), used when the config names no dtype.
+    ///
+    /// A quantized MLX checkpoint's config also carries a `quantization`
+    /// object; it changes the weights, not the cache, which stays in the
+    /// compute dtype, so it is not read here.
+    pub fn from_config(
+        config: &Value,
+        weights_float_dtype: Option<&str>,
+    ) -> Result<Self, FitError> {
+        let num_hidden_layers = required(config, "num_hidden_layers")?;
+        let hidden_size = required(config, "hidden_size")?;
+        let attention_heads = positive(config, "num_attention_heads")?;
+        let attention_heads = || {
+            attention_heads.ok_or(FitError::ConfigKeyMissing {
+                key: "num_attention_heads",
+            })
+        };
+        // Without grouped-query attention every query head has its own K and V.
+        let num_key_value_heads = match positive(config, "num_key_value_heads")? {
+            Some(heads) => heads,
+            None => attention_heads()?,
+        };
+        let head_dim = match positive(config, "head_dim")? {
+            Some(dim) => dim,
+            None => hidden_size / attention_heads()?,
+        };
+        let max_position_embeddings = positive(config, "max_position_embeddings")?;
+        // transformers 5 writes `dtype`, older versions `torch_dtype`. With
+        // neither, the weights' float tensors say what MLX will compute in.
+        // Both 16-bit types are 2 bytes, so the fallback only matters for
+        // float32 models.
+        let kv_dtype = ["dtype", "torch_dtype"]
+            .iter()
+            .filter_map(|key| config_value(config, key)?.as_str())
+            .find_map(KvDtype::parse)
+            .or_else(|| weights_float_dtype.and_then(KvDtype::parse))
+            .unwrap_or(KvDtype::F16);
+        Ok(ModelShape {
+            num_hidden_layers,
+            num_key_value_heads,
+            head_dim,
+            hidden_size,
+            max_position_embeddings,
+            kv_dtype,
+        })
+    }
+
+    /// Bytes of KV cache per token of context: a key and a value vector per
+    /// KV head in every layer.
+    pub fn kv_bytes_per_token(&self) -> u64 {
+        // Saturating: the factors come from a file.
+        self.num_hidden_layers
+            .saturating_mul(self.num_key_value_heads)
+            .saturating_mul(self.head_dim)
+            .saturating_mul(2 * self.kv_dtype.bytes())
+    }
+}
+
+/// A key of the language model's config. Multimodal configs keep it under
+/// `text_config`, which then describes the decoder better than the top level.
+fn config_value<'a>(config: &'a Value, key: &str) -> Option<&'a Value> {
+    let present = |v: &&Value| !v.is_null();
+    config
+        .get("text_config")
+        .and_then(|text| text.get(key))
+        .filter(present)
+        .or_else(|| config.get(key).filter(present))
+}
+
+fn positive(config: &Value, key: &'static str) -> Result<Option<u64>, FitError> {
+    let Some(value) = config_value(config, key) else {
+        return Ok(None);
+    };
+    match value.as_u64() {
+        Some(n) if n > 0 => Ok(Some(n)),
+        _ => Err(FitError::ConfigKeyInvalid {
+            key,
+            found: value.to_string(),
+        }),
+    }
+}
+
+fn required(config: &Value, key: &'static str) -> Result<u64, FitError> {
+    positive(config, key)?.ok_or(FitError::ConfigKeyMissing { key })
+}
+
+/// The safetensors format caps its JSON header at 100 MB; a larger length
+/// means the file is not safetensors or is damaged.
+const MAX_SAFETENSORS_HEADER_BYTES: u64 = 100_000_000;
+
+/// Reads the JSON header of a safetensors file: an 8-byte little-endian
+/// length, then that many bytes of JSON. Reads nothing of the tensor data.
+pub fn read_safetensors_header(path: &Path) -> io::Result<Vec<u8>> {
+    let incomplete = |error: io::Error| {
+        if error.kind() == io::ErrorKind::UnexpectedEof {
+            io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "{} ends inside its safetensors header; the download is incomplete (download it again)",
+                    path.display()
+                ),
+            )
+        } else {
+            error
+        }
+    };
+    let mut file = File::open(path)?;
+    let mut length = [0u8; 8];
+    file.read_exact(&mut length).map_err(incomplete)?;
+    let length = u64::from_le_bytes(length);
+    if length > MAX_SAFETENSORS_HEADER_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{} claims a safetensors header of {length} bytes, over the format's 100 MB limit; the file is damaged or not safetensors (download it again)",
+                path.display()
+            ),
+        ));
+    }
+    let mut header = Vec::new();
+    file.take(length).read_to_end(&mut header)?;
+    if (header.len() as u64) < length {
+        return Err(incomplete(io::ErrorKind::UnexpectedEof.into()));
+    }
+    Ok(header)
+}
+
+/// The float dtype of a checkpoint's unquantized tensors ("BF16", "F16" or
+/// "F32"), from a safetensors JSON header: the most common of the three,
+/// ties going to BF16, then F16. Quantization scales and biases are left out
+/// because a conversion may store them in another type than the compute one.
+/// `None` when the header is not JSON or has no such tensor.
+pub fn safetensors_float_dtype(header_json: &[u8]) -> Option<String> {
+    let header: serde_json::Map<String, Value> = serde_json::from_slice(header_json).ok()?;
+    let mut counts = [("BF16", 0usize), ("F16", 0), ("F32", 0)];
+    for (name, tensor) in &header {
+        if name == "__metadata__" || name.ends_with(".scales") || name.ends_with(".biases") {
+            continue;
+        }
+        let Some(dtype) = tensor.get("dtype").and_then(Value::as_str) else {
+            continue;
+        };
+        if let Some((_, count)) = counts.iter_mut().find(|(known, _)| *known == dtype) {
+            *count += 1;
+        }
+    }
+    // max_by_key keeps the last of equals; reversed, that is the first listed.
+    counts
+        .iter()
+        .rev()
+        .filter(|(_, count)| *count > 0)
+        .max_by_key(|(_, count)| *count)
+        .map(|(dtype, _)| dtype.to_string())
+}
+
+/// What is known before loading: the model, the context wanted and the
+/// machine's memory, all in bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FitInput {
+    /// Size of the weight files.
+    pub weights_bytes: u64,
+    pub shape: ModelShape,
+    /// Context the user wants to run with, prompt and reply together.
+    pub context_tokens: u64,
+    /// Memory free for a new process now.
+    pub available_bytes: u64,
+    /// Physical memory of the machine.
+    pub total_bytes: u64,
+    /// macOS: MLX's recommended GPU working set; None elsewhere.
+    pub working_set_bytes: Option<u64>,
+}
+
+/// Will it fit: the parts of the estimate, the verdict and what to do about it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FitEstimate {
+    pub weights_bytes: u64,
+    pub kv_cache_bytes: u64,
+    /// Activations and MLX's working buffers (see [`estimate_fit`]).
+    pub overhead_bytes: u64,
+    /// Weights, KV cache and overhead together.
+    pub needed_bytes: u64,
+    pub available_bytes: u64,
+    pub working_set_bytes: Option<u64>,
+    /// What the model may use: the available memory, or MLX's working set
+    /// where that is smaller.
+    pub budget_bytes: u64,
+    pub context_tokens: u64,
+    pub kv_bytes_per_token: u64,
+    pub verdict: Verdict,
+    /// The longest context whose estimate is within the budget, capped at
+    /// the model's trained context; `None` when not even the weights and the
+    /// overhead are.
+    pub max_context_that_fits: Option<u64>,
+    /// Sentences a user can act on; empty when it fits.
+    pub advice: Vec<String>,
+}
+
+/// How the estimate compares with the budget, best first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Needs at most 80% of the budget.
+    Fits,
+    /// Within the budget but over 80% of it: runs, with little to spare.
+    Tight,
+    /// Over the budget.
+    WillNotFit,
+}
+
+// Project decision: what loading needs besides the weights and the KV cache.
+//
+// - A floor of 256 MiB or 10% of the weights, whichever is larger: MLX's
+//   buffers for dequantized matmul tiles, the logits, the tokenizer and the
+//   process itself; they grow with the model.
+// - One prefill step's activations: the engine runs the prompt in steps of
+//   DEFAULT_PREFILL_STEP_SIZE tokens and each step holds several
+//   [tokens, hidden_size] tensors at once (residual stream, normed input, Q/K/V,
+//   attention output, and the MLP's gate and up projections at 3-4x hidden
+//   size). Eight float32 copies cover these with some room; attention scores
+//   are not counted because MLX's fused attention does not materialise them.
+//
+// Verdict: Fits up to 80% of the budget. The fifth left over absorbs what the
+// estimate misses (MLX's cache of freed buffers, other apps growing, macOS
+// compressing before free memory reaches zero). Over 80% but within the budget
+// is Tight: it runs but may swap, and loading is still allowed. Over the
+// budget is WillNotFit.
+const OVERHEAD_FLOOR_BYTES: u64 = 256 << 20;
+const ACTIVATION_BYTES: u64 = 4;
+const ACTIVATION_COPIES: u64 = 8;
+// The hub does not depend on the engine (DESIGN.md "Boundaries"), so the
+// engine's two numbers are repeated here; tests/hub.rs checks that
+// they still agree.
+/// The engine's default `prefill_step_size`.
+pub const PREFILL_STEP_TOKENS: u64 = 2048;
+/// The engine's KV cache grows in steps of this many positions.
+pub const KV_CACHE_STEP: u64 = 256;
+
+/// Bisection bound when the config gives no trained context.
+const UNBOUNDED_CONTEXT_TOKENS: u64 = 1 << 32;
+
+/// Estimates the memory a model needs at `input.context_tokens` and compares
+/// it with what the machine can give it (see the decision above).
+pub fn estimate_fit(input: &FitInput) -> FitEstimate {
+    let context = input.context_tokens;
+    let kv_cache_bytes = kv_cache_bytes(input, context);
+    let overhead_bytes = overhead_bytes(input, context);
+    let needed_bytes = needed_bytes(input, context);
+    let budget_bytes = budget(input.available_bytes, input.working_set_bytes);
+    let verdict = verdict_for(needed_bytes, budget_bytes);
+    let max_context_that_fits = largest_context_within(input, budget_bytes);
+
+    let mut advice = Vec::new();
+    if verdict == Verdict::Tight {
+        advice.push(
+            "it will run but may push the system into swap; Ondo will let you load anyway"
+                .to_string(),
+        );
+    }
+    let context_limit = match verdict {
+        Verdict::Fits => None,
+        Verdict::Tight => largest_context_within(input, comfortable(budget_bytes)),
+        Verdict::WillNotFit => max_context_that_fits,
+    };
+    if let Some(limit) = context_limit.filter(|&limit| limit < context) {
+        advice.push(format!(
+            "use a context of at most {limit} tokens (at {context} tokens the KV cache alone needs {})",
+            human_bytes(kv_cache_bytes)
+        ));
+    }
+    if verdict != Verdict::Fits {
+        // Would the verdict improve if everything else quit? Only when free
+        // memory, not the machine or the GPU working set, is what limits.
+        let budget_when_free = budget(input.total_bytes, input.working_set_bytes);
+        let target_available = match verdict {
+            Verdict::WillNotFit => needed_bytes,
+            // Enough that the estimate is 80% of it.
+            _ => needed_bytes.saturating_add(needed_bytes / 4),
+        };
+        if verdict_for(needed_bytes, budget_when_free) < verdict
+            && target_available > input.available_bytes
+        {
+            advice.push(format!(
+                "close other apps to free about {} (Ondo needs {} in all; {} of {} is available now)",
+                human_bytes(target_available - input.available_bytes),
+                human_bytes(needed_bytes),
+                human_bytes(input.available_bytes),
+                human_bytes(input.total_bytes)
+            ));
+        }
+        let gpu_limited = input
+            .working_set_bytes
+            .is_some_and(|working_set| working_set < input.available_bytes);
+        advice.push(format!(
+            "choose a smaller or more quantized model (this one needs {} of weights, you have {} available{})",
+            human_bytes(input.weights_bytes),
+            human_bytes(budget_bytes),
+            if gpu_limited { " to the GPU" } else { "" }
+        ));
+    }
+
+    FitEstimate {
+        weights_bytes: input.weights_bytes,
+        kv_cache_bytes,
+        overhead_bytes,
+        needed_bytes,
+        available_bytes: input.available_bytes,
+        working_set_bytes: input.working_set_bytes,
+        budget_bytes,
+        context_tokens: context,
+        kv_bytes_per_token: input.shape.kv_bytes_per_token(),
+        verdict,
+        max_context_that_fits,
+        advice,
+    }
+}
+
+/// The engine's cache grows `KV_CACHE_STEP` positions at a time, so that is
+/// what it holds at a given context.
+fn kv_cache_bytes(input: &FitInput, context: u64) -> u64 {
+    let step = KV_CACHE_STEP;
+    let positions = context.div_ceil(step).saturating_mul(step);
+    input.shape.kv_bytes_per_token().saturating_mul(positions)
+}
+
+fn overhead_bytes(input: &FitInput, context: u64) -> u64 {
+    // A prompt shorter than one prefill step only has its own activations.
+    let prefill_tokens = context.min(PREFILL_STEP_TOKENS);
+    let activations = (prefill_tokens * ACTIVATION_BYTES * ACTIVATION_COPIES)
+        .saturating_mul(input.shape.hidden_size);
+    OVERHEAD_FLOOR_BYTES
+        .max(input.weights_bytes / 10)
+        .saturating_add(activations)
+}
+
+fn needed_bytes(input: &FitInput, context: u64) -> u64 {
+    input
+        .weights_bytes
+        .saturating_add(kv_cache_bytes(input, context))
+        .saturating_add(overhead_bytes(input, context))
+}
+
+fn budget(memory_bytes: u64, working_set_bytes: Option<u64>) -> u64 {
+    working_set_bytes.map_or(memory_bytes, |working_set| working_set.min(memory_bytes))
+}
+
+/// 80% of the budget: up to here the estimate Fits.
+fn comfortable(budget_bytes: u64) -> u64 {
+    budget_bytes - budget_bytes / 5
+}
+
+fn verdict_for(needed_bytes: u64, budget_bytes: u64) -> Verdict {
+    if needed_bytes <= comfortable(budget_bytes) {
+        Verdict::Fits
+    } else if needed_bytes <= budget_bytes {
+        Verdict::Tight
+    } else {
+        Verdict::WillNotFit
+    }
+}
+
+/// The longest context, up to the trained one, whose estimate is within
+/// `limit_bytes`; `None` if not even one token's is.
+fn largest_context_within(input: &FitInput, limit_bytes: u64) -> Option<u64> {
+    let cap = input
+        .shape
+        .max_position_embeddings
+        .unwrap_or(UNBOUNDED_CONTEXT_TOKENS)
+        .max(1);
+    let within = |context| needed_bytes(input, context) <= limit_bytes;
+    if !within(1) {
+        return None;
+    }
+    if within(cap) {
+        return Some(cap);
+    }
+    // The estimate only grows with the context: bisect with
+    // within(fits) and !within(too_long).
+    let (mut fits, mut too_long) = (1, cap);
+    while too_long - fits > 1 {
+        let middle = fits + (too_long - fits) / 2;
+        if within(middle) {
+            fits = middle;
+        } else {
+            too_long = middle;
+        }
+    }
+    Some(fits)
+}
+
+/// Bytes as a short figure in binary units, as Activity Monitor shows them:
+/// "512 B", "12 KiB", "512 MiB", "1.8 GiB". KiB and MiB are whole; GiB and
+/// TiB keep one decimal, which is the precision memory advice needs.
+pub fn human_bytes(bytes: u64) -> String {
+    const KIB: f64 = 1024.0;
+    const MIB: f64 = KIB * KIB;
+    const GIB: f64 = MIB * KIB;
+    const TIB: f64 = GIB * KIB;
+    let value = bytes as f64;
+    // Each unit ends where its rounded figure would read 1024.
+    if bytes < 1024 {
+        format!("{bytes} B")
+    } else if value < MIB - KIB / 2.0 {
+        format!("{:.0} KiB", value / KIB)
+    } else if value < GIB - MIB / 2.0 {
+        format!("{:.0} MiB", value / MIB)
+    } else if value < TIB - GIB / 20.0 {
+        format!("{:.1} GiB", value / GIB)
+    } else {
+        format!("{:.1} TiB", value / TIB)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const GIB: u64 = 1 << 30;
+
+    fn llama_3b_config() -> Value {
+        json!({
+            "model_type": "llama",
+            "num_hidden_layers": 28,
+            "num_attention_heads": 24,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "hidden_size": 3072,
+            "max_position_embeddings": 131072,
+            "torch_dtype": "bfloat16"
+        })
+    }
+
+    /// Llama-3.2-3B-like, 1.8 GB of weights. Per token: 28*8*128*2*2 =
+    /// 114,688 B. Overhead at >= 2048 tokens: 256 MiB floor (10% of the
+    /// weights is less) + 2048*3072*4*8 = 268,435,456 + 201,326,592.
+    fn llama_3b_input(context_tokens: u64, available_bytes: u64) -> FitInput {
+        FitInput {
+            weights_bytes: 1_800_000_000,
+            shape: ModelShape::from_config(&llama_3b_config(), None).unwrap(),
+            context_tokens,
+            available_bytes,
+            total_bytes: 16 * GIB,
+            working_set_bytes: None,
+        }
+    }
+    const LLAMA_3B_OVERHEAD: u64 = 268_435_456 + 201_326_592;
+    /// 1.8e9 + 114,688*4096 + overhead.
+    const LLAMA_3B_NEEDED_4096: u64 = 1_800_000_000 + 469_762_048 + LLAMA_3B_OVERHEAD;
+
+    #[test]
+    fn kv_cache_of_a_llama_3b_at_4096_tokens() {
+        let shape = ModelShape::from_config(&llama_3b_config(), None).unwrap();
+        assert_eq!(shape.kv_dtype, KvDtype::BF16);
+        assert_eq!(shape.max_position_embeddings, Some(131072));
+        assert_eq!(shape.kv_bytes_per_token(), 114_688);
+        let estimate = estimate_fit(&llama_3b_input(4096, 8 * GIB));
+        assert_eq!(estimate.kv_cache_bytes, 469_762_048);
+        assert_eq!(estimate.overhead_bytes, LLAMA_3B_OVERHEAD);
+        assert_eq!(estimate.needed_bytes, 2_739_524_096);
+        assert_eq!(estimate.needed_bytes, LLAMA_3B_NEEDED_4096);
+    }
+
+    #[test]
+    fn kv_heads_and_head_dim_default_from_attention_heads() {
+        let config = json!({
+            "num_hidden_layers": 12,
+            "num_attention_heads": 16,
+            "hidden_size": 2048,
+            "torch_dtype": "float16"
+        });
+        let shape = ModelShape::from_config(&config, None).unwrap();
+        assert_eq!(shape.num_key_value_heads, 16);
+        assert_eq!(shape.head_dim, 128);
+        assert_eq!(shape.max_position_embeddings, None);
+        // 12 * 16 * 128 * 2 * 2
+        assert_eq!(shape.kv_bytes_per_token(), 98_304);
+    }
+
+    #[test]
+    fn null_head_dim_counts_as_absent() {
+        let mut config = llama_3b_config();
+        config["head_dim"] = Value::Null;
+        let shape = ModelShape::from_config(&config, None).unwrap();
+        assert_eq!(shape.head_dim, 3072 / 24);
+    }
+
+    #[test]
+    fn multimodal_config_is_read_from_text_config() {
+        let config = json!({
+            "model_type": "gemma3",
+            "torch_dtype": "float32",
+            "vision_config": { "hidden_size": 1152, "num_hidden_layers": 27 },
+            "text_config": {
+                "hidden_size": 2560,
+                "num_hidden_layers": 34,
+                "num_attention_heads": 8,
+                "num_key_value_heads": 4,
+                "head_dim": 256,
+                "max_position_embeddings": 131072
+            }
+        });
+        let shape = ModelShape::from_config(&config, Some("BF16")).unwrap();
+        assert_eq!(
+            shape,
+            ModelShape {
+                num_hidden_layers: 34,
+                num_key_value_heads: 4,
+                head_dim: 256,
+                hidden_size: 2560,
+                max_position_embeddings: Some(131072),
+                // The top-level dtype still applies to the text model.
+                kv_dtype: KvDtype::F32,
+            }
+        );
+        assert_eq!(shape.kv_bytes_per_token(), 34 * 4 * 256 * 2 * 4);
+    }
+
+    #[test]
+    fn dtype_comes_from_the_weights_when_the_config_has_none() {
+        let mut config = llama_3b_config();
+        config.as_object_mut().unwrap().remove("torch_dtype");
+        let header = br#"{
+            "__metadata__": {"format": "mlx"},
+            "model.layers.0.mlp.up_proj.weight": {"dtype": "U32", "shape": [8192, 384], "data_offsets": [0, 1]},
+            "model.layers.0.mlp.up_proj.scales": {"dtype": "F16", "shape": [8192, 48], "data_offsets": [1, 2]},
+            "model.layers.0.mlp.up_proj.biases": {"dtype": "F16", "shape": [8192, 48], "data_offsets": [2, 3]},
+            "model.layers.0.input_layernorm.weight": {"dtype": "F32", "shape": [3072], "data_offsets": [3, 4]},
+            "model.norm.weight": {"dtype": "F32", "shape": [3072], "data_offsets": [4, 5]}
+        }"#;
+        let dtype = safetensors_float_dtype(header);
+        assert_eq!(dtype.as_deref(), Some("F32"));
+        let shape = ModelShape::from_config(&config, dtype.as_deref()).unwrap();
+        assert_eq!(shape.kv_dtype, KvDtype::F32);
+        assert_eq!(shape.kv_bytes_per_token(), 2 * 114_688);
+        // Neither: 2 bytes, like both 16-bit types.
+        let shape = ModelShape::from_config(&config, None).unwrap();
+        assert_eq!(shape.kv_dtype.bytes(), 2);
+    }
+
+    #[test]
+    fn config_dtype_wins_over_the_weights_and_both_key_names_work() {
+        let mut config = llama_3b_config();
+        config["torch_dtype"] = json!("float32");
+        let shape = ModelShape::from_config(&config, Some("BF16")).unwrap();
+        assert_eq!(shape.kv_dtype, KvDtype::F32);
+
+        config.as_object_mut().unwrap().remove("torch_dtype");
+        config["dtype"] = json!("float16");
+        let shape = ModelShape::from_config(&config, Some("F32")).unwrap();
+        assert_eq!(shape.kv_dtype, KvDtype::F16);
+        assert_eq!(shape.kv_dtype.name(), "float16");
+    }
+
+    #[test]
+    fn quantized_mlx_config_keeps_the_compute_dtype_for_the_cache() {
+        let mut config = llama_3b_config();
+        config["quantization"] = json!({ "group_size": 64, "bits": 4 });
+        let shape = ModelShape::from_config(&config, Some("BF16")).unwrap();
+        assert_eq!(shape.kv_bytes_per_token(), 114_688);
+    }
+
+    #[test]
+    fn missing_key_names_the_key_and_says_why_it_matters() {
+        let mut config = llama_3b_config();
+        config.as_object_mut().unwrap().remove("num_hidden_layers");
+        let error = ModelShape::from_config(&config, None).unwrap_err();
+        assert_eq!(
+            error,
+            FitError::ConfigKeyMissing {
+                key: "num_hidden_layers"
+            }
+        );
+        let message = error.to_string();
+        assert!(message.contains("`num_hidden_layers`"), "{message}");
+        assert!(
+            message.contains("config.json")
+                && message.contains("does not describe a decoder model Ondo can size"),
+            "{message}"
+        );
+
+        // Attention heads are only needed to derive what is missing.
+        let config = json!({ "num_hidden_layers": 2, "hidden_size": 64 });
+        assert_eq!(
+            ModelShape::from_config(&config, None),
+            Err(FitError::ConfigKeyMissing {
+                key: "num_attention_heads"
+            })
+        );
+    }
+
+    #[test]
+    fn non_numeric_key_is_invalid() {
+        let mut config = llama_3b_config();
+        config["num_key_value_heads"] = json!("8");
+        let error = ModelShape::from_config(&config, None).unwrap_err();
+        assert_eq!(
+            error,
+            FitError::ConfigKeyInvalid {
+                key: "num_key_value_heads",
+                found: "\"8\"".to_string()
+            }
+        );
+        config["num_key_value_heads"] = json!(0);
+        assert!(ModelShape::from_config(&config, None).is_err());
+    }
+
+    #[test]
+    fn fits_with_a_fifth_to_spare() {
+        let estimate = estimate_fit(&llama_3b_input(4096, 8 * GIB));
+        assert_eq!(estimate.verdict, Verdict::Fits);
+        assert_eq!(estimate.budget_bytes, 8 * GIB);
+        assert!(estimate.advice.is_empty(), "{:?}", estimate.advice);
+    }
+
+    #[test]
+    fn tight_within_the_budget_but_over_80_percent() {
+        // 80% of 3 GiB is 2,576,980,377 < 2,739,524,096 <= 3 GiB.
+        let estimate = estimate_fit(&llama_3b_input(4096, 3 * GIB));
+        assert_eq!(estimate.verdict, Verdict::Tight);
+        assert_eq!(
+            estimate.advice[0],
+            "it will run but may push the system into swap; Ondo will let you load anyway"
+        );
+        // 16 GiB total would fit comfortably: needed * 1.25 - 3 GiB =
+        // 3,424,405,120 - 3,221,225,472 = 203,179,648 B = 194 MiB.
+        assert!(
+            estimate
+                .advice
+                .iter()
+                .any(|a| a.starts_with("close other apps to free about 194 MiB")),
+            "{:?}",
+            estimate.advice
+        );
+        // The largest context within 80% of the budget is 2560: it needs
+        // 1.8e9 + 114,688*2560 + overhead = 2,563,363,328.
+        assert!(
+            estimate
+                .advice
+                .iter()
+                .any(|a| a.starts_with("use a context of at most 2560 tokens")),
+            "{:?}",
+            estimate.advice
+        );
+        assert!(estimate.max_context_that_fits.unwrap() > 4096);
+    }
+
+    #[test]
+    fn will_not_fit_over_the_budget() {
+        let estimate = estimate_fit(&llama_3b_input(4096, 2 * GIB));
+        assert_eq!(estimate.verdict, Verdict::WillNotFit);
+        // needed(256) = 1.8e9 + 114,688*256 + 268,435,456 + 256*3072*32 =
+        // 2,122,961,408 <= 2 GiB; 257 tokens take a second cache step and
+        // need 2,152,419,840.
+        assert_eq!(estimate.max_context_that_fits, Some(256));
+        assert_eq!(
+            estimate.advice,
+            vec![
+                "use a context of at most 256 tokens (at 4096 tokens the KV cache alone needs 448 MiB)",
+                // 2,739,524,096 - 2 GiB = 592,040,448 B = 564.6 MiB.
+                "close other apps to free about 565 MiB (Ondo needs 2.6 GiB in all; 2.0 GiB of 16.0 GiB is available now)",
+                "choose a smaller or more quantized model (this one needs 1.7 GiB of weights, you have 2.0 GiB available)",
+            ]
+        );
+    }
+
+    #[test]
+    fn max_context_that_fits_at_the_boundary() {
+        // needed(8192) = 1.8e9 + 114,688*8192 + overhead = 3,209,286,144.
+        let needed_8192 = 1_800_000_000 + 939_524_096 + LLAMA_3B_OVERHEAD;
+        let estimate = estimate_fit(&llama_3b_input(16384, needed_8192));
+        assert_eq!(estimate.verdict, Verdict::WillNotFit);
+        assert_eq!(estimate.max_context_that_fits, Some(8192));
+        // A byte less: the cache grows in 256-token steps, so 7936.
+        let estimate = estimate_fit(&llama_3b_input(16384, needed_8192 - 1));
+        assert_eq!(estimate.max_context_that_fits, Some(7936));
+    }
+
+    #[test]
+    fn max_context_is_none_when_weights_and_overhead_alone_do_not_fit() {
+        // needed(1) = 1.8e9 + 114,688*256 + 268,435,456 + 3072*32 = 2,097,893,888.
+        let estimate = estimate_fit(&llama_3b_input(4096, 2_097_893_887));
+        assert_eq!(estimate.max_context_that_fits, None);
+        assert!(
+            !estimate
+                .advice
+                .iter()
+                .any(|a| a.starts_with("use a context"))
+        );
+        let estimate = estimate_fit(&llama_3b_input(4096, 2_097_893_888));
+        assert_eq!(estimate.max_context_that_fits, Some(1));
+    }
+
+    #[test]
+    fn max_context_is_capped_at_the_trained_context() {
+        let estimate = estimate_fit(&llama_3b_input(4096, 1024 * GIB));
+        assert_eq!(estimate.max_context_that_fits, Some(131072));
+    }
+
+    #[test]
+    fn short_context_counts_only_its_own_activations() {
+        let estimate = estimate_fit(&llama_3b_input(512, 8 * GIB));
+        assert_eq!(estimate.overhead_bytes, 268_435_456 + 512 * 3072 * 32);
+        // 300 tokens occupy two 256-token cache steps.
+        let estimate = estimate_fit(&llama_3b_input(300, 8 * GIB));
+        assert_eq!(estimate.kv_cache_bytes, 114_688 * 512);
+    }
+
+    #[test]
+    fn smaller_gpu_working_set_changes_the_verdict() {
+        let mut input = llama_3b_input(4096, 16 * GIB);
+        assert_eq!(estimate_fit(&input).verdict, Verdict::Fits);
+        input.working_set_bytes = Some(3 * GIB);
+        let estimate = estimate_fit(&input);
+        assert_eq!(estimate.budget_bytes, 3 * GIB);
+        assert_eq!(estimate.verdict, Verdict::Tight);
+        // Closing apps cannot raise the working set.
+        assert!(
+            !estimate
+                .advice
+                .iter()
+                .any(|a| a.starts_with("close other apps"))
+        );
+        assert!(
+            estimate
+                .advice
+                .iter()
+                .any(|a| a.ends_with("you have 3.0 GiB available to the GPU)")),
+            "{:?}",
+            estimate.advice
+        );
+    }
+
+    #[test]
+    fn verdict_serialises_in_snake_case() {
+        assert_eq!(
+            serde_json::to_string(&Verdict::WillNotFit).unwrap(),
+            "\"will_not_fit\""
+        );
+        assert_eq!(
+            serde_json::to_string(&KvDtype::BF16).unwrap(),
+            "\"bfloat16\""
+        );
+    }
+
+    #[test]
+    fn float_dtype_ignores_quantization_scales_and_breaks_ties_to_bf16() {
+        let header = br#"{
+            "a.weight": {"dtype": "U32", "shape": [1], "data_offsets": [0, 4]},
+            "a.scales": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]},
+            "a.biases": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]},
+            "b.weight": {"dtype": "F16", "shape": [1], "data_offsets": [12, 14]},
+            "c.weight": {"dtype": "BF16", "shape": [1], "data_offsets": [14, 16]}
+        }"#;
+        assert_eq!(safetensors_float_dtype(header).as_deref(), Some("BF16"));
+        let only_quantized =
+            br#"{"a.weight": {"dtype": "U32", "shape": [1], "data_offsets": [0, 4]}}"#;
+        assert_eq!(safetensors_float_dtype(only_quantized), None);
+        assert_eq!(safetensors_float_dtype(b"not json"), None);
+    }
+
+    #[test]
+    fn reads_a_safetensors_header_and_refuses_absurd_lengths() {
+        let dir = tempfile::tempdir().unwrap();
+        let json = br#"{"x": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}}"#;
+        let path = dir.path().join("model.safetensors");
+        let mut file = (json.len() as u64).to_le_bytes().to_vec();
+        file.extend_from_slice(json);
+        file.extend_from_slice(&[0, 0, 0, 0]);
+        std::fs::write(&path, &file).unwrap();
+        let header = read_safetensors_header(&path).unwrap();
+        assert_eq!(header, json);
+        assert_eq!(safetensors_float_dtype(&header).as_deref(), Some("BF16"));
+
+        let absurd = dir.path().join("absurd.safetensors");
+        std::fs::write(&absurd, u64::MAX.to_le_bytes()).unwrap();
+        let error = read_safetensors_header(&absurd).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+        assert!(error.to_string().contains("100 MB"), "{error}");
+
+        let truncated = dir.path().join("truncated.safetensors");
+        std::fs::write(&truncated, &file[..20]).unwrap();
+        let error = read_safetensors_header(&truncated).unwrap_err();
+        assert!(error.to_string().contains("incomplete"), "{error}");
+    }
+
+    #[test]
+    fn human_bytes_picks_a_readable_unit() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(12 * 1024), "12 KiB");
+        assert_eq!(human_bytes(512 << 20), "512 MiB");
+        assert_eq!(human_bytes(1_932_735_283), "1.8 GiB");
+        // Never "1024 MiB".
+        assert_eq!(human_bytes(GIB - 1), "1.0 GiB");
+        assert_eq!(human_bytes(2048 * GIB), "2.0 TiB");
+    }
+}

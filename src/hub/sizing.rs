@@ -1,0 +1,158 @@
+//! The facts a fit verdict needs (weight bytes and the KV cache's shape),
+//! gathered from a local folder, from the hub before downloading (config.json
+//! and a safetensors header by Range, nothing written), or from the catalog.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::{
+    Hub, HubError, ModelRef, catalog,
+    download::needed_for_inference,
+    fit::{self, FitEstimate, FitInput, ModelShape},
+};
+
+/// What is known about a model's size before it is loaded.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelFacts {
+    pub weights_bytes: u64,
+    #[serde(skip)]
+    pub shape: ModelShape,
+    /// Where the facts came from: "folder", "hub" or "catalog" (approximate).
+    pub source: &'static str,
+}
+
+/// The machine's side of the fit: free and total memory, and on a Mac
+/// MLX's recommended working set (the caller passes it; the hub does not
+/// load MLX).
+#[derive(Debug, Clone, Copy)]
+pub struct MachineMemory {
+    pub available_bytes: u64,
+    pub total_bytes: u64,
+    pub working_set_bytes: Option<u64>,
+}
+
+impl MachineMemory {
+    pub fn read(working_set_bytes: Option<u64>) -> Self {
+        let totals = ondo_os::memory_totals().unwrap_or(ondo_os::MemoryTotals {
+            total_bytes: 0,
+            available_bytes: 0,
+        });
+        Self {
+            available_bytes: totals.available_bytes,
+            total_bytes: totals.total_bytes,
+            working_set_bytes,
+        }
+    }
+}
+
+impl ModelFacts {
+    pub fn estimate(&self, context_tokens: u64, machine: MachineMemory) -> FitEstimate {
+        fit::estimate_fit(&FitInput {
+            weights_bytes: self.weights_bytes,
+            shape: self.shape.clone(),
+            context_tokens,
+            available_bytes: machine.available_bytes,
+            total_bytes: machine.total_bytes,
+            working_set_bytes: machine.working_set_bytes,
+        })
+    }
+}
+
+fn not_sizable(id: &str) -> impl FnOnce(fit::FitError) -> HubError + '_ {
+    move |err| HubError::NotAModel {
+        repo_id: id.to_owned(),
+        reason: err.to_string(),
+    }
+}
+
+/// Facts of a model folder on disk.
+pub fn facts_from_folder(dir: &Path) -> Result<ModelFacts, HubError> {
+    let id = dir.display().to_string();
+    let config_path = dir.join("config.json");
+    let bytes = std::fs::read(&config_path).map_err(HubError::io(&config_path))?;
+    let config: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|err| HubError::NotAModel {
+            repo_id: id.clone(),
+            reason: format!("config.json is not valid JSON: {err}"),
+        })?;
+    let weights: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .map_err(HubError::io(dir))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("model") && n.ends_with(".safetensors"))
+        })
+        .collect();
+    let weights_bytes = weights
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .map(|m| m.len())
+        .sum();
+    let dtype = weights
+        .first()
+        .and_then(|p| fit::read_safetensors_header(p).ok())
+        .and_then(|h| fit::safetensors_float_dtype(&h));
+    let shape = ModelShape::from_config(&config, dtype.as_deref()).map_err(not_sizable(&id))?;
+    Ok(ModelFacts {
+        weights_bytes,
+        shape,
+        source: "folder",
+    })
+}
+
+impl Hub {
+    /// Facts of a repo on the hub, without downloading it: the weight sizes
+    /// from the repo info, config.json into memory, and (only when the config
+    /// names no dtype) the first weight file's header by Range.
+    pub async fn facts_from_hub(&self, model: &ModelRef) -> Result<ModelFacts, HubError> {
+        let info = self.repo_info(model).await?;
+        let weights: Vec<_> = info
+            .files
+            .iter()
+            .filter(|f| needed_for_inference(&f.path) && f.path.ends_with(".safetensors"))
+            .collect();
+        let weights_bytes = weights.iter().map(|f| f.size_bytes).sum();
+        let config_bytes = self.read_small_file(model, "config.json").await?;
+        let config: serde_json::Value =
+            serde_json::from_slice(&config_bytes).map_err(|err| HubError::NotAModel {
+                repo_id: model.repo_id.clone(),
+                reason: format!("config.json is not valid JSON: {err}"),
+            })?;
+        let config_has_dtype = ["torch_dtype", "dtype"].iter().any(|key| {
+            config.get(key).is_some()
+                || config.get("text_config").and_then(|t| t.get(key)).is_some()
+        });
+        let mut dtype = None;
+        if let (false, Some(first)) = (config_has_dtype, weights.first()) {
+            // The header's length, then the whole header (JSON) after it.
+            let len_bytes = self.read_file_prefix(model, &first.path, 8).await?;
+            if let Ok(len) = <[u8; 8]>::try_from(len_bytes.as_slice()) {
+                let header_len = u64::from_le_bytes(len).min(100 << 20);
+                let header = self
+                    .read_file_prefix(model, &first.path, 8 + header_len)
+                    .await?;
+                dtype = fit::safetensors_float_dtype(header.get(8..).unwrap_or_default());
+            }
+        }
+        let shape = ModelShape::from_config(&config, dtype.as_deref())
+            .map_err(not_sizable(&model.repo_id))?;
+        Ok(ModelFacts {
+            weights_bytes,
+            shape,
+            source: "hub",
+        })
+    }
+}
+
+/// Facts from the curated catalog (approximate sizes), for offline advice.
+pub fn facts_from_catalog(repo_id: &str) -> Option<ModelFacts> {
+    let entry = catalog::find(repo_id)?;
+    Some(ModelFacts {
+        weights_bytes: entry.size_bytes,
+        shape: entry.shape(),
+        source: "catalog",
+    })
+}

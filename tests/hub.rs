@@ -1,0 +1,687 @@
+//! Downloads against a real hub server on 127.0.0.1 (crates/ondo-testhub):
+//! the model arrives whole and loads, survives being killed and dropped,
+//! refuses corrupted bytes, and every failure is a named error that leaves
+//! nothing half-written passed off as complete.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ondo::hub::{
+    DownloadCancel, DownloadEvent, DownloadOptions, DownloadSummary, Hub, HubConfig, HubError,
+    ModelRef, OnCancel, library, sizing,
+};
+use ondo::paths::DataDirs;
+use ondo::synth::{self, SynthOptions};
+use ondo_testhub::TestHub;
+use sha2::{Digest, Sha256};
+
+mod common;
+
+const REPO: &str = "ondo-test/tiny";
+
+/// The tiny synthetic model, split into shards of about 2 MB so that a
+/// download has several large files (one finished, one partial, ...).
+fn sharded_tiny(dir: &Path) -> synth::SynthSummary {
+    let options = SynthOptions {
+        max_shard_bytes: 2_000_000,
+        ..SynthOptions::for_preset(synth::preset_named("tiny").unwrap())
+    };
+    synth::write_model(&options, dir, &mut |_| {}).unwrap()
+}
+
+struct Fixture {
+    root: tempfile::TempDir,
+    hub: TestHub,
+    model_dir: PathBuf,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let root = tempfile::tempdir().unwrap();
+        let model_dir = root.path().join("served/tiny");
+        sharded_tiny(&model_dir);
+        let hub = TestHub::start().unwrap();
+        hub.add_repo(REPO, &model_dir).unwrap();
+        Self {
+            root,
+            hub,
+            model_dir,
+        }
+    }
+
+    fn dirs(&self) -> DataDirs {
+        DataDirs {
+            data_dir: self.root.path().join("ondo"),
+            models_dir: self.root.path().join("ondo/models"),
+            hf_cache_dir: self.cache_dir(),
+        }
+    }
+
+    fn cache_dir(&self) -> PathBuf {
+        self.root.path().join("hf/hub")
+    }
+
+    fn config(&self) -> HubConfig {
+        HubConfig {
+            endpoint: self.hub.url(),
+            cache_dir: self.cache_dir(),
+            token: None,
+            token_source: None,
+            offline: false,
+            read_timeout: Duration::from_secs(5),
+            retries: 3,
+        }
+    }
+
+    fn client(&self) -> Hub {
+        Hub::new(self.config()).unwrap()
+    }
+
+    /// The environment a child `ondo` gets: this hub, this cache, no keychain.
+    fn env(&self, command: &mut Command) {
+        command
+            .env("HF_ENDPOINT", self.hub.url())
+            .env("HF_HUB_CACHE", self.cache_dir())
+            .env("ONDO_HOME", self.root.path().join("ondo"))
+            .env("ONDO_NO_KEYCHAIN", "1")
+            .env_remove("HF_TOKEN")
+            .env_remove("HF_HUB_OFFLINE");
+    }
+
+    fn blobs_dir(&self) -> PathBuf {
+        self.cache_dir().join("models--ondo-test--tiny/blobs")
+    }
+}
+
+fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(future)
+}
+
+fn download(
+    hub: &Hub,
+    model: &str,
+    events: &mut Vec<DownloadEvent>,
+) -> Result<DownloadSummary, HubError> {
+    let model = ModelRef::parse(model).unwrap();
+    block_on(hub.download(
+        &model,
+        DownloadOptions::default(),
+        &mut |e| events.push(e),
+        &DownloadCancel::new(),
+    ))
+}
+
+fn sha256_of(path: &Path) -> String {
+    format!("{:x}", Sha256::digest(std::fs::read(path).unwrap()))
+}
+
+/// Every file the served folder has that a model needs is in the snapshot,
+/// byte for byte.
+fn assert_snapshot_matches(snapshot: &Path, served: &Path) {
+    let mut compared = 0;
+    for entry in std::fs::read_dir(served).unwrap().flatten() {
+        let name = entry.file_name().into_string().unwrap();
+        let ours = snapshot.join(&name);
+        assert!(ours.is_file(), "{name} missing from the snapshot");
+        assert_eq!(sha256_of(&ours), sha256_of(&entry.path()), "{name} differs");
+        compared += 1;
+    }
+    assert!(compared >= 5, "only {compared} files compared");
+}
+
+fn partial_files(blobs: &Path) -> Vec<(PathBuf, u64)> {
+    std::fs::read_dir(blobs)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".incomplete"))
+        .map(|e| (e.path(), e.metadata().unwrap().len()))
+        .collect()
+}
+
+fn complete_blobs(blobs: &Path) -> Vec<String> {
+    std::fs::read_dir(blobs)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().into_string().unwrap())
+        .filter(|n| !n.ends_with(".incomplete"))
+        .collect()
+}
+
+#[test]
+fn a_full_download_lands_in_the_hf_cache_and_loads() {
+    let fx = Fixture::new();
+    let mut events = Vec::new();
+    let summary = download(&fx.client(), REPO, &mut events).unwrap();
+    assert_eq!(summary.commit, fx.hub.commit_of(REPO).unwrap());
+    assert_snapshot_matches(&summary.snapshot_dir, &fx.model_dir);
+    // The Python tools' layout: refs/main names the commit, snapshot files
+    // are relative links into blobs/.
+    let repo_dir = fx.cache_dir().join("models--ondo-test--tiny");
+    let main = std::fs::read_to_string(repo_dir.join("refs/main")).unwrap();
+    assert_eq!(main.trim(), summary.commit);
+    let link = std::fs::read_link(summary.snapshot_dir.join("config.json")).unwrap();
+    assert!(
+        link.is_relative() && link.starts_with("../../blobs"),
+        "{link:?}"
+    );
+    assert!(partial_files(&fx.blobs_dir()).is_empty());
+    // Every LFS file was checked, and progress reached the total.
+    let verified = events
+        .iter()
+        .filter(|e| matches!(e, DownloadEvent::FileDone { verified: true, .. }))
+        .count();
+    assert!(verified >= 3, "{verified} files verified");
+    let last_done = events.iter().rev().find_map(|e| match e {
+        DownloadEvent::Progress {
+            done_bytes,
+            total_bytes,
+            ..
+        } => Some((*done_bytes, *total_bytes)),
+        _ => None,
+    });
+    let (done, total) = last_done.unwrap();
+    assert_eq!(done, total);
+
+    // The files load and generate.
+    let engine = ondo::engine::EngineHandle::spawn().unwrap();
+    let request = ondo::engine::GenerateRequest {
+        max_tokens: 4,
+        ..ondo::engine::GenerateRequest::new(
+            &summary.snapshot_dir,
+            ondo::engine::Prompt::user("hi"),
+        )
+    };
+    let outcome = engine
+        .generate_blocking(request, ondo::engine::CancelToken::new(), |_| {})
+        .unwrap();
+    assert_eq!(outcome.stats.generated_tokens, 4);
+
+    // A second pull fetches nothing.
+    let served_before = fx.hub.body_bytes_served();
+    let again = download(&fx.client(), REPO, &mut Vec::new()).unwrap();
+    assert_eq!(again.fetched_bytes, 0);
+    assert_eq!(fx.hub.body_bytes_served(), served_before);
+
+    // The library sees it, with what it is.
+    let listed = library::find_cached(&fx.cache_dir(), REPO).unwrap();
+    assert!(listed.complete, "{:?}", listed.problem);
+    assert_eq!(listed.model_type.as_deref(), Some("llama"));
+    assert_eq!(listed.revisions, vec!["main".to_owned()]);
+    assert!(listed.size_on_disk_bytes >= summary.total_bytes);
+}
+
+#[test]
+fn killed_pulls_resume_without_fetching_finished_files_again() {
+    let fx = Fixture::new();
+    let ondo = env!("CARGO_BIN_EXE_ondo");
+    // Slow enough that the pull is caught mid-file.
+    fx.hub.set_bytes_per_second(Some(1_500_000));
+    let blobs = fx.blobs_dir();
+
+    // Kill 1: inside the first weight file.
+    let kill_when = |ready: &dyn Fn() -> bool| {
+        let mut command = Command::new(ondo);
+        command
+            .args(["pull", REPO, "--json"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        fx.env(&mut command);
+        let mut child = command.spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !ready() {
+            assert!(
+                Instant::now() < deadline,
+                "the pull never reached the kill point"
+            );
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the pull ended before the kill point"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.kill().unwrap(); // SIGKILL: no chance to clean up
+        child.wait().unwrap();
+    };
+    kill_when(&|| partial_files(&blobs).iter().any(|(_, len)| *len > 100_000));
+    let partial_after_first = partial_files(&blobs);
+    assert_eq!(partial_after_first.len(), 1);
+
+    // Kill 2: after at least one weight file is finished and another is partial.
+    let lfs_done = |blobs: &Path| {
+        complete_blobs(blobs)
+            .iter()
+            .filter(|n| n.len() == 64)
+            .count()
+    };
+    kill_when(&|| {
+        lfs_done(&blobs) >= 1 && partial_files(&blobs).iter().any(|(_, len)| *len > 100_000)
+    });
+    let finished_before_last_run: Vec<String> = complete_blobs(&blobs)
+        .into_iter()
+        .filter(|n| n.len() == 64)
+        .collect();
+    assert!(!finished_before_last_run.is_empty());
+
+    // The requests of the second run continued the first run's partial file.
+    let resumed = fx
+        .hub
+        .requests()
+        .iter()
+        .filter_map(|r| r.range.clone())
+        .filter(|range| range != "bytes=0-0" && !range.starts_with("bytes=0-"))
+        .count();
+    assert!(resumed >= 1, "no request resumed with a Range");
+
+    // Last run, at full speed, to the end.
+    fx.hub.set_bytes_per_second(None);
+    let seen_before = fx.hub.requests().len();
+    let mut command = Command::new(ondo);
+    command.args(["pull", REPO, "--json"]);
+    fx.env(&mut command);
+    let output = command.output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let snapshot = PathBuf::from(summary["snapshot_dir"].as_str().unwrap());
+    assert_snapshot_matches(&snapshot, &fx.model_dir);
+    for blob in complete_blobs(&blobs) {
+        if blob.len() == 64 {
+            assert_eq!(
+                sha256_of(&blobs.join(&blob)),
+                blob,
+                "blob content is its sha256"
+            );
+        }
+    }
+    // Files finished before the last run were not asked for again.
+    for request in &fx.hub.requests()[seen_before..] {
+        for done in &finished_before_last_run {
+            assert!(
+                !request.path.ends_with(done.as_str()),
+                "{} fetched again",
+                request.path
+            );
+        }
+    }
+    assert!(summary["fetched_bytes"].as_u64().unwrap() < summary["total_bytes"].as_u64().unwrap());
+}
+
+#[test]
+fn a_dropped_connection_is_resumed_from_where_it_stopped() {
+    let fx = Fixture::new();
+    fx.hub.drop_next_transfers(2, 300_000);
+    let mut events = Vec::new();
+    let summary = download(&fx.client(), REPO, &mut events).unwrap();
+    assert_snapshot_matches(&summary.snapshot_dir, &fx.model_dir);
+    let retries = events
+        .iter()
+        .filter(|e| matches!(e, DownloadEvent::Retrying { .. }))
+        .count();
+    assert_eq!(retries, 2, "{events:?}");
+    let resumed_at_offset = fx
+        .hub
+        .requests()
+        .iter()
+        .filter_map(|r| r.range.clone())
+        .any(|range| range == "bytes=300000-");
+    assert!(resumed_at_offset, "{:?}", fx.hub.requests());
+}
+
+#[test]
+fn a_connection_that_keeps_dropping_is_a_named_error_and_keeps_what_arrived() {
+    let fx = Fixture::new();
+    fx.hub.drop_next_transfers(100, 200_000);
+    let err = download(&fx.client(), REPO, &mut Vec::new()).unwrap_err();
+    assert_eq!(err.kind(), "interrupted", "{err}");
+    assert!(err.to_string().contains("pull again"), "{err}");
+    assert!(
+        partial_files(&fx.blobs_dir())
+            .iter()
+            .any(|(_, len)| *len >= 200_000)
+    );
+    // No ref: the revision does not resolve to a half snapshot.
+    assert!(
+        !fx.cache_dir()
+            .join("models--ondo-test--tiny/refs/main")
+            .exists()
+    );
+    // And the next pull, with the server behaving, finishes it.
+    fx.hub.drop_next_transfers(0, 0);
+    let summary = download(&fx.client(), REPO, &mut Vec::new()).unwrap();
+    assert_snapshot_matches(&summary.snapshot_dir, &fx.model_dir);
+}
+
+#[test]
+fn a_slow_server_still_gets_sensible_progress_and_eta() {
+    let fx = Fixture::new();
+    let rate = 3_000_000u64;
+    fx.hub.set_bytes_per_second(Some(rate));
+    let mut events = Vec::new();
+    download(&fx.client(), REPO, &mut events).unwrap();
+    let progress: Vec<(f64, Option<f64>, u64, u64)> = events
+        .iter()
+        .filter_map(|e| match e {
+            DownloadEvent::Progress {
+                bytes_per_second,
+                eta_seconds,
+                done_bytes,
+                total_bytes,
+                ..
+            } => Some((*bytes_per_second, *eta_seconds, *done_bytes, *total_bytes)),
+            _ => None,
+        })
+        .collect();
+    assert!(progress.len() >= 10, "{} progress events", progress.len());
+    // Halfway through, the speed is near the server's rate and the ETA is
+    // the rest at that speed.
+    let (speed, eta, done, total) = progress[progress.len() / 2];
+    assert!(
+        speed > rate as f64 / 4.0 && speed < rate as f64 * 4.0,
+        "speed {speed} vs rate {rate}"
+    );
+    let expected_eta = (total - done) as f64 / rate as f64;
+    let eta = eta.unwrap();
+    assert!(
+        eta > expected_eta / 4.0 && eta < expected_eta * 4.0 + 0.5,
+        "eta {eta} s, expected about {expected_eta} s"
+    );
+    // Done bytes never go backwards.
+    assert!(progress.windows(2).all(|w| w[0].2 <= w[1].2));
+}
+
+#[test]
+fn corrupted_bytes_are_refused_and_deleted() {
+    let fx = Fixture::new();
+    let shard = std::fs::read_dir(&fx.model_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().into_string().unwrap())
+        .find(|n| n.ends_with(".safetensors"))
+        .unwrap();
+    assert!(fx.hub.corrupt(REPO, &shard));
+    let err = download(&fx.client(), REPO, &mut Vec::new()).unwrap_err();
+    assert_eq!(err.kind(), "checksum_mismatch", "{err}");
+    assert!(err.to_string().contains(&shard), "{err}");
+    // Neither the damaged blob nor its partial file is kept; no ref.
+    let expected_sha = sha256_of(&fx.model_dir.join(&shard));
+    assert!(!fx.blobs_dir().join(&expected_sha).exists());
+    assert!(partial_files(&fx.blobs_dir()).is_empty());
+    assert!(
+        !fx.cache_dir()
+            .join("models--ondo-test--tiny/refs/main")
+            .exists()
+    );
+}
+
+#[test]
+fn hub_errors_are_named() {
+    let fx = Fixture::new();
+    let hub = fx.client();
+    let err = download(&hub, "ondo-test/no-such-model", &mut Vec::new()).unwrap_err();
+    assert_eq!(err.kind(), "repo_not_found", "{err}");
+    let err = download(&hub, "ondo-test/tiny@no-such-branch", &mut Vec::new()).unwrap_err();
+    assert_eq!(err.kind(), "revision_not_found", "{err}");
+
+    fx.hub.set_gated(REPO, Some("hf_right"));
+    let err = download(&hub, REPO, &mut Vec::new()).unwrap_err();
+    assert_eq!(err.kind(), "unauthorized", "{err}");
+    assert!(err.to_string().contains("HF_TOKEN"), "{err}");
+    let wrong = Hub::new(HubConfig {
+        token: Some("hf_wrong".into()),
+        ..fx.config()
+    })
+    .unwrap();
+    let err = download(&wrong, REPO, &mut Vec::new()).unwrap_err();
+    assert_eq!(err.kind(), "forbidden", "{err}");
+    let right = Hub::new(HubConfig {
+        token: Some("hf_right".into()),
+        ..fx.config()
+    })
+    .unwrap();
+    download(&right, REPO, &mut Vec::new()).unwrap();
+
+    // Nothing listens on this port.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let unreachable = Hub::new(HubConfig {
+        endpoint,
+        ..fx.config()
+    })
+    .unwrap();
+    let err = download(&unreachable, "ondo-test/other", &mut Vec::new()).unwrap_err();
+    assert_eq!(err.kind(), "unreachable", "{err}");
+    assert!(err.to_string().contains("HF_HUB_OFFLINE"), "{err}");
+}
+
+#[test]
+fn offline_mode_uses_the_cache_only() {
+    let fx = Fixture::new();
+    let offline = Hub::new(HubConfig {
+        offline: true,
+        ..fx.config()
+    })
+    .unwrap();
+    let err = download(&offline, REPO, &mut Vec::new()).unwrap_err();
+    assert_eq!(err.kind(), "not_cached_offline", "{err}");
+    let online = download(&fx.client(), REPO, &mut Vec::new()).unwrap();
+    let seen = fx.hub.requests().len();
+    let cached = download(&offline, REPO, &mut Vec::new()).unwrap();
+    assert_eq!(cached.snapshot_dir, online.snapshot_dir);
+    assert_eq!(fx.hub.requests().len(), seen, "offline mode made a request");
+}
+
+#[test]
+fn cancel_keeps_or_removes_the_partial_file_as_asked() {
+    for (on_cancel, keeps) in [
+        (OnCancel::KeepPartial, true),
+        (OnCancel::RemovePartial, false),
+    ] {
+        let fx = Fixture::new();
+        fx.hub.set_bytes_per_second(Some(2_000_000));
+        let cancel = DownloadCancel::new();
+        let model = ModelRef::parse(REPO).unwrap();
+        let hub = fx.client();
+        let result = block_on(hub.download(
+            &model,
+            DownloadOptions { on_cancel },
+            &mut |event| {
+                if let DownloadEvent::Progress { file_bytes, .. } = event
+                    && file_bytes > 200_000
+                {
+                    cancel.cancel();
+                }
+            },
+            &cancel,
+        ));
+        assert_eq!(result.unwrap_err().kind(), "cancelled");
+        let partial = partial_files(&fx.blobs_dir());
+        assert_eq!(!partial.is_empty(), keeps, "{on_cancel:?}: {partial:?}");
+    }
+}
+
+#[test]
+fn two_repos_download_at_once() {
+    let fx = Fixture::new();
+    let other_dir = fx.root.path().join("served/other");
+    let options = SynthOptions {
+        seed: 1,
+        ..SynthOptions::for_preset(synth::preset_named("tiny").unwrap())
+    };
+    synth::write_model(&options, &other_dir, &mut |_| {}).unwrap();
+    fx.hub.add_repo("ondo-test/other", &other_dir).unwrap();
+    fx.hub.set_bytes_per_second(Some(8_000_000));
+    let hub = fx.client();
+    let (a, b) = block_on(async {
+        let cancel = DownloadCancel::new();
+        let first = ModelRef::parse(REPO).unwrap();
+        let second = ModelRef::parse("ondo-test/other").unwrap();
+        let mut sink_a = |_e: DownloadEvent| {};
+        let mut sink_b = |_e: DownloadEvent| {};
+        tokio::join!(
+            hub.download(&first, DownloadOptions::default(), &mut sink_a, &cancel),
+            hub.download(&second, DownloadOptions::default(), &mut sink_b, &cancel),
+        )
+    });
+    assert_snapshot_matches(&a.unwrap().snapshot_dir, &fx.model_dir);
+    assert_snapshot_matches(&b.unwrap().snapshot_dir, &other_dir);
+}
+
+#[test]
+fn path_tricks_in_repo_ids_are_refused_before_any_request() {
+    let fx = Fixture::new();
+    for bad in [
+        "../../etc",
+        "ondo-test/..",
+        "ondo-test/tiny@../../x",
+        "/abs/path",
+    ] {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_ondo"));
+        command.args(["pull", bad, "--json"]);
+        fx.env(&mut command);
+        let output = command.output().unwrap();
+        assert!(!output.status.success());
+        let record: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        let kind = record["error"]["kind"].as_str().unwrap();
+        assert!(
+            kind == "invalid_repo_id" || kind == "invalid_revision",
+            "{bad}: {kind}"
+        );
+    }
+    assert!(fx.hub.requests().is_empty());
+    assert!(!fx.cache_dir().exists());
+}
+
+#[test]
+fn a_full_disk_is_named_before_anything_is_written() {
+    // A 1 MiB tmpfs as the cache, in a private mount namespace (root, or a
+    // user namespace where the kernel allows them).
+    let fx = Fixture::new();
+    let cache = fx.cache_dir();
+    std::fs::create_dir_all(&cache).unwrap();
+    let ondo = env!("CARGO_BIN_EXE_ondo");
+    let script = format!(
+        "mount -t tmpfs -o size=1m ondo-test '{}' && exec '{ondo}' pull {REPO} --json",
+        cache.display()
+    );
+    let mut command = Command::new("unshare");
+    command.args(["--user", "--map-root-user", "--mount", "sh", "-c", &script]);
+    fx.env(&mut command);
+    let output = command.output().expect("unshare (util-linux) runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !stderr.contains("mount:"),
+        "cannot mount a tmpfs here: {stderr}"
+    );
+    assert!(!output.status.success());
+    let record: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(record["error"]["kind"], "disk_full", "{record}");
+    let message = record["error"]["message"].as_str().unwrap();
+    assert!(message.contains("ondo rm"), "{message}");
+    // The tmpfs went away with the namespace; the real folder got nothing.
+    assert!(std::fs::read_dir(&cache).unwrap().next().is_none());
+}
+
+#[test]
+fn the_fit_from_the_hub_matches_the_fit_from_the_folder() {
+    let fx = Fixture::new();
+    let hub = fx.client();
+    let model = ModelRef::parse(REPO).unwrap();
+    let remote = block_on(hub.facts_from_hub(&model)).unwrap();
+    let local = sizing::facts_from_folder(&fx.model_dir).unwrap();
+    assert_eq!(remote.weights_bytes, local.weights_bytes);
+    assert_eq!(remote.shape, local.shape);
+    // Nothing was downloaded to judge it.
+    assert!(!fx.cache_dir().exists());
+}
+
+#[test]
+fn search_finds_served_models() {
+    let fx = Fixture::new();
+    let hits = block_on(fx.client().search("TINY", 10)).unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].id, REPO);
+    let hits = block_on(fx.client().search("nothing-like-this", 10)).unwrap();
+    assert!(hits.is_empty());
+}
+
+#[test]
+fn ls_and_rm_show_and_free_what_is_on_disk() {
+    let fx = Fixture::new();
+    download(&fx.client(), REPO, &mut Vec::new()).unwrap();
+    let run = |args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_ondo"));
+        command.args(args);
+        fx.env(&mut command);
+        let output = command.output().unwrap();
+        assert!(
+            output.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let listed: serde_json::Value = serde_json::from_str(&run(&["ls", "--json"])).unwrap();
+    let entry = &listed.as_array().unwrap()[0];
+    assert_eq!(entry["id"], REPO);
+    assert_eq!(entry["complete"], true);
+    let table = run(&["ls"]);
+    assert!(table.contains(REPO) && table.contains("MiB"), "{table}");
+    let removed = run(&["rm", REPO, "--yes"]);
+    assert!(
+        removed.contains("freed") && removed.contains("MiB"),
+        "{removed}"
+    );
+    assert!(library::find_cached(&fx.cache_dir(), REPO).is_none());
+    let _ = fx.dirs();
+}
+
+#[test]
+fn python_tools_find_what_ondo_downloaded() {
+    let Some(python) = common::python() else {
+        return;
+    };
+    let fx = Fixture::new();
+    let summary = download(&fx.client(), REPO, &mut Vec::new()).unwrap();
+    let output = Command::new(python)
+        .args([
+            "-c",
+            "import sys; from huggingface_hub import snapshot_download; \
+             print(snapshot_download(sys.argv[1], local_files_only=True))",
+            REPO,
+        ])
+        .env("HF_HUB_CACHE", fx.cache_dir())
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let found = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(PathBuf::from(found.trim()), summary.snapshot_dir);
+}
+
+#[test]
+fn the_fit_estimate_uses_the_engines_numbers() {
+    // The hub repeats two engine constants rather than depend on the engine.
+    assert_eq!(
+        ondo::hub::fit::PREFILL_STEP_TOKENS,
+        ondo::engine::generate::DEFAULT_PREFILL_STEP_SIZE as u64
+    );
+    assert_eq!(
+        ondo::hub::fit::KV_CACHE_STEP,
+        ondo::engine::cache::STEP as u64
+    );
+}
