@@ -685,3 +685,66 @@ fn the_fit_estimate_uses_the_engines_numbers() {
         ondo::engine::cache::STEP as u64
     );
 }
+
+/// Runs `ondo` against the fixture's hub and cache.
+fn ondo(fx: &Fixture, args: &[&str]) -> std::process::Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ondo"));
+    command.args(args);
+    fx.env(&mut command);
+    command.output().unwrap()
+}
+
+#[test]
+fn the_cli_pulls_with_progress_judges_the_fit_and_refuses_what_will_not_fit() {
+    let fx = Fixture::new();
+    fx.hub.set_bytes_per_second(Some(4_000_000));
+
+    // The fit is judged from the hub before anything is downloaded.
+    let remote = ondo(&fx, &["fit", REPO, "--json"]);
+    assert!(remote.status.success(), "{}", String::from_utf8_lossy(&remote.stderr));
+    let remote: serde_json::Value = serde_json::from_slice(&remote.stdout).unwrap();
+    assert_eq!(remote["source"], "hub");
+    assert_eq!(remote["verdict"], "fits");
+    for field in ["weights_bytes", "kv_cache_bytes", "overhead_bytes", "available_bytes"] {
+        assert!(remote[field].as_u64().unwrap() > 0, "{field}: {remote}");
+    }
+    assert!(!fx.cache_dir().join("models--ondo-test--tiny").exists());
+
+    // Without a terminal the pull prints plain progress lines and the verdict.
+    let pull = ondo(&fx, &["pull", REPO]);
+    let stderr = String::from_utf8_lossy(&pull.stderr);
+    assert!(pull.status.success(), "{stderr}");
+    assert!(stderr.contains("fit: fits"), "{stderr}");
+    assert!(stderr.contains("% "), "no progress lines: {stderr}");
+    let stdout = String::from_utf8_lossy(&pull.stdout);
+    assert!(stdout.contains("ondo run ondo-test/tiny"), "{stdout}");
+
+    // The same estimate from the downloaded folder.
+    let local = ondo(&fx, &["fit", REPO, "--json"]);
+    let local: serde_json::Value = serde_json::from_slice(&local.stdout).unwrap();
+    assert_eq!(local["source"], "folder");
+    assert_eq!(local["weights_bytes"], remote["weights_bytes"]);
+    assert_eq!(local["kv_cache_bytes"], remote["kv_cache_bytes"]);
+
+    // A context no machine has memory for: the verdict, exit status 2, advice.
+    let huge = ondo(&fx, &["fit", REPO, "--context", "4000000000"]);
+    assert_eq!(huge.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&huge.stdout);
+    assert!(text.contains("will not fit") && text.contains("context"), "{text}");
+
+    // `ondo run` checks the fit before loading, and --load-anyway overrides it.
+    let args = ["run", REPO, "hi", "--max-tokens", "2", "--max-kv-size", "4000000000"];
+    let refused = ondo(&fx, &args);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("will not fit") && stderr.contains("--load-anyway"), "{stderr}");
+    let mut anyway = args.to_vec();
+    anyway.push("--load-anyway");
+    let ran = ondo(&fx, &anyway);
+    assert!(ran.status.success(), "{}", String::from_utf8_lossy(&ran.stderr));
+
+    // Search through the CLI marks what is already downloaded.
+    let search = ondo(&fx, &["search", "tiny"]);
+    let text = String::from_utf8_lossy(&search.stdout);
+    assert!(text.contains(REPO) && text.contains("downloaded"), "{text}");
+}
