@@ -37,6 +37,14 @@ pub struct DoctorReport {
     pub data_dir: std::path::PathBuf,
     pub models_dir: std::path::PathBuf,
     pub hf_cache_dir: std::path::PathBuf,
+    /// `HF_ENDPOINT` or the public hub.
+    pub hub_endpoint: String,
+    /// Where the hub token comes from (never the token itself); None: no token.
+    pub hub_token_source: Option<crate::hub::config::TokenSource>,
+    /// `HF_HUB_OFFLINE` is on.
+    pub hub_offline: bool,
+    /// The system's memory pressure now, with the Activity Monitor breakdown.
+    pub memory: Option<ondo_os::MemorySnapshot>,
     pub checks: Vec<Check>,
 }
 
@@ -46,6 +54,7 @@ impl DoctorReport {
         let runtime = MlxRuntime::detect();
         let dirs = DataDirs::from_env();
         let memory = ondo_os::memory_totals().ok();
+        let hub = crate::hub::HubConfig::from_env(&dirs);
         let checks = vec![
             version_check(&runtime.mlx_version),
             outcome("matmul f32", check_matmul()),
@@ -65,6 +74,10 @@ impl DoctorReport {
             data_dir: dirs.data_dir,
             models_dir: dirs.models_dir,
             hf_cache_dir: dirs.hf_cache_dir,
+            hub_endpoint: hub.endpoint,
+            hub_token_source: hub.token_source,
+            hub_offline: hub.offline,
+            memory: ondo_os::memory_snapshot().ok(),
             checks,
         }
     }

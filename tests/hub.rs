@@ -701,11 +701,20 @@ fn the_cli_pulls_with_progress_judges_the_fit_and_refuses_what_will_not_fit() {
 
     // The fit is judged from the hub before anything is downloaded.
     let remote = ondo(&fx, &["fit", REPO, "--json"]);
-    assert!(remote.status.success(), "{}", String::from_utf8_lossy(&remote.stderr));
+    assert!(
+        remote.status.success(),
+        "{}",
+        String::from_utf8_lossy(&remote.stderr)
+    );
     let remote: serde_json::Value = serde_json::from_slice(&remote.stdout).unwrap();
     assert_eq!(remote["source"], "hub");
     assert_eq!(remote["verdict"], "fits");
-    for field in ["weights_bytes", "kv_cache_bytes", "overhead_bytes", "available_bytes"] {
+    for field in [
+        "weights_bytes",
+        "kv_cache_bytes",
+        "overhead_bytes",
+        "available_bytes",
+    ] {
         assert!(remote[field].as_u64().unwrap() > 0, "{field}: {remote}");
     }
     assert!(!fx.cache_dir().join("models--ondo-test--tiny").exists());
@@ -730,18 +739,36 @@ fn the_cli_pulls_with_progress_judges_the_fit_and_refuses_what_will_not_fit() {
     let huge = ondo(&fx, &["fit", REPO, "--context", "4000000000"]);
     assert_eq!(huge.status.code(), Some(2));
     let text = String::from_utf8_lossy(&huge.stdout);
-    assert!(text.contains("will not fit") && text.contains("context"), "{text}");
+    assert!(
+        text.contains("will not fit") && text.contains("context"),
+        "{text}"
+    );
 
     // `ondo run` checks the fit before loading, and --load-anyway overrides it.
-    let args = ["run", REPO, "hi", "--max-tokens", "2", "--max-kv-size", "4000000000"];
+    let args = [
+        "run",
+        REPO,
+        "hi",
+        "--max-tokens",
+        "2",
+        "--max-kv-size",
+        "4000000000",
+    ];
     let refused = ondo(&fx, &args);
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(stderr.contains("will not fit") && stderr.contains("--load-anyway"), "{stderr}");
+    assert!(
+        stderr.contains("will not fit") && stderr.contains("--load-anyway"),
+        "{stderr}"
+    );
     let mut anyway = args.to_vec();
     anyway.push("--load-anyway");
     let ran = ondo(&fx, &anyway);
-    assert!(ran.status.success(), "{}", String::from_utf8_lossy(&ran.stderr));
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
 
     // Search through the CLI marks what is already downloaded.
     let search = ondo(&fx, &["search", "tiny"]);

@@ -47,6 +47,38 @@ fn print_text(r: &DoctorReport) {
     println!("data         {}", r.data_dir.display());
     println!("models       {}", r.models_dir.display());
     println!("hub cache    {}", r.hf_cache_dir.display());
+    let token = match r.hub_token_source {
+        Some(source) => format!(
+            "token from {}",
+            serde_json::to_value(source)
+                .unwrap_or_default()
+                .as_str()
+                .unwrap_or("?")
+                .replace('_', " ")
+        ),
+        None => "no token (public models only)".to_owned(),
+    };
+    let offline = if r.hub_offline {
+        ", offline (HF_HUB_OFFLINE)"
+    } else {
+        ""
+    };
+    println!("hub          {}, {token}{offline}", r.hub_endpoint);
+    if let Some(m) = &r.memory {
+        println!(
+            "pressure     {} (used {}, app {}, wired {}, compressed {}, cached {}, swap {})",
+            serde_json::to_value(m.level)
+                .unwrap_or_default()
+                .as_str()
+                .unwrap_or("?"),
+            human_bytes(m.used_bytes),
+            human_bytes(m.app_bytes),
+            human_bytes(m.wired_bytes),
+            human_bytes(m.compressed_bytes),
+            human_bytes(m.cached_bytes),
+            human_bytes(m.swap_used_bytes)
+        );
+    }
     println!();
     for check in &r.checks {
         let mark = if check.passed { "ok  " } else { "FAIL" };
