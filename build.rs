@@ -1,7 +1,19 @@
-//! Sets the rpath of Ondo's binaries to the folder of libmlx, which the
+//! Records the git commit for provenance, and sets the rpath of Ondo's binaries to the folder of libmlx, which the
 //! patched mlx-sys publishes as DEP_MLX_LIB (a link argument from mlx-sys's own
 //! build script would not reach our binaries).
 fn main() {
+    // Every run record names the commit it was built from (provenance).
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|| "unknown".to_owned());
+    println!("cargo:rustc-env=ONDO_GIT_COMMIT={commit}");
+    println!("cargo:rerun-if-changed=.git/HEAD");
+    println!("cargo:rerun-if-changed=.git/refs/heads");
     println!("cargo:rerun-if-env-changed=DEP_MLX_LIB");
     if let Ok(lib_dir) = std::env::var("DEP_MLX_LIB") {
         println!("cargo:rustc-link-arg=-Wl,-rpath,{lib_dir}");

@@ -9,4 +9,7 @@ pub mod engine;
 pub mod hub;
 pub mod metrics;
 pub mod paths;
+pub mod report;
+pub mod session;
+pub mod store;
 pub mod synth;

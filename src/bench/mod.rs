@@ -4,10 +4,10 @@
 //! that differ per repetition, and a fresh-process cold start for each side.
 
 pub mod peer;
+pub mod plan;
 pub mod summary;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde::{Deserialize, Serialize};
 
@@ -271,7 +271,7 @@ pub fn compare_with_mlx_lm(
     })
 }
 
-fn model_vocab(dir: &Path) -> Result<u32, BenchError> {
+pub(crate) fn model_vocab(dir: &Path) -> Result<u32, BenchError> {
     let text = std::fs::read_to_string(dir.join("config.json"))
         .map_err(|e| BenchError::Plan(format!("{}: {e}", dir.display())))?;
     let value: serde_json::Value =
@@ -281,31 +281,8 @@ fn model_vocab(dir: &Path) -> Result<u32, BenchError> {
 
 /// A fresh `ondo run` process: spawn to first token, in milliseconds.
 fn ondo_cold_start(model_dir: &Path, prompt: &[u32]) -> Result<f64, BenchError> {
-    let exe = std::env::current_exe().map_err(|e| BenchError::Plan(e.to_string()))?;
-    let ids: Vec<String> = prompt.iter().map(u32::to_string).collect();
-    let spawned_at = peer::wall_clock_ns();
-    let out = Command::new(exe)
-        .arg("run")
-        .arg(model_dir)
-        .args([
-            "--prompt-ids",
-            &ids.join(","),
-            "--max-tokens",
-            "1",
-            "--json",
-        ])
-        .env(SPAWNED_AT_ENV, spawned_at.to_string())
-        .output()
-        .map_err(|e| BenchError::Plan(format!("could not start ondo run: {e}")))?;
-    let record: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|_| {
-        BenchError::Plan(format!(
-            "ondo run failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    })?;
-    record["cold_start_ms"]
-        .as_f64()
-        .ok_or_else(|| BenchError::Plan("ondo run did not report cold_start_ms".into()))
+    let step = crate::engine::generate::DEFAULT_PREFILL_STEP_SIZE;
+    plan::fresh_process_run(model_dir, prompt, 1, step, LoopShape::Pipelined).map(|(_, ms)| ms)
 }
 
 /// Set by a parent that times a child `ondo run` from its spawn: the wall

@@ -7,9 +7,11 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::bench::plan::{BenchOutcome, BenchPlan, VarySetting};
 use crate::bench::{self, PeerComparison, PeerComparisonPlan, Summary, ratio};
 use crate::cli::run::resolve_model;
 use crate::engine::generate::{DEFAULT_PREFILL_STEP_SIZE, LoopShape};
+use crate::report::{Report, ReportFormat};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Peer {
@@ -26,10 +28,18 @@ the table shows the median with min-max. Ratios are Ondo / mlx-lm: above 1 is
 faster for tok/s, below 1 is less memory or a quicker start. Cold start is a
 fresh process from spawn to first token.
 
+Without --peer, Ondo runs alone: every combination of --prompt-tokens,
+--loop and the --vary values, each run recorded in the history with its memory
+timeline (ondo runs, ondo report), cold starts in fresh processes, decode shown
+as a share of this machine's memory bandwidth (measured once), and a warning
+when memory pressure left normal or the build is a debug build.
+
 Build with --release (`make release`) before trusting the numbers.
 
-Example:
-  ondo bench tiny --peer mlx-lm --prompt-tokens 128 --gen 128 --reps 5")]
+Examples:
+  ondo bench tiny --peer mlx-lm --prompt-tokens 128 --gen 128 --reps 5
+  ondo bench tiny --prompt-tokens 128,1024 --loop sync,pipelined \\
+      --vary prefill_step_size=512,2048 --report bench.html")]
 pub struct BenchArgs {
     /// A model folder, a repo id in the Hugging Face cache, or `tiny`.
     model: String,
@@ -72,9 +82,26 @@ pub struct BenchArgs {
     /// Print the table as Markdown (for docs/BENCHMARKS.md).
     #[arg(long)]
     markdown: bool,
+    /// Vary one setting across values, everything else fixed:
+    /// prefill_step_size=512,2048 or max_kv_size=1024,4096.
+    #[arg(long)]
+    vary: Option<bench::plan::Vary>,
+    /// KV cache bound for every run (a rotating cache keeping the first tokens).
+    #[arg(long)]
+    max_kv_size: Option<usize>,
+    /// Also write the runs as a report; the format follows the extension
+    /// (.json .jsonl .csv .md .html). Repeatable.
+    #[arg(long = "report", value_name = "FILE")]
+    reports: Vec<PathBuf>,
 }
 
 pub fn run(args: BenchArgs) -> Result<ExitCode, String> {
+    if args.peer.is_none() {
+        return run_plan(args);
+    }
+    if args.vary.is_some() || !args.reports.is_empty() {
+        return Err("--vary and --report apply to Ondo's own benchmark; drop --peer".into());
+    }
     let dir = resolve_model(&args.model)?;
     let plan = PeerComparisonPlan {
         model_dir: dir,
@@ -117,6 +144,189 @@ pub fn run(args: BenchArgs) -> Result<ExitCode, String> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Ondo alone, with the plan's cases, recorded in the run history.
+fn run_plan(args: BenchArgs) -> Result<ExitCode, String> {
+    let dir = resolve_model(&args.model)?;
+    let context = crate::cli::run::model_context(&args.model, &dir);
+    let plan = BenchPlan {
+        model_dir: dir,
+        model_id: context.model_id,
+        model_revision: context.model_revision,
+        parameters: context.parameters,
+        prompt_tokens: args.prompt_tokens,
+        generate_tokens: args.generate_tokens,
+        repetitions: args.reps,
+        warmup: args.warmup,
+        loops: args.loops,
+        prefill_step_size: args.prefill_step_size,
+        max_kv_size: args.max_kv_size,
+        vary: args.vary,
+        cold_repetitions: args.cold,
+    };
+    for path in &args.reports {
+        report_format(path)?;
+    }
+    let pool = crate::cli::run::session_pool(false)?;
+    let bar = ProgressBar::new(1).with_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} runs {elapsed} {msg}")
+            .map_err(|e| e.to_string())?
+            .progress_chars("=> "),
+    );
+    if args.json {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let outcome = bench::plan::run_plan(&pool, &plan, &mut |p| {
+        bar.set_length(p.total as u64);
+        bar.set_position(p.done as u64);
+        bar.set_message(p.what);
+    });
+    bar.finish_and_clear();
+    let outcome = outcome.map_err(|e| e.to_string())?;
+    for path in &args.reports {
+        write_report(path, &outcome, &pool)?;
+        eprintln!("wrote {}", path.display());
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&outcome).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", plan_table(&outcome, args.markdown));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn report_format(path: &std::path::Path) -> Result<ReportFormat, String> {
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    ext.parse().map_err(|_| {
+        format!(
+            "{}: the report format comes from the extension: .json .jsonl .csv .md .html",
+            path.display()
+        )
+    })
+}
+
+fn write_report(
+    path: &std::path::Path,
+    outcome: &BenchOutcome,
+    pool: &crate::session::SessionPool,
+) -> Result<(), String> {
+    let format = report_format(path)?;
+    let timelines: Vec<(String, Vec<crate::store::MemorySample>)> = outcome
+        .records
+        .iter()
+        .map(|r| {
+            let samples = pool
+                .with_store(|s| s.timeline(&r.run_id).unwrap_or_default())
+                .unwrap_or_default();
+            (r.run_id.clone(), samples)
+        })
+        .filter(|(_, t)| !t.is_empty())
+        .collect();
+    let report = Report {
+        runs: &outcome.records,
+        timelines: &timelines,
+        title: format!(
+            "ondo bench {} ({})",
+            outcome.plan.model_id, outcome.bench_id
+        ),
+        generated_at: crate::session::record::now_rfc3339(),
+    };
+    let mut out = std::io::BufWriter::new(
+        std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?,
+    );
+    crate::report::write(&report, format, &mut out)
+        .and_then(|()| std::io::Write::flush(&mut out))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The plan's cases as a table: median (min–max) of the measured runs.
+fn plan_table(outcome: &BenchOutcome, markdown: bool) -> String {
+    let mut out = String::new();
+    let first = outcome.records.first();
+    if let Some(r) = first {
+        out.push_str(&format!(
+            "model: {} ({} {}, {:.1} MiB) · {} reps after {} warm-up · bench {}\n",
+            outcome.plan.model_id,
+            r.model_type,
+            r.quantization,
+            mib(r.weights_bytes as f64),
+            outcome.plan.repetitions,
+            outcome.plan.warmup,
+            outcome.bench_id,
+        ));
+        out.push_str(&format!(
+            "machine: {} · {} · {:.0} GiB · MLX {} ({}) · Ondo {} {} ({}){}\n\n",
+            r.cpu,
+            r.os,
+            r.ram_bytes as f64 / (1u64 << 30) as f64,
+            r.mlx_version,
+            r.backend,
+            r.app_version,
+            r.app_commit,
+            r.build_profile,
+            outcome
+                .memory_bandwidth_gbps
+                .map_or(String::new(), |bw| format!(" · memory {bw:.1} GB/s")),
+        ));
+    }
+    let varied = outcome.plan.vary.as_ref().map(|v| match v.setting {
+        VarySetting::PrefillStepSize => "prefill step",
+        VarySetting::MaxKvSize => "max KV",
+    });
+    let mut header = vec!["test", "loop"];
+    header.extend(varied);
+    header.extend([
+        "TTFT ms",
+        "prefill tok/s",
+        "decode tok/s",
+        "peak MiB",
+        "roofline %",
+    ]);
+    let rows: Vec<Vec<String>> = outcome
+        .cases
+        .iter()
+        .map(|c| {
+            let mut row = vec![c.case.test.clone(), c.case.loop_shape.to_string()];
+            if let Some(v) = &outcome.plan.vary {
+                row.push(match v.setting {
+                    VarySetting::PrefillStepSize => c.case.prefill_step_size.to_string(),
+                    VarySetting::MaxKvSize => {
+                        c.case.max_kv_size.map_or("-".into(), |n| n.to_string())
+                    }
+                });
+            }
+            row.extend([
+                cell(&c.ttft_ms, 1),
+                cell(&c.prefill_tps, 0),
+                cell(&c.decode_tps, 1),
+                format!("{:.1}", mib(c.mlx_peak_bytes.median)),
+                c.decode_roofline_pct
+                    .as_ref()
+                    .map_or("-".into(), |s| format!("{:.1}", s.median)),
+            ]);
+            row
+        })
+        .collect();
+    out.push_str(&render(&header, &rows, markdown));
+    if let Some(cold) = &outcome.cold_start_ms {
+        out.push_str(&format!(
+            "\ncold start (fresh process, spawn to first token, {} runs): {} ms\n",
+            cold.samples.len(),
+            cell(cold, 0)
+        ));
+    }
+    for warning in &outcome.warnings {
+        out.push_str(&format!("warning: {warning}\n"));
+    }
+    out.push_str(&format!(
+        "recorded: ondo report --bench {} --format md\n",
+        outcome.bench_id
+    ));
+    out
 }
 
 fn cell(s: &Summary, digits: usize) -> String {

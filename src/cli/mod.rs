@@ -2,6 +2,7 @@
 
 mod bench;
 mod doctor;
+mod history;
 mod models;
 pub mod run;
 mod synth;
@@ -54,6 +55,10 @@ enum Command {
     Fit(models::FitArgs),
     /// Search the hub for MLX models by name.
     Search(models::SearchArgs),
+    /// Recorded runs side by side: cold vs warm, prefill vs decode, memory.
+    Runs(history::RunsArgs),
+    /// Write recorded runs as JSON, JSONL, CSV, Markdown or an HTML page with charts.
+    Report(history::ReportArgs),
 }
 
 mod demo;
@@ -73,6 +78,8 @@ pub fn main() -> std::process::ExitCode {
         Command::Rm(args) => models::rm(args),
         Command::Fit(args) => models::fit(args),
         Command::Search(args) => models::search(args),
+        Command::Runs(args) => history::runs(args),
+        Command::Report(args) => history::report(args),
     };
     match result {
         Ok(code) => code,

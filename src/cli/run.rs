@@ -11,9 +11,11 @@ use crate::cli::human_bytes;
 use crate::engine::chat_template::ChatMessage;
 use crate::engine::generate::{DEFAULT_PREFILL_STEP_SIZE, LoopShape};
 use crate::engine::sample::SamplerSettings;
-use crate::engine::stream::RunOutcome;
 use crate::engine::{CancelToken, EngineHandle, GenerateRequest, Prompt, RunEvent, RunStats};
 use crate::paths::DataDirs;
+use crate::session::record::RunContext;
+use crate::session::{PoolSettings, SessionPool};
+use crate::store::Store;
 use crate::synth;
 
 /// The flags `run` and `chat` share, named like mlx-lm's where they overlap.
@@ -70,6 +72,9 @@ pub struct GenerationArgs {
     /// memory available (it may swap or fail).
     #[arg(long)]
     load_anyway: bool,
+    /// Do not record this run in the history (`ondo runs`).
+    #[arg(long)]
+    no_history: bool,
 }
 
 impl GenerationArgs {
@@ -232,19 +237,6 @@ pub fn footer(stats: &RunStats) -> String {
     lines.join("\n")
 }
 
-/// Streams one request's text to stdout; returns the outcome.
-fn stream_to_stdout(engine: &EngineHandle, request: GenerateRequest) -> Result<RunOutcome, String> {
-    let mut stdout = std::io::stdout();
-    engine
-        .generate_blocking(request, CancelToken::new(), |event| {
-            if let RunEvent::Delta { text, .. } = event {
-                let _ = stdout.write_all(text.as_bytes());
-                let _ = stdout.flush();
-            }
-        })
-        .map_err(|e| e.to_string())
-}
-
 pub fn run(args: RunArgs) -> Result<ExitCode, String> {
     let dir = resolve_model(&args.generation.model)?;
     check_fit(&dir, &args.generation)?;
@@ -259,40 +251,93 @@ pub fn run(args: RunArgs) -> Result<ExitCode, String> {
         }
     };
     let request = args.generation.request(&dir, prompt);
-    let engine = EngineHandle::spawn().map_err(|e| e.to_string())?;
-    if args.json {
-        // A parent timing this process from its spawn (`ondo bench`'s cold
-        // start) passes the spawn time; the first token's is taken here.
-        let spawned_at = std::env::var(crate::bench::SPAWNED_AT_ENV)
-            .ok()
-            .and_then(|v| v.parse::<u128>().ok());
-        let mut first_token_at = None;
-        let outcome = engine
-            .generate_blocking(request, CancelToken::new(), |event| {
-                if matches!(event, RunEvent::Delta { .. }) && first_token_at.is_none() {
-                    first_token_at = Some(crate::bench::peer::wall_clock_ns());
+    let pool = session_pool(args.generation.no_history)?;
+    let context = RunContext {
+        kind: "run".into(),
+        ..model_context(&args.generation.model, &dir)
+    };
+    // A parent timing this process from its spawn (`ondo bench`'s cold
+    // start) passes the spawn time; the first token's is taken here.
+    let spawned_at = std::env::var(crate::bench::SPAWNED_AT_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u128>().ok());
+    let mut first_token_at = None;
+    let mut stdout = std::io::stdout();
+    let (outcome, record) = pool
+        .run(request, context, CancelToken::new(), |event| {
+            if let RunEvent::Delta { text, .. } = event {
+                first_token_at.get_or_insert_with(crate::bench::peer::wall_clock_ns);
+                if !args.json {
+                    let _ = stdout.write_all(text.as_bytes());
+                    let _ = stdout.flush();
                 }
-            })
-            .map_err(|e| e.to_string())?;
-        let mut record = serde_json::to_value(&outcome.stats).map_err(|e| e.to_string())?;
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    if let Some(err) = pool.last_store_error() {
+        eprintln!("note: the run was not recorded in the history: {err}");
+    }
+    if args.json {
+        let mut json = serde_json::to_value(&outcome.stats).map_err(|e| e.to_string())?;
         if let (Some(spawned), Some(first)) = (spawned_at, first_token_at) {
-            record["cold_start_ms"] = (first.saturating_sub(spawned) as f64 / 1e6).into();
+            json["cold_start_ms"] = (first.saturating_sub(spawned) as f64 / 1e6).into();
         }
-        record["text"] = outcome.text.into();
-        record["token_ids"] = outcome.token_ids.into();
-        println!("{record}");
+        json["run_id"] = record.run_id.into();
+        json["text"] = outcome.text.into();
+        json["token_ids"] = outcome.token_ids.into();
+        println!("{json}");
         return Ok(ExitCode::SUCCESS);
     }
-    let outcome = stream_to_stdout(&engine, request)?;
     println!();
     eprintln!("{}", footer(&outcome.stats));
     Ok(ExitCode::SUCCESS)
 }
 
+/// The engine behind a session pool that records into the run history
+/// (unless asked not to, or the history cannot be opened: then it says so).
+pub(crate) fn session_pool(no_history: bool) -> Result<SessionPool, String> {
+    let engine = EngineHandle::spawn().map_err(|e| e.to_string())?;
+    let store = if no_history {
+        None
+    } else {
+        match Store::open_default(&DataDirs::from_env().data_dir) {
+            Ok(store) => Some(store),
+            Err(err) => {
+                eprintln!("note: runs will not be recorded: {err}");
+                None
+            }
+        }
+    };
+    Ok(SessionPool::new(engine, PoolSettings::default(), store))
+}
+
+/// What the record says about the model: the name the user gave, and the
+/// revision and parameter count when the folder tells.
+pub(crate) fn model_context(name: &str, dir: &Path) -> RunContext {
+    let described = crate::hub::library::describe_folder(
+        name.to_owned(),
+        crate::hub::library::ModelSource::Folder,
+        dir,
+    );
+    // A snapshot folder of the HF cache is named after its commit.
+    let revision = dir
+        .parent()
+        .filter(|p| p.ends_with("snapshots"))
+        .and_then(|_| dir.file_name())
+        .map(|n| n.to_string_lossy().into_owned());
+    RunContext {
+        model_id: name.to_owned(),
+        model_revision: revision,
+        parameters: described.parameters,
+        ..RunContext::default()
+    }
+}
+
 pub fn chat(args: ChatArgs) -> Result<ExitCode, String> {
     let dir = resolve_model(&args.generation.model)?;
     check_fit(&dir, &args.generation)?;
-    let engine = EngineHandle::spawn().map_err(|e| e.to_string())?;
+    let pool = session_pool(args.generation.no_history)?;
+    let engine = pool.engine().clone();
     eprintln!(
         "loading {} ... (/reset starts over, /exit or Ctrl-D quits)",
         dir.display()
@@ -306,6 +351,8 @@ pub fn chat(args: ChatArgs) -> Result<ExitCode, String> {
         model.load_ms
     );
     let mut messages: Vec<ChatMessage> = Vec::new();
+    // Conversation ids are unique across processes: the history keeps them.
+    let session = crate::session::record::new_run_id().replacen("r-", "c-", 1);
     let mut conversation = 1u64;
     let stdin = std::io::stdin();
     loop {
@@ -325,7 +372,7 @@ pub fn chat(args: ChatArgs) -> Result<ExitCode, String> {
             "/exit" | "/quit" => break,
             "/reset" => {
                 engine
-                    .forget_conversation(&conversation.to_string())
+                    .forget_conversation(&format!("{session}-{conversation}"))
                     .map_err(|e| e.to_string())?;
                 conversation += 1;
                 messages.clear();
@@ -342,8 +389,25 @@ pub fn chat(args: ChatArgs) -> Result<ExitCode, String> {
                 messages: messages.clone(),
             },
         );
-        request.conversation = Some(conversation.to_string());
-        match stream_to_stdout(&engine, request) {
+        let conversation_id = format!("{session}-{conversation}");
+        request.conversation = Some(conversation_id.clone());
+        let context = RunContext {
+            kind: "chat".into(),
+            conversation_id: Some(conversation_id),
+            conversation_title: (messages.len() == 1).then(|| line.chars().take(60).collect()),
+            ..model_context(&args.generation.model, &dir)
+        };
+        let mut stdout = std::io::stdout();
+        let streamed = pool
+            .run(request, context, CancelToken::new(), |event| {
+                if let RunEvent::Delta { text, .. } = event {
+                    let _ = stdout.write_all(text.as_bytes());
+                    let _ = stdout.flush();
+                }
+            })
+            .map(|(outcome, _)| outcome)
+            .map_err(|e| e.to_string());
+        match streamed {
             Ok(outcome) => {
                 println!();
                 eprintln!("{}", footer(&outcome.stats));

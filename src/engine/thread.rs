@@ -24,6 +24,8 @@ pub struct ResidentModel {
     pub weights_bytes: u64,
     pub load_ms: f64,
     pub conversations: usize,
+    /// What the conversations' KV caches hold now.
+    pub kv_cache_bytes: u64,
 }
 
 enum Command {
@@ -42,6 +44,10 @@ enum Command {
     },
     ForgetConversation {
         id: String,
+    },
+    DropConversations {
+        model_dir: Option<PathBuf>,
+        reply: mpsc::Sender<u64>,
     },
     Resident {
         reply: mpsc::Sender<Vec<ResidentModel>>,
@@ -179,6 +185,28 @@ impl EngineHandle {
             .map_err(|_| RunError::EngineStopped)
     }
 
+    /// Drops every conversation cache of one resident model (or of all):
+    /// later turns prefill from scratch. Returns the KV bytes freed.
+    pub fn drop_conversations(&self, model_dir: Option<&Path>) -> Result<u64, RunError> {
+        let (reply, answer) = mpsc::channel();
+        self.commands
+            .send(Command::DropConversations {
+                model_dir: model_dir.map(Path::to_owned),
+                reply,
+            })
+            .map_err(|_| RunError::EngineStopped)?;
+        answer.recv().map_err(|_| RunError::EngineStopped)
+    }
+
+    /// Returns MLX's cache of freed buffers to the system; the bytes it held.
+    pub fn clear_buffer_cache(&self) -> Result<u64, RunError> {
+        self.call(|| {
+            let held = mlx_rs::memory::cache_memory().unwrap_or(0) as u64;
+            let _ = mlx_rs::memory::clear_cache();
+            held
+        })
+    }
+
     /// Runs `work` on the engine thread, between requests, and returns its
     /// result: the way for other code that uses MLX to stay off the engine's
     /// toes (MLX is not thread-safe).
@@ -295,6 +323,20 @@ impl EngineThread {
                         resident.conversations.remove(&id);
                     }
                 }
+                Command::DropConversations { model_dir, reply } => {
+                    let key = model_dir.as_deref().map(model_key);
+                    let mut freed = 0u64;
+                    for (dir, resident) in self.models.iter_mut() {
+                        if key.as_ref().is_none_or(|k| k == dir) {
+                            freed += resident
+                                .conversations
+                                .drain()
+                                .map(|(_, c)| c.kv_cache_bytes() as u64)
+                                .sum::<u64>();
+                        }
+                    }
+                    let _ = reply.send(freed);
+                }
                 Command::Call(work) => {
                     // A panic drops the reply sender; the caller hears of it.
                     let _ = std::panic::catch_unwind(AssertUnwindSafe(work));
@@ -323,6 +365,11 @@ impl EngineThread {
             weights_bytes: r.model.weights_bytes as u64,
             load_ms: r.load_ms,
             conversations: r.conversations.len(),
+            kv_cache_bytes: r
+                .conversations
+                .values()
+                .map(|c| c.kv_cache_bytes() as u64)
+                .sum(),
         })
     }
 

@@ -1,0 +1,255 @@
+//! `ondo runs` and `ondo report`: the run history side by side in the
+//! terminal, and written out in a format to share.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use crate::cli::human_bytes;
+use crate::paths::DataDirs;
+use crate::report::{Report, ReportFormat};
+use crate::store::{MemorySample, RunQuery, RunRecord, Store};
+
+/// Which runs: the filters `runs` and `report` share.
+#[derive(Debug, Args)]
+pub struct Selection {
+    /// The last N runs (newest last).
+    #[arg(long, default_value_t = 20)]
+    last: usize,
+    /// Only runs of this model (as named when it ran: repo id, folder, `tiny`).
+    #[arg(long)]
+    model: Option<String>,
+    /// Only the runs of one benchmark (its id, or `latest`).
+    #[arg(long)]
+    bench: Option<String>,
+    /// Only runs of one kind: chat, run, bench, bench_cold.
+    #[arg(long)]
+    kind: Option<String>,
+    /// Include benchmark warm-up runs.
+    #[arg(long)]
+    include_warmup: bool,
+}
+
+fn open_store() -> Result<Store, String> {
+    Store::open_default(&DataDirs::from_env().data_dir).map_err(|e| e.to_string())
+}
+
+fn select(store: &Store, selection: &Selection) -> Result<Vec<RunRecord>, String> {
+    let bench_id = match selection.bench.as_deref() {
+        Some("latest") => Some(
+            store
+                .latest_bench_id()
+                .map_err(|e| e.to_string())?
+                .ok_or("no benchmark has been recorded yet (ondo bench MODEL)")?,
+        ),
+        other => other.map(str::to_owned),
+    };
+    store
+        .runs(&RunQuery {
+            last: Some(selection.last),
+            model_id: selection.model.clone(),
+            bench_id,
+            kind: selection.kind.clone(),
+            conversation_id: None,
+            include_warmup: selection.include_warmup,
+        })
+        .map_err(|e| e.to_string())
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Each row is one run: cold (the weights were loaded) or warm, the time to first
+token (prefill), the prompt tokens with those a warm conversation reused from
+its KV cache, prefill and decode speed, peak MLX memory and the worst memory
+pressure seen while it ran.
+
+Examples:
+  ondo runs                       the last 20 runs
+  ondo runs --bench latest        the last benchmark, warm-ups left out
+  ondo runs --model tiny --last 5")]
+pub struct RunsArgs {
+    #[command(flatten)]
+    selection: Selection,
+}
+
+/// Prints recorded runs side by side.
+pub fn runs(args: RunsArgs) -> Result<ExitCode, String> {
+    let store = open_store()?;
+    let runs = select(&store, &args.selection)?;
+    if runs.is_empty() {
+        println!("No runs recorded yet. Try: ondo run tiny \"hello\"   or   ondo bench tiny");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let header = [
+        "time",
+        "kind",
+        "model",
+        "load",
+        "TTFT ms",
+        "prompt",
+        "prefill t/s",
+        "gen",
+        "decode t/s",
+        "peak",
+        "pressure",
+        "loop",
+    ];
+    let rows: Vec<Vec<String>> = runs.iter().map(row).collect();
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].chars().count())
+                .chain([header[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let print = |cells: Vec<String>| {
+        let line: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(i, (c, w))| {
+                if i < 3 {
+                    format!("{c:<w$}")
+                } else {
+                    format!("{c:>w$}")
+                }
+            })
+            .collect();
+        println!("{}", line.join("  ").trim_end());
+    };
+    print(header.iter().map(|h| h.to_string()).collect());
+    for row in rows {
+        print(row);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn row(r: &RunRecord) -> Vec<String> {
+    // "2026-11-29T15:04:05.123Z" -> "11-29 15:04:05"
+    let time = r
+        .created_at
+        .get(5..19)
+        .map_or(r.created_at.clone(), |t| t.replace('T', " "));
+    let load = if r.fresh_process {
+        format!("fresh {:.0}ms", r.cold_start_ms.unwrap_or(0.0))
+    } else if r.load_kind == "cold" {
+        format!("cold {:.0}ms", r.load_ms)
+    } else {
+        "warm".to_owned()
+    };
+    let prompt = if r.cached_tokens > 0 {
+        format!("{} ({} cached)", r.prompt_tokens, r.cached_tokens)
+    } else {
+        r.prompt_tokens.to_string()
+    };
+    let model = if r.model_id.chars().count() > 40 {
+        format!(
+            "…{}",
+            r.model_id
+                .chars()
+                .rev()
+                .take(39)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<String>()
+        )
+    } else {
+        r.model_id.clone()
+    };
+    vec![
+        time,
+        if r.warmup {
+            format!("{} (warm-up)", r.kind)
+        } else {
+            r.kind.clone()
+        },
+        model,
+        load,
+        format!("{:.1}", r.ttft_ms),
+        prompt,
+        format!("{:.0}", r.prefill_tps),
+        r.generated_tokens.to_string(),
+        format!("{:.1}", r.decode_tps),
+        human_bytes(r.mlx_peak_bytes),
+        r.pressure_max.clone(),
+        r.loop_shape.clone(),
+    ]
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Formats: json (versioned schema, docs/REPORT_SCHEMA.md), jsonl (one run per
+line), csv, md (like llama-bench: only the columns that vary, mean ± sd) and
+html (one self-contained page with charts: prefill and decode per run, cold
+vs warm, the memory timeline).
+
+Examples:
+  ondo report --bench latest --format md
+  ondo report --last 50 --out runs.html
+  ondo report --model tiny --format csv > tiny.csv")]
+pub struct ReportArgs {
+    #[command(flatten)]
+    selection: Selection,
+    /// json, jsonl, csv, md or html [default: from --out's extension, else md].
+    #[arg(long)]
+    format: Option<String>,
+    /// Write to this file instead of stdout.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// Writes recorded runs as a report.
+pub fn report(args: ReportArgs) -> Result<ExitCode, String> {
+    let format: ReportFormat = match (&args.format, &args.out) {
+        (Some(f), _) => f
+            .parse()
+            .map_err(|_| format!("unknown format '{f}': use json, jsonl, csv, md or html"))?,
+        (None, Some(path)) => path
+            .extension()
+            .and_then(|e| e.to_str())
+            .and_then(|e| e.parse().ok())
+            .unwrap_or(ReportFormat::Markdown),
+        (None, None) => ReportFormat::Markdown,
+    };
+    let store = open_store()?;
+    let runs = select(&store, &args.selection)?;
+    let timelines: Vec<(String, Vec<MemorySample>)> = runs
+        .iter()
+        .filter_map(|r| {
+            let samples = store.timeline(&r.run_id).ok()?;
+            (!samples.is_empty()).then(|| (r.run_id.clone(), samples))
+        })
+        .collect();
+    let title = match (&args.selection.bench, &args.selection.model) {
+        (Some(bench), _) => format!("Ondo benchmark {bench}"),
+        (None, Some(model)) => format!("Ondo runs of {model}"),
+        _ => format!("Ondo: the last {} runs", runs.len()),
+    };
+    let report = Report {
+        runs: &runs,
+        timelines: &timelines,
+        title,
+        generated_at: crate::session::record::now_rfc3339(),
+    };
+    match &args.out {
+        Some(path) => {
+            let mut out = std::io::BufWriter::new(
+                std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?,
+            );
+            crate::report::write(&report, format, &mut out)
+                .and_then(|()| std::io::Write::flush(&mut out))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            eprintln!("wrote {} runs to {}", runs.len(), path.display());
+        }
+        None => {
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            crate::report::write(&report, format, &mut out).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,135 @@
+//! Numbers and sizes as people read them, and escaping for Markdown and
+//! HTML. Only the Markdown and HTML printers use this; the data formats
+//! print values as stored.
+
+const KIB: f64 = 1024.0;
+const MIB: f64 = KIB * 1024.0;
+const GIB: f64 = MIB * 1024.0;
+
+/// Bytes in MiB with one decimal ("12.5").
+pub(crate) fn mib(bytes: f64) -> String {
+    format!("{:.1}", bytes / MIB)
+}
+
+/// Bytes in the largest binary unit that keeps a value of at least 1.
+pub(crate) fn bytes(value: f64) -> String {
+    let (scaled, unit) = byte_unit(value);
+    if unit == "B" {
+        format!("{value:.0} B")
+    } else {
+        format!("{:.1} {unit}", value / scaled)
+    }
+}
+
+/// The divisor and name of the unit `bytes` would use for `value`.
+pub(crate) fn byte_unit(value: f64) -> (f64, &'static str) {
+    let magnitude = value.abs();
+    if magnitude >= GIB {
+        (GIB, "GiB")
+    } else if magnitude >= MIB {
+        (MIB, "MiB")
+    } else if magnitude >= KIB {
+        (KIB, "KiB")
+    } else {
+        (1.0, "B")
+    }
+}
+
+/// A large count with an SI suffix ("1.31 M", "3.21 B").
+pub(crate) fn count(value: u64) -> String {
+    let v = value as f64;
+    if v >= 1e9 {
+        format!("{:.2} B", v / 1e9)
+    } else if v >= 1e6 {
+        format!("{:.2} M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.1} K", v / 1e3)
+    } else {
+        value.to_string()
+    }
+}
+
+/// A measurement with two decimals, the precision of llama-bench's tables.
+pub(crate) fn fixed2(value: f64) -> String {
+    format!("{value:.2}")
+}
+
+/// A number as short as it can be without losing what matters on an axis:
+/// at most three decimals, trailing zeros dropped.
+pub(crate) fn short(value: f64) -> String {
+    let text = format!("{value:.3}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    if text == "-0" {
+        "0".to_owned()
+    } else {
+        text.to_owned()
+    }
+}
+
+/// Text safe inside HTML elements and double- or single-quoted attributes.
+pub(crate) fn html(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// Text that Markdown shows literally, table cells included: markup
+/// characters are backslash-escaped and line breaks become spaces.
+pub(crate) fn markdown(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    for (i, &c) in chars.iter().enumerate() {
+        // An underscore inside a word never starts emphasis: keep
+        // `prefill_step_size` readable as plain text.
+        let inside_word = |at: Option<&char>| at.is_some_and(|c| c.is_alphanumeric());
+        let intraword = c == '_'
+            && inside_word(i.checked_sub(1).and_then(|j| chars.get(j)))
+            && inside_word(chars.get(i + 1));
+        match c {
+            '_' if intraword => out.push(c),
+            '\\' | '|' | '`' | '*' | '_' | '[' | ']' | '<' | '>' | '#' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '\r' | '\n' => out.push(' '),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_counts() {
+        assert_eq!(bytes(512.0), "512 B");
+        assert_eq!(bytes(1536.0), "1.5 KiB");
+        assert_eq!(bytes(16.0 * GIB), "16.0 GiB");
+        assert_eq!(mib(13_107_200.0), "12.5");
+        assert_eq!(count(1_310_720), "1.31 M");
+        assert_eq!(count(999), "999");
+        assert_eq!(short(2.50), "2.5");
+        assert_eq!(short(200.0), "200");
+        assert_eq!(short(-0.0001), "0");
+    }
+
+    #[test]
+    fn escapes() {
+        assert_eq!(
+            html("<b>x</b> & 'y' \"z\""),
+            "&lt;b&gt;x&lt;/b&gt; &amp; &#39;y&#39; &quot;z&quot;"
+        );
+        assert_eq!(markdown("a|b <i>\nc_d _e_"), "a\\|b \\<i\\> c_d \\_e\\_");
+    }
+}

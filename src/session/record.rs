@@ -1,0 +1,186 @@
+//! Turning a finished run into the flat record the store keeps: the engine's
+//! statistics, what the caller knows about the model and the run, the memory
+//! seen during it, and where it ran.
+
+use std::sync::OnceLock;
+
+use crate::engine::{EngineHandle, RunStats};
+use crate::store::{MemorySample, RunRecord};
+
+/// Where and with what a run happened; the same for every run of a process.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Provenance {
+    pub app_version: String,
+    pub app_commit: String,
+    pub build_profile: String,
+    pub mlx_version: String,
+    pub mlx_rs_version: String,
+    pub backend: String,
+    pub device: String,
+    pub os: String,
+    pub cpu: String,
+    pub ram_bytes: u64,
+}
+
+/// mlx-rs as pinned in Cargo.toml (`=0.33.0`); tests/sessions.rs checks it.
+pub const MLX_RS_VERSION: &str = "0.33.0";
+
+impl Provenance {
+    /// Asks MLX (on the engine thread) and the OS once per process.
+    pub fn detect(engine: &EngineHandle) -> &'static Provenance {
+        static PROVENANCE: OnceLock<Provenance> = OnceLock::new();
+        PROVENANCE.get_or_init(|| {
+            let runtime = engine
+                .call(crate::metrics::mlx_runtime::MlxRuntime::detect)
+                .ok();
+            Provenance {
+                app_version: env!("CARGO_PKG_VERSION").to_owned(),
+                app_commit: env!("ONDO_GIT_COMMIT").to_owned(),
+                build_profile: crate::doctor::build_profile().to_owned(),
+                mlx_version: runtime
+                    .as_ref()
+                    .map_or("unknown".into(), |r| r.mlx_version.clone()),
+                mlx_rs_version: MLX_RS_VERSION.to_owned(),
+                backend: runtime
+                    .as_ref()
+                    .map_or("unknown".into(), |r| r.backend.to_string()),
+                device: runtime
+                    .as_ref()
+                    .map_or("unknown".into(), |r| r.device_name.clone()),
+                os: ondo_os::os_description(),
+                cpu: ondo_os::cpu_name().unwrap_or_else(|| "unknown".into()),
+                ram_bytes: ondo_os::memory_totals().map_or(0, |m| m.total_bytes),
+            }
+        })
+    }
+}
+
+/// What the caller knows about a run that the engine does not.
+#[derive(Debug, Clone, Default)]
+pub struct RunContext {
+    /// "chat", "run" or "bench".
+    pub kind: String,
+    /// Repo id or folder as the user named it.
+    pub model_id: String,
+    pub model_revision: Option<String>,
+    pub parameters: Option<u64>,
+    pub download_ms: f64,
+    pub conversation_id: Option<String>,
+    /// A title for a new conversation (its first message, shortened).
+    pub conversation_title: Option<String>,
+    pub bench_id: Option<String>,
+    pub test: Option<String>,
+    pub repetition: Option<u32>,
+    pub warmup: bool,
+}
+
+/// Memory as seen by the pressure sampler over one run.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryDuringRun {
+    pub pressure_start: String,
+    pub pressure_max: String,
+    pub pressure_end: String,
+    pub swap_delta_bytes: i64,
+    pub footprint_bytes: u64,
+    pub timeline: Vec<MemorySample>,
+}
+
+/// A new run id: time-ordered, unique enough across processes.
+pub fn new_run_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    let now = chrono::Utc::now();
+    hasher.write_i64(now.timestamp_nanos_opt().unwrap_or(0));
+    format!(
+        "r-{}-{:08x}",
+        now.timestamp_millis(),
+        hasher.finish() as u32
+    )
+}
+
+/// RFC 3339 in UTC with milliseconds.
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// The flat record of one finished run.
+pub fn record_from_stats(
+    stats: &RunStats,
+    context: &RunContext,
+    provenance: &Provenance,
+    memory: MemoryDuringRun,
+    memory_bandwidth_gbps: Option<f64>,
+) -> (RunRecord, Vec<MemorySample>) {
+    let bytes_per_token = stats.weights_bytes + stats.kv_cache_bytes;
+    let roofline = memory_bandwidth_gbps
+        .filter(|bw| *bw > 0.0 && stats.decode_tps > 0.0)
+        .map(|bw| stats.decode_tps * bytes_per_token as f64 / (bw * 1e9) * 100.0);
+    let record = RunRecord {
+        run_id: new_run_id(),
+        created_at: now_rfc3339(),
+        kind: context.kind.clone(),
+        bench_id: context.bench_id.clone(),
+        test: context.test.clone(),
+        repetition: context.repetition,
+        warmup: context.warmup,
+        conversation_id: context.conversation_id.clone(),
+        model_id: context.model_id.clone(),
+        model_path: stats.model_dir.clone(),
+        model_revision: context.model_revision.clone(),
+        model_type: stats.model_type.clone(),
+        quantization: stats.quantization.clone(),
+        parameters: context.parameters,
+        weights_bytes: stats.weights_bytes,
+        download_ms: context.download_ms,
+        load_ms: stats.load_ms,
+        ttft_ms: stats.ttft_ms,
+        prefill_ms: stats.prefill_ms,
+        decode_ms: stats.decode_ms,
+        cold_start_ms: None,
+        prefill_tps: stats.prefill_tps,
+        decode_tps: stats.decode_tps,
+        prompt_tps: stats.prompt_tps,
+        generation_tps: stats.generation_tps,
+        prompt_tokens: stats.prompt_tokens as u64,
+        cached_tokens: stats.cached_tokens as u64,
+        prefill_tokens: stats.prefill_tokens as u64,
+        generated_tokens: stats.generated_tokens as u64,
+        mlx_peak_bytes: stats.mlx_peak_bytes,
+        mlx_active_bytes: stats.mlx_active_bytes,
+        mlx_cache_bytes: stats.mlx_cache_bytes,
+        kv_cache_bytes: stats.kv_cache_bytes,
+        footprint_bytes: memory.footprint_bytes,
+        pressure_start: memory.pressure_start,
+        pressure_max: memory.pressure_max,
+        pressure_end: memory.pressure_end,
+        swap_delta_bytes: memory.swap_delta_bytes,
+        decode_bytes_per_token: Some(bytes_per_token),
+        memory_bandwidth_gbps,
+        decode_roofline_pct: roofline,
+        load_kind: stats.load_kind.to_string(),
+        fresh_process: false,
+        loop_shape: stats.loop_shape.to_string(),
+        prefill_step_size: stats.prefill_step_size as u64,
+        max_kv_size: stats.max_kv_size.map(|n| n as u64),
+        max_tokens: 0,
+        temperature: f64::from(stats.sampler.temperature),
+        top_p: f64::from(stats.sampler.top_p),
+        top_k: u64::from(stats.sampler.top_k),
+        min_p: f64::from(stats.sampler.min_p),
+        repetition_penalty: stats.sampler.repetition_penalty.map(f64::from),
+        seed: stats.sampler.seed,
+        stop_reason: stats.stop_reason.to_string(),
+        error: None,
+        app_version: provenance.app_version.clone(),
+        app_commit: provenance.app_commit.clone(),
+        build_profile: provenance.build_profile.clone(),
+        mlx_version: provenance.mlx_version.clone(),
+        mlx_rs_version: provenance.mlx_rs_version.clone(),
+        backend: provenance.backend.clone(),
+        os: provenance.os.clone(),
+        cpu: provenance.cpu.clone(),
+        ram_bytes: provenance.ram_bytes,
+    };
+    (record, memory.timeline)
+}

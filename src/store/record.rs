@@ -1,0 +1,145 @@
+//! The one flat record of a run: every timing, count, memory figure, setting
+//! and the provenance, with units in the field names. The store keeps it, the
+//! report writers print it, and nothing in it needs the engine's types.
+
+use serde::{Deserialize, Serialize};
+
+/// Bumped when a field is renamed or removed (adding one does not).
+pub const RECORD_SCHEMA_VERSION: u32 = 1;
+
+/// One run: a chat turn, a CLI run, or one repetition of a benchmark.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// Unique; time-ordered ("r-<unix ms>-<random>").
+    pub run_id: String,
+    /// RFC 3339 UTC, when the request was made.
+    pub created_at: String,
+    /// "chat", "run", "bench" or "bench_cold" (a fresh-process cold start).
+    pub kind: String,
+    /// Groups the runs of one `ondo bench` invocation.
+    pub bench_id: Option<String>,
+    /// The test's shape, llama-bench style: "pp128+tg128".
+    pub test: Option<String>,
+    /// 0-based repetition within its test.
+    pub repetition: Option<u32>,
+    /// A warm-up repetition: recorded, excluded from statistics.
+    pub warmup: bool,
+    pub conversation_id: Option<String>,
+
+    // The model.
+    /// Repo id (`org/name`) or folder.
+    pub model_id: String,
+    pub model_path: String,
+    pub model_revision: Option<String>,
+    pub model_type: String,
+    pub quantization: String,
+    pub parameters: Option<u64>,
+    pub weights_bytes: u64,
+
+    // Timings (DESIGN.md "What the timings mean").
+    pub download_ms: f64,
+    pub load_ms: f64,
+    pub ttft_ms: f64,
+    pub prefill_ms: f64,
+    pub decode_ms: f64,
+    /// Process start (or request, when warm) to first token; fresh-process runs.
+    pub cold_start_ms: Option<f64>,
+    pub prefill_tps: f64,
+    pub decode_tps: f64,
+    /// mlx-lm's conventions, to compare one to one with `mlx_lm.generate`.
+    pub prompt_tps: f64,
+    pub generation_tps: f64,
+
+    // Counts.
+    pub prompt_tokens: u64,
+    pub cached_tokens: u64,
+    pub prefill_tokens: u64,
+    pub generated_tokens: u64,
+
+    // Memory.
+    pub mlx_peak_bytes: u64,
+    pub mlx_active_bytes: u64,
+    pub mlx_cache_bytes: u64,
+    pub kv_cache_bytes: u64,
+    /// This process's physical footprint at the end of the run.
+    pub footprint_bytes: u64,
+    /// "normal", "warning", "critical" or "unknown".
+    pub pressure_start: String,
+    pub pressure_max: String,
+    pub pressure_end: String,
+    /// Swap used at the end minus at the start (negative: swap shrank).
+    pub swap_delta_bytes: i64,
+
+    // Decode against the machine's memory bandwidth.
+    /// Bytes read per decoded token: the weights plus the KV cache.
+    pub decode_bytes_per_token: Option<u64>,
+    /// This machine's measured memory bandwidth, GB/s (10^9 bytes).
+    pub memory_bandwidth_gbps: Option<f64>,
+    /// decode_tps x bytes per token as a percentage of that bandwidth.
+    pub decode_roofline_pct: Option<f64>,
+
+    // Run shape.
+    /// "cold" or "warm".
+    pub load_kind: String,
+    /// The run paid for a process start too (bench_cold).
+    pub fresh_process: bool,
+    /// "pipelined" or "sync".
+    #[serde(rename = "loop")]
+    pub loop_shape: String,
+    pub prefill_step_size: u64,
+    pub max_kv_size: Option<u64>,
+    pub max_tokens: u64,
+    pub temperature: f64,
+    pub top_p: f64,
+    pub top_k: u64,
+    pub min_p: f64,
+    pub repetition_penalty: Option<f64>,
+    pub seed: Option<u64>,
+    /// "eos", "stop_string", "max_tokens", "cancelled", or "error".
+    pub stop_reason: String,
+    /// Set when the run failed; the timings then cover what happened.
+    pub error: Option<String>,
+
+    // Provenance.
+    pub app_version: String,
+    pub app_commit: String,
+    /// "debug" or "release".
+    pub build_profile: String,
+    pub mlx_version: String,
+    pub mlx_rs_version: String,
+    /// "metal", "cpu" or "cuda".
+    pub backend: String,
+    pub os: String,
+    pub cpu: String,
+    pub ram_bytes: u64,
+}
+
+/// One point of a run's memory timeline.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct MemorySample {
+    /// Since the run's request, in milliseconds.
+    pub t_ms: f64,
+    /// "normal", "warning", "critical" or "unknown".
+    pub level: String,
+    pub used_bytes: u64,
+    pub app_bytes: u64,
+    pub wired_bytes: u64,
+    pub compressed_bytes: u64,
+    pub swap_used_bytes: u64,
+    pub footprint_bytes: u64,
+}
+
+/// Something the session pool did, and why.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct PoolEvent {
+    /// RFC 3339 UTC.
+    pub at: String,
+    /// "load", "hit", "evict", "unload", "trim_caches", "clear_mlx_cache".
+    pub action: String,
+    pub model_id: String,
+    /// "first use", "keep-alive expired", "memory budget", "pressure warning",
+    /// "pressure critical", "user", ...
+    pub reason: String,
+    /// Bytes the action freed or took (weights, caches), when known.
+    pub bytes: Option<u64>,
+}

@@ -1,0 +1,468 @@
+//! The session pool and the run history as a user meets them: a second turn
+//! is warm and reuses the conversation's cache, idle models go after their
+//! keep-alive, the memory budget evicts the least recently used, pressure
+//! gives memory back, every run lands in SQLite with its memory timeline, and
+//! a benchmark killed half-way leaves every finished run readable.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+use ondo::engine::chat_template::ChatMessage;
+use ondo::engine::{CancelToken, EngineHandle, GenerateRequest, Prompt};
+use ondo::session::record::RunContext;
+use ondo::session::{KeepAlive, PoolSettings, SessionPool};
+use ondo::store::{RunQuery, Store};
+use ondo::synth::{self, SynthOptions};
+use ondo_os::PressureLevel;
+
+fn tiny(dir: &Path, seed: u64) {
+    let options = SynthOptions {
+        seed,
+        ..SynthOptions::for_preset(synth::preset_named("tiny").unwrap())
+    };
+    synth::write_model(&options, dir, &mut |_| {}).unwrap();
+}
+
+fn chat_request(dir: &Path, conversation: &str, messages: Vec<ChatMessage>) -> GenerateRequest {
+    GenerateRequest {
+        max_tokens: 8,
+        conversation: Some(conversation.to_owned()),
+        ..GenerateRequest::new(
+            dir,
+            Prompt::Chat {
+                system_prompt: None,
+                messages,
+            },
+        )
+    }
+}
+
+fn context(model: &str) -> RunContext {
+    RunContext {
+        kind: "chat".into(),
+        model_id: model.into(),
+        ..RunContext::default()
+    }
+}
+
+fn pool_with(root: &Path, settings: PoolSettings) -> SessionPool {
+    let store = Store::open_default(&root.join("ondo")).unwrap();
+    SessionPool::new(EngineHandle::spawn().unwrap(), settings, Some(store))
+}
+
+fn actions(pool: &SessionPool) -> Vec<(String, String)> {
+    pool.events()
+        .into_iter()
+        .map(|e| (e.action, e.reason))
+        .collect()
+}
+
+#[test]
+fn a_second_turn_is_warm_and_reuses_the_conversation_cache() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("tiny");
+    tiny(&dir, 0);
+    let pool = pool_with(root.path(), PoolSettings::default());
+    let mut messages = vec![ChatMessage::user("Tell me about the sea.")];
+    let (first, first_record) = pool
+        .run(
+            chat_request(&dir, "c1", messages.clone()),
+            context("tiny"),
+            CancelToken::new(),
+            |_| {},
+        )
+        .unwrap();
+    assert_eq!(first_record.load_kind, "cold");
+    assert!(first.stats.load_ms > 0.0);
+    messages.push(ChatMessage::assistant(first.text));
+    messages.push(ChatMessage::user("And the sky?"));
+    let (second, second_record) = pool
+        .run(
+            chat_request(&dir, "c1", messages),
+            context("tiny"),
+            CancelToken::new(),
+            |_| {},
+        )
+        .unwrap();
+    assert_eq!(second_record.load_kind, "warm");
+    assert_eq!(second.stats.load_ms, 0.0);
+    assert!(second.stats.cached_tokens > 0, "no cache reuse");
+    assert_eq!(
+        second.stats.cached_tokens + second.stats.prefill_tokens,
+        second.stats.prompt_tokens
+    );
+    let acts = actions(&pool);
+    assert_eq!(acts[0], ("load".into(), "first use".into()));
+    assert_eq!(acts[1].0, "hit");
+
+    // Both runs are in the history, with provenance and a memory timeline.
+    let runs = pool
+        .with_store(|s| {
+            s.runs(&RunQuery {
+                last: Some(10),
+                ..RunQuery::default()
+            })
+            .unwrap()
+        })
+        .unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[1].cached_tokens, second.stats.cached_tokens as u64);
+    assert_eq!(runs[0].conversation_id.as_deref(), Some("c1"));
+    assert!(!runs[0].app_commit.is_empty() && runs[0].mlx_version.starts_with("0."));
+    assert_eq!(
+        runs[0].mlx_rs_version,
+        ondo::session::record::MLX_RS_VERSION
+    );
+    assert_eq!(runs[0].pressure_start, "normal");
+    let timeline = pool
+        .with_store(|s| s.timeline(&runs[0].run_id).unwrap())
+        .unwrap();
+    assert!(timeline.len() >= 2, "{timeline:?}");
+    assert!(
+        timeline
+            .iter()
+            .all(|s| s.used_bytes > 0 && s.footprint_bytes > 0)
+    );
+    assert!(pool.last_store_error().is_none());
+}
+
+#[test]
+fn keep_alive_expiry_unloads_an_idle_model() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("tiny");
+    tiny(&dir, 0);
+    let settings = PoolSettings {
+        keep_alive: KeepAlive::For(Duration::from_millis(300)),
+        memory_budget_bytes: None,
+    };
+    let pool = pool_with(root.path(), settings);
+    pool.run(
+        chat_request(&dir, "c", vec![ChatMessage::user("hi")]),
+        context("tiny"),
+        CancelToken::new(),
+        |_| {},
+    )
+    .unwrap();
+    assert_eq!(pool.resident().len(), 1);
+    assert!(pool.resident()[0].expires_in_ms.unwrap() <= 300);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !pool.resident().is_empty() {
+        assert!(Instant::now() < deadline, "never unloaded");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        pool.engine().resident().unwrap().is_empty(),
+        "the engine still holds it"
+    );
+    assert!(actions(&pool).contains(&("unload".into(), "keep-alive expired".into())));
+    // The next run loads again.
+    let (_, record) = pool
+        .run(
+            chat_request(&dir, "c", vec![ChatMessage::user("hi")]),
+            context("tiny"),
+            CancelToken::new(),
+            |_| {},
+        )
+        .unwrap();
+    assert_eq!(record.load_kind, "cold");
+    // Forever keeps it.
+    pool.set_settings(PoolSettings {
+        keep_alive: KeepAlive::Forever,
+        memory_budget_bytes: None,
+    });
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(pool.resident().len(), 1);
+}
+
+#[test]
+fn the_memory_budget_evicts_the_least_recently_used_model() {
+    let root = tempfile::tempdir().unwrap();
+    let (a, b, c) = (
+        root.path().join("a"),
+        root.path().join("b"),
+        root.path().join("c"),
+    );
+    tiny(&a, 1);
+    tiny(&b, 2);
+    tiny(&c, 3);
+    // Room for two tiny models, not three.
+    let one = std::fs::metadata(a.join("model.safetensors"))
+        .unwrap()
+        .len();
+    let settings = PoolSettings {
+        keep_alive: KeepAlive::Forever,
+        memory_budget_bytes: Some(one * 2 + one / 2),
+    };
+    let pool = pool_with(root.path(), settings);
+    let go = |dir: &PathBuf, name: &str| {
+        pool.run(
+            chat_request(dir, name, vec![ChatMessage::user("hi")]),
+            context(name),
+            CancelToken::new(),
+            |_| {},
+        )
+        .unwrap()
+    };
+    go(&a, "a");
+    go(&b, "b");
+    go(&a, "a"); // a is now more recent than b
+    go(&c, "c");
+    let mut resident: Vec<String> = pool.resident().into_iter().map(|m| m.model_id).collect();
+    resident.sort();
+    assert_eq!(resident, ["a", "c"]);
+    let evicted: Vec<_> = pool
+        .events()
+        .into_iter()
+        .filter(|e| e.action == "unload")
+        .map(|e| (e.model_id, e.reason))
+        .collect();
+    assert_eq!(evicted, [("b".to_owned(), "memory budget".to_owned())]);
+}
+
+#[test]
+fn memory_pressure_trims_caches_then_unloads_idle_models() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("tiny");
+    tiny(&dir, 0);
+    let level = Arc::new(AtomicU8::new(0));
+    let source = {
+        let level = level.clone();
+        Box::new(move || match level.load(Ordering::SeqCst) {
+            0 => PressureLevel::Normal,
+            1 => PressureLevel::Warning,
+            _ => PressureLevel::Critical,
+        })
+    };
+    let store = Store::open_default(&root.path().join("ondo")).unwrap();
+    let pool = SessionPool::with_pressure_source(
+        EngineHandle::spawn().unwrap(),
+        PoolSettings {
+            keep_alive: KeepAlive::Forever,
+            memory_budget_bytes: None,
+        },
+        Some(store),
+        source,
+    );
+    let messages = vec![ChatMessage::user("Tell me about the sea.")];
+    let (first, _) = pool
+        .run(
+            chat_request(&dir, "c", messages.clone()),
+            context("tiny"),
+            CancelToken::new(),
+            |_| {},
+        )
+        .unwrap();
+    assert!(pool.resident()[0].kv_cache_bytes > 0);
+
+    level.store(1, Ordering::SeqCst);
+    pool.tick();
+    assert!(actions(&pool).contains(&("trim_caches".into(), "pressure warning".into())));
+    assert_eq!(pool.resident()[0].kv_cache_bytes, 0);
+    // The conversation starts over: nothing is cached for the next turn.
+    let mut next = messages;
+    next.push(ChatMessage::assistant(first.text));
+    next.push(ChatMessage::user("More?"));
+    let (second, _) = pool
+        .run(
+            chat_request(&dir, "c", next),
+            context("tiny"),
+            CancelToken::new(),
+            |_| {},
+        )
+        .unwrap();
+    assert_eq!(second.stats.cached_tokens, 0);
+    assert_eq!(second.stats.load_kind, ondo::engine::LoadKind::Warm);
+
+    level.store(2, Ordering::SeqCst);
+    pool.tick();
+    assert!(pool.resident().is_empty());
+    let acts = actions(&pool);
+    assert!(
+        acts.contains(&("unload".into(), "pressure critical".into())),
+        "{acts:?}"
+    );
+    assert!(
+        acts.contains(&("clear_mlx_cache".into(), "pressure critical".into())),
+        "{acts:?}"
+    );
+    // Every event is in the store too.
+    let stored = pool.with_store(|s| s.pool_events(100).unwrap()).unwrap();
+    assert_eq!(stored.len(), pool.events().len());
+}
+
+fn ondo(home: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_ondo"))
+        .args(args)
+        .env("ONDO_HOME", home)
+        .env("ONDO_NO_KEYCHAIN", "1")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_bench_writes_every_report_format_and_the_history_shows_it() {
+    let root = tempfile::tempdir().unwrap();
+    let home = root.path().join("ondo");
+    let out = root.path().join("reports");
+    std::fs::create_dir_all(&out).unwrap();
+    let files: Vec<PathBuf> = ["json", "jsonl", "csv", "md", "html"]
+        .iter()
+        .map(|ext| out.join(format!("bench.{ext}")))
+        .collect();
+    let mut args = vec![
+        "bench",
+        "tiny",
+        "--prompt-tokens",
+        "16,64",
+        "--gen",
+        "8",
+        "--reps",
+        "2",
+        "--warmup",
+        "1",
+        "--loop",
+        "sync,pipelined",
+        "--vary",
+        "prefill_step_size=16,2048",
+        "--cold",
+        "1",
+    ];
+    for file in &files {
+        args.push("--report");
+        args.push(file.to_str().unwrap());
+    }
+    let bench = ondo(&home, &args);
+    let stdout = String::from_utf8_lossy(&bench.stdout);
+    assert!(
+        bench.status.success(),
+        "{}",
+        String::from_utf8_lossy(&bench.stderr)
+    );
+    // 2 prompt lengths x 2 step sizes x 2 loops, each a row.
+    assert_eq!(
+        stdout.matches("pp16+tg8").count() + stdout.matches("pp64+tg8").count(),
+        8,
+        "{stdout}"
+    );
+    assert!(stdout.contains("cold start"), "{stdout}");
+    assert!(stdout.contains("roofline"), "{stdout}");
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        assert!(text.len() > 100, "{} is nearly empty", file.display());
+    }
+    // 8 cases x 3 rounds (1 warm-up) + 1 cold run.
+    let jsonl = std::fs::read_to_string(&files[1]).unwrap();
+    assert_eq!(jsonl.lines().count(), 8 * 3 + 1);
+    let csv = std::fs::read_to_string(&files[2]).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 8 * 3 + 1);
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap();
+    assert_eq!(json["schema_version"], ondo::store::RECORD_SCHEMA_VERSION);
+    let html = std::fs::read_to_string(&files[4]).unwrap();
+    assert!(html.contains("<svg") && !html.contains("<script"));
+
+    // The history has them.
+    let runs = ondo(&home, &["runs", "--bench", "latest", "--last", "100"]);
+    let text = String::from_utf8_lossy(&runs.stdout);
+    assert!(
+        runs.status.success(),
+        "{}",
+        String::from_utf8_lossy(&runs.stderr)
+    );
+    assert_eq!(text.lines().count(), 1 + 8 * 2 + 1, "{text}");
+    let csv = ondo(
+        &home,
+        &[
+            "report",
+            "--bench",
+            "latest",
+            "--format",
+            "csv",
+            "--last",
+            "100",
+            "--include-warmup",
+        ],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&csv.stdout).lines().count(),
+        1 + 8 * 3 + 1
+    );
+}
+
+#[test]
+fn killing_a_bench_leaves_every_finished_run_readable() {
+    let root = tempfile::tempdir().unwrap();
+    let home = root.path().join("ondo");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ondo"))
+        .args([
+            "bench",
+            "tiny",
+            "--prompt-tokens",
+            "32",
+            "--gen",
+            "16",
+            "--reps",
+            "500",
+            "--warmup",
+            "0",
+            "--loop",
+            "pipelined",
+            "--cold",
+            "0",
+        ])
+        .env("ONDO_HOME", &home)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let db = home.join("ondo.sqlite3");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        assert!(Instant::now() < deadline, "the bench recorded too few runs");
+        assert!(child.try_wait().unwrap().is_none(), "the bench ended early");
+        let count = Store::open(&db)
+            .ok()
+            .and_then(|s| s.run_count().ok())
+            .unwrap_or(0);
+        if count >= 5 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let store = Store::open(&db).unwrap();
+    let runs = store
+        .runs(&RunQuery {
+            last: Some(1000),
+            include_warmup: true,
+            ..RunQuery::default()
+        })
+        .unwrap();
+    assert!(runs.len() >= 5);
+    for run in &runs {
+        assert_eq!(run.generated_tokens, 16, "{run:?}");
+        assert!(!store.timeline(&run.run_id).unwrap().is_empty());
+    }
+    // And `ondo runs` reads it.
+    let listed = ondo(&home, &["runs", "--last", "1000"]);
+    assert!(listed.status.success());
+}
+
+#[test]
+fn the_recorded_mlx_rs_version_is_the_pinned_one() {
+    let manifest =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).unwrap();
+    let pinned = format!(
+        "mlx-rs = {{ version = \"={}\"",
+        ondo::session::record::MLX_RS_VERSION
+    );
+    assert!(
+        manifest.contains(&pinned),
+        "Cargo.toml no longer pins mlx-rs {}",
+        ondo::session::record::MLX_RS_VERSION
+    );
+}
