@@ -84,9 +84,15 @@ impl DemoSession {
         let outcome = self
             .engine
             .generate_blocking(request, CancelToken::new(), |_| {})?;
+        Ok(DemoRun::from_outcome(&self.model_dir, outcome))
+    }
+}
+
+impl DemoRun {
+    fn from_outcome(model_dir: &Path, outcome: crate::engine::stream::RunOutcome) -> Self {
         let s = outcome.stats;
-        Ok(DemoRun {
-            model_dir: self.model_dir.clone(),
+        DemoRun {
+            model_dir: model_dir.to_owned(),
             load_kind: s.load_kind.to_string(),
             loop_shape: s.loop_shape,
             load_ms: s.load_ms,
@@ -100,7 +106,7 @@ impl DemoSession {
             kv_cache_bytes: s.kv_cache_bytes as usize,
             mlx_peak_bytes: s.mlx_peak_bytes as usize,
             text: outcome.text,
-        })
+        }
     }
 }
 
@@ -113,4 +119,32 @@ pub fn run_test_generation(
     max_tokens: usize,
 ) -> Result<DemoRun, DemoError> {
     DemoSession::with_engine(engine.clone(), model_dir).run(prompt, max_tokens)
+}
+
+/// The same test generation through a session pool, which keeps the model
+/// warm by its policy and records the run in the history.
+pub fn run_test_generation_in(
+    pool: &crate::session::SessionPool,
+    model_id: &str,
+    model_dir: &Path,
+    prompt: &str,
+    max_tokens: usize,
+) -> Result<DemoRun, DemoError> {
+    let request = GenerateRequest {
+        max_tokens,
+        ignore_eos: true,
+        ..GenerateRequest::new(
+            model_dir,
+            Prompt::Raw {
+                text: prompt.to_owned(),
+            },
+        )
+    };
+    let context = crate::session::record::RunContext {
+        kind: "run".into(),
+        model_id: model_id.to_owned(),
+        ..Default::default()
+    };
+    let (outcome, _) = pool.run(request, context, CancelToken::new(), |_| {})?;
+    Ok(DemoRun::from_outcome(model_dir, outcome))
 }

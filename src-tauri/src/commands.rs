@@ -41,7 +41,7 @@ where
     .await
 }
 
-async fn on_blocking_thread<T, F>(work: F) -> Result<T, CommandError>
+pub(crate) async fn on_blocking_thread<T, F>(work: F) -> Result<T, CommandError>
 where
     T: Send + 'static,
     F: FnOnce() -> Result<T, CommandError> + Send + 'static,
@@ -97,6 +97,7 @@ pub async fn prepare_builtin_model(
 #[tauri::command]
 pub async fn run_test_generation(
     state: tauri::State<'_, EngineHandle>,
+    app: tauri::State<'_, crate::state::AppState>,
     model: ModelChoice,
     prompt: String,
     max_tokens: usize,
@@ -111,11 +112,13 @@ pub async fn run_test_generation(
             .await?
         }
     };
-    // The generation itself is a request to the engine, not a `call`: it
-    // waits in the engine's queue like any other client's.
+    // The generation itself is a request through the session pool (kept warm
+    // by its policy, recorded in the history), not a `call`: it waits in the
+    // engine's queue like any other client's.
+    let pool = app.pool.clone();
     on_blocking_thread(move || {
-        Ok(demo::run_test_generation(
-            &engine, &model_dir, &prompt, max_tokens,
+        Ok(demo::run_test_generation_in(
+            &pool, "tiny", &model_dir, &prompt, max_tokens,
         )?)
     })
     .await

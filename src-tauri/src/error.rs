@@ -19,6 +19,13 @@ pub enum CommandError {
     /// Loading the model or generating failed.
     #[error("The test generation failed: {0}")]
     GenerationFailed(#[from] DemoError),
+    /// Finding, sizing or downloading a model failed; `kind` is the hub's own
+    /// (`repo_not_found`, `unauthorized`, `disk_full`, ...).
+    #[error("{0}")]
+    Hub(#[from] ondo::hub::HubError),
+    /// The run history could not be read or written.
+    #[error("The run history: {0}")]
+    History(String),
     /// The background task that did the work died (a panic in the core).
     #[error("Ondo hit an internal error ({0}); please report it with the steps that led here")]
     Internal(String),
@@ -31,6 +38,8 @@ impl CommandError {
             Self::InvalidInput(_) => "invalid_input",
             Self::ModelUnavailable(_) => "model_unavailable",
             Self::GenerationFailed(_) => "generation_failed",
+            Self::Hub(error) => error.kind(),
+            Self::History(_) => "history",
             Self::Internal(_) => "internal",
         }
     }

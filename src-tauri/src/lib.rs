@@ -4,6 +4,8 @@
 mod commands;
 mod error;
 mod library;
+mod models;
+mod state;
 #[cfg(desktop)]
 mod tray;
 mod window;
@@ -30,8 +32,11 @@ pub fn run() {
 /// `tauri::test::mock_builder()`; `run` passes the real one. The engine
 /// thread that owns every MLX object starts here; all commands share it.
 pub fn run_app<R: Runtime>(builder: Builder<R>) -> Builder<R> {
-    let builder = match ondo::engine::EngineHandle::spawn() {
-        Ok(engine) => builder.manage(engine),
+    let builder = match ondo::engine::EngineHandle::spawn()
+        .map_err(|e| e.to_string())
+        .and_then(|engine| Ok((engine.clone(), state::AppState::start(engine)?)))
+    {
+        Ok((engine, state)) => builder.manage(engine).manage(state),
         // Without an engine the commands answer with an error the UI shows.
         Err(error) => {
             eprintln!("ondo-app: {error}");
@@ -44,6 +49,16 @@ pub fn run_app<R: Runtime>(builder: Builder<R>) -> Builder<R> {
             commands::library_status,
             commands::prepare_builtin_model,
             commands::run_test_generation,
+            models::list_models,
+            models::fit_model,
+            models::download_model,
+            models::cancel_download,
+            models::delete_model,
+            models::recent_runs,
+            models::run_timeline,
+            models::export_report,
+            models::memory_now,
+            models::pool_status,
         ])
         .on_window_event(window::on_window_event)
 }

@@ -20,6 +20,9 @@ static DATA_ROOT: LazyLock<tempfile::TempDir> = LazyLock::new(|| {
     unsafe {
         std::env::set_var("ONDO_HOME", root.path().join("ondo"));
         std::env::set_var("HF_HUB_CACHE", root.path().join("hub"));
+        // No network from tests: fits of hub models fall back to the catalog.
+        std::env::set_var("HF_HUB_OFFLINE", "1");
+        std::env::set_var("ONDO_NO_KEYCHAIN", "1");
     }
     root
 });
@@ -132,4 +135,103 @@ fn the_tiny_model_runs_and_answers_what_the_ui_reads() {
         assert!(run[field].as_u64().is_some(), "{field}: {run}");
     }
     assert!(run["text"].is_string());
+}
+
+#[test]
+fn the_models_screen_gets_the_catalog_with_verdicts_and_offline_mode() {
+    let view = invoke(&popover(), "list_models", Value::Null).unwrap();
+    let catalog = view["catalog"].as_array().unwrap();
+    assert_eq!(
+        catalog[0]["entry"]["repo_id"],
+        "mlx-community/Llama-3.2-3B-Instruct-4bit"
+    );
+    assert_eq!(view["default_model"], catalog[0]["entry"]["repo_id"]);
+    for offer in catalog {
+        assert!(
+            ["fits", "tight", "will_not_fit"].contains(&offer["fit"]["verdict"].as_str().unwrap())
+        );
+        assert!(offer["fit"]["weights_bytes"].as_u64().unwrap() > 0);
+        assert_eq!(offer["downloaded"], false);
+    }
+    assert_eq!(view["offline"], true);
+}
+
+#[test]
+fn hub_errors_keep_the_hubs_kind() {
+    let popover = popover();
+    let error = invoke(
+        &popover,
+        "fit_model",
+        json!({ "model": "../etc", "context": 4096 }),
+    )
+    .unwrap_err();
+    assert_eq!(error["kind"], "invalid_repo_id", "{error}");
+    // Offline, a catalog model is still sized (approximately, from the catalog).
+    let fit = invoke(
+        &popover,
+        "fit_model",
+        json!({ "model": "mlx-community/Qwen3-0.6B-4bit", "context": 100000000u64 }),
+    )
+    .unwrap();
+    assert_eq!(fit["verdict"], "will_not_fit", "{fit}");
+    assert!(fit["advice"].as_array().is_some_and(|a| !a.is_empty()));
+    let error = invoke(
+        &popover,
+        "delete_model",
+        json!({ "model": "acme/not-here" }),
+    )
+    .unwrap_err();
+    assert_eq!(error["kind"], "not_in_library", "{error}");
+    assert_eq!(
+        invoke(&popover, "cancel_download", json!({ "model": "acme/x" })).unwrap(),
+        false
+    );
+}
+
+#[test]
+fn runs_are_recorded_with_memory_and_can_be_exported() {
+    let popover = popover();
+    let args = json!({
+        "model": { "kind": "builtin_tiny" },
+        "prompt": "Count to three.",
+        "maxTokens": 6,
+    });
+    invoke(&popover, "run_test_generation", args).unwrap();
+    let runs = invoke(&popover, "recent_runs", json!({ "last": 50 })).unwrap();
+    let last = runs.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["generated_tokens"], 6);
+    assert_eq!(last["model_id"], "tiny");
+    assert!(["cold", "warm"].contains(&last["load_kind"].as_str().unwrap()));
+    let timeline = invoke(&popover, "run_timeline", json!({ "runId": last["run_id"] })).unwrap();
+    assert!(
+        timeline.as_array().is_some_and(|t| t.len() >= 2),
+        "{timeline}"
+    );
+
+    let memory = invoke(&popover, "memory_now", Value::Null).unwrap();
+    assert!(["normal", "warning", "critical"].contains(&memory["level"].as_str().unwrap()));
+    assert!(memory["used_bytes"].as_u64().unwrap() > 0);
+    let pool = invoke(&popover, "pool_status", Value::Null).unwrap();
+    assert!(
+        pool["resident"].as_array().is_some_and(|r| !r.is_empty()),
+        "{pool}"
+    );
+
+    let path = DATA_ROOT.path().join("runs.html");
+    let written = invoke(
+        &popover,
+        "export_report",
+        json!({ "last": 50, "format": "html", "path": path }),
+    )
+    .unwrap();
+    let html = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(written.as_u64().unwrap(), html.len() as u64);
+    assert!(html.contains("<svg") && html.contains("tiny"));
+    let error = invoke(
+        &popover,
+        "export_report",
+        json!({ "last": 5, "format": "pdf", "path": path }),
+    )
+    .unwrap_err();
+    assert_eq!(error["kind"], "invalid_input");
 }

@@ -315,19 +315,14 @@ fn library_row(model: &LibraryModel) -> [String; 6] {
 }
 
 fn list_catalog(dirs: &DataDirs, json: bool) -> Result<ExitCode, String> {
-    let machine = MachineMemory::read(working_set());
-    let rows: Vec<(&catalog::CatalogEntry, FitEstimate, bool)> = catalog::catalog()
-        .iter()
-        .map(|entry| {
-            let facts = sizing::facts_from_catalog(entry.repo_id).expect("catalog entry");
-            let downloaded =
-                library::find_cached(&dirs.hf_cache_dir, entry.repo_id).is_some_and(|m| m.complete);
-            (
-                entry,
-                facts.estimate(DEFAULT_FIT_CONTEXT, machine),
-                downloaded,
-            )
-        })
+    let offers = sizing::catalog_offers(
+        &dirs.hf_cache_dir,
+        DEFAULT_FIT_CONTEXT,
+        MachineMemory::read(working_set()),
+    );
+    let rows: Vec<(&catalog::CatalogEntry, FitEstimate, bool)> = offers
+        .into_iter()
+        .map(|o| (o.entry, o.fit, o.downloaded))
         .collect();
     if json {
         let records: Vec<serde_json::Value> = rows
@@ -492,12 +487,9 @@ pub fn fit(args: FitArgs) -> Result<ExitCode, String> {
     })
 }
 
-/// Finds the facts for what the user typed: folder, `tiny`, cache, hub, catalog.
+/// Finds the facts for what the user typed: `tiny`, then what the hub
+/// client resolves (folder, cache, hub, catalog).
 fn model_facts(text: &str) -> Result<(ModelFacts, String), HubError> {
-    let as_path = Path::new(text);
-    if as_path.is_dir() {
-        return Ok((sizing::facts_from_folder(as_path)?, text.to_owned()));
-    }
     let dirs = DataDirs::from_env();
     if text == "tiny" {
         let dir = crate::synth::builtin_tiny_model(&dirs).map_err(|e| HubError::NotAModel {
@@ -506,29 +498,13 @@ fn model_facts(text: &str) -> Result<(ModelFacts, String), HubError> {
         })?;
         return Ok((sizing::facts_from_folder(&dir)?, "tiny (built-in)".into()));
     }
-    let model = ModelRef::parse(text)?;
-    if let Some(cached) = library::find_cached(&dirs.hf_cache_dir, &model.repo_id)
-        .filter(|m| m.complete && model.revision == ModelRef::DEFAULT_REVISION)
-    {
-        return Ok((sizing::facts_from_folder(&cached.path)?, model.to_string()));
-    }
     let hub = Hub::new(HubConfig::from_env(&dirs))?;
-    let from_hub = runtime()
+    runtime()
         .map_err(|detail| HubError::Unreachable {
             endpoint: hub.config().endpoint.clone(),
             detail,
         })?
-        .block_on(hub.facts_from_hub(&model));
-    match from_hub {
-        Ok(facts) => Ok((facts, model.to_string())),
-        // Offline or unreachable: the catalog still knows its own models.
-        Err(err @ (HubError::Unreachable { .. } | HubError::NotCachedOffline { .. })) => {
-            sizing::facts_from_catalog(&model.repo_id)
-                .map(|facts| (facts, model.to_string()))
-                .ok_or(err)
-        }
-        Err(err) => Err(err),
-    }
+        .block_on(hub.facts_for(text))
 }
 
 pub(crate) fn verdict_word(verdict: Verdict) -> &'static str {

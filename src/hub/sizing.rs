@@ -147,6 +147,33 @@ impl Hub {
     }
 }
 
+impl Hub {
+    /// Facts for what a user named: a model folder, a repo in the cache, a
+    /// repo on the hub (nothing downloaded), or, offline, a catalog entry.
+    /// Returns the facts and the name to show.
+    pub async fn facts_for(&self, text: &str) -> Result<(ModelFacts, String), HubError> {
+        let as_path = Path::new(text);
+        if as_path.is_dir() {
+            return Ok((facts_from_folder(as_path)?, text.to_owned()));
+        }
+        let model = ModelRef::parse(text)?;
+        if let Some(snapshot) = super::library::cached_snapshot_dir(&self.config.cache_dir, &model)
+        {
+            return Ok((facts_from_folder(&snapshot)?, model.to_string()));
+        }
+        match self.facts_from_hub(&model).await {
+            Ok(facts) => Ok((facts, model.to_string())),
+            // Offline or unreachable: the catalog still knows its own models.
+            Err(err @ (HubError::Unreachable { .. } | HubError::NotCachedOffline { .. })) => {
+                facts_from_catalog(&model.repo_id)
+                    .map(|facts| (facts, model.to_string()))
+                    .ok_or(err)
+            }
+            Err(err) => Err(err),
+        }
+    }
+}
+
 /// Facts from the curated catalog (approximate sizes), for offline advice.
 pub fn facts_from_catalog(repo_id: &str) -> Option<ModelFacts> {
     let entry = catalog::find(repo_id)?;
@@ -155,4 +182,33 @@ pub fn facts_from_catalog(repo_id: &str) -> Option<ModelFacts> {
         shape: entry.shape(),
         source: "catalog",
     })
+}
+
+/// A catalog entry as offered on this machine: its fit at a context, and
+/// whether it is already downloaded.
+#[derive(Debug, Clone, Serialize)]
+pub struct CatalogOffer {
+    pub entry: &'static catalog::CatalogEntry,
+    pub fit: FitEstimate,
+    pub downloaded: bool,
+}
+
+/// The catalog with a verdict for each model on this machine.
+pub fn catalog_offers(
+    cache_dir: &Path,
+    context_tokens: u64,
+    machine: MachineMemory,
+) -> Vec<CatalogOffer> {
+    catalog::catalog()
+        .iter()
+        .map(|entry| {
+            let facts = facts_from_catalog(entry.repo_id).expect("every catalog entry has facts");
+            CatalogOffer {
+                entry,
+                fit: facts.estimate(context_tokens, machine),
+                downloaded: super::library::find_cached(cache_dir, entry.repo_id)
+                    .is_some_and(|m| m.complete),
+            }
+        })
+        .collect()
 }

@@ -170,7 +170,10 @@ pub fn write_model(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "model".to_owned());
-    let staging = parent.join(format!(".{name}.synth-{}", std::process::id()));
+    // Unique per call, so two writers (threads or processes) never share one.
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let staging = parent.join(format!(".{name}.synth-{}-{call}", std::process::id()));
     if staging.exists() {
         fs::remove_dir_all(&staging).map_err(io_err(&staging))?;
     }
@@ -308,6 +311,12 @@ fn folder_bytes(dir: &Path) -> Result<u64, SynthError> {
 /// the app offers when nothing has been downloaded.
 pub fn builtin_tiny_model(dirs: &DataDirs) -> Result<PathBuf, SynthError> {
     let dir = dirs.models_dir.join("ondo-builtin-tiny");
+    if dir.join("config.json").is_file() {
+        return Ok(dir);
+    }
+    // One writer at a time in this process; the loser finds it written.
+    static WRITING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _writing = WRITING.lock().unwrap_or_else(|p| p.into_inner());
     if dir.join("config.json").is_file() {
         return Ok(dir);
     }

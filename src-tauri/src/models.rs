@@ -1,0 +1,223 @@
+//! The commands of the Models and Runs screens: the library with the catalog
+//! and fit verdicts, downloads streamed over a channel (cancellable), deleting,
+//! the run history, reports, and the memory gauge. Each calls the core.
+
+use std::path::PathBuf;
+
+use ondo::hub::library::{self, LibraryModel};
+use ondo::hub::sizing::{self, CatalogOffer, MachineMemory};
+use ondo::hub::{
+    DownloadCancel, DownloadEvent, DownloadOptions, DownloadSummary, ModelRef, OnCancel,
+};
+use ondo::paths::DataDirs;
+use ondo::report::{Report, ReportFormat};
+use ondo::session::PooledModel;
+use ondo::store::{MemorySample, PoolEvent, RunQuery, RunRecord};
+use tauri::ipc::Channel;
+
+use crate::error::CommandError;
+use crate::state::AppState;
+
+/// The context the Models screen judges fits at unless the user picks another.
+pub const DEFAULT_FIT_CONTEXT: u64 = 4096;
+
+/// What the Models screen shows.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ModelsView {
+    pub library: Vec<LibraryModel>,
+    pub catalog: Vec<CatalogOffer>,
+    pub default_model: &'static str,
+    pub hf_cache_dir: PathBuf,
+    /// `HF_HUB_OFFLINE` is on: downloads are refused.
+    pub offline: bool,
+}
+
+/// The warm pool as the gauge's tooltip and the Models screen show it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PoolStatus {
+    pub resident: Vec<PooledModel>,
+    pub events: Vec<PoolEvent>,
+}
+
+type State<'a> = tauri::State<'a, AppState>;
+
+/// The library, and the catalog with a verdict for this machine.
+#[tauri::command]
+pub async fn list_models(state: State<'_>) -> Result<ModelsView, CommandError> {
+    let dirs = DataDirs::from_env();
+    let offline = state.hub.config().offline;
+    crate::commands::on_blocking_thread(move || {
+        Ok(ModelsView {
+            library: library::scan(&dirs),
+            catalog: sizing::catalog_offers(
+                &dirs.hf_cache_dir,
+                DEFAULT_FIT_CONTEXT,
+                MachineMemory::read(None),
+            ),
+            default_model: ondo::hub::catalog::DEFAULT_MODEL,
+            hf_cache_dir: dirs.hf_cache_dir,
+            offline,
+        })
+    })
+    .await
+}
+
+/// Whether a model (folder, cached or on the hub) fits at `context` tokens.
+#[tauri::command]
+pub async fn fit_model(
+    state: State<'_>,
+    model: String,
+    context: u64,
+) -> Result<ondo::hub::fit::FitEstimate, CommandError> {
+    let (facts, _) = state.hub.facts_for(&model).await?;
+    Ok(facts.estimate(context, MachineMemory::read(None)))
+}
+
+/// Downloads a model, streaming progress to `on_event`. A second call for a
+/// model already downloading is refused; `cancel_download` pauses (what
+/// arrived is kept and the next download continues from it).
+#[tauri::command]
+pub async fn download_model(
+    state: State<'_>,
+    model: String,
+    on_event: Channel<DownloadEvent>,
+) -> Result<DownloadSummary, CommandError> {
+    let model = ModelRef::parse(&model)?;
+    let cancel = DownloadCancel::new();
+    {
+        let mut downloads = state.downloads.lock().unwrap_or_else(|p| p.into_inner());
+        if downloads.contains_key(&model.repo_id) {
+            return Err(CommandError::InvalidInput(format!(
+                "{model} is already downloading"
+            )));
+        }
+        downloads.insert(model.repo_id.clone(), cancel.clone());
+    }
+    let mut sink = |event: DownloadEvent| {
+        // A closed window only stops the progress, not the download.
+        let _ = on_event.send(event);
+    };
+    let options = DownloadOptions {
+        on_cancel: OnCancel::KeepPartial,
+    };
+    let result = state
+        .hub
+        .download(&model, options, &mut sink, &cancel)
+        .await;
+    state
+        .downloads
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&model.repo_id);
+    Ok(result?)
+}
+
+/// Stops a download in flight; true if there was one.
+#[tauri::command]
+pub fn cancel_download(state: State<'_>, model: String) -> bool {
+    let repo_id = model.split('@').next().unwrap_or(&model).to_owned();
+    match state
+        .downloads
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&repo_id)
+    {
+        Some(cancel) => {
+            cancel.cancel();
+            true
+        }
+        None => false,
+    }
+}
+
+/// Deletes a downloaded model from the cache; the bytes freed.
+#[tauri::command]
+pub async fn delete_model(state: State<'_>, model: String) -> Result<u64, CommandError> {
+    let model = ModelRef::parse(&model)?;
+    let cache_dir = state.hub.config().cache_dir.clone();
+    crate::commands::on_blocking_thread(move || Ok(library::delete_cached(&cache_dir, &model)?))
+        .await
+}
+
+/// The last `last` runs, oldest first (warm-ups of benchmarks left out).
+#[tauri::command]
+pub fn recent_runs(state: State<'_>, last: usize) -> Result<Vec<RunRecord>, CommandError> {
+    let query = RunQuery {
+        last: Some(last.clamp(1, 10_000)),
+        ..RunQuery::default()
+    };
+    history(&state, |store| store.runs(&query))
+}
+
+/// One run's memory timeline.
+#[tauri::command]
+pub fn run_timeline(state: State<'_>, run_id: String) -> Result<Vec<MemorySample>, CommandError> {
+    history(&state, |store| store.timeline(&run_id))
+}
+
+/// Writes the last `last` runs to `path` in `format` (json, jsonl, csv, md,
+/// html); returns the bytes written.
+#[tauri::command]
+pub fn export_report(
+    state: State<'_>,
+    last: usize,
+    format: String,
+    path: PathBuf,
+) -> Result<u64, CommandError> {
+    let format: ReportFormat = format
+        .parse()
+        .map_err(|_| CommandError::InvalidInput(format!("unknown report format '{format}'")))?;
+    let runs = recent_runs(state.clone(), last)?;
+    let timelines: Vec<(String, Vec<MemorySample>)> = runs
+        .iter()
+        .filter_map(|r| {
+            Some((
+                r.run_id.clone(),
+                run_timeline(state.clone(), r.run_id.clone()).ok()?,
+            ))
+        })
+        .filter(|(_, t)| !t.is_empty())
+        .collect();
+    let report = Report {
+        runs: &runs,
+        timelines: &timelines,
+        title: format!("Ondo: the last {} runs", runs.len()),
+        generated_at: ondo::session::record::now_rfc3339(),
+    };
+    let mut bytes = Vec::new();
+    ondo::report::write(&report, format, &mut bytes)
+        .map_err(|e| CommandError::Internal(e.to_string()))?;
+    std::fs::write(&path, &bytes).map_err(|e| {
+        CommandError::InvalidInput(format!("could not write {}: {e}", path.display()))
+    })?;
+    Ok(bytes.len() as u64)
+}
+
+/// The system's memory now: pressure level and the Activity Monitor breakdown.
+#[tauri::command]
+pub fn memory_now(state: State<'_>) -> Result<ondo_os::MemorySnapshot, CommandError> {
+    state
+        .pool
+        .memory_now()
+        .ok_or_else(|| CommandError::Internal("memory could not be read on this system".into()))
+}
+
+/// The resident models and what the pool did recently.
+#[tauri::command]
+pub fn pool_status(state: State<'_>) -> PoolStatus {
+    PoolStatus {
+        resident: state.pool.resident(),
+        events: state.pool.events(),
+    }
+}
+
+fn history<T>(
+    state: &AppState,
+    read: impl FnOnce(&mut ondo::store::Store) -> Result<T, ondo::store::StoreError>,
+) -> Result<T, CommandError> {
+    state
+        .pool
+        .with_store(read)
+        .ok_or_else(|| CommandError::Internal("the run history could not be opened".into()))?
+        .map_err(|e| CommandError::History(e.to_string()))
+}
