@@ -6,12 +6,27 @@ import type { Backend } from './lib/backend';
 
 afterEach(cleanup);
 
+async function notUsedHere(): Promise<never> {
+  throw { kind: 'internal', message: 'not used by this test' };
+}
+
 function fakeBackend(overrides: Partial<Backend> = {}): Backend {
   return {
     doctorReport: vi.fn(async () => doctorReport),
     libraryStatus: vi.fn(async () => emptyLibrary),
     prepareBuiltinModel: vi.fn(async () => preparedTinyModel),
     runTestGeneration: vi.fn(async () => demoRun),
+    // The screens that use these come with their own tests.
+    listModels: vi.fn(notUsedHere),
+    fitModel: vi.fn(notUsedHere),
+    downloadModel: vi.fn(notUsedHere),
+    cancelDownload: vi.fn(notUsedHere),
+    deleteModel: vi.fn(notUsedHere),
+    recentRuns: vi.fn(notUsedHere),
+    runTimeline: vi.fn(notUsedHere),
+    exportReport: vi.fn(notUsedHere),
+    memoryNow: vi.fn(notUsedHere),
+    poolStatus: vi.fn(notUsedHere),
     ...overrides,
   };
 }

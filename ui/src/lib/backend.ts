@@ -1,7 +1,7 @@
 // The commands of the Tauri shell (src-tauri/src/commands.rs) and the shapes
 // they answer with. Written by hand to match the Rust types field for field;
 // to be generated from Rust (tauri-specta) once the command set settles.
-import { invoke } from '@tauri-apps/api/core';
+import { Channel, invoke } from '@tauri-apps/api/core';
 
 /** One MLX self-test from `ondo doctor`. */
 export interface Check {
@@ -64,10 +64,190 @@ export interface DemoRun {
   text: string;
 }
 
-/** How every command fails: `kind` to branch on, `message` to show. */
+/** How every command fails: `kind` to branch on, `message` to show. Hub
+ * errors keep the hub's kind (`repo_not_found`, `unauthorized`, `forbidden`,
+ * `unreachable`, `disk_full`, `checksum_mismatch`, `interrupted`, `cancelled`,
+ * `not_cached_offline`, `invalid_repo_id`, ...). */
 export interface CommandError {
-  kind: 'invalid_input' | 'model_unavailable' | 'generation_failed' | 'internal';
+  kind: string;
   message: string;
+}
+
+/** `ondo::hub::fit::FitEstimate`: will a model fit, with the numbers. */
+export interface FitEstimate {
+  weights_bytes: number;
+  kv_cache_bytes: number;
+  overhead_bytes: number;
+  needed_bytes: number;
+  available_bytes: number;
+  working_set_bytes: number | null;
+  budget_bytes: number;
+  context_tokens: number;
+  kv_bytes_per_token: number;
+  verdict: 'fits' | 'tight' | 'will_not_fit';
+  max_context_that_fits: number | null;
+  /** Sentences a user can act on; empty when it fits. */
+  advice: string[];
+}
+
+/** `ondo::hub::catalog::CatalogEntry`. */
+export interface CatalogEntry {
+  repo_id: string;
+  display_name: string;
+  family: string;
+  parameters: number;
+  quantization: string;
+  /** Approximate size on disk. */
+  size_bytes: number;
+  context_length: number;
+  note: string;
+}
+
+/** A catalog model as offered on this machine. */
+export interface CatalogOffer {
+  entry: CatalogEntry;
+  fit: FitEstimate;
+  downloaded: boolean;
+}
+
+/** `ondo::hub::library::LibraryModel`: a model on this machine. */
+export interface LibraryModel {
+  id: string;
+  source: 'hub_cache' | 'folder' | 'ondo';
+  path: string;
+  revisions: string[];
+  commit: string | null;
+  size_on_disk_bytes: number;
+  partial_bytes: number;
+  model_type: string | null;
+  quantization: string | null;
+  parameters: number | null;
+  complete: boolean;
+  problem: string | null;
+}
+
+/** What the Models screen shows (`list_models`). */
+export interface ModelsView {
+  library: LibraryModel[];
+  catalog: CatalogOffer[];
+  default_model: string;
+  hf_cache_dir: string;
+  offline: boolean;
+}
+
+/** `ondo::hub::DownloadEvent`, streamed while a download runs. */
+export type DownloadEvent =
+  | {
+      event: 'planned';
+      model: string;
+      commit: string;
+      files: number;
+      total_bytes: number;
+      present_bytes: number;
+    }
+  | {
+      event: 'progress';
+      file: string;
+      file_bytes: number;
+      file_total_bytes: number;
+      done_bytes: number;
+      total_bytes: number;
+      bytes_per_second: number;
+      eta_seconds: number | null;
+    }
+  | { event: 'retrying'; file: string; attempt: number; detail: string }
+  | { event: 'file_done'; file: string; verified: boolean; fetched_bytes: number };
+
+/** `ondo::hub::DownloadSummary`. */
+export interface DownloadSummary {
+  model: string;
+  commit: string;
+  snapshot_dir: string;
+  files: number;
+  total_bytes: number;
+  fetched_bytes: number;
+  download_ms: number;
+}
+
+/** `ondo_os::MemorySnapshot`: the gauge's numbers. */
+export interface MemorySnapshot {
+  taken_at_unix_ms: number;
+  level: 'normal' | 'warning' | 'critical' | 'unknown';
+  total_bytes: number;
+  available_bytes: number;
+  used_bytes: number;
+  app_bytes: number;
+  wired_bytes: number;
+  compressed_bytes: number;
+  cached_bytes: number;
+  swap_used_bytes: number;
+  swap_total_bytes: number;
+  process_footprint_bytes: number;
+}
+
+/** One point of a run's memory timeline (`ondo::store::MemorySample`). */
+export interface MemorySample {
+  t_ms: number;
+  level: string;
+  used_bytes: number;
+  app_bytes: number;
+  wired_bytes: number;
+  compressed_bytes: number;
+  swap_used_bytes: number;
+  footprint_bytes: number;
+}
+
+/** A recorded run (`ondo::store::RunRecord`); the fields the UI reads.
+ * docs/REPORT_SCHEMA.md describes every field. */
+export interface RunRecord {
+  run_id: string;
+  created_at: string;
+  kind: string;
+  model_id: string;
+  load_kind: 'cold' | 'warm';
+  loop: 'sync' | 'pipelined';
+  load_ms: number;
+  ttft_ms: number;
+  prefill_ms: number;
+  decode_ms: number;
+  prefill_tps: number;
+  decode_tps: number;
+  prompt_tokens: number;
+  cached_tokens: number;
+  prefill_tokens: number;
+  generated_tokens: number;
+  mlx_peak_bytes: number;
+  kv_cache_bytes: number;
+  pressure_max: string;
+  prefill_step_size: number;
+  max_kv_size: number | null;
+  stop_reason: string;
+  [field: string]: unknown;
+}
+
+/** A model the pool keeps warm. */
+export interface PooledModel {
+  model_id: string;
+  model_dir: string;
+  weights_bytes: number;
+  kv_cache_bytes: number;
+  idle_ms: number;
+  expires_in_ms: number | null;
+  busy: boolean;
+}
+
+/** Something the pool did, and why. */
+export interface PoolEvent {
+  at: string;
+  action: string;
+  model_id: string;
+  reason: string;
+  bytes: number | null;
+}
+
+export interface PoolStatus {
+  resident: PooledModel[];
+  events: PoolEvent[];
 }
 
 /** The prompt and output limit of the popover's test generation. */
@@ -96,6 +276,24 @@ export const backend = {
   prepareBuiltinModel: () => invoke<PreparedModel>('prepare_builtin_model'),
   runTestGeneration: (model: ModelChoice, prompt: string, maxTokens: number) =>
     invoke<DemoRun>('run_test_generation', { model, prompt, maxTokens }),
+  listModels: () => invoke<ModelsView>('list_models'),
+  fitModel: (model: string, context: number) =>
+    invoke<FitEstimate>('fit_model', { model, context }),
+  /** Downloads `model`, calling `onEvent` with progress; resolves when done. */
+  downloadModel: (model: string, onEvent: (event: DownloadEvent) => void) => {
+    const channel = new Channel<DownloadEvent>();
+    channel.onmessage = onEvent;
+    return invoke<DownloadSummary>('download_model', { model, onEvent: channel });
+  },
+  /** Pauses a download (what arrived is kept; downloading again continues). */
+  cancelDownload: (model: string) => invoke<boolean>('cancel_download', { model }),
+  deleteModel: (model: string) => invoke<number>('delete_model', { model }),
+  recentRuns: (last: number) => invoke<RunRecord[]>('recent_runs', { last }),
+  runTimeline: (runId: string) => invoke<MemorySample[]>('run_timeline', { runId }),
+  exportReport: (last: number, format: string, path: string) =>
+    invoke<number>('export_report', { last, format, path }),
+  memoryNow: () => invoke<MemorySnapshot>('memory_now'),
+  poolStatus: () => invoke<PoolStatus>('pool_status'),
 };
 
 export type Backend = typeof backend;
