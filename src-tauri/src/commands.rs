@@ -28,7 +28,7 @@ fn engine(state: tauri::State<'_, EngineHandle>) -> EngineHandle {
 
 /// Runs `work` on the engine thread (waiting on a blocking thread, so the
 /// event loop stays free).
-async fn with_mlx<T, F>(engine: EngineHandle, work: F) -> Result<T, CommandError>
+pub(crate) async fn with_mlx<T, F>(engine: EngineHandle, work: F) -> Result<T, CommandError>
 where
     T: Send + 'static,
     F: FnOnce() -> Result<T, CommandError> + Send + 'static,

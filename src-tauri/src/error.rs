@@ -23,6 +23,10 @@ pub enum CommandError {
     /// (`repo_not_found`, `unauthorized`, `disk_full`, ...).
     #[error("{0}")]
     Hub(#[from] ondo::hub::HubError),
+    /// The engine refused or failed the request (bad prompt, model that does
+    /// not load, ...); `kind` is the engine's own.
+    #[error("{0}")]
+    Run(#[from] ondo::engine::RunError),
     /// The run history could not be read or written.
     #[error("The run history: {0}")]
     History(String),
@@ -40,6 +44,7 @@ impl CommandError {
             Self::GenerationFailed(_) => "generation_failed",
             Self::Hub(error) => error.kind(),
             Self::History(_) => "history",
+            Self::Run(error) => error.kind(),
             Self::Internal(_) => "internal",
         }
     }

@@ -1,6 +1,7 @@
 //! Ondo's desktop shell: builds the Tauri app (commands, popover window, tray
 //! icon) around the `ondo` core. Domain work stays in the core.
 
+mod chat;
 mod commands;
 mod error;
 mod library;
@@ -59,6 +60,9 @@ pub fn run_app<R: Runtime>(builder: Builder<R>) -> Builder<R> {
             models::export_report,
             models::memory_now,
             models::pool_status,
+            chat::chat_send,
+            chat::chat_stop,
+            chat::chat_forget,
         ])
         .on_window_event(window::on_window_event)
 }

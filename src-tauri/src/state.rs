@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use ondo::engine::EngineHandle;
+use ondo::engine::{CancelToken, EngineHandle};
 use ondo::hub::{DownloadCancel, Hub, HubConfig};
 use ondo::paths::DataDirs;
 use ondo::session::{PoolSettings, SessionPool};
@@ -15,6 +15,8 @@ pub struct AppState {
     pub pool: Arc<SessionPool>,
     pub hub: Hub,
     pub downloads: Mutex<HashMap<String, DownloadCancel>>,
+    /// The answer being written in each conversation, to stop it.
+    pub chats: Mutex<HashMap<String, CancelToken>>,
 }
 
 impl AppState {
@@ -34,6 +36,7 @@ impl AppState {
             pool: Arc::new(SessionPool::new(engine, PoolSettings::default(), store)),
             hub,
             downloads: Mutex::new(HashMap::new()),
+            chats: Mutex::new(HashMap::new()),
         })
     }
 }

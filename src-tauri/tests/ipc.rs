@@ -235,3 +235,72 @@ fn runs_are_recorded_with_memory_and_can_be_exported() {
     .unwrap_err();
     assert_eq!(error["kind"], "invalid_input");
 }
+
+#[test]
+fn a_chat_turn_streams_is_recorded_and_the_next_turn_is_warm() {
+    let popover = popover();
+    let settings = json!({ "max_tokens": 6 });
+    let first = json!({
+        "model": "tiny",
+        "conversationId": "ipc-chat",
+        "systemPrompt": null,
+        "messages": [{ "role": "user", "content": "Tell me about the sea." }],
+        "settings": settings,
+        "onEvent": "__CHANNEL__:1",
+    });
+    let record = invoke(&popover, "chat_send", first).unwrap();
+    assert_eq!(record["kind"], "chat");
+    assert_eq!(record["conversation_id"], "ipc-chat");
+    assert_eq!(record["generated_tokens"], 6);
+    let second = json!({
+        "model": "tiny",
+        "conversationId": "ipc-chat",
+        "systemPrompt": null,
+        "messages": [
+            { "role": "user", "content": "Tell me about the sea." },
+            { "role": "assistant", "content": "It is wide." },
+            { "role": "user", "content": "And the sky?" },
+        ],
+        "settings": settings,
+        "onEvent": "__CHANNEL__:2",
+    });
+    let record = invoke(&popover, "chat_send", second).unwrap();
+    assert_eq!(record["load_kind"], "warm");
+    assert!(record["cached_tokens"].as_u64().unwrap() > 0, "{record}");
+    assert_eq!(
+        invoke(
+            &popover,
+            "chat_stop",
+            json!({ "conversationId": "ipc-chat" })
+        )
+        .unwrap(),
+        false
+    );
+    invoke(
+        &popover,
+        "chat_forget",
+        json!({ "conversationId": "ipc-chat" }),
+    )
+    .unwrap();
+
+    let bad = json!({
+        "model": "tiny",
+        "conversationId": "ipc-chat",
+        "systemPrompt": null,
+        "messages": [{ "role": "assistant", "content": "hi" }],
+        "settings": { "max_tokens": 0 },
+        "onEvent": "__CHANNEL__:3",
+    });
+    let error = invoke(&popover, "chat_send", bad).unwrap_err();
+    assert_eq!(error["kind"], "invalid_input", "{error}");
+    let missing = json!({
+        "model": "acme/not-downloaded",
+        "conversationId": "x",
+        "systemPrompt": null,
+        "messages": [{ "role": "user", "content": "hi" }],
+        "settings": {},
+        "onEvent": "__CHANNEL__:4",
+    });
+    let error = invoke(&popover, "chat_send", missing).unwrap_err();
+    assert_eq!(error["kind"], "not_in_library", "{error}");
+}

@@ -5,6 +5,7 @@
 //! memory back (caches first, then idle models). Every run is recorded with
 //! the memory it saw, and every load, hit, eviction and unload with its reason.
 
+pub mod chat;
 pub mod record;
 pub mod roofline;
 

@@ -1,0 +1,117 @@
+//! The chat commands: one turn streamed over a channel, stopped on request,
+//! recorded in the history; the conversation's KV cache stays warm between
+//! turns (the pool's policy decides how long).
+
+use ondo::engine::chat_template::ChatMessage;
+use ondo::engine::{CancelToken, Prompt};
+use ondo::paths::DataDirs;
+use ondo::session::chat::{ChatEvent, GenerationSettings};
+use ondo::session::record::RunContext;
+use ondo::store::RunRecord;
+use tauri::ipc::Channel;
+
+use crate::commands::{on_blocking_thread, with_mlx};
+use crate::error::CommandError;
+use crate::state::AppState;
+
+/// Answers the last user message of `messages` with `model` ("tiny", a
+/// folder, or a repo id in the cache), streaming the text to `on_event`;
+/// returns the run's record (the footer's numbers).
+#[tauri::command]
+#[allow(clippy::too_many_arguments)] // the command's arguments are the UI's form
+pub async fn chat_send(
+    state: tauri::State<'_, AppState>,
+    engine: tauri::State<'_, ondo::engine::EngineHandle>,
+    model: String,
+    conversation_id: String,
+    system_prompt: Option<String>,
+    messages: Vec<ChatMessage>,
+    settings: GenerationSettings,
+    on_event: Channel<ChatEvent>,
+) -> Result<RunRecord, CommandError> {
+    settings.check().map_err(CommandError::InvalidInput)?;
+    if messages
+        .last()
+        .is_none_or(|m| m.role != "user" || m.content.trim().is_empty())
+    {
+        return Err(CommandError::InvalidInput(
+            "the conversation must end with a message from you".into(),
+        ));
+    }
+    let model_dir = if model == "tiny" {
+        with_mlx(engine.inner().clone(), || {
+            Ok(ondo::synth::builtin_tiny_model(&DataDirs::from_env())?)
+        })
+        .await?
+    } else {
+        ondo::hub::library::resolve_local(&state.hub.config().cache_dir, &model)?
+    };
+    let cancel = CancelToken::new();
+    state
+        .chats
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(conversation_id.clone(), cancel.clone());
+    let title = messages
+        .iter()
+        .find(|m| m.role == "user")
+        .map(|m| m.content.chars().take(60).collect());
+    let request = settings.request(
+        &model_dir,
+        &conversation_id,
+        Prompt::Chat {
+            system_prompt,
+            messages,
+        },
+    );
+    let context = RunContext {
+        kind: "chat".into(),
+        model_id: model,
+        conversation_id: Some(conversation_id.clone()),
+        conversation_title: title,
+        ..RunContext::default()
+    };
+    let pool = state.pool.clone();
+    let result = on_blocking_thread(move || {
+        let (_, record) = pool.run(request, context, cancel, |event| {
+            if let Some(event) = ChatEvent::from_run_event(event) {
+                // A closed window stops hearing; the turn still completes.
+                let _ = on_event.send(event);
+            }
+        })?;
+        Ok(record)
+    })
+    .await;
+    state
+        .chats
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&conversation_id);
+    result
+}
+
+/// Stops the answer being written in a conversation; true if one was.
+#[tauri::command]
+pub fn chat_stop(state: tauri::State<'_, AppState>, conversation_id: String) -> bool {
+    match state
+        .chats
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&conversation_id)
+    {
+        Some(cancel) => {
+            cancel.cancel();
+            true
+        }
+        None => false,
+    }
+}
+
+/// Lets a conversation's KV cache go (New conversation).
+#[tauri::command]
+pub fn chat_forget(
+    state: tauri::State<'_, AppState>,
+    conversation_id: String,
+) -> Result<(), CommandError> {
+    Ok(state.pool.forget_conversation(&conversation_id)?)
+}
