@@ -60,6 +60,8 @@ pub fn run_app<R: Runtime>(builder: Builder<R>) -> Builder<R> {
             models::export_report,
             models::memory_now,
             models::pool_status,
+            models::get_settings,
+            models::set_settings,
             chat::chat_send,
             chat::chat_stop,
             chat::chat_forget,

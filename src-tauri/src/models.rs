@@ -221,3 +221,23 @@ fn history<T>(
         .ok_or_else(|| CommandError::Internal("the run history could not be opened".into()))?
         .map_err(|e| CommandError::History(e.to_string()))
 }
+
+/// The Settings screen's values (defaults until the user changes them).
+#[tauri::command]
+pub fn get_settings(state: State<'_>) -> ondo::session::settings::AppSettings {
+    state
+        .pool
+        .with_store(|store| ondo::session::settings::AppSettings::load(store))
+        .unwrap_or_default()
+}
+
+/// Checks, applies (keep-alive and memory budget at once) and keeps new settings.
+#[tauri::command]
+pub fn set_settings(
+    state: State<'_>,
+    settings: ondo::session::settings::AppSettings,
+) -> Result<(), CommandError> {
+    settings.check().map_err(CommandError::InvalidInput)?;
+    state.pool.set_settings(settings.pool_settings());
+    history(&state, |store| settings.save(store))
+}

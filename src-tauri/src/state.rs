@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use ondo::engine::{CancelToken, EngineHandle};
 use ondo::hub::{DownloadCancel, Hub, HubConfig};
 use ondo::paths::DataDirs;
-use ondo::session::{PoolSettings, SessionPool};
+use ondo::session::SessionPool;
 use ondo::store::Store;
 
 pub struct AppState {
@@ -31,9 +31,14 @@ impl AppState {
                 None
             }
         };
+        // The pool starts with the policy the user saved.
+        let pool_settings = store
+            .as_ref()
+            .map(|s| ondo::session::settings::AppSettings::load(s).pool_settings())
+            .unwrap_or_default();
         let hub = Hub::new(HubConfig::from_env(&dirs)).map_err(|e| e.to_string())?;
         Ok(Self {
-            pool: Arc::new(SessionPool::new(engine, PoolSettings::default(), store)),
+            pool: Arc::new(SessionPool::new(engine, pool_settings, store)),
             hub,
             downloads: Mutex::new(HashMap::new()),
             chats: Mutex::new(HashMap::new()),

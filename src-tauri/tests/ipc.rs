@@ -304,3 +304,29 @@ fn a_chat_turn_streams_is_recorded_and_the_next_turn_is_warm() {
     let error = invoke(&popover, "chat_send", missing).unwrap_err();
     assert_eq!(error["kind"], "not_in_library", "{error}");
 }
+
+#[test]
+fn settings_are_checked_applied_and_kept() {
+    let window = popover();
+    let mut settings = invoke(&window, "get_settings", Value::Null).unwrap();
+    assert_eq!(settings["keep_alive_minutes"], 10);
+    assert_eq!(settings["theme"], "system");
+    settings["theme"] = json!("dark");
+    settings["keep_alive_minutes"] = Value::Null;
+    settings["generation"]["loop"] = json!("sync");
+    invoke(
+        &window,
+        "set_settings",
+        json!({ "settings": settings.clone() }),
+    )
+    .unwrap();
+    // A new app (a restart) reads them back.
+    let again = invoke(&popover(), "get_settings", Value::Null).unwrap();
+    assert_eq!(again, settings);
+    settings["keep_alive_minutes"] = json!(0);
+    let error = invoke(&window, "set_settings", json!({ "settings": settings })).unwrap_err();
+    assert_eq!(error["kind"], "invalid_input");
+    assert!(error["message"].as_str().unwrap().contains("keep-alive"));
+    // Put the defaults back for the other tests of this binary.
+    invoke(&window, "set_settings", json!({ "settings": {} })).unwrap();
+}

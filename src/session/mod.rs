@@ -8,6 +8,7 @@
 pub mod chat;
 pub mod record;
 pub mod roofline;
+pub mod settings;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};

@@ -84,10 +84,9 @@ test('an empty library offers the tiny speed-test model and the recommended down
   await page.getByText('Memory: 20.0 GiB free of 24.0 GiB').waitFor();
   await page.getByText('No models are downloaded yet.').waitFor();
 
-  assert.ok(await page.getByText('mlx-community/Llama-3.2-3B-Instruct-4bit').isVisible());
-  const download = page.getByRole('button', { name: 'Download' });
-  assert.ok(await download.isDisabled(), 'downloads are not possible yet');
-  assert.match(await text(page.locator('#download-note')), /next version/);
+  const recommended = page.getByRole('listitem', { name: 'Llama 3.2 3B Instruct' });
+  assert.ok(await recommended.getByText('Recommended').isVisible());
+  assert.ok(await page.getByRole('button', { name: 'Download Llama 3.2 3B Instruct 4-bit' }).isEnabled());
 
   const useTiny = page.getByRole('button', { name: 'Use the built-in tiny model' });
   assert.ok(await useTiny.isEnabled());
@@ -184,6 +183,67 @@ test('a failed generation says what happened and what to do', async () => {
   assert.match(await text(alert), /run `ondo synth` again/);
   assert.ok(await page.getByRole('button', { name: 'Run a test generation' }).isEnabled(), 'the user can try again');
   await screenshot(page, 'popover-error.png');
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
+test('the catalog shows fit verdicts; a download shows progress, pauses, resumes and completes', async () => {
+  const { page, problems } = await openPopover();
+  const catalog = page.getByRole('list', { name: 'Download a model' });
+  await catalog.waitFor();
+  const verdicts = await catalog.locator(':scope > li summary').allInnerTexts();
+  // The first line is what shows; the rest is for screen readers.
+  assert.deepEqual(
+    verdicts.map((verdict) => verdict.split('\n')[0].trim()),
+    ['fits', 'fits', 'tight', "won't fit"],
+  );
+  // Green, amber and red as the theme defines them.
+  const colours = await catalog
+    .locator(':scope > li summary')
+    .evaluateAll((chips) => chips.map((chip) => getComputedStyle(chip).color));
+  assert.deepEqual(colours, ['rgb(47, 125, 74)', 'rgb(47, 125, 74)', 'rgb(154, 100, 0)', 'rgb(179, 38, 30)']);
+
+  // The memory gauge: green at normal pressure, its breakdown on keyboard focus.
+  const meter = page.getByRole('meter', { name: 'Memory in use, pressure normal' });
+  assert.equal(await meter.locator('.fill').evaluate((fill) => getComputedStyle(fill).fill), 'rgb(52, 168, 83)');
+  await page.keyboard.press('Tab');
+  assert.ok(await meter.evaluate((element) => element === document.activeElement), 'the gauge is the first Tab stop');
+  const breakdown = page.getByRole('tooltip');
+  await breakdown.waitFor();
+  assert.match(await text(breakdown), /Cached files\s+6\.00 GiB/);
+  assert.match(await text(breakdown), /Ondo: 182 MiB/);
+  await page.keyboard.press('Tab');
+  await breakdown.waitFor({ state: 'hidden' });
+
+  // Download with the keyboard; the download stops at 42 % in the mock.
+  const qwen = page.getByRole('listitem', { name: 'Qwen3 0.6B' });
+  await page.getByRole('button', { name: 'Download Qwen3 0.6B 4-bit' }).focus();
+  await page.keyboard.press('Enter');
+  const bar = page.getByRole('progressbar', { name: 'Downloading Qwen3 0.6B 4-bit' });
+  await bar.waitFor();
+  await page.waitForFunction(() => document.querySelector('progress')?.value > 0);
+  assert.match(await text(qwen), /136 MiB of 324 MiB · 12\.4 MB\/s · 16 s left/);
+  assert.match(await text(qwen), /model\.safetensors/);
+
+  // Show the whole catalog card with the download, and the chip that will not fit opened.
+  await catalog.locator(':scope > li').last().locator('summary').click();
+  await qwen.evaluate((card) => card.scrollIntoView({ block: 'start' }));
+  await page.waitForTimeout(200);
+  await screenshot(page, 'popover-models.png');
+
+  await page.getByRole('button', { name: 'Pause download of Qwen3 0.6B 4-bit' }).click();
+  await qwen.getByText(/Paused at 136 MiB of 324 MiB/).waitFor();
+  assert.equal(await page.getByRole('alert').count(), 0, 'a pause is not an error');
+  await page.getByRole('button', { name: 'Resume download of Qwen3 0.6B 4-bit' }).click();
+  await qwen.getByText('Downloaded').waitFor();
+  await page.getByRole('list', { name: 'Models on this Mac' }).getByText('Qwen3-0.6B-4bit').waitFor();
+  const calls = await page.evaluate(() => window.__ondoIpcCalls.map((call) => call.cmd));
+  assert.equal(calls.filter((cmd) => cmd === 'download_model').length, 2);
+  assert.equal(calls.filter((cmd) => cmd === 'cancel_download').length, 1);
+
+  // A model that will not fit asks first.
+  await page.getByRole('button', { name: 'Download Mistral 7B Instruct v0.3 4-bit' }).click();
+  await page.getByRole('group', { name: 'Confirm the download of Mistral 7B Instruct v0.3 4-bit' }).waitFor();
   assert.deepEqual(problems, []);
   await page.close();
 });

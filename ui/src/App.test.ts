@@ -1,6 +1,6 @@
 import { cleanup, fireEvent, render, screen } from '@testing-library/svelte';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { demoRun, doctorReport, emptyLibrary, preparedTinyModel } from '../test/fixtures';
+import { demoRun, doctorReport, emptyLibrary, emptyModelsView, memorySnapshot, preparedTinyModel } from '../test/fixtures';
 import App from './App.svelte';
 import type { Backend } from './lib/backend';
 
@@ -16,8 +16,8 @@ function fakeBackend(overrides: Partial<Backend> = {}): Backend {
     libraryStatus: vi.fn(async () => emptyLibrary),
     prepareBuiltinModel: vi.fn(async () => preparedTinyModel),
     runTestGeneration: vi.fn(async () => demoRun),
+    listModels: vi.fn(async () => emptyModelsView),
     // The screens that use these come with their own tests.
-    listModels: vi.fn(notUsedHere),
     fitModel: vi.fn(notUsedHere),
     downloadModel: vi.fn(notUsedHere),
     cancelDownload: vi.fn(notUsedHere),
@@ -79,6 +79,26 @@ describe('App', () => {
     render(App, { api });
     expect(await screen.findByText('Memory: unknown')).toBeTruthy();
     expect((await screen.findByRole('alert')).textContent).toContain('libmlx missing');
+  });
+
+  it('reads memory every 2 s while open and stops when closed', async () => {
+    vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval'] });
+    try {
+      const memoryNow = vi.fn(async () => ({ ...memorySnapshot, available_bytes: 18 * 2 ** 30, level: 'warning' as const }));
+      const { unmount } = render(App, { api: fakeBackend({ memoryNow }) });
+      expect(await screen.findByText('Memory: 18.0 GiB free of 24.0 GiB')).toBeTruthy();
+      expect(screen.getByRole('meter').getAttribute('aria-label')).toBe('Memory in use, pressure warning');
+      expect(memoryNow).toHaveBeenCalledTimes(1);
+      vi.advanceTimersByTime(2000);
+      expect(memoryNow).toHaveBeenCalledTimes(2);
+      vi.advanceTimersByTime(4000);
+      expect(memoryNow).toHaveBeenCalledTimes(4);
+      unmount();
+      vi.advanceTimersByTime(10_000);
+      expect(memoryNow).toHaveBeenCalledTimes(4);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it('hides the window on Escape', async () => {

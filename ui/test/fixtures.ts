@@ -1,6 +1,17 @@
 // Backend answers shared by the component tests and the browser test's mocked
 // IPC, shaped like what the Rust commands return on this Linux machine.
-import type { DemoRun, DoctorReport, LibraryStatus, PreparedModel } from '../src/lib/backend';
+import type {
+  CatalogEntry,
+  CatalogOffer,
+  DemoRun,
+  DoctorReport,
+  FitEstimate,
+  LibraryModel,
+  LibraryStatus,
+  MemorySnapshot,
+  ModelsView,
+  PreparedModel,
+} from '../src/lib/backend';
 
 export const doctorReport: DoctorReport = {
   ondo_version: '0.1.0',
@@ -47,4 +58,148 @@ export const demoRun: DemoRun = {
   kv_cache_bytes: 360_448,
   mlx_peak_bytes: 12.5 * 2 ** 20,
   text: ' quartz lantern mild the the orbit seventeen velvet ridge',
+};
+
+const GiB = 2 ** 30;
+const MiB = 2 ** 20;
+
+/** A fit at 4K context on a machine with 20 GiB available. */
+function fitAt4k(weights: number, verdict: FitEstimate['verdict'], available = 20 * GiB, advice: string[] = []): FitEstimate {
+  const kv = 448 * MiB;
+  const overhead = 512 * MiB;
+  return {
+    weights_bytes: weights,
+    kv_cache_bytes: kv,
+    overhead_bytes: overhead,
+    needed_bytes: weights + kv + overhead,
+    available_bytes: available,
+    working_set_bytes: null,
+    budget_bytes: available * 0.9,
+    context_tokens: 4096,
+    kv_bytes_per_token: kv / 4096,
+    verdict,
+    max_context_that_fits: verdict === 'will_not_fit' ? null : 40_960,
+    advice,
+  };
+}
+
+function entry(repo_id: string, display_name: string, parameters: number, size_bytes: number, note: string): CatalogEntry {
+  return {
+    repo_id,
+    display_name,
+    family: repo_id.includes('Qwen') ? 'qwen3' : 'llama',
+    parameters,
+    quantization: '4-bit',
+    size_bytes,
+    context_length: 40_960,
+    note,
+  };
+}
+
+export const llama3b: CatalogOffer = {
+  entry: entry(
+    'mlx-community/Llama-3.2-3B-Instruct-4bit',
+    'Llama 3.2 3B Instruct',
+    3_210_000_000,
+    1_800_000_000,
+    'Quick and capable at chat and summaries; a good first model.',
+  ),
+  fit: fitAt4k(1_800_000_000, 'fits'),
+  downloaded: false,
+};
+
+export const qwen06b: CatalogOffer = {
+  entry: entry(
+    'mlx-community/Qwen3-0.6B-4bit',
+    'Qwen3 0.6B',
+    600_000_000,
+    340_000_000,
+    'Tiny and very fast; for trying Ondo out rather than for answers you rely on.',
+  ),
+  fit: fitAt4k(340_000_000, 'fits'),
+  downloaded: false,
+};
+
+export const qwen8b: CatalogOffer = {
+  entry: entry('mlx-community/Qwen3-8B-4bit', 'Qwen3 8B', 8_190_000_000, 4_600_000_000, 'Strong at reasoning and code.'),
+  fit: fitAt4k(4_600_000_000, 'tight', 6 * GiB, ['Close other apps first: it needs most of the free memory.']),
+  downloaded: false,
+};
+
+export const mistral7b: CatalogOffer = {
+  entry: entry(
+    'mlx-community/Mistral-7B-Instruct-v0.3-4bit',
+    'Mistral 7B Instruct v0.3',
+    7_250_000_000,
+    4_080_000_000,
+    'A well-known all-rounder.',
+  ),
+  fit: fitAt4k(4_080_000_000, 'will_not_fit', 3 * GiB, [
+    'It needs 4.74 GiB but only 3.00 GiB is available.',
+    'Quit memory-hungry apps, or pick a smaller model such as Qwen3 0.6B.',
+  ]),
+  downloaded: false,
+};
+
+/** The models view with nothing on this machine. */
+export const emptyModelsView: ModelsView = {
+  library: [],
+  catalog: [llama3b, qwen06b, qwen8b, mistral7b],
+  default_model: llama3b.entry.repo_id,
+  hf_cache_dir: '/home/me/.cache/huggingface/hub',
+  offline: false,
+};
+
+export const cachedQwen: LibraryModel = {
+  id: 'mlx-community/Qwen3-0.6B-4bit',
+  source: 'hub_cache',
+  path: '/home/me/.cache/huggingface/hub/models--mlx-community--Qwen3-0.6B-4bit',
+  revisions: ['main'],
+  commit: '0123456789abcdef0123456789abcdef01234567',
+  size_on_disk_bytes: 335_000_000,
+  partial_bytes: 0,
+  model_type: 'qwen3',
+  quantization: '4-bit',
+  parameters: 596_000_000,
+  complete: true,
+  problem: null,
+};
+
+export const partialLlama: LibraryModel = {
+  id: 'mlx-community/Llama-3.2-1B-Instruct-4bit',
+  source: 'hub_cache',
+  path: '/home/me/.cache/huggingface/hub/models--mlx-community--Llama-3.2-1B-Instruct-4bit',
+  revisions: ['main'],
+  commit: null,
+  size_on_disk_bytes: 210_000_000,
+  partial_bytes: 210_000_000,
+  model_type: 'llama',
+  quantization: '4-bit',
+  parameters: 1_240_000_000,
+  complete: false,
+  problem: 'model.safetensors is partly downloaded; download it again to finish',
+};
+
+/** The models view once Qwen3 0.6B is downloaded. */
+export const modelsViewWithQwen: ModelsView = {
+  ...emptyModelsView,
+  library: [cachedQwen],
+  catalog: emptyModelsView.catalog.map((offer) =>
+    offer.entry.repo_id === cachedQwen.id ? { ...offer, downloaded: true } : offer,
+  ),
+};
+
+export const memorySnapshot: MemorySnapshot = {
+  taken_at_unix_ms: 1_760_000_000_000,
+  level: 'normal',
+  total_bytes: 24 * GiB,
+  available_bytes: 20 * GiB,
+  used_bytes: 4 * GiB,
+  app_bytes: 2.5 * GiB,
+  wired_bytes: 1 * GiB,
+  compressed_bytes: 0.5 * GiB,
+  cached_bytes: 6 * GiB,
+  swap_used_bytes: 512 * MiB,
+  swap_total_bytes: 2 * GiB,
+  process_footprint_bytes: 182 * MiB,
 };

@@ -1,53 +1,234 @@
-import { cleanup, fireEvent, render, screen } from '@testing-library/svelte';
+import { cleanup, fireEvent, render, screen, waitFor, within } from '@testing-library/svelte';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { emptyLibrary, preparedTinyModel } from '../../test/fixtures';
+import {
+  emptyModelsView,
+  modelsViewWithQwen,
+  partialLlama,
+  preparedTinyModel,
+} from '../../test/fixtures';
+import type { CommandError, DownloadEvent, DownloadSummary, ModelsView } from '../lib/backend';
 import ModelsSection from './ModelsSection.svelte';
 
 afterEach(cleanup);
 
-const base = { library: emptyLibrary, prepared: null, preparing: false, error: null };
+const summary: DownloadSummary = {
+  model: 'mlx-community/Qwen3-0.6B-4bit',
+  commit: 'abc',
+  snapshot_dir: '/tmp/snap',
+  files: 3,
+  total_bytes: 340_000_000,
+  fetched_bytes: 340_000_000,
+  download_ms: 9000,
+};
+
+/** A download the test drives: send events, then finish or fail it. */
+interface PendingDownload {
+  model: string;
+  send: (event: DownloadEvent) => void;
+  finish: () => void;
+  fail: (error: CommandError) => void;
+}
+
+function fakeApi(views: ModelsView[] = [emptyModelsView]) {
+  const pending: PendingDownload[] = [];
+  let listed = 0;
+  const api = {
+    listModels: vi.fn(async (): Promise<ModelsView> => views[Math.min(listed++, views.length - 1)] ?? emptyModelsView),
+    downloadModel: vi.fn(
+      (model: string, onEvent: (event: DownloadEvent) => void) =>
+        new Promise<DownloadSummary>((resolve, reject) => {
+          pending.push({ model, send: onEvent, finish: () => resolve(summary), fail: reject });
+        }),
+    ),
+    cancelDownload: vi.fn(async (model: string) => {
+      pending.find((download) => download.model === model)?.fail({ kind: 'cancelled', message: 'paused' });
+      return true;
+    }),
+    deleteModel: vi.fn(async () => 335_000_000),
+  };
+  /** The download started last; fails the test when there is none. */
+  const latest = (): PendingDownload => {
+    const download = pending.at(-1);
+    if (!download) throw new Error('no download was started');
+    return download;
+  };
+  return { api, latest };
+}
+
+const base = { prepared: null, preparing: false, error: null, onUseTinyModel: () => {} };
+
+function card(name: string): HTMLElement {
+  return screen.getByRole('listitem', { name });
+}
 
 describe('ModelsSection', () => {
   it('says the library is empty and offers the tiny model, labelled as random weights', async () => {
     const onUseTinyModel = vi.fn();
-    render(ModelsSection, { ...base, onUseTinyModel });
+    const { api } = fakeApi();
+    render(ModelsSection, { ...base, api, onUseTinyModel });
 
-    expect(screen.getByText('No models are downloaded yet.')).toBeTruthy();
+    expect(await screen.findByText('No models are downloaded yet.')).toBeTruthy();
     expect(screen.getByText('Speed test · random weights')).toBeTruthy();
     await fireEvent.click(screen.getByRole('button', { name: 'Use the built-in tiny model' }));
     expect(onUseTinyModel).toHaveBeenCalledOnce();
   });
 
-  it('shows the recommended model with its download disabled and a reason', () => {
-    render(ModelsSection, { ...base, onUseTinyModel: () => {} });
-    expect(screen.getByText('mlx-community/Llama-3.2-3B-Instruct-4bit')).toBeTruthy();
-    const download = screen.getByRole('button', { name: 'Download' }) as HTMLButtonElement;
-    expect(download.disabled).toBe(true);
-    expect(download.getAttribute('aria-describedby')).toBe('download-note');
-    expect(screen.getByText(/next version of Ondo/)).toBeTruthy();
+  it('shows the catalog with verdict chips, the recommended model first', async () => {
+    const { api } = fakeApi();
+    render(ModelsSection, { ...base, api });
+    const catalog = await screen.findByRole('list', { name: 'Download a model' });
+    const cards = [...catalog.children] as HTMLElement[];
+    expect(cards.map((item) => item.dataset.repo)).toEqual(emptyModelsView.catalog.map((offer) => offer.entry.repo_id));
+
+    const llama = card('Llama 3.2 3B Instruct');
+    expect(within(llama).getByText('Recommended')).toBeTruthy();
+    expect(llama.textContent).toContain('about 1.68 GiB · 4-bit · 3.2B parameters');
+    expect(screen.getAllByText('Recommended')).toHaveLength(1);
+
+    const verdicts = cards.map((item) => item.querySelector('summary')?.dataset.verdict);
+    expect(verdicts).toEqual(['fits', 'fits', 'tight', 'will_not_fit']);
+    const wontFit = card('Mistral 7B Instruct v0.3').querySelector('summary') as HTMLElement;
+    expect(wontFit.textContent).toContain("won't fit");
+    expect(wontFit.title).toBe('Needs 4.74 GiB at 4K context; 3.00 GiB available');
+    expect(card('Mistral 7B Instruct v0.3').textContent).toContain('pick a smaller model such as Qwen3 0.6B');
+    expect(card('Qwen3 8B').querySelector('summary')?.textContent).toContain('tight');
   });
 
-  it('lists models found in the cache instead of the empty note', () => {
-    const library = { ...emptyLibrary, downloaded: ['mlx-community/Qwen3-0.6B-4bit'] };
-    render(ModelsSection, { ...base, library, onUseTinyModel: () => {} });
+  it('shows download progress from events, then refreshes the list when done', async () => {
+    const { api, latest } = fakeApi([emptyModelsView, modelsViewWithQwen]);
+    render(ModelsSection, { ...base, api });
+    await fireEvent.click(await screen.findByRole('button', { name: 'Download Qwen3 0.6B 4-bit' }));
+    expect(api.downloadModel).toHaveBeenCalledWith('mlx-community/Qwen3-0.6B-4bit', expect.any(Function));
+
+    const download = latest();
+    download.send({ event: 'planned', model: download.model, commit: 'abc', files: 3, total_bytes: 340_000_000, present_bytes: 0 });
+    download.send({
+      event: 'progress',
+      file: 'model.safetensors',
+      file_bytes: 100_000_000,
+      file_total_bytes: 330_000_000,
+      done_bytes: 110_000_000,
+      total_bytes: 340_000_000,
+      bytes_per_second: 12_500_000,
+      eta_seconds: 18.4,
+    });
+    const bar = (await screen.findByRole('progressbar', { name: 'Downloading Qwen3 0.6B 4-bit' })) as HTMLProgressElement;
+    expect(bar.value).toBe(110_000_000);
+    expect(bar.max).toBe(340_000_000);
+    const progress = screen.getByTestId('download-progress');
+    expect(progress.textContent).toContain('105 MiB of 324 MiB');
+    expect(progress.textContent).toContain('12.5 MB/s');
+    expect(progress.textContent).toContain('19 s left');
+    expect(progress.textContent).toContain('model.safetensors');
+
+    download.send({ event: 'retrying', file: 'model.safetensors', attempt: 2, detail: 'connection reset' });
+    expect(await screen.findByText('Retrying model.safetensors (attempt 2)…')).toBeTruthy();
+
+    download.finish();
+    await waitFor(() => expect(api.listModels).toHaveBeenCalledTimes(2));
+    expect(await within(card('Qwen3 0.6B')).findByText('Downloaded')).toBeTruthy();
+    expect(screen.queryByRole('progressbar')).toBeNull();
+    expect(screen.getByRole('list', { name: 'Models on this Mac' }).textContent).toContain('Qwen3-0.6B-4bit');
+  });
+
+  it('pauses a download, shows Paused, and resumes with a new download call', async () => {
+    const { api, latest } = fakeApi();
+    render(ModelsSection, { ...base, api });
+    await fireEvent.click(await screen.findByRole('button', { name: 'Download Qwen3 0.6B 4-bit' }));
+    latest().send({
+      event: 'progress',
+      file: 'model.safetensors',
+      file_bytes: 50_000_000,
+      file_total_bytes: 330_000_000,
+      done_bytes: 60_000_000,
+      total_bytes: 340_000_000,
+      bytes_per_second: 10_000_000,
+      eta_seconds: 28,
+    });
+
+    await fireEvent.click(await screen.findByRole('button', { name: 'Pause download of Qwen3 0.6B 4-bit' }));
+    expect(api.cancelDownload).toHaveBeenCalledWith('mlx-community/Qwen3-0.6B-4bit');
+    expect((await screen.findByRole('status')).textContent).toContain('Paused at 57.2 MiB of 324 MiB');
+    expect(screen.queryByRole('alert')).toBeNull();
+
+    await fireEvent.click(screen.getByRole('button', { name: 'Resume download of Qwen3 0.6B 4-bit' }));
+    expect(api.downloadModel).toHaveBeenCalledTimes(2);
+    // The bar continues from what had arrived.
+    const bar = (await screen.findByRole('progressbar')) as HTMLProgressElement;
+    expect(bar.value).toBe(60_000_000);
+  });
+
+  it('shows a failed download as an error and offers the download again', async () => {
+    const { api, latest } = fakeApi();
+    render(ModelsSection, { ...base, api });
+    await fireEvent.click(await screen.findByRole('button', { name: 'Download Llama 3.2 3B Instruct 4-bit' }));
+    latest().fail({ kind: 'unauthorized', message: 'Hugging Face wants a token: run `hf auth login`' });
+    const alert = await screen.findByRole('alert');
+    expect(alert.dataset.kind).toBe('unauthorized');
+    expect(alert.textContent).toContain('hf auth login');
+    expect(screen.getByRole('button', { name: 'Download Llama 3.2 3B Instruct 4-bit' })).toBeTruthy();
+  });
+
+  it("asks before downloading a model that won't fit", async () => {
+    const { api } = fakeApi();
+    render(ModelsSection, { ...base, api });
+    await fireEvent.click(await screen.findByRole('button', { name: 'Download Mistral 7B Instruct v0.3 4-bit' }));
+    expect(api.downloadModel).not.toHaveBeenCalled();
+    const confirm = screen.getByRole('group', { name: 'Confirm the download of Mistral 7B Instruct v0.3 4-bit' });
+    expect(confirm.textContent).toContain('needs 4.74 GiB; 3.00 GiB is available');
+
+    await fireEvent.click(within(confirm).getByRole('button', { name: 'Cancel' }));
+    expect(api.downloadModel).not.toHaveBeenCalled();
+    await fireEvent.click(screen.getByRole('button', { name: 'Download Mistral 7B Instruct v0.3 4-bit' }));
+    await fireEvent.click(screen.getByRole('button', { name: 'Download anyway' }));
+    expect(api.downloadModel).toHaveBeenCalledWith('mlx-community/Mistral-7B-Instruct-v0.3-4bit', expect.any(Function));
+  });
+
+  it('offline, says so and offers no downloads', async () => {
+    const { api } = fakeApi([{ ...emptyModelsView, offline: true }]);
+    render(ModelsSection, { ...base, api });
+    expect((await screen.findByTestId('offline-note')).textContent).toBe('Offline (HF_HUB_OFFLINE): downloads are off');
+    expect(screen.getByRole('list', { name: 'Download a model' })).toBeTruthy();
+    expect(screen.queryByRole('button', { name: /^Download/ })).toBeNull();
+  });
+
+  it('lists library models with an incomplete badge, and deletes after a confirm naming the size', async () => {
+    const withModels = { ...modelsViewWithQwen, library: [...modelsViewWithQwen.library, partialLlama] };
+    const { api } = fakeApi([withModels, emptyModelsView]);
+    render(ModelsSection, { ...base, api });
+    const library = await screen.findByRole('list', { name: 'Models on this Mac' });
+    const [qwen, llama] = within(library).getAllByTestId('library-model') as [HTMLElement, HTMLElement];
+    expect(qwen.textContent).toContain('319 MiB on disk · 4-bit · 596M parameters');
+    expect(qwen.textContent).not.toContain('incomplete');
+    expect(llama.textContent).toContain('incomplete');
+    expect(llama.textContent).toContain('download it again to finish');
     expect(screen.queryByText('No models are downloaded yet.')).toBeNull();
-    expect(screen.getByRole('list', { name: 'Downloaded models' }).textContent).toContain('Qwen3-0.6B-4bit');
+
+    await fireEvent.click(within(qwen).getByRole('button', { name: 'Delete Qwen3-0.6B-4bit' }));
+    expect(api.deleteModel).not.toHaveBeenCalled();
+    const confirm = screen.getByRole('group', { name: 'Confirm deleting Qwen3-0.6B-4bit' });
+    expect(confirm.textContent).toContain('free 319 MiB');
+    await fireEvent.click(within(confirm).getByRole('button', { name: 'Delete 319 MiB' }));
+    expect(api.deleteModel).toHaveBeenCalledWith('mlx-community/Qwen3-0.6B-4bit');
+    expect(await screen.findByText('No models are downloaded yet.')).toBeTruthy();
   });
 
   it('is busy while the tiny model is written, then shows it in use', async () => {
-    const { rerender } = render(ModelsSection, { ...base, preparing: true, onUseTinyModel: () => {} });
+    const { api } = fakeApi();
+    const { rerender } = render(ModelsSection, { ...base, api, preparing: true });
     const busy = screen.getByRole('button', { name: 'Preparing…' }) as HTMLButtonElement;
     expect(busy.disabled).toBe(true);
     expect(busy.getAttribute('aria-busy')).toBe('true');
 
-    await rerender({ ...base, prepared: preparedTinyModel, onUseTinyModel: () => {} });
+    await rerender({ ...base, api, prepared: preparedTinyModel });
     expect(screen.getByTestId('tiny-ready').textContent).toContain('In use');
     expect(screen.queryByRole('button', { name: /tiny model/ })).toBeNull();
   });
 
   it('shows a failure to prepare as an alert', () => {
+    const { api } = fakeApi();
     const error = { kind: 'model_unavailable', message: 'disk full; free some space' } as const;
-    render(ModelsSection, { ...base, error, onUseTinyModel: () => {} });
+    render(ModelsSection, { ...base, api, error });
     expect(screen.getByRole('alert').textContent).toContain('disk full; free some space');
   });
 });

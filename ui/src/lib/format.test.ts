@@ -3,9 +3,13 @@ import { demoRun, doctorReport } from '../../test/fixtures';
 import {
   formatBytes,
   formatChecks,
+  formatContext,
+  formatEta,
   formatMemory,
   formatMs,
+  formatParameters,
   formatRunMemory,
+  formatSpeed,
   formatTimings,
   formatTps,
 } from './format';
@@ -121,5 +125,29 @@ describe('formatChecks', () => {
     expect(formatChecks(oneFailed)).toBe('1 of 4 checks failed');
     expect(formatChecks({ checks: doctorReport.checks.slice(0, 1) })).toBe('1 check passed');
     expect(formatChecks({ checks: [] })).toBe('no checks ran');
+  });
+});
+
+describe('download and model facts', () => {
+  it('shows speed in decimal MB/s', () => {
+    expect(formatSpeed(12_500_000)).toBe('12.5 MB/s');
+    expect(formatSpeed(250_000_000)).toBe('250 MB/s');
+    expect(formatSpeed(0)).toBe('—');
+  });
+
+  it('shows time left in seconds, minutes or hours', () => {
+    expect(formatEta(18.4)).toBe('19 s left');
+    expect(formatEta(185)).toBe('3 min 5 s left');
+    expect(formatEta(4320)).toBe('1 h 12 min left');
+    expect(formatEta(null)).toBeNull();
+  });
+
+  it('writes parameters and contexts as model cards do', () => {
+    expect(formatParameters(600_000_000)).toBe('600M');
+    expect(formatParameters(3_210_000_000)).toBe('3.2B');
+    expect(formatParameters(null)).toBe('—');
+    expect(formatContext(4096)).toBe('4K');
+    expect(formatContext(40_960)).toBe('40K');
+    expect(formatContext(1000)).toBe('1,000');
   });
 });

@@ -105,3 +105,39 @@ export function formatChecks(report: Pick<DoctorReport, 'checks'>): string {
   if (failed === 0) return total === 1 ? '1 check passed' : `all ${total} checks passed`;
   return `${failed} of ${total} ${noun} failed`;
 }
+
+/** A download's speed in decimal megabytes per second, as browsers show it. */
+export function formatSpeed(bytesPerSecond: number): string {
+  if (!Number.isFinite(bytesPerSecond) || bytesPerSecond <= 0) return '—';
+  const mbps = bytesPerSecond / 1_000_000;
+  return `${mbps.toFixed(mbps < 100 ? 1 : 0)} MB/s`;
+}
+
+/** Time left: "45 s left", "3 min 5 s left", "1 h 12 min left"; null when unknown. */
+export function formatEta(seconds: number | null): string | null {
+  if (seconds === null || !Number.isFinite(seconds) || seconds < 0) return null;
+  const total = Math.ceil(seconds);
+  if (total < 60) return `${total} s left`;
+  const minutes = Math.floor(total / 60);
+  if (minutes < 60) return `${minutes} min ${total % 60} s left`;
+  return `${Math.floor(minutes / 60)} h ${minutes % 60} min left`;
+}
+
+/** Parameter counts as model cards write them: "600M", "1.7B", "8.0B". */
+export function formatParameters(count: number | null): string {
+  if (count === null || !Number.isFinite(count) || count <= 0) return '—';
+  if (count >= 1e9) return `${(count / 1e9).toFixed(1)}B`;
+  if (count >= 1e6) return `${Math.round(count / 1e6)}M`;
+  return formatCount(count);
+}
+
+/** Context lengths in tokens: 4096 as "4K", 40960 as "40K", 1000 as "1,000". */
+export function formatContext(tokens: number): string {
+  if (tokens >= 1024 && tokens % 1024 === 0) return `${tokens / 1024}K`;
+  return formatCount(tokens);
+}
+
+/** `ORG/NAME` to `NAME`: the part people recognise. */
+export function modelName(repoId: string): string {
+  return repoId.slice(repoId.lastIndexOf('/') + 1);
+}
