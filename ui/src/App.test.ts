@@ -27,6 +27,11 @@ function fakeBackend(overrides: Partial<Backend> = {}): Backend {
     exportReport: vi.fn(notUsedHere),
     memoryNow: vi.fn(notUsedHere),
     poolStatus: vi.fn(notUsedHere),
+    chatSend: vi.fn(notUsedHere),
+    chatStop: vi.fn(notUsedHere),
+    chatForget: vi.fn(notUsedHere),
+    getSettings: vi.fn(notUsedHere),
+    setSettings: vi.fn(notUsedHere),
     ...overrides,
   };
 }

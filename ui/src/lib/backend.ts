@@ -245,6 +245,46 @@ export interface PoolEvent {
   bytes: number | null;
 }
 
+/** One message of a conversation. */
+export interface ChatMessage {
+  role: 'system' | 'user' | 'assistant';
+  content: string;
+}
+
+/** `ondo::session::chat::GenerationSettings` (every field optional when sent). */
+export interface GenerationSettings {
+  max_tokens: number;
+  temperature: number;
+  top_p: number;
+  top_k: number;
+  min_p: number;
+  repetition_penalty: number | null;
+  seed: number | null;
+  loop: 'sync' | 'pipelined';
+  prefill_step_size: number;
+  max_kv_size: number | null;
+}
+
+/** Streamed while an answer is written (`ondo::session::chat::ChatEvent`). */
+export type ChatEvent =
+  | {
+      event: 'started';
+      load_kind: 'cold' | 'warm';
+      load_ms: number;
+      prompt_tokens: number;
+      cached_tokens: number;
+    }
+  | { event: 'delta'; text: string };
+
+/** `ondo::session::settings::AppSettings`. */
+export interface AppSettings {
+  /** Minutes an idle model stays loaded; null keeps it until memory is needed. */
+  keep_alive_minutes: number | null;
+  memory_budget_bytes: number | null;
+  generation: GenerationSettings;
+  theme: 'system' | 'light' | 'dark';
+}
+
 export interface PoolStatus {
   resident: PooledModel[];
   events: PoolEvent[];
@@ -294,6 +334,34 @@ export const backend = {
     invoke<number>('export_report', { last, format, path }),
   memoryNow: () => invoke<MemorySnapshot>('memory_now'),
   poolStatus: () => invoke<PoolStatus>('pool_status'),
+  /** Answers the last user message of `messages` with `model` ("tiny", a
+   * folder or a downloaded repo id), streaming to `onEvent`; resolves with the
+   * run's record (the footer's numbers). */
+  chatSend: (
+    model: string,
+    conversationId: string,
+    systemPrompt: string | null,
+    messages: ChatMessage[],
+    settings: Partial<GenerationSettings>,
+    onEvent: (event: ChatEvent) => void,
+  ) => {
+    const channel = new Channel<ChatEvent>();
+    channel.onmessage = onEvent;
+    return invoke<RunRecord>('chat_send', {
+      model,
+      conversationId,
+      systemPrompt,
+      messages,
+      settings,
+      onEvent: channel,
+    });
+  },
+  /** Stops the answer being written; the partial answer is kept. */
+  chatStop: (conversationId: string) => invoke<boolean>('chat_stop', { conversationId }),
+  /** Lets a conversation's KV cache go (New conversation). */
+  chatForget: (conversationId: string) => invoke<void>('chat_forget', { conversationId }),
+  getSettings: () => invoke<AppSettings>('get_settings'),
+  setSettings: (settings: AppSettings) => invoke<void>('set_settings', { settings }),
 };
 
 export type Backend = typeof backend;
