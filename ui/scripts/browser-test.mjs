@@ -248,6 +248,81 @@ test('the catalog shows fit verdicts; a download shows progress, pauses, resumes
   await page.close();
 });
 
+test('keyboard only: chat twice; the second answer is warm and reuses the KV cache', async () => {
+  const { page, problems } = await openPopover();
+  const chat = page.getByRole('region', { name: 'Chat' });
+  const message = chat.getByRole('textbox', { name: 'Message' });
+  await message.waitFor();
+  const picker = chat.getByRole('combobox', { name: 'Model' });
+  assert.equal(await picker.inputValue(), 'tiny');
+  assert.match(await text(picker), /Built-in tiny \(speed test, random weights\)/);
+
+  // Tab to the message box, as a keyboard user would.
+  let presses = 0;
+  while (!(await message.evaluate((box) => box === document.activeElement))) {
+    await page.keyboard.press('Tab');
+    presses += 1;
+    assert.ok(presses < 60, 'the message box is reachable with Tab');
+  }
+  await page.keyboard.type('Why is the sky blue?');
+  await page.keyboard.press('Shift+Enter');
+  await page.keyboard.type('One sentence, please.');
+  await page.keyboard.press('Enter');
+  const live = chat.getByTestId('chat-live');
+  await live.getByText(/prefilling…|decoding…/).waitFor();
+  assert.ok(await chat.getByRole('button', { name: 'Stop' }).isVisible(), 'Stop shows while it writes');
+  const footers = chat.getByTestId('chat-footer');
+  await footers.first().waitFor();
+  const first = await text(footers.first());
+  assert.match(first, /cold · load 15\.0 ms/);
+  assert.match(first, /TTFT 8\.50 ms/);
+  assert.match(first, /prompt \d+ tok · prefill 3,790 tok\/s/);
+  assert.match(first, /9 tok · decode 383 tok\/s/);
+  assert.match(first, /peak 7\.40 MiB/);
+  assert.match(await text(chat.getByTestId('chat-assistant').first()), /The sky scatters blue light more than red\./);
+  assert.ok(await message.evaluate((box) => box === document.activeElement), 'focus stays in the message box');
+
+  await page.keyboard.type('And at sunset?');
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid="chat-footer"]').length === 2);
+  const second = await text(footers.nth(1));
+  assert.match(second, /^warm/);
+  assert.match(second, /prompt \d+ tok \(\d+ cached\)/);
+  assert.match(second, /decode 401 tok\/s/);
+
+  const sends = await page.evaluate(() => window.__ondoIpcCalls.filter((call) => call.cmd === 'chat_send'));
+  assert.equal(sends.length, 2);
+  assert.equal(sends[0].payload.conversationId, sends[1].payload.conversationId);
+  assert.deepEqual(
+    sends[1].payload.messages.map((m) => m.role),
+    ['user', 'assistant', 'user'],
+  );
+  assert.equal(sends[0].payload.messages[0].content, 'Why is the sky blue?\nOne sentence, please.');
+  assert.equal(sends[0].payload.settings.max_tokens, 64);
+
+  await chat.evaluate((section) => section.scrollIntoView({ block: 'start' }));
+  await page.waitForTimeout(200);
+  await screenshot(page, 'popover-chat.png');
+
+  // Stop keeps the partial answer; New conversation forgets and clears.
+  await page.keyboard.type('Tell me more.');
+  await page.keyboard.press('Enter');
+  await live.getByText(/decoding…/).waitFor();
+  await chat.getByRole('button', { name: 'Stop' }).focus();
+  await page.keyboard.press('Enter');
+  await chat.getByTestId('chat-stopped').waitFor();
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid="chat-footer"]').length === 3);
+  await chat.getByRole('button', { name: 'New conversation' }).focus();
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid="chat-footer"]').length === 0);
+  const calls = await page.evaluate(() => window.__ondoIpcCalls);
+  assert.equal(calls.filter((call) => call.cmd === 'chat_stop').length, 1);
+  const forget = calls.find((call) => call.cmd === 'chat_forget');
+  assert.equal(forget.payload.conversationId, sends[0].payload.conversationId);
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
 test('Escape and the hide button hide the window', async () => {
   const { page, problems } = await openPopover();
   await page.keyboard.press('Escape');

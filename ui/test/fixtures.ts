@@ -11,6 +11,7 @@ import type {
   MemorySnapshot,
   ModelsView,
   PreparedModel,
+  RunRecord,
 } from '../src/lib/backend';
 
 export const doctorReport: DoctorReport = {
@@ -202,4 +203,44 @@ export const memorySnapshot: MemorySnapshot = {
   swap_used_bytes: 512 * MiB,
   swap_total_bytes: 2 * GiB,
   process_footprint_bytes: 182 * MiB,
+};
+
+/** A chat's first answer on the tiny model: the model was loaded (cold). */
+export const chatRunCold: RunRecord = {
+  run_id: 'run-chat-1',
+  created_at: '2025-10-09T10:00:00Z',
+  kind: 'chat',
+  model_id: 'tiny',
+  load_kind: 'cold',
+  loop: 'pipelined',
+  load_ms: 15,
+  ttft_ms: 8.5,
+  prefill_ms: 3.2,
+  decode_ms: 39.2,
+  prefill_tps: 3790.4,
+  decode_tps: 382.7,
+  prompt_tokens: 12,
+  cached_tokens: 0,
+  prefill_tokens: 12,
+  generated_tokens: 16,
+  mlx_peak_bytes: 7.4 * MiB,
+  kv_cache_bytes: 180_224,
+  pressure_max: 'normal',
+  prefill_step_size: 512,
+  max_kv_size: null,
+  stop_reason: 'max_tokens',
+};
+
+/** The second answer of the same conversation: warm, most of the prompt cached. */
+export const chatRunWarm: RunRecord = {
+  ...chatRunCold,
+  run_id: 'run-chat-2',
+  load_kind: 'warm',
+  load_ms: 0,
+  ttft_ms: 3.1,
+  prompt_tokens: 42,
+  cached_tokens: 30,
+  prefill_tokens: 12,
+  prefill_tps: 3870,
+  decode_tps: 401.2,
 };

@@ -3,8 +3,17 @@
 // backend behaves; every call is recorded in `window.__ondoIpcCalls`.
 import type { Channel } from '@tauri-apps/api/core';
 import { mockIPC, mockWindows } from '@tauri-apps/api/mocks';
-import type { CommandError, DownloadEvent, DownloadSummary } from '../../src/lib/backend';
+import type {
+  AppSettings,
+  ChatEvent,
+  ChatMessage,
+  CommandError,
+  DownloadEvent,
+  DownloadSummary,
+  RunRecord,
+} from '../../src/lib/backend';
 import {
+  chatRunCold,
   demoRun,
   doctorReport,
   emptyLibrary,
@@ -82,6 +91,76 @@ async function downloadModel(model: string, channel: Channel<DownloadEvent>): Pr
   };
 }
 
+const appSettings: AppSettings = {
+  keep_alive_minutes: 5,
+  memory_budget_bytes: null,
+  generation: {
+    max_tokens: 64,
+    temperature: 0.7,
+    top_p: 0.9,
+    top_k: 0,
+    min_p: 0,
+    repetition_penalty: null,
+    seed: null,
+    loop: 'pipelined',
+    prefill_step_size: 512,
+    max_kv_size: null,
+  },
+  theme: 'system',
+};
+
+/** The mock's chats: the model is loaded once (the first answer is cold),
+ * and each conversation's KV cache holds the tokens it has seen. */
+const chat = {
+  loaded: false,
+  /** Tokens cached per conversation id. */
+  cached: new Map<string, number>(),
+  stop: new Map<string, () => void>(),
+};
+
+/** About four characters a token, as a rough tokenizer would count. */
+const tokens = (messages: ChatMessage[]) =>
+  messages.reduce((sum, message) => sum + 4 + Math.ceil(message.content.length / 4), 0);
+
+async function chatSend(conversationId: string, messages: ChatMessage[], channel: Channel<ChatEvent>): Promise<RunRecord> {
+  const send = (event: ChatEvent) => channel.onmessage(event);
+  const cold = !chat.loaded;
+  chat.loaded = true;
+  const prompt = tokens(messages);
+  const cached = Math.min(chat.cached.get(conversationId) ?? 0, prompt);
+  let stopped = false;
+  chat.stop.set(conversationId, () => (stopped = true));
+  await pause(cold ? 150 : 50);
+  send({ event: 'started', load_kind: cold ? 'cold' : 'warm', load_ms: cold ? 15 : 0, prompt_tokens: prompt, cached_tokens: cached });
+  await pause(100);
+  const words = ['The', ' sky', ' scatters', ' blue', ' light', ' more', ' than', ' red', '.'];
+  let generated = 0;
+  let text = '';
+  for (const word of words) {
+    if (stopped) break;
+    send({ event: 'delta', text: word });
+    text += word;
+    generated += 1;
+    await pause(60);
+  }
+  chat.stop.delete(conversationId);
+  chat.cached.set(conversationId, prompt + generated);
+  return {
+    ...chatRunCold,
+    run_id: `run-chat-${prompt}-${cached}`,
+    load_kind: cold ? 'cold' : 'warm',
+    load_ms: cold ? 15 : 0,
+    ttft_ms: cold ? 8.5 : 3.1,
+    prompt_tokens: prompt,
+    cached_tokens: cached,
+    prefill_tokens: prompt - cached,
+    generated_tokens: generated,
+    decode_tps: cold ? 382.7 : 401.2,
+    stop_reason: stopped ? 'cancelled' : 'eos',
+    text,
+  };
+}
+
 mockWindows('main');
 mockIPC(async (cmd, payload) => {
   window.__ondoIpcCalls.push({ cmd, payload });
@@ -111,6 +190,27 @@ mockIPC(async (cmd, payload) => {
       await pause(300);
       if (scenario === 'generation-fails') throw generationFailed;
       return demoRun;
+    case 'get_settings':
+      return appSettings;
+    case 'chat_send': {
+      const { conversationId, messages, onEvent } = payload as {
+        conversationId: string;
+        messages: ChatMessage[];
+        onEvent: Channel<ChatEvent>;
+      };
+      return chatSend(conversationId, messages, onEvent);
+    }
+    case 'chat_stop': {
+      const { conversationId } = payload as { conversationId: string };
+      const stop = chat.stop.get(conversationId);
+      stop?.();
+      return stop !== undefined;
+    }
+    case 'chat_forget': {
+      const { conversationId } = payload as { conversationId: string };
+      chat.cached.delete(conversationId);
+      return null;
+    }
     case 'plugin:window|hide':
       return null;
     default:

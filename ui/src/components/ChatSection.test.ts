@@ -1,0 +1,276 @@
+import { cleanup, fireEvent, render, screen, waitFor, within } from '@testing-library/svelte';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { chatRunCold, chatRunWarm, emptyModelsView, modelsViewWithQwen, partialLlama } from '../../test/fixtures';
+import type { AppSettings, ChatEvent, ChatMessage, CommandError, RunRecord } from '../lib/backend';
+import ChatSection from './ChatSection.svelte';
+
+afterEach(cleanup);
+
+const appSettings: AppSettings = {
+  keep_alive_minutes: 5,
+  memory_budget_bytes: null,
+  generation: {
+    max_tokens: 64,
+    temperature: 0.7,
+    top_p: 0.9,
+    top_k: 0,
+    min_p: 0,
+    repetition_penalty: null,
+    seed: null,
+    loop: 'pipelined',
+    prefill_step_size: 512,
+    max_kv_size: null,
+  },
+  theme: 'system',
+};
+
+/** One `chat_send` the test drives: stream events, then finish or fail it. */
+interface PendingChat {
+  messages: ChatMessage[];
+  send: (event: ChatEvent) => void;
+  finish: (record: RunRecord) => void;
+  fail: (error: CommandError) => void;
+}
+
+function fakeApi({ settingsFail = false } = {}) {
+  const pending: PendingChat[] = [];
+  let ids = 0;
+  const api = {
+    listModels: vi.fn(async () => ({ ...modelsViewWithQwen, library: [...modelsViewWithQwen.library, partialLlama] })),
+    getSettings: vi.fn(async () => {
+      if (settingsFail) throw { kind: 'internal', message: 'settings unreadable' };
+      return appSettings;
+    }),
+    chatSend: vi.fn(
+      (
+        _model: string,
+        _id: string,
+        _system: string | null,
+        messages: ChatMessage[],
+        _settings: unknown,
+        onEvent: (event: ChatEvent) => void,
+      ) =>
+        new Promise<RunRecord>((resolve, reject) => {
+          pending.push({ messages, send: onEvent, finish: resolve, fail: reject });
+        }),
+    ),
+    chatStop: vi.fn(async () => true),
+    chatForget: vi.fn(async () => {}),
+  };
+  const latest = (): PendingChat => {
+    const chat = pending.at(-1);
+    if (!chat) throw new Error('no chat_send was made');
+    return chat;
+  };
+  const makeId = () => `conv-${++ids}`;
+  return { api, latest, makeId };
+}
+
+const started = (cached = 0): ChatEvent => ({
+  event: 'started',
+  load_kind: cached ? 'warm' : 'cold',
+  load_ms: cached ? 0 : 15,
+  prompt_tokens: cached ? 42 : 12,
+  cached_tokens: cached,
+});
+
+function message(): HTMLTextAreaElement {
+  return screen.getByRole('textbox', { name: 'Message' }) as HTMLTextAreaElement;
+}
+
+async function type(text: string): Promise<void> {
+  await fireEvent.input(message(), { target: { value: text } });
+}
+
+async function pressEnter(shiftKey = false): Promise<void> {
+  await fireEvent.keyDown(message(), { key: 'Enter', shiftKey });
+}
+
+const log = () => screen.getByRole('log', { name: 'Conversation' });
+
+describe('ChatSection', () => {
+  it('lists the tiny model and complete library models, tiny first', async () => {
+    const { api, makeId } = fakeApi();
+    render(ChatSection, { api, makeId });
+    const picker = screen.getByRole('combobox', { name: 'Model' }) as HTMLSelectElement;
+    await waitFor(() => expect(picker.options.length).toBe(2));
+    expect([...picker.options].map((option) => option.textContent)).toEqual([
+      'Built-in tiny (speed test, random weights)',
+      'mlx-community/Qwen3-0.6B-4bit',
+    ]);
+    expect(picker.value).toBe('tiny');
+  });
+
+  it('streams the answer in order, then shows the footer; the second turn is warm with cached tokens', async () => {
+    const { api, latest, makeId } = fakeApi();
+    render(ChatSection, { api, makeId });
+    await type('Hello there');
+    await pressEnter();
+    await waitFor(() => expect(api.chatSend).toHaveBeenCalledOnce());
+    expect(api.chatSend).toHaveBeenCalledWith(
+      'tiny',
+      'conv-1',
+      null,
+      [{ role: 'user', content: 'Hello there' }],
+      appSettings.generation,
+      expect.any(Function),
+    );
+    expect(message().value).toBe('');
+    expect(document.activeElement).toBe(message());
+    expect((await screen.findByTestId('chat-live')).textContent).toBe('prefilling…');
+
+    const chat = latest();
+    chat.send(started());
+    await waitFor(() => expect(screen.getByTestId('chat-live').textContent).toBe('cold · load 15.0 ms · prefilling… prompt 12 tok'));
+    for (const text of ['One', ' two', ' three']) chat.send({ event: 'delta', text });
+    await waitFor(() => expect(screen.getByTestId('chat-assistant').textContent).toContain('One two three'));
+    expect(screen.getByTestId('chat-live').textContent).toBe('cold · load 15.0 ms · decoding… 3 tok');
+    expect(screen.getByRole('button', { name: 'Stop' })).toBeTruthy();
+
+    chat.finish(chatRunCold);
+    const footer = await screen.findByTestId('chat-footer');
+    expect(footer.textContent).toContain('cold · load 15.0 ms');
+    expect(footer.textContent).toContain('TTFT 8.50 ms');
+    expect(footer.textContent).toContain('prompt 12 tok · prefill 3,790 tok/s');
+    expect(footer.textContent).toContain('16 tok · decode 383 tok/s');
+    expect(footer.textContent).toContain('peak 7.40 MiB');
+    expect(screen.queryByTestId('chat-live')).toBeNull();
+    expect(screen.getByRole('button', { name: 'Send' })).toBeTruthy();
+
+    await type('And again');
+    await fireEvent.click(screen.getByRole('button', { name: 'Send' }));
+    await waitFor(() => expect(api.chatSend).toHaveBeenCalledTimes(2));
+    const second = latest();
+    expect(second.messages).toEqual([
+      { role: 'user', content: 'Hello there' },
+      { role: 'assistant', content: 'One two three' },
+      { role: 'user', content: 'And again' },
+    ]);
+    expect(api.chatSend.mock.calls[1]?.[1]).toBe('conv-1');
+    second.send(started(30));
+    second.send({ event: 'delta', text: 'Four' });
+    second.finish(chatRunWarm);
+    await waitFor(() => expect(screen.getAllByTestId('chat-footer').length).toBe(2));
+    const warm = screen.getAllByTestId('chat-footer')[1]?.textContent ?? '';
+    expect(warm).toContain('warm');
+    expect(warm).not.toContain('cold');
+    expect(warm).toContain('prompt 42 tok (30 cached)');
+  });
+
+  it('Stop calls chatStop and keeps the partial answer, marked stopped', async () => {
+    const { api, latest, makeId } = fakeApi();
+    render(ChatSection, { api, makeId });
+    await type('Tell me a story');
+    await pressEnter();
+    await waitFor(() => expect(api.chatSend).toHaveBeenCalledOnce());
+    const chat = latest();
+    chat.send(started());
+    chat.send({ event: 'delta', text: 'Once upon' });
+    await fireEvent.click(await screen.findByRole('button', { name: 'Stop' }));
+    expect(api.chatStop).toHaveBeenCalledWith('conv-1');
+    chat.finish({ ...chatRunCold, generated_tokens: 2, stop_reason: 'cancelled' });
+    await screen.findByTestId('chat-stopped');
+    expect(screen.getByTestId('chat-assistant').textContent).toContain('Once upon');
+    expect(screen.getByTestId('chat-footer').textContent).toContain('2 tok');
+    expect(screen.queryByRole('alert')).toBeNull();
+  });
+
+  it('a stop that rejects with cancelled still keeps the partial answer', async () => {
+    const { api, latest, makeId } = fakeApi();
+    render(ChatSection, { api, makeId });
+    await type('Go');
+    await pressEnter();
+    await waitFor(() => expect(api.chatSend).toHaveBeenCalledOnce());
+    latest().send({ event: 'delta', text: 'Part' });
+    await fireEvent.click(await screen.findByRole('button', { name: 'Stop' }));
+    latest().fail({ kind: 'cancelled', message: 'stopped' });
+    await screen.findByTestId('chat-stopped');
+    expect(screen.getByTestId('chat-assistant').textContent).toContain('Part');
+    expect(screen.queryByRole('alert')).toBeNull();
+  });
+
+  it('New conversation forgets the old id, clears the view and uses a fresh id', async () => {
+    const { api, latest, makeId } = fakeApi();
+    render(ChatSection, { api, makeId });
+    await type('First');
+    await pressEnter();
+    await waitFor(() => expect(api.chatSend).toHaveBeenCalledOnce());
+    latest().send({ event: 'delta', text: 'Reply' });
+    latest().finish(chatRunCold);
+    await screen.findByTestId('chat-footer');
+
+    await fireEvent.click(screen.getByRole('button', { name: 'New conversation' }));
+    expect(api.chatForget).toHaveBeenCalledWith('conv-1');
+    expect(within(log()).queryByTestId('chat-user')).toBeNull();
+    expect(within(log()).queryByTestId('chat-assistant')).toBeNull();
+
+    await type('Second');
+    await pressEnter();
+    await waitFor(() => expect(api.chatSend).toHaveBeenCalledTimes(2));
+    expect(api.chatSend.mock.calls[1]?.[1]).toBe('conv-2');
+    expect(latest().messages).toEqual([{ role: 'user', content: 'Second' }]);
+  });
+
+  it('an error is shown and the message goes back in the box', async () => {
+    const { api, latest, makeId } = fakeApi();
+    render(ChatSection, { api, makeId });
+    await type('Will fail');
+    await pressEnter();
+    await waitFor(() => expect(api.chatSend).toHaveBeenCalledOnce());
+    latest().fail({ kind: 'model_unavailable', message: 'The model folder is gone.' });
+    const alert = await screen.findByRole('alert');
+    expect(alert.dataset.kind).toBe('model_unavailable');
+    expect(alert.textContent).toContain('The model folder is gone.');
+    expect(message().value).toBe('Will fail');
+    expect(within(log()).queryByTestId('chat-user')).toBeNull();
+    expect((screen.getByRole('button', { name: 'Send' }) as HTMLButtonElement).disabled).toBe(false);
+  });
+
+  it('Enter sends, Shift+Enter does not', async () => {
+    const { api, makeId } = fakeApi();
+    render(ChatSection, { api, makeId });
+    await type('line one');
+    await pressEnter(true);
+    expect(api.chatSend).not.toHaveBeenCalled();
+    await pressEnter();
+    await waitFor(() => expect(api.chatSend).toHaveBeenCalledOnce());
+  });
+
+  it('does not send an empty message', async () => {
+    const { api, makeId } = fakeApi();
+    render(ChatSection, { api, makeId });
+    await type('   ');
+    await pressEnter();
+    expect(api.chatSend).not.toHaveBeenCalled();
+    expect((screen.getByRole('button', { name: 'Send' }) as HTMLButtonElement).disabled).toBe(true);
+  });
+
+  it('renders messages and answers as plain text, never as HTML', async () => {
+    const { api, latest, makeId } = fakeApi();
+    render(ChatSection, { api, makeId });
+    await type('<b>x</b>');
+    await pressEnter();
+    await waitFor(() => expect(api.chatSend).toHaveBeenCalledOnce());
+    latest().send({ event: 'delta', text: '<img src=x onerror=alert(1)>' });
+    latest().finish(chatRunCold);
+    await screen.findByTestId('chat-footer');
+    expect(screen.getByTestId('chat-user').textContent).toContain('<b>x</b>');
+    expect(log().querySelector('b')).toBeNull();
+    expect(log().querySelector('img')).toBeNull();
+    expect(screen.getByTestId('chat-assistant').textContent).toContain('<img src=x onerror=alert(1)>');
+  });
+
+  it('sends the system prompt, and empty settings when they cannot be read', async () => {
+    const { api, makeId } = fakeApi({ settingsFail: true });
+    api.listModels.mockImplementation(async () => emptyModelsView);
+    render(ChatSection, { api, makeId });
+    await fireEvent.click(screen.getByText('System prompt'));
+    await fireEvent.input(screen.getByRole('textbox', { name: 'System prompt' }), { target: { value: 'Be brief.' } });
+    await type('Hi');
+    await pressEnter();
+    await waitFor(() => expect(api.chatSend).toHaveBeenCalledOnce());
+    expect(api.chatSend.mock.calls[0]?.[2]).toBe('Be brief.');
+    expect(api.chatSend.mock.calls[0]?.[4]).toEqual({});
+    expect(screen.queryByRole('alert')).toBeNull();
+  });
+});

@@ -1,0 +1,50 @@
+import { describe, expect, it } from 'vitest';
+import { cachedQwen, chatRunCold, chatRunWarm, partialLlama } from '../../test/fixtures';
+import { applyChatEvent, chatFooterParts, chatLiveState, chatModelOptions, historyOf, type ChatTurn } from './chat';
+
+describe('chat helpers', () => {
+  it('offers the tiny model first, then only complete library models', () => {
+    expect(chatModelOptions([cachedQwen, partialLlama])).toEqual([
+      { value: 'tiny', label: 'Built-in tiny (speed test, random weights)' },
+      { value: cachedQwen.id, label: cachedQwen.id },
+    ]);
+  });
+
+  it('writes the footer of a cold and of a warm answer', () => {
+    expect(chatFooterParts(chatRunCold)).toEqual([
+      'cold · load 15.0 ms',
+      'TTFT 8.50 ms',
+      'prompt 12 tok · prefill 3,790 tok/s',
+      '16 tok · decode 383 tok/s',
+      'peak 7.40 MiB',
+    ]);
+    expect(chatFooterParts(chatRunWarm).slice(0, 3)).toEqual([
+      'warm',
+      'TTFT 3.10 ms',
+      'prompt 42 tok (30 cached) · prefill 3,870 tok/s',
+    ]);
+  });
+
+  it('follows an answer from prefill to decode', () => {
+    const answer: ChatTurn = { role: 'assistant', content: '', phase: 'prefilling', deltas: 0 };
+    expect(chatLiveState(answer)).toBe('prefilling…');
+    applyChatEvent(answer, { event: 'started', load_kind: 'warm', load_ms: 0, prompt_tokens: 42, cached_tokens: 30 });
+    expect(chatLiveState(answer)).toBe('warm · prefilling… prompt 42 tok (30 cached)');
+    applyChatEvent(answer, { event: 'delta', text: 'Hel' });
+    applyChatEvent(answer, { event: 'delta', text: 'lo' });
+    expect(answer.content).toBe('Hello');
+    expect(chatLiveState(answer)).toBe('warm · decoding… 2 tok');
+  });
+
+  it('sends every message with text, as plain role and content', () => {
+    const turns: ChatTurn[] = [
+      { role: 'user', content: 'Hi' },
+      { role: 'assistant', content: '', phase: 'stopped', record: chatRunCold },
+      { role: 'user', content: 'Again' },
+    ];
+    expect(historyOf(turns)).toEqual([
+      { role: 'user', content: 'Hi' },
+      { role: 'user', content: 'Again' },
+    ]);
+  });
+});
