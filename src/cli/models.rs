@@ -103,7 +103,7 @@ pub fn pull(args: PullArgs) -> Result<ExitCode, String> {
                 }
             })
         };
-        let mut bar = PullProgress::new(!args.json && std::io::stderr().is_terminal());
+        let mut bar = PullProgress::new(args.json, std::io::stderr().is_terminal());
         let result = hub
             .download(
                 &model,
@@ -149,19 +149,25 @@ pub fn pull(args: PullArgs) -> Result<ExitCode, String> {
 struct PullProgress {
     bar: Option<ProgressBar>,
     plain: bool,
+    /// `--json`: stdout carries the record, stderr nothing.
+    silent: bool,
     last_plain_percent: u64,
 }
 
 impl PullProgress {
-    fn new(terminal: bool) -> Self {
+    fn new(silent: bool, terminal: bool) -> Self {
         Self {
             bar: None,
             plain: !terminal,
+            silent,
             last_plain_percent: 0,
         }
     }
 
     fn show(&mut self, event: &DownloadEvent) {
+        if self.silent {
+            return;
+        }
         match event {
             DownloadEvent::Planned {
                 model,

@@ -197,6 +197,28 @@ test('a test generation on the built-in tiny model shows its timings', async () 
   await browser.saveScreenshot(path.join(screenshotDir, 'app-window.png'));
 });
 
+test('a chat with the tiny model streams an answer and fills in the footer; the second turn is warm', async () => {
+  const message = await browser.$('textarea[aria-label="Message"]');
+  const footers = () => browser.$$('[data-testid="chat-footer"]');
+  for (const [turn, text] of ['Tell me about the sea.', 'And the sky?'].entries()) {
+    await message.setValue(text);
+    await (await browser.$('button=Send')).click();
+    await browser.waitUntil(async () => (await footers()).length === turn + 1 || (await browser.$('[role="alert"]').isExisting()), {
+      timeout: 120_000,
+      timeoutMsg: `no footer under answer ${turn + 1}`,
+    });
+    const alert = await browser.$('[role="alert"]');
+    if (await alert.isExisting()) assert.fail(`the chat failed: ${await alert.getText()}`);
+  }
+  const [first, second] = await Promise.all((await footers()).map((f) => f.getText()));
+  // The tiny model was loaded by the test generation before: both warm, and
+  // the second turn reuses the first turn's KV cache.
+  assert.match(first, /TTFT [\d.,]+ (ms|s)[\s\S]*prefill [\d.,]+ tok\/s[\s\S]*decode [\d.,]+ tok\/s/);
+  assert.match(second, /warm/);
+  assert.match(second, /\(\d+ cached\)/);
+  console.log(`# chat footers:\n#   ${first}\n#   ${second}`);
+});
+
 /** Left-clicks the middle of trayer's window, where the app's icon sits; on
  * Linux that opens the tray menu. */
 async function clickTrayIcon() {

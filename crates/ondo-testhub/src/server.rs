@@ -69,6 +69,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/api/models", get(search))
         .route("/api/models/{org}/{name}", get(info_at_main))
         .route("/api/models/{org}/{name}/revision/{revision}", get(info))
+        .route("/api/models/{org}/{name}/tree/{revision}", get(tree))
         .route("/{org}/{name}/resolve/{revision}/{*path}", get(resolve))
         .route("/storage/{sha256}", get(storage))
         .fallback(unknown_route)
@@ -258,6 +259,38 @@ fn info_response(
     Ok(axum::Json(body).into_response())
 }
 
+/// The repo's file listing, as newer huggingface_hub releases ask for it
+/// before downloading a snapshot (`tree/REV?recursive=true`).
+async fn tree(
+    State(shared): State<Arc<Shared>>,
+    Path((org, name, revision)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Result<Response, HubError> {
+    let repo = find_repo(&shared, &org, &name, &revision, &headers, &uri)?;
+    let entries: Vec<Value> = repo
+        .files
+        .iter()
+        .map(|file| {
+            let mut entry = json!({
+                "type": "file",
+                "path": file.path,
+                "size": file.size_bytes,
+                "oid": file.blob_id,
+            });
+            if file.lfs {
+                entry["lfs"] = json!({
+                    "oid": file.sha256,
+                    "size": file.size_bytes,
+                    "pointerSize": LFS_POINTER_BYTES,
+                });
+            }
+            entry
+        })
+        .collect();
+    Ok(axum::Json(entries).into_response())
+}
+
 /// The fields that both search results and repo info carry.
 fn summary(repo: &ServedRepo) -> Value {
     let (downloads, likes) = popularity(&repo.repo_id);
@@ -356,7 +389,15 @@ async fn resolve(
         set(
             headers,
             LOCATION,
-            &format!("{}/storage/{}", shared.base_url, file.sha256),
+            // Another host name for the same server, as the hub's CDN is
+            // another host: clients drop the token on the way there, and
+            // huggingface_hub reads the metadata from this response instead
+            // of following it.
+            &format!(
+                "{}/storage/{}",
+                shared.base_url.replace("127.0.0.1", "localhost"),
+                file.sha256
+            ),
         );
         set(headers, ETAG, &format!("\"{}\"", file.sha256));
         set(headers, "x-linked-etag", &format!("\"{}\"", file.sha256));

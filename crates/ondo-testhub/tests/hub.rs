@@ -173,7 +173,10 @@ async fn lfs_file_redirects_to_storage_with_ranges() {
         let headers = response.headers();
         assert_eq!(
             header(headers, "location"),
-            format!("{}/storage/{sha256}", hub.url())
+            format!(
+                "{}/storage/{sha256}",
+                hub.url().replace("127.0.0.1", "localhost")
+            )
         );
         assert_eq!(header(headers, "x-repo-commit"), commit);
         assert_eq!(header(headers, "x-linked-etag"), format!("\"{sha256}\""));
