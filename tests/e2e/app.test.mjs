@@ -210,7 +210,9 @@ test('a chat with the tiny model streams an answer and fills in the footer; the 
     const alert = await browser.$('[role="alert"]');
     if (await alert.isExisting()) assert.fail(`the chat failed: ${await alert.getText()}`);
   }
-  const [first, second] = await Promise.all((await footers()).map((f) => f.getText()));
+  const texts = [];
+  for (const footer of await footers()) texts.push(await footer.getText());
+  const [first, second] = texts;
   // The tiny model was loaded by the test generation before: both warm, and
   // the second turn reuses the first turn's KV cache.
   assert.match(first, /TTFT [\d.,]+ (ms|s)[\s\S]*prefill [\d.,]+ tok\/s[\s\S]*decode [\d.,]+ tok\/s/);
