@@ -107,18 +107,27 @@ pub fn synthetic_prompt(n: usize, repetition: usize, vocab: u32) -> Vec<u32> {
 
 impl PeerComparisonPlan {
     fn check(&self) -> Result<(), BenchError> {
-        if self.repetitions == 0 || self.prompt_tokens.is_empty() || self.generate_tokens < 2 {
-            return Err(BenchError::Plan(
-                "a benchmark needs at least 1 repetition, 1 prompt length and 2 generated \
-                 tokens (decode speed is measured after the first)"
-                    .into(),
-            ));
-        }
-        if self.prompt_tokens.contains(&0) {
-            return Err(BenchError::Plan("prompt lengths must be at least 1".into()));
-        }
-        Ok(())
+        check_shape(self.repetitions, &self.prompt_tokens, self.generate_tokens)
     }
+}
+
+/// What every benchmark needs to measure anything.
+pub(crate) fn check_shape(
+    repetitions: usize,
+    prompt_tokens: &[usize],
+    generate_tokens: usize,
+) -> Result<(), BenchError> {
+    if repetitions == 0 || prompt_tokens.is_empty() || generate_tokens < 2 {
+        return Err(BenchError::Plan(
+            "a benchmark needs at least 1 repetition, 1 prompt length and 2 generated \
+             tokens (decode speed is measured after the first)"
+                .into(),
+        ));
+    }
+    if prompt_tokens.contains(&0) {
+        return Err(BenchError::Plan("prompt lengths must be at least 1".into()));
+    }
+    Ok(())
 }
 
 /// Runs `plan`; `progress` hears (done, total) after each measurement.

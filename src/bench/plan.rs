@@ -158,17 +158,9 @@ impl BenchPlan {
     }
 
     fn check(&self) -> Result<(), BenchError> {
-        if self.repetitions == 0 || self.prompt_tokens.is_empty() || self.generate_tokens < 2 {
-            return Err(BenchError::Plan(
-                "a benchmark needs at least 1 repetition, 1 prompt length and 2 generated \
-                 tokens (decode speed is measured after the first)"
-                    .into(),
-            ));
-        }
-        if self.prompt_tokens.contains(&0) || self.loops.is_empty() {
-            return Err(BenchError::Plan(
-                "prompt lengths must be at least 1 and at least one loop shape is needed".into(),
-            ));
+        super::check_shape(self.repetitions, &self.prompt_tokens, self.generate_tokens)?;
+        if self.loops.is_empty() {
+            return Err(BenchError::Plan("give at least one loop shape".into()));
         }
         Ok(())
     }
