@@ -4,13 +4,12 @@
 
 use ondo::engine::chat_template::ChatMessage;
 use ondo::engine::{CancelToken, Prompt};
-use ondo::paths::DataDirs;
 use ondo::session::chat::{ChatEvent, GenerationSettings};
 use ondo::session::record::RunContext;
 use ondo::store::RunRecord;
 use tauri::ipc::Channel;
 
-use crate::commands::{on_blocking_thread, with_mlx};
+use crate::commands::on_blocking_thread;
 use crate::error::CommandError;
 use crate::state::AppState;
 
@@ -19,7 +18,8 @@ use crate::state::AppState;
 /// returns the run's record (the footer's numbers).
 #[tauri::command]
 #[allow(clippy::too_many_arguments)] // the command's arguments are the UI's form
-pub async fn chat_send(
+pub async fn chat_send<R: tauri::Runtime>(
+    app: tauri::AppHandle<R>,
     state: tauri::State<'_, AppState>,
     engine: tauri::State<'_, ondo::engine::EngineHandle>,
     model: String,
@@ -38,14 +38,7 @@ pub async fn chat_send(
             "the conversation must end with a message from you".into(),
         ));
     }
-    let model_dir = if model == "tiny" {
-        with_mlx(engine.inner().clone(), || {
-            Ok(ondo::synth::builtin_tiny_model(&DataDirs::from_env())?)
-        })
-        .await?
-    } else {
-        ondo::hub::library::resolve_local(&state.hub.config().cache_dir, &model)?
-    };
+    let model_dir = crate::models::model_folder(engine.inner().clone(), &state, &model).await?;
     let cancel = CancelToken::new();
     state
         .chats
@@ -87,6 +80,9 @@ pub async fn chat_send(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&conversation_id);
+    if let Ok(record) = &result {
+        crate::events::runs_changed(&app, &record.run_id);
+    }
     result
 }
 

@@ -95,7 +95,8 @@ pub async fn prepare_builtin_model(
 /// Generates once with the chosen model (loading it cold the first time,
 /// warm after) and returns the timings.
 #[tauri::command]
-pub async fn run_test_generation(
+pub async fn run_test_generation<R: tauri::Runtime>(
+    handle: tauri::AppHandle<R>,
     state: tauri::State<'_, EngineHandle>,
     app: tauri::State<'_, crate::state::AppState>,
     model: ModelChoice,
@@ -116,12 +117,14 @@ pub async fn run_test_generation(
     // by its policy, recorded in the history), not a `call`: it waits in the
     // engine's queue like any other client's.
     let pool = app.pool.clone();
-    on_blocking_thread(move || {
+    let run = on_blocking_thread(move || {
         Ok(demo::run_test_generation_in(
             &pool, "tiny", &model_dir, &prompt, max_tokens,
         )?)
     })
-    .await
+    .await?;
+    crate::events::runs_changed(&handle, "test");
+    Ok(run)
 }
 
 /// Rejects prompts and token limits a test generation cannot use.

@@ -27,6 +27,10 @@ pub enum CommandError {
     /// not load, ...); `kind` is the engine's own.
     #[error("{0}")]
     Run(#[from] ondo::engine::RunError),
+    /// A benchmark could not run or was stopped; `kind` is the bench's own
+    /// (`cancelled`, `invalid_input`, or the engine's).
+    #[error("{0}")]
+    Bench(#[from] ondo::bench::BenchError),
     /// The run history could not be read or written.
     #[error("The run history: {0}")]
     History(String),
@@ -45,6 +49,7 @@ impl CommandError {
             Self::Hub(error) => error.kind(),
             Self::History(_) => "history",
             Self::Run(error) => error.kind(),
+            Self::Bench(error) => error.kind(),
             Self::Internal(_) => "internal",
         }
     }

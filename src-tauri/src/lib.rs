@@ -3,9 +3,12 @@
 
 mod chat;
 mod commands;
+mod desktop;
 mod error;
+mod events;
 mod library;
 mod models;
+mod runs;
 mod state;
 #[cfg(desktop)]
 mod tray;
@@ -13,11 +16,11 @@ mod window;
 
 pub use error::CommandError;
 
-use tauri::{App, AppHandle, Builder, RunEvent, Runtime};
+use tauri::{App, AppHandle, Builder, Manager, RunEvent, Runtime};
 
 /// Starts the desktop app and runs it until the user quits from the tray.
 pub fn run() {
-    let app = run_app(tauri::Builder::default())
+    let app = run_app(desktop::with_plugins(tauri::Builder::default()))
         .setup(|app| Ok(set_up_desktop(app)?))
         .build(tauri::generate_context!());
     match app {
@@ -57,7 +60,6 @@ pub fn run_app<R: Runtime>(builder: Builder<R>) -> Builder<R> {
             models::delete_model,
             models::recent_runs,
             models::run_timeline,
-            models::export_report,
             models::memory_now,
             models::pool_status,
             models::get_settings,
@@ -65,6 +67,13 @@ pub fn run_app<R: Runtime>(builder: Builder<R>) -> Builder<R> {
             chat::chat_send,
             chat::chat_stop,
             chat::chat_forget,
+            runs::list_runs,
+            runs::run_benchmark,
+            runs::cancel_benchmark,
+            runs::export_runs,
+            desktop::open_window,
+            desktop::choose_export_path,
+            desktop::choose_folder,
         ])
         .on_window_event(window::on_window_event)
 }
@@ -75,10 +84,28 @@ fn set_up_desktop<R: Runtime>(app: &mut App<R>) -> tauri::Result<()> {
     // A menu-bar app: no Dock icon and no app menu.
     #[cfg(target_os = "macos")]
     app.set_activation_policy(tauri::ActivationPolicy::Accessory);
+    app.manage(window::TrayAnchor::default());
     #[cfg(desktop)]
-    tray::create(app.handle())?;
-    if window::shown_at_start(std::env::args()) {
+    {
+        tray::create(app.handle())?;
+        desktop::watch_pressure(app.handle().clone());
+        // The shortcut and launch at login the user saved.
+        if let Some(state) = app.try_state::<state::AppState>() {
+            let settings = state
+                .pool
+                .with_store(|store| ondo::session::settings::AppSettings::load(store))
+                .unwrap_or_default();
+            if let Err(problem) = desktop::apply(app.handle(), &settings) {
+                eprintln!("ondo-app: {problem}");
+            }
+        }
+    }
+    let args: Vec<String> = std::env::args().collect();
+    if window::shown_at_start(args.iter().cloned()) {
         window::show(app.handle())?;
+    }
+    if let Some(view) = window::view_at_start(args) {
+        desktop::open_workspace(app.handle(), view)?;
     }
     Ok(())
 }

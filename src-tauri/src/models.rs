@@ -10,10 +10,10 @@ use ondo::hub::{
     DownloadCancel, DownloadEvent, DownloadOptions, DownloadSummary, ModelRef, OnCancel,
 };
 use ondo::paths::DataDirs;
-use ondo::report::{Report, ReportFormat};
 use ondo::session::PooledModel;
 use ondo::store::{MemorySample, PoolEvent, RunQuery, RunRecord};
 use tauri::ipc::Channel;
+use tauri::{AppHandle, Runtime};
 
 use crate::error::CommandError;
 use crate::state::AppState;
@@ -44,8 +44,8 @@ type State<'a> = tauri::State<'a, AppState>;
 /// The library, and the catalog with a verdict for this machine.
 #[tauri::command]
 pub async fn list_models(state: State<'_>) -> Result<ModelsView, CommandError> {
-    let dirs = DataDirs::from_env();
-    let offline = state.hub.config().offline;
+    let dirs = state.dirs();
+    let offline = state.hub().config().offline;
     crate::commands::on_blocking_thread(move || {
         Ok(ModelsView {
             library: library::scan(&dirs),
@@ -69,7 +69,7 @@ pub async fn fit_model(
     model: String,
     context: u64,
 ) -> Result<ondo::hub::fit::FitEstimate, CommandError> {
-    let (facts, _) = state.hub.facts_for(&model).await?;
+    let (facts, _) = state.hub().facts_for(&model).await?;
     Ok(facts.estimate(context, MachineMemory::read(None)))
 }
 
@@ -77,7 +77,8 @@ pub async fn fit_model(
 /// model already downloading is refused; `cancel_download` pauses (what
 /// arrived is kept and the next download continues from it).
 #[tauri::command]
-pub async fn download_model(
+pub async fn download_model<R: Runtime>(
+    app: AppHandle<R>,
     state: State<'_>,
     model: String,
     on_event: Channel<DownloadEvent>,
@@ -101,7 +102,7 @@ pub async fn download_model(
         on_cancel: OnCancel::KeepPartial,
     };
     let result = state
-        .hub
+        .hub()
         .download(&model, options, &mut sink, &cancel)
         .await;
     state
@@ -109,7 +110,9 @@ pub async fn download_model(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&model.repo_id);
-    Ok(result?)
+    let summary = result?;
+    crate::events::models_changed(&app);
+    Ok(summary)
 }
 
 /// Stops a download in flight; true if there was one.
@@ -132,11 +135,35 @@ pub fn cancel_download(state: State<'_>, model: String) -> bool {
 
 /// Deletes a downloaded model from the cache; the bytes freed.
 #[tauri::command]
-pub async fn delete_model(state: State<'_>, model: String) -> Result<u64, CommandError> {
+pub async fn delete_model<R: Runtime>(
+    app: AppHandle<R>,
+    state: State<'_>,
+    model: String,
+) -> Result<u64, CommandError> {
     let model = ModelRef::parse(&model)?;
-    let cache_dir = state.hub.config().cache_dir.clone();
-    crate::commands::on_blocking_thread(move || Ok(library::delete_cached(&cache_dir, &model)?))
+    let cache_dir = state.hub().config().cache_dir.clone();
+    let freed =
+        crate::commands::on_blocking_thread(move || Ok(library::delete_cached(&cache_dir, &model)?))
+            .await?;
+    crate::events::models_changed(&app);
+    Ok(freed)
+}
+
+/// The folder of the model a client names: "tiny" (the built-in model,
+/// written on first use), a folder, or a downloaded repo id.
+pub(crate) async fn model_folder(
+    engine: ondo::engine::EngineHandle,
+    state: &AppState,
+    model: &str,
+) -> Result<PathBuf, CommandError> {
+    if model == "tiny" {
+        crate::commands::with_mlx(engine, || {
+            Ok(ondo::synth::builtin_tiny_model(&DataDirs::from_env())?)
+        })
         .await
+    } else {
+        Ok(library::resolve_local(&state.hub().config().cache_dir, model)?)
+    }
 }
 
 /// The last `last` runs, oldest first (warm-ups of benchmarks left out).
@@ -153,44 +180,6 @@ pub fn recent_runs(state: State<'_>, last: usize) -> Result<Vec<RunRecord>, Comm
 #[tauri::command]
 pub fn run_timeline(state: State<'_>, run_id: String) -> Result<Vec<MemorySample>, CommandError> {
     history(&state, |store| store.timeline(&run_id))
-}
-
-/// Writes the last `last` runs to `path` in `format` (json, jsonl, csv, md,
-/// html); returns the bytes written.
-#[tauri::command]
-pub fn export_report(
-    state: State<'_>,
-    last: usize,
-    format: String,
-    path: PathBuf,
-) -> Result<u64, CommandError> {
-    let format: ReportFormat = format
-        .parse()
-        .map_err(|_| CommandError::InvalidInput(format!("unknown report format '{format}'")))?;
-    let runs = recent_runs(state.clone(), last)?;
-    let timelines: Vec<(String, Vec<MemorySample>)> = runs
-        .iter()
-        .filter_map(|r| {
-            Some((
-                r.run_id.clone(),
-                run_timeline(state.clone(), r.run_id.clone()).ok()?,
-            ))
-        })
-        .filter(|(_, t)| !t.is_empty())
-        .collect();
-    let report = Report {
-        runs: &runs,
-        timelines: &timelines,
-        title: format!("Ondo: the last {} runs", runs.len()),
-        generated_at: ondo::session::record::now_rfc3339(),
-    };
-    let mut bytes = Vec::new();
-    ondo::report::write(&report, format, &mut bytes)
-        .map_err(|e| CommandError::Internal(e.to_string()))?;
-    std::fs::write(&path, &bytes).map_err(|e| {
-        CommandError::InvalidInput(format!("could not write {}: {e}", path.display()))
-    })?;
-    Ok(bytes.len() as u64)
 }
 
 /// The system's memory now: pressure level and the Activity Monitor breakdown.
@@ -211,7 +200,7 @@ pub fn pool_status(state: State<'_>) -> PoolStatus {
     }
 }
 
-fn history<T>(
+pub(crate) fn history<T>(
     state: &AppState,
     read: impl FnOnce(&mut ondo::store::Store) -> Result<T, ondo::store::StoreError>,
 ) -> Result<T, CommandError> {
@@ -231,13 +220,25 @@ pub fn get_settings(state: State<'_>) -> ondo::session::settings::AppSettings {
         .unwrap_or_default()
 }
 
-/// Checks, applies (keep-alive and memory budget at once) and keeps new settings.
+/// Checks, applies (keep-alive, memory budget, models folder, shortcut and
+/// launch at login at once) and keeps new settings.
 #[tauri::command]
-pub fn set_settings(
+pub fn set_settings<R: Runtime>(
+    app: AppHandle<R>,
     state: State<'_>,
     settings: ondo::session::settings::AppSettings,
 ) -> Result<(), CommandError> {
     settings.check().map_err(CommandError::InvalidInput)?;
+    crate::desktop::check(&settings)?;
+    let folder_changed = state
+        .apply_models_folder(&settings)
+        .map_err(CommandError::InvalidInput)?;
     state.pool.set_settings(settings.pool_settings());
-    history(&state, |store| settings.save(store))
+    history(&state, |store| settings.save(store))?;
+    if folder_changed {
+        crate::events::models_changed(&app);
+    }
+    crate::events::tell_all(&app, crate::events::SETTINGS_CHANGED, settings.clone());
+    crate::desktop::apply(&app, &settings)
+        .map_err(|problem| CommandError::InvalidInput(format!("Saved, but {problem}")))
 }

@@ -1,22 +1,26 @@
 //! What the app keeps for its whole life: the session pool (one engine,
-//! warm models, the run history) and the hub client, plus the downloads in
-//! flight so they can be cancelled.
+//! warm models, the run history) and the hub client, plus the downloads,
+//! answers and benchmark in flight so they can be stopped.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use ondo::engine::{CancelToken, EngineHandle};
-use ondo::hub::{DownloadCancel, Hub, HubConfig};
+use ondo::hub::{DownloadCancel, Hub};
 use ondo::paths::DataDirs;
 use ondo::session::SessionPool;
+use ondo::session::settings::AppSettings;
 use ondo::store::Store;
 
 pub struct AppState {
     pub pool: Arc<SessionPool>,
-    pub hub: Hub,
+    /// Rebuilt when the user picks another models folder.
+    hub: RwLock<Hub>,
     pub downloads: Mutex<HashMap<String, DownloadCancel>>,
     /// The answer being written in each conversation, to stop it.
     pub chats: Mutex<HashMap<String, CancelToken>>,
+    /// The benchmark running now (one at a time: two would measure each other).
+    pub bench: Mutex<Option<CancelToken>>,
 }
 
 impl AppState {
@@ -31,17 +35,47 @@ impl AppState {
                 None
             }
         };
-        // The pool starts with the policy the user saved.
-        let pool_settings = store
-            .as_ref()
-            .map(|s| ondo::session::settings::AppSettings::load(s).pool_settings())
-            .unwrap_or_default();
-        let hub = Hub::new(HubConfig::from_env(&dirs)).map_err(|e| e.to_string())?;
+        // The pool and the hub start with what the user saved.
+        let settings = store.as_ref().map(AppSettings::load).unwrap_or_default();
+        let hub = Hub::new(settings.hub_config(&dirs)).map_err(|e| e.to_string())?;
         Ok(Self {
-            pool: Arc::new(SessionPool::new(engine, pool_settings, store)),
-            hub,
+            pool: Arc::new(SessionPool::new(engine, settings.pool_settings(), store)),
+            hub: RwLock::new(hub),
             downloads: Mutex::new(HashMap::new()),
             chats: Mutex::new(HashMap::new()),
+            bench: Mutex::new(None),
         })
+    }
+
+    /// The hub client (a cheap clone, so no lock is held across an await).
+    pub fn hub(&self) -> Hub {
+        self.hub.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Points downloads and the library at the models folder `settings`
+    /// name (created if missing); true when it changed.
+    pub fn apply_models_folder(&self, settings: &AppSettings) -> Result<bool, String> {
+        let config = settings.hub_config(&DataDirs::from_env());
+        if config.cache_dir == self.hub().config().cache_dir {
+            return Ok(false);
+        }
+        std::fs::create_dir_all(&config.cache_dir).map_err(|e| {
+            format!(
+                "the models folder {} cannot be used ({e}); choose another",
+                config.cache_dir.display()
+            )
+        })?;
+        let hub = Hub::new(config).map_err(|e| e.to_string())?;
+        *self.hub.write().unwrap_or_else(|p| p.into_inner()) = hub;
+        Ok(true)
+    }
+
+    /// Ondo's folders with the Hugging Face cache replaced by the models
+    /// folder in use.
+    pub fn dirs(&self) -> DataDirs {
+        DataDirs {
+            hf_cache_dir: self.hub().config().cache_dir.clone(),
+            ..DataDirs::from_env()
+        }
     }
 }

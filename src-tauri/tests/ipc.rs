@@ -220,8 +220,8 @@ fn runs_are_recorded_with_memory_and_can_be_exported() {
     let path = DATA_ROOT.path().join("runs.html");
     let written = invoke(
         &popover,
-        "export_report",
-        json!({ "last": 50, "format": "html", "path": path }),
+        "export_runs",
+        json!({ "filter": { "last": 50, "model_id": "tiny" }, "format": "html", "path": path }),
     )
     .unwrap();
     let html = std::fs::read_to_string(&path).unwrap();
@@ -229,11 +229,82 @@ fn runs_are_recorded_with_memory_and_can_be_exported() {
     assert!(html.contains("<svg") && html.contains("tiny"));
     let error = invoke(
         &popover,
-        "export_report",
-        json!({ "last": 5, "format": "pdf", "path": path }),
+        "export_runs",
+        json!({ "filter": { "last": 5 }, "format": "pdf", "path": path }),
     )
     .unwrap_err();
     assert_eq!(error["kind"], "invalid_input");
+    assert!(error["message"].as_str().unwrap().contains("csv"), "{error}");
+    // No dialog under the test runtime: the command says so instead of hanging.
+    let error = invoke(&popover, "choose_export_path", json!({ "format": "csv" })).unwrap_err();
+    assert_eq!(error["kind"], "invalid_input");
+}
+
+#[test]
+fn a_benchmark_runs_with_progress_is_recorded_and_exported_as_csv() {
+    let window = popover();
+    let request = json!({
+        "model": "tiny",
+        "prompt_tokens": [16, 32],
+        "generate_tokens": 4,
+        "repetitions": 2,
+        "warmup": 1,
+        "loops": ["sync", "pipelined"],
+        "prefill_step_size": 2048,
+        "max_kv_size": null,
+        "vary": null,
+        "cold_repetitions": 0,
+    });
+    let result = invoke(
+        &window,
+        "run_benchmark",
+        json!({ "request": request, "onEvent": "__CHANNEL__:7" }),
+    )
+    .unwrap();
+    let bench_id = result["bench_id"].as_str().unwrap().to_owned();
+    // 2 prompt lengths x 2 loop shapes, 1 warm-up + 2 measured each.
+    assert_eq!(result["runs"], 12, "{result}");
+    let cases = result["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 4);
+    assert!(cases.iter().all(|c| c["decode_tps"]["samples"].as_array().unwrap().len() == 2));
+    assert_eq!(invoke(&window, "cancel_benchmark", Value::Null).unwrap(), false);
+
+    let measured = invoke(
+        &window,
+        "list_runs",
+        json!({ "filter": { "bench_id": bench_id } }),
+    )
+    .unwrap();
+    assert_eq!(measured.as_array().unwrap().len(), 8, "warm-ups are left out");
+    let all = invoke(
+        &window,
+        "list_runs",
+        json!({ "filter": { "bench_id": bench_id, "include_warmup": true } }),
+    )
+    .unwrap();
+    assert_eq!(all.as_array().unwrap().len(), 12);
+
+    let path = DATA_ROOT.path().join("bench.csv");
+    invoke(
+        &window,
+        "export_runs",
+        json!({ "filter": { "bench_id": bench_id }, "format": "csv", "path": path }),
+    )
+    .unwrap();
+    let csv = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 8, "{csv}");
+    assert!(!DATA_ROOT.path().join("bench.ondo-partial").exists());
+
+    let bad = json!({ "model": "tiny", "prompt_tokens": [], "generate_tokens": 4,
+        "repetitions": 1, "warmup": 0, "loops": ["sync"], "prefill_step_size": 2048,
+        "max_kv_size": null, "vary": null, "cold_repetitions": 0 });
+    let error = invoke(
+        &window,
+        "run_benchmark",
+        json!({ "request": bad, "onEvent": "__CHANNEL__:8" }),
+    )
+    .unwrap_err();
+    assert_eq!(error["kind"], "invalid_input", "{error}");
 }
 
 #[test]
@@ -327,6 +398,20 @@ fn settings_are_checked_applied_and_kept() {
     let error = invoke(&window, "set_settings", json!({ "settings": settings })).unwrap_err();
     assert_eq!(error["kind"], "invalid_input");
     assert!(error["message"].as_str().unwrap().contains("keep-alive"));
+    settings["keep_alive_minutes"] = json!(5);
+    settings["global_shortcut"] = json!("Shift+Nonsense+Q");
+    let error = invoke(&window, "set_settings", json!({ "settings": settings.clone() })).unwrap_err();
+    assert!(error["message"].as_str().unwrap().contains("CommandOrControl"), "{error}");
+
+    // Another models folder: created, and the library now looks there.
+    let folder = DATA_ROOT.path().join("my-models");
+    settings["global_shortcut"] = json!("CommandOrControl+Shift+O");
+    settings["models_folder"] = json!(folder);
+    invoke(&window, "set_settings", json!({ "settings": settings })).unwrap();
+    assert!(folder.is_dir());
+    let models = invoke(&window, "list_models", Value::Null).unwrap();
+    assert_eq!(models["hf_cache_dir"], json!(folder));
+
     // Put the defaults back for the other tests of this binary.
     invoke(&window, "set_settings", json!({ "settings": {} })).unwrap();
 }

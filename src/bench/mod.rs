@@ -92,6 +92,21 @@ pub enum BenchError {
     Peer(#[from] PeerError),
     #[error("{0}")]
     Plan(String),
+    /// Stopped by the user; the runs that finished are recorded.
+    #[error("the benchmark was stopped after {done} of {total} runs")]
+    Cancelled { done: usize, total: usize },
+}
+
+impl BenchError {
+    /// A short machine-readable name for clients (the app's error kinds).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            BenchError::Engine(e) => e.kind(),
+            BenchError::Peer(_) => "peer",
+            BenchError::Plan(_) => "invalid_input",
+            BenchError::Cancelled { .. } => "cancelled",
+        }
+    }
 }
 
 /// A prompt of `n` ordinary token ids, different for each repetition so

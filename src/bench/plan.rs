@@ -171,10 +171,12 @@ pub fn new_bench_id() -> String {
     format!("b-{}", chrono::Utc::now().timestamp_millis())
 }
 
-/// Runs `plan` through `pool` (which records every run).
+/// Runs `plan` through `pool` (which records every run). `cancel` stops it
+/// between runs (the run in progress finishes and is recorded).
 pub fn run_plan(
     pool: &SessionPool,
     plan: &BenchPlan,
+    cancel: &CancelToken,
     progress: &mut dyn FnMut(BenchProgress),
 ) -> Result<BenchOutcome, BenchError> {
     plan.check()?;
@@ -202,6 +204,9 @@ pub fn run_plan(
     for case in &cases {
         let mut measured: Vec<RunRecord> = Vec::new();
         for round in 0..rounds {
+            if cancel.is_cancelled() {
+                return Err(BenchError::Cancelled { done, total });
+            }
             let warmup = round < plan.warmup;
             tell(
                 done,
@@ -248,6 +253,9 @@ pub fn run_plan(
 
     let mut cold = Vec::new();
     for repetition in 0..plan.cold_repetitions {
+        if cancel.is_cancelled() {
+            return Err(BenchError::Cancelled { done, total });
+        }
         tell(done, "cold start in a fresh process".into());
         let prompt = synthetic_prompt(plan.prompt_tokens[0], 1000 + repetition, vocab);
         let (stats, cold_start_ms) = fresh_process_run(

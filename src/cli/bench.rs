@@ -10,6 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::bench::plan::{BenchOutcome, BenchPlan, VarySetting};
 use crate::bench::{self, PeerComparison, PeerComparisonPlan, Summary, ratio};
 use crate::cli::run::resolve_model;
+use crate::engine::CancelToken;
 use crate::engine::generate::{DEFAULT_PREFILL_STEP_SIZE, LoopShape};
 use crate::report::{Report, ReportFormat};
 
@@ -149,7 +150,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode, String> {
 /// Ondo alone, with the plan's cases, recorded in the run history.
 fn run_plan(args: BenchArgs) -> Result<ExitCode, String> {
     let dir = resolve_model(&args.model)?;
-    let context = crate::cli::run::model_context(&args.model, &dir);
+    let context = crate::session::record::RunContext::for_model(&args.model, &dir);
     let plan = BenchPlan {
         model_dir: dir,
         model_id: context.model_id,
@@ -177,7 +178,7 @@ fn run_plan(args: BenchArgs) -> Result<ExitCode, String> {
     if args.json {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let outcome = bench::plan::run_plan(&pool, &plan, &mut |p| {
+    let outcome = bench::plan::run_plan(&pool, &plan, &CancelToken::new(), &mut |p| {
         bar.set_length(p.total as u64);
         bar.set_position(p.done as u64);
         bar.set_message(p.what);
@@ -215,17 +216,9 @@ fn write_report(
     pool: &crate::session::SessionPool,
 ) -> Result<(), String> {
     let format = report_format(path)?;
-    let timelines: Vec<(String, Vec<crate::store::MemorySample>)> = outcome
-        .records
-        .iter()
-        .map(|r| {
-            let samples = pool
-                .with_store(|s| s.timeline(&r.run_id).unwrap_or_default())
-                .unwrap_or_default();
-            (r.run_id.clone(), samples)
-        })
-        .filter(|(_, t)| !t.is_empty())
-        .collect();
+    let timelines = pool
+        .with_store(|store| crate::report::timelines_of(store, &outcome.records))
+        .unwrap_or_default();
     let report = Report {
         runs: &outcome.records,
         timelines: &timelines,

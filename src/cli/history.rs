@@ -9,7 +9,7 @@ use clap::Args;
 use crate::cli::human_bytes;
 use crate::paths::DataDirs;
 use crate::report::{Report, ReportFormat};
-use crate::store::{MemorySample, RunQuery, RunRecord, Store};
+use crate::store::{RunQuery, RunRecord, Store};
 
 /// Which runs: the filters `runs` and `report` share.
 #[derive(Debug, Args)]
@@ -217,13 +217,7 @@ pub fn report(args: ReportArgs) -> Result<ExitCode, String> {
     };
     let store = open_store()?;
     let runs = select(&store, &args.selection)?;
-    let timelines: Vec<(String, Vec<MemorySample>)> = runs
-        .iter()
-        .filter_map(|r| {
-            let samples = store.timeline(&r.run_id).ok()?;
-            (!samples.is_empty()).then(|| (r.run_id.clone(), samples))
-        })
-        .collect();
+    let timelines = crate::report::timelines_of(&store, &runs);
     let title = match (&args.selection.bench, &args.selection.model) {
         (Some(bench), _) => format!("Ondo benchmark {bench}"),
         (None, Some(model)) => format!("Ondo runs of {model}"),

@@ -254,7 +254,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, String> {
     let pool = session_pool(args.generation.no_history)?;
     let context = RunContext {
         kind: "run".into(),
-        ..model_context(&args.generation.model, &dir)
+        ..RunContext::for_model(&args.generation.model, &dir)
     };
     // A parent timing this process from its spawn (`ondo bench`'s cold
     // start) passes the spawn time; the first token's is taken here.
@@ -309,28 +309,6 @@ pub(crate) fn session_pool(no_history: bool) -> Result<SessionPool, String> {
         }
     };
     Ok(SessionPool::new(engine, PoolSettings::default(), store))
-}
-
-/// What the record says about the model: the name the user gave, and the
-/// revision and parameter count when the folder tells.
-pub(crate) fn model_context(name: &str, dir: &Path) -> RunContext {
-    let described = crate::hub::library::describe_folder(
-        name.to_owned(),
-        crate::hub::library::ModelSource::Folder,
-        dir,
-    );
-    // A snapshot folder of the HF cache is named after its commit.
-    let revision = dir
-        .parent()
-        .filter(|p| p.ends_with("snapshots"))
-        .and_then(|_| dir.file_name())
-        .map(|n| n.to_string_lossy().into_owned());
-    RunContext {
-        model_id: name.to_owned(),
-        model_revision: revision,
-        parameters: described.parameters,
-        ..RunContext::default()
-    }
 }
 
 pub fn chat(args: ChatArgs) -> Result<ExitCode, String> {
@@ -395,7 +373,7 @@ pub fn chat(args: ChatArgs) -> Result<ExitCode, String> {
             kind: "chat".into(),
             conversation_id: Some(conversation_id),
             conversation_title: (messages.len() == 1).then(|| line.chars().take(60).collect()),
-            ..model_context(&args.generation.model, &dir)
+            ..RunContext::for_model(&args.generation.model, &dir)
         };
         let mut stdout = std::io::stdout();
         let streamed = pool

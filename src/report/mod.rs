@@ -18,7 +18,7 @@ use std::fmt;
 use std::io::Write;
 use std::str::FromStr;
 
-use crate::store::{MemorySample, RunRecord};
+use crate::store::{MemorySample, RunQuery, RunRecord, Store, StoreError};
 
 /// The JSON report's `schema` value.
 pub const REPORT_SCHEMA: &str = "ondo.report";
@@ -111,6 +111,54 @@ pub fn write(report: &Report, format: ReportFormat, out: &mut dyn Write) -> std:
         ReportFormat::Markdown => markdown::write_markdown(report, out),
         ReportFormat::Html => html::write_html(report, out),
     }
+}
+
+/// The memory timelines of `runs` that have one, from the history.
+pub fn timelines_of(store: &Store, runs: &[RunRecord]) -> Vec<(String, Vec<MemorySample>)> {
+    runs.iter()
+        .filter_map(|r| {
+            let samples = store.timeline(&r.run_id).ok()?;
+            (!samples.is_empty()).then(|| (r.run_id.clone(), samples))
+        })
+        .collect()
+}
+
+/// A title that says what `query` selected.
+pub fn title_for(query: &RunQuery, count: usize) -> String {
+    match (&query.bench_id, &query.model_id) {
+        (Some(bench), _) => format!("Ondo benchmark {bench}"),
+        (None, Some(model)) => format!("Ondo runs of {model}"),
+        _ => format!("Ondo: the last {count} runs"),
+    }
+}
+
+/// A report rendered in memory.
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    pub bytes: Vec<u8>,
+    pub runs: usize,
+}
+
+/// Renders the runs `query` selects, with their timelines, in `format`.
+pub fn render_from_store(
+    store: &Store,
+    query: &RunQuery,
+    format: ReportFormat,
+) -> Result<Rendered, StoreError> {
+    let runs = store.runs(query)?;
+    let timelines = timelines_of(store, &runs);
+    let report = Report {
+        runs: &runs,
+        timelines: &timelines,
+        title: title_for(query, runs.len()),
+        generated_at: crate::session::record::now_rfc3339(),
+    };
+    let mut bytes = Vec::new();
+    write(&report, format, &mut bytes).expect("writing to memory cannot fail");
+    Ok(Rendered {
+        bytes,
+        runs: runs.len(),
+    })
 }
 
 #[cfg(test)]

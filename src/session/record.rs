@@ -74,6 +74,30 @@ pub struct RunContext {
     pub warmup: bool,
 }
 
+impl RunContext {
+    /// What the record says about the model: the name the user gave, and the
+    /// revision and parameter count when the folder tells.
+    pub fn for_model(name: &str, dir: &std::path::Path) -> Self {
+        let described = crate::hub::library::describe_folder(
+            name.to_owned(),
+            crate::hub::library::ModelSource::Folder,
+            dir,
+        );
+        // A snapshot folder of the HF cache is named after its commit.
+        let revision = dir
+            .parent()
+            .filter(|p| p.ends_with("snapshots"))
+            .and_then(|_| dir.file_name())
+            .map(|n| n.to_string_lossy().into_owned());
+        Self {
+            model_id: name.to_owned(),
+            model_revision: revision,
+            parameters: described.parameters,
+            ..Self::default()
+        }
+    }
+}
+
 /// Memory as seen by the pressure sampler over one run.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryDuringRun {

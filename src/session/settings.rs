@@ -1,6 +1,7 @@
 //! The settings a user changes in the app, kept in the run history's
 //! settings table so the app and the command line share them.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -33,7 +34,18 @@ pub struct AppSettings {
     /// Defaults for new conversations.
     pub generation: GenerationSettings,
     pub theme: Theme,
+    /// Where the app downloads models; `None`: the Hugging Face cache, shared
+    /// with mlx-lm and transformers.
+    pub models_folder: Option<PathBuf>,
+    /// Start in the menu bar when the user logs in.
+    pub launch_at_login: bool,
+    /// The key combination that toggles the popover from any app, in Tauri's
+    /// accelerator syntax; `None`: no shortcut.
+    pub global_shortcut: Option<String>,
 }
+
+/// The popover's shortcut until the user picks another.
+pub const DEFAULT_GLOBAL_SHORTCUT: &str = "CommandOrControl+Shift+O";
 
 impl Default for AppSettings {
     fn default() -> Self {
@@ -42,6 +54,9 @@ impl Default for AppSettings {
             memory_budget_bytes: None,
             generation: GenerationSettings::default(),
             theme: Theme::System,
+            models_folder: None,
+            launch_at_login: false,
+            global_shortcut: Some(DEFAULT_GLOBAL_SHORTCUT.to_owned()),
         }
     }
 }
@@ -71,7 +86,32 @@ impl AppSettings {
         if self.memory_budget_bytes.is_some_and(|b| b < 256 << 20) {
             return Err("a memory budget under 256 MiB cannot hold a model".into());
         }
+        if let Some(folder) = &self.models_folder
+            && !folder.is_absolute()
+        {
+            return Err(format!(
+                "the models folder must be a full path, not '{}'",
+                folder.display()
+            ));
+        }
+        if self
+            .global_shortcut
+            .as_deref()
+            .is_some_and(|s| s.trim().is_empty())
+        {
+            return Err("leave the shortcut off rather than empty".into());
+        }
         self.generation.check()
+    }
+
+    /// The hub settings from the environment, with the models folder the
+    /// user chose in place of the shared cache.
+    pub fn hub_config(&self, dirs: &crate::paths::DataDirs) -> crate::hub::HubConfig {
+        let mut config = crate::hub::HubConfig::from_env(dirs);
+        if let Some(folder) = &self.models_folder {
+            config.cache_dir = folder.clone();
+        }
+        config
     }
 
     /// The pool's policy these settings ask for.
@@ -124,5 +164,29 @@ mod tests {
             ..AppSettings::default()
         };
         assert!(tiny.check().unwrap_err().contains("budget"));
+        let relative = AppSettings {
+            models_folder: Some(PathBuf::from("models")),
+            ..AppSettings::default()
+        };
+        assert!(relative.check().unwrap_err().contains("full path"));
+        let blank = AppSettings {
+            global_shortcut: Some("  ".into()),
+            ..AppSettings::default()
+        };
+        assert!(blank.check().unwrap_err().contains("shortcut"));
+    }
+
+    #[test]
+    fn the_chosen_models_folder_replaces_the_shared_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().as_os_str().to_owned();
+        let dirs = crate::paths::DataDirs::from_lookup(|name| (name == "HF_HOME").then(|| home.clone()));
+        let shared = AppSettings::default().hub_config(&dirs);
+        assert_eq!(shared.cache_dir, dirs.hf_cache_dir);
+        let chosen = AppSettings {
+            models_folder: Some(dir.path().join("elsewhere")),
+            ..AppSettings::default()
+        };
+        assert_eq!(chosen.hub_config(&dirs).cache_dir, dir.path().join("elsewhere"));
     }
 }

@@ -24,7 +24,6 @@ function fakeBackend(overrides: Partial<Backend> = {}): Backend {
     deleteModel: vi.fn(notUsedHere),
     recentRuns: vi.fn(notUsedHere),
     runTimeline: vi.fn(notUsedHere),
-    exportReport: vi.fn(notUsedHere),
     memoryNow: vi.fn(notUsedHere),
     poolStatus: vi.fn(notUsedHere),
     chatSend: vi.fn(notUsedHere),
@@ -32,6 +31,14 @@ function fakeBackend(overrides: Partial<Backend> = {}): Backend {
     chatForget: vi.fn(notUsedHere),
     getSettings: vi.fn(notUsedHere),
     setSettings: vi.fn(notUsedHere),
+    listRuns: vi.fn(notUsedHere),
+    runBenchmark: vi.fn(notUsedHere),
+    cancelBenchmark: vi.fn(notUsedHere),
+    chooseExportPath: vi.fn(notUsedHere),
+    exportRuns: vi.fn(notUsedHere),
+    chooseFolder: vi.fn(notUsedHere),
+    openWindow: vi.fn(async () => undefined),
+    onAppEvent: vi.fn(async () => () => undefined),
     ...overrides,
   };
 }

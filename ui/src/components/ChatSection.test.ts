@@ -22,6 +22,9 @@ const appSettings: AppSettings = {
     max_kv_size: null,
   },
   theme: 'system',
+  models_folder: null,
+  launch_at_login: false,
+  global_shortcut: 'CommandOrControl+Shift+O',
 };
 
 /** One `chat_send` the test drives: stream events, then finish or fail it. */

@@ -2,6 +2,7 @@
 // they answer with. Written by hand to match the Rust types field for field;
 // to be generated from Rust (tauri-specta) once the command set settles.
 import { Channel, invoke } from '@tauri-apps/api/core';
+import { listen, type UnlistenFn } from '@tauri-apps/api/event';
 
 /** One MLX self-test from `ondo doctor`. */
 export interface Check {
@@ -283,7 +284,98 @@ export interface AppSettings {
   memory_budget_bytes: number | null;
   generation: GenerationSettings;
   theme: 'system' | 'light' | 'dark';
+  /** Where downloads go; null: the Hugging Face cache (shared with mlx-lm). */
+  models_folder: string | null;
+  /** Start Ondo (in the menu bar only) when the user logs in. */
+  launch_at_login: boolean;
+  /** Toggles the popover from anywhere, e.g. "CommandOrControl+Shift+O"; null: none. */
+  global_shortcut: string | null;
 }
+
+/** Which recorded runs a screen or an export covers (`ondo::store::RunQuery`). */
+export interface RunFilter {
+  /** Only the newest N (listed oldest first). */
+  last: number | null;
+  model_id?: string | null;
+  /** "chat", "run", "bench" or "bench_cold". */
+  kind?: string | null;
+  bench_id?: string | null;
+  /** Warm-up repetitions are recorded but left out unless asked for. */
+  include_warmup?: boolean;
+}
+
+/** A benchmark the Benchmark dialog starts (`ondo::bench::plan::BenchPlan`). */
+export interface BenchRequest {
+  /** "tiny", a folder, or a downloaded repo id. */
+  model: string;
+  prompt_tokens: number[];
+  generate_tokens: number;
+  repetitions: number;
+  warmup: number;
+  loops: ('sync' | 'pipelined')[];
+  prefill_step_size: number;
+  max_kv_size: number | null;
+  /** One setting tried at several values (each case runs once per value). */
+  vary: { setting: 'prefill_step_size' | 'max_kv_size'; values: number[] } | null;
+  /** Cold starts measured in fresh processes. */
+  cold_repetitions: number;
+}
+
+/** Streamed while a benchmark runs. */
+export type BenchEvent = { event: 'progress'; done: number; total: number; what: string };
+
+/** Samples of one metric (`ondo::bench::Summary`). */
+export interface Summary {
+  median: number;
+  min: number;
+  max: number;
+  mean: number;
+  stddev: number;
+  samples: number[];
+}
+
+/** One case of a finished benchmark (`ondo::bench::plan::CaseSummary`). */
+export interface BenchCaseSummary {
+  case: {
+    test: string;
+    prompt_tokens: number;
+    loop: 'sync' | 'pipelined';
+    prefill_step_size: number;
+    max_kv_size: number | null;
+  };
+  ttft_ms: Summary;
+  prefill_tps: Summary;
+  decode_tps: Summary;
+  mlx_peak_bytes: Summary;
+  decode_roofline_pct: Summary | null;
+}
+
+/** What a finished benchmark returns; every run is also in the history. */
+export interface BenchResult {
+  bench_id: string;
+  runs: number;
+  cases: BenchCaseSummary[];
+  cold_start_ms: Summary | null;
+  memory_bandwidth_gbps: number | null;
+  warnings: string[];
+}
+
+/** The app-wide events the shell emits (names and payloads). */
+export interface AppEvents {
+  /** The memory-pressure level changed: "normal", "warning" or "critical". */
+  'ondo://pressure-level': { level: string };
+  /** A model was downloaded, deleted or added. */
+  'ondo://models-changed': Record<string, never>;
+  /** A run was recorded (chat, test generation or a benchmark's run). */
+  'ondo://runs-changed': { run_id: string };
+  /** The tray menu asks a window to show a view ('models' goes to the popover). */
+  'ondo://navigate': { view: AppView | 'models' };
+  /** The settings were saved (in any window). */
+  'ondo://settings-changed': AppSettings;
+}
+
+/** The views of the main window (the popover is its own window). */
+export type AppView = 'runs' | 'settings';
 
 export interface PoolStatus {
   resident: PooledModel[];
@@ -330,8 +422,6 @@ export const backend = {
   deleteModel: (model: string) => invoke<number>('delete_model', { model }),
   recentRuns: (last: number) => invoke<RunRecord[]>('recent_runs', { last }),
   runTimeline: (runId: string) => invoke<MemorySample[]>('run_timeline', { runId }),
-  exportReport: (last: number, format: string, path: string) =>
-    invoke<number>('export_report', { last, format, path }),
   memoryNow: () => invoke<MemorySnapshot>('memory_now'),
   poolStatus: () => invoke<PoolStatus>('pool_status'),
   /** Answers the last user message of `messages` with `model` ("tiny", a
@@ -362,6 +452,32 @@ export const backend = {
   chatForget: (conversationId: string) => invoke<void>('chat_forget', { conversationId }),
   getSettings: () => invoke<AppSettings>('get_settings'),
   setSettings: (settings: AppSettings) => invoke<void>('set_settings', { settings }),
+  /** Recorded runs, oldest first. */
+  listRuns: (filter: RunFilter) => invoke<RunRecord[]>('list_runs', { filter }),
+  /** Runs a benchmark plan, calling `onEvent` with progress; every run is
+   * recorded under the returned bench id. */
+  runBenchmark: (request: BenchRequest, onEvent: (event: BenchEvent) => void) => {
+    const channel = new Channel<BenchEvent>();
+    channel.onmessage = onEvent;
+    return invoke<BenchResult>('run_benchmark', { request, onEvent: channel });
+  },
+  /** Stops the running benchmark after the run in progress. */
+  cancelBenchmark: () => invoke<boolean>('cancel_benchmark'),
+  /** Asks the user where to save a report (the system's save dialog); null
+   * when they cancel. */
+  chooseExportPath: (format: string) => invoke<string | null>('choose_export_path', { format }),
+  /** Writes the runs `filter` selects to `path`; returns the bytes written. */
+  exportRuns: (filter: RunFilter, format: string, path: string) =>
+    invoke<number>('export_runs', { filter, format, path }),
+  /** Asks the user for a folder (the system's dialog); null when cancelled. */
+  chooseFolder: () => invoke<string | null>('choose_folder'),
+  /** Opens (or focuses) the main window on a view. */
+  openWindow: (view: AppView) => invoke<void>('open_window', { view }),
+  /** Listens to one of the shell's app-wide events. */
+  onAppEvent: <K extends keyof AppEvents>(
+    name: K,
+    handler: (payload: AppEvents[K]) => void,
+  ): Promise<UnlistenFn> => listen<AppEvents[K]>(name, (event) => handler(event.payload)),
 };
 
 export type Backend = typeof backend;

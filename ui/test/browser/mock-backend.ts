@@ -107,6 +107,9 @@ const appSettings: AppSettings = {
     max_kv_size: null,
   },
   theme: 'system',
+  models_folder: null,
+  launch_at_login: false,
+  global_shortcut: 'CommandOrControl+Shift+O',
 };
 
 /** The mock's chats: the model is loaded once (the first answer is cold),
@@ -216,6 +219,6 @@ mockIPC(async (cmd, payload) => {
     default:
       throw { kind: 'internal', message: `the mock backend has no command ${cmd}` } satisfies CommandError;
   }
-});
+}, { shouldMockEvents: true });
 
 await import('../../src/main');

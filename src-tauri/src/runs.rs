@@ -1,0 +1,230 @@
+//! The commands of the Runs window: the history filtered, a benchmark plan
+//! run with progress over a channel (one at a time, stoppable), and reports
+//! written where the user chose. Each calls the core.
+
+use std::path::PathBuf;
+
+use ondo::bench::Summary;
+use ondo::bench::plan::{self, BenchPlan, BenchProgress, CaseSummary, Vary};
+use ondo::engine::CancelToken;
+use ondo::engine::generate::LoopShape;
+use ondo::report::ReportFormat;
+use ondo::session::record::RunContext;
+use ondo::store::{RunQuery, RunRecord};
+use serde::{Deserialize, Serialize};
+use tauri::ipc::Channel;
+use tauri::{AppHandle, Runtime};
+
+use crate::commands::on_blocking_thread;
+use crate::error::CommandError;
+use crate::events;
+use crate::state::AppState;
+
+type State<'a> = tauri::State<'a, AppState>;
+
+/// The most runs one screen or report reads.
+pub const MAX_RUNS: usize = 10_000;
+
+/// Which runs a screen or an export covers (`RunFilter` in backend.ts).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct RunFilter {
+    pub last: Option<usize>,
+    pub model_id: Option<String>,
+    pub kind: Option<String>,
+    pub bench_id: Option<String>,
+    pub include_warmup: bool,
+}
+
+impl RunFilter {
+    fn query(&self) -> RunQuery {
+        RunQuery {
+            last: Some(self.last.unwrap_or(MAX_RUNS).clamp(1, MAX_RUNS)),
+            model_id: self.model_id.clone().filter(|m| !m.is_empty()),
+            bench_id: self.bench_id.clone().filter(|b| !b.is_empty()),
+            kind: self.kind.clone().filter(|k| !k.is_empty()),
+            include_warmup: self.include_warmup,
+            ..RunQuery::default()
+        }
+    }
+}
+
+/// A benchmark as the Benchmark dialog asks for it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct BenchRequest {
+    /// "tiny", a folder, or a downloaded repo id.
+    pub model: String,
+    pub prompt_tokens: Vec<usize>,
+    pub generate_tokens: usize,
+    pub repetitions: usize,
+    pub warmup: usize,
+    pub loops: Vec<LoopShape>,
+    pub prefill_step_size: usize,
+    pub max_kv_size: Option<usize>,
+    pub vary: Option<Vary>,
+    pub cold_repetitions: usize,
+}
+
+/// Streamed while a benchmark runs.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum BenchEvent {
+    Progress {
+        done: usize,
+        total: usize,
+        what: String,
+    },
+}
+
+/// What a finished benchmark returns (its runs are in the history).
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchResult {
+    pub bench_id: String,
+    pub runs: usize,
+    pub cases: Vec<CaseSummary>,
+    pub cold_start_ms: Option<Summary>,
+    pub memory_bandwidth_gbps: Option<f64>,
+    pub warnings: Vec<String>,
+}
+
+/// Recorded runs, oldest first.
+#[tauri::command]
+pub fn list_runs(state: State<'_>, filter: RunFilter) -> Result<Vec<RunRecord>, CommandError> {
+    crate::models::history(&state, |store| store.runs(&filter.query()))
+}
+
+/// Runs a benchmark plan through the session pool, streaming progress;
+/// refuses a second one while one runs.
+#[tauri::command]
+pub async fn run_benchmark<R: Runtime>(
+    app: AppHandle<R>,
+    engine: tauri::State<'_, ondo::engine::EngineHandle>,
+    state: State<'_>,
+    request: BenchRequest,
+    on_event: Channel<BenchEvent>,
+) -> Result<BenchResult, CommandError> {
+    let cancel = CancelToken::new();
+    {
+        let mut running = state.bench.lock().unwrap_or_else(|p| p.into_inner());
+        if running.is_some() {
+            return Err(CommandError::InvalidInput(
+                "a benchmark is already running; wait for it or stop it first".into(),
+            ));
+        }
+        *running = Some(cancel.clone());
+    }
+    let result = benchmark(&app, engine.inner().clone(), &state, request, cancel, on_event).await;
+    *state.bench.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    result
+}
+
+async fn benchmark<R: Runtime>(
+    app: &AppHandle<R>,
+    engine: ondo::engine::EngineHandle,
+    state: &AppState,
+    request: BenchRequest,
+    cancel: CancelToken,
+    on_event: Channel<BenchEvent>,
+) -> Result<BenchResult, CommandError> {
+    let model_dir = crate::models::model_folder(engine, state, &request.model).await?;
+    let context = RunContext::for_model(&request.model, &model_dir);
+    let plan = BenchPlan {
+        model_dir,
+        model_id: context.model_id,
+        model_revision: context.model_revision,
+        parameters: context.parameters,
+        prompt_tokens: request.prompt_tokens,
+        generate_tokens: request.generate_tokens,
+        repetitions: request.repetitions,
+        warmup: request.warmup,
+        loops: request.loops,
+        prefill_step_size: request.prefill_step_size,
+        max_kv_size: request.max_kv_size,
+        vary: request.vary,
+        cold_repetitions: request.cold_repetitions,
+    };
+    let pool = state.pool.clone();
+    let app = app.clone();
+    let outcome = on_blocking_thread(move || {
+        let mut last_done = 0;
+        let mut progress = |p: BenchProgress| {
+            if p.done != last_done {
+                // A run finished and was recorded: the Runs table can show it.
+                last_done = p.done;
+                events::runs_changed(&app, "bench");
+            }
+            // A closed window stops hearing; the benchmark goes on.
+            let _ = on_event.send(BenchEvent::Progress {
+                done: p.done,
+                total: p.total,
+                what: p.what,
+            });
+        };
+        plan::run_plan(&pool, &plan, &cancel, &mut progress).map_err(CommandError::from)
+    })
+    .await?;
+    Ok(BenchResult {
+        bench_id: outcome.bench_id,
+        runs: outcome.records.len(),
+        cases: outcome.cases,
+        cold_start_ms: outcome.cold_start_ms,
+        memory_bandwidth_gbps: outcome.memory_bandwidth_gbps,
+        warnings: outcome.warnings,
+    })
+}
+
+/// Stops the running benchmark after its run in progress; true if one ran.
+#[tauri::command]
+pub fn cancel_benchmark(state: State<'_>) -> bool {
+    match state.bench.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        Some(cancel) => {
+            cancel.cancel();
+            true
+        }
+        None => false,
+    }
+}
+
+/// Writes the runs `filter` selects to `path` in `format` (json, jsonl, csv,
+/// md, html); returns the bytes written.
+#[tauri::command]
+pub fn export_runs(
+    state: State<'_>,
+    filter: RunFilter,
+    format: String,
+    path: PathBuf,
+) -> Result<u64, CommandError> {
+    let format: ReportFormat = format.parse().map_err(|_| {
+        CommandError::InvalidInput(format!(
+            "unknown report format '{format}'; choose json, jsonl, csv, md or html"
+        ))
+    })?;
+    let query = filter.query();
+    let rendered = crate::models::history(&state, |store| {
+        ondo::report::render_from_store(store, &query, format)
+    })?;
+    write_whole(&path, &rendered.bytes)?;
+    Ok(rendered.bytes.len() as u64)
+}
+
+/// Writes next to `path` first and renames, so a failed export never leaves
+/// half a report where an old one was.
+fn write_whole(path: &std::path::Path, bytes: &[u8]) -> Result<(), CommandError> {
+    let cannot = |e: std::io::Error| {
+        CommandError::InvalidInput(format!(
+            "could not write {}: {e}; choose another folder",
+            path.display()
+        ))
+    };
+    let partial = path.with_extension("ondo-partial");
+    std::fs::write(&partial, bytes).map_err(cannot)?;
+    std::fs::rename(&partial, path).map_err(|e| {
+        let _ = std::fs::remove_file(&partial);
+        cannot(e)
+    })
+}
+
+/// The file name the save dialog proposes for a report in `format`.
+pub fn suggested_report_name(format: ReportFormat, today: &str) -> String {
+    format!("ondo-runs-{today}.{}", format.extension())
+}

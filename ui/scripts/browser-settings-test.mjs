@@ -1,0 +1,246 @@
+// The Settings view in Debian's headless Chromium against a mocked backend
+// (test/browser/settings.html): keyboard-only editing and saving, validation
+// that blocks Save, the theme applied at once, the folder dialog; writes
+// docs/screenshots/settings.png and settings-dark.png.
+// Run: node --test scripts/browser-settings-test.mjs
+import assert from 'node:assert/strict';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+import { createServer } from 'vite';
+
+const uiDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const screenshotDir = path.resolve(uiDir, '../docs/screenshots');
+const chromiumPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
+const windowSize = { width: 1000, height: 700 };
+const lightBackground = 'rgb(247, 246, 244)';
+const darkBackground = 'rgb(28, 27, 26)';
+
+let server;
+let baseUrl;
+let userDataDir;
+let context;
+
+before(async () => {
+  await mkdir(screenshotDir, { recursive: true });
+  server = await createServer({
+    root: uiDir,
+    logLevel: 'warn',
+    server: { host: '127.0.0.1', port: 5175, strictPort: false },
+  });
+  await server.listen();
+  baseUrl = server.resolvedUrls.local[0];
+  userDataDir = await mkdtemp(path.join(tmpdir(), 'ondo-chromium-settings-'));
+  context = await chromium.launchPersistentContext(userDataDir, {
+    executablePath: chromiumPath,
+    headless: true,
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+    viewport: windowSize,
+    deviceScaleFactor: 2,
+  });
+});
+
+after(async () => {
+  await context?.close();
+  await server?.close();
+  if (userDataDir) await rm(userDataDir, { recursive: true, force: true });
+});
+
+/** Opens the Settings view in a fresh page; collects page errors and any
+ * request that leaves the local server (the view loads no remote content). */
+async function openSettings({ scenario = 'ok', colorScheme = 'light' } = {}) {
+  const page = await context.newPage();
+  const problems = [];
+  page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
+  page.on('console', (message) => {
+    if (message.type() === 'error') problems.push(`console error: ${message.text()}`);
+  });
+  page.on('request', (request) => {
+    const url = new URL(request.url());
+    if (url.hostname !== '127.0.0.1' && url.protocol !== 'data:') problems.push(`remote request: ${url}`);
+  });
+  await page.emulateMedia({ colorScheme });
+  await page.goto(`${baseUrl}test/browser/settings.html?scenario=${scenario}`);
+  await page.getByRole('heading', { name: 'Settings', level: 1 }).waitFor();
+  await page.getByRole('region', { name: 'Generation defaults' }).waitFor();
+  return { page, problems };
+}
+
+async function screenshot(page, name) {
+  await page.screenshot({ path: path.join(screenshotDir, name) });
+}
+
+const background = (page) => page.evaluate(() => getComputedStyle(document.documentElement).backgroundColor);
+const calls = (page, cmd) => page.evaluate((name) => window.__ondoIpcCalls.filter((call) => call.cmd === name), cmd);
+const isFocused = (locator) => locator.evaluate((element) => element === document.activeElement);
+
+/** Presses Tab until `locator` has focus, as a keyboard user would. */
+async function tabTo(page, locator, most = 40) {
+  for (let presses = 0; !(await isFocused(locator)); presses += 1) {
+    assert.ok(presses < most, `${locator} is reachable with Tab`);
+    await page.keyboard.press('Tab');
+  }
+}
+
+test('shows the saved settings with what each knob costs', async () => {
+  const { page, problems } = await openSettings();
+  assert.equal(await page.getByRole('textbox', { name: 'Max tokens' }).inputValue(), '256');
+  assert.equal(await page.getByRole('textbox', { name: 'Prefill step size' }).inputValue(), '512');
+  assert.equal(await page.getByRole('combobox', { name: 'Keep a model loaded' }).inputValue(), '5');
+  assert.equal((await page.getByTestId('models-folder').innerText()).trim(), '/Users/me/Models');
+  await page.getByText("67% of this Mac's 24.0 GiB of memory").waitFor();
+  await page.getByText('smaller steps lower peak memory on long prompts, larger steps prefill faster').waitFor();
+  assert.ok(await page.getByRole('button', { name: 'Save' }).isDisabled(), 'nothing to save yet');
+  assert.equal(await background(page), lightBackground);
+  // The page stays put; the form scrolls inside it, the Save bar stays in view.
+  assert.ok(await page.getByRole('button', { name: 'Save' }).isVisible());
+  await screenshot(page, 'settings.png');
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
+test('keyboard only: edit, pick a loop shape and save with Ctrl+S', async () => {
+  const { page, problems } = await openSettings();
+  const maxTokens = page.getByRole('textbox', { name: 'Max tokens' });
+  await tabTo(page, maxTokens);
+  const ring = await maxTokens.evaluate((input) => getComputedStyle(input).outlineStyle);
+  assert.notEqual(ring, 'none', 'a focused field shows a focus ring');
+  await page.keyboard.press('Control+A');
+  await page.keyboard.type('1024');
+  await page.keyboard.press('Tab');
+  assert.ok(await isFocused(page.getByRole('textbox', { name: 'Temperature' })));
+  await page.keyboard.press('Control+A');
+  await page.keyboard.type('0.2');
+
+  // Into the radio group (the checked radio takes focus), then the arrow picks Sync.
+  await tabTo(page, page.getByRole('radio', { name: 'Pipelined' }));
+  await page.keyboard.press('ArrowRight');
+  assert.ok(await page.getByRole('radio', { name: 'Sync' }).isChecked());
+
+  const seed = page.getByRole('textbox', { name: 'Seed' });
+  await seed.focus();
+  await page.keyboard.press('Control+A');
+  await page.keyboard.press('Backspace');
+  await page.keyboard.press('Control+S');
+  await page.getByTestId('settings-status').getByText('Saved').waitFor();
+
+  const saves = await calls(page, 'set_settings');
+  assert.equal(saves.length, 1);
+  const saved = saves[0].payload.settings;
+  assert.equal(saved.generation.max_tokens, 1024);
+  assert.equal(saved.generation.temperature, 0.2);
+  assert.equal(saved.generation.loop, 'sync');
+  assert.equal(saved.generation.seed, null);
+  // Untouched fields go back as they came.
+  assert.equal(saved.memory_budget_bytes, 16 * 2 ** 30);
+  assert.equal(saved.models_folder, '/Users/me/Models');
+  assert.equal(saved.global_shortcut, 'CommandOrControl+Shift+O');
+  assert.ok(await page.getByRole('button', { name: 'Save' }).isDisabled(), 'saved: nothing left to save');
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
+test('an invalid value blocks Save with a message next to the field', async () => {
+  const { page, problems } = await openSettings();
+  const step = page.getByRole('textbox', { name: 'Prefill step size' });
+  await step.fill('0');
+  const message = page.getByText('Enter a whole number from 1 to 65,536.');
+  await message.waitFor();
+  assert.equal(await step.getAttribute('aria-invalid'), 'true');
+  const describedBy = await step.getAttribute('aria-describedby');
+  assert.ok(describedBy.includes(await message.getAttribute('id')), 'the message is announced with the field');
+  assert.ok(await page.getByRole('button', { name: 'Save' }).isDisabled());
+  await page.getByText('Fix the field marked above to save.').waitFor();
+
+  // Ctrl+S saves nothing and brings the user to the field.
+  await page.getByRole('textbox', { name: 'Max tokens' }).focus();
+  await page.keyboard.press('Control+S');
+  await page.waitForFunction(() => document.activeElement?.id === 'setting-prefill_step_size');
+  assert.equal((await calls(page, 'set_settings')).length, 0);
+  await step.scrollIntoViewIfNeeded();
+  await screenshot(page, 'settings-invalid.png');
+
+  await page.keyboard.press('Control+A');
+  await page.keyboard.type('4096');
+  await message.waitFor({ state: 'detached' });
+  assert.ok(await page.getByRole('button', { name: 'Save' }).isEnabled());
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
+test('the theme applies at once, against the system setting both ways', async () => {
+  const { page, problems } = await openSettings({ colorScheme: 'light' });
+  assert.equal(await background(page), lightBackground);
+  const dark = page.getByRole('radio', { name: 'Dark' });
+  await dark.scrollIntoViewIfNeeded();
+  await dark.check();
+  assert.equal(await page.evaluate(() => document.documentElement.dataset.theme), 'dark');
+  assert.equal(await background(page), darkBackground);
+  await page.getByRole('textbox', { name: 'Max tokens' }).scrollIntoViewIfNeeded();
+  await page.evaluate(() => document.querySelector('.scroll')?.scrollTo(0, 0));
+  await screenshot(page, 'settings-dark.png');
+
+  await page.emulateMedia({ colorScheme: 'dark' });
+  await page.getByRole('radio', { name: 'Light' }).check();
+  assert.equal(await background(page), lightBackground, 'a forced light theme beats a dark system');
+  await page.getByRole('radio', { name: 'System' }).check();
+  assert.equal(await page.evaluate(() => document.documentElement.hasAttribute('data-theme')), false);
+  assert.equal(await background(page), darkBackground, 'system follows the OS again');
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
+test('choose a models folder with the system dialog, then save it', async () => {
+  const { page, problems } = await openSettings();
+  await page.getByRole('button', { name: 'Choose…' }).click();
+  await page.getByTestId('models-folder').getByText('/Volumes/External/ondo-models').waitFor();
+  assert.equal((await calls(page, 'choose_folder')).length, 1);
+  await page.getByRole('button', { name: 'Save' }).click();
+  await page.getByTestId('settings-status').getByText('Saved').waitFor();
+  const [save] = await calls(page, 'set_settings');
+  assert.equal(save.payload.settings.models_folder, '/Volumes/External/ondo-models');
+
+  await page.getByRole('button', { name: 'Use the Hugging Face cache' }).click();
+  await page.getByTestId('models-folder').getByText('Hugging Face cache (shared with mlx-lm)').waitFor();
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
+test('Record… captures the next key combination as an accelerator', async () => {
+  const { page, problems } = await openSettings();
+  const record = page.getByRole('button', { name: 'Record…' });
+  await record.focus();
+  await page.keyboard.press('Enter');
+  await page.getByRole('button', { name: 'Press keys…' }).waitFor();
+  await page.keyboard.press('Control+Alt+K');
+  const shortcut = page.getByRole('textbox', { name: 'Global shortcut' });
+  assert.equal(await shortcut.inputValue(), 'CommandOrControl+Alt+K');
+  assert.equal((await calls(page, 'set_settings')).length, 0, 'recording Ctrl+… does not save');
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
+test('a failed save says what happened and keeps the edits', async () => {
+  const { page, problems } = await openSettings({ scenario: 'save-fails' });
+  await page.getByRole('textbox', { name: 'Max tokens' }).fill('100');
+  await page.getByRole('button', { name: 'Save' }).click();
+  const alert = page.getByRole('alert');
+  await alert.waitFor();
+  assert.match(await alert.innerText(), /That request was not accepted/);
+  assert.match(await alert.innerText(), /is taken by another app; choose another/);
+  assert.equal(await page.getByRole('textbox', { name: 'Max tokens' }).inputValue(), '100');
+  assert.deepEqual(problems, []);
+  await page.close();
+});

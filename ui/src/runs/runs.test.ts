@@ -1,0 +1,262 @@
+import { describe, expect, it } from 'vitest';
+import { allRuns, BENCH_ID, benchResult, makeRun, makeTimeline, OLDER_BENCH_ID } from '../../test/fixtures-runs';
+import type { BenchResult } from '../lib/backend';
+import {
+  applyFilter,
+  benchCaseRows,
+  coldWarmColumns,
+  coldWarmSummary,
+  DEFAULT_BENCH_FORM,
+  DEFAULT_SORT,
+  filterOptions,
+  hasClientOnlyFilter,
+  latestBenchId,
+  median,
+  moveSelection,
+  nextSort,
+  NO_FILTER,
+  parseNumberList,
+  plannedRuns,
+  pressureSegments,
+  runCells,
+  shortModelName,
+  sortRuns,
+  speedColumns,
+  speedSummary,
+  timelineColumns,
+  timelineSummary,
+  toRunFilter,
+  validateBenchForm,
+} from './runs';
+
+describe('filters', () => {
+  it('finds the newest benchmark', () => {
+    expect(latestBenchId(allRuns)).toBe(BENCH_ID);
+    expect(latestBenchId(allRuns.filter((run) => run.kind === 'chat'))).toBeNull();
+  });
+
+  it('sends the backend its part, with "latest" resolved to a bench id', () => {
+    const state = { ...NO_FILTER, model: 'tiny', kind: 'bench', bench: 'latest', loop: 'sync', includeWarmup: true };
+    expect(toRunFilter(state, BENCH_ID)).toEqual({
+      last: 500,
+      model_id: 'tiny',
+      kind: 'bench',
+      bench_id: BENCH_ID,
+      include_warmup: true,
+    });
+    expect(toRunFilter(NO_FILTER, BENCH_ID)).toEqual({
+      last: 500,
+      model_id: null,
+      kind: null,
+      bench_id: null,
+      include_warmup: false,
+    });
+    expect(hasClientOnlyFilter(state)).toBe(true);
+    expect(hasClientOnlyFilter({ ...state, loop: '' })).toBe(false);
+  });
+
+  it('leaves warm-ups out unless asked', () => {
+    const warmups = allRuns.filter((run) => run.warmup === true).length;
+    expect(warmups).toBe(8);
+    expect(applyFilter(allRuns, NO_FILTER, BENCH_ID)).toHaveLength(allRuns.length - warmups);
+    expect(applyFilter(allRuns, { ...NO_FILTER, includeWarmup: true }, BENCH_ID)).toHaveLength(allRuns.length);
+  });
+
+  it('narrows by bench, loop and setting; "latest" with no benchmark keeps nothing', () => {
+    const latest = applyFilter(allRuns, { ...NO_FILTER, bench: 'latest' }, BENCH_ID);
+    expect(latest).toHaveLength(13);
+    expect(latest.every((run) => run.bench_id === BENCH_ID)).toBe(true);
+    const sync = applyFilter(allRuns, { ...NO_FILTER, bench: OLDER_BENCH_ID, loop: 'sync' }, BENCH_ID);
+    expect(sync.map((run) => run.loop)).toEqual(Array(6).fill('sync'));
+    const step512 = applyFilter(allRuns, { ...NO_FILTER, setting: 'prefill_step_size=512' }, BENCH_ID);
+    expect(step512.every((run) => run.prefill_step_size === 512)).toBe(true);
+    expect(step512).toHaveLength(4 + 13);
+    const bounded = applyFilter(allRuns, { ...NO_FILTER, setting: 'max_kv_size=4096' }, BENCH_ID);
+    expect(bounded.map((run) => run.run_id)).toEqual(['r-1760000180000-a4']);
+    const unbounded = applyFilter(allRuns, { ...NO_FILTER, setting: 'max_kv_size=none' }, BENCH_ID);
+    expect(unbounded).toHaveLength(allRuns.length - 8 - 1);
+    expect(applyFilter(allRuns, { ...NO_FILTER, bench: 'latest' }, null)).toEqual([]);
+  });
+
+  it('offers only the values present, newest benchmark first', () => {
+    const options = filterOptions(allRuns);
+    expect(options.models.map((option) => option.label)).toEqual(['Qwen3-0.6B-4bit', 'tiny (speed test)']);
+    expect(options.kinds.map((option) => option.value)).toEqual(['chat', 'run', 'bench', 'bench_cold']);
+    expect(options.benches.map((option) => option.value)).toEqual([BENCH_ID, OLDER_BENCH_ID]);
+    expect(options.loops.map((option) => option.value)).toEqual(['pipelined', 'sync']);
+    expect(options.settings.map((option) => option.value)).toEqual([
+      'prefill_step_size=512',
+      'prefill_step_size=2048',
+      'max_kv_size=4096',
+      'max_kv_size=none',
+    ]);
+  });
+});
+
+describe('table', () => {
+  const runs = applyFilter(allRuns, NO_FILTER, BENCH_ID);
+
+  it('sorts newest first by default', () => {
+    const sorted = sortRuns(runs, DEFAULT_SORT);
+    expect(sorted[0]?.created_at).toBe(runs.at(-1)?.created_at);
+    expect(sorted.at(-1)?.created_at).toBe('2025-10-09T09:00:00Z');
+  });
+
+  it('sorts by a number either way, and by text', () => {
+    const fastest = sortRuns(runs, { key: 'decode_tps', direction: 'descending' });
+    const rates = fastest.map((run) => run.decode_tps);
+    expect(rates).toEqual([...rates].sort((a, b) => b - a));
+    expect(sortRuns(runs, { key: 'decode_tps', direction: 'ascending' })[0]?.model_id).toBe(
+      'mlx-community/Qwen3-0.6B-4bit',
+    );
+    const byModel = sortRuns(runs, { key: 'model_id', direction: 'ascending' });
+    expect(byModel[0]?.model_id).toBe('mlx-community/Qwen3-0.6B-4bit');
+    // Unbounded KV sorts as the largest; pressure by severity.
+    expect(sortRuns(runs, { key: 'max_kv_size', direction: 'ascending' })[0]?.max_kv_size).toBe(4096);
+    expect(sortRuns(runs, { key: 'pressure_max', direction: 'descending' })[0]?.pressure_max).toBe('warning');
+    // Warm runs (no load) sort below every cold one.
+    expect(sortRuns(runs, { key: 'load_ms', direction: 'descending' })[0]?.load_ms).toBe(1840);
+  });
+
+  it('flips the same column; a new number column starts largest first', () => {
+    expect(nextSort(DEFAULT_SORT, 'created_at')).toEqual({ key: 'created_at', direction: 'ascending' });
+    expect(nextSort(DEFAULT_SORT, 'decode_tps')).toEqual({ key: 'decode_tps', direction: 'descending' });
+    expect(nextSort(DEFAULT_SORT, 'model_id')).toEqual({ key: 'model_id', direction: 'ascending' });
+  });
+
+  it('formats a row: cold with load time, cached tokens, unbounded KV', () => {
+    const warmChat = allRuns.find((run) => run.run_id === 'r-1760000120000-a3');
+    const cells = runCells(warmChat!);
+    expect(cells.model).toBe('Qwen3-0.6B-4bit');
+    expect(cells.start).toBe('warm');
+    expect(cells.prompt).toBe('171 (152 cached)');
+    expect(cells.decode).toBe('40.9 tok/s');
+    expect(cells.peak).toBe('530 MiB');
+    expect(cells.maxKv).toBe('unbounded');
+    const cold = runCells(allRuns[0]!);
+    expect(cold.start).toBe('cold 38.2 ms');
+    expect(cold.kind).toBe('test run');
+    expect(shortModelName('/Users/me/models/My-Model/')).toBe('My-Model');
+  });
+
+  it('moves the selection with arrow keys, Home and End, within bounds', () => {
+    expect(moveSelection(0, 5, 'ArrowDown')).toBe(1);
+    expect(moveSelection(4, 5, 'ArrowDown')).toBe(4);
+    expect(moveSelection(0, 5, 'ArrowUp')).toBe(0);
+    expect(moveSelection(2, 5, 'End')).toBe(4);
+    expect(moveSelection(2, 5, 'Home')).toBe(0);
+    expect(moveSelection(2, 5, 'x')).toBeNull();
+    expect(moveSelection(0, 0, 'ArrowDown')).toBeNull();
+  });
+});
+
+describe('benchmark form', () => {
+  it('turns the defaults into the request the backend expects', () => {
+    const result = validateBenchForm(DEFAULT_BENCH_FORM);
+    expect(result).toEqual({
+      ok: true,
+      request: {
+        model: 'tiny',
+        prompt_tokens: [128, 512],
+        generate_tokens: 64,
+        repetitions: 3,
+        warmup: 1,
+        loops: ['sync', 'pipelined'],
+        prefill_step_size: 2048,
+        max_kv_size: null,
+        vary: null,
+        cold_repetitions: 1,
+      },
+    });
+    if (result.ok) expect(plannedRuns(result.request)).toBe(2 * 2 * 4 + 1);
+  });
+
+  it('says what is wrong with each field', () => {
+    const result = validateBenchForm({
+      ...DEFAULT_BENCH_FORM,
+      promptLengths: '128, abc',
+      generateTokens: '0',
+      repetitions: '',
+      sync: false,
+      pipelined: false,
+      maxKvSize: '-1',
+      vary: 'max_kv_size',
+      varyValues: ' ',
+    });
+    expect(result.ok).toBe(false);
+    if (result.ok) return;
+    expect(result.errors.promptLengths).toMatch(/“abc” is not a valid prompt length/);
+    expect(result.errors.generateTokens).toBe('Tokens to generate must be from 2 to 8,192.');
+    expect(result.errors.repetitions).toBe('Enter repetitions.');
+    expect(result.errors.loops).toBe('Choose at least one loop shape.');
+    expect(result.errors.maxKvSize).toBe('Max KV size must be a whole number.');
+    expect(result.errors.varyValues).toMatch(/at least one max KV size/);
+    expect(result.errors.warmup).toBeUndefined();
+  });
+
+  it('varies one setting over a list of values', () => {
+    const result = validateBenchForm({ ...DEFAULT_BENCH_FORM, vary: 'prefill_step_size', varyValues: '256 512, 512' });
+    expect(result.ok && result.request.vary).toEqual({ setting: 'prefill_step_size', values: [256, 512] });
+    expect(parseNumberList('1,,2', 'n', 1, 5)).toEqual([1, 2]);
+    expect(parseNumberList('9', 'n', 1, 5)).toMatch(/from 1 to 5/);
+  });
+});
+
+describe('benchmark summary', () => {
+  it('gives each case its median and range, and the pipelined/sync ratio on the pipelined row', () => {
+    const rows = benchCaseRows(benchResult);
+    expect(rows.map((row) => `${row.test} ${row.loop}`)).toEqual([
+      'pp128+tg64 sync',
+      'pp128+tg64 pipelined',
+      'pp512+tg64 sync',
+      'pp512+tg64 pipelined',
+    ]);
+    expect(rows[0]?.pipelinedOverSync).toBeNull();
+    const sync = benchResult.cases[0]!.decode_tps.median;
+    const pipelined = benchResult.cases[1]!.decode_tps.median;
+    expect(rows[1]?.pipelinedOverSync).toBe(`${(pipelined / sync).toFixed(2)}×`);
+    expect(pipelined / sync).toBeGreaterThan(1.1);
+    expect(rows[1]?.decodeRange).toMatch(/^\d+ tok\/s – \d+ tok\/s$/);
+    expect(rows[0]?.settings).toBe('step 2,048 · KV unbounded');
+  });
+
+  it('shows no ratio when only one loop ran', () => {
+    const onlyPipelined: BenchResult = { ...benchResult, cases: benchResult.cases.filter((c) => c.case.loop === 'pipelined') };
+    expect(benchCaseRows(onlyPipelined).every((row) => row.pipelinedOverSync === null)).toBe(true);
+  });
+});
+
+describe('charts', () => {
+  const runs = [
+    makeRun({ run_id: 'b', created_at: '2025-10-09T10:00:02Z', prefill_tps: 4000, decode_tps: 400, load_kind: 'warm' }),
+    makeRun({ run_id: 'a', created_at: '2025-10-09T10:00:01Z', prefill_tps: 3000, decode_tps: 0, load_kind: 'cold', load_ms: 40 }),
+  ];
+
+  it('plots runs oldest first, leaving rates that were not measured out', () => {
+    expect(speedColumns(runs)).toEqual([[1, 2], [3000, 4000], [null, 400]]);
+    const [x, load, ttft] = coldWarmColumns(runs);
+    expect(x).toEqual([1, 2]);
+    expect(load).toEqual([40, null]);
+    expect(ttft?.every((value) => value !== null && value > 0)).toBe(true);
+  });
+
+  it('describes the charts in words', () => {
+    expect(speedSummary(runs)).toBe('2 runs: median prefill 3,500 tok/s, median decode 400 tok/s. Prefill processes tokens 8.8× faster than decode.');
+    expect(coldWarmSummary(runs)).toMatch(/^1 cold start, median load 40\.0 ms; 1 warm\. Median time to first token/);
+    expect(speedSummary([])).toBe('No runs to chart.');
+    expect(median([3, 1, 2, 10])).toBe(2.5);
+  });
+
+  it('merges pressure levels into bands and says when pressure rose', () => {
+    const samples = makeTimeline({ ttft_ms: 10, decode_ms: 220, mlx_peak_bytes: 20 * 2 ** 20 }, true);
+    const bands = pressureSegments(samples);
+    expect(bands.map((band) => band.level)).toEqual(['normal', 'warning', 'normal']);
+    expect(bands[0]?.from_ms).toBe(0);
+    expect(bands[1]?.from_ms).toBe(bands[0]?.to_ms);
+    expect(bands[2]?.to_ms).toBe(samples.at(-1)?.t_ms);
+    expect(timelineColumns(samples)).toHaveLength(6);
+    expect(timelineSummary(samples)).toMatch(/^24 samples over 230 ms: used memory peaked at .* GiB, Ondo's footprint at .* MiB; pressure reached warning at/);
+    expect(timelineSummary(makeTimeline({ ttft_ms: 1, decode_ms: 9, mlx_peak_bytes: 0 }))).toMatch(/pressure normal throughout\.$/);
+    expect(timelineSummary([])).toBe('No memory samples were recorded for this run.');
+  });
+});

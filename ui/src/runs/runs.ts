@@ -1,0 +1,639 @@
+//! The Runs view's decisions, without a window: which runs a filter keeps (and
+//! which part of it the backend can do), how the table sorts, what the
+//! filters offer, the benchmark form's validation, the per-case summary, and
+//! the numbers and sentences behind the charts.
+import type { BenchCaseSummary, BenchRequest, BenchResult, MemorySample, RunFilter, RunRecord } from '../lib/backend';
+import { formatBytes, formatCount, formatMs, formatTps, modelName } from '../lib/format';
+
+/** How many of the newest runs the view lists (and exports). */
+export const RUNS_SHOWN = 500;
+
+// ---------------------------------------------------------------- filters
+
+/** The filter controls as the user set them; '' means "any". */
+export interface RunsFilterState {
+  model: string;
+  kind: string;
+  /** '', 'latest' (the newest benchmark), or a bench id. */
+  bench: string;
+  loop: string;
+  /** '', `prefill_step_size=N`, `max_kv_size=N` or `max_kv_size=none`. */
+  setting: string;
+  includeWarmup: boolean;
+}
+
+export const NO_FILTER: RunsFilterState = {
+  model: '',
+  kind: '',
+  bench: '',
+  loop: '',
+  setting: '',
+  includeWarmup: false,
+};
+
+export const KIND_ORDER = ['chat', 'run', 'bench', 'bench_cold'] as const;
+
+/** A record's bench id; null for chat and test runs. */
+export function benchIdOf(run: RunRecord): string | null {
+  return typeof run.bench_id === 'string' && run.bench_id !== '' ? run.bench_id : null;
+}
+
+function isWarmup(run: RunRecord): boolean {
+  return run.warmup === true;
+}
+
+/** The bench id of the newest benchmark run among `runs`; null when none. */
+export function latestBenchId(runs: readonly RunRecord[]): string | null {
+  let latest: RunRecord | null = null;
+  for (const run of runs) {
+    if (benchIdOf(run) !== null && (latest === null || run.created_at > latest.created_at)) latest = run;
+  }
+  return latest === null ? null : benchIdOf(latest);
+}
+
+/** The bench id the filter means, with 'latest' resolved; null: any. */
+export function resolvedBenchId(state: RunsFilterState, latest: string | null): string | null {
+  if (state.bench === '') return null;
+  if (state.bench === 'latest') return latest;
+  return state.bench;
+}
+
+/** The part of the filter the backend applies (`list_runs`, `export_runs`). */
+export function toRunFilter(state: RunsFilterState, latest: string | null, last = RUNS_SHOWN): RunFilter {
+  return {
+    last,
+    model_id: state.model === '' ? null : state.model,
+    kind: state.kind === '' ? null : state.kind,
+    bench_id: resolvedBenchId(state, latest),
+    include_warmup: state.includeWarmup,
+  };
+}
+
+/** Whether the filter has parts the backend cannot apply (so an export
+ * covers more runs than the table shows). */
+export function hasClientOnlyFilter(state: RunsFilterState): boolean {
+  return state.loop !== '' || state.setting !== '';
+}
+
+/** A setting filter's value: which setting and which value (null: unbounded). */
+export function parseSettingFilter(
+  setting: string,
+): { name: 'prefill_step_size' | 'max_kv_size'; value: number | null } | null {
+  const [name, raw] = setting.split('=');
+  if (name !== 'prefill_step_size' && name !== 'max_kv_size') return null;
+  if (raw === 'none') return name === 'max_kv_size' ? { name, value: null } : null;
+  const value = Number(raw);
+  return Number.isInteger(value) ? { name, value } : null;
+}
+
+/** The whole filter, applied to runs in memory. The backend applies its part
+ * too; doing it again here is harmless and keeps one definition. */
+export function applyFilter(
+  runs: readonly RunRecord[],
+  state: RunsFilterState,
+  latest: string | null,
+): RunRecord[] {
+  const bench = resolvedBenchId(state, latest);
+  const setting = parseSettingFilter(state.setting);
+  return runs.filter(
+    (run) =>
+      (state.model === '' || run.model_id === state.model) &&
+      (state.kind === '' || run.kind === state.kind) &&
+      // 'latest' with no benchmark recorded yet keeps nothing.
+      (state.bench === '' || (bench !== null && benchIdOf(run) === bench)) &&
+      (state.includeWarmup || !isWarmup(run)) &&
+      (state.loop === '' || run.loop === state.loop) &&
+      (setting === null || run[setting.name] === setting.value),
+  );
+}
+
+export interface FilterOption {
+  value: string;
+  label: string;
+}
+
+/** What each filter offers: only values present among `runs`. */
+export interface FilterOptions {
+  models: FilterOption[];
+  kinds: FilterOption[];
+  /** Newest benchmark first. */
+  benches: FilterOption[];
+  loops: FilterOption[];
+  settings: FilterOption[];
+}
+
+const unique = <T>(values: Iterable<T>): T[] => [...new Set(values)];
+
+export function filterOptions(runs: readonly RunRecord[]): FilterOptions {
+  const models = unique(runs.map((run) => run.model_id)).sort();
+  const known: readonly string[] = KIND_ORDER;
+  const kinds = [
+    ...known.filter((kind) => runs.some((run) => run.kind === kind)),
+    ...unique(runs.map((run) => run.kind))
+      .filter((kind) => !known.includes(kind))
+      .sort(),
+  ];
+  const newestOfBench = new Map<string, string>();
+  for (const run of runs) {
+    const id = benchIdOf(run);
+    if (id !== null && run.created_at > (newestOfBench.get(id) ?? '')) newestOfBench.set(id, run.created_at);
+  }
+  const benches = [...newestOfBench.entries()].sort((a, b) => b[1].localeCompare(a[1])).map(([id]) => id);
+  const loops = unique(runs.map((run) => run.loop)).sort();
+  const steps = unique(runs.map((run) => run.prefill_step_size)).sort((a, b) => a - b);
+  const kvs = unique(runs.map((run) => run.max_kv_size)).sort((a, b) => (a ?? Infinity) - (b ?? Infinity));
+  return {
+    models: models.map((id) => ({ value: id, label: shortModelName(id) })),
+    kinds: kinds.map((kind) => ({ value: kind, label: kindLabel(kind) })),
+    benches: benches.map((id) => ({ value: id, label: id })),
+    loops: loops.map((loop) => ({ value: loop, label: loop })),
+    settings: [
+      ...steps.map((step) => ({ value: `prefill_step_size=${step}`, label: `prefill step ${formatCount(step)}` })),
+      ...kvs.map((kv) => ({
+        value: `max_kv_size=${kv ?? 'none'}`,
+        label: kv === null ? 'max KV unbounded' : `max KV ${formatCount(kv)}`,
+      })),
+    ],
+  };
+}
+
+// ---------------------------------------------------------------- table
+
+export type SortKey =
+  | 'created_at'
+  | 'model_id'
+  | 'kind'
+  | 'load_ms'
+  | 'prompt_tokens'
+  | 'ttft_ms'
+  | 'prefill_tps'
+  | 'generated_tokens'
+  | 'decode_tps'
+  | 'mlx_peak_bytes'
+  | 'loop'
+  | 'prefill_step_size'
+  | 'max_kv_size'
+  | 'pressure_max';
+
+export type SortDirection = 'ascending' | 'descending';
+
+export interface SortState {
+  key: SortKey;
+  direction: SortDirection;
+}
+
+/** Newest first. */
+export const DEFAULT_SORT: SortState = { key: 'created_at', direction: 'descending' };
+
+export interface Column {
+  key: SortKey;
+  label: string;
+  /** What the column measures, for the header's tooltip and screen readers. */
+  description: string;
+  numeric: boolean;
+}
+
+export const COLUMNS: readonly Column[] = [
+  { key: 'created_at', label: 'When', description: 'when the request was made', numeric: false },
+  { key: 'model_id', label: 'Model', description: 'model', numeric: false },
+  { key: 'kind', label: 'Kind', description: 'chat, test run, benchmark or fresh-process cold start', numeric: false },
+  { key: 'load_ms', label: 'Start', description: 'cold (with load time) or warm', numeric: true },
+  { key: 'prompt_tokens', label: 'Prompt', description: 'prompt tokens (cached tokens)', numeric: true },
+  { key: 'ttft_ms', label: 'TTFT', description: 'time to first token, after load', numeric: true },
+  { key: 'prefill_tps', label: 'Prefill', description: 'prefill tokens per second', numeric: true },
+  { key: 'generated_tokens', label: 'Gen', description: 'generated tokens', numeric: true },
+  { key: 'decode_tps', label: 'Decode', description: 'decode tokens per second', numeric: true },
+  { key: 'mlx_peak_bytes', label: 'Peak', description: "MLX's peak memory", numeric: true },
+  { key: 'loop', label: 'Loop', description: 'decode loop shape', numeric: false },
+  { key: 'prefill_step_size', label: 'Step', description: 'prefill step size', numeric: true },
+  { key: 'max_kv_size', label: 'Max KV', description: 'rotating KV cache size', numeric: true },
+  { key: 'pressure_max', label: 'Pressure', description: 'highest memory pressure during the run', numeric: false },
+];
+
+const PRESSURE_RANK: Record<string, number> = { unknown: 0, normal: 1, warning: 2, critical: 3 };
+
+function sortValue(run: RunRecord, key: SortKey): number | string {
+  switch (key) {
+    case 'created_at':
+    case 'model_id':
+    case 'kind':
+    case 'loop':
+      return run[key];
+    case 'pressure_max':
+      return PRESSURE_RANK[run.pressure_max] ?? 0;
+    case 'max_kv_size':
+      // Unbounded is the largest cache.
+      return run.max_kv_size ?? Infinity;
+    case 'load_ms':
+      return run.load_kind === 'warm' ? 0 : run.load_ms;
+    default: {
+      const value = run[key];
+      return Number.isFinite(value) ? value : -Infinity;
+    }
+  }
+}
+
+/** Runs sorted by one column; ties newest first. */
+export function sortRuns(runs: readonly RunRecord[], sort: SortState): RunRecord[] {
+  const sign = sort.direction === 'ascending' ? 1 : -1;
+  return [...runs].sort((a, b) => {
+    const x = sortValue(a, sort.key);
+    const y = sortValue(b, sort.key);
+    const order =
+      typeof x === 'number' && typeof y === 'number'
+        ? x === y
+          ? 0
+          : x < y
+            ? -1
+            : 1
+        : String(x).localeCompare(String(y));
+    return order !== 0 ? sign * order : b.created_at.localeCompare(a.created_at);
+  });
+}
+
+/** Clicking a header: the same column flips; a new one starts with its most
+ * useful end (numbers largest first, text A to Z). */
+export function nextSort(current: SortState, key: SortKey): SortState {
+  if (current.key === key) {
+    return { key, direction: current.direction === 'ascending' ? 'descending' : 'ascending' };
+  }
+  const numeric = key === 'created_at' || (COLUMNS.find((column) => column.key === key)?.numeric ?? false);
+  return { key, direction: numeric ? 'descending' : 'ascending' };
+}
+
+/** `org/name` and folders to the last part; the tiny model says what it is. */
+export function shortModelName(modelId: string): string {
+  if (modelId === 'tiny') return 'tiny (speed test)';
+  return modelName(modelId.replace(/\/+$/, ''));
+}
+
+export function kindLabel(kind: string): string {
+  switch (kind) {
+    case 'bench_cold':
+      return 'bench (cold process)';
+    case 'run':
+      return 'test run';
+    default:
+      return kind;
+  }
+}
+
+const whenFormat = new Intl.DateTimeFormat('en-GB', {
+  day: 'numeric',
+  month: 'short',
+  hour: '2-digit',
+  minute: '2-digit',
+  second: '2-digit',
+});
+
+/** "9 Oct, 10:00:05" in local time; the ISO text when it does not parse. */
+export function formatWhen(createdAt: string): string {
+  const date = new Date(createdAt);
+  return Number.isNaN(date.getTime()) ? createdAt : whenFormat.format(date);
+}
+
+/** One table row's cells, formatted. */
+export interface RunCells {
+  when: string;
+  model: string;
+  kind: string;
+  start: string;
+  prompt: string;
+  ttft: string;
+  prefill: string;
+  generated: string;
+  decode: string;
+  peak: string;
+  loop: string;
+  step: string;
+  maxKv: string;
+  pressure: string;
+}
+
+export function runCells(run: RunRecord): RunCells {
+  return {
+    when: formatWhen(run.created_at),
+    model: shortModelName(run.model_id),
+    kind: kindLabel(run.kind),
+    start: run.load_kind === 'cold' ? `cold ${formatMs(run.load_ms)}` : 'warm',
+    prompt:
+      run.cached_tokens > 0
+        ? `${formatCount(run.prompt_tokens)} (${formatCount(run.cached_tokens)} cached)`
+        : formatCount(run.prompt_tokens),
+    ttft: formatMs(run.ttft_ms),
+    prefill: formatTps(run.prefill_tps),
+    generated: formatCount(run.generated_tokens),
+    decode: formatTps(run.decode_tps),
+    peak: formatBytes(run.mlx_peak_bytes),
+    loop: run.loop,
+    step: formatCount(run.prefill_step_size),
+    maxKv: run.max_kv_size === null ? 'unbounded' : formatCount(run.max_kv_size),
+    pressure: run.pressure_max,
+  };
+}
+
+/** The next row a key moves the selection to; null: the key is not ours. */
+export function moveSelection(index: number, count: number, key: string): number | null {
+  if (count === 0) return null;
+  switch (key) {
+    case 'ArrowDown':
+      return Math.min(index + 1, count - 1);
+    case 'ArrowUp':
+      return Math.max(index - 1, 0);
+    case 'Home':
+      return 0;
+    case 'End':
+      return count - 1;
+    case 'PageDown':
+      return Math.min(index + 10, count - 1);
+    case 'PageUp':
+      return Math.max(index - 10, 0);
+    default:
+      return null;
+  }
+}
+
+// ---------------------------------------------------------------- statistics
+
+export function median(values: readonly number[]): number {
+  const sorted = values.filter(Number.isFinite).sort((a, b) => a - b);
+  if (sorted.length === 0) return Number.NaN;
+  const middle = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? (sorted[middle] as number) : ((sorted[middle - 1] as number) + (sorted[middle] as number)) / 2;
+}
+
+// ---------------------------------------------------------------- benchmark form
+
+/** The Benchmark dialog's fields, as typed. */
+export interface BenchForm {
+  model: string;
+  promptLengths: string;
+  generateTokens: string;
+  repetitions: string;
+  warmup: string;
+  sync: boolean;
+  pipelined: boolean;
+  prefillStepSize: string;
+  maxKvSize: string;
+  vary: 'none' | 'prefill_step_size' | 'max_kv_size';
+  varyValues: string;
+  coldRepetitions: string;
+}
+
+export const DEFAULT_BENCH_FORM: BenchForm = {
+  model: 'tiny',
+  promptLengths: '128, 512',
+  generateTokens: '64',
+  repetitions: '3',
+  warmup: '1',
+  sync: true,
+  pipelined: true,
+  prefillStepSize: '2048',
+  maxKvSize: '',
+  vary: 'none',
+  varyValues: '',
+  coldRepetitions: '1',
+};
+
+export type BenchFormErrors = Partial<Record<keyof BenchForm | 'loops', string>>;
+
+export type BenchValidation = { ok: true; request: BenchRequest } | { ok: false; errors: BenchFormErrors };
+
+/** A whole number in [min, max] from a text field; an error sentence otherwise. */
+function wholeNumber(text: string, what: string, min: number, max: number): number | string {
+  const trimmed = text.trim();
+  if (trimmed === '') return `Enter ${what}.`;
+  const value = Number(trimmed);
+  if (!/^\d+$/.test(trimmed) || !Number.isSafeInteger(value)) return `${capitalise(what)} must be a whole number.`;
+  if (value < min || value > max) return `${capitalise(what)} must be from ${formatCount(min)} to ${formatCount(max)}.`;
+  return value;
+}
+
+function capitalise(text: string): string {
+  return text.charAt(0).toUpperCase() + text.slice(1);
+}
+
+/** "128, 512" to [128, 512]; an error sentence when any item is not a whole
+ * number in range or the list is empty. Duplicates are dropped. */
+export function parseNumberList(text: string, what: string, min: number, max: number): number[] | string {
+  const items = text
+    .split(/[,\s]+/)
+    .map((item) => item.trim())
+    .filter((item) => item !== '');
+  if (items.length === 0) return `Enter at least one ${what}, separated by commas.`;
+  const values: number[] = [];
+  for (const item of items) {
+    const value = wholeNumber(item, what, min, max);
+    if (typeof value === 'string') return `“${item}” is not a valid ${what}: use whole numbers from ${formatCount(min)} to ${formatCount(max)}.`;
+    if (!values.includes(value)) values.push(value);
+  }
+  return values;
+}
+
+/** The dialog's fields to a request, or one sentence per field that is wrong. */
+export function validateBenchForm(form: BenchForm): BenchValidation {
+  const errors: BenchFormErrors = {};
+  const take = <T>(field: keyof BenchFormErrors, value: T | string): T | null => {
+    if (typeof value === 'string') {
+      errors[field] = value;
+      return null;
+    }
+    return value;
+  };
+  const model = form.model.trim();
+  if (model === '') errors.model = 'Choose a model.';
+  const prompts = take('promptLengths', parseNumberList(form.promptLengths, 'prompt length', 1, 131_072));
+  const generate = take('generateTokens', wholeNumber(form.generateTokens, 'tokens to generate', 2, 8192));
+  const repetitions = take('repetitions', wholeNumber(form.repetitions, 'repetitions', 1, 100));
+  const warmup = take('warmup', wholeNumber(form.warmup, 'warm-ups', 0, 20));
+  const step = take('prefillStepSize', wholeNumber(form.prefillStepSize, 'prefill step size', 1, 131_072));
+  const maxKv =
+    form.maxKvSize.trim() === '' ? null : take('maxKvSize', wholeNumber(form.maxKvSize, 'max KV size', 1, 1_048_576));
+  const cold = take('coldRepetitions', wholeNumber(form.coldRepetitions, 'cold starts', 0, 20));
+  const loops: ('sync' | 'pipelined')[] = [];
+  if (form.sync) loops.push('sync');
+  if (form.pipelined) loops.push('pipelined');
+  if (loops.length === 0) errors.loops = 'Choose at least one loop shape.';
+  let vary: BenchRequest['vary'] = null;
+  if (form.vary !== 'none') {
+    const values = take(
+      'varyValues',
+      parseNumberList(form.varyValues, form.vary === 'prefill_step_size' ? 'prefill step size' : 'max KV size', 1, 1_048_576),
+    );
+    if (values !== null) vary = { setting: form.vary, values };
+  }
+  if (Object.keys(errors).length > 0) return { ok: false, errors };
+  return {
+    ok: true,
+    request: {
+      model,
+      prompt_tokens: prompts as number[],
+      generate_tokens: generate as number,
+      repetitions: repetitions as number,
+      warmup: warmup as number,
+      loops,
+      prefill_step_size: step as number,
+      max_kv_size: maxKv,
+      vary,
+      cold_repetitions: cold as number,
+    },
+  };
+}
+
+/** How many runs a request makes (warm-ups and cold starts included). */
+export function plannedRuns(request: BenchRequest): number {
+  const values = request.vary?.values.length ?? 1;
+  const cases = request.prompt_tokens.length * request.loops.length * values;
+  return cases * (request.repetitions + request.warmup) + request.cold_repetitions;
+}
+
+// ---------------------------------------------------------------- benchmark summary
+
+/** One row of the finished benchmark's table. */
+export interface BenchCaseRow {
+  key: string;
+  test: string;
+  loop: 'sync' | 'pipelined';
+  settings: string;
+  decodeMedian: string;
+  decodeRange: string;
+  prefillMedian: string;
+  prefillRange: string;
+  /** Pipelined decode median over sync's, on the pipelined row of a pair. */
+  pipelinedOverSync: string | null;
+}
+
+function caseShape(summary: BenchCaseSummary): string {
+  const c = summary.case;
+  return `${c.test}|${c.prompt_tokens}|${c.prefill_step_size}|${c.max_kv_size ?? 'none'}`;
+}
+
+function range(values: { min: number; max: number }): string {
+  return `${formatTps(values.min)} – ${formatTps(values.max)}`;
+}
+
+export function benchCaseRows(result: BenchResult): BenchCaseRow[] {
+  return result.cases.map((summary, index) => {
+    const c = summary.case;
+    let ratio: string | null = null;
+    if (c.loop === 'pipelined') {
+      const sync = result.cases.find((other) => other.case.loop === 'sync' && caseShape(other) === caseShape(summary));
+      if (sync && sync.decode_tps.median > 0 && summary.decode_tps.median > 0) {
+        ratio = `${(summary.decode_tps.median / sync.decode_tps.median).toFixed(2)}×`;
+      }
+    }
+    return {
+      key: `${caseShape(summary)}|${c.loop}|${index}`,
+      test: c.test,
+      loop: c.loop,
+      settings: `step ${formatCount(c.prefill_step_size)} · KV ${c.max_kv_size === null ? 'unbounded' : formatCount(c.max_kv_size)}`,
+      decodeMedian: formatTps(summary.decode_tps.median),
+      decodeRange: range(summary.decode_tps),
+      prefillMedian: formatTps(summary.prefill_tps.median),
+      prefillRange: range(summary.prefill_tps),
+      pipelinedOverSync: ratio,
+    };
+  });
+}
+
+// ---------------------------------------------------------------- charts
+
+/** uPlot's columns: x first, then one array per series (null: no point). */
+export type ChartColumns = [number[], ...(number | null)[][]];
+
+const positive = (value: number): number | null => (Number.isFinite(value) && value > 0 ? value : null);
+
+/** Runs in the order they happened, for the charts over run index. */
+export function chronological(runs: readonly RunRecord[]): RunRecord[] {
+  return [...runs].sort((a, b) => a.created_at.localeCompare(b.created_at));
+}
+
+/** Prefill and decode tok/s per run (x: 1-based run index, oldest first). */
+export function speedColumns(runs: readonly RunRecord[]): ChartColumns {
+  const ordered = chronological(runs);
+  return [
+    ordered.map((_, index) => index + 1),
+    ordered.map((run) => positive(run.prefill_tps)),
+    ordered.map((run) => positive(run.decode_tps)),
+  ];
+}
+
+/** Load time (cold runs only) and TTFT per run, ms. */
+export function coldWarmColumns(runs: readonly RunRecord[]): ChartColumns {
+  const ordered = chronological(runs);
+  return [
+    ordered.map((_, index) => index + 1),
+    ordered.map((run) => (run.load_kind === 'cold' ? positive(run.load_ms) : null)),
+    ordered.map((run) => positive(run.ttft_ms)),
+  ];
+}
+
+export const TIMELINE_SERIES = [
+  { key: 'used_bytes', label: 'Used' },
+  { key: 'app_bytes', label: 'App' },
+  { key: 'wired_bytes', label: 'Wired' },
+  { key: 'compressed_bytes', label: 'Compressed' },
+  { key: 'footprint_bytes', label: 'Ondo footprint' },
+] as const;
+
+export function timelineColumns(samples: readonly MemorySample[]): ChartColumns {
+  return [samples.map((sample) => sample.t_ms), ...TIMELINE_SERIES.map(({ key }) => samples.map((sample) => sample[key]))];
+}
+
+export interface PressureSegment {
+  from_ms: number;
+  to_ms: number;
+  level: string;
+}
+
+/** Consecutive samples of one pressure level merged into segments; each ends
+ * where the next begins. */
+export function pressureSegments(samples: readonly MemorySample[]): PressureSegment[] {
+  const segments: PressureSegment[] = [];
+  for (const [index, sample] of samples.entries()) {
+    const next = samples[index + 1];
+    const end = next ? next.t_ms : sample.t_ms;
+    const last = segments.at(-1);
+    if (last && last.level === sample.level) last.to_ms = end;
+    else segments.push({ from_ms: sample.t_ms, to_ms: end, level: sample.level });
+  }
+  return segments;
+}
+
+/** The speed chart in words, for screen readers and where canvas is missing. */
+export function speedSummary(runs: readonly RunRecord[]): string {
+  if (runs.length === 0) return 'No runs to chart.';
+  const prefill = median(runs.map((run) => run.prefill_tps).filter((tps) => tps > 0));
+  const decode = median(runs.map((run) => run.decode_tps).filter((tps) => tps > 0));
+  const noun = runs.length === 1 ? 'run' : 'runs';
+  let text = `${runs.length} ${noun}: median prefill ${formatTps(prefill)}, median decode ${formatTps(decode)}.`;
+  if (prefill > 0 && decode > 0) text += ` Prefill processes tokens ${(prefill / decode).toFixed(1)}× faster than decode.`;
+  return text;
+}
+
+export function coldWarmSummary(runs: readonly RunRecord[]): string {
+  if (runs.length === 0) return 'No runs to chart.';
+  const cold = runs.filter((run) => run.load_kind === 'cold');
+  const ttft = median(runs.map((run) => run.ttft_ms));
+  const coldText =
+    cold.length === 0
+      ? 'No cold starts'
+      : `${cold.length} cold ${cold.length === 1 ? 'start' : 'starts'}, median load ${formatMs(median(cold.map((run) => run.load_ms)))}`;
+  return `${coldText}; ${runs.length - cold.length} warm. Median time to first token ${formatMs(ttft)}.`;
+}
+
+export function timelineSummary(samples: readonly MemorySample[]): string {
+  const first = samples[0];
+  const last = samples.at(-1);
+  if (!first || !last) return 'No memory samples were recorded for this run.';
+  const peak = (key: (typeof TIMELINE_SERIES)[number]['key']) => Math.max(...samples.map((sample) => sample[key]));
+  const worst = samples.reduce((a, b) => ((PRESSURE_RANK[b.level] ?? 0) > (PRESSURE_RANK[a.level] ?? 0) ? b : a));
+  const pressure =
+    pressureSegments(samples).length === 1
+      ? `pressure ${first.level} throughout`
+      : `pressure reached ${worst.level} at ${formatMs(worst.t_ms)}`;
+  return (
+    `${samples.length} samples over ${formatMs(last.t_ms - first.t_ms)}: used memory peaked at ` +
+    `${formatBytes(peak('used_bytes'))}, Ondo's footprint at ${formatBytes(peak('footprint_bytes'))}; ${pressure}.`
+  );
+}

@@ -1,0 +1,407 @@
+// The Settings form's state and rules: AppSettings to the strings the inputs
+// edit and back, every range check with the sentence shown next to the
+// field, and the global-shortcut recorder. Pure, so every rule is unit-tested.
+import type { AppSettings } from '../lib/backend';
+
+const GiB = 2 ** 30;
+
+/** What a fresh install uses; "Restore defaults" puts these in the form. */
+export const DEFAULT_SETTINGS: AppSettings = {
+  keep_alive_minutes: 10,
+  memory_budget_bytes: null,
+  generation: {
+    max_tokens: 512,
+    temperature: 0,
+    top_p: 0,
+    top_k: 0,
+    min_p: 0,
+    repetition_penalty: null,
+    seed: null,
+    loop: 'pipelined',
+    prefill_step_size: 2048,
+    max_kv_size: null,
+  },
+  theme: 'system',
+  models_folder: null,
+  launch_at_login: false,
+  global_shortcut: 'CommandOrControl+Shift+O',
+};
+
+/** The keep-alive choice that keeps a model until memory is needed (null). */
+export const UNTIL_MEMORY_IS_NEEDED = 'until-memory-is-needed';
+
+/** Keep-alive choices in minutes, as the select offers them. */
+export const KEEP_ALIVE_MINUTES = [1, 5, 10, 30, 60] as const;
+
+/** The form as the inputs hold it: text for every number, so a half-typed or
+ * wrong value stays on screen with its message instead of turning into NaN. */
+export interface SettingsForm {
+  models_folder: string | null;
+  /** Minutes as text, or UNTIL_MEMORY_IS_NEEDED. */
+  keep_alive: string;
+  /** GiB; empty: no budget. */
+  memory_budget_gib: string;
+  max_tokens: string;
+  temperature: string;
+  top_p: string;
+  top_k: string;
+  min_p: string;
+  /** Empty: off. */
+  repetition_penalty: string;
+  /** Empty: a random seed each run. */
+  seed: string;
+  loop: 'sync' | 'pipelined';
+  prefill_step_size: string;
+  /** Empty: unbounded. */
+  max_kv_size: string;
+  theme: AppSettings['theme'];
+  launch_at_login: boolean;
+  /** Empty: no shortcut. */
+  global_shortcut: string;
+}
+
+export type FormField = keyof SettingsForm;
+
+/** One message per field that is wrong; fields not listed are fine. */
+export type FieldErrors = Partial<Record<FormField, string>>;
+
+/** GiB as the budget input shows them: at most two decimals, no trailing zeros. */
+export function gibText(bytes: number): string {
+  return String(Number((bytes / GiB).toFixed(2)));
+}
+
+export function settingsToForm(settings: AppSettings): SettingsForm {
+  const generation = settings.generation;
+  const optional = (value: number | null) => (value === null ? '' : String(value));
+  return {
+    models_folder: settings.models_folder,
+    keep_alive: settings.keep_alive_minutes === null ? UNTIL_MEMORY_IS_NEEDED : String(settings.keep_alive_minutes),
+    memory_budget_gib: settings.memory_budget_bytes === null ? '' : gibText(settings.memory_budget_bytes),
+    max_tokens: String(generation.max_tokens),
+    temperature: String(generation.temperature),
+    top_p: String(generation.top_p),
+    top_k: String(generation.top_k),
+    min_p: String(generation.min_p),
+    repetition_penalty: optional(generation.repetition_penalty),
+    seed: optional(generation.seed),
+    loop: generation.loop,
+    prefill_step_size: String(generation.prefill_step_size),
+    max_kv_size: optional(generation.max_kv_size),
+    theme: settings.theme,
+    launch_at_login: settings.launch_at_login,
+    global_shortcut: settings.global_shortcut ?? '',
+  };
+}
+
+/** The keep-alive select's options; a saved value that is not one of the
+ * presets (set in the settings file by hand) is offered too, not lost. */
+export function keepAliveOptions(current: string): { value: string; label: string }[] {
+  const minutes = [...KEEP_ALIVE_MINUTES] as number[];
+  const custom = Number(current);
+  if (current !== UNTIL_MEMORY_IS_NEEDED && Number.isInteger(custom) && custom > 0 && !minutes.includes(custom)) {
+    minutes.push(custom);
+    minutes.sort((a, b) => a - b);
+  }
+  return [
+    ...minutes.map((value) => ({ value: String(value), label: value === 1 ? '1 minute' : `${value} minutes` })),
+    { value: UNTIL_MEMORY_IS_NEEDED, label: 'Until memory is needed' },
+  ];
+}
+
+type Read<T> = { value: T } | { error: string };
+
+const WHOLE = /^\d+$/;
+const DECIMAL = /^(\d+\.?\d*|\.\d+)$/;
+
+function readWhole(text: string, min: number, max: number, message: string): Read<number> {
+  const trimmed = text.trim();
+  const value = Number(trimmed);
+  if (!WHOLE.test(trimmed) || !Number.isSafeInteger(value) || value < min || value > max) return { error: message };
+  return { value };
+}
+
+function readDecimal(text: string, min: number, max: number, message: string, minExclusive = false): Read<number> {
+  const trimmed = text.trim();
+  const value = Number(trimmed);
+  if (!DECIMAL.test(trimmed) || !Number.isFinite(value) || value > max) return { error: message };
+  if (minExclusive ? value <= min : value < min) return { error: message };
+  return { value };
+}
+
+/** An empty input means null (off, random, unbounded, none). */
+function orNull(text: string, read: (text: string) => Read<number>): Read<number | null> {
+  return text.trim() === '' ? { value: null } : read(text);
+}
+
+/** The form read back into settings. Fields `base` has and the form does not
+ * edit are kept, and so is `base`'s exact budget while its rounded GiB text is
+ * unchanged. `settings` is only meant to be saved when `errors` is empty. */
+export function readForm(form: SettingsForm, base: AppSettings): { settings: AppSettings; errors: FieldErrors } {
+  const errors: FieldErrors = {};
+  function take<T>(field: FormField, read: Read<T>, fallback: T): T {
+    if ('error' in read) {
+      errors[field] = read.error;
+      return fallback;
+    }
+    return read.value;
+  }
+  const generation = base.generation;
+
+  const keepAlive =
+    form.keep_alive === UNTIL_MEMORY_IS_NEEDED
+      ? null
+      : take('keep_alive', readWhole(form.keep_alive, 1, 100_000, 'Choose how long a model stays loaded.'), base.keep_alive_minutes);
+
+  const baseBudgetText = base.memory_budget_bytes === null ? '' : gibText(base.memory_budget_bytes);
+  const budgetGib = take(
+    'memory_budget_gib',
+    orNull(form.memory_budget_gib, (text) =>
+      // The shell refuses less than 256 MiB: no model fits in it.
+      readDecimal(text, 0.25, 1_000_000, 'Enter at least 0.25 GiB (less holds no model), or leave it empty for no budget.'),
+    ),
+    null,
+  );
+  let budgetBytes = budgetGib === null ? null : Math.round(budgetGib * GiB);
+  if (form.memory_budget_gib.trim() === baseBudgetText) budgetBytes = base.memory_budget_bytes;
+
+  const shortcutError = checkShortcut(form.global_shortcut);
+  if (shortcutError) errors.global_shortcut = shortcutError;
+
+  const settings: AppSettings = {
+    ...base,
+    keep_alive_minutes: keepAlive,
+    memory_budget_bytes: budgetBytes,
+    generation: {
+      ...generation,
+      max_tokens: take(
+        'max_tokens',
+        readWhole(form.max_tokens, 1, 32_768, 'Enter a whole number from 1 to 32,768.'),
+        generation.max_tokens,
+      ),
+      temperature: take(
+        'temperature',
+        readDecimal(form.temperature, 0, 5, 'Enter a number from 0 to 5.'),
+        generation.temperature,
+      ),
+      top_p: take('top_p', readDecimal(form.top_p, 0, 1, 'Enter a number from 0 to 1.'), generation.top_p),
+      top_k: take(
+        'top_k',
+        readWhole(form.top_k, 0, Number.MAX_SAFE_INTEGER, 'Enter a whole number, 0 or more.'),
+        generation.top_k,
+      ),
+      min_p: take('min_p', readDecimal(form.min_p, 0, 1, 'Enter a number from 0 to 1.'), generation.min_p),
+      repetition_penalty: take(
+        'repetition_penalty',
+        orNull(form.repetition_penalty, (text) =>
+          readDecimal(text, 0, 10, 'Enter a number above 0 and up to 10, or leave it empty for off.', true),
+        ),
+        generation.repetition_penalty,
+      ),
+      seed: take(
+        'seed',
+        orNull(form.seed, (text) =>
+          readWhole(text, 0, Number.MAX_SAFE_INTEGER, 'Enter a whole number, 0 or more, or leave it empty for random.'),
+        ),
+        generation.seed,
+      ),
+      loop: form.loop,
+      prefill_step_size: take(
+        'prefill_step_size',
+        readWhole(form.prefill_step_size, 1, 65_536, 'Enter a whole number from 1 to 65,536.'),
+        generation.prefill_step_size,
+      ),
+      max_kv_size: take(
+        'max_kv_size',
+        orNull(form.max_kv_size, (text) =>
+          readWhole(
+            text,
+            16,
+            Number.MAX_SAFE_INTEGER,
+            'Enter a whole number of tokens, 16 or more, or leave it empty for unbounded.',
+          ),
+        ),
+        generation.max_kv_size,
+      ),
+    },
+    theme: form.theme,
+    models_folder: form.models_folder,
+    launch_at_login: form.launch_at_login,
+    global_shortcut: form.global_shortcut.trim() === '' ? null : form.global_shortcut.trim(),
+  };
+  return { settings, errors };
+}
+
+/** Deep equality for settings (plain JSON values). */
+export function sameSettings(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
+  if (Array.isArray(a) !== Array.isArray(b)) return false;
+  const aKeys = Object.keys(a);
+  const bKeys = Object.keys(b);
+  if (aKeys.length !== bKeys.length) return false;
+  return aKeys.every(
+    (key) => key in b && sameSettings((a as Record<string, unknown>)[key], (b as Record<string, unknown>)[key]),
+  );
+}
+
+/** "16 GiB is 67% of this Mac's 24.0 GiB"; null when either is unknown or the
+ * budget is not a positive number. `over` when it exceeds the memory. */
+export function budgetShare(budgetGib: string, totalBytes: number | null): { text: string; over: boolean } | null {
+  const gib = Number(budgetGib.trim());
+  if (budgetGib.trim() === '' || !DECIMAL.test(budgetGib.trim()) || !(gib > 0)) return null;
+  if (totalBytes === null || !(totalBytes > 0)) return null;
+  const totalGib = (totalBytes / GiB).toFixed(1);
+  const share = (gib * GiB) / totalBytes;
+  if (share > 1) return { text: `More than this Mac's ${totalGib} GiB of memory`, over: true };
+  return { text: `${Math.round(share * 100)}% of this Mac's ${totalGib} GiB of memory`, over: false };
+}
+
+// Accelerators as Tauri's global-shortcut plugin parses them (the
+// global-hotkey crate): modifiers joined with '+', then one key, any case.
+const MODIFIERS = new Set([
+  'commandorcontrol',
+  'commandorctrl',
+  'cmdorctrl',
+  'cmdorcontrol',
+  'command',
+  'cmd',
+  'super',
+  'meta',
+  'control',
+  'ctrl',
+  'alt',
+  'option',
+  'shift',
+]);
+
+const NAMED_KEYS = new Set([
+  'space',
+  'enter',
+  'tab',
+  'backspace',
+  'delete',
+  'insert',
+  'home',
+  'end',
+  'pageup',
+  'pagedown',
+  'escape',
+  'esc',
+  'up',
+  'down',
+  'left',
+  'right',
+  'arrowup',
+  'arrowdown',
+  'arrowleft',
+  'arrowright',
+  'backquote',
+  'backslash',
+  'bracketleft',
+  'bracketright',
+  'comma',
+  'equal',
+  'minus',
+  'period',
+  'quote',
+  'semicolon',
+  'slash',
+  'printscreen',
+  'scrolllock',
+  'pause',
+]);
+
+function isFunctionKey(key: string): boolean {
+  return /^f([1-9]|1\d|2[0-4])$/.test(key);
+}
+
+function isKey(token: string): boolean {
+  const key = token.toLowerCase();
+  return (
+    /^[a-z0-9]$/.test(key) ||
+    /^key[a-z]$/.test(key) ||
+    /^digit\d$/.test(key) ||
+    /^(numpad|num)\d$/.test(key) ||
+    /^[`\\[\],=\-.';/]$/.test(key) ||
+    isFunctionKey(key) ||
+    NAMED_KEYS.has(key)
+  );
+}
+
+/** Why a shortcut cannot be registered, or null when it can (or is empty). */
+export function checkShortcut(text: string): string | null {
+  const trimmed = text.trim();
+  if (trimmed === '') return null;
+  const tokens = trimmed.split('+').map((token) => token.trim());
+  const example = 'Write it like CommandOrControl+Shift+O, or use Record….';
+  if (tokens.some((token) => token === '')) return `A part is missing between the '+' signs. ${example}`;
+  const key = tokens[tokens.length - 1] as string;
+  const modifiers = tokens.slice(0, -1);
+  const unknown = modifiers.find((token) => !MODIFIERS.has(token.toLowerCase()));
+  if (unknown !== undefined) return `"${unknown}" is not a modifier (CommandOrControl, Alt, Shift, Super). ${example}`;
+  if (MODIFIERS.has(key.toLowerCase())) return `End with a key after the modifiers. ${example}`;
+  if (!isKey(key)) return `"${key}" is not a key Ondo can register. ${example}`;
+  if (modifiers.length === 0 && !isFunctionKey(key.toLowerCase())) {
+    return 'Add a modifier (CommandOrControl, Alt, Shift or Super): a key alone would be taken from every app.';
+  }
+  return null;
+}
+
+/** The parts of a keydown the recorder reads. */
+export type KeyPress = Pick<KeyboardEvent, 'code' | 'key' | 'metaKey' | 'ctrlKey' | 'altKey' | 'shiftKey'>;
+
+const MODIFIER_CODES = /^(Meta|OS|Control|Alt|Shift)(Left|Right)?$|^(AltGraph|CapsLock|Fn|FnLock)$/;
+
+/** The key of a keydown in accelerator form. Read from `code` (where the key
+ * is) not `key` (what it types), since Option+O types "ø" on a Mac. */
+function acceleratorKey(code: string): string | null {
+  let match: RegExpMatchArray | null;
+  if ((match = code.match(/^Key([A-Z])$/))) return match[1] as string;
+  if ((match = code.match(/^Digit(\d)$/))) return match[1] as string;
+  if ((match = code.match(/^Arrow(Up|Down|Left|Right)$/))) return match[1] as string;
+  if (/^F\d{1,2}$/.test(code) && isFunctionKey(code.toLowerCase())) return code;
+  if (/^Numpad\d$/.test(code)) return code;
+  if (isKey(code)) return code;
+  return null;
+}
+
+/** What the recorder makes of one keydown: a whole accelerator, or still
+ * waiting (only modifiers so far, or a key Tauri cannot register). On a Mac,
+ * ⌘ is CommandOrControl and ⌃ is Control; elsewhere Ctrl is CommandOrControl
+ * and the Windows/Super key is Super. */
+export function acceleratorFromKeyPress(press: KeyPress, mac: boolean): string | null {
+  if (MODIFIER_CODES.test(press.code)) return null;
+  const key = acceleratorKey(press.code);
+  if (key === null) return null;
+  const parts: string[] = [];
+  if (mac ? press.metaKey : press.ctrlKey) parts.push('CommandOrControl');
+  if (mac && press.ctrlKey) parts.push('Control');
+  if (press.altKey) parts.push('Alt');
+  if (press.shiftKey) parts.push('Shift');
+  if (!mac && press.metaKey) parts.push('Super');
+  parts.push(key);
+  return parts.join('+');
+}
+
+/** The first field in the form's order that has a message, to focus it. */
+export function firstInvalidField(errors: FieldErrors): FormField | null {
+  const order: FormField[] = [
+    'models_folder',
+    'keep_alive',
+    'memory_budget_gib',
+    'max_tokens',
+    'temperature',
+    'top_p',
+    'top_k',
+    'min_p',
+    'repetition_penalty',
+    'seed',
+    'loop',
+    'prefill_step_size',
+    'max_kv_size',
+    'theme',
+    'launch_at_login',
+    'global_shortcut',
+  ];
+  return order.find((field) => errors[field] !== undefined) ?? null;
+}

@@ -1,0 +1,31 @@
+// Settings as the shell answers `get_settings`, shared by the Settings
+// component test and its browser test's mocked IPC.
+import type { AppSettings } from '../src/lib/backend';
+
+const GiB = 2 ** 30;
+
+/** Someone's saved settings: every field away from its default, so a test
+ * sees which value came from where. */
+export const savedSettings: AppSettings = {
+  keep_alive_minutes: 5,
+  memory_budget_bytes: 16 * GiB,
+  generation: {
+    max_tokens: 256,
+    temperature: 0.7,
+    top_p: 0.9,
+    top_k: 40,
+    min_p: 0.05,
+    repetition_penalty: 1.1,
+    seed: 42,
+    loop: 'pipelined',
+    prefill_step_size: 512,
+    max_kv_size: 4096,
+  },
+  theme: 'system',
+  models_folder: '/Users/me/Models',
+  launch_at_login: true,
+  global_shortcut: 'CommandOrControl+Shift+O',
+};
+
+/** Where the mocked folder dialog points. */
+export const chosenFolder = '/Volumes/External/ondo-models';
