@@ -20,6 +20,9 @@ use crate::window;
 /// The label of the main window (Runs and Settings).
 pub const WORKSPACE_LABEL: &str = "workspace";
 
+/// The main window's title (the popover's is "Ondo").
+pub const WORKSPACE_TITLE: &str = "Ondo: Runs and Settings";
+
 /// How often the pressure watcher reads the system's memory.
 const PRESSURE_POLL: Duration = Duration::from_secs(2);
 
@@ -80,7 +83,7 @@ pub fn open_workspace<R: Runtime>(app: &AppHandle<R>, view: AppView) -> tauri::R
     // as NAVIGATE events.
     let url = WebviewUrl::App(PathBuf::from(format!("index.html#{}", view.name())));
     WebviewWindowBuilder::new(app, WORKSPACE_LABEL, url)
-        .title("Ondo")
+        .title(WORKSPACE_TITLE)
         .inner_size(1080.0, 740.0)
         .min_inner_size(720.0, 480.0)
         .build()?;
@@ -219,7 +222,11 @@ pub fn watch_pressure<R: Runtime>(app: AppHandle<R>) {
                     && last != Some(snapshot.level)
                 {
                     let level = snapshot.level;
-                    events::tell_all(&app, events::PRESSURE_LEVEL, events::PressureLevel { level });
+                    events::tell_all(
+                        &app,
+                        events::PRESSURE_LEVEL,
+                        events::PressureLevel { level },
+                    );
                     last = Some(level);
                 }
                 std::thread::sleep(PRESSURE_POLL);

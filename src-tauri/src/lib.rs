@@ -20,6 +20,8 @@ use tauri::{App, AppHandle, Builder, Manager, RunEvent, Runtime};
 
 /// Starts the desktop app and runs it until the user quits from the tray.
 pub fn run() {
+    #[cfg(target_os = "linux")]
+    give_the_webview_a_language();
     let app = run_app(desktop::with_plugins(tauri::Builder::default()))
         .setup(|app| Ok(set_up_desktop(app)?))
         .build(tauri::generate_context!());
@@ -76,6 +78,27 @@ pub fn run_app<R: Runtime>(builder: Builder<R>) -> Builder<R> {
             desktop::choose_folder,
         ])
         .on_window_event(window::on_window_event)
+}
+
+/// Under the C or POSIX locale WebKitGTK reports "C" as `navigator.language`,
+/// which the page's `Intl` formatters (the charts') refuse as a language
+/// tag. WebKit takes the page's language from the messages locale, so
+/// naming English there fixes the page; numbers, dates and text encoding
+/// keep the user's locale.
+#[cfg(target_os = "linux")]
+fn give_the_webview_a_language() {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    // LC_ALL overrides everything; a user who set it gets what they asked for.
+    if var("LC_ALL").is_some() {
+        return;
+    }
+    let messages = var("LC_MESSAGES").or_else(|| var("LANG"));
+    let posix =
+        messages.is_none_or(|value| matches!(value.split('.').next(), Some("" | "C" | "POSIX")));
+    if posix {
+        // SAFETY: called first thing in `run`, before the app starts any thread.
+        unsafe { std::env::set_var("LC_MESSAGES", "en_US.UTF-8") };
+    }
 }
 
 /// What only a real desktop session has: the menu-bar policy, the tray icon,

@@ -142,9 +142,10 @@ pub async fn delete_model<R: Runtime>(
 ) -> Result<u64, CommandError> {
     let model = ModelRef::parse(&model)?;
     let cache_dir = state.hub().config().cache_dir.clone();
-    let freed =
-        crate::commands::on_blocking_thread(move || Ok(library::delete_cached(&cache_dir, &model)?))
-            .await?;
+    let freed = crate::commands::on_blocking_thread(move || {
+        Ok(library::delete_cached(&cache_dir, &model)?)
+    })
+    .await?;
     crate::events::models_changed(&app);
     Ok(freed)
 }
@@ -162,7 +163,10 @@ pub(crate) async fn model_folder(
         })
         .await
     } else {
-        Ok(library::resolve_local(&state.hub().config().cache_dir, model)?)
+        Ok(library::resolve_local(
+            &state.hub().config().cache_dir,
+            model,
+        )?)
     }
 }
 

@@ -113,7 +113,15 @@ pub async fn run_benchmark<R: Runtime>(
         }
         *running = Some(cancel.clone());
     }
-    let result = benchmark(&app, engine.inner().clone(), &state, request, cancel, on_event).await;
+    let result = benchmark(
+        &app,
+        engine.inner().clone(),
+        &state,
+        request,
+        cancel,
+        on_event,
+    )
+    .await;
     *state.bench.lock().unwrap_or_else(|p| p.into_inner()) = None;
     result
 }
@@ -176,7 +184,12 @@ async fn benchmark<R: Runtime>(
 /// Stops the running benchmark after its run in progress; true if one ran.
 #[tauri::command]
 pub fn cancel_benchmark(state: State<'_>) -> bool {
-    match state.bench.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+    match state
+        .bench
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+    {
         Some(cancel) => {
             cancel.cancel();
             true

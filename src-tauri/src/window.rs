@@ -68,7 +68,12 @@ pub fn popover_origin(icon: Option<Area>, popover: (f64, f64), screen: Area) -> 
         value.clamp(start.min(last), last)
     };
     (
-        clamp(x, screen.x + SCREEN_MARGIN, screen.width - SCREEN_MARGIN, width),
+        clamp(
+            x,
+            screen.x + SCREEN_MARGIN,
+            screen.width - SCREEN_MARGIN,
+            width,
+        ),
         clamp(y, screen.y, screen.height, height),
     )
 }
@@ -220,7 +225,10 @@ mod tests {
     #[test]
     fn without_an_icon_position_the_popover_goes_top_right() {
         let (x, y) = popover_origin(None, (380.0, 560.0), SCREEN);
-        assert_eq!((x, y), (1440.0 - 380.0 - SCREEN_MARGIN, 25.0 + SCREEN_MARGIN));
+        assert_eq!(
+            (x, y),
+            (1440.0 - 380.0 - SCREEN_MARGIN, 25.0 + SCREEN_MARGIN)
+        );
     }
 
     #[test]
@@ -231,7 +239,10 @@ mod tests {
     #[test]
     fn open_names_the_main_windows_view() {
         use crate::desktop::AppView;
-        assert_eq!(view_at_start(args(&["ondo-app", "--open", "runs"])), Some(AppView::Runs));
+        assert_eq!(
+            view_at_start(args(&["ondo-app", "--open", "runs"])),
+            Some(AppView::Runs)
+        );
         assert_eq!(
             view_at_start(args(&["ondo-app", "--show", "--open", "settings"])),
             Some(AppView::Settings)

@@ -234,7 +234,10 @@ fn runs_are_recorded_with_memory_and_can_be_exported() {
     )
     .unwrap_err();
     assert_eq!(error["kind"], "invalid_input");
-    assert!(error["message"].as_str().unwrap().contains("csv"), "{error}");
+    assert!(
+        error["message"].as_str().unwrap().contains("csv"),
+        "{error}"
+    );
     // No dialog under the test runtime: the command says so instead of hanging.
     let error = invoke(&popover, "choose_export_path", json!({ "format": "csv" })).unwrap_err();
     assert_eq!(error["kind"], "invalid_input");
@@ -266,8 +269,15 @@ fn a_benchmark_runs_with_progress_is_recorded_and_exported_as_csv() {
     assert_eq!(result["runs"], 12, "{result}");
     let cases = result["cases"].as_array().unwrap();
     assert_eq!(cases.len(), 4);
-    assert!(cases.iter().all(|c| c["decode_tps"]["samples"].as_array().unwrap().len() == 2));
-    assert_eq!(invoke(&window, "cancel_benchmark", Value::Null).unwrap(), false);
+    assert!(
+        cases
+            .iter()
+            .all(|c| c["decode_tps"]["samples"].as_array().unwrap().len() == 2)
+    );
+    assert_eq!(
+        invoke(&window, "cancel_benchmark", Value::Null).unwrap(),
+        false
+    );
 
     let measured = invoke(
         &window,
@@ -275,7 +285,11 @@ fn a_benchmark_runs_with_progress_is_recorded_and_exported_as_csv() {
         json!({ "filter": { "bench_id": bench_id } }),
     )
     .unwrap();
-    assert_eq!(measured.as_array().unwrap().len(), 8, "warm-ups are left out");
+    assert_eq!(
+        measured.as_array().unwrap().len(),
+        8,
+        "warm-ups are left out"
+    );
     let all = invoke(
         &window,
         "list_runs",
@@ -400,8 +414,19 @@ fn settings_are_checked_applied_and_kept() {
     assert!(error["message"].as_str().unwrap().contains("keep-alive"));
     settings["keep_alive_minutes"] = json!(5);
     settings["global_shortcut"] = json!("Shift+Nonsense+Q");
-    let error = invoke(&window, "set_settings", json!({ "settings": settings.clone() })).unwrap_err();
-    assert!(error["message"].as_str().unwrap().contains("CommandOrControl"), "{error}");
+    let error = invoke(
+        &window,
+        "set_settings",
+        json!({ "settings": settings.clone() }),
+    )
+    .unwrap_err();
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("CommandOrControl"),
+        "{error}"
+    );
 
     // Another models folder: created, and the library now looks there.
     let folder = DATA_ROOT.path().join("my-models");

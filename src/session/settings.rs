@@ -180,13 +180,17 @@ mod tests {
     fn the_chosen_models_folder_replaces_the_shared_cache() {
         let dir = tempfile::tempdir().unwrap();
         let home = dir.path().as_os_str().to_owned();
-        let dirs = crate::paths::DataDirs::from_lookup(|name| (name == "HF_HOME").then(|| home.clone()));
+        let dirs =
+            crate::paths::DataDirs::from_lookup(|name| (name == "HF_HOME").then(|| home.clone()));
         let shared = AppSettings::default().hub_config(&dirs);
         assert_eq!(shared.cache_dir, dirs.hf_cache_dir);
         let chosen = AppSettings {
             models_folder: Some(dir.path().join("elsewhere")),
             ..AppSettings::default()
         };
-        assert_eq!(chosen.hub_config(&dirs).cache_dir, dir.path().join("elsewhere"));
+        assert_eq!(
+            chosen.hub_config(&dirs).cache_dir,
+            dir.path().join("elsewhere")
+        );
     }
 }

@@ -10,7 +10,7 @@
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { createConnection } from 'node:net';
 import { homedir, tmpdir } from 'node:os';
 import path from 'node:path';
@@ -22,6 +22,10 @@ import { remote } from 'webdriverio';
 const run = promisify(execFile);
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const appBinary = process.env.ONDO_APP ?? path.join(repoRoot, 'target/debug/ondo-app');
+const ondoCli = path.join(path.dirname(appBinary), 'ondo');
+const testHub = path.join(path.dirname(appBinary), 'ondo-testhub');
+/** The catalog model the test hub serves (a tiny synthetic model under its name). */
+const servedRepo = 'mlx-community/Llama-3.2-1B-Instruct-4bit';
 const tauriDriver = process.env.TAURI_DRIVER ?? path.join(homedir(), '.cargo/bin/tauri-driver');
 const screenshotDir = path.join(repoRoot, 'docs/screenshots');
 const driverPort = 4444;
@@ -32,8 +36,8 @@ let display;
 let dataRoot;
 let browser;
 
-function start(command, args, env) {
-  const child = spawn(command, args, { env, stdio: ['ignore', 'ignore', 'pipe'] });
+function start(command, args, env, stdout = 'ignore') {
+  const child = spawn(command, args, { env, stdio: ['ignore', stdout, 'pipe'] });
   let stderr = '';
   child.stderr.on('data', (chunk) => {
     stderr = (stderr + chunk).slice(-4000);
@@ -100,15 +104,33 @@ before(async () => {
 
   // A clean data folder and an empty Hugging Face cache: the library starts empty.
   dataRoot = await mkdtemp(path.join(tmpdir(), 'ondo-e2e-'));
+  // The hub: a test server on 127.0.0.1 that speaks the hub's protocol,
+  // serving a tiny synthetic model under a catalog model's name.
+  const served = path.join(dataRoot, 'served');
+  await run(ondoCli, ['synth', 'tiny', served]);
+  const hub = start(testHub, ['--repo', `${servedRepo}=${served}`], process.env, 'pipe');
+  const hubUrl = await new Promise((resolve, reject) => {
+    let out = '';
+    hub.stdout.on('data', (chunk) => {
+      out += chunk;
+      const found = /listening on (\S+)/.exec(out);
+      if (found) resolve(found[1]);
+    });
+    hub.once('exit', () => reject(new Error(`ondo-testhub exited: ${hub.lastErrors()}`)));
+  });
   const env = {
     ...process.env,
     DISPLAY: display,
     ONDO_HOME: path.join(dataRoot, 'ondo'),
     HF_HUB_CACHE: path.join(dataRoot, 'hub'),
+    HF_ENDPOINT: hubUrl,
+    ONDO_NO_KEYCHAIN: '1',
     // No accessibility bus under Xvfb; without this GTK waits for it.
     NO_AT_BRIDGE: '1',
   };
   delete env.DBUS_SESSION_BUS_ADDRESS;
+  delete env.HF_HUB_OFFLINE;
+  delete env.HF_TOKEN;
 
   // The tray host: without a D-Bus session the app's indicator falls back to
   // an XEmbed icon, which trayer shows at the top right.
@@ -220,6 +242,112 @@ test('a chat with the tiny model streams an answer and fills in the footer; the 
   assert.match(second, /\(\d+ cached\)/);
   console.log(`# chat footers:\n#   ${first}\n#   ${second}`);
 });
+
+test('a catalog model downloads from the hub with a click and joins the library', async () => {
+  const card = await browser.$(`[data-repo="${servedRepo}"]`);
+  await card.scrollIntoView();
+  const download = await card.$('button.download');
+  await download.click();
+  // A will-not-fit confirmation would be a wrong verdict: 1B in 4 bits fits here.
+  await browser.waitUntil(
+    async () => (await browser.$(`[data-testid="library-model"][data-model="${servedRepo}"]`).isExisting()) ||
+      (await browser.$('[role="alert"]').isExisting()),
+    { timeout: 120_000, timeoutMsg: 'the downloaded model never reached the library' },
+  );
+  const alert = await browser.$('[role="alert"]');
+  if (await alert.isExisting()) assert.fail(`the download failed: ${await alert.getText()}`);
+  const files = await run('find', [path.join(dataRoot, 'hub'), '-name', '*.safetensors']);
+  assert.ok(files.stdout.includes('models--mlx-community--Llama-3.2-1B-Instruct-4bit'), files.stdout);
+  await browser.saveScreenshot(path.join(screenshotDir, 'app-downloaded.png'));
+});
+
+/** Switches the session to the window whose title is `title`. */
+async function switchToTitled(title) {
+  let handles = [];
+  await browser.waitUntil(async () => {
+    handles = await browser.getWindowHandles();
+    for (const handle of handles) {
+      await browser.switchToWindow(handle);
+      if ((await browser.getTitle()) === title) return true;
+    }
+    return false;
+  }, { timeout: 30_000, timeoutMsg: `no window titled ${title} among ${handles.length}` });
+}
+
+/** The input labelled `text` in the open benchmark dialog. */
+const benchField = (text) => browser.$(`//dialog//label[span[normalize-space()="${text}"]]/input`);
+
+test('the Runs window lists the runs, runs a small benchmark and exports it to the file the user picks', async () => {
+  const popover = await browser.getWindowHandle();
+  await (await browser.$('button=Runs')).click();
+  await switchToTitled('Ondo: Runs and Settings');
+  try {
+    await useTheRunsWindow();
+  } finally {
+    // The tests after this one work in the popover.
+    await browser.closeWindow().catch(() => {});
+    await browser.switchToWindow(popover);
+  }
+});
+
+async function useTheRunsWindow() {
+  const rows = () => browser.$$('table[aria-label="Recorded runs"] tbody tr');
+  await browser.waitUntil(async () => (await rows()).length >= 3, { timeout: 30_000, timeoutMsg: 'the runs table stayed empty' });
+
+  await (await browser.$('button=Benchmark…')).click();
+  for (const [label, value] of [
+    ['Prompt lengths (tokens, comma-separated)', '16'],
+    ['Tokens to generate', '8'],
+    ['Repetitions', '2'],
+    ['Warm-ups', '0'],
+    ['Cold starts (fresh processes)', '0'],
+  ]) {
+    await (await benchField(label)).setValue(value);
+  }
+  await (await browser.$('//dialog//button[normalize-space()="Start"]')).click();
+  const summary = await browser.$('[data-testid="bench-summary"]');
+  await summary.waitForDisplayed({ timeout: 180_000, timeoutMsg: 'the benchmark never finished' });
+  const summaryText = await summary.getText();
+  assert.match(summaryText, /sync/);
+  assert.match(summaryText, /pipelined/);
+  console.log(`# benchmark summary:\n#   ${summaryText.replace(/\n/g, '\n#   ')}`);
+  await browser.saveScreenshot(path.join(screenshotDir, 'app-benchmark.png'));
+  await (await browser.$('//dialog//button[normalize-space()="Close"]')).click();
+  // The table now shows the benchmark's runs: 1 prompt length x 2 loop shapes x 2 repetitions.
+  await browser.waitUntil(async () => (await rows()).length === 4, { timeout: 20_000, timeoutMsg: 'the table did not switch to the benchmark' },);
+  await browser.saveScreenshot(path.join(screenshotDir, 'app-runs.png'));
+
+  // Export as CSV: the system's save dialog (GTK) is answered with the keyboard.
+  const target = path.join(dataRoot, 'bench-report.csv');
+  await (await browser.$('//label[span[normalize-space()="Report format"]]/select')).selectByAttribute('value', 'csv');
+  await (await browser.$('button=Export…')).click();
+  const xenv = { ...process.env, DISPLAY: display };
+  let dialogId;
+  await waitFor('the save dialog', async () => {
+    try {
+      const { stdout } = await run('xdotool', ['search', '--onlyvisible', '--name', '^Export runs$'], { env: xenv });
+      dialogId = stdout.split('\n').filter(Boolean).at(-1);
+      return Boolean(dialogId);
+    } catch {
+      return false;
+    }
+  });
+  await sleep(500);
+  await run('xdotool', ['windowfocus', '--sync', dialogId], { env: xenv });
+  await run('xdotool', ['key', 'ctrl+a'], { env: xenv });
+  await run('xdotool', ['type', '--delay', '20', target], { env: xenv });
+  await run('xdotool', ['key', 'Return'], { env: xenv });
+  await waitFor('the report file', () => existsSync(target), 20_000);
+  const status = await browser.$('[data-testid="export-status"]');
+  await browser.waitUntil(async () => /Saved/.test(await status.getText()), { timeout: 10_000 });
+  const csv = (await readFile(target, 'utf8')).trim().split('\n');
+  assert.equal(csv.length, 1 + 4, `a header and the 4 runs:\n${csv.join('\n')}`);
+  assert.match(csv[0], /decode_tps/);
+
+  await (await browser.$('[role="tab"]=Settings')).click();
+  await (await browser.$('h1=Settings')).waitForDisplayed({ timeout: 10_000 });
+  await browser.saveScreenshot(path.join(screenshotDir, 'app-settings.png'));
+}
 
 /** Left-clicks the middle of trayer's window, where the app's icon sits; on
  * Linux that opens the tray menu. */

@@ -10,6 +10,8 @@ export MLX_PYTHON="${MLX_PYTHON:-$root/.venv/bin/python}"
 
 (cd ui && npm run --silent build)
 cargo build --quiet -p ondo-app --features custom-protocol --locked
+# The CLI writes the model the test hub serves; the hub stands in for huggingface.co.
+cargo build --quiet -p ondo --bin ondo -p ondo-testhub --locked
 
 stamp=tests/e2e/node_modules/.ondo-lock-hash
 want=$(sha256sum tests/e2e/package-lock.json | cut -d' ' -f1)

@@ -4,84 +4,27 @@
 // and export. Writes screenshots to docs/screenshots/.
 // Run: node --test scripts/browser-runs-test.mjs
 import assert from 'node:assert/strict';
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
-import { createServer } from 'vite';
+import { startBrowser } from './browser-harness.mjs';
 
-const uiDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const screenshotDir = path.resolve(uiDir, '../docs/screenshots');
-const chromiumPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
 const windowSize = { width: 1000, height: 700 };
 
-let server;
-let baseUrl;
-let userDataDir;
-let context;
-
+let browser;
 before(async () => {
-  await mkdir(screenshotDir, { recursive: true });
-  server = await createServer({
-    root: uiDir,
-    logLevel: 'warn',
-    server: { host: '127.0.0.1', port: 5175, strictPort: false },
-  });
-  await server.listen();
-  baseUrl = server.resolvedUrls.local[0];
-  userDataDir = await mkdtemp(path.join(tmpdir(), 'ondo-chromium-runs-'));
-  context = await chromium.launchPersistentContext(userDataDir, {
-    executablePath: chromiumPath,
-    headless: true,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-    viewport: windowSize,
-    deviceScaleFactor: 1,
-  });
+  browser = await startBrowser({ viewport: windowSize });
 });
-
-after(async () => {
-  await context?.close();
-  await server?.close();
-  if (userDataDir) await rm(userDataDir, { recursive: true, force: true });
-});
+after(() => browser?.stop());
 
 /** Opens the Runs view in a fresh page; collects page errors and any request
  * that leaves the local server. */
 async function openRuns({ scenario = 'ok', colorScheme = 'light' } = {}) {
-  const page = await context.newPage();
-  const problems = [];
-  page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
-  page.on('console', (message) => {
-    if (message.type() === 'error') problems.push(`console error: ${message.text()}`);
-  });
-  page.on('request', (request) => {
-    const url = new URL(request.url());
-    if (url.hostname !== '127.0.0.1' && url.protocol !== 'data:') problems.push(`remote request: ${url}`);
-  });
-  await page.bringToFront();
-  await page.emulateMedia({ colorScheme });
-  await page.goto(`${baseUrl}test/browser/runs.html?scenario=${scenario}`);
-  await page.getByRole('heading', { name: 'Runs', level: 1 }).waitFor();
-  return { page, problems };
+  const opened = await browser.openPage(`test/browser/runs.html?scenario=${scenario}`, { colorScheme });
+  await opened.page.getByRole('heading', { name: 'Runs', level: 1 }).waitFor();
+  return opened;
 }
 
 const table = (page) => page.getByRole('table', { name: 'Recorded runs' });
 const bodyRows = (page) => table(page).locator('tbody tr');
-
-async function screenshot(page, name) {
-  await page.screenshot({ path: path.join(screenshotDir, name) });
-}
 
 /** The canvas of a chart, with its drawn size. */
 async function canvasSize(page, testid) {
@@ -145,7 +88,7 @@ test('the table lists runs; sorting, keyboard selection and the timeline chart w
   // Tabbing through the headers scrolled the wide table sideways; show its start.
   await table(page).evaluate((element) => (element.parentElement.scrollLeft = 0));
   await page.waitForTimeout(200);
-  await screenshot(page, 'runs.png');
+  await browser.screenshot(page, 'runs.png');
   assert.deepEqual(problems, []);
   await page.close();
 });
@@ -213,7 +156,7 @@ test('a benchmark runs with progress to a per-case summary; the table shows its 
   // Escape does not stop a running benchmark.
   await page.keyboard.press('Escape');
   assert.ok(await dialog.isVisible(), 'the dialog stays open while it runs');
-  await screenshot(page, 'runs-benchmark.png');
+  await browser.screenshot(page, 'runs-benchmark.png');
 
   const summary = dialog.getByTestId('bench-summary');
   await summary.waitFor({ timeout: 10_000 });
@@ -222,7 +165,7 @@ test('a benchmark runs with progress to a per-case summary; the table shows its 
   assert.match(await caseRows.nth(1).innerText(), /pipelined[\s\S]*1\.\d\d×/);
   await summary.getByRole('list', { name: 'Warnings' }).waitFor();
   await page.waitForTimeout(200);
-  await screenshot(page, 'runs-benchmark-summary.png');
+  await browser.screenshot(page, 'runs-benchmark-summary.png');
 
   await summary.getByRole('button', { name: 'Close' }).click();
   await dialog.waitFor({ state: 'detached' });
@@ -274,7 +217,7 @@ test('dark mode, and the empty state', async () => {
   assert.equal(await page.evaluate(() => getComputedStyle(document.documentElement).backgroundColor), 'rgb(28, 27, 26)');
   await canvasSize(page, 'timeline-chart');
   await page.waitForTimeout(200);
-  await screenshot(page, 'runs-dark.png');
+  await browser.screenshot(page, 'runs-dark.png');
   assert.deepEqual(problems, []);
   await page.close();
 

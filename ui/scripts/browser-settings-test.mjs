@@ -4,82 +4,25 @@
 // docs/screenshots/settings.png and settings-dark.png.
 // Run: node --test scripts/browser-settings-test.mjs
 import assert from 'node:assert/strict';
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
-import { createServer } from 'vite';
+import { startBrowser } from './browser-harness.mjs';
 
-const uiDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const screenshotDir = path.resolve(uiDir, '../docs/screenshots');
-const chromiumPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
-const windowSize = { width: 1000, height: 700 };
 const lightBackground = 'rgb(247, 246, 244)';
 const darkBackground = 'rgb(28, 27, 26)';
 
-let server;
-let baseUrl;
-let userDataDir;
-let context;
-
+let browser;
 before(async () => {
-  await mkdir(screenshotDir, { recursive: true });
-  server = await createServer({
-    root: uiDir,
-    logLevel: 'warn',
-    server: { host: '127.0.0.1', port: 5175, strictPort: false },
-  });
-  await server.listen();
-  baseUrl = server.resolvedUrls.local[0];
-  userDataDir = await mkdtemp(path.join(tmpdir(), 'ondo-chromium-settings-'));
-  context = await chromium.launchPersistentContext(userDataDir, {
-    executablePath: chromiumPath,
-    headless: true,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-    viewport: windowSize,
-    deviceScaleFactor: 2,
-  });
+  browser = await startBrowser({ viewport: { width: 1000, height: 700 }, deviceScaleFactor: 2 });
 });
-
-after(async () => {
-  await context?.close();
-  await server?.close();
-  if (userDataDir) await rm(userDataDir, { recursive: true, force: true });
-});
+after(() => browser?.stop());
 
 /** Opens the Settings view in a fresh page; collects page errors and any
  * request that leaves the local server (the view loads no remote content). */
 async function openSettings({ scenario = 'ok', colorScheme = 'light' } = {}) {
-  const page = await context.newPage();
-  const problems = [];
-  page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
-  page.on('console', (message) => {
-    if (message.type() === 'error') problems.push(`console error: ${message.text()}`);
-  });
-  page.on('request', (request) => {
-    const url = new URL(request.url());
-    if (url.hostname !== '127.0.0.1' && url.protocol !== 'data:') problems.push(`remote request: ${url}`);
-  });
-  await page.emulateMedia({ colorScheme });
-  await page.goto(`${baseUrl}test/browser/settings.html?scenario=${scenario}`);
-  await page.getByRole('heading', { name: 'Settings', level: 1 }).waitFor();
-  await page.getByRole('region', { name: 'Generation defaults' }).waitFor();
-  return { page, problems };
-}
-
-async function screenshot(page, name) {
-  await page.screenshot({ path: path.join(screenshotDir, name) });
+  const opened = await browser.openPage(`test/browser/settings.html?scenario=${scenario}`, { colorScheme });
+  await opened.page.getByRole('heading', { name: 'Settings', level: 1 }).waitFor();
+  await opened.page.getByRole('region', { name: 'Generation defaults' }).waitFor();
+  return opened;
 }
 
 const background = (page) => page.evaluate(() => getComputedStyle(document.documentElement).backgroundColor);
@@ -106,7 +49,7 @@ test('shows the saved settings with what each knob costs', async () => {
   assert.equal(await background(page), lightBackground);
   // The page stays put; the form scrolls inside it, the Save bar stays in view.
   assert.ok(await page.getByRole('button', { name: 'Save' }).isVisible());
-  await screenshot(page, 'settings.png');
+  await browser.screenshot(page, 'settings.png');
   assert.deepEqual(problems, []);
   await page.close();
 });
@@ -170,7 +113,7 @@ test('an invalid value blocks Save with a message next to the field', async () =
   await page.waitForFunction(() => document.activeElement?.id === 'setting-prefill_step_size');
   assert.equal((await calls(page, 'set_settings')).length, 0);
   await step.scrollIntoViewIfNeeded();
-  await screenshot(page, 'settings-invalid.png');
+  await browser.screenshot(page, 'settings-invalid.png');
 
   await page.keyboard.press('Control+A');
   await page.keyboard.type('4096');
@@ -190,7 +133,7 @@ test('the theme applies at once, against the system setting both ways', async ()
   assert.equal(await background(page), darkBackground);
   await page.getByRole('textbox', { name: 'Max tokens' }).scrollIntoViewIfNeeded();
   await page.evaluate(() => document.querySelector('.scroll')?.scrollTo(0, 0));
-  await screenshot(page, 'settings-dark.png');
+  await browser.screenshot(page, 'settings-dark.png');
 
   await page.emulateMedia({ colorScheme: 'dark' });
   await page.getByRole('radio', { name: 'Light' }).check();

@@ -2,79 +2,21 @@
 // (test/browser/): asserts on what a user sees and does, keyboard included,
 // and writes screenshots to docs/screenshots/. Run: npm run test:browser
 import assert from 'node:assert/strict';
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
-import { createServer } from 'vite';
+import { startBrowser } from './browser-harness.mjs';
 
-const uiDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const screenshotDir = path.resolve(uiDir, '../docs/screenshots');
-const chromiumPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
-const popoverSize = { width: 380, height: 560 };
-
-let server;
-let baseUrl;
-let userDataDir;
-let context;
-
+let browser;
 before(async () => {
-  await mkdir(screenshotDir, { recursive: true });
-  server = await createServer({
-    root: uiDir,
-    logLevel: 'warn',
-    server: { host: '127.0.0.1', port: 5174, strictPort: false },
-  });
-  await server.listen();
-  baseUrl = server.resolvedUrls.local[0];
-  userDataDir = await mkdtemp(path.join(tmpdir(), 'ondo-chromium-'));
-  context = await chromium.launchPersistentContext(userDataDir, {
-    executablePath: chromiumPath,
-    headless: true,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-    viewport: popoverSize,
-    deviceScaleFactor: 2,
-  });
+  browser = await startBrowser({ viewport: { width: 380, height: 560 }, deviceScaleFactor: 2 });
 });
-
-after(async () => {
-  await context?.close();
-  await server?.close();
-  if (userDataDir) await rm(userDataDir, { recursive: true, force: true });
-});
+after(() => browser?.stop());
 
 /** Opens the popover in a fresh page; fails the test on any page error or
  * request that leaves the local server (the popover loads no remote content). */
 async function openPopover({ scenario = 'ok', colorScheme = 'light' } = {}) {
-  const page = await context.newPage();
-  const problems = [];
-  page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
-  page.on('console', (message) => {
-    if (message.type() === 'error') problems.push(`console error: ${message.text()}`);
-  });
-  page.on('request', (request) => {
-    const url = new URL(request.url());
-    if (url.hostname !== '127.0.0.1' && url.protocol !== 'data:') problems.push(`remote request: ${url}`);
-  });
-  await page.emulateMedia({ colorScheme });
-  await page.goto(`${baseUrl}test/browser/index.html?scenario=${scenario}`);
-  await page.getByRole('heading', { name: 'Ondo', level: 1 }).waitFor();
-  return { page, problems };
-}
-
-async function screenshot(page, name) {
-  await page.screenshot({ path: path.join(screenshotDir, name) });
+  const opened = await browser.openPage(`test/browser/index.html?scenario=${scenario}`, { colorScheme });
+  await opened.page.getByRole('heading', { name: 'Ondo', level: 1 }).waitFor();
+  return opened;
 }
 
 const text = (locator) => locator.innerText();
@@ -103,7 +45,7 @@ test('an empty library offers the tiny speed-test model and the recommended down
   for (const shown of ['0.32.2', 'cpu (Intel Xeon, 2 cores)', '24.0 GiB total, 20.0 GiB available']) {
     assert.ok(await environment.getByText(shown, { exact: true }).isVisible(), shown);
   }
-  await screenshot(page, 'popover-empty.png');
+  await browser.screenshot(page, 'popover-empty.png');
 
   // Folded, the block still says whether all is well.
   await environment.getByRole('heading', { name: 'Environment' }).click();
@@ -152,7 +94,7 @@ test('keyboard only: choose the tiny model, run a test generation, read the timi
   assert.equal(runCall.payload.maxTokens, 32);
 
   await page.waitForTimeout(600); // the smooth scroll that brings the timings into view
-  await screenshot(page, 'popover-timings.png');
+  await browser.screenshot(page, 'popover-timings.png');
   assert.deepEqual(problems, []);
   await page.close();
 });
@@ -168,7 +110,7 @@ test('dark mode follows the system setting', async () => {
   // Only the content scrolls; the header stays put.
   assert.equal(await page.evaluate(() => document.scrollingElement.scrollTop), 0);
   assert.equal(await page.locator('header').evaluate((header) => header.getBoundingClientRect().top), 0);
-  await screenshot(page, 'popover-dark.png');
+  await browser.screenshot(page, 'popover-dark.png');
   assert.deepEqual(problems, []);
   await page.close();
 });
@@ -182,7 +124,7 @@ test('a failed generation says what happened and what to do', async () => {
   assert.match(await text(alert), /The generation failed/);
   assert.match(await text(alert), /run `ondo synth` again/);
   assert.ok(await page.getByRole('button', { name: 'Run a test generation' }).isEnabled(), 'the user can try again');
-  await screenshot(page, 'popover-error.png');
+  await browser.screenshot(page, 'popover-error.png');
   assert.deepEqual(problems, []);
   await page.close();
 });
@@ -229,7 +171,7 @@ test('the catalog shows fit verdicts; a download shows progress, pauses, resumes
   await catalog.locator(':scope > li').last().locator('summary').click();
   await qwen.evaluate((card) => card.scrollIntoView({ block: 'start' }));
   await page.waitForTimeout(200);
-  await screenshot(page, 'popover-models.png');
+  await browser.screenshot(page, 'popover-models.png');
 
   await page.getByRole('button', { name: 'Pause download of Qwen3 0.6B 4-bit' }).click();
   await qwen.getByText(/Paused at 136 MiB of 324 MiB/).waitFor();
@@ -302,7 +244,7 @@ test('keyboard only: chat twice; the second answer is warm and reuses the KV cac
 
   await chat.evaluate((section) => section.scrollIntoView({ block: 'start' }));
   await page.waitForTimeout(200);
-  await screenshot(page, 'popover-chat.png');
+  await browser.screenshot(page, 'popover-chat.png');
 
   // Stop keeps the partial answer; New conversation forgets and clears.
   await page.keyboard.type('Tell me more.');

@@ -7,68 +7,29 @@
 // as a console error), and writes docs/screenshots/report.png.
 // Run: node --test scripts/report-screenshot.mjs
 import assert from 'node:assert/strict';
-import { mkdir, mkdtemp, rm, stat } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { stat } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { fileURLToPath, pathToFileURL } from 'node:url';
-import { chromium } from 'playwright-core';
+import { pathToFileURL } from 'node:url';
+import { startBrowser, uiDir } from './browser-harness.mjs';
 
-const uiDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const reportPath = path.resolve(uiDir, '../tests/fixtures/report/expected.html');
-const screenshotPath = path.resolve(uiDir, '../docs/screenshots/report.png');
-const chromiumPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
+const reportUrl = pathToFileURL(path.resolve(uiDir, '../tests/fixtures/report/expected.html')).href;
 
-let userDataDir;
-let context;
-
+let browser;
 before(async () => {
-  await mkdir(path.dirname(screenshotPath), { recursive: true });
-  userDataDir = await mkdtemp(path.join(tmpdir(), 'ondo-report-chromium-'));
-  context = await chromium.launchPersistentContext(userDataDir, {
-    executablePath: chromiumPath,
-    headless: true,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-    viewport: { width: 1200, height: 900 },
-    deviceScaleFactor: 1,
-  });
+  browser = await startBrowser({ viewport: { width: 1200, height: 900 }, serve: false });
 });
+after(() => browser?.stop());
 
-after(async () => {
-  await context?.close();
-  if (userDataDir) await rm(userDataDir, { recursive: true, force: true });
-});
-
-/** Opens the report; collects page errors, console errors and every request
- * other than the page itself. */
+/** Opens the report; collects page errors, console errors and warnings, and
+ * every request other than the page itself. */
 async function openReport() {
-  const page = await context.newPage();
-  const problems = [];
-  const pageUrl = pathToFileURL(reportPath).href;
-  page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
-  page.on('console', (message) => {
-    if (message.type() === 'error' || message.type() === 'warning') {
-      problems.push(`console ${message.type()}: ${message.text()}`);
-    }
+  const opened = await browser.openPage(reportUrl, {
+    consoleTypes: ['error', 'warning'],
+    allowRequest: (url) => url.href === reportUrl || url.protocol === 'data:',
   });
-  page.on('request', (request) => {
-    if (request.url() !== pageUrl && !request.url().startsWith('data:')) {
-      problems.push(`request: ${request.url()}`);
-    }
-  });
-  await page.emulateMedia({ colorScheme: 'light' });
-  await page.goto(pageUrl);
-  await page.getByRole('heading', { level: 1 }).waitFor();
-  return { page, problems };
+  await opened.page.getByRole('heading', { level: 1 }).waitFor();
+  return opened;
 }
 
 test('the HTML report draws its charts, fetches nothing and blocks nothing', async () => {
@@ -134,7 +95,7 @@ test('the HTML report draws its charts, fetches nothing and blocks nothing', asy
   assert.equal(await summary.locator('tbody tr').count(), 4);
   assert.match(await page.getByRole('note').first().innerText(), /Memory pressure rose above normal/);
 
-  await page.screenshot({ path: screenshotPath, fullPage: true });
+  const screenshotPath = await browser.screenshot(page, 'report.png', { fullPage: true });
   const { size } = await stat(screenshotPath);
   assert.ok(size > 20_000, `a screenshot with content: ${size} bytes`);
   assert.deepEqual(problems, []);

@@ -1,5 +1,5 @@
-// Settings as the shell answers `get_settings`, shared by the Settings
-// component test and its browser test's mocked IPC.
+// Settings as the shell answers `get_settings`, shared by the component tests
+// and the browser tests' mocked IPC.
 import type { AppSettings } from '../src/lib/backend';
 
 const GiB = 2 ** 30;
@@ -24,6 +24,28 @@ export const savedSettings: AppSettings = {
   theme: 'system',
   models_folder: '/Users/me/Models',
   launch_at_login: true,
+  global_shortcut: 'CommandOrControl+Shift+O',
+};
+
+/** What the chat tests start from: answers of at most 64 tokens. */
+export const chatSettings: AppSettings = {
+  keep_alive_minutes: 5,
+  memory_budget_bytes: null,
+  generation: {
+    max_tokens: 64,
+    temperature: 0.7,
+    top_p: 0.9,
+    top_k: 0,
+    min_p: 0,
+    repetition_penalty: null,
+    seed: null,
+    loop: 'pipelined',
+    prefill_step_size: 512,
+    max_kv_size: null,
+  },
+  theme: 'system',
+  models_folder: null,
+  launch_at_login: false,
   global_shortcut: 'CommandOrControl+Shift+O',
 };
 

@@ -1,31 +1,11 @@
 import { cleanup, fireEvent, render, screen, waitFor, within } from '@testing-library/svelte';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { chatRunCold, chatRunWarm, emptyModelsView, modelsViewWithQwen, partialLlama } from '../../test/fixtures';
-import type { AppSettings, ChatEvent, ChatMessage, CommandError, RunRecord } from '../lib/backend';
+import { chatSettings } from '../../test/fixtures-settings';
+import type { ChatEvent, ChatMessage, CommandError, RunRecord } from '../lib/backend';
 import ChatSection from './ChatSection.svelte';
 
 afterEach(cleanup);
-
-const appSettings: AppSettings = {
-  keep_alive_minutes: 5,
-  memory_budget_bytes: null,
-  generation: {
-    max_tokens: 64,
-    temperature: 0.7,
-    top_p: 0.9,
-    top_k: 0,
-    min_p: 0,
-    repetition_penalty: null,
-    seed: null,
-    loop: 'pipelined',
-    prefill_step_size: 512,
-    max_kv_size: null,
-  },
-  theme: 'system',
-  models_folder: null,
-  launch_at_login: false,
-  global_shortcut: 'CommandOrControl+Shift+O',
-};
 
 /** One `chat_send` the test drives: stream events, then finish or fail it. */
 interface PendingChat {
@@ -42,7 +22,7 @@ function fakeApi({ settingsFail = false } = {}) {
     listModels: vi.fn(async () => ({ ...modelsViewWithQwen, library: [...modelsViewWithQwen.library, partialLlama] })),
     getSettings: vi.fn(async () => {
       if (settingsFail) throw { kind: 'internal', message: 'settings unreadable' };
-      return appSettings;
+      return chatSettings;
     }),
     chatSend: vi.fn(
       (
@@ -115,7 +95,7 @@ describe('ChatSection', () => {
       'conv-1',
       null,
       [{ role: 'user', content: 'Hello there' }],
-      appSettings.generation,
+      chatSettings.generation,
       expect.any(Function),
     );
     expect(message().value).toBe('');

@@ -4,7 +4,6 @@
 import type { Channel } from '@tauri-apps/api/core';
 import { mockIPC, mockWindows } from '@tauri-apps/api/mocks';
 import type {
-  AppSettings,
   ChatEvent,
   ChatMessage,
   CommandError,
@@ -23,6 +22,7 @@ import {
   preparedTinyModel,
   qwen06b,
 } from '../fixtures';
+import { chatSettings } from '../fixtures-settings';
 
 type Scenario = 'ok' | 'generation-fails';
 
@@ -90,27 +90,6 @@ async function downloadModel(model: string, channel: Channel<DownloadEvent>): Pr
     download_ms: 300,
   };
 }
-
-const appSettings: AppSettings = {
-  keep_alive_minutes: 5,
-  memory_budget_bytes: null,
-  generation: {
-    max_tokens: 64,
-    temperature: 0.7,
-    top_p: 0.9,
-    top_k: 0,
-    min_p: 0,
-    repetition_penalty: null,
-    seed: null,
-    loop: 'pipelined',
-    prefill_step_size: 512,
-    max_kv_size: null,
-  },
-  theme: 'system',
-  models_folder: null,
-  launch_at_login: false,
-  global_shortcut: 'CommandOrControl+Shift+O',
-};
 
 /** The mock's chats: the model is loaded once (the first answer is cold),
  * and each conversation's KV cache holds the tokens it has seen. */
@@ -194,7 +173,7 @@ mockIPC(async (cmd, payload) => {
       if (scenario === 'generation-fails') throw generationFailed;
       return demoRun;
     case 'get_settings':
-      return appSettings;
+      return chatSettings;
     case 'chat_send': {
       const { conversationId, messages, onEvent } = payload as {
         conversationId: string;
