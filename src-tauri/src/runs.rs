@@ -10,7 +10,7 @@ use ondo::engine::CancelToken;
 use ondo::engine::generate::LoopShape;
 use ondo::report::ReportFormat;
 use ondo::session::record::RunContext;
-use ondo::store::{RunQuery, RunRecord};
+use ondo::store::{RunQuery, RunRecord, Store};
 use serde::{Deserialize, Serialize};
 use tauri::ipc::Channel;
 use tauri::{AppHandle, Runtime};
@@ -34,9 +34,34 @@ pub struct RunFilter {
     pub kind: Option<String>,
     pub bench_id: Option<String>,
     pub include_warmup: bool,
+    /// Only runs with this decode loop shape.
+    #[serde(rename = "loop")]
+    pub loop_shape: Option<LoopShape>,
+    pub prefill_step_size: Option<u64>,
+    /// Only runs with this KV bound (0: only unbounded runs).
+    pub max_kv_size: Option<u64>,
 }
 
 impl RunFilter {
+    /// The runs the filter selects, oldest first.
+    fn select(&self, store: &Store) -> Result<Vec<RunRecord>, ondo::store::StoreError> {
+        let mut runs = store.runs(&self.query())?;
+        runs.retain(|run| self.keeps(run));
+        Ok(runs)
+    }
+
+    /// The settings the history's query does not filter on.
+    fn keeps(&self, run: &RunRecord) -> bool {
+        self.loop_shape
+            .is_none_or(|shape| run.loop_shape == shape.to_string())
+            && self
+                .prefill_step_size
+                .is_none_or(|step| run.prefill_step_size == step)
+            && self
+                .max_kv_size
+                .is_none_or(|bound| run.max_kv_size.unwrap_or(0) == bound)
+    }
+
     fn query(&self) -> RunQuery {
         RunQuery {
             last: Some(self.last.unwrap_or(MAX_RUNS).clamp(1, MAX_RUNS)),
@@ -90,7 +115,7 @@ pub struct BenchResult {
 /// Recorded runs, oldest first.
 #[tauri::command]
 pub fn list_runs(state: State<'_>, filter: RunFilter) -> Result<Vec<RunRecord>, CommandError> {
-    crate::models::history(&state, |store| store.runs(&filter.query()))
+    crate::models::history(&state, |store| filter.select(store))
 }
 
 /// Runs a benchmark plan through the session pool, streaming progress;
@@ -198,15 +223,23 @@ pub fn cancel_benchmark(state: State<'_>) -> bool {
     }
 }
 
+/// What an export wrote.
+#[derive(Debug, Clone, Serialize)]
+pub struct Exported {
+    pub runs: usize,
+    pub bytes: u64,
+    pub path: PathBuf,
+}
+
 /// Writes the runs `filter` selects to `path` in `format` (json, jsonl, csv,
-/// md, html); returns the bytes written.
+/// md, html).
 #[tauri::command]
 pub fn export_runs(
     state: State<'_>,
     filter: RunFilter,
     format: String,
     path: PathBuf,
-) -> Result<u64, CommandError> {
+) -> Result<Exported, CommandError> {
     let format: ReportFormat = format.parse().map_err(|_| {
         CommandError::InvalidInput(format!(
             "unknown report format '{format}'; choose json, jsonl, csv, md or html"
@@ -214,10 +247,16 @@ pub fn export_runs(
     })?;
     let query = filter.query();
     let rendered = crate::models::history(&state, |store| {
-        ondo::report::render_from_store(store, &query, format)
+        let runs = filter.select(store)?;
+        let title = ondo::report::title_for(&query, runs.len());
+        Ok(ondo::report::render_runs(store, &runs, title, format))
     })?;
     write_whole(&path, &rendered.bytes)?;
-    Ok(rendered.bytes.len() as u64)
+    Ok(Exported {
+        runs: rendered.runs,
+        bytes: rendered.bytes.len() as u64,
+        path,
+    })
 }
 
 /// Writes next to `path` first and renames, so a failed export never leaves

@@ -225,7 +225,8 @@ fn runs_are_recorded_with_memory_and_can_be_exported() {
     )
     .unwrap();
     let html = std::fs::read_to_string(&path).unwrap();
-    assert_eq!(written.as_u64().unwrap(), html.len() as u64);
+    assert_eq!(written["bytes"].as_u64().unwrap(), html.len() as u64);
+    assert!(written["runs"].as_u64().unwrap() >= 1, "{written}");
     assert!(html.contains("<svg") && html.contains("tiny"));
     let error = invoke(
         &popover,
@@ -307,6 +308,24 @@ fn a_benchmark_runs_with_progress_is_recorded_and_exported_as_csv() {
     .unwrap();
     let csv = std::fs::read_to_string(&path).unwrap();
     assert_eq!(csv.lines().count(), 1 + 8, "{csv}");
+    // The loop filter applies to the list and the export alike.
+    let sync_only = json!({ "bench_id": bench_id, "loop": "sync" });
+    let listed = invoke(&window, "list_runs", json!({ "filter": sync_only })).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 4);
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["loop"] == "sync")
+    );
+    let exported = invoke(
+        &window,
+        "export_runs",
+        json!({ "filter": sync_only, "format": "jsonl", "path": DATA_ROOT.path().join("sync.jsonl") }),
+    )
+    .unwrap();
+    assert_eq!(exported["runs"], 4, "{exported}");
     assert!(!DATA_ROOT.path().join("bench.ondo-partial").exists());
 
     let bad = json!({ "model": "tiny", "prompt_tokens": [], "generate_tokens": 4,

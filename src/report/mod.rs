@@ -146,19 +146,34 @@ pub fn render_from_store(
     format: ReportFormat,
 ) -> Result<Rendered, StoreError> {
     let runs = store.runs(query)?;
-    let timelines = timelines_of(store, &runs);
+    Ok(render_runs(
+        store,
+        &runs,
+        title_for(query, runs.len()),
+        format,
+    ))
+}
+
+/// Renders `runs`, with their timelines from the history, in `format`.
+pub fn render_runs(
+    store: &Store,
+    runs: &[RunRecord],
+    title: String,
+    format: ReportFormat,
+) -> Rendered {
+    let timelines = timelines_of(store, runs);
     let report = Report {
-        runs: &runs,
+        runs,
         timelines: &timelines,
-        title: title_for(query, runs.len()),
+        title,
         generated_at: crate::session::record::now_rfc3339(),
     };
     let mut bytes = Vec::new();
     write(&report, format, &mut bytes).expect("writing to memory cannot fail");
-    Ok(Rendered {
+    Rendered {
         bytes,
         runs: runs.len(),
-    })
+    }
 }
 
 #[cfg(test)]

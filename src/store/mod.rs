@@ -325,6 +325,9 @@ impl Store {
             .map_err(|error| self.fail(error))
     }
 
+    /// Records what the pool did. Only the newest `POOL_EVENTS_KEPT` are kept:
+    /// a menu-bar app that runs for months writes one per answer, and the
+    /// events explain the recent past, not the history (the runs do that).
     pub fn insert_pool_event(&mut self, event: &PoolEvent) -> Result<(), StoreError> {
         self.conn
             .execute(
@@ -338,9 +341,23 @@ impl Store {
                     event.bytes.to_column()
                 ],
             )
-            .map(drop)
-            .map_err(|error| self.fail(error))
+            .map_err(|error| self.fail(error))?;
+        let id = self.conn.last_insert_rowid();
+        // Pruning in batches keeps the insert cheap.
+        if id % Self::POOL_EVENTS_PRUNE_EVERY == 0 {
+            self.conn
+                .execute(
+                    "DELETE FROM pool_events WHERE id <= ?1",
+                    params![id - Self::POOL_EVENTS_KEPT],
+                )
+                .map_err(|error| self.fail(error))?;
+        }
+        Ok(())
     }
+
+    /// How many pool events stay in the history.
+    pub const POOL_EVENTS_KEPT: i64 = 5_000;
+    const POOL_EVENTS_PRUNE_EVERY: i64 = 100;
 
     /// The newest `limit` pool events, oldest first (in the order recorded).
     pub fn pool_events(&self, limit: usize) -> Result<Vec<PoolEvent>, StoreError> {

@@ -526,6 +526,31 @@ fn pool_events_keep_the_newest_in_order() {
 }
 
 #[test]
+fn old_pool_events_are_pruned_and_the_newest_kept() {
+    let (_dir, mut store) = open_temp();
+    let kept = Store::POOL_EVENTS_KEPT as usize;
+    let total = kept + 250;
+    for i in 0..total {
+        store
+            .insert_pool_event(&PoolEvent {
+                at: format!("t{i}"),
+                action: "hit".into(),
+                model_id: "tiny".into(),
+                reason: "warm".into(),
+                bytes: None,
+            })
+            .unwrap();
+    }
+    let left = store.pool_events(usize::MAX).unwrap();
+    assert!(
+        (kept..kept + 100).contains(&left.len()),
+        "{} events left of {total}",
+        left.len()
+    );
+    assert_eq!(left.last().unwrap().at, format!("t{}", total - 1));
+}
+
+#[test]
 fn settings_are_set_replaced_and_read() {
     let (_dir, mut store) = open_temp();
     assert_eq!(store.setting("memory_bandwidth_gbps").unwrap(), None);
