@@ -23,8 +23,8 @@ pub const WORKSPACE_LABEL: &str = "workspace";
 /// The main window's title (the popover's is "Ondo").
 pub const WORKSPACE_TITLE: &str = "Ondo: Runs and Settings";
 
-/// How often the pressure watcher reads the system's memory.
-const PRESSURE_POLL: Duration = Duration::from_secs(2);
+/// How often the watcher reads the system's memory and the warm models.
+const STATE_POLL: Duration = Duration::from_secs(1);
 
 /// The views the main window shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
@@ -210,16 +210,18 @@ pub fn apply<R: Runtime>(app: &AppHandle<R>, settings: &AppSettings) -> Result<(
     }
 }
 
-/// Tells every window when the memory-pressure level changes (the popover's
-/// gauge polls for the breakdown; this is for the level everyone shows).
-pub fn watch_pressure<R: Runtime>(app: AppHandle<R>) {
+/// Tells every window when the memory-pressure level changes, and when the
+/// warm models change (the popover's gauge polls for the breakdown; these
+/// are the states every window shows).
+pub fn watch_pressure_and_engine<R: Runtime>(app: AppHandle<R>) {
     let spawned = std::thread::Builder::new()
-        .name("ondo-pressure-watch".into())
+        .name("ondo-state-watch".into())
         .spawn(move || {
-            let mut last = None;
+            let mut last_level = None;
+            let mut last_models: Option<Vec<(String, bool)>> = None;
             loop {
                 if let Ok(snapshot) = ondo_os::memory_snapshot()
-                    && last != Some(snapshot.level)
+                    && last_level != Some(snapshot.level)
                 {
                     let level = snapshot.level;
                     events::tell_all(
@@ -227,12 +229,29 @@ pub fn watch_pressure<R: Runtime>(app: AppHandle<R>) {
                         events::PRESSURE_LEVEL,
                         events::PressureLevel { level },
                     );
-                    last = Some(level);
+                    last_level = Some(level);
                 }
-                std::thread::sleep(PRESSURE_POLL);
+                if let Some(state) = app.try_state::<crate::state::AppState>() {
+                    let resident = state.pool.resident();
+                    // Idle times tick on their own; only a change of what is
+                    // loaded or busy is news.
+                    let shape: Vec<(String, bool)> = resident
+                        .iter()
+                        .map(|m| (m.model_id.clone(), m.busy))
+                        .collect();
+                    if last_models.as_ref() != Some(&shape) {
+                        events::tell_all(
+                            &app,
+                            events::ENGINE_STATE,
+                            events::EngineState { resident },
+                        );
+                        last_models = Some(shape);
+                    }
+                }
+                std::thread::sleep(STATE_POLL);
             }
         });
     if let Err(error) = spawned {
-        eprintln!("ondo-app: memory pressure will not be watched: {error}");
+        eprintln!("ondo-app: memory pressure and warm models will not be watched: {error}");
     }
 }

@@ -5,6 +5,8 @@
 use serde::Serialize;
 use tauri::{AppHandle, Emitter, Runtime};
 
+/// The warm models changed (loaded, unloaded, busy or idle): `{ resident }`.
+pub const ENGINE_STATE: &str = "ondo://engine-state";
 /// The memory-pressure level changed: `{ level }`.
 pub const PRESSURE_LEVEL: &str = "ondo://pressure-level";
 /// A model was downloaded, deleted or added: `{}`.
@@ -19,6 +21,11 @@ pub const NAVIGATE: &str = "ondo://navigate";
 #[derive(Debug, Clone, Serialize)]
 pub struct PressureLevel {
     pub level: ondo_os::PressureLevel,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EngineState {
+    pub resident: Vec<ondo::session::PooledModel>,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -64,6 +64,7 @@ pub fn run_app<R: Runtime>(builder: Builder<R>) -> Builder<R> {
             models::run_timeline,
             models::memory_now,
             models::pool_status,
+            models::unload_model,
             models::get_settings,
             models::set_settings,
             chat::chat_send,
@@ -111,7 +112,7 @@ fn set_up_desktop<R: Runtime>(app: &mut App<R>) -> tauri::Result<()> {
     #[cfg(desktop)]
     {
         tray::create(app.handle())?;
-        desktop::watch_pressure(app.handle().clone());
+        desktop::watch_pressure_and_engine(app.handle().clone());
         // The shortcut and launch at login the user saved.
         if let Some(state) = app.try_state::<state::AppState>() {
             let settings = state

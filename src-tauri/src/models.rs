@@ -204,6 +204,13 @@ pub fn pool_status(state: State<'_>) -> PoolStatus {
     }
 }
 
+/// Unloads a warm model now (its memory goes back); false if it was not
+/// loaded. A model in use finishes its answer first.
+#[tauri::command]
+pub fn unload_model(state: State<'_>, model_dir: PathBuf) -> Result<bool, CommandError> {
+    Ok(state.pool.unload(&model_dir)?)
+}
+
 pub(crate) fn history<T>(
     state: &AppState,
     read: impl FnOnce(&mut ondo::store::Store) -> Result<T, ondo::store::StoreError>,

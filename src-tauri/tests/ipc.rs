@@ -212,9 +212,36 @@ fn runs_are_recorded_with_memory_and_can_be_exported() {
     assert!(["normal", "warning", "critical"].contains(&memory["level"].as_str().unwrap()));
     assert!(memory["used_bytes"].as_u64().unwrap() > 0);
     let pool = invoke(&popover, "pool_status", Value::Null).unwrap();
+    let tiny = pool["resident"]
+        .as_array()
+        .and_then(|r| r.iter().find(|m| m["model_id"] == "tiny"))
+        .unwrap_or_else(|| panic!("tiny is warm: {pool}"))
+        .clone();
+    assert!(tiny["weights_bytes"].as_u64().unwrap() > 0);
+    let unloaded = invoke(
+        &popover,
+        "unload_model",
+        json!({ "modelDir": tiny["model_dir"] }),
+    )
+    .unwrap();
+    assert_eq!(unloaded, true);
+    let pool = invoke(&popover, "pool_status", Value::Null).unwrap();
     assert!(
-        pool["resident"].as_array().is_some_and(|r| !r.is_empty()),
+        !pool["resident"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["model_id"] == "tiny"),
         "{pool}"
+    );
+    assert_eq!(
+        invoke(
+            &popover,
+            "unload_model",
+            json!({ "modelDir": tiny["model_dir"] })
+        )
+        .unwrap(),
+        false
     );
 
     let path = DATA_ROOT.path().join("runs.html");
