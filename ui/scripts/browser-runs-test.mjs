@@ -93,7 +93,7 @@ test('the table lists runs; sorting, keyboard selection and the timeline chart w
   await page.close();
 });
 
-test('filters narrow the rows, and the backend gets its part of the filter', async () => {
+test('filters narrow the rows, and the backend gets the whole filter', async () => {
   const { page, problems } = await openRuns();
   await bodyRows(page).first().waitFor();
   await page.getByRole('combobox', { name: 'Benchmark' }).selectOption('latest');
@@ -106,6 +106,7 @@ test('filters narrow the rows, and the backend gets its part of the filter', asy
   const last = calls.at(-1).payload.filter;
   assert.equal(last.bench_id, 'b-1760004000000-7f3a');
   assert.equal(last.include_warmup, true);
+  assert.equal(last.loop, 'pipelined');
   assert.deepEqual(
     new Set(await bodyRows(page).locator('td:nth-child(11)').allInnerTexts()),
     new Set(['pipelined']),
@@ -114,6 +115,11 @@ test('filters narrow the rows, and the backend gets its part of the filter', asy
   await page.waitForFunction(() => document.querySelectorAll('table[aria-label="Recorded runs"] tbody tr').length === 30);
   await page.getByRole('combobox', { name: 'Model' }).selectOption('mlx-community/Qwen3-0.6B-4bit');
   await page.waitForFunction(() => document.querySelectorAll('table[aria-label="Recorded runs"] tbody tr').length === 2);
+  await page.getByRole('combobox', { name: 'Setting' }).selectOption('max_kv_size=none');
+  await page.waitForFunction(() =>
+    window.__ondoIpcCalls.some((call) => call.cmd === 'list_runs' && call.payload.filter.max_kv_size === 0),
+  );
+  assert.equal(await bodyRows(page).count(), 2);
   assert.deepEqual(problems, []);
   await page.close();
 });
@@ -188,14 +194,16 @@ test('a benchmark runs with progress to a per-case summary; the table shows its 
   await page.close();
 });
 
-test('export asks for a path, then writes the filtered runs there', async () => {
+test('export asks for a path, then writes the runs the table shows there', async () => {
   const { page, problems } = await openRuns();
   await bodyRows(page).first().waitFor();
   await page.getByRole('combobox', { name: 'Kind' }).selectOption('chat');
   await page.waitForFunction(() => document.querySelectorAll('table[aria-label="Recorded runs"] tbody tr').length === 3);
+  await page.getByRole('combobox', { name: 'Loop' }).selectOption('pipelined');
+  await page.waitForFunction(() => document.querySelectorAll('table[aria-label="Recorded runs"] tbody tr').length === 2);
   await page.getByRole('combobox', { name: 'Report format' }).selectOption('md');
   await page.getByRole('button', { name: 'Export…' }).click();
-  await page.getByText('Saved 3 runs to /home/me/Documents/ondo-runs.md (47.1 KiB)').waitFor();
+  await page.getByText('Saved 2 runs to /home/me/Documents/ondo-runs.md (47.1 KiB)').waitFor();
   const calls = await page.evaluate(() =>
     window.__ondoIpcCalls.filter((call) => call.cmd === 'choose_export_path' || call.cmd === 'export_runs'),
   );
@@ -207,6 +215,7 @@ test('export asks for a path, then writes the filtered runs there', async () => 
   assert.equal(calls[1].payload.path, '/home/me/Documents/ondo-runs.md');
   assert.equal(calls[1].payload.format, 'md');
   assert.equal(calls[1].payload.filter.kind, 'chat');
+  assert.equal(calls[1].payload.filter.loop, 'pipelined');
   assert.deepEqual(problems, []);
   await page.close();
 });

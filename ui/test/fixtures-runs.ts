@@ -1,7 +1,7 @@
 // Recorded runs, memory timelines and a finished benchmark for the Runs view's
 // tests and its browser test, shaped like what `list_runs`, `run_timeline` and
 // `run_benchmark` return on this Linux machine (MLX on the CPU backend).
-import type { BenchCaseSummary, BenchResult, MemorySample, RunRecord, Summary } from '../src/lib/backend';
+import type { BenchCaseSummary, BenchResult, MemorySample, RunFilter, RunRecord, Summary } from '../src/lib/backend';
 
 const MiB = 2 ** 20;
 const GiB = 2 ** 30;
@@ -279,7 +279,7 @@ function summary(samples: number[]): Summary {
 
 /** The summary `run_benchmark` answers for the runs of `benchId`. */
 export function benchResultFor(runs: RunRecord[], benchId: string): BenchResult {
-  const measured = runs.filter((run) => run.bench_id === benchId && run.kind === 'bench' && run.warmup !== true);
+  const measured = runs.filter((run) => run.bench_id === benchId && run.kind === 'bench' && !run.warmup);
   const cases: BenchCaseSummary[] = [];
   for (const prompt of [128, 512]) {
     for (const loop of ['sync', 'pipelined'] as const) {
@@ -318,4 +318,25 @@ export const benchResult: BenchResult = benchResultFor(allRuns, BENCH_ID);
 /** The runs a fresh benchmark adds (the mock backend records them). */
 export function newBenchRuns(benchId: string, startMs: number): RunRecord[] {
   return benchRuns(benchId, startMs, 2048);
+}
+
+/** What `list_runs` and `export_runs` select from `runs` (oldest first), as
+ * `RunFilter::select` in src-tauri/src/runs.rs does: the history's query
+ * (model, kind, bench, warm-ups, the newest `last`), then the settings. */
+export function selectRuns(runs: readonly RunRecord[], filter: RunFilter): RunRecord[] {
+  const queried = runs.filter(
+    (run) =>
+      (!filter.model_id || run.model_id === filter.model_id) &&
+      (!filter.kind || run.kind === filter.kind) &&
+      (!filter.bench_id || run.bench_id === filter.bench_id) &&
+      (filter.include_warmup === true || !run.warmup),
+  );
+  return queried
+    .slice(-(filter.last ?? queried.length))
+    .filter(
+      (run) =>
+        (!filter.loop || run.loop === filter.loop) &&
+        ((filter.prefill_step_size ?? null) === null || run.prefill_step_size === filter.prefill_step_size) &&
+        ((filter.max_kv_size ?? null) === null || (run.max_kv_size ?? 0) === filter.max_kv_size),
+    );
 }

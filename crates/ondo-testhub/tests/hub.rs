@@ -59,6 +59,11 @@ fn raw_get(address: &str, path: &str) -> String {
     response
 }
 
+/// GETs `url` with a `Range` header.
+async fn get_range(client: &reqwest::Client, url: &str, range: &str) -> reqwest::Response {
+    client.get(url).header("Range", range).send().await.unwrap()
+}
+
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> &'a str {
     headers
         .get(name)
@@ -148,12 +153,7 @@ async fn regular_file_is_served_directly() {
     let body = reqwest::get(&nested).await.unwrap().text().await.unwrap();
     assert_eq!(body, "hello");
 
-    let range = no_redirects()
-        .get(&url)
-        .header("Range", "bytes=2-5")
-        .send()
-        .await
-        .unwrap();
+    let range = get_range(&no_redirects(), &url, "bytes=2-5").await;
     assert_eq!(range.status(), StatusCode::PARTIAL_CONTENT);
     assert_eq!(header(range.headers(), "content-range"), "bytes 2-5/22");
     assert_eq!(range.text().await.unwrap(), "mode");
@@ -190,12 +190,7 @@ async fn lfs_file_redirects_to_storage_with_ranges() {
     assert_eq!(followed.bytes().await.unwrap().as_ref(), weights);
 
     let client = reqwest::Client::new();
-    let part = client
-        .get(&url)
-        .header("Range", "bytes=1000-1999")
-        .send()
-        .await
-        .unwrap();
+    let part = get_range(&client, &url, "bytes=1000-1999").await;
     assert_eq!(part.status(), StatusCode::PARTIAL_CONTENT);
     assert_eq!(
         header(part.headers(), "content-range"),
@@ -203,33 +198,18 @@ async fn lfs_file_redirects_to_storage_with_ranges() {
     );
     assert_eq!(part.bytes().await.unwrap().as_ref(), &weights[1000..2000]);
 
-    let tail = client
-        .get(&url)
-        .header("Range", "bytes=99990-")
-        .send()
-        .await
-        .unwrap();
+    let tail = get_range(&client, &url, "bytes=99990-").await;
     assert_eq!(tail.status(), StatusCode::PARTIAL_CONTENT);
     assert_eq!(tail.bytes().await.unwrap().as_ref(), &weights[99990..]);
 
-    let past_end = client
-        .get(&url)
-        .header("Range", format!("bytes={WEIGHTS_BYTES}-"))
-        .send()
-        .await
-        .unwrap();
+    let past_end = get_range(&client, &url, &format!("bytes={WEIGHTS_BYTES}-")).await;
     assert_eq!(past_end.status(), StatusCode::RANGE_NOT_SATISFIABLE);
     assert_eq!(
         header(past_end.headers(), "content-range"),
         format!("bytes */{WEIGHTS_BYTES}")
     );
 
-    let malformed = client
-        .get(&url)
-        .header("Range", "bytes=oops")
-        .send()
-        .await
-        .unwrap();
+    let malformed = get_range(&client, &url, "bytes=oops").await;
     assert_eq!(malformed.status(), StatusCode::OK);
     assert_eq!(malformed.bytes().await.unwrap().len(), WEIGHTS_BYTES);
 }
@@ -416,12 +396,7 @@ async fn dropped_transfer_fails_the_body_read() {
     let client = reqwest::Client::new();
 
     // A one-byte probe is shorter than the cut and does not use up the drop.
-    let probe = client
-        .get(&url)
-        .header("Range", "bytes=0-0")
-        .send()
-        .await
-        .unwrap();
+    let probe = get_range(&client, &url, "bytes=0-0").await;
     assert_eq!(probe.bytes().await.unwrap().len(), 1);
 
     let served_before = hub.body_bytes_served();
@@ -503,12 +478,8 @@ async fn request_log_records_ranges_and_bytes_served() {
     let (hub, _folder) = hub_with_model();
     let url = format!("{}/{REPO}/resolve/main/config.json", hub.url());
     let client = reqwest::Client::new();
-    client
-        .get(&url)
-        .header("Range", "bytes=10-")
-        .send()
+    get_range(&client, &url, "bytes=10-")
         .await
-        .unwrap()
         .bytes()
         .await
         .unwrap();

@@ -204,13 +204,25 @@ export interface RunRecord {
   run_id: string;
   created_at: string;
   kind: string;
+  /** Groups the runs of one benchmark; null for chat and test runs. */
+  bench_id: string | null;
+  /** The test's shape, llama-bench style ("pp128+tg64"); null outside benchmarks. */
+  test: string | null;
+  /** 0-based repetition within its test; null outside benchmarks. */
+  repetition: number | null;
+  /** A warm-up repetition: recorded, never in the statistics. */
+  warmup: boolean;
   model_id: string;
   load_kind: 'cold' | 'warm';
+  /** The run also paid for a process start and library init (`bench_cold`). */
+  fresh_process: boolean;
   loop: 'sync' | 'pipelined';
   load_ms: number;
   ttft_ms: number;
   prefill_ms: number;
   decode_ms: number;
+  /** Process start to first token, ms; set for fresh-process runs only. */
+  cold_start_ms: number | null;
   prefill_tps: number;
   decode_tps: number;
   prompt_tokens: number;
@@ -292,7 +304,8 @@ export interface AppSettings {
   global_shortcut: string | null;
 }
 
-/** Which recorded runs a screen or an export covers (`ondo::store::RunQuery`). */
+/** Which recorded runs a screen or an export covers (`RunFilter` in
+ * src-tauri/src/runs.rs); a null or missing field means "any". */
 export interface RunFilter {
   /** Only the newest N (listed oldest first). */
   last: number | null;
@@ -302,6 +315,22 @@ export interface RunFilter {
   bench_id?: string | null;
   /** Warm-up repetitions are recorded but left out unless asked for. */
   include_warmup?: boolean;
+  /** Only runs with this decode loop shape. */
+  loop?: 'sync' | 'pipelined' | null;
+  /** Only runs with this prefill step size, tokens. */
+  prefill_step_size?: number | null;
+  /** Only runs with this KV cache bound, tokens; 0: only unbounded runs. */
+  max_kv_size?: number | null;
+}
+
+/** What `export_runs` wrote. */
+export interface Exported {
+  /** How many runs the report holds. */
+  runs: number;
+  /** The report's size on disk. */
+  bytes: number;
+  /** Where it was written. */
+  path: string;
 }
 
 /** A benchmark the Benchmark dialog starts (`ondo::bench::plan::BenchPlan`). */
@@ -466,9 +495,10 @@ export const backend = {
   /** Asks the user where to save a report (the system's save dialog); null
    * when they cancel. */
   chooseExportPath: (format: string) => invoke<string | null>('choose_export_path', { format }),
-  /** Writes the runs `filter` selects to `path`; returns the bytes written. */
+  /** Writes the runs `filter` selects to `path` in `format` (json, jsonl,
+   * csv, md, html); says how many runs and bytes it wrote, and where. */
   exportRuns: (filter: RunFilter, format: string, path: string) =>
-    invoke<number>('export_runs', { filter, format, path }),
+    invoke<Exported>('export_runs', { filter, format, path }),
   /** Asks the user for a folder (the system's dialog); null when cancelled. */
   chooseFolder: () => invoke<string | null>('choose_folder'),
   /** Opens (or focuses) the main window on a view. */

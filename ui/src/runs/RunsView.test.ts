@@ -1,8 +1,8 @@
 import { cleanup, fireEvent, render, screen, waitFor, within } from '@testing-library/svelte';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { cachedQwen, modelsViewWithQwen } from '../../test/fixtures';
-import { allRuns, BENCH_ID, benchResultFor, makeTimeline, newBenchRuns } from '../../test/fixtures-runs';
-import type { BenchEvent, BenchRequest, BenchResult, CommandError, RunFilter, RunRecord } from '../lib/backend';
+import { allRuns, BENCH_ID, benchResultFor, makeTimeline, newBenchRuns, selectRuns } from '../../test/fixtures-runs';
+import type { BenchEvent, BenchRequest, BenchResult, CommandError, Exported, RunFilter, RunRecord } from '../lib/backend';
 import RunsView, { type RunsApi } from './RunsView.svelte';
 
 // uPlot reads the pixel ratio through matchMedia when it loads; jsdom has none.
@@ -30,19 +30,6 @@ afterEach(() => {
   vi.restoreAllMocks();
 });
 
-/** What `list_runs` answers: the backend's filter applied to `runs`. */
-function listFrom(runs: RunRecord[], filter: RunFilter): RunRecord[] {
-  return runs
-    .filter(
-      (run) =>
-        (!filter.model_id || run.model_id === filter.model_id) &&
-        (!filter.kind || run.kind === filter.kind) &&
-        (!filter.bench_id || run.bench_id === filter.bench_id) &&
-        (filter.include_warmup === true || run.warmup !== true),
-    )
-    .slice(-(filter.last ?? Infinity));
-}
-
 function fakeApi(runs: RunRecord[] = allRuns) {
   const store = { runs: [...runs] };
   let runsChanged: ((payload: { run_id: string }) => void) | null = null;
@@ -50,7 +37,7 @@ function fakeApi(runs: RunRecord[] = allRuns) {
   let failBench: ((error: CommandError) => void) | null = null;
   let benchEvents: ((event: BenchEvent) => void) | null = null;
   const api = {
-    listRuns: vi.fn(async (filter: RunFilter) => listFrom(store.runs, filter)),
+    listRuns: vi.fn(async (filter: RunFilter) => selectRuns(store.runs, filter)),
     runTimeline: vi.fn(async (runId: string) => {
       const run = store.runs.find((candidate) => candidate.run_id === runId);
       return run ? makeTimeline(run, run.pressure_max === 'warning') : [];
@@ -68,7 +55,13 @@ function fakeApi(runs: RunRecord[] = allRuns) {
       return true;
     }),
     chooseExportPath: vi.fn(async (): Promise<string | null> => '/home/me/ondo-report.html'),
-    exportRuns: vi.fn(async () => 48_213),
+    exportRuns: vi.fn(
+      async (filter: RunFilter, _format: string, path: string): Promise<Exported> => ({
+        runs: selectRuns(store.runs, filter).length,
+        bytes: 48_213,
+        path,
+      }),
+    ),
     onAppEvent: vi.fn(async (_name: string, handler: (payload: { run_id: string }) => void) => {
       runsChanged = handler;
       return () => {};
@@ -89,7 +82,19 @@ function fakeApi(runs: RunRecord[] = allRuns) {
 const table = () => screen.getByRole('table', { name: 'Recorded runs' });
 const bodyRows = () => within(table()).getAllByRole('row').slice(1);
 const rowIds = () => bodyRows().map((row) => row.dataset.runId);
-const visibleRuns = allRuns.filter((run) => run.warmup !== true);
+const visibleRuns = allRuns.filter((run) => !run.warmup);
+
+/** The filter the view sends with no filter set. */
+const DEFAULT_RUN_FILTER: RunFilter = {
+  last: 500,
+  model_id: null,
+  kind: null,
+  bench_id: null,
+  include_warmup: false,
+  loop: null,
+  prefill_step_size: null,
+  max_kv_size: null,
+};
 
 describe('RunsView', () => {
   it('lists the runs newest first without warm-ups, selects the newest, and shows its timeline', async () => {
@@ -160,7 +165,7 @@ describe('RunsView', () => {
     expect(bodyRows()[1]?.getAttribute('aria-selected')).toBe('true');
   });
 
-  it('sends model, kind, bench and warm-up filters to the backend; narrows loop and setting itself', async () => {
+  it('sends every filter to the backend and shows what it selects', async () => {
     const { api } = fakeApi();
     render(RunsView, { api });
     await waitFor(() => expect(bodyRows()).toHaveLength(visibleRuns.length));
@@ -168,18 +173,15 @@ describe('RunsView', () => {
     await fireEvent.change(screen.getByRole('combobox', { name: 'Benchmark' }), { target: { value: 'latest' } });
     await waitFor(() =>
       expect(api.listRuns).toHaveBeenLastCalledWith({
-        last: 500,
-        model_id: null,
-        kind: null,
+        ...DEFAULT_RUN_FILTER,
         bench_id: BENCH_ID,
-        include_warmup: false,
       }),
     );
     await waitFor(() => expect(bodyRows()).toHaveLength(13));
 
     await fireEvent.change(screen.getByRole('combobox', { name: 'Loop' }), { target: { value: 'sync' } });
     await waitFor(() => expect(bodyRows()).toHaveLength(6));
-    expect(screen.getByText(/The export covers the model, kind and benchmark filters/)).toBeTruthy();
+    expect(api.listRuns).toHaveBeenLastCalledWith({ ...DEFAULT_RUN_FILTER, bench_id: BENCH_ID, loop: 'sync' });
 
     await fireEvent.click(screen.getByRole('checkbox', { name: 'Include warm-ups' }));
     await waitFor(() => expect(bodyRows()).toHaveLength(8));
@@ -193,6 +195,24 @@ describe('RunsView', () => {
 
     await fireEvent.change(screen.getByRole('combobox', { name: 'Setting' }), { target: { value: 'max_kv_size=4096' } });
     await screen.findByTestId('runs-no-match');
+    expect(api.listRuns).toHaveBeenLastCalledWith(
+      expect.objectContaining({ model_id: cachedQwen.id, prefill_step_size: null, max_kv_size: 4096 }),
+    );
+    // Unbounded goes to the backend as 0.
+    await fireEvent.change(screen.getByRole('combobox', { name: 'Setting' }), { target: { value: 'max_kv_size=none' } });
+    await waitFor(() => expect(bodyRows()).toHaveLength(2));
+    expect(api.listRuns).toHaveBeenLastCalledWith(expect.objectContaining({ max_kv_size: 0 }));
+  });
+
+  it('shows no run for the latest benchmark before one is recorded, without asking for every run', async () => {
+    const { api } = fakeApi(allRuns.filter((run) => run.bench_id === null));
+    render(RunsView, { api });
+    await waitFor(() => expect(bodyRows()).toHaveLength(4));
+    const calls = api.listRuns.mock.calls.length;
+    await fireEvent.change(screen.getByRole('combobox', { name: 'Benchmark' }), { target: { value: 'latest' } });
+    await screen.findByTestId('runs-no-match');
+    expect(api.listRuns.mock.calls.slice(calls)).toEqual([[{ last: 500, include_warmup: true }]]);
+    expect((screen.getByRole('button', { name: 'Export…' }) as HTMLButtonElement).disabled).toBe(true);
   });
 
   it('says what to do when nothing is recorded yet', async () => {
@@ -214,7 +234,8 @@ describe('RunsView', () => {
     emitRunsChanged('r-1760000180000-a4');
     await waitFor(() => expect(bodyRows()).toHaveLength(4));
     await new Promise((resolve) => setTimeout(resolve, 60));
-    expect(api.listRuns.mock.calls.slice(calls)).toEqual([[{ last: 500, include_warmup: true }]]);
+    // One refresh: every run (for the filter options) and the filtered table.
+    expect(api.listRuns.mock.calls.slice(calls)).toEqual([[{ last: 500, include_warmup: true }], [DEFAULT_RUN_FILTER]]);
 
     store.runs = allRuns.slice(0, 3);
     await fireEvent.click(screen.getByRole('button', { name: 'Refresh' }));
@@ -249,8 +270,17 @@ describe('RunsView', () => {
       ),
     );
     expect(api.chooseExportPath).toHaveBeenLastCalledWith('csv');
-    expect(api.exportRuns).toHaveBeenCalledWith(
-      { last: 500, model_id: null, kind: 'chat', bench_id: null, include_warmup: false },
+    expect(api.exportRuns).toHaveBeenCalledWith({ ...DEFAULT_RUN_FILTER, kind: 'chat' }, 'csv', '/home/me/ondo-report.html');
+
+    // The export covers what the table shows: the loop filter too.
+    await fireEvent.change(screen.getByRole('combobox', { name: 'Loop' }), { target: { value: 'sync' } });
+    await waitFor(() => expect(bodyRows()).toHaveLength(1));
+    await fireEvent.click(screen.getByRole('button', { name: 'Export…' }));
+    await waitFor(() =>
+      expect(screen.getByTestId('export-status').textContent).toBe('Saved 1 run to /home/me/ondo-report.html (47.1 KiB)'),
+    );
+    expect(api.exportRuns).toHaveBeenLastCalledWith(
+      { ...DEFAULT_RUN_FILTER, kind: 'chat', loop: 'sync' },
       'csv',
       '/home/me/ondo-report.html',
     );

@@ -2,14 +2,13 @@ import { describe, expect, it } from 'vitest';
 import { allRuns, BENCH_ID, benchResult, makeRun, makeTimeline, OLDER_BENCH_ID } from '../../test/fixtures-runs';
 import type { BenchResult } from '../lib/backend';
 import {
-  applyFilter,
   benchCaseRows,
   coldWarmColumns,
   coldWarmSummary,
   DEFAULT_BENCH_FORM,
   DEFAULT_SORT,
+  exportedMessage,
   filterOptions,
-  hasClientOnlyFilter,
   latestBenchId,
   median,
   moveSelection,
@@ -19,6 +18,7 @@ import {
   plannedRuns,
   pressureSegments,
   runCells,
+  selectsEveryRun,
   shortModelName,
   sortRuns,
   speedColumns,
@@ -35,7 +35,7 @@ describe('filters', () => {
     expect(latestBenchId(allRuns.filter((run) => run.kind === 'chat'))).toBeNull();
   });
 
-  it('sends the backend its part, with "latest" resolved to a bench id', () => {
+  it('sends the backend the whole filter, with "latest" resolved to a bench id', () => {
     const state = { ...NO_FILTER, model: 'tiny', kind: 'bench', bench: 'latest', loop: 'sync', includeWarmup: true };
     expect(toRunFilter(state, BENCH_ID)).toEqual({
       last: 500,
@@ -43,6 +43,9 @@ describe('filters', () => {
       kind: 'bench',
       bench_id: BENCH_ID,
       include_warmup: true,
+      loop: 'sync',
+      prefill_step_size: null,
+      max_kv_size: null,
     });
     expect(toRunFilter(NO_FILTER, BENCH_ID)).toEqual({
       last: 500,
@@ -50,32 +53,47 @@ describe('filters', () => {
       kind: null,
       bench_id: null,
       include_warmup: false,
+      loop: null,
+      prefill_step_size: null,
+      max_kv_size: null,
     });
-    expect(hasClientOnlyFilter(state)).toBe(true);
-    expect(hasClientOnlyFilter({ ...state, loop: '' })).toBe(false);
   });
 
-  it('leaves warm-ups out unless asked', () => {
-    const warmups = allRuns.filter((run) => run.warmup === true).length;
-    expect(warmups).toBe(8);
-    expect(applyFilter(allRuns, NO_FILTER, BENCH_ID)).toHaveLength(allRuns.length - warmups);
-    expect(applyFilter(allRuns, { ...NO_FILTER, includeWarmup: true }, BENCH_ID)).toHaveLength(allRuns.length);
+  it('sends a setting as its field; unbounded KV as 0', () => {
+    const step = toRunFilter({ ...NO_FILTER, setting: 'prefill_step_size=512' }, null);
+    expect(step).toMatchObject({ prefill_step_size: 512, max_kv_size: null });
+    const bounded = toRunFilter({ ...NO_FILTER, setting: 'max_kv_size=4096' }, null);
+    expect(bounded).toMatchObject({ prefill_step_size: null, max_kv_size: 4096 });
+    const unbounded = toRunFilter({ ...NO_FILTER, setting: 'max_kv_size=none' }, null);
+    expect(unbounded).toMatchObject({ prefill_step_size: null, max_kv_size: 0 });
+    // Values the filter never offers are left out rather than sent.
+    expect(toRunFilter({ ...NO_FILTER, setting: 'prefill_step_size=none', loop: 'fast' }, null)).toMatchObject({
+      loop: null,
+      prefill_step_size: null,
+      max_kv_size: null,
+    });
   });
 
-  it('narrows by bench, loop and setting; "latest" with no benchmark keeps nothing', () => {
-    const latest = applyFilter(allRuns, { ...NO_FILTER, bench: 'latest' }, BENCH_ID);
-    expect(latest).toHaveLength(13);
-    expect(latest.every((run) => run.bench_id === BENCH_ID)).toBe(true);
-    const sync = applyFilter(allRuns, { ...NO_FILTER, bench: OLDER_BENCH_ID, loop: 'sync' }, BENCH_ID);
-    expect(sync.map((run) => run.loop)).toEqual(Array(6).fill('sync'));
-    const step512 = applyFilter(allRuns, { ...NO_FILTER, setting: 'prefill_step_size=512' }, BENCH_ID);
-    expect(step512.every((run) => run.prefill_step_size === 512)).toBe(true);
-    expect(step512).toHaveLength(4 + 13);
-    const bounded = applyFilter(allRuns, { ...NO_FILTER, setting: 'max_kv_size=4096' }, BENCH_ID);
-    expect(bounded.map((run) => run.run_id)).toEqual(['r-1760000180000-a4']);
-    const unbounded = applyFilter(allRuns, { ...NO_FILTER, setting: 'max_kv_size=none' }, BENCH_ID);
-    expect(unbounded).toHaveLength(allRuns.length - 8 - 1);
-    expect(applyFilter(allRuns, { ...NO_FILTER, bench: 'latest' }, null)).toEqual([]);
+  it('keeps nothing for "latest" before any benchmark is recorded', () => {
+    expect(toRunFilter({ ...NO_FILTER, bench: 'latest' }, null)).toBeNull();
+    expect(toRunFilter({ ...NO_FILTER, bench: OLDER_BENCH_ID }, null)?.bench_id).toBe(OLDER_BENCH_ID);
+  });
+
+  it('knows when the unfiltered listing serves the table too', () => {
+    expect(selectsEveryRun({ last: 500, include_warmup: true })).toBe(true);
+    expect(selectsEveryRun(toRunFilter({ ...NO_FILTER, includeWarmup: true }, null)!)).toBe(true);
+    // Warm-ups are left out by default, so the backend is asked.
+    expect(selectsEveryRun(toRunFilter(NO_FILTER, null)!)).toBe(false);
+    expect(selectsEveryRun({ last: 500, include_warmup: true, loop: 'sync' })).toBe(false);
+    expect(selectsEveryRun({ last: 500, include_warmup: true, max_kv_size: 0 })).toBe(false);
+    expect(selectsEveryRun({ last: 20, include_warmup: true })).toBe(false);
+  });
+
+  it('says what an export wrote, from the backend\'s answer', () => {
+    expect(exportedMessage({ runs: 3, bytes: 48_213, path: '/home/me/ondo-runs.md' })).toBe(
+      'Saved 3 runs to /home/me/ondo-runs.md (47.1 KiB)',
+    );
+    expect(exportedMessage({ runs: 1, bytes: 900, path: '/tmp/r.csv' })).toMatch(/^Saved 1 run to \/tmp\/r\.csv \(/);
   });
 
   it('offers only the values present, newest benchmark first', () => {
@@ -94,7 +112,7 @@ describe('filters', () => {
 });
 
 describe('table', () => {
-  const runs = applyFilter(allRuns, NO_FILTER, BENCH_ID);
+  const runs = allRuns.filter((run) => !run.warmup);
 
   it('sorts newest first by default', () => {
     const sorted = sortRuns(runs, DEFAULT_SORT);

@@ -1,8 +1,16 @@
-//! The Runs view's decisions, without a window: which runs a filter keeps (and
-//! which part of it the backend can do), how the table sorts, what the
+//! The Runs view's decisions, without a window: the filter the backend
+//! applies (to the table and the export alike), how the table sorts, what the
 //! filters offer, the benchmark form's validation, the per-case summary, and
 //! the numbers and sentences behind the charts.
-import type { BenchCaseSummary, BenchRequest, BenchResult, MemorySample, RunFilter, RunRecord } from '../lib/backend';
+import type {
+  BenchCaseSummary,
+  BenchRequest,
+  BenchResult,
+  Exported,
+  MemorySample,
+  RunFilter,
+  RunRecord,
+} from '../lib/backend';
 import { formatBytes, formatCount, formatMs, formatTps, modelName } from '../lib/format';
 
 /** How many of the newest runs the view lists (and exports). */
@@ -35,11 +43,7 @@ export const KIND_ORDER = ['chat', 'run', 'bench', 'bench_cold'] as const;
 
 /** A record's bench id; null for chat and test runs. */
 export function benchIdOf(run: RunRecord): string | null {
-  return typeof run.bench_id === 'string' && run.bench_id !== '' ? run.bench_id : null;
-}
-
-function isWarmup(run: RunRecord): boolean {
-  return run.warmup === true;
+  return run.bench_id === '' ? null : run.bench_id;
 }
 
 /** The bench id of the newest benchmark run among `runs`; null when none. */
@@ -58,23 +62,6 @@ export function resolvedBenchId(state: RunsFilterState, latest: string | null): 
   return state.bench;
 }
 
-/** The part of the filter the backend applies (`list_runs`, `export_runs`). */
-export function toRunFilter(state: RunsFilterState, latest: string | null, last = RUNS_SHOWN): RunFilter {
-  return {
-    last,
-    model_id: state.model === '' ? null : state.model,
-    kind: state.kind === '' ? null : state.kind,
-    bench_id: resolvedBenchId(state, latest),
-    include_warmup: state.includeWarmup,
-  };
-}
-
-/** Whether the filter has parts the backend cannot apply (so an export
- * covers more runs than the table shows). */
-export function hasClientOnlyFilter(state: RunsFilterState): boolean {
-  return state.loop !== '' || state.setting !== '';
-}
-
 /** A setting filter's value: which setting and which value (null: unbounded). */
 export function parseSettingFilter(
   setting: string,
@@ -86,25 +73,48 @@ export function parseSettingFilter(
   return Number.isInteger(value) ? { name, value } : null;
 }
 
-/** The whole filter, applied to runs in memory. The backend applies its part
- * too; doing it again here is harmless and keeps one definition. */
-export function applyFilter(
-  runs: readonly RunRecord[],
-  state: RunsFilterState,
-  latest: string | null,
-): RunRecord[] {
-  const bench = resolvedBenchId(state, latest);
+/** The whole filter as the backend applies it (`list_runs`, `export_runs`),
+ * so the table and an export cover the same runs. Null when it keeps no run
+ * at all: the newest benchmark asked for before any was recorded, which a
+ * RunFilter cannot say (its null bench id means any). */
+export function toRunFilter(state: RunsFilterState, latest: string | null, last = RUNS_SHOWN): RunFilter | null {
+  if (state.bench === 'latest' && latest === null) return null;
   const setting = parseSettingFilter(state.setting);
-  return runs.filter(
-    (run) =>
-      (state.model === '' || run.model_id === state.model) &&
-      (state.kind === '' || run.kind === state.kind) &&
-      // 'latest' with no benchmark recorded yet keeps nothing.
-      (state.bench === '' || (bench !== null && benchIdOf(run) === bench)) &&
-      (state.includeWarmup || !isWarmup(run)) &&
-      (state.loop === '' || run.loop === state.loop) &&
-      (setting === null || run[setting.name] === setting.value),
+  return {
+    last,
+    model_id: state.model === '' ? null : state.model,
+    kind: state.kind === '' ? null : state.kind,
+    bench_id: resolvedBenchId(state, latest),
+    include_warmup: state.includeWarmup,
+    loop: state.loop === 'sync' || state.loop === 'pipelined' ? state.loop : null,
+    prefill_step_size: setting?.name === 'prefill_step_size' ? setting.value : null,
+    // The backend reads 0 as "only unbounded runs".
+    max_kv_size: setting?.name === 'max_kv_size' ? (setting.value ?? 0) : null,
+  };
+}
+
+/** Every run the view lists, warm-ups included: what the filters offer. */
+export const EVERY_RUN: RunFilter = { last: RUNS_SHOWN, include_warmup: true };
+
+/** Whether `filter` selects what EVERY_RUN does: then that one listing serves
+ * the table too. */
+export function selectsEveryRun(filter: RunFilter): boolean {
+  return (
+    filter.last === EVERY_RUN.last &&
+    filter.include_warmup === true &&
+    !filter.model_id &&
+    !filter.kind &&
+    !filter.bench_id &&
+    !filter.loop &&
+    (filter.prefill_step_size ?? null) === null &&
+    (filter.max_kv_size ?? null) === null
   );
+}
+
+/** The export's answer in words: "Saved 3 runs to PATH (47.1 KiB)". */
+export function exportedMessage(exported: Exported): string {
+  const noun = exported.runs === 1 ? 'run' : 'runs';
+  return `Saved ${formatCount(exported.runs)} ${noun} to ${exported.path} (${formatBytes(exported.bytes)})`;
 }
 
 export interface FilterOption {

@@ -7,11 +7,19 @@ import { mount } from 'svelte';
 import type { Channel } from '@tauri-apps/api/core';
 import { emit } from '@tauri-apps/api/event';
 import { mockIPC, mockWindows } from '@tauri-apps/api/mocks';
-import type { BenchEvent, BenchRequest, BenchResult, CommandError, RunFilter, RunRecord } from '../../src/lib/backend';
+import type {
+  BenchEvent,
+  BenchRequest,
+  BenchResult,
+  CommandError,
+  Exported,
+  RunFilter,
+  RunRecord,
+} from '../../src/lib/backend';
 import { backend } from '../../src/lib/backend';
 import RunsView from '../../src/runs/RunsView.svelte';
 import { modelsViewWithQwen } from '../fixtures';
-import { allRuns, benchResultFor, makeTimeline, newBenchRuns } from '../fixtures-runs';
+import { allRuns, benchResultFor, makeTimeline, newBenchRuns, selectRuns } from '../fixtures-runs';
 import '../../src/app.css';
 
 declare global {
@@ -27,18 +35,6 @@ const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 const store = { runs: scenario === 'empty' ? [] : [...allRuns] };
 const bench = { cancelled: false };
-
-function listRuns(filter: RunFilter): RunRecord[] {
-  return store.runs
-    .filter(
-      (run) =>
-        (!filter.model_id || run.model_id === filter.model_id) &&
-        (!filter.kind || run.kind === filter.kind) &&
-        (!filter.bench_id || run.bench_id === filter.bench_id) &&
-        (filter.include_warmup === true || run.warmup !== true),
-    )
-    .slice(-(filter.last ?? Infinity));
-}
 
 /** Records the plan's runs a few at a time, with progress, like the real one. */
 async function runBenchmark(request: BenchRequest, channel: Channel<BenchEvent>): Promise<BenchResult> {
@@ -66,7 +62,7 @@ mockIPC(
     window.__ondoIpcCalls.push({ cmd, payload });
     switch (cmd) {
       case 'list_runs':
-        return listRuns((payload as { filter: RunFilter }).filter);
+        return selectRuns(store.runs, (payload as { filter: RunFilter }).filter);
       case 'run_timeline': {
         const { runId } = payload as { runId: string };
         const run = store.runs.find((candidate) => candidate.run_id === runId);
@@ -86,9 +82,11 @@ mockIPC(
         await pause(50);
         return `/home/me/Documents/ondo-runs.${format}`;
       }
-      case 'export_runs':
+      case 'export_runs': {
+        const { filter, path } = payload as { filter: RunFilter; path: string };
         await pause(50);
-        return 48_213;
+        return { runs: selectRuns(store.runs, filter).length, bytes: 48_213, path } satisfies Exported;
+      }
       default:
         throw { kind: 'internal', message: `the mock backend has no command ${cmd}` } satisfies CommandError;
     }
