@@ -241,6 +241,11 @@ test('a chat with the tiny model streams an answer and fills in the footer; the 
   assert.match(second, /warm/);
   assert.match(second, /\(\d+ cached\)/);
   console.log(`# chat footers:\n#   ${first}\n#   ${second}`);
+
+  // The shell's engine-state event lists the warm model at the top of the popover.
+  const warm = await browser.$('[data-testid="warm-models"]');
+  await warm.waitForExist({ timeout: 10_000, timeoutMsg: 'the popover never listed the warm model' });
+  assert.match(await warm.getProperty('textContent'), /tiny \(speed test\)[\s\S]*weights[\s\S]*KV cache/);
 });
 
 test('a catalog model downloads from the hub with a click and joins the library', async () => {

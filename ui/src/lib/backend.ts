@@ -391,6 +391,8 @@ export interface BenchResult {
 
 /** The app-wide events the shell emits (names and payloads). */
 export interface AppEvents {
+  /** The warm models changed (loaded, unloaded, busy or idle). */
+  'ondo://engine-state': { resident: PooledModel[] };
   /** The memory-pressure level changed: "normal", "warning" or "critical". */
   'ondo://pressure-level': { level: string };
   /** A model was downloaded, deleted or added. */
@@ -453,6 +455,8 @@ export const backend = {
   runTimeline: (runId: string) => invoke<MemorySample[]>('run_timeline', { runId }),
   memoryNow: () => invoke<MemorySnapshot>('memory_now'),
   poolStatus: () => invoke<PoolStatus>('pool_status'),
+  /** Unloads a warm model now; false when it was not loaded. */
+  unloadModel: (modelDir: string) => invoke<boolean>('unload_model', { modelDir }),
   /** Answers the last user message of `messages` with `model` ("tiny", a
    * folder or a downloaded repo id), streaming to `onEvent`; resolves with the
    * run's record (the footer's numbers). */

@@ -9,6 +9,7 @@ import type {
   CommandError,
   DownloadEvent,
   DownloadSummary,
+  PooledModel,
   RunRecord,
 } from '../../src/lib/backend';
 import {
@@ -143,6 +144,18 @@ async function chatSend(conversationId: string, messages: ChatMessage[], channel
   };
 }
 
+/** The tiny model stays warm after a generation, as the pool keeps it. */
+let warm = false;
+const warmTiny: PooledModel = {
+  model_id: 'tiny',
+  model_dir: '/home/me/.local/share/ondo/models/tiny',
+  weights_bytes: 7_340_032,
+  kv_cache_bytes: 1_048_576,
+  idle_ms: 0,
+  expires_in_ms: 600_000,
+  busy: false,
+};
+
 mockWindows('main');
 mockIPC(async (cmd, payload) => {
   window.__ondoIpcCalls.push({ cmd, payload });
@@ -155,6 +168,11 @@ mockIPC(async (cmd, payload) => {
       return download.complete ? modelsViewWithQwen : emptyModelsView;
     case 'memory_now':
       return memorySnapshot;
+    case 'pool_status':
+      return { resident: warm ? [warmTiny] : [], events: [] };
+    case 'unload_model':
+      warm = false;
+      return true;
     case 'download_model': {
       const { model, onEvent } = payload as { model: string; onEvent: Channel<DownloadEvent> };
       return downloadModel(model, onEvent);
@@ -171,6 +189,7 @@ mockIPC(async (cmd, payload) => {
     case 'run_test_generation':
       await pause(300);
       if (scenario === 'generation-fails') throw generationFailed;
+      warm = true;
       return demoRun;
     case 'get_settings':
       return chatSettings;
