@@ -58,7 +58,8 @@ stage() {
 stage ui-build bash -c 'cd ui && npm run --silent build'
 stage fmt cargo fmt --all --check
 stage clippy cargo clippy --workspace --all-targets --locked -- -D warnings
-stage cargo-test cargo test --workspace --locked
+# --no-fail-fast: a failing test binary must not hide the others' results.
+stage cargo-test cargo test --workspace --locked --no-fail-fast
 stage macos-check scripts/check-macos.sh
 if [ -f ui/package.json ]; then
   stage ui-check bash -c 'cd ui && npm run --silent check'

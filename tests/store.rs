@@ -19,6 +19,11 @@ const WRITER_DB: &str = "ONDO_STORE_WRITER";
 const WRITER_PREFIX: &str = "ONDO_STORE_WRITER_PREFIX";
 /// Set in a child: stop after this many runs (else write until killed).
 const WRITER_RUNS: &str = "ONDO_STORE_WRITER_RUNS";
+/// Set in a child: the other writers' prefixes. The child opens the store,
+/// says so with a file next to it, and starts writing only once every peer
+/// has opened too, so the writes really overlap even where one process
+/// could otherwise finish before the other starts.
+const WRITER_PEERS: &str = "ONDO_STORE_WRITER_PEERS";
 
 const SAMPLES_PER_RUN: usize = 200;
 /// A child left behind by a failed parent stops by itself after this.
@@ -50,6 +55,15 @@ fn writer_child() {
     let prefix = std::env::var(WRITER_PREFIX).unwrap();
     let runs: Option<usize> = std::env::var(WRITER_RUNS).ok().map(|n| n.parse().unwrap());
     let mut store = Store::open(Path::new(&db)).unwrap();
+    let opened = |prefix: &str| Path::new(&db).with_extension(format!("{prefix}.opened"));
+    std::fs::write(opened(&prefix), b"").unwrap();
+    if let Ok(peers) = std::env::var(WRITER_PEERS) {
+        let started = Instant::now();
+        while !peers.split(',').all(|peer| opened(peer).exists()) {
+            assert!(started.elapsed() < WRITER_LIFETIME, "the peers never opened");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
     let samples = timeline();
     let started = Instant::now();
     let mut stdout = std::io::stdout().lock();
@@ -72,7 +86,7 @@ fn writer_child() {
     }
 }
 
-fn spawn_writer(db: &Path, prefix: &str, runs: Option<usize>) -> Child {
+fn spawn_writer(db: &Path, prefix: &str, runs: Option<usize>, peers: &[&str]) -> Child {
     let mut command = Command::new(std::env::current_exe().unwrap());
     command
         .args(["--exact", "writer_child", "--nocapture", "--test-threads=1"])
@@ -82,6 +96,9 @@ fn spawn_writer(db: &Path, prefix: &str, runs: Option<usize>) -> Child {
         .stderr(Stdio::inherit());
     if let Some(runs) = runs {
         command.env(WRITER_RUNS, runs.to_string());
+    }
+    if !peers.is_empty() {
+        command.env(WRITER_PEERS, peers.join(","));
     }
     command.spawn().unwrap()
 }
@@ -136,7 +153,7 @@ fn a_killed_writer_leaves_every_committed_run_whole() {
     let mut printed = BTreeSet::new();
 
     for round in 0..3 {
-        let mut child = spawn_writer(&db, &format!("kill{round}"), None);
+        let mut child = spawn_writer(&db, &format!("kill{round}"), None, &[]);
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let first = read_committed(&mut stdout, 1);
         let started = Instant::now();
@@ -188,8 +205,8 @@ fn two_writers_at_once_both_get_through() {
     let db = dir.path().join("history/ondo.sqlite3");
     let runs = 150;
     let writers = [
-        spawn_writer(&db, "a", Some(runs)),
-        spawn_writer(&db, "b", Some(runs)),
+        spawn_writer(&db, "a", Some(runs), &["b"]),
+        spawn_writer(&db, "b", Some(runs), &["a"]),
     ];
     for writer in writers {
         let output = writer.wait_with_output().unwrap();

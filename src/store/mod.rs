@@ -9,7 +9,7 @@ mod schema;
 
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
@@ -87,6 +87,31 @@ impl Store {
         let mut conn = Connection::open(path).map_err(fail)?;
         // First, so that everything after it waits for other writers too.
         conn.busy_timeout(BUSY_TIMEOUT).map_err(fail)?;
+        // The busy timeout does not cover everything at open: two processes
+        // switching a fresh file to WAL at once each hold a read lock and want
+        // the write lock, and SQLite answers one of them "busy" at once rather
+        // than let both wait forever. Every step below is safe to repeat, so a
+        // busy open is retried until the same timeout as a busy write.
+        let deadline = Instant::now() + BUSY_TIMEOUT;
+        let mut pause = Duration::from_millis(2);
+        loop {
+            match Self::configure(&mut conn, path) {
+                Err(StoreError::Busy { .. }) if Instant::now() < deadline => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(100));
+                }
+                done => break done?,
+            }
+        }
+        Ok(Store {
+            conn,
+            path: path.to_owned(),
+        })
+    }
+
+    /// The connection's settings and the schema, each safe to apply again.
+    fn configure(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
+        let fail = |error| StoreError::from_sqlite(path, error);
         // WAL: readers never wait for the writer, and writers append instead
         // of rewriting pages in place. The answer (the mode in force) is not
         // checked: where WAL is refused, the rollback journal is just slower.
@@ -100,11 +125,7 @@ impl Store {
             .map_err(fail)?;
         conn.pragma_update(None, "foreign_keys", true)
             .map_err(fail)?;
-        schema::prepare(&mut conn, path)?;
-        Ok(Store {
-            conn,
-            path: path.to_owned(),
-        })
+        schema::prepare(conn, path)
     }
 
     /// Opens `data_dir/ondo.sqlite3`; pass `DataDirs::from_env().data_dir`,

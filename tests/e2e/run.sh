@@ -9,9 +9,11 @@ cd "$root"
 export MLX_PYTHON="${MLX_PYTHON:-$root/.venv/bin/python}"
 
 (cd ui && npm run --silent build)
-cargo build --quiet -p ondo-app --features custom-protocol --locked
-# The CLI writes the model the test hub serves; the hub stands in for huggingface.co.
-cargo build --quiet -p ondo --bin ondo -p ondo-testhub --locked
+# One cargo call for all three: the app, the CLI (which writes the model the
+# test hub serves) and the test hub (which stands in for huggingface.co). Two
+# calls would resolve features twice and build the core twice.
+cargo build --quiet --locked --bins -p ondo-app --features ondo-app/custom-protocol \
+  -p ondo -p ondo-testhub
 
 stamp=tests/e2e/node_modules/.ondo-lock-hash
 want=$(sha256sum tests/e2e/package-lock.json | cut -d' ' -f1)
