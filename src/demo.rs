@@ -9,6 +9,7 @@ use crate::engine::{CancelToken, EngineHandle, GenerateRequest, Prompt, RunError
 
 /// The timings of one generation, with DESIGN.md's field names.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct DemoRun {
     pub model_dir: PathBuf,
     /// "cold" when this run loaded the model, "warm" when it was resident.

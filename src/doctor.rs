@@ -14,6 +14,7 @@ pub const EXPECTED_MLX_VERSION: &str = "0.32.2";
 
 /// One self-test and its outcome.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Check {
     pub name: String,
     pub passed: bool,
@@ -23,6 +24,7 @@ pub struct Check {
 
 /// Everything `ondo doctor` prints.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct DoctorReport {
     pub ondo_version: String,
     pub mlx_version: String,

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 /// The folders Ondo reads and writes.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct DataDirs {
     /// Ondo's own data (run history, settings, built-in models): `ONDO_HOME`,
     /// else the platform's application-data folder plus `ondo`.

@@ -60,7 +60,10 @@ fn writer_child() {
     if let Ok(peers) = std::env::var(WRITER_PEERS) {
         let started = Instant::now();
         while !peers.split(',').all(|peer| opened(peer).exists()) {
-            assert!(started.elapsed() < WRITER_LIFETIME, "the peers never opened");
+            assert!(
+                started.elapsed() < WRITER_LIFETIME,
+                "the peers never opened"
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
     }

@@ -17,6 +17,7 @@ use crate::state::AppState;
 /// folder, or a repo id in the cache), streaming the text to `on_event`;
 /// returns the run's record (the footer's numbers).
 #[tauri::command]
+#[specta::specta]
 #[allow(clippy::too_many_arguments)] // the command's arguments are the UI's form
 pub async fn chat_send<R: tauri::Runtime>(
     app: tauri::AppHandle<R>,
@@ -88,6 +89,7 @@ pub async fn chat_send<R: tauri::Runtime>(
 
 /// Stops the answer being written in a conversation; true if one was.
 #[tauri::command]
+#[specta::specta]
 pub fn chat_stop(state: tauri::State<'_, AppState>, conversation_id: String) -> bool {
     match state
         .chats
@@ -105,6 +107,7 @@ pub fn chat_stop(state: tauri::State<'_, AppState>, conversation_id: String) -> 
 
 /// Lets a conversation's KV cache go (New conversation).
 #[tauri::command]
+#[specta::specta]
 pub fn chat_forget(
     state: tauri::State<'_, AppState>,
     conversation_id: String,

@@ -53,7 +53,7 @@ where
 
 /// Which model a test generation runs. Downloaded models join when the core
 /// has a local library to resolve them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, specta::Type)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ModelChoice {
     /// The random-weight model Ondo writes itself: for speed tests only.
@@ -61,13 +61,14 @@ pub enum ModelChoice {
 }
 
 /// The built-in tiny model, once written.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, specta::Type)]
 pub struct PreparedModel {
     pub model_dir: PathBuf,
 }
 
 /// Versions, backend, device, memory and MLX self-tests.
 #[tauri::command]
+#[specta::specta]
 pub async fn doctor_report(
     state: tauri::State<'_, EngineHandle>,
 ) -> Result<DoctorReport, CommandError> {
@@ -76,12 +77,14 @@ pub async fn doctor_report(
 
 /// The downloaded models and the recommended download.
 #[tauri::command]
+#[specta::specta]
 pub async fn library_status() -> Result<LibraryStatus, CommandError> {
     on_blocking_thread(|| Ok(LibraryStatus::read(&DataDirs::from_env()))).await
 }
 
 /// Writes the built-in tiny model if it is not there yet.
 #[tauri::command]
+#[specta::specta]
 pub async fn prepare_builtin_model(
     state: tauri::State<'_, EngineHandle>,
 ) -> Result<PreparedModel, CommandError> {
@@ -95,6 +98,7 @@ pub async fn prepare_builtin_model(
 /// Generates once with the chosen model (loading it cold the first time,
 /// warm after) and returns the timings.
 #[tauri::command]
+#[specta::specta]
 pub async fn run_test_generation<R: tauri::Runtime>(
     handle: tauri::AppHandle<R>,
     state: tauri::State<'_, EngineHandle>,

@@ -27,7 +27,7 @@ pub const WORKSPACE_TITLE: &str = "Ondo: Runs and Settings";
 const STATE_POLL: Duration = Duration::from_secs(1);
 
 /// The views the main window shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, specta::Type)]
 #[serde(rename_all = "snake_case")]
 pub enum AppView {
     Runs,
@@ -92,12 +92,14 @@ pub fn open_workspace<R: Runtime>(app: &AppHandle<R>, view: AppView) -> tauri::R
 
 /// Opens (or focuses) the main window on a view.
 #[tauri::command]
+#[specta::specta]
 pub fn open_window<R: Runtime>(app: AppHandle<R>, view: AppView) -> Result<(), CommandError> {
     open_workspace(&app, view).map_err(|e| CommandError::Internal(e.to_string()))
 }
 
 /// Asks where to save a report in `format`; `None` when the user cancels.
 #[tauri::command]
+#[specta::specta]
 pub async fn choose_export_path<R: Runtime>(
     app: AppHandle<R>,
     format: String,
@@ -122,6 +124,7 @@ pub async fn choose_export_path<R: Runtime>(
 
 /// Asks for a folder (the models folder); `None` when the user cancels.
 #[tauri::command]
+#[specta::specta]
 pub async fn choose_folder<R: Runtime>(app: AppHandle<R>) -> Result<Option<PathBuf>, CommandError> {
     let dialog = file_dialog(&app)?.set_title("Choose the models folder");
     let chosen =

@@ -90,3 +90,21 @@ mod tests {
         assert!(message.contains("report"), "{message}");
     }
 }
+
+/// What a failed command sends, as the generated bindings describe it (the
+/// `Serialize` impl above writes exactly these two fields).
+#[derive(serde::Serialize, specta::Type)]
+#[serde(rename = "CommandError")]
+#[allow(dead_code)] // only its shape is used
+struct CommandErrorShape {
+    /// Stable, snake_case: `invalid_input`, `repo_not_found`, `cancelled`, ...
+    kind: String,
+    /// What happened and what to do.
+    message: String,
+}
+
+impl specta::Type for CommandError {
+    fn definition(types: &mut specta::Types) -> specta::datatype::DataType {
+        CommandErrorShape::definition(types)
+    }
+}

@@ -18,22 +18,22 @@ pub const SETTINGS_CHANGED: &str = "ondo://settings-changed";
 /// The tray menu asks a window to show a view: `{ view }`.
 pub const NAVIGATE: &str = "ondo://navigate";
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, specta::Type)]
 pub struct PressureLevel {
     pub level: ondo_os::PressureLevel,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, specta::Type)]
 pub struct EngineState {
     pub resident: Vec<ondo::session::PooledModel>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, specta::Type)]
 pub struct RunsChanged {
     pub run_id: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, specta::Type)]
 pub struct Navigate {
     pub view: String,
 }

@@ -18,6 +18,60 @@ pub use error::CommandError;
 
 use tauri::{App, AppHandle, Builder, Manager, RunEvent, Runtime};
 
+/// Every command the pages may call, in one list: `with_commands!(m)` hands
+/// it to the macro `m`. The invoke handler is built from it
+/// (`invoke_handler`), and so are the TypeScript bindings (`export_bindings`),
+/// so a command cannot be callable without being typed or typed without
+/// being callable. `<tauri::Wry>` marks a command generic over the runtime:
+/// the bindings describe it at the real runtime; the handler leaves the
+/// runtime to the app it is built into (the tests' mock runtime included).
+macro_rules! with_commands {
+    ($then:ident) => {
+        $then![
+            commands::doctor_report,
+            commands::library_status,
+            commands::prepare_builtin_model,
+            commands::run_test_generation<tauri::Wry>,
+            models::list_models,
+            models::fit_model,
+            models::download_model<tauri::Wry>,
+            models::cancel_download,
+            models::delete_model<tauri::Wry>,
+            models::recent_runs,
+            models::run_timeline,
+            models::memory_now,
+            models::pool_status,
+            models::unload_model,
+            models::get_settings,
+            models::set_settings<tauri::Wry>,
+            chat::chat_send<tauri::Wry>,
+            chat::chat_stop,
+            chat::chat_forget,
+            runs::list_runs,
+            runs::run_benchmark<tauri::Wry>,
+            runs::cancel_benchmark,
+            runs::export_runs,
+            desktop::open_window<tauri::Wry>,
+            desktop::choose_export_path<tauri::Wry>,
+            desktop::choose_folder<tauri::Wry>,
+        ]
+    };
+}
+
+/// Tauri's handler for the list (runtime generics are inferred).
+macro_rules! invoke_handler {
+    ($($($segment:ident)::+ $(<$runtime:ty>)?),* $(,)?) => {
+        tauri::generate_handler![$($($segment)::+),*]
+    };
+}
+
+/// The list described for the bindings, at the real runtime.
+macro_rules! described_commands {
+    ($($($segment:ident)::+ $(<$runtime:ty>)?),* $(,)?) => {
+        tauri_specta::collect_commands![$($($segment)::+ $(::<$runtime>)?),*]
+    };
+}
+
 /// Starts the desktop app and runs it until the user quits from the tray.
 pub fn run() {
     #[cfg(target_os = "linux")]
@@ -50,34 +104,7 @@ pub fn run_app<R: Runtime>(builder: Builder<R>) -> Builder<R> {
         }
     };
     builder
-        .invoke_handler(tauri::generate_handler![
-            commands::doctor_report,
-            commands::library_status,
-            commands::prepare_builtin_model,
-            commands::run_test_generation,
-            models::list_models,
-            models::fit_model,
-            models::download_model,
-            models::cancel_download,
-            models::delete_model,
-            models::recent_runs,
-            models::run_timeline,
-            models::memory_now,
-            models::pool_status,
-            models::unload_model,
-            models::get_settings,
-            models::set_settings,
-            chat::chat_send,
-            chat::chat_stop,
-            chat::chat_forget,
-            runs::list_runs,
-            runs::run_benchmark,
-            runs::cancel_benchmark,
-            runs::export_runs,
-            desktop::open_window,
-            desktop::choose_export_path,
-            desktop::choose_folder,
-        ])
+        .invoke_handler(with_commands!(invoke_handler))
         .on_window_event(window::on_window_event)
 }
 
@@ -143,4 +170,44 @@ fn keep_running_without_windows<R: Runtime>(_app: &AppHandle<R>, event: RunEvent
     {
         api.prevent_exit();
     }
+}
+
+/// Where the generated bindings live, relative to the workspace root.
+pub const BINDINGS_PATH: &str = "ui/src/lib/bindings.ts";
+
+/// The TypeScript the UI imports for every command and the types they take
+/// and return, generated from the Rust signatures.
+pub fn typescript_bindings() -> Result<String, String> {
+    let file = tempfile_path();
+    tauri_specta::Builder::<tauri::Wry>::new()
+        .commands(with_commands!(described_commands))
+        // A rejected call rejects the promise with the CommandError, as
+        // `invoke` does, rather than wrapping every result in an object.
+        .error_handling(tauri_specta::ErrorHandlingMode::Throw)
+        // u64 and usize become `number`. Ours are bytes, milliseconds and
+        // token counts, all far below 2^53, where `number` is exact.
+        .dangerously_cast_bigints_to_number()
+        // One TypeScript type per Rust type: split serialize/deserialize
+        // types would put Channel payloads in the wrong half.
+        .disable_serde_phases()
+        .export(
+            specta_typescript::Typescript::default().header(
+                "// Generated from the Rust commands by src-tauri/tests/bindings.rs. To change it,\n\
+                 // change the Rust types, then run\n\
+                 //   ONDO_WRITE_BINDINGS=1 cargo test -p ondo-app --test bindings\n",
+            ),
+            &file,
+        )
+        .map_err(|error| error.to_string())?;
+    let text = std::fs::read_to_string(&file).map_err(|error| error.to_string());
+    let _ = std::fs::remove_file(&file);
+    text
+}
+
+/// A file of this call's own in the temp folder: the exporter only writes
+/// to a path, and two calls at once (tests) must not share one.
+fn tempfile_path() -> std::path::PathBuf {
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::env::temp_dir().join(format!("ondo-bindings-{}-{call}.ts", std::process::id()))
 }

@@ -11,7 +11,7 @@ use ondo::paths::DataDirs;
 pub const RECOMMENDED_MODEL_ID: &str = catalog::DEFAULT_MODEL;
 
 /// The local library as the UI sees it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, specta::Type)]
 pub struct LibraryStatus {
     /// Repo ids (`ORG/NAME`) with a complete snapshot in the hub cache, sorted.
     pub downloaded: Vec<String>,

@@ -22,7 +22,7 @@ use crate::state::AppState;
 pub const DEFAULT_FIT_CONTEXT: u64 = 4096;
 
 /// What the Models screen shows.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, specta::Type)]
 pub struct ModelsView {
     pub library: Vec<LibraryModel>,
     pub catalog: Vec<CatalogOffer>,
@@ -33,7 +33,7 @@ pub struct ModelsView {
 }
 
 /// The warm pool as the gauge's tooltip and the Models screen show it.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, specta::Type)]
 pub struct PoolStatus {
     pub resident: Vec<PooledModel>,
     pub events: Vec<PoolEvent>,
@@ -43,6 +43,7 @@ type State<'a> = tauri::State<'a, AppState>;
 
 /// The library, and the catalog with a verdict for this machine.
 #[tauri::command]
+#[specta::specta]
 pub async fn list_models(state: State<'_>) -> Result<ModelsView, CommandError> {
     let dirs = state.dirs();
     let offline = state.hub().config().offline;
@@ -64,6 +65,7 @@ pub async fn list_models(state: State<'_>) -> Result<ModelsView, CommandError> {
 
 /// Whether a model (folder, cached or on the hub) fits at `context` tokens.
 #[tauri::command]
+#[specta::specta]
 pub async fn fit_model(
     state: State<'_>,
     model: String,
@@ -77,6 +79,7 @@ pub async fn fit_model(
 /// model already downloading is refused; `cancel_download` pauses (what
 /// arrived is kept and the next download continues from it).
 #[tauri::command]
+#[specta::specta]
 pub async fn download_model<R: Runtime>(
     app: AppHandle<R>,
     state: State<'_>,
@@ -117,6 +120,7 @@ pub async fn download_model<R: Runtime>(
 
 /// Stops a download in flight; true if there was one.
 #[tauri::command]
+#[specta::specta]
 pub fn cancel_download(state: State<'_>, model: String) -> bool {
     let repo_id = model.split('@').next().unwrap_or(&model).to_owned();
     match state
@@ -135,6 +139,7 @@ pub fn cancel_download(state: State<'_>, model: String) -> bool {
 
 /// Deletes a downloaded model from the cache; the bytes freed.
 #[tauri::command]
+#[specta::specta]
 pub async fn delete_model<R: Runtime>(
     app: AppHandle<R>,
     state: State<'_>,
@@ -172,6 +177,7 @@ pub(crate) async fn model_folder(
 
 /// The last `last` runs, oldest first (warm-ups of benchmarks left out).
 #[tauri::command]
+#[specta::specta]
 pub fn recent_runs(state: State<'_>, last: usize) -> Result<Vec<RunRecord>, CommandError> {
     let query = RunQuery {
         last: Some(last.clamp(1, 10_000)),
@@ -182,12 +188,14 @@ pub fn recent_runs(state: State<'_>, last: usize) -> Result<Vec<RunRecord>, Comm
 
 /// One run's memory timeline.
 #[tauri::command]
+#[specta::specta]
 pub fn run_timeline(state: State<'_>, run_id: String) -> Result<Vec<MemorySample>, CommandError> {
     history(&state, |store| store.timeline(&run_id))
 }
 
 /// The system's memory now: pressure level and the Activity Monitor breakdown.
 #[tauri::command]
+#[specta::specta]
 pub fn memory_now(state: State<'_>) -> Result<ondo_os::MemorySnapshot, CommandError> {
     state
         .pool
@@ -197,6 +205,7 @@ pub fn memory_now(state: State<'_>) -> Result<ondo_os::MemorySnapshot, CommandEr
 
 /// The resident models and what the pool did recently.
 #[tauri::command]
+#[specta::specta]
 pub fn pool_status(state: State<'_>) -> PoolStatus {
     PoolStatus {
         resident: state.pool.resident(),
@@ -207,6 +216,7 @@ pub fn pool_status(state: State<'_>) -> PoolStatus {
 /// Unloads a warm model now (its memory goes back); false if it was not
 /// loaded. A model in use finishes its answer first.
 #[tauri::command]
+#[specta::specta]
 pub fn unload_model(state: State<'_>, model_dir: PathBuf) -> Result<bool, CommandError> {
     Ok(state.pool.unload(&model_dir)?)
 }
@@ -224,6 +234,7 @@ pub(crate) fn history<T>(
 
 /// The Settings screen's values (defaults until the user changes them).
 #[tauri::command]
+#[specta::specta]
 pub fn get_settings(state: State<'_>) -> ondo::session::settings::AppSettings {
     state
         .pool
@@ -234,6 +245,7 @@ pub fn get_settings(state: State<'_>) -> ondo::session::settings::AppSettings {
 /// Checks, applies (keep-alive, memory budget, models folder, shortcut and
 /// launch at login at once) and keeps new settings.
 #[tauri::command]
+#[specta::specta]
 pub fn set_settings<R: Runtime>(
     app: AppHandle<R>,
     state: State<'_>,

@@ -26,7 +26,7 @@ type State<'a> = tauri::State<'a, AppState>;
 pub const MAX_RUNS: usize = 10_000;
 
 /// Which runs a screen or an export covers (`RunFilter` in backend.ts).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, specta::Type)]
 #[serde(default)]
 pub struct RunFilter {
     pub last: Option<usize>,
@@ -75,7 +75,7 @@ impl RunFilter {
 }
 
 /// A benchmark as the Benchmark dialog asks for it.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, specta::Type)]
 pub struct BenchRequest {
     /// "tiny", a folder, or a downloaded repo id.
     pub model: String,
@@ -91,7 +91,7 @@ pub struct BenchRequest {
 }
 
 /// Streamed while a benchmark runs.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, specta::Type)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum BenchEvent {
     Progress {
@@ -102,7 +102,7 @@ pub enum BenchEvent {
 }
 
 /// What a finished benchmark returns (its runs are in the history).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, specta::Type)]
 pub struct BenchResult {
     pub bench_id: String,
     pub runs: usize,
@@ -114,6 +114,7 @@ pub struct BenchResult {
 
 /// Recorded runs, oldest first.
 #[tauri::command]
+#[specta::specta]
 pub fn list_runs(state: State<'_>, filter: RunFilter) -> Result<Vec<RunRecord>, CommandError> {
     crate::models::history(&state, |store| filter.select(store))
 }
@@ -121,6 +122,7 @@ pub fn list_runs(state: State<'_>, filter: RunFilter) -> Result<Vec<RunRecord>, 
 /// Runs a benchmark plan through the session pool, streaming progress;
 /// refuses a second one while one runs.
 #[tauri::command]
+#[specta::specta]
 pub async fn run_benchmark<R: Runtime>(
     app: AppHandle<R>,
     engine: tauri::State<'_, ondo::engine::EngineHandle>,
@@ -208,6 +210,7 @@ async fn benchmark<R: Runtime>(
 
 /// Stops the running benchmark after its run in progress; true if one ran.
 #[tauri::command]
+#[specta::specta]
 pub fn cancel_benchmark(state: State<'_>) -> bool {
     match state
         .bench
@@ -224,7 +227,7 @@ pub fn cancel_benchmark(state: State<'_>) -> bool {
 }
 
 /// What an export wrote.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, specta::Type)]
 pub struct Exported {
     pub runs: usize,
     pub bytes: u64,
@@ -234,6 +237,7 @@ pub struct Exported {
 /// Writes the runs `filter` selects to `path` in `format` (json, jsonl, csv,
 /// md, html).
 #[tauri::command]
+#[specta::specta]
 pub fn export_runs(
     state: State<'_>,
     filter: RunFilter,

@@ -18,6 +18,7 @@ pub use summary::Summary;
 
 /// What to compare.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct PeerComparisonPlan {
     pub model_dir: PathBuf,
     pub prompt_tokens: Vec<usize>,
@@ -34,6 +35,7 @@ pub struct PeerComparisonPlan {
 
 /// One side's numbers at one prompt length.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct SideResult {
     /// "mlx-lm", "ondo pipelined" or "ondo sync".
     pub side: String,
@@ -50,6 +52,7 @@ pub struct SideResult {
 
 /// Process start to first token, per side.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct ColdStart {
     pub ondo_ms: Summary,
     pub mlx_lm_ms: Option<Summary>,
@@ -57,6 +60,7 @@ pub struct ColdStart {
 
 /// Where and with what the comparison ran.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct BenchEnvironment {
     pub ondo_version: String,
     pub build_profile: String,
@@ -73,6 +77,7 @@ pub struct BenchEnvironment {
 
 /// The whole result, kept with its plan.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct PeerComparison {
     pub plan: PeerComparisonPlan,
     pub environment: BenchEnvironment,

@@ -24,6 +24,7 @@ pub enum PeerError {
 
 /// One measurement by mlx-lm, in the worker's field names.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct PeerRun {
     pub generated_ids: Vec<u32>,
     pub prompt_tokens: usize,
@@ -41,6 +42,7 @@ pub struct PeerRun {
 
 /// Versions the worker reports once loaded.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct PeerInfo {
     pub mlx_version: String,
     pub mlx_lm_version: String,

@@ -20,6 +20,7 @@ use crate::store::RunRecord;
 
 /// The one setting a plan varies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(rename_all = "snake_case")]
 pub enum VarySetting {
     PrefillStepSize,
@@ -28,6 +29,7 @@ pub enum VarySetting {
 
 /// `--vary prefill_step_size=512,2048`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Vary {
     pub setting: VarySetting,
     pub values: Vec<usize>,
@@ -63,6 +65,7 @@ impl FromStr for Vary {
 
 /// What to measure.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct BenchPlan {
     pub model_dir: PathBuf,
     pub model_id: String,
@@ -82,6 +85,7 @@ pub struct BenchPlan {
 
 /// One combination of the plan's dimensions.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct TestCase {
     /// llama-bench's name for the shape: "pp128+tg128".
     pub test: String,
@@ -94,6 +98,7 @@ pub struct TestCase {
 
 /// The statistics of one test case over its measured repetitions.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct CaseSummary {
     pub case: TestCase,
     pub ttft_ms: Summary,
@@ -105,6 +110,7 @@ pub struct CaseSummary {
 
 /// Everything a plan produced.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct BenchOutcome {
     pub bench_id: String,
     pub plan: BenchPlan,

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// A set of samples of one metric.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Summary {
     pub median: f64,
     pub min: f64,

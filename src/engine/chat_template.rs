@@ -28,6 +28,7 @@ const MAX_JSON_DEPTH: usize = 512;
 
 /// One turn of a conversation, as the template sees it in `messages`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct ChatMessage {
     /// Who speaks: usually `system`, `user` or `assistant`.
     pub role: String,

@@ -33,6 +33,7 @@ pub const DEFAULT_PREFILL_STEP_SIZE: usize = 2048;
     serde::Deserialize,
     clap::ValueEnum,
 )]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(rename_all = "lowercase")]
 pub enum LoopShape {
     /// One sync per token: evaluate, read, then build the next step.

@@ -15,6 +15,7 @@ use super::stats::{LoadKind, RunStats};
 
 /// What the model is asked.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum Prompt {
     /// A conversation rendered with the model's chat template (plain text
@@ -41,6 +42,7 @@ impl Prompt {
 
 /// One generation request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct GenerateRequest {
     /// The model folder (config.json, safetensors, tokenizer).
     pub model_dir: PathBuf,
@@ -82,6 +84,7 @@ impl GenerateRequest {
 /// What a request streams back, in order: `Started`, any number of
 /// `Delta`s, then exactly one of `Finished` or `Failed`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(rename_all = "snake_case", tag = "event")]
 pub enum RunEvent {
     /// The model is resident and the prompt tokenized; prefill begins.
@@ -133,6 +136,7 @@ impl CancelToken {
 
 /// Why a request failed. The engine thread keeps serving afterwards.
 #[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(rename_all = "snake_case", tag = "kind", content = "message")]
 pub enum RunError {
     #[error("{0}")]

@@ -8,6 +8,7 @@ use mlx_rs::{Array, ops, random};
 
 /// Sampler settings; the defaults are greedy decoding.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct SamplerSettings {
     /// 0 picks the most likely token (greedy); higher flattens the distribution.
     pub temperature: f32,

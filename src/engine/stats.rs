@@ -8,6 +8,7 @@ use super::sample::SamplerSettings;
 
 /// Whether the model had to be loaded for this run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(rename_all = "lowercase")]
 pub enum LoadKind {
     /// The model was loaded by this request (`load_ms` > 0).
@@ -28,6 +29,7 @@ impl std::fmt::Display for LoadKind {
 
 /// Why generation ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {
     /// The model produced an end-of-sequence token.
@@ -55,6 +57,7 @@ impl std::fmt::Display for StopReason {
 /// Timings, counts and memory of one run. Durations in milliseconds, rates
 /// in tokens per second, memory in bytes.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct RunStats {
     /// The model folder that ran.
     pub model_dir: String,

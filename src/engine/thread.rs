@@ -17,6 +17,7 @@ use super::stream::{self, Conversation};
 
 /// What the engine knows about a resident model.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct ResidentModel {
     pub model_dir: PathBuf,
     pub model_type: String,

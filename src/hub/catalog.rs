@@ -12,6 +12,7 @@ use crate::hub::fit::{KvDtype, ModelShape};
 
 /// One model in the catalog, with what sizing needs from its config.json.
 #[derive(Serialize, Clone, Debug)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct CatalogEntry {
     /// Hugging Face repo id, `owner/name`.
     pub repo_id: &'static str,

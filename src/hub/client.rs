@@ -20,6 +20,7 @@ pub struct Hub {
 
 /// A repo at one commit, with what each file is.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct RepoInfo {
     pub repo_id: String,
     /// The commit the revision pointed at when asked.
@@ -29,6 +30,7 @@ pub struct RepoInfo {
 }
 
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct RepoFile {
     pub path: String,
     pub size_bytes: u64,
@@ -41,6 +43,7 @@ pub struct RepoFile {
 
 /// A model found by `search`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct SearchHit {
     pub id: String,
     #[serde(default)]

@@ -52,6 +52,7 @@ pub fn needed_for_inference(path: &str) -> bool {
 
 /// What happens to a partly downloaded file when a download is cancelled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(rename_all = "snake_case")]
 pub enum OnCancel {
     /// Keep it so the next pull continues where this one stopped (pause).
@@ -91,6 +92,7 @@ impl DownloadCancel {
 
 /// What a download reports while it runs.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum DownloadEvent {
     /// The files are known; `present_bytes` are already on disk (whole
@@ -130,6 +132,7 @@ pub enum DownloadEvent {
 
 /// What a finished download left in the cache.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct DownloadSummary {
     pub model: String,
     pub commit: String,

@@ -25,6 +25,7 @@ pub enum FitError {
 
 /// The element type of the KV cache: the model's compute dtype.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub enum KvDtype {
     #[serde(rename = "float32")]
     F32,
@@ -67,6 +68,7 @@ impl KvDtype {
 
 /// What the KV cache needs per token, read from config.json.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct ModelShape {
     pub num_hidden_layers: u64,
     pub num_key_value_heads: u64,
@@ -255,6 +257,7 @@ pub struct FitInput {
 
 /// Will it fit: the parts of the estimate, the verdict and what to do about it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct FitEstimate {
     pub weights_bytes: u64,
     pub kv_cache_bytes: u64,
@@ -280,6 +283,7 @@ pub struct FitEstimate {
 
 /// How the estimate compares with the budget, best first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     /// Needs at most 80% of the budget.

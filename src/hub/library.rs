@@ -15,6 +15,7 @@ use crate::paths::DataDirs;
 
 /// Where a library entry lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(rename_all = "snake_case")]
 pub enum ModelSource {
     /// A repo in the Hugging Face cache.
@@ -27,6 +28,7 @@ pub enum ModelSource {
 
 /// One model on this machine.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct LibraryModel {
     /// The repo id for cached models, the folder path otherwise.
     pub id: String,
@@ -371,6 +373,7 @@ pub fn delete_cached(cache_dir: &Path, model: &ModelRef) -> Result<u64, HubError
 
 /// Folders the user added, kept in `library.json` in Ondo's data folder.
 #[derive(Debug, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 struct UserFolders {
     folders: Vec<PathBuf>,
 }

@@ -7,6 +7,7 @@ use super::HubError;
 
 /// A model repository on the hub at one revision (a branch, tag or commit).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct ModelRef {
     pub repo_id: String,
     pub revision: String,

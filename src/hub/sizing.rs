@@ -14,6 +14,7 @@ use super::{
 
 /// What is known about a model's size before it is loaded.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct ModelFacts {
     pub weights_bytes: u64,
     #[serde(skip)]
@@ -187,6 +188,7 @@ pub fn facts_from_catalog(repo_id: &str) -> Option<ModelFacts> {
 /// A catalog entry as offered on this machine: its fit at a context, and
 /// whether it is already downloaded.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct CatalogOffer {
     pub entry: &'static catalog::CatalogEntry,
     pub fit: FitEstimate,

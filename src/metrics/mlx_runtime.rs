@@ -27,6 +27,7 @@ impl Drop for RawDevice {
 
 /// Which MLX backend computes: Apple GPU, NVIDIA GPU, or the CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
     Metal,
@@ -46,6 +47,7 @@ impl std::fmt::Display for Backend {
 
 /// What the loaded MLX is and where it computes.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct MlxRuntime {
     /// MLX's own version string, e.g. "0.32.2".
     pub mlx_version: String,

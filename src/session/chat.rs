@@ -13,6 +13,7 @@ use crate::engine::{GenerateRequest, LoadKind, Prompt, RunEvent};
 /// The generation settings of the app's Settings screen, with mlx-lm's
 /// defaults where it has them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(default)]
 pub struct GenerationSettings {
     pub max_tokens: usize,
@@ -102,6 +103,7 @@ impl GenerationSettings {
 /// What a chat window hears while an answer streams; the finished run's
 /// record comes back as the command's result.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum ChatEvent {
     /// The model is resident (loaded now, or warm) and prefill begins.

@@ -26,6 +26,7 @@ use record::{MemoryDuringRun, Provenance, RunContext};
 
 /// How long an idle model stays loaded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(rename_all = "snake_case")]
 pub enum KeepAlive {
     For(Duration),
@@ -38,6 +39,7 @@ impl KeepAlive {
 
 /// The pool's policy.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct PoolSettings {
     pub keep_alive: KeepAlive,
     /// Most bytes of weights and KV caches kept resident; `None`: no bound
@@ -56,6 +58,7 @@ impl Default for PoolSettings {
 
 /// A resident model as the pool sees it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct PooledModel {
     pub model_id: String,
     pub model_dir: PathBuf,

@@ -9,6 +9,7 @@ use crate::store::{MemorySample, RunRecord};
 
 /// Where and with what a run happened; the same for every run of a process.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Provenance {
     pub app_version: String,
     pub app_commit: String,

@@ -14,6 +14,7 @@ const SETTINGS_KEY: &str = "app_settings";
 
 /// Light, dark, or whatever the system uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(rename_all = "snake_case")]
 pub enum Theme {
     #[default]
@@ -24,6 +25,7 @@ pub enum Theme {
 
 /// Everything the Settings screen shows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(default)]
 pub struct AppSettings {
     /// Minutes an idle model stays loaded; `None`: until memory is needed.

@@ -52,6 +52,7 @@ pub struct RunQuery {
 
 /// A chat conversation as listed in the app.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Conversation {
     pub conversation_id: String,
     pub model_id: String,

@@ -9,6 +9,7 @@ pub const RECORD_SCHEMA_VERSION: u32 = 1;
 
 /// One run: a chat turn, a CLI run, or one repetition of a benchmark.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct RunRecord {
     /// Unique; time-ordered ("r-<unix ms>-<random>").
     pub run_id: String,
@@ -116,6 +117,7 @@ pub struct RunRecord {
 
 /// One point of a run's memory timeline.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct MemorySample {
     /// Since the run's request, in milliseconds.
     pub t_ms: f64,
@@ -131,6 +133,7 @@ pub struct MemorySample {
 
 /// Something the session pool did, and why.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct PoolEvent {
     /// RFC 3339 UTC.
     pub at: String,

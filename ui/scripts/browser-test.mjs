@@ -23,7 +23,13 @@ const text = (locator) => locator.innerText();
 
 test('an empty library offers the tiny speed-test model and the recommended download', async () => {
   const { page, problems } = await openPopover();
-  await page.getByText('Memory: 20.0 GiB free of 24.0 GiB').waitFor();
+  const memoryLine = page.getByTestId('memory-line');
+  await memoryLine.getByText('20.0 GiB free of 24.0 GiB').waitFor();
+  // The whole figure fits beside the header's buttons, not cut to "…".
+  assert.ok(
+    await memoryLine.evaluate((line) => line.scrollWidth <= line.clientWidth),
+    'the memory line is cut off in the header',
+  );
   await page.getByText('No models are downloaded yet.').waitFor();
 
   const recommended = page.getByRole('listitem', { name: 'Llama 3.2 3B Instruct' });

@@ -38,7 +38,7 @@ function fakeBackend(overrides: Partial<Backend> = {}): Backend {
     chooseExportPath: vi.fn(notUsedHere),
     exportRuns: vi.fn(notUsedHere),
     chooseFolder: vi.fn(notUsedHere),
-    openWindow: vi.fn(async () => undefined),
+    openWindow: vi.fn(async () => null),
     onAppEvent: vi.fn(async () => () => undefined),
     ...overrides,
   };
@@ -47,7 +47,7 @@ function fakeBackend(overrides: Partial<Backend> = {}): Backend {
 describe('App', () => {
   it('loads the memory line and the library on open', async () => {
     render(App, { api: fakeBackend() });
-    expect(await screen.findByText('Memory: 20.0 GiB free of 24.0 GiB')).toBeTruthy();
+    expect(await screen.findByText('20.0 GiB free of 24.0 GiB')).toBeTruthy();
     expect(await screen.findByText('No models are downloaded yet.')).toBeTruthy();
   });
 
@@ -99,7 +99,7 @@ describe('App', () => {
     try {
       const memoryNow = vi.fn(async () => ({ ...memorySnapshot, available_bytes: 18 * 2 ** 30, level: 'warning' as const }));
       const { unmount } = render(App, { api: fakeBackend({ memoryNow }) });
-      expect(await screen.findByText('Memory: 18.0 GiB free of 24.0 GiB')).toBeTruthy();
+      expect(await screen.findByText('18.0 GiB free of 24.0 GiB')).toBeTruthy();
       expect(screen.getByRole('meter').getAttribute('aria-label')).toBe('Memory in use, pressure warning');
       expect(memoryNow).toHaveBeenCalledTimes(1);
       vi.advanceTimersByTime(2000);

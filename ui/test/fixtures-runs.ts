@@ -95,11 +95,16 @@ export function makeRun(overrides: Partial<RunRecord> & Pick<RunRecord, 'run_id'
   };
   const run = { ...base, ...overrides };
   // Keep the timings consistent with the rates unless a test set them.
-  if (overrides.prefill_ms === undefined) run.prefill_ms = (run.prefill_tokens / run.prefill_tps) * 1000;
-  if (overrides.ttft_ms === undefined) run.ttft_ms = run.prefill_ms + 0.4;
-  if (overrides.decode_ms === undefined) run.decode_ms = ((run.generated_tokens - 1) / run.decode_tps) * 1000;
-  run.prompt_tps = run.prompt_tokens / (run.ttft_ms / 1000);
-  run.generation_tps = run.generated_tokens / (run.decode_ms / 1000);
+  const prefillTps = run.prefill_tps ?? 0;
+  const decodeTps = run.decode_tps ?? 0;
+  const prefillMs = overrides.prefill_ms ?? (run.prefill_tokens / prefillTps) * 1000;
+  const ttftMs = overrides.ttft_ms ?? prefillMs + 0.4;
+  const decodeMs = overrides.decode_ms ?? ((run.generated_tokens - 1) / decodeTps) * 1000;
+  run.prefill_ms = prefillMs;
+  run.ttft_ms = ttftMs;
+  run.decode_ms = decodeMs;
+  run.prompt_tps = run.prompt_tokens / (ttftMs / 1000);
+  run.generation_tps = run.generated_tokens / (decodeMs / 1000);
   return run;
 }
 
@@ -244,7 +249,7 @@ export const allRuns: RunRecord[] = [
 /** A run's memory timeline: the load raises used memory, the KV cache grows
  * while decoding, and pressure touches `warning` when `pressured`. */
 export function makeTimeline(run: Pick<RunRecord, 'ttft_ms' | 'decode_ms' | 'mlx_peak_bytes'>, pressured = false): MemorySample[] {
-  const total = run.ttft_ms + run.decode_ms;
+  const total = (run.ttft_ms ?? 0) + (run.decode_ms ?? 0);
   const count = 24;
   return Array.from({ length: count }, (_, index) => {
     const t = (total * index) / (count - 1);
@@ -263,7 +268,8 @@ export function makeTimeline(run: Pick<RunRecord, 'ttft_ms' | 'decode_ms' | 'mlx
   });
 }
 
-function summary(samples: number[]): Summary {
+function summary(measured: (number | null)[]): Summary {
+  const samples = measured.filter((value): value is number => value !== null);
   const sorted = [...samples].sort((a, b) => a - b);
   const mean = samples.reduce((sum, value) => sum + value, 0) / samples.length;
   const variance = samples.reduce((sum, value) => sum + (value - mean) ** 2, 0) / Math.max(samples.length - 1, 1);

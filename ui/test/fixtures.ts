@@ -13,6 +13,7 @@ import type {
   PreparedModel,
   RunRecord,
 } from '../src/lib/backend';
+import { makeRun } from './fixtures-runs';
 
 export const doctorReport: DoctorReport = {
   ondo_version: '0.1.0',
@@ -22,9 +23,16 @@ export const doctorReport: DoctorReport = {
   os: 'Linux 6.1 (Debian 12)',
   total_memory_bytes: 24 * 2 ** 30,
   available_memory_bytes: 20 * 2 ** 30,
+  mlx_memory_limit_bytes: 18 * 2 ** 30,
+  recommended_working_set_bytes: null,
   build_profile: 'release',
   data_dir: '/home/me/.local/share/ondo',
+  models_dir: '/home/me/.local/share/ondo/models',
   hf_cache_dir: '/home/me/.cache/huggingface/hub',
+  hub_endpoint: 'https://huggingface.co',
+  hub_token_source: null,
+  hub_offline: false,
+  memory: null,
   checks: [
     { name: 'MLX version', passed: true, detail: 'libmlx 0.32.2, as mlx-c expects' },
     { name: 'matmul f32', passed: true, detail: 'max abs diff 0' },
@@ -93,6 +101,11 @@ function entry(repo_id: string, display_name: string, parameters: number, size_b
     quantization: '4-bit',
     size_bytes,
     context_length: 40_960,
+    // Llama 3.2 3B's shape; the fixtures' fit numbers do not derive from it.
+    num_hidden_layers: 28,
+    num_key_value_heads: 8,
+    head_dim: 128,
+    hidden_size: 3072,
     note,
   };
 }
@@ -193,6 +206,7 @@ export const modelsViewWithQwen: ModelsView = {
 export const memorySnapshot: MemorySnapshot = {
   taken_at_unix_ms: 1_760_000_000_000,
   level: 'normal',
+  level_source: 'linux_psi',
   total_bytes: 24 * GiB,
   available_bytes: 20 * GiB,
   used_bytes: 4 * GiB,
@@ -203,39 +217,33 @@ export const memorySnapshot: MemorySnapshot = {
   swap_used_bytes: 512 * MiB,
   swap_total_bytes: 2 * GiB,
   process_footprint_bytes: 182 * MiB,
+  psi: null,
+  swap_in_pages: null,
+  swap_out_pages: null,
 };
 
 /** A chat's first answer on the tiny model: the model was loaded (cold). */
-export const chatRunCold: RunRecord = {
+export const chatRunCold: RunRecord = makeRun({
   run_id: 'run-chat-1',
   created_at: '2025-10-09T10:00:00Z',
   kind: 'chat',
-  bench_id: null,
-  test: null,
-  repetition: null,
-  warmup: false,
   model_id: 'tiny',
   load_kind: 'cold',
-  fresh_process: false,
   loop: 'pipelined',
   load_ms: 15,
   ttft_ms: 8.5,
   prefill_ms: 3.2,
   decode_ms: 39.2,
-  cold_start_ms: null,
   prefill_tps: 3790.4,
   decode_tps: 382.7,
   prompt_tokens: 12,
-  cached_tokens: 0,
   prefill_tokens: 12,
   generated_tokens: 16,
   mlx_peak_bytes: 7.4 * MiB,
   kv_cache_bytes: 180_224,
-  pressure_max: 'normal',
   prefill_step_size: 512,
-  max_kv_size: null,
-  stop_reason: 'max_tokens',
-};
+  max_tokens: 16,
+});
 
 /** The second answer of the same conversation: warm, most of the prompt cached. */
 export const chatRunWarm: RunRecord = {

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 /// How hard the OS is working to find memory, in the three colours of
 /// Activity Monitor's pressure graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(rename_all = "snake_case")]
 pub enum PressureLevel {
     Normal,
@@ -38,6 +39,7 @@ impl PressureLevel {
 
 /// Which OS signal decided a snapshot's `level`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(rename_all = "snake_case")]
 pub enum LevelSource {
     /// macOS `kern.memorystatus_vm_pressure_level`, the kernel's own verdict.
@@ -52,6 +54,7 @@ pub enum LevelSource {
 /// Linux pressure stall information for memory: the share of time in which
 /// some (or all non-idle) tasks waited for memory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Psi {
     /// Percent of the last 10 s in which at least one task stalled on memory.
     pub some_avg10: f64,
@@ -70,6 +73,7 @@ pub struct Psi {
 /// One reading of the machine's memory, with the labels Activity Monitor uses.
 /// All sizes are bytes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct MemorySnapshot {
     /// When the reading was taken, milliseconds since the Unix epoch.
     pub taken_at_unix_ms: u64,

@@ -38,7 +38,7 @@ function fakeApi({ settingsFail = false } = {}) {
         }),
     ),
     chatStop: vi.fn(async () => true),
-    chatForget: vi.fn(async () => {}),
+    chatForget: vi.fn(async () => null),
   };
   const latest = (): PendingChat => {
     const chat = pending.at(-1);

@@ -6,7 +6,7 @@ import {
   partialLlama,
   preparedTinyModel,
 } from '../../test/fixtures';
-import type { CommandError, DownloadEvent, DownloadSummary, ModelsView } from '../lib/backend';
+import type { Backend, CommandError, DownloadEvent, DownloadSummary, ModelsView } from '../lib/backend';
 import ModelsSection from './ModelsSection.svelte';
 
 afterEach(cleanup);
@@ -32,6 +32,7 @@ interface PendingDownload {
 function fakeApi(views: ModelsView[] = [emptyModelsView]) {
   const pending: PendingDownload[] = [];
   let listed = 0;
+  let onModelsChanged: (() => void) | null = null;
   const api = {
     listModels: vi.fn(async (): Promise<ModelsView> => views[Math.min(listed++, views.length - 1)] ?? emptyModelsView),
     downloadModel: vi.fn(
@@ -45,6 +46,10 @@ function fakeApi(views: ModelsView[] = [emptyModelsView]) {
       return true;
     }),
     deleteModel: vi.fn(async () => 335_000_000),
+    onAppEvent: vi.fn(async (name: string, handler: () => void) => {
+      if (name === 'ondo://models-changed') onModelsChanged = handler;
+      return () => undefined;
+    }),
   };
   /** The download started last; fails the test when there is none. */
   const latest = (): PendingDownload => {
@@ -52,7 +57,9 @@ function fakeApi(views: ModelsView[] = [emptyModelsView]) {
     if (!download) throw new Error('no download was started');
     return download;
   };
-  return { api, latest };
+  /** What the shell sends when a model is downloaded or deleted elsewhere. */
+  const modelsChanged = () => onModelsChanged?.();
+  return { api: api as typeof api & Pick<Backend, 'onAppEvent'>, latest, modelsChanged };
 }
 
 const base = { prepared: null, preparing: false, error: null, onUseTinyModel: () => {} };
@@ -62,6 +69,19 @@ function card(name: string): HTMLElement {
 }
 
 describe('ModelsSection', () => {
+  it('lists a model downloaded elsewhere as soon as the shell says the models changed', async () => {
+    const { api, modelsChanged } = fakeApi([emptyModelsView, modelsViewWithQwen]);
+    render(ModelsSection, { ...base, api });
+    expect(await screen.findByText('No models are downloaded yet.')).toBeTruthy();
+
+    modelsChanged();
+    await waitFor(() =>
+      expect(screen.getByRole('list', { name: 'Models on this Mac' }).textContent).toContain('Qwen3-0.6B-4bit'),
+    );
+    expect(await within(card('Qwen3 0.6B')).findByText('Downloaded')).toBeTruthy();
+    expect(api.listModels).toHaveBeenCalledTimes(2);
+  });
+
   it('says the library is empty and offers the tiny model, labelled as random weights', async () => {
     const onUseTinyModel = vi.fn();
     const { api } = fakeApi();

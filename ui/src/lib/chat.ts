@@ -57,7 +57,7 @@ export function applyChatEvent(answer: ChatTurn, event: ChatEvent): void {
   }
 }
 
-function loadPart(kind: 'cold' | 'warm', loadMs: number): string {
+function loadPart(kind: string, loadMs: number | null): string {
   return kind === 'cold' ? `cold · load ${formatMs(loadMs)}` : 'warm';
 }
 

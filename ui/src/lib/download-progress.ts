@@ -41,7 +41,7 @@ export function applyDownloadEvent(progress: DownloadProgress, event: DownloadEv
         ...progress,
         done_bytes: event.done_bytes,
         total_bytes: event.total_bytes,
-        bytes_per_second: event.bytes_per_second,
+        bytes_per_second: event.bytes_per_second ?? 0,
         eta_seconds: event.eta_seconds,
         file: event.file,
         retrying: null,

@@ -1,5 +1,7 @@
 // Turns the backend's raw numbers into what the popover shows. Pure functions,
-// so every rounding rule is unit-tested.
+// so every rounding rule is unit-tested. Times and rates may arrive as null:
+// JSON has no NaN or infinity, so a rate over a zero time comes as null and
+// shows as a dash.
 import type { DemoRun, DoctorReport } from './backend';
 
 const integer = new Intl.NumberFormat('en-US', { maximumFractionDigits: 0 });
@@ -20,8 +22,8 @@ export function formatBytes(bytes: number): string {
 }
 
 /** Milliseconds with about three significant digits; seconds from 1 s up. */
-export function formatMs(ms: number): string {
-  if (!Number.isFinite(ms) || ms < 0) return '—';
+export function formatMs(ms: number | null): string {
+  if (ms === null || !Number.isFinite(ms) || ms < 0) return '—';
   if (ms >= 1000) return `${(ms / 1000).toFixed(ms >= 10_000 ? 1 : 2)} s`;
   if (ms >= 100) return `${ms.toFixed(0)} ms`;
   if (ms >= 10) return `${ms.toFixed(1)} ms`;
@@ -29,8 +31,8 @@ export function formatMs(ms: number): string {
 }
 
 /** Tokens per second; a rate that could not be measured shows as a dash. */
-export function formatTps(tps: number): string {
-  if (!Number.isFinite(tps) || tps <= 0) return '—';
+export function formatTps(tps: number | null): string {
+  if (tps === null || !Number.isFinite(tps) || tps <= 0) return '—';
   if (tps >= 100) return `${integer.format(tps)} tok/s`;
   if (tps >= 10) return `${tps.toFixed(1)} tok/s`;
   return `${tps.toFixed(2)} tok/s`;

@@ -235,10 +235,10 @@ function sortValue(run: RunRecord, key: SortKey): number | string {
       // Unbounded is the largest cache.
       return run.max_kv_size ?? Infinity;
     case 'load_ms':
-      return run.load_kind === 'warm' ? 0 : run.load_ms;
+      return run.load_kind === 'warm' ? 0 : (run.load_ms ?? -Infinity);
     default: {
       const value = run[key];
-      return Number.isFinite(value) ? value : -Infinity;
+      return value !== null && Number.isFinite(value) ? value : -Infinity;
     }
   }
 }
@@ -518,7 +518,7 @@ function caseShape(summary: BenchCaseSummary): string {
   return `${c.test}|${c.prompt_tokens}|${c.prefill_step_size}|${c.max_kv_size ?? 'none'}`;
 }
 
-function range(values: { min: number; max: number }): string {
+function range(values: { min: number | null; max: number | null }): string {
   return `${formatTps(values.min)} – ${formatTps(values.max)}`;
 }
 
@@ -528,8 +528,10 @@ export function benchCaseRows(result: BenchResult): BenchCaseRow[] {
     let ratio: string | null = null;
     if (c.loop === 'pipelined') {
       const sync = result.cases.find((other) => other.case.loop === 'sync' && caseShape(other) === caseShape(summary));
-      if (sync && sync.decode_tps.median > 0 && summary.decode_tps.median > 0) {
-        ratio = `${(summary.decode_tps.median / sync.decode_tps.median).toFixed(2)}×`;
+      const pipelinedTps = summary.decode_tps.median;
+      const syncTps = sync?.decode_tps.median ?? null;
+      if (syncTps !== null && pipelinedTps !== null && syncTps > 0 && pipelinedTps > 0) {
+        ratio = `${(pipelinedTps / syncTps).toFixed(2)}×`;
       }
     }
     return {
@@ -551,7 +553,14 @@ export function benchCaseRows(result: BenchResult): BenchCaseRow[] {
 /** uPlot's columns: x first, then one array per series (null: no point). */
 export type ChartColumns = [number[], ...(number | null)[][]];
 
-const positive = (value: number): number | null => (Number.isFinite(value) && value > 0 ? value : null);
+const positive = (value: number | null): number | null =>
+  value !== null && Number.isFinite(value) && value > 0 ? value : null;
+
+/** A measured value, or nothing to count (null comes from NaN or infinity). */
+const measured = (value: number | null): value is number => value !== null && Number.isFinite(value);
+
+/** A sample's time; null (a non-finite time) counts as the run's start. */
+const sampleTime = (sample: MemorySample): number => sample.t_ms ?? 0;
 
 /** Runs in the order they happened, for the charts over run index. */
 export function chronological(runs: readonly RunRecord[]): RunRecord[] {
@@ -587,7 +596,7 @@ export const TIMELINE_SERIES = [
 ] as const;
 
 export function timelineColumns(samples: readonly MemorySample[]): ChartColumns {
-  return [samples.map((sample) => sample.t_ms), ...TIMELINE_SERIES.map(({ key }) => samples.map((sample) => sample[key]))];
+  return [samples.map(sampleTime), ...TIMELINE_SERIES.map(({ key }) => samples.map((sample) => sample[key]))];
 }
 
 export interface PressureSegment {
@@ -602,10 +611,10 @@ export function pressureSegments(samples: readonly MemorySample[]): PressureSegm
   const segments: PressureSegment[] = [];
   for (const [index, sample] of samples.entries()) {
     const next = samples[index + 1];
-    const end = next ? next.t_ms : sample.t_ms;
+    const end = sampleTime(next ?? sample);
     const last = segments.at(-1);
     if (last && last.level === sample.level) last.to_ms = end;
-    else segments.push({ from_ms: sample.t_ms, to_ms: end, level: sample.level });
+    else segments.push({ from_ms: sampleTime(sample), to_ms: end, level: sample.level });
   }
   return segments;
 }
@@ -613,8 +622,8 @@ export function pressureSegments(samples: readonly MemorySample[]): PressureSegm
 /** The speed chart in words, for screen readers and where canvas is missing. */
 export function speedSummary(runs: readonly RunRecord[]): string {
   if (runs.length === 0) return 'No runs to chart.';
-  const prefill = median(runs.map((run) => run.prefill_tps).filter((tps) => tps > 0));
-  const decode = median(runs.map((run) => run.decode_tps).filter((tps) => tps > 0));
+  const prefill = median(runs.map((run) => run.prefill_tps).filter(measured).filter((tps) => tps > 0));
+  const decode = median(runs.map((run) => run.decode_tps).filter(measured).filter((tps) => tps > 0));
   const noun = runs.length === 1 ? 'run' : 'runs';
   let text = `${runs.length} ${noun}: median prefill ${formatTps(prefill)}, median decode ${formatTps(decode)}.`;
   if (prefill > 0 && decode > 0) text += ` Prefill processes tokens ${(prefill / decode).toFixed(1)}× faster than decode.`;
@@ -624,11 +633,11 @@ export function speedSummary(runs: readonly RunRecord[]): string {
 export function coldWarmSummary(runs: readonly RunRecord[]): string {
   if (runs.length === 0) return 'No runs to chart.';
   const cold = runs.filter((run) => run.load_kind === 'cold');
-  const ttft = median(runs.map((run) => run.ttft_ms));
+  const ttft = median(runs.map((run) => run.ttft_ms).filter(measured));
   const coldText =
     cold.length === 0
       ? 'No cold starts'
-      : `${cold.length} cold ${cold.length === 1 ? 'start' : 'starts'}, median load ${formatMs(median(cold.map((run) => run.load_ms)))}`;
+      : `${cold.length} cold ${cold.length === 1 ? 'start' : 'starts'}, median load ${formatMs(median(cold.map((run) => run.load_ms).filter(measured)))}`;
   return `${coldText}; ${runs.length - cold.length} warm. Median time to first token ${formatMs(ttft)}.`;
 }
 
@@ -643,7 +652,7 @@ export function timelineSummary(samples: readonly MemorySample[]): string {
       ? `pressure ${first.level} throughout`
       : `pressure reached ${worst.level} at ${formatMs(worst.t_ms)}`;
   return (
-    `${samples.length} samples over ${formatMs(last.t_ms - first.t_ms)}: used memory peaked at ` +
+    `${samples.length} samples over ${formatMs(sampleTime(last) - sampleTime(first))}: used memory peaked at ` +
     `${formatBytes(peak('used_bytes'))}, Ondo's footprint at ${formatBytes(peak('footprint_bytes'))}; ${pressure}.`
   );
 }

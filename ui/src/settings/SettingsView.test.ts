@@ -24,10 +24,11 @@ function fakeApi({
       if (loadFails) throw { kind: 'internal', message: 'settings.json is not valid JSON; fix or delete it' };
       return structuredClone(settings);
     }),
-    setSettings: vi.fn(async (_settings: AppSettings): Promise<void> => {
+    setSettings: vi.fn(async (_settings: AppSettings): Promise<null> => {
       if (saveFails) {
         throw { kind: 'invalid_input', message: 'The shortcut is taken by another app; choose another.' } satisfies CommandError;
       }
+      return null;
     }),
     chooseFolder: vi.fn(async () => folder),
     memoryNow: vi.fn(async () => {

@@ -140,7 +140,6 @@ async function chatSend(conversationId: string, messages: ChatMessage[], channel
     generated_tokens: generated,
     decode_tps: cold ? 382.7 : 401.2,
     stop_reason: stopped ? 'cancelled' : 'eos',
-    text,
   };
 }
 
