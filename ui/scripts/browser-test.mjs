@@ -60,6 +60,30 @@ test('an empty library offers the tiny speed-test model and the recommended down
   await page.close();
 });
 
+test('any hub model by its id: a bad id is refused, a good one is checked for fit and offered for download', async () => {
+  const { page, problems } = await openPopover();
+  const id = page.getByRole('textbox', { name: 'Hub model id' });
+  await id.fill('not a repo id');
+  await id.press('Enter');
+  await page.getByText("Type the model's id as org/name").waitFor();
+
+  await id.fill('mlx-community/Qwen3-4B-4bit');
+  await id.press('Enter');
+  const card = page.getByTestId('hub-model');
+  await card.getByText(/of weights · needs .* at 4,096 tokens/).waitFor();
+  assert.ok(await card.getByRole('button', { name: 'Download mlx-community/Qwen3-4B-4bit' }).isEnabled());
+  await card.scrollIntoViewIfNeeded();
+  await browser.screenshot(page, 'popover-hub-model.png');
+
+  // What the hub says about an id that does not exist reaches the user.
+  await id.fill('nobody/nothing');
+  await id.press('Enter');
+  await page.getByText('No model nobody/nothing').waitFor();
+  assert.equal(await card.count(), 0);
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
 test('keyboard only: choose the tiny model, run a test generation, read the timings', async () => {
   const { page, problems } = await openPopover();
   const useTiny = page.getByRole('button', { name: 'Use the built-in tiny model' });

@@ -73,7 +73,7 @@ const GiB = 2 ** 30;
 const MiB = 2 ** 20;
 
 /** A fit at 4K context on a machine with 20 GiB available. */
-function fitAt4k(weights: number, verdict: FitEstimate['verdict'], available = 20 * GiB, advice: string[] = []): FitEstimate {
+export function fitAt4k(weights: number, verdict: FitEstimate['verdict'], available = 20 * GiB, advice: string[] = []): FitEstimate {
   const kv = 448 * MiB;
   const overhead = 512 * MiB;
   return {
@@ -154,6 +154,11 @@ export const mistral7b: CatalogOffer = {
   ]),
   downloaded: false,
 };
+
+/** A hub model outside the catalog, checked by its id: tight on 6 GiB. */
+export const qwen4bFit: FitEstimate = fitAt4k(2_260_000_000, 'tight', 6 * GiB, [
+  'Close other apps first: it needs most of the free memory.',
+]);
 
 /** The models view with nothing on this machine. */
 export const emptyModelsView: ModelsView = {

@@ -1,12 +1,21 @@
 import { cleanup, fireEvent, render, screen, waitFor, within } from '@testing-library/svelte';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import {
+  cachedQwen,
   emptyModelsView,
   modelsViewWithQwen,
   partialLlama,
   preparedTinyModel,
+  qwen4bFit,
 } from '../../test/fixtures';
-import type { Backend, CommandError, DownloadEvent, DownloadSummary, ModelsView } from '../lib/backend';
+import type {
+  Backend,
+  CommandError,
+  DownloadEvent,
+  DownloadSummary,
+  FitEstimate,
+  ModelsView,
+} from '../lib/backend';
 import ModelsSection from './ModelsSection.svelte';
 
 afterEach(cleanup);
@@ -46,6 +55,7 @@ function fakeApi(views: ModelsView[] = [emptyModelsView]) {
       return true;
     }),
     deleteModel: vi.fn(async () => 335_000_000),
+    fitModel: vi.fn(async (_model: string, _context: number): Promise<FitEstimate> => qwen4bFit),
     onAppEvent: vi.fn(async (name: string, handler: () => void) => {
       if (name === 'ondo://models-changed') onModelsChanged = handler;
       return () => undefined;
@@ -250,5 +260,115 @@ describe('ModelsSection', () => {
     const error = { kind: 'model_unavailable', message: 'disk full; free some space' } as const;
     render(ModelsSection, { ...base, api, error });
     expect(screen.getByRole('alert').textContent).toContain('disk full; free some space');
+  });
+
+  describe('a hub model by its id', () => {
+    const repo = 'mlx-community/Qwen3-4B-4bit';
+
+    async function check(id: string): Promise<void> {
+      const input = await screen.findByRole('textbox', { name: 'Hub model id' });
+      await fireEvent.input(input, { target: { value: id } });
+      await fireEvent.click(screen.getByRole('button', { name: 'Check' }));
+    }
+
+    it('asks for org/name when the id is malformed, without asking the backend', async () => {
+      const { api } = fakeApi();
+      render(ModelsSection, { ...base, api });
+      await check('Qwen3-4B-4bit');
+      const alert = await screen.findByRole('alert');
+      expect(alert.textContent).toContain('org/name');
+      expect(alert.textContent).toContain('mlx-community/Qwen3-4B-4bit');
+
+      await check('mlx-community/Qwen3 4B');
+      expect(screen.getByRole('alert').textContent).toContain('org/name');
+      await check('a/b/c');
+      expect(screen.getByRole('alert').textContent).toContain('org/name');
+      expect(api.fitModel).not.toHaveBeenCalled();
+
+      // Typing again clears the complaint.
+      await fireEvent.input(screen.getByRole('textbox', { name: 'Hub model id' }), { target: { value: 'mlx' } });
+      expect(screen.queryByRole('alert')).toBeNull();
+    });
+
+    it('checks the fit at 4K, then downloads it with progress like a catalog model', async () => {
+      const onMac: ModelsView = { ...emptyModelsView, library: [{ ...cachedQwen, id: repo }] };
+      const { api, latest } = fakeApi([emptyModelsView, onMac]);
+      render(ModelsSection, { ...base, api });
+      await check(`  ${repo} `);
+      expect(api.fitModel).toHaveBeenCalledWith(repo, 4096);
+
+      const hub = await screen.findByTestId('hub-model');
+      expect(hub.textContent).toContain(repo);
+      expect(hub.querySelector('summary')?.dataset.verdict).toBe('tight');
+      expect(hub.textContent).toContain('about 2.10 GiB of weights · needs 3.04 GiB at 4,096 tokens');
+      expect(hub.textContent).toContain('Close other apps first');
+
+      await fireEvent.click(within(hub).getByRole('button', { name: `Download ${repo}` }));
+      expect(api.downloadModel).toHaveBeenCalledWith(repo, expect.any(Function));
+      const download = latest();
+      download.send({
+        event: 'progress',
+        file: 'model.safetensors',
+        file_bytes: 100_000_000,
+        file_total_bytes: 2_200_000_000,
+        done_bytes: 110_000_000,
+        total_bytes: 2_260_000_000,
+        bytes_per_second: 12_500_000,
+        eta_seconds: 172,
+      });
+      const bar = (await within(hub).findByRole('progressbar', { name: `Downloading ${repo}` })) as HTMLProgressElement;
+      expect(bar.value).toBe(110_000_000);
+      expect(within(hub).getByTestId('download-progress').textContent).toContain('105 MiB of 2.10 GiB');
+      expect(within(hub).getByRole('button', { name: `Pause download of ${repo}` })).toBeTruthy();
+
+      download.finish();
+      await waitFor(() => expect(api.listModels).toHaveBeenCalledTimes(2));
+      expect(await within(hub).findByText('Downloaded')).toBeTruthy();
+      expect(screen.queryByRole('progressbar')).toBeNull();
+    });
+
+    it('says Downloaded for a model already on this Mac, and clears the answer when the id changes', async () => {
+      const { api } = fakeApi([modelsViewWithQwen]);
+      render(ModelsSection, { ...base, api });
+      await check(cachedQwen.id);
+      const hub = await screen.findByTestId('hub-model');
+      expect(within(hub).getByText('Downloaded')).toBeTruthy();
+      expect(within(hub).queryByRole('button', { name: /^Download/ })).toBeNull();
+
+      await fireEvent.input(screen.getByRole('textbox', { name: 'Hub model id' }), { target: { value: 'mlx-community/x' } });
+      expect(screen.queryByTestId('hub-model')).toBeNull();
+    });
+
+    it("shows the backend's error when the check fails", async () => {
+      const { api } = fakeApi();
+      api.fitModel.mockRejectedValueOnce({ kind: 'repo_not_found', message: 'No model nobody/nothing on Hugging Face' });
+      render(ModelsSection, { ...base, api });
+      await check('nobody/nothing');
+      const alert = await screen.findByRole('alert');
+      expect(alert.dataset.kind).toBe('repo_not_found');
+      expect(alert.textContent).toContain('No model nobody/nothing on Hugging Face');
+      expect(screen.queryByTestId('hub-model')).toBeNull();
+      expect(screen.getByRole('button', { name: 'Check' })).toBeTruthy();
+    });
+
+    it('is busy while checking', async () => {
+      const { api } = fakeApi();
+      let answer: (fit: FitEstimate) => void = () => undefined;
+      api.fitModel.mockImplementationOnce(() => new Promise<FitEstimate>((resolve) => (answer = resolve)));
+      render(ModelsSection, { ...base, api });
+      await check(repo);
+      const busy = screen.getByRole('button', { name: 'Checking…' }) as HTMLButtonElement;
+      expect(busy.disabled).toBe(true);
+      answer(qwen4bFit);
+      expect(await screen.findByTestId('hub-model')).toBeTruthy();
+      expect(screen.getByRole('button', { name: 'Check' })).toBeTruthy();
+    });
+
+    it('is not offered offline', async () => {
+      const { api } = fakeApi([{ ...emptyModelsView, offline: true }]);
+      render(ModelsSection, { ...base, api });
+      await screen.findByTestId('offline-note');
+      expect(screen.queryByRole('textbox', { name: 'Hub model id' })).toBeNull();
+    });
   });
 });

@@ -22,6 +22,7 @@ import {
   modelsViewWithQwen,
   preparedTinyModel,
   qwen06b,
+  qwen4bFit,
 } from '../fixtures';
 import { chatSettings } from '../fixtures-settings';
 
@@ -172,6 +173,13 @@ mockIPC(async (cmd, payload) => {
     case 'unload_model':
       warm = false;
       return true;
+    case 'fit_model': {
+      const { model } = payload as { model: string };
+      if (model === 'nobody/nothing') {
+        throw { kind: 'repo_not_found', message: `No model ${model} on Hugging Face; check the id` } satisfies CommandError;
+      }
+      return qwen4bFit;
+    }
     case 'download_model': {
       const { model, onEvent } = payload as { model: string; onEvent: Channel<DownloadEvent> };
       return downloadModel(model, onEvent);
