@@ -26,6 +26,8 @@ const ondoCli = path.join(path.dirname(appBinary), 'ondo');
 const testHub = path.join(path.dirname(appBinary), 'ondo-testhub');
 /** The catalog model the test hub serves (a tiny synthetic model under its name). */
 const servedRepo = 'mlx-community/Llama-3.2-1B-Instruct-4bit';
+// Not in the catalog: reached by typing its id.
+const repoById = 'someone/tiny-by-id';
 const tauriDriver = process.env.TAURI_DRIVER ?? path.join(homedir(), '.cargo/bin/tauri-driver');
 const screenshotDir = path.join(repoRoot, 'docs/screenshots');
 const driverPort = 4444;
@@ -108,7 +110,7 @@ before(async () => {
   // serving a tiny synthetic model under a catalog model's name.
   const served = path.join(dataRoot, 'served');
   await run(ondoCli, ['synth', 'tiny', served]);
-  const hub = start(testHub, ['--repo', `${servedRepo}=${served}`], process.env, 'pipe');
+  const hub = start(testHub, ['--repo', `${servedRepo}=${served}`, '--repo', `${repoById}=${served}`], process.env, 'pipe');
   const hubUrl = await new Promise((resolve, reject) => {
     let out = '';
     hub.stdout.on('data', (chunk) => {
@@ -264,6 +266,30 @@ test('a catalog model downloads from the hub with a click and joins the library'
   const files = await run('find', [path.join(dataRoot, 'hub'), '-name', '*.safetensors']);
   assert.ok(files.stdout.includes('models--mlx-community--Llama-3.2-1B-Instruct-4bit'), files.stdout);
   await browser.saveScreenshot(path.join(screenshotDir, 'app-downloaded.png'));
+});
+
+test('a model outside the catalog downloads by its id after a fit check against the hub', async () => {
+  const id = await browser.$('#hub-model-id');
+  await id.scrollIntoView();
+  await id.setValue(repoById);
+  await browser.keys('Enter');
+  // The verdict comes from the real core reading the repo's files on the test hub.
+  const card = await browser.$(`[data-testid="hub-model"][data-repo="${repoById}"]`);
+  await browser.waitUntil(async () => (await card.isExisting()) || (await browser.$('[role="alert"]').isExisting()), {
+    timeout: 60_000,
+    timeoutMsg: 'the fit check never answered',
+  });
+  const alert = await browser.$('[role="alert"]');
+  if (await alert.isExisting()) assert.fail(`the fit check failed: ${await alert.getText()}`);
+  assert.match(await card.getText(), /fits[\s\S]*of weights · needs .* at 4,096 tokens/);
+  await (await card.$(`button[aria-label="Download ${repoById}"]`)).click();
+  await browser.waitUntil(
+    async () => (await browser.$(`[data-testid="library-model"][data-model="${repoById}"]`).isExisting()) ||
+      (await browser.$('[role="alert"]').isExisting()),
+    { timeout: 120_000, timeoutMsg: 'the model downloaded by id never reached the library' },
+  );
+  if (await alert.isExisting()) assert.fail(`the download failed: ${await alert.getText()}`);
+  assert.match(await card.getText(), /Downloaded/);
 });
 
 /** Switches the session to the window whose title is `title`. */
