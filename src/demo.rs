@@ -1,11 +1,14 @@
 //! A test generation: load (cold the first time), prefill (time to first
-//! token) and decode of a raw prompt, timed by the engine thread. Serves
-//! `ondo demo`, `make demo` and the app's "Run a test generation".
+//! token) and decode of a raw prompt, through the session pool like every
+//! run. Serves `ondo demo`, `make demo` and the app's "Run a test generation".
 
 use std::path::{Path, PathBuf};
 
 use crate::engine::generate::LoopShape;
-use crate::engine::{CancelToken, EngineHandle, GenerateRequest, Prompt, RunError};
+use crate::engine::{CancelToken, GenerateRequest, Prompt, RunError};
+use crate::resolve::ResolvedModel;
+use crate::session::SessionPool;
+use crate::store::RunKind;
 
 /// The timings of one generation, with DESIGN.md's field names.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -31,64 +34,6 @@ pub struct DemoRun {
     pub text: String,
 }
 
-/// Why a test generation failed.
-#[derive(Debug, thiserror::Error)]
-pub enum DemoError {
-    #[error(transparent)]
-    Run(#[from] RunError),
-}
-
-/// A model kept resident by an engine thread for repeated (warm) runs.
-pub struct DemoSession {
-    engine: EngineHandle,
-    model_dir: PathBuf,
-}
-
-impl DemoSession {
-    /// Starts an engine of its own; the model loads with the first run (cold).
-    pub fn load(dir: &Path) -> Result<Self, DemoError> {
-        Ok(Self::with_engine(EngineHandle::spawn()?, dir))
-    }
-
-    /// Uses a running engine (the app's), where the model may already be warm.
-    pub fn with_engine(engine: EngineHandle, dir: &Path) -> Self {
-        Self {
-            engine,
-            model_dir: dir.to_owned(),
-        }
-    }
-
-    /// Generates up to `max_tokens` greedily (EOS ignored, so every run
-    /// decodes the same number of tokens) and times each phase.
-    pub fn run(&mut self, prompt: &str, max_tokens: usize) -> Result<DemoRun, DemoError> {
-        self.run_with(prompt, max_tokens, LoopShape::default())
-    }
-
-    /// `run` with a chosen decode loop shape.
-    pub fn run_with(
-        &mut self,
-        prompt: &str,
-        max_tokens: usize,
-        loop_shape: LoopShape,
-    ) -> Result<DemoRun, DemoError> {
-        let request = GenerateRequest {
-            max_tokens,
-            loop_shape,
-            ignore_eos: true,
-            ..GenerateRequest::new(
-                &self.model_dir,
-                Prompt::Raw {
-                    text: prompt.to_owned(),
-                },
-            )
-        };
-        let outcome = self
-            .engine
-            .generate_blocking(request, CancelToken::new(), |_| {})?;
-        Ok(DemoRun::from_outcome(&self.model_dir, outcome))
-    }
-}
-
 impl DemoRun {
     fn from_outcome(model_dir: &Path, outcome: crate::engine::stream::RunOutcome) -> Self {
         let s = outcome.stats;
@@ -111,41 +56,33 @@ impl DemoRun {
     }
 }
 
-/// Runs one test generation of the model at `model_dir` on `engine`: cold
-/// the first time, warm once the engine holds the model.
-pub fn run_test_generation(
-    engine: &EngineHandle,
-    model_dir: &Path,
+/// One test generation of `model` through the pool: cold the first time,
+/// warm while the pool keeps the model; recorded in the history as a
+/// `demo` run. Greedy with EOS ignored, so every run decodes the same
+/// number of tokens.
+pub fn run_demo(
+    pool: &SessionPool,
+    model: &ResolvedModel,
     prompt: &str,
     max_tokens: usize,
-) -> Result<DemoRun, DemoError> {
-    DemoSession::with_engine(engine.clone(), model_dir).run(prompt, max_tokens)
-}
-
-/// The same test generation through a session pool, which keeps the model
-/// warm by its policy and records the run in the history.
-pub fn run_test_generation_in(
-    pool: &crate::session::SessionPool,
-    model_id: &str,
-    model_dir: &Path,
-    prompt: &str,
-    max_tokens: usize,
-) -> Result<DemoRun, DemoError> {
+    loop_shape: LoopShape,
+) -> Result<DemoRun, RunError> {
     let request = GenerateRequest {
         max_tokens,
+        loop_shape,
         ignore_eos: true,
         ..GenerateRequest::new(
-            model_dir,
+            &model.dir,
             Prompt::Raw {
                 text: prompt.to_owned(),
             },
         )
     };
-    let context = crate::session::record::RunContext {
-        kind: "run".into(),
-        model_id: model_id.to_owned(),
-        ..Default::default()
-    };
-    let (outcome, _) = pool.run(request, context, CancelToken::new(), |_| {})?;
-    Ok(DemoRun::from_outcome(model_dir, outcome))
+    let (outcome, _) = pool.run(
+        request,
+        model.run_context(RunKind::Demo),
+        CancelToken::new(),
+        |_| {},
+    )?;
+    Ok(DemoRun::from_outcome(&model.dir, outcome))
 }

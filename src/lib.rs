@@ -10,6 +10,7 @@ pub mod hub;
 pub mod metrics;
 pub mod paths;
 pub mod report;
+pub mod resolve;
 pub mod session;
 pub mod store;
 pub mod synth;

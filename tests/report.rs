@@ -15,7 +15,8 @@
 use std::path::PathBuf;
 
 use ondo::report::{self, Report, ReportFormat};
-use ondo::store::{MemorySample, RECORD_SCHEMA_VERSION, RunRecord};
+use ondo::store::record::{LoadKind, LoopShape, StopReason};
+use ondo::store::{MemorySample, RECORD_SCHEMA_VERSION, RunKind, RunRecord};
 
 const GENERATED_AT: &str = "2025-01-01T12:00:00Z";
 const MIB: u64 = 1024 * 1024;
@@ -26,7 +27,7 @@ fn base() -> RunRecord {
     RunRecord {
         run_id: String::new(),
         created_at: String::new(),
-        kind: "bench".into(),
+        kind: RunKind::Bench,
         bench_id: Some("b-1735725600000".into()),
         test: Some("pp128+tg64".into()),
         repetition: Some(0),
@@ -65,9 +66,9 @@ fn base() -> RunRecord {
         decode_bytes_per_token: Some(6_815_744),
         memory_bandwidth_gbps: Some(21.5),
         decode_roofline_pct: None,
-        load_kind: "warm".into(),
+        load_kind: LoadKind::Warm,
         fresh_process: false,
-        loop_shape: "pipelined".into(),
+        loop_shape: LoopShape::Pipelined,
         prefill_step_size: 256,
         max_kv_size: None,
         max_tokens: 64,
@@ -77,7 +78,7 @@ fn base() -> RunRecord {
         min_p: 0.0,
         repetition_penalty: None,
         seed: None,
-        stop_reason: "max_tokens".into(),
+        stop_reason: StopReason::MaxTokens,
         error: None,
         app_version: "0.1.0".into(),
         app_commit: "abdad0c5e1f2".into(),
@@ -124,8 +125,8 @@ fn run(
 
 /// A fresh-process cold start: load and process start paid.
 fn cold(mut record: RunRecord, load_ms: f64, cold_start_ms: f64) -> RunRecord {
-    record.kind = "bench_cold".into();
-    record.load_kind = "cold".into();
+    record.kind = RunKind::BenchCold;
+    record.load_kind = LoadKind::Cold;
     record.fresh_process = true;
     record.load_ms = load_ms;
     record.cold_start_ms = Some(cold_start_ms);

@@ -11,10 +11,10 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use ondo::engine::chat_template::ChatMessage;
-use ondo::engine::{CancelToken, EngineHandle, GenerateRequest, Prompt};
+use ondo::engine::{CancelToken, GenerateRequest, LoadKind, Prompt};
 use ondo::session::record::RunContext;
 use ondo::session::{KeepAlive, PoolSettings, SessionPool};
-use ondo::store::{RunQuery, Store};
+use ondo::store::{RunKind, RunQuery, Store};
 use ondo::synth::{self, SynthOptions};
 use ondo_os::PressureLevel;
 
@@ -42,15 +42,22 @@ fn chat_request(dir: &Path, conversation: &str, messages: Vec<ChatMessage>) -> G
 
 fn context(model: &str) -> RunContext {
     RunContext {
-        kind: "chat".into(),
+        kind: RunKind::Chat,
         model_id: model.into(),
         ..RunContext::default()
     }
 }
 
+/// A pool that sees normal memory pressure whatever the machine is doing:
+/// a busy test machine must not trim caches in tests about something else.
 fn pool_with(root: &Path, settings: PoolSettings) -> SessionPool {
     let store = Store::open_default(&root.join("ondo")).unwrap();
-    SessionPool::new(EngineHandle::spawn().unwrap(), settings, Some(store))
+    SessionPool::start_with_pressure_source(
+        settings,
+        Some(store),
+        Box::new(|| PressureLevel::Normal),
+    )
+    .unwrap()
 }
 
 fn actions(pool: &SessionPool) -> Vec<(String, String)> {
@@ -75,7 +82,7 @@ fn a_second_turn_is_warm_and_reuses_the_conversation_cache() {
             |_| {},
         )
         .unwrap();
-    assert_eq!(first_record.load_kind, "cold");
+    assert_eq!(first_record.load_kind, LoadKind::Cold);
     assert!(first.stats.load_ms > 0.0);
     messages.push(ChatMessage::assistant(first.text));
     messages.push(ChatMessage::user("And the sky?"));
@@ -87,7 +94,7 @@ fn a_second_turn_is_warm_and_reuses_the_conversation_cache() {
             |_| {},
         )
         .unwrap();
-    assert_eq!(second_record.load_kind, "warm");
+    assert_eq!(second_record.load_kind, LoadKind::Warm);
     assert_eq!(second.stats.load_ms, 0.0);
     assert!(second.stats.cached_tokens > 0, "no cache reuse");
     assert_eq!(
@@ -154,7 +161,7 @@ fn keep_alive_expiry_unloads_an_idle_model() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(
-        pool.engine().resident().unwrap().is_empty(),
+        pool.engine_resident().unwrap().is_empty(),
         "the engine still holds it"
     );
     assert!(actions(&pool).contains(&("unload".into(), "keep-alive expired".into())));
@@ -167,7 +174,7 @@ fn keep_alive_expiry_unloads_an_idle_model() {
             |_| {},
         )
         .unwrap();
-    assert_eq!(record.load_kind, "cold");
+    assert_eq!(record.load_kind, LoadKind::Cold);
     // Forever keeps it.
     pool.set_settings(PoolSettings {
         keep_alive: KeepAlive::Forever,
@@ -237,15 +244,15 @@ fn memory_pressure_trims_caches_then_unloads_idle_models() {
         })
     };
     let store = Store::open_default(&root.path().join("ondo")).unwrap();
-    let pool = SessionPool::with_pressure_source(
-        EngineHandle::spawn().unwrap(),
+    let pool = SessionPool::start_with_pressure_source(
         PoolSettings {
             keep_alive: KeepAlive::Forever,
             memory_budget_bytes: None,
         },
         Some(store),
         source,
-    );
+    )
+    .unwrap();
     let messages = vec![ChatMessage::user("Tell me about the sea.")];
     let (first, _) = pool
         .run(

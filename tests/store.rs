@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ondo::store::{MemorySample, RunRecord, Store};
+use ondo::store::{MemorySample, RunKind, RunRecord, Store};
 
 /// Set in a child: the database to write to.
 const WRITER_DB: &str = "ONDO_STORE_WRITER";
@@ -77,7 +77,7 @@ fn writer_child() {
         let record = RunRecord {
             run_id: format!("{prefix}-{n:06}"),
             created_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-            kind: "bench".into(),
+            kind: RunKind::Bench,
             model_id: "ondo-test/tiny".into(),
             generated_tokens: n,
             ..RunRecord::default()

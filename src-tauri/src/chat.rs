@@ -6,7 +6,7 @@ use ondo::engine::chat_template::ChatMessage;
 use ondo::engine::{CancelToken, Prompt};
 use ondo::session::chat::{ChatEvent, GenerationSettings};
 use ondo::session::record::RunContext;
-use ondo::store::RunRecord;
+use ondo::store::{RunKind, RunRecord};
 use tauri::ipc::Channel;
 
 use crate::commands::on_blocking_thread;
@@ -22,7 +22,6 @@ use crate::state::AppState;
 pub async fn chat_send<R: tauri::Runtime>(
     app: tauri::AppHandle<R>,
     state: tauri::State<'_, AppState>,
-    engine: tauri::State<'_, ondo::engine::EngineHandle>,
     model: String,
     conversation_id: String,
     system_prompt: Option<String>,
@@ -39,7 +38,7 @@ pub async fn chat_send<R: tauri::Runtime>(
             "the conversation must end with a message from you".into(),
         ));
     }
-    let model_dir = crate::models::model_folder(engine.inner().clone(), &state, &model).await?;
+    let model = crate::models::resolve(&state, &model).await?;
     let cancel = CancelToken::new();
     state
         .chats
@@ -50,8 +49,8 @@ pub async fn chat_send<R: tauri::Runtime>(
         .iter()
         .find(|m| m.role == "user")
         .map(|m| m.content.chars().take(60).collect());
-    let request = settings.request(
-        &model_dir,
+    let request = settings.turn_request(
+        &model.dir,
         &conversation_id,
         Prompt::Chat {
             system_prompt,
@@ -59,11 +58,9 @@ pub async fn chat_send<R: tauri::Runtime>(
         },
     );
     let context = RunContext {
-        kind: "chat".into(),
-        model_id: model,
         conversation_id: Some(conversation_id.clone()),
         conversation_title: title,
-        ..RunContext::default()
+        ..model.run_context(RunKind::Chat)
     };
     let pool = state.pool.clone();
     let result = on_blocking_thread(move || {

@@ -1,18 +1,20 @@
 //! The commands the UI invokes. Each one checks its input, calls the core on a
 //! blocking thread (the core's work is synchronous file and MLX work that must
-//! not stall the event loop), and returns data or a `CommandError`. Work that
-//! touches MLX runs on the core's engine thread (MLX is not thread-safe).
+//! not stall the event loop), and returns data or a `CommandError`. Everything
+//! that touches MLX goes through the session pool, the one way into the
+//! engine thread (MLX is not thread-safe).
 
 use std::path::PathBuf;
 
 use ondo::demo::{self, DemoRun};
 use ondo::doctor::DoctorReport;
-use ondo::engine::EngineHandle;
-use ondo::paths::DataDirs;
-use ondo::synth;
+use ondo::engine::generate::LoopShape;
+use ondo::resolve::{NamedBy, TINY, resolve_model};
 
 use crate::error::CommandError;
-use crate::library::LibraryStatus;
+use crate::state::AppState;
+
+type State<'a> = tauri::State<'a, AppState>;
 
 /// The most tokens one test generation may ask for: enough to measure decode,
 /// few enough to finish quickly on a CPU.
@@ -20,26 +22,6 @@ pub const MAX_TEST_TOKENS: usize = 256;
 
 /// The longest prompt a test generation accepts, in characters.
 pub const MAX_TEST_PROMPT_CHARS: usize = 4000;
-
-/// The engine the app manages (a cheap clone of its handle).
-fn engine(state: tauri::State<'_, EngineHandle>) -> EngineHandle {
-    state.inner().clone()
-}
-
-/// Runs `work` on the engine thread (waiting on a blocking thread, so the
-/// event loop stays free).
-pub(crate) async fn with_mlx<T, F>(engine: EngineHandle, work: F) -> Result<T, CommandError>
-where
-    T: Send + 'static,
-    F: FnOnce() -> Result<T, CommandError> + Send + 'static,
-{
-    on_blocking_thread(move || {
-        engine
-            .call(work)
-            .map_err(|e| CommandError::Internal(e.to_string()))?
-    })
-    .await
-}
 
 pub(crate) async fn on_blocking_thread<T, F>(work: F) -> Result<T, CommandError>
 where
@@ -69,61 +51,49 @@ pub struct PreparedModel {
 /// Versions, backend, device, memory and MLX self-tests.
 #[tauri::command]
 #[specta::specta]
-pub async fn doctor_report(
-    state: tauri::State<'_, EngineHandle>,
-) -> Result<DoctorReport, CommandError> {
-    with_mlx(engine(state), || Ok(DoctorReport::collect())).await
-}
-
-/// The downloaded models and the recommended download.
-#[tauri::command]
-#[specta::specta]
-pub async fn library_status() -> Result<LibraryStatus, CommandError> {
-    on_blocking_thread(|| Ok(LibraryStatus::read(&DataDirs::from_env()))).await
+pub async fn doctor_report(state: State<'_>) -> Result<DoctorReport, CommandError> {
+    let pool = state.pool.clone();
+    on_blocking_thread(move || Ok(pool.call(DoctorReport::collect)?)).await
 }
 
 /// Writes the built-in tiny model if it is not there yet.
 #[tauri::command]
 #[specta::specta]
-pub async fn prepare_builtin_model(
-    state: tauri::State<'_, EngineHandle>,
-) -> Result<PreparedModel, CommandError> {
-    with_mlx(engine(state), || {
-        let model_dir = synth::builtin_tiny_model(&DataDirs::from_env())?;
-        Ok(PreparedModel { model_dir })
+pub async fn prepare_builtin_model(state: State<'_>) -> Result<PreparedModel, CommandError> {
+    let pool = state.pool.clone();
+    on_blocking_thread(move || {
+        let model = resolve_model(&pool, TINY, NamedBy::Local)?;
+        Ok(PreparedModel {
+            model_dir: model.dir,
+        })
     })
     .await
 }
 
-/// Generates once with the chosen model (loading it cold the first time,
-/// warm after) and returns the timings.
+/// Generates once with the chosen model through the session pool (loading
+/// it cold the first time, warm after), records it, and returns the timings.
 #[tauri::command]
 #[specta::specta]
 pub async fn run_test_generation<R: tauri::Runtime>(
     handle: tauri::AppHandle<R>,
-    state: tauri::State<'_, EngineHandle>,
-    app: tauri::State<'_, crate::state::AppState>,
+    state: State<'_>,
     model: ModelChoice,
     prompt: String,
     max_tokens: usize,
 ) -> Result<DemoRun, CommandError> {
     check_test_request(&prompt, max_tokens)?;
-    let engine = engine(state);
-    let model_dir = match model {
-        ModelChoice::BuiltinTiny => {
-            with_mlx(engine.clone(), || {
-                Ok(synth::builtin_tiny_model(&DataDirs::from_env())?)
-            })
-            .await?
-        }
+    let name = match model {
+        ModelChoice::BuiltinTiny => TINY,
     };
-    // The generation itself is a request through the session pool (kept warm
-    // by its policy, recorded in the history), not a `call`: it waits in the
-    // engine's queue like any other client's.
-    let pool = app.pool.clone();
+    let pool = state.pool.clone();
     let run = on_blocking_thread(move || {
-        Ok(demo::run_test_generation_in(
-            &pool, "tiny", &model_dir, &prompt, max_tokens,
+        let model = resolve_model(&pool, name, NamedBy::Local)?;
+        Ok(demo::run_demo(
+            &pool,
+            &model,
+            &prompt,
+            max_tokens,
+            LoopShape::default(),
         )?)
     })
     .await?;

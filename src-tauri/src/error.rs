@@ -3,7 +3,7 @@
 
 use serde::ser::SerializeStruct;
 
-use ondo::demo::DemoError;
+use ondo::resolve::ResolveError;
 use ondo::synth::SynthError;
 
 /// Why a command failed. `message` (the `Display` text) says what happened and
@@ -16,9 +16,10 @@ pub enum CommandError {
     /// The built-in tiny model could not be written or found.
     #[error("Could not prepare the built-in tiny model: {0}")]
     ModelUnavailable(#[from] SynthError),
-    /// Loading the model or generating failed.
-    #[error("The test generation failed: {0}")]
-    GenerationFailed(#[from] DemoError),
+    /// A model name led nowhere; `kind` is the resolver's
+    /// (`model_not_found`, `not_a_model_name`, `model_unavailable`).
+    #[error("{0}")]
+    Model(#[from] ResolveError),
     /// Finding, sizing or downloading a model failed; `kind` is the hub's own
     /// (`repo_not_found`, `unauthorized`, `disk_full`, ...).
     #[error("{0}")]
@@ -45,7 +46,7 @@ impl CommandError {
         match self {
             Self::InvalidInput(_) => "invalid_input",
             Self::ModelUnavailable(_) => "model_unavailable",
-            Self::GenerationFailed(_) => "generation_failed",
+            Self::Model(error) => error.kind(),
             Self::Hub(error) => error.kind(),
             Self::History(_) => "history",
             Self::Run(error) => error.kind(),

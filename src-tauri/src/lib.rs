@@ -6,7 +6,6 @@ mod commands;
 mod desktop;
 mod error;
 mod events;
-mod library;
 mod models;
 mod runs;
 mod state;
@@ -29,7 +28,6 @@ macro_rules! with_commands {
     ($then:ident) => {
         $then![
             commands::doctor_report,
-            commands::library_status,
             commands::prepare_builtin_model,
             commands::run_test_generation<tauri::Wry>,
             models::list_models,
@@ -37,7 +35,6 @@ macro_rules! with_commands {
             models::download_model<tauri::Wry>,
             models::cancel_download,
             models::delete_model<tauri::Wry>,
-            models::recent_runs,
             models::run_timeline,
             models::memory_now,
             models::pool_status,
@@ -89,14 +86,12 @@ pub fn run() {
 }
 
 /// Adds Ondo's commands and window behaviour to `builder`. Tests pass
-/// `tauri::test::mock_builder()`; `run` passes the real one. The engine
-/// thread that owns every MLX object starts here; all commands share it.
+/// `tauri::test::mock_builder()`; `run` passes the real one. The session
+/// pool (and the engine thread inside it that owns every MLX object) starts
+/// here; all commands share it.
 pub fn run_app<R: Runtime>(builder: Builder<R>) -> Builder<R> {
-    let builder = match ondo::engine::EngineHandle::spawn()
-        .map_err(|e| e.to_string())
-        .and_then(|engine| Ok((engine.clone(), state::AppState::start(engine)?)))
-    {
-        Ok((engine, state)) => builder.manage(engine).manage(state),
+    let builder = match state::AppState::start() {
+        Ok(state) => builder.manage(state),
         // Without an engine the commands answer with an error the UI shows.
         Err(error) => {
             eprintln!("ondo-app: {error}");
@@ -187,6 +182,15 @@ pub fn typescript_bindings() -> Result<String, String> {
         // u64 and usize become `number`. Ours are bytes, milliseconds and
         // token counts, all far below 2^53, where `number` is exact.
         .dangerously_cast_bigints_to_number()
+        // Defaults and limits are defined once, in the core; the forms read
+        // these instead of writing the numbers again.
+        .constant("DEFAULT_SETTINGS", ondo::session::settings::AppSettings::default())
+        .constant(
+            "GENERATION_LIMITS",
+            ondo::session::chat::GenerationSettings::LIMITS,
+        )
+        .constant("DEFAULT_BENCH_SHAPE", ondo::bench::BenchShape::default())
+        .constant("BENCH_LIMITS", ondo::bench::BENCH_LIMITS)
         // One TypeScript type per Rust type: split serialize/deserialize
         // types would put Channel payloads in the wrong half.
         .disable_serde_phases()

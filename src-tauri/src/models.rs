@@ -9,17 +9,13 @@ use ondo::hub::sizing::{self, CatalogOffer, MachineMemory};
 use ondo::hub::{
     DownloadCancel, DownloadEvent, DownloadOptions, DownloadSummary, ModelRef, OnCancel,
 };
-use ondo::paths::DataDirs;
 use ondo::session::PooledModel;
-use ondo::store::{MemorySample, PoolEvent, RunQuery, RunRecord};
+use ondo::store::{MemorySample, PoolEvent};
 use tauri::ipc::Channel;
 use tauri::{AppHandle, Runtime};
 
 use crate::error::CommandError;
 use crate::state::AppState;
-
-/// The context the Models screen judges fits at unless the user picks another.
-pub const DEFAULT_FIT_CONTEXT: u64 = 4096;
 
 /// What the Models screen shows.
 #[derive(Debug, Clone, serde::Serialize, specta::Type)]
@@ -52,7 +48,7 @@ pub async fn list_models(state: State<'_>) -> Result<ModelsView, CommandError> {
             library: library::scan(&dirs),
             catalog: sizing::catalog_offers(
                 &dirs.hf_cache_dir,
-                DEFAULT_FIT_CONTEXT,
+                ondo::hub::fit::DEFAULT_CONTEXT_TOKENS,
                 MachineMemory::read(None),
             ),
             default_model: ondo::hub::catalog::DEFAULT_MODEL,
@@ -155,35 +151,23 @@ pub async fn delete_model<R: Runtime>(
     Ok(freed)
 }
 
-/// The folder of the model a client names: "tiny" (the built-in model,
-/// written on first use), a folder, or a downloaded repo id.
-pub(crate) async fn model_folder(
-    engine: ondo::engine::EngineHandle,
+/// The folder of the model the UI names: "tiny" (the built-in model,
+/// written on first use), a folder, or a downloaded repo id, resolved by the
+/// core as for the CLI and the server.
+pub(crate) async fn resolve(
     state: &AppState,
     model: &str,
-) -> Result<PathBuf, CommandError> {
-    if model == "tiny" {
-        crate::commands::with_mlx(engine, || {
-            Ok(ondo::synth::builtin_tiny_model(&DataDirs::from_env())?)
-        })
-        .await
-    } else {
-        Ok(library::resolve_local(
-            &state.hub().config().cache_dir,
-            model,
+) -> Result<ondo::resolve::ResolvedModel, CommandError> {
+    let pool = state.pool.clone();
+    let model = model.to_owned();
+    crate::commands::on_blocking_thread(move || {
+        Ok(ondo::resolve::resolve_model(
+            &pool,
+            &model,
+            ondo::resolve::NamedBy::Local,
         )?)
-    }
-}
-
-/// The last `last` runs, oldest first (warm-ups of benchmarks left out).
-#[tauri::command]
-#[specta::specta]
-pub fn recent_runs(state: State<'_>, last: usize) -> Result<Vec<RunRecord>, CommandError> {
-    let query = RunQuery {
-        last: Some(last.clamp(1, 10_000)),
-        ..RunQuery::default()
-    };
-    history(&state, |store| store.runs(&query))
+    })
+    .await
 }
 
 /// One run's memory timeline.

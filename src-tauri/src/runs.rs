@@ -4,13 +4,12 @@
 
 use std::path::PathBuf;
 
-use ondo::bench::Summary;
-use ondo::bench::plan::{self, BenchPlan, BenchProgress, CaseSummary, Vary};
+use ondo::bench::plan::{self, BenchProgress, CaseSummary};
+use ondo::bench::{BenchPlan, BenchShape, Summary};
 use ondo::engine::CancelToken;
 use ondo::engine::generate::LoopShape;
 use ondo::report::ReportFormat;
-use ondo::session::record::RunContext;
-use ondo::store::{RunQuery, RunRecord, Store};
+use ondo::store::{RunKind, RunQuery, RunRecord, Store};
 use serde::{Deserialize, Serialize};
 use tauri::ipc::Channel;
 use tauri::{AppHandle, Runtime};
@@ -31,7 +30,7 @@ pub const MAX_RUNS: usize = 10_000;
 pub struct RunFilter {
     pub last: Option<usize>,
     pub model_id: Option<String>,
-    pub kind: Option<String>,
+    pub kind: Option<RunKind>,
     pub bench_id: Option<String>,
     pub include_warmup: bool,
     /// Only runs with this decode loop shape.
@@ -43,23 +42,10 @@ pub struct RunFilter {
 }
 
 impl RunFilter {
-    /// The runs the filter selects, oldest first.
+    /// The runs the filter selects, oldest first: every filter is part of
+    /// the history's query, so the newest N are the newest N that match.
     fn select(&self, store: &Store) -> Result<Vec<RunRecord>, ondo::store::StoreError> {
-        let mut runs = store.runs(&self.query())?;
-        runs.retain(|run| self.keeps(run));
-        Ok(runs)
-    }
-
-    /// The settings the history's query does not filter on.
-    fn keeps(&self, run: &RunRecord) -> bool {
-        self.loop_shape
-            .is_none_or(|shape| run.loop_shape == shape.to_string())
-            && self
-                .prefill_step_size
-                .is_none_or(|step| run.prefill_step_size == step)
-            && self
-                .max_kv_size
-                .is_none_or(|bound| run.max_kv_size.unwrap_or(0) == bound)
+        store.runs(&self.query())
     }
 
     fn query(&self) -> RunQuery {
@@ -67,9 +53,12 @@ impl RunFilter {
             last: Some(self.last.unwrap_or(MAX_RUNS).clamp(1, MAX_RUNS)),
             model_id: self.model_id.clone().filter(|m| !m.is_empty()),
             bench_id: self.bench_id.clone().filter(|b| !b.is_empty()),
-            kind: self.kind.clone().filter(|k| !k.is_empty()),
+            kind: self.kind,
             include_warmup: self.include_warmup,
-            ..RunQuery::default()
+            loop_shape: self.loop_shape,
+            prefill_step_size: self.prefill_step_size,
+            max_kv_size: self.max_kv_size,
+            conversation_id: None,
         }
     }
 }
@@ -79,15 +68,7 @@ impl RunFilter {
 pub struct BenchRequest {
     /// "tiny", a folder, or a downloaded repo id.
     pub model: String,
-    pub prompt_tokens: Vec<usize>,
-    pub generate_tokens: usize,
-    pub repetitions: usize,
-    pub warmup: usize,
-    pub loops: Vec<LoopShape>,
-    pub prefill_step_size: usize,
-    pub max_kv_size: Option<usize>,
-    pub vary: Option<Vary>,
-    pub cold_repetitions: usize,
+    pub shape: BenchShape,
 }
 
 /// Streamed while a benchmark runs.
@@ -125,7 +106,6 @@ pub fn list_runs(state: State<'_>, filter: RunFilter) -> Result<Vec<RunRecord>, 
 #[specta::specta]
 pub async fn run_benchmark<R: Runtime>(
     app: AppHandle<R>,
-    engine: tauri::State<'_, ondo::engine::EngineHandle>,
     state: State<'_>,
     request: BenchRequest,
     on_event: Channel<BenchEvent>,
@@ -140,44 +120,20 @@ pub async fn run_benchmark<R: Runtime>(
         }
         *running = Some(cancel.clone());
     }
-    let result = benchmark(
-        &app,
-        engine.inner().clone(),
-        &state,
-        request,
-        cancel,
-        on_event,
-    )
-    .await;
+    let result = benchmark(&app, &state, request, cancel, on_event).await;
     *state.bench.lock().unwrap_or_else(|p| p.into_inner()) = None;
     result
 }
 
 async fn benchmark<R: Runtime>(
     app: &AppHandle<R>,
-    engine: ondo::engine::EngineHandle,
     state: &AppState,
     request: BenchRequest,
     cancel: CancelToken,
     on_event: Channel<BenchEvent>,
 ) -> Result<BenchResult, CommandError> {
-    let model_dir = crate::models::model_folder(engine, state, &request.model).await?;
-    let context = RunContext::for_model(&request.model, &model_dir);
-    let plan = BenchPlan {
-        model_dir,
-        model_id: context.model_id,
-        model_revision: context.model_revision,
-        parameters: context.parameters,
-        prompt_tokens: request.prompt_tokens,
-        generate_tokens: request.generate_tokens,
-        repetitions: request.repetitions,
-        warmup: request.warmup,
-        loops: request.loops,
-        prefill_step_size: request.prefill_step_size,
-        max_kv_size: request.max_kv_size,
-        vary: request.vary,
-        cold_repetitions: request.cold_repetitions,
-    };
+    let model = crate::models::resolve(state, &request.model).await?;
+    let plan = BenchPlan::new(&model, request.shape);
     let pool = state.pool.clone();
     let app = app.clone();
     let outcome = on_blocking_thread(move || {

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
-use ondo::engine::{CancelToken, EngineHandle};
+use ondo::engine::CancelToken;
 use ondo::hub::{DownloadCancel, Hub};
 use ondo::paths::DataDirs;
 use ondo::session::SessionPool;
@@ -24,9 +24,11 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// Starts the engine and opens the history; a history that cannot be
-    /// opened leaves the app working without one (and says why on stderr).
-    pub fn start(engine: EngineHandle) -> Result<Self, String> {
+    /// Opens the history and starts the session pool with its engine (the
+    /// one way into the engine: every command's run goes through the pool);
+    /// a history that cannot be opened leaves the app working without one
+    /// (and says why on stderr).
+    pub fn start() -> Result<Self, String> {
         let dirs = DataDirs::from_env();
         let store = match Store::open_default(&dirs.data_dir) {
             Ok(store) => Some(store),
@@ -39,7 +41,9 @@ impl AppState {
         let settings = store.as_ref().map(AppSettings::load).unwrap_or_default();
         let hub = Hub::new(settings.hub_config(&dirs)).map_err(|e| e.to_string())?;
         Ok(Self {
-            pool: Arc::new(SessionPool::new(engine, settings.pool_settings(), store)),
+            pool: Arc::new(
+                SessionPool::start(settings.pool_settings(), store).map_err(|e| e.to_string())?,
+            ),
             hub: RwLock::new(hub),
             downloads: Mutex::new(HashMap::new()),
             chats: Mutex::new(HashMap::new()),

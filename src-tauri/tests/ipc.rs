@@ -73,17 +73,6 @@ fn doctor_report_answers_with_versions_memory_and_checks() {
 }
 
 #[test]
-fn an_empty_library_offers_the_recommended_model() {
-    let status = invoke(&popover(), "library_status", Value::Null).unwrap();
-    assert_eq!(status["downloaded"], json!([]));
-    assert_eq!(
-        status["recommended_model_id"],
-        "mlx-community/Llama-3.2-3B-Instruct-4bit"
-    );
-    assert_eq!(status["downloads_available"], false);
-}
-
-#[test]
 fn errors_reach_the_ui_as_kind_and_message() {
     let args = json!({
         "model": { "kind": "builtin_tiny" },
@@ -197,7 +186,7 @@ fn runs_are_recorded_with_memory_and_can_be_exported() {
         "maxTokens": 6,
     });
     invoke(&popover, "run_test_generation", args).unwrap();
-    let runs = invoke(&popover, "recent_runs", json!({ "last": 50 })).unwrap();
+    let runs = invoke(&popover, "list_runs", json!({ "filter": { "last": 50 } })).unwrap();
     let last = runs.as_array().unwrap().last().unwrap().clone();
     assert_eq!(last["generated_tokens"], 6);
     assert_eq!(last["model_id"], "tiny");
@@ -276,15 +265,17 @@ fn a_benchmark_runs_with_progress_is_recorded_and_exported_as_csv() {
     let window = popover();
     let request = json!({
         "model": "tiny",
-        "prompt_tokens": [16, 32],
-        "generate_tokens": 4,
-        "repetitions": 2,
-        "warmup": 1,
-        "loops": ["sync", "pipelined"],
-        "prefill_step_size": 2048,
-        "max_kv_size": null,
-        "vary": null,
-        "cold_repetitions": 0,
+        "shape": {
+            "prompt_tokens": [16, 32],
+            "generate_tokens": 4,
+            "repetitions": 2,
+            "warmup": 1,
+            "loops": ["sync", "pipelined"],
+            "prefill_step_size": 2048,
+            "max_kv_size": null,
+            "vary": null,
+            "cold_repetitions": 0,
+        },
     });
     let result = invoke(
         &window,
@@ -355,9 +346,21 @@ fn a_benchmark_runs_with_progress_is_recorded_and_exported_as_csv() {
     assert_eq!(exported["runs"], 4, "{exported}");
     assert!(!DATA_ROOT.path().join("bench.ondo-partial").exists());
 
-    let bad = json!({ "model": "tiny", "prompt_tokens": [], "generate_tokens": 4,
+    // The newest two runs are pipelined; asking for the last two sync runs
+    // must find the older ones (the filter is in the query, before LIMIT).
+    let sync = invoke(
+        &window,
+        "list_runs",
+        json!({ "filter": { "last": 2, "bench_id": bench_id, "loop": "sync" } }),
+    )
+    .unwrap();
+    let sync = sync.as_array().unwrap();
+    assert_eq!(sync.len(), 2, "{sync:?}");
+    assert!(sync.iter().all(|r| r["loop"] == "sync"));
+
+    let bad = json!({ "model": "tiny", "shape": { "prompt_tokens": [], "generate_tokens": 4,
         "repetitions": 1, "warmup": 0, "loops": ["sync"], "prefill_step_size": 2048,
-        "max_kv_size": null, "vary": null, "cold_repetitions": 0 });
+        "max_kv_size": null, "vary": null, "cold_repetitions": 0 } });
     let error = invoke(
         &window,
         "run_benchmark",
@@ -433,7 +436,11 @@ fn a_chat_turn_streams_is_recorded_and_the_next_turn_is_warm() {
         "onEvent": "__CHANNEL__:4",
     });
     let error = invoke(&popover, "chat_send", missing).unwrap_err();
-    assert_eq!(error["kind"], "not_in_library", "{error}");
+    assert_eq!(error["kind"], "model_not_found", "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("acme/not-downloaded"), "{message}");
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("acme/not-downloaded"), "{message}");
 }
 
 #[test]

@@ -1,7 +1,10 @@
-//! Benchmarks. For now: Ondo against Python mlx-lm on the same model folder
-//! in the same run (DESIGN.md, "Benchmarks"): alternating sides, warm-up
-//! repetitions excluded, median and spread over the rest, synthetic prompts
-//! that differ per repetition, and a fresh-process cold start for each side.
+//! Benchmarks (docs/ARCHITECTURE.md, "Benchmarks"): what a benchmark
+//! measures (`BenchShape`), Ondo's own plans (`plan`), and Ondo against
+//! Python mlx-lm on the same model folder in the same run: alternating
+//! sides, warm-up repetitions excluded, median and spread over the rest,
+//! synthetic prompts that differ per repetition, and a fresh-process cold
+//! start for each side. Every Ondo run goes through the session pool and is
+//! recorded.
 
 pub mod peer;
 pub mod plan;
@@ -12,25 +15,192 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::generate::LoopShape;
-use crate::engine::{CancelToken, EngineHandle, GenerateRequest, Prompt, RunError};
+use crate::engine::{CancelToken, GenerateRequest, Prompt, RunError};
+use crate::session::SessionPool;
+use crate::session::record::RunContext;
+use crate::store::{RunKind, RunRecord};
 use peer::{MlxLmPeer, PeerError};
 pub use summary::Summary;
 
-/// What to compare.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// What a benchmark measures, defined once: `ondo bench`'s flags, the
+/// Runs window's Benchmark form (through the generated bindings) and the
+/// mlx-lm comparison all read this type.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 #[cfg_attr(feature = "specta", derive(specta::Type))]
-pub struct PeerComparisonPlan {
-    pub model_dir: PathBuf,
+pub struct BenchShape {
+    /// Prompt lengths in tokens, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = BenchShape::default().prompt_tokens)]
     pub prompt_tokens: Vec<usize>,
+    /// Tokens to generate per run (decode is timed after the first).
+    #[arg(long = "gen", default_value_t = BenchShape::default().generate_tokens)]
     pub generate_tokens: usize,
+    /// Measured repetitions per case (at least 5 for a median you can quote).
+    #[arg(long = "reps", default_value_t = BenchShape::default().repetitions)]
     pub repetitions: usize,
+    /// Unmeasured repetitions first (kernel compilation, caches).
+    #[arg(long, default_value_t = BenchShape::default().warmup)]
     pub warmup: usize,
+    /// Decode loop shapes to run, comma-separated.
+    #[arg(
+        long = "loop",
+        value_enum,
+        value_delimiter = ',',
+        default_values_t = BenchShape::default().loops
+    )]
     pub loops: Vec<LoopShape>,
+    /// Prompt tokens per prefill pass.
+    #[arg(long, default_value_t = BenchShape::default().prefill_step_size)]
     pub prefill_step_size: usize,
-    /// Fresh processes per side for the cold start; 0 skips it.
+    /// KV cache bound for every run (a rotating cache keeping the first tokens).
+    #[arg(long)]
+    pub max_kv_size: Option<usize>,
+    /// Vary one setting across values, everything else fixed:
+    /// prefill_step_size=512,2048 or max_kv_size=1024,4096.
+    #[arg(long)]
+    pub vary: Option<plan::Vary>,
+    /// Fresh-process cold starts (0 skips them).
+    #[arg(long = "cold", default_value_t = BenchShape::default().cold_repetitions)]
     pub cold_repetitions: usize,
-    /// Python with mlx-lm for the peer side; `None` measures Ondo alone.
-    pub python: Option<PathBuf>,
+}
+
+impl Default for BenchShape {
+    fn default() -> Self {
+        Self {
+            prompt_tokens: vec![128],
+            generate_tokens: 128,
+            repetitions: 5,
+            warmup: 1,
+            loops: vec![LoopShape::Pipelined, LoopShape::Sync],
+            prefill_step_size: crate::engine::generate::DEFAULT_PREFILL_STEP_SIZE,
+            max_kv_size: None,
+            vary: None,
+            cold_repetitions: 3,
+        }
+    }
+}
+
+/// The ranges a benchmark's numbers must fall in: enough for any study,
+/// little enough that a typo does not start a week-long run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct BenchLimits {
+    pub prompt_tokens: (usize, usize),
+    pub generate_tokens: (usize, usize),
+    pub repetitions: (usize, usize),
+    pub warmup: (usize, usize),
+    pub cold_repetitions: (usize, usize),
+    pub prefill_step_size: (usize, usize),
+    pub max_kv_size: (usize, usize),
+}
+
+pub const BENCH_LIMITS: BenchLimits = BenchLimits {
+    prompt_tokens: (1, 131_072),
+    generate_tokens: (2, 8192),
+    repetitions: (1, 1000),
+    warmup: (0, 100),
+    cold_repetitions: (0, 100),
+    prefill_step_size: (1, 131_072),
+    max_kv_size: (16, 1 << 20),
+};
+
+impl BenchShape {
+    /// What every benchmark needs to measure anything, within `BENCH_LIMITS`.
+    pub fn check(&self) -> Result<(), BenchError> {
+        let limits = BENCH_LIMITS;
+        let outside = |value: usize, (low, high): (usize, usize)| !(low..=high).contains(&value);
+        if self.prompt_tokens.is_empty()
+            || self
+                .prompt_tokens
+                .iter()
+                .any(|&n| outside(n, limits.prompt_tokens))
+        {
+            let (low, high) = limits.prompt_tokens;
+            return Err(BenchError::Plan(format!(
+                "give at least one prompt length, each from {low} to {high} tokens"
+            )));
+        }
+        if self.loops.is_empty() {
+            return Err(BenchError::Plan("give at least one loop shape".into()));
+        }
+        let numbers = [
+            (
+                "tokens to generate (decode is timed after the first)",
+                self.generate_tokens,
+                limits.generate_tokens,
+            ),
+            ("repetitions", self.repetitions, limits.repetitions),
+            ("warm-up repetitions", self.warmup, limits.warmup),
+            (
+                "cold starts",
+                self.cold_repetitions,
+                limits.cold_repetitions,
+            ),
+            (
+                "the prefill step size",
+                self.prefill_step_size,
+                limits.prefill_step_size,
+            ),
+        ];
+        for (what, value, (low, high)) in numbers {
+            if !(low..=high).contains(&value) {
+                return Err(BenchError::Plan(format!(
+                    "{what} must be from {low} to {high}, not {value}"
+                )));
+            }
+        }
+        let kv_values = self.max_kv_size.into_iter().chain(
+            self.vary
+                .iter()
+                .filter(|v| v.setting == plan::VarySetting::MaxKvSize)
+                .flat_map(|v| v.values.iter().copied()),
+        );
+        for bound in kv_values {
+            if outside(bound, limits.max_kv_size) {
+                let (low, high) = limits.max_kv_size;
+                return Err(BenchError::Plan(format!(
+                    "a KV cache bound must be from {low} to {high} positions, not {bound}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The model a benchmark runs, as its records name it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+pub struct BenchPlan {
+    pub model_dir: PathBuf,
+    /// Repo id, `tiny` or the folder as the user named it.
+    pub model_id: String,
+    pub model_revision: Option<String>,
+    pub parameters: Option<u64>,
+    #[serde(flatten)]
+    pub shape: BenchShape,
+}
+
+impl BenchPlan {
+    /// The plan for `model` with `shape`.
+    pub fn new(model: &crate::resolve::ResolvedModel, shape: BenchShape) -> Self {
+        let context = model.run_context(crate::store::RunKind::Bench);
+        Self {
+            model_dir: model.dir.clone(),
+            model_id: context.model_id,
+            model_revision: context.model_revision,
+            parameters: context.parameters,
+            shape,
+        }
+    }
+
+    /// The record's context for a run of this plan.
+    pub(crate) fn context(&self, kind: crate::store::RunKind) -> RunContext {
+        RunContext {
+            kind,
+            model_id: self.model_id.clone(),
+            model_revision: self.model_revision.clone(),
+            parameters: self.parameters,
+            ..RunContext::default()
+        }
+    }
 }
 
 /// One side's numbers at one prompt length.
@@ -79,7 +249,8 @@ pub struct BenchEnvironment {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct PeerComparison {
-    pub plan: PeerComparisonPlan,
+    pub bench_id: String,
+    pub plan: BenchPlan,
     pub environment: BenchEnvironment,
     pub results: Vec<SideResult>,
     pub cold_start: Option<ColdStart>,
@@ -125,59 +296,44 @@ pub fn synthetic_prompt(n: usize, repetition: usize, vocab: u32) -> Vec<u32> {
         .collect()
 }
 
-impl PeerComparisonPlan {
-    fn check(&self) -> Result<(), BenchError> {
-        check_shape(self.repetitions, &self.prompt_tokens, self.generate_tokens)
-    }
-}
-
-/// What every benchmark needs to measure anything.
-pub(crate) fn check_shape(
-    repetitions: usize,
-    prompt_tokens: &[usize],
-    generate_tokens: usize,
-) -> Result<(), BenchError> {
-    if repetitions == 0 || prompt_tokens.is_empty() || generate_tokens < 2 {
+/// Runs `plan` on Ondo (through `pool`, every run recorded as part of one
+/// benchmark) and on mlx-lm (`python`) alternately; `progress` hears
+/// (done, total) after each measurement.
+pub fn compare_with_mlx_lm(
+    pool: &SessionPool,
+    plan: &BenchPlan,
+    python: &Path,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<PeerComparison, BenchError> {
+    let shape = &plan.shape;
+    shape.check()?;
+    if shape.vary.is_some() || shape.max_kv_size.is_some() {
         return Err(BenchError::Plan(
-            "a benchmark needs at least 1 repetition, 1 prompt length and 2 generated \
-             tokens (decode speed is measured after the first)"
+            "the comparison with mlx-lm runs one setting at a time; varying a setting or \
+             bounding the KV cache applies to Ondo's own benchmark"
                 .into(),
         ));
     }
-    if prompt_tokens.contains(&0) {
-        return Err(BenchError::Plan("prompt lengths must be at least 1".into()));
-    }
-    Ok(())
-}
-
-/// Runs `plan`; `progress` hears (done, total) after each measurement.
-pub fn compare_with_mlx_lm(
-    plan: &PeerComparisonPlan,
-    progress: &mut dyn FnMut(usize, usize),
-) -> Result<PeerComparison, BenchError> {
-    plan.check()?;
-    let runtime = crate::metrics::mlx_runtime::MlxRuntime::detect();
-    let engine = EngineHandle::spawn()?;
-    let resident = engine.load(&plan.model_dir)?;
+    let bench_id = plan::new_bench_id();
+    let provenance = pool.provenance();
     let vocab = model_vocab(&plan.model_dir)?;
-    let mut peer = match &plan.python {
-        Some(python) => Some(MlxLmPeer::start(python, &plan.model_dir)?),
-        None => None,
-    };
-    let rounds = plan.warmup + plan.repetitions;
-    // Ondo's loop shapes, then the peer when there is one.
-    let sides = plan.loops.len() + usize::from(peer.is_some());
-    let total = plan.prompt_tokens.len() * rounds * sides
-        + plan.cold_repetitions * (sides - plan.loops.len() + 1);
+    let mut peer = MlxLmPeer::start(python, &plan.model_dir)?;
+    let rounds = shape.warmup + shape.repetitions;
+    // Ondo's loop shapes, then the peer.
+    let sides = shape.loops.len() + 1;
+    let peer_side = shape.loops.len();
+    let total = shape.prompt_tokens.len() * rounds * sides + shape.cold_repetitions * 2;
     let mut done = 0;
     let mut results = Vec::new();
     let mut same_tokens = true;
-    for &length in &plan.prompt_tokens {
+    let mut described: Option<RunRecord> = None;
+    for &length in &shape.prompt_tokens {
+        let test = format!("pp{length}+tg{}", shape.generate_tokens);
         // Samples per side: ttft, prompt tps, decode tps, peak bytes.
         let mut samples = vec![[const { Vec::new() }; 4]; sides];
         for round in 0..rounds {
             let prompt = synthetic_prompt(length, round, vocab);
-            let measured = round >= plan.warmup;
+            let measured = round >= shape.warmup;
             // Alternate who goes first, so neither side always runs on a
             // machine the other has just warmed (or heated).
             let mut order: Vec<usize> = (0..sides).collect();
@@ -187,31 +343,13 @@ pub fn compare_with_mlx_lm(
             let mut ondo_tokens = None;
             let mut peer_tokens = None;
             for side in order {
-                let row = if side < plan.loops.len() {
-                    let request = GenerateRequest {
-                        max_tokens: plan.generate_tokens,
-                        prefill_step_size: plan.prefill_step_size,
-                        loop_shape: plan.loops[side],
-                        ignore_eos: true,
-                        ..GenerateRequest::new(
-                            &plan.model_dir,
-                            Prompt::Tokens {
-                                ids: prompt.clone(),
-                            },
-                        )
-                    };
-                    let outcome = engine.generate_blocking(request, CancelToken::new(), |_| {})?;
-                    ondo_tokens.get_or_insert(outcome.token_ids);
-                    let s = outcome.stats;
-                    [
-                        s.ttft_ms,
-                        s.prompt_tps,
-                        s.decode_tps,
-                        s.mlx_peak_bytes as f64,
-                    ]
-                } else if let Some(peer) = peer.as_mut() {
-                    let run =
-                        peer.generate(&prompt, plan.generate_tokens, plan.prefill_step_size, None)?;
+                let row = if side == peer_side {
+                    let run = peer.generate(
+                        &prompt,
+                        shape.generate_tokens,
+                        shape.prefill_step_size,
+                        None,
+                    )?;
                     let decode = run.decode_tps.unwrap_or(0.0);
                     peer_tokens = Some(run.generated_ids);
                     [
@@ -221,7 +359,36 @@ pub fn compare_with_mlx_lm(
                         run.peak_memory_bytes as f64,
                     ]
                 } else {
-                    continue;
+                    let request = GenerateRequest {
+                        max_tokens: shape.generate_tokens,
+                        prefill_step_size: shape.prefill_step_size,
+                        loop_shape: shape.loops[side],
+                        ignore_eos: true,
+                        ..GenerateRequest::new(
+                            &plan.model_dir,
+                            Prompt::Tokens {
+                                ids: prompt.clone(),
+                            },
+                        )
+                    };
+                    let context = RunContext {
+                        bench_id: Some(bench_id.clone()),
+                        test: Some(test.clone()),
+                        repetition: Some(round as u32),
+                        warmup: !measured,
+                        ..plan.context(RunKind::Bench)
+                    };
+                    let (outcome, record) =
+                        pool.run(request, context, CancelToken::new(), |_| {})?;
+                    ondo_tokens.get_or_insert(outcome.token_ids);
+                    let s = outcome.stats;
+                    described.get_or_insert(record);
+                    [
+                        s.ttft_ms,
+                        s.prompt_tps,
+                        s.decode_tps,
+                        s.mlx_peak_bytes as f64,
+                    ]
                 };
                 if measured {
                     for (metric, value) in row.into_iter().enumerate() {
@@ -236,20 +403,19 @@ pub fn compare_with_mlx_lm(
             }
         }
         let name = |side: usize| {
-            if side < plan.loops.len() {
-                format!("ondo {}", plan.loops[side])
-            } else {
+            if side == peer_side {
                 "mlx-lm".to_owned()
+            } else {
+                format!("ondo {}", shape.loops[side])
             }
         };
         // mlx-lm first: the reference row the ratios divide by.
-        let peer_side = (sides > plan.loops.len()).then_some(plan.loops.len());
-        for side in peer_side.into_iter().chain(0..plan.loops.len()) {
+        for side in std::iter::once(peer_side).chain(0..shape.loops.len()) {
             let s = &samples[side];
             results.push(SideResult {
                 side: name(side),
                 prompt_tokens: length,
-                generate_tokens: plan.generate_tokens,
+                generate_tokens: shape.generate_tokens,
                 ttft_ms: Summary::from_samples(&s[0]),
                 prompt_tps: Summary::from_samples(&s[1]),
                 decode_tps: Summary::from_samples(&s[2]),
@@ -257,46 +423,46 @@ pub fn compare_with_mlx_lm(
             });
         }
     }
-    let cold_start = if plan.cold_repetitions > 0 {
-        let prompt = synthetic_prompt(plan.prompt_tokens[0], 0, vocab);
+    let cold_start = if shape.cold_repetitions > 0 {
+        let prompt = synthetic_prompt(shape.prompt_tokens[0], 0, vocab);
         let (mut ours, mut theirs) = (Vec::new(), Vec::new());
-        for _ in 0..plan.cold_repetitions {
-            ours.push(ondo_cold_start(&plan.model_dir, &prompt)?);
+        for repetition in 0..shape.cold_repetitions {
+            let record = plan::cold_start_run(pool, plan, &bench_id, repetition, &prompt, 1)?;
+            ours.push(record.cold_start_ms.unwrap_or(f64::NAN));
             done += 1;
             progress(done, total);
-            if let Some(python) = &plan.python {
-                let run = peer::cold_start(python, &plan.model_dir, &prompt)?;
-                theirs.push(run.process_to_first_token_ms.unwrap_or(0.0));
-                done += 1;
-                progress(done, total);
-            }
+            let run = peer::cold_start(python, &plan.model_dir, &prompt)?;
+            theirs.push(run.process_to_first_token_ms.unwrap_or(0.0));
+            done += 1;
+            progress(done, total);
         }
         Some(ColdStart {
             ondo_ms: Summary::from_samples(&ours),
-            mlx_lm_ms: plan.python.as_ref().map(|_| Summary::from_samples(&theirs)),
+            mlx_lm_ms: Some(Summary::from_samples(&theirs)),
         })
     } else {
         None
     };
-    let memory = ondo_os::memory_totals().map(|m| m.total_bytes).unwrap_or(0);
+    let described = described.unwrap_or_default();
     Ok(PeerComparison {
+        bench_id,
         plan: plan.clone(),
         environment: BenchEnvironment {
-            ondo_version: env!("CARGO_PKG_VERSION").to_owned(),
-            build_profile: crate::doctor::build_profile().to_owned(),
-            mlx_version: runtime.mlx_version,
-            backend: runtime.backend.to_string(),
-            mlx_lm_version: peer.as_ref().map(|p| p.info.mlx_lm_version.clone()),
-            cpu: ondo_os::cpu_name().unwrap_or_else(|| "unknown".into()),
-            os: ondo_os::os_description(),
-            memory_bytes: memory,
-            model_type: resident.model_type,
-            quantization: resident.quantization,
-            weights_bytes: resident.weights_bytes,
+            ondo_version: provenance.app_version.clone(),
+            build_profile: provenance.build_profile.clone(),
+            mlx_version: provenance.mlx_version.clone(),
+            backend: provenance.backend.clone(),
+            mlx_lm_version: Some(peer.info.mlx_lm_version.clone()),
+            cpu: provenance.cpu.clone(),
+            os: provenance.os.clone(),
+            memory_bytes: provenance.ram_bytes,
+            model_type: described.model_type,
+            quantization: described.quantization,
+            weights_bytes: described.weights_bytes,
         },
         results,
         cold_start,
-        same_tokens: peer.is_some().then_some(same_tokens),
+        same_tokens: Some(same_tokens),
     })
 }
 
@@ -306,12 +472,6 @@ pub(crate) fn model_vocab(dir: &Path) -> Result<u32, BenchError> {
     let value: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| BenchError::Plan(e.to_string()))?;
     Ok(value["vocab_size"].as_u64().unwrap_or(256) as u32)
-}
-
-/// A fresh `ondo run` process: spawn to first token, in milliseconds.
-fn ondo_cold_start(model_dir: &Path, prompt: &[u32]) -> Result<f64, BenchError> {
-    let step = crate::engine::generate::DEFAULT_PREFILL_STEP_SIZE;
-    plan::fresh_process_run(model_dir, prompt, 1, step, LoopShape::Pipelined).map(|(_, ms)| ms)
 }
 
 /// Set by a parent that times a child `ondo run` from its spawn: the wall

@@ -4,19 +4,21 @@
 //! cold starts in fresh processes, measured apart; every run recorded through
 //! the session pool with its memory; warnings when the numbers are suspect.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::{BenchError, SPAWNED_AT_ENV, Summary, model_vocab, peer, synthetic_prompt};
+use super::{
+    BenchError, BenchPlan, BenchShape, SPAWNED_AT_ENV, Summary, model_vocab, peer, synthetic_prompt,
+};
 use crate::engine::generate::LoopShape;
 use crate::engine::{CancelToken, GenerateRequest, Prompt, RunStats};
 use crate::session::SessionPool;
 use crate::session::record::{self, MemoryDuringRun, Provenance, RunContext};
 use crate::session::roofline;
-use crate::store::RunRecord;
+use crate::store::{RunKind, RunRecord};
 
 /// The one setting a plan varies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,26 +63,6 @@ impl FromStr for Vary {
         }
         Ok(Self { setting, values })
     }
-}
-
-/// What to measure.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[cfg_attr(feature = "specta", derive(specta::Type))]
-pub struct BenchPlan {
-    pub model_dir: PathBuf,
-    pub model_id: String,
-    pub model_revision: Option<String>,
-    pub parameters: Option<u64>,
-    pub prompt_tokens: Vec<usize>,
-    pub generate_tokens: usize,
-    pub repetitions: usize,
-    pub warmup: usize,
-    pub loops: Vec<LoopShape>,
-    pub prefill_step_size: usize,
-    pub max_kv_size: Option<usize>,
-    pub vary: Option<Vary>,
-    /// Fresh-process cold starts (0 skips them).
-    pub cold_repetitions: usize,
 }
 
 /// One combination of the plan's dimensions.
@@ -132,7 +114,7 @@ pub struct BenchProgress {
     pub what: String,
 }
 
-impl BenchPlan {
+impl BenchShape {
     /// The test cases in the order they run.
     pub fn cases(&self) -> Vec<TestCase> {
         let varied: Vec<(usize, Option<usize>)> = match &self.vary {
@@ -162,14 +144,6 @@ impl BenchPlan {
         }
         cases
     }
-
-    fn check(&self) -> Result<(), BenchError> {
-        super::check_shape(self.repetitions, &self.prompt_tokens, self.generate_tokens)?;
-        if self.loops.is_empty() {
-            return Err(BenchError::Plan("give at least one loop shape".into()));
-        }
-        Ok(())
-    }
 }
 
 /// A new benchmark id: "b-<unix ms>".
@@ -185,23 +159,23 @@ pub fn run_plan(
     cancel: &CancelToken,
     progress: &mut dyn FnMut(BenchProgress),
 ) -> Result<BenchOutcome, BenchError> {
-    plan.check()?;
+    let shape = &plan.shape;
+    shape.check()?;
     let bench_id = new_bench_id();
-    let engine = pool.engine();
-    let provenance = Provenance::detect(engine);
-    let cases = plan.cases();
-    let rounds = plan.warmup + plan.repetitions;
-    let total = cases.len() * rounds + plan.cold_repetitions + 1;
+    let provenance = pool.provenance();
+    let cases = shape.cases();
+    let rounds = shape.warmup + shape.repetitions;
+    let total = cases.len() * rounds + shape.cold_repetitions + 1;
     let mut done = 0;
     let mut tell = |done: usize, what: String| progress(BenchProgress { done, total, what });
 
     tell(done, "measuring memory bandwidth (once per machine)".into());
     let bandwidth = pool
         .with_store(|store| {
-            roofline::bandwidth_gbps(engine, store, &provenance.backend, &provenance.device).ok()
+            roofline::bandwidth_gbps(pool, store, &provenance.backend, &provenance.device).ok()
         })
         .flatten()
-        .or_else(|| roofline::measure_bandwidth_gbps(engine).ok());
+        .or_else(|| roofline::measure_bandwidth_gbps(pool).ok());
     done += 1;
 
     let vocab = model_vocab(&plan.model_dir)?;
@@ -213,7 +187,7 @@ pub fn run_plan(
             if cancel.is_cancelled() {
                 return Err(BenchError::Cancelled { done, total });
             }
-            let warmup = round < plan.warmup;
+            let warmup = round < shape.warmup;
             tell(
                 done,
                 format!(
@@ -224,7 +198,7 @@ pub fn run_plan(
                 ),
             );
             let request = GenerateRequest {
-                max_tokens: plan.generate_tokens,
+                max_tokens: shape.generate_tokens,
                 prefill_step_size: case.prefill_step_size,
                 max_kv_size: case.max_kv_size,
                 loop_shape: case.loop_shape,
@@ -237,12 +211,11 @@ pub fn run_plan(
                 )
             };
             let context = RunContext {
-                kind: "bench".into(),
                 bench_id: Some(bench_id.clone()),
                 test: Some(case.test.clone()),
                 repetition: Some(round as u32),
                 warmup,
-                ..context_for(plan)
+                ..plan.context(RunKind::Bench)
             };
             let (_, mut record) = pool.run(request, context, CancelToken::new(), |_| {})?;
             if record.memory_bandwidth_gbps.is_none() {
@@ -258,46 +231,22 @@ pub fn run_plan(
     }
 
     let mut cold = Vec::new();
-    for repetition in 0..plan.cold_repetitions {
+    for repetition in 0..shape.cold_repetitions {
         if cancel.is_cancelled() {
             return Err(BenchError::Cancelled { done, total });
         }
         tell(done, "cold start in a fresh process".into());
-        let prompt = synthetic_prompt(plan.prompt_tokens[0], 1000 + repetition, vocab);
-        let (stats, cold_start_ms) = fresh_process_run(
-            &plan.model_dir,
+        let prompt = synthetic_prompt(shape.prompt_tokens[0], 1000 + repetition, vocab);
+        let mut record = cold_start_run(
+            pool,
+            plan,
+            &bench_id,
+            repetition,
             &prompt,
-            plan.generate_tokens,
-            plan.prefill_step_size,
-            plan.loops[0],
+            shape.generate_tokens,
         )?;
-        let context = RunContext {
-            kind: "bench_cold".into(),
-            bench_id: Some(bench_id.clone()),
-            test: Some(format!(
-                "pp{}+tg{}",
-                plan.prompt_tokens[0], plan.generate_tokens
-            )),
-            repetition: Some(repetition as u32),
-            ..context_for(plan)
-        };
-        let (mut record, timeline) = record::record_from_stats(
-            &stats,
-            &context,
-            provenance,
-            MemoryDuringRun {
-                pressure_start: "unknown".into(),
-                pressure_max: "unknown".into(),
-                pressure_end: "unknown".into(),
-                ..MemoryDuringRun::default()
-            },
-            bandwidth,
-        );
-        record.cold_start_ms = Some(cold_start_ms);
-        record.fresh_process = true;
-        record.max_tokens = plan.generate_tokens as u64;
-        pool.with_store(|store| store.insert_run(&record, &timeline));
-        cold.push(cold_start_ms);
+        fill_roofline(&mut record, bandwidth);
+        cold.extend(record.cold_start_ms);
         records.push(record);
         done += 1;
     }
@@ -315,13 +264,44 @@ pub fn run_plan(
     })
 }
 
-fn context_for(plan: &BenchPlan) -> RunContext {
-    RunContext {
-        model_id: plan.model_id.clone(),
-        model_revision: plan.model_revision.clone(),
-        parameters: plan.parameters,
-        ..RunContext::default()
-    }
+/// One cold start in a fresh `ondo run` process (spawn to first token),
+/// recorded as part of the benchmark `bench_id` (kind `bench_cold`).
+pub(super) fn cold_start_run(
+    pool: &SessionPool,
+    plan: &BenchPlan,
+    bench_id: &str,
+    repetition: usize,
+    prompt: &[u32],
+    generate_tokens: usize,
+) -> Result<RunRecord, BenchError> {
+    let shape = &plan.shape;
+    let (stats, cold_start_ms) = fresh_process_run(
+        &plan.model_dir,
+        prompt,
+        generate_tokens,
+        shape.prefill_step_size,
+        shape.loops[0],
+    )?;
+    let context = RunContext {
+        bench_id: Some(bench_id.to_owned()),
+        test: Some(format!("pp{}+tg{generate_tokens}", prompt.len())),
+        repetition: Some(repetition as u32),
+        ..plan.context(RunKind::BenchCold)
+    };
+    // The child's memory was its own; this process saw none of it.
+    let unknown = MemoryDuringRun {
+        pressure_start: "unknown".into(),
+        pressure_max: "unknown".into(),
+        pressure_end: "unknown".into(),
+        ..MemoryDuringRun::default()
+    };
+    let (mut record, timeline) =
+        record::record_from_stats(&stats, &context, pool.provenance(), unknown, None);
+    record.cold_start_ms = Some(cold_start_ms);
+    record.fresh_process = true;
+    record.max_tokens = generate_tokens as u64;
+    pool.with_store(|store| store.insert_run(&record, &timeline));
+    Ok(record)
 }
 
 fn fill_roofline(record: &mut RunRecord, bandwidth: Option<f64>) {
@@ -425,21 +405,13 @@ pub(super) fn fresh_process_run(
 mod tests {
     use super::*;
 
-    fn plan() -> BenchPlan {
-        BenchPlan {
-            model_dir: "m".into(),
-            model_id: "m".into(),
-            model_revision: None,
-            parameters: None,
+    fn plan() -> BenchShape {
+        BenchShape {
             prompt_tokens: vec![128, 1024],
-            generate_tokens: 128,
-            repetitions: 5,
-            warmup: 1,
             loops: vec![LoopShape::Sync, LoopShape::Pipelined],
             prefill_step_size: 2048,
-            max_kv_size: None,
-            vary: None,
             cold_repetitions: 0,
+            ..BenchShape::default()
         }
     }
 

@@ -7,12 +7,12 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::bench::plan::{BenchOutcome, BenchPlan, VarySetting};
-use crate::bench::{self, PeerComparison, PeerComparisonPlan, Summary, ratio};
-use crate::cli::run::resolve_model;
+use crate::bench::plan::{BenchOutcome, VarySetting};
+use crate::bench::{self, BenchPlan, BenchShape, PeerComparison, Summary, ratio};
 use crate::engine::CancelToken;
-use crate::engine::generate::{DEFAULT_PREFILL_STEP_SIZE, LoopShape};
 use crate::report::{Report, ReportFormat};
+use crate::resolve::{NamedBy, resolve_model};
+use crate::session::SessionPool;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Peer {
@@ -42,38 +42,13 @@ Examples:
   ondo bench tiny --prompt-tokens 128,1024 --loop sync,pipelined \\
       --vary prefill_step_size=512,2048 --report bench.html")]
 pub struct BenchArgs {
-    /// A model folder, a repo id in the Hugging Face cache, or `tiny`.
+    /// A model folder, a downloaded repo id, or `tiny`.
     model: String,
+    #[command(flatten)]
+    shape: BenchShape,
     /// Also run this implementation on the same folder, alternating.
     #[arg(long, value_enum)]
     peer: Option<Peer>,
-    /// Prompt lengths in tokens, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "128")]
-    prompt_tokens: Vec<usize>,
-    /// Tokens to generate per run.
-    #[arg(long = "gen", default_value_t = 128)]
-    generate_tokens: usize,
-    /// Measured repetitions per prompt length (at least 5 for a median you
-    /// can quote).
-    #[arg(long, default_value_t = 5)]
-    reps: usize,
-    /// Unmeasured repetitions first (kernel compilation, caches).
-    #[arg(long, default_value_t = 1)]
-    warmup: usize,
-    /// Decode loop shapes of Ondo to run, comma-separated.
-    #[arg(
-        long = "loop",
-        value_enum,
-        value_delimiter = ',',
-        default_value = "pipelined,sync"
-    )]
-    loops: Vec<LoopShape>,
-    /// Prompt tokens per prefill pass.
-    #[arg(long, default_value_t = DEFAULT_PREFILL_STEP_SIZE)]
-    prefill_step_size: usize,
-    /// Fresh-process cold starts per side (0 skips them).
-    #[arg(long, default_value_t = 3)]
-    cold: usize,
     /// Python with mlx-lm for the peer [default: $ONDO_PYTHON, .venv/bin/python, python3].
     #[arg(long)]
     python: Option<PathBuf>,
@@ -83,13 +58,6 @@ pub struct BenchArgs {
     /// Print the table as Markdown (for docs/BENCHMARKS.md).
     #[arg(long)]
     markdown: bool,
-    /// Vary one setting across values, everything else fixed:
-    /// prefill_step_size=512,2048 or max_kv_size=1024,4096.
-    #[arg(long)]
-    vary: Option<bench::plan::Vary>,
-    /// KV cache bound for every run (a rotating cache keeping the first tokens).
-    #[arg(long)]
-    max_kv_size: Option<usize>,
     /// Also write the runs as a report; the format follows the extension
     /// (.json .jsonl .csv .md .html). Repeatable.
     #[arg(long = "report", value_name = "FILE")]
@@ -97,36 +65,44 @@ pub struct BenchArgs {
 }
 
 pub fn run(args: BenchArgs) -> Result<ExitCode, String> {
-    if args.peer.is_none() {
-        return run_plan(args);
+    for path in &args.reports {
+        report_format(path)?;
     }
-    if args.vary.is_some() || !args.reports.is_empty() {
-        return Err("--vary and --report apply to Ondo's own benchmark; drop --peer".into());
+    let pool = crate::cli::run::session_pool(false)?;
+    let model = resolve_model(&pool, &args.model, NamedBy::Local).map_err(|e| e.to_string())?;
+    let plan = BenchPlan::new(&model, args.shape.clone());
+    if args.peer.is_some() {
+        compare(&pool, &plan, &args)
+    } else {
+        run_plan(&pool, &plan, &args)
     }
-    let dir = resolve_model(&args.model)?;
-    let plan = PeerComparisonPlan {
-        model_dir: dir,
-        prompt_tokens: args.prompt_tokens,
-        generate_tokens: args.generate_tokens,
-        repetitions: args.reps,
-        warmup: args.warmup,
-        loops: args.loops,
-        prefill_step_size: args.prefill_step_size,
-        cold_repetitions: args.cold,
-        python: args
-            .peer
-            .map(|_| bench::peer::find_python(args.python.as_deref())),
-    };
+}
+
+fn progress_bar(template: &str, json: bool) -> Result<ProgressBar, String> {
     let bar = ProgressBar::new(1).with_style(
-        ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} runs, {elapsed}")
+        ProgressStyle::with_template(template)
             .map_err(|e| e.to_string())?
             .progress_chars("=> "),
     );
-    bar.set_message("benchmarking");
-    if args.json {
+    if json {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let result = bench::compare_with_mlx_lm(&plan, &mut |done, total| {
+    Ok(bar)
+}
+
+/// Ondo against mlx-lm, alternating; Ondo's runs recorded in the history.
+fn compare(pool: &SessionPool, plan: &BenchPlan, args: &BenchArgs) -> Result<ExitCode, String> {
+    if !args.reports.is_empty() {
+        return Err(
+            "--report writes Ondo's own benchmark; for the comparison use --json or --markdown, \
+             or `ondo report --bench latest`"
+                .into(),
+        );
+    }
+    let python = bench::peer::find_python(args.python.as_deref());
+    let bar = progress_bar("{msg} [{bar:30}] {pos}/{len} runs, {elapsed}", args.json)?;
+    bar.set_message("benchmarking");
+    let result = bench::compare_with_mlx_lm(pool, plan, &python, &mut |done, total| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
     });
@@ -139,6 +115,10 @@ pub fn run(args: BenchArgs) -> Result<ExitCode, String> {
         );
     } else {
         print!("{}", table(&result, args.markdown));
+        eprintln!(
+            "Ondo's runs are in the history: ondo runs --bench {}",
+            result.bench_id
+        );
     }
     Ok(if result.same_tokens == Some(false) {
         ExitCode::FAILURE
@@ -148,37 +128,9 @@ pub fn run(args: BenchArgs) -> Result<ExitCode, String> {
 }
 
 /// Ondo alone, with the plan's cases, recorded in the run history.
-fn run_plan(args: BenchArgs) -> Result<ExitCode, String> {
-    let dir = resolve_model(&args.model)?;
-    let context = crate::session::record::RunContext::for_model(&args.model, &dir);
-    let plan = BenchPlan {
-        model_dir: dir,
-        model_id: context.model_id,
-        model_revision: context.model_revision,
-        parameters: context.parameters,
-        prompt_tokens: args.prompt_tokens,
-        generate_tokens: args.generate_tokens,
-        repetitions: args.reps,
-        warmup: args.warmup,
-        loops: args.loops,
-        prefill_step_size: args.prefill_step_size,
-        max_kv_size: args.max_kv_size,
-        vary: args.vary,
-        cold_repetitions: args.cold,
-    };
-    for path in &args.reports {
-        report_format(path)?;
-    }
-    let pool = crate::cli::run::session_pool(false)?;
-    let bar = ProgressBar::new(1).with_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} runs {elapsed} {msg}")
-            .map_err(|e| e.to_string())?
-            .progress_chars("=> "),
-    );
-    if args.json {
-        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
-    let outcome = bench::plan::run_plan(&pool, &plan, &CancelToken::new(), &mut |p| {
+fn run_plan(pool: &SessionPool, plan: &BenchPlan, args: &BenchArgs) -> Result<ExitCode, String> {
+    let bar = progress_bar("{bar:30} {pos}/{len} runs {elapsed} {msg}", args.json)?;
+    let outcome = bench::plan::run_plan(pool, plan, &CancelToken::new(), &mut |p| {
         bar.set_length(p.total as u64);
         bar.set_position(p.done as u64);
         bar.set_message(p.what);
@@ -186,7 +138,7 @@ fn run_plan(args: BenchArgs) -> Result<ExitCode, String> {
     bar.finish_and_clear();
     let outcome = outcome.map_err(|e| e.to_string())?;
     for path in &args.reports {
-        write_report(path, &outcome, &pool)?;
+        write_report(path, &outcome, pool)?;
         eprintln!("wrote {}", path.display());
     }
     if args.json {
@@ -247,8 +199,8 @@ fn plan_table(outcome: &BenchOutcome, markdown: bool) -> String {
             r.model_type,
             r.quantization,
             mib(r.weights_bytes as f64),
-            outcome.plan.repetitions,
-            outcome.plan.warmup,
+            outcome.plan.shape.repetitions,
+            outcome.plan.shape.warmup,
             outcome.bench_id,
         ));
         out.push_str(&format!(
@@ -266,7 +218,7 @@ fn plan_table(outcome: &BenchOutcome, markdown: bool) -> String {
                 .map_or(String::new(), |bw| format!(" · memory {bw:.1} GB/s")),
         ));
     }
-    let varied = outcome.plan.vary.as_ref().map(|v| match v.setting {
+    let varied = outcome.plan.shape.vary.as_ref().map(|v| match v.setting {
         VarySetting::PrefillStepSize => "prefill step",
         VarySetting::MaxKvSize => "max KV",
     });
@@ -284,7 +236,7 @@ fn plan_table(outcome: &BenchOutcome, markdown: bool) -> String {
         .iter()
         .map(|c| {
             let mut row = vec![c.case.test.clone(), c.case.loop_shape.to_string()];
-            if let Some(v) = &outcome.plan.vary {
+            if let Some(v) = &outcome.plan.shape.vary {
                 row.push(match v.setting {
                     VarySetting::PrefillStepSize => c.case.prefill_step_size.to_string(),
                     VarySetting::MaxKvSize => {
@@ -343,10 +295,10 @@ pub fn table(r: &PeerComparison, markdown: bool) -> String {
         e.model_type,
         e.quantization,
         mib(e.weights_bytes as f64),
-        r.plan.generate_tokens,
-        r.plan.repetitions,
-        r.plan.warmup,
-        r.plan.prefill_step_size,
+        r.plan.shape.generate_tokens,
+        r.plan.shape.repetitions,
+        r.plan.shape.warmup,
+        r.plan.shape.prefill_step_size,
     ));
     out.push_str(&format!(
         "machine: {} · {} · {:.0} GiB · MLX {} ({}) · mlx-lm {} · Ondo {} ({})\n\n",

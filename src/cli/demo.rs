@@ -1,15 +1,13 @@
 //! `ondo demo`.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
 
 use crate::cli::human_bytes;
-use crate::demo::{DemoRun, DemoSession};
+use crate::demo::{DemoRun, run_demo};
 use crate::engine::generate::LoopShape;
-use crate::paths::DataDirs;
-use crate::synth;
+use crate::resolve::{NamedBy, TINY, resolve_model};
 
 #[derive(Debug, Args)]
 #[command(after_help = "\
@@ -17,10 +15,10 @@ The first run pays for loading the weights (cold); the second finds them
 resident (warm) and goes straight to prefill. Prefill is the time to the first
 token; decode is every token after it. Random weights: the text is noise.")]
 pub struct DemoArgs {
-    /// Model folder to use [default: the built-in tiny model, written on
-    /// first use into Ondo's data folder].
-    #[arg(long)]
-    model: Option<PathBuf>,
+    /// Model to use: a folder, a downloaded repo id, or `tiny` (the built-in
+    /// synthetic model, written on first use into Ondo's data folder).
+    #[arg(long, default_value = TINY)]
+    model: String,
     /// Prompt to send (the same one both times).
     #[arg(long, default_value = "Explain in one paragraph why the sky is blue.")]
     prompt: String,
@@ -34,31 +32,35 @@ pub struct DemoArgs {
     /// Print the two runs as JSON lines instead of a table.
     #[arg(long)]
     json: bool,
+    /// Do not record the two runs in the history (`ondo runs`).
+    #[arg(long)]
+    no_history: bool,
 }
 
 pub fn run(args: DemoArgs) -> Result<ExitCode, String> {
-    let dir = match args.model {
-        Some(dir) => dir,
-        None => synth::builtin_tiny_model(&DataDirs::from_env()).map_err(|e| e.to_string())?,
+    let pool = crate::cli::run::session_pool(args.no_history)?;
+    let model = resolve_model(&pool, &args.model, NamedBy::Local).map_err(|e| e.to_string())?;
+    // The same pool twice: the first run loads (cold), the second finds the
+    // model resident (warm).
+    let once = || {
+        run_demo(
+            &pool,
+            &model,
+            &args.prompt,
+            args.max_tokens,
+            args.loop_shape,
+        )
+        .map_err(|e| e.to_string())
     };
-    let mut session = DemoSession::load(&dir).map_err(|e| e.to_string())?;
-    let cold = session
-        .run_with(&args.prompt, args.max_tokens, args.loop_shape)
-        .map_err(|e| e.to_string())?;
-    let warm = session
-        .run_with(&args.prompt, args.max_tokens, args.loop_shape)
-        .map_err(|e| e.to_string())?;
+    let cold = once()?;
+    let warm = once()?;
     if args.json {
         for run in [&cold, &warm] {
             println!("{}", serde_json::to_string(run).map_err(|e| e.to_string())?);
         }
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
-        "model: {} (decode loop: {})",
-        dir.display(),
-        args.loop_shape
-    );
+    println!("model: {} (decode loop: {})", model.name, args.loop_shape);
     println!(
         "{:<5} {:>9} {:>7} {:>9} {:>13} {:>6} {:>12} {:>10}",
         "run", "load ms", "prompt", "TTFT ms", "prefill tok/s", "gen", "decode tok/s", "peak mem"

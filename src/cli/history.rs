@@ -9,7 +9,8 @@ use clap::Args;
 use crate::cli::human_bytes;
 use crate::paths::DataDirs;
 use crate::report::{Report, ReportFormat};
-use crate::store::{RunQuery, RunRecord, Store};
+use crate::store::record::{LoadKind, LoopShape};
+use crate::store::{RunKind, RunQuery, RunRecord, Store};
 
 /// Which runs: the filters `runs` and `report` share.
 #[derive(Debug, Args)]
@@ -23,9 +24,18 @@ pub struct Selection {
     /// Only the runs of one benchmark (its id, or `latest`).
     #[arg(long)]
     bench: Option<String>,
-    /// Only runs of one kind: chat, run, bench, bench_cold.
+    /// Only runs of one kind: run, chat, bench, bench_cold, demo.
     #[arg(long)]
-    kind: Option<String>,
+    kind: Option<RunKind>,
+    /// Only runs with this decode loop shape.
+    #[arg(long = "loop", value_enum)]
+    loop_shape: Option<LoopShape>,
+    /// Only runs with this prefill step size.
+    #[arg(long)]
+    prefill_step_size: Option<u64>,
+    /// Only runs with this KV cache bound (0: only runs without one).
+    #[arg(long)]
+    max_kv_size: Option<u64>,
     /// Include benchmark warm-up runs.
     #[arg(long)]
     include_warmup: bool,
@@ -50,9 +60,12 @@ fn select(store: &Store, selection: &Selection) -> Result<Vec<RunRecord>, String
             last: Some(selection.last),
             model_id: selection.model.clone(),
             bench_id,
-            kind: selection.kind.clone(),
+            kind: selection.kind,
             conversation_id: None,
             include_warmup: selection.include_warmup,
+            loop_shape: selection.loop_shape,
+            prefill_step_size: selection.prefill_step_size,
+            max_kv_size: selection.max_kv_size,
         })
         .map_err(|e| e.to_string())
 }
@@ -135,7 +148,7 @@ fn row(r: &RunRecord) -> Vec<String> {
         .map_or(r.created_at.clone(), |t| t.replace('T', " "));
     let load = if r.fresh_process {
         format!("fresh {:.0}ms", r.cold_start_ms.unwrap_or(0.0))
-    } else if r.load_kind == "cold" {
+    } else if r.load_kind == LoadKind::Cold {
         format!("cold {:.0}ms", r.load_ms)
     } else {
         "warm".to_owned()
@@ -165,7 +178,7 @@ fn row(r: &RunRecord) -> Vec<String> {
         if r.warmup {
             format!("{} (warm-up)", r.kind)
         } else {
-            r.kind.clone()
+            r.kind.to_string()
         },
         model,
         load,
@@ -176,7 +189,7 @@ fn row(r: &RunRecord) -> Vec<String> {
         format!("{:.1}", r.decode_tps),
         human_bytes(r.mlx_peak_bytes),
         r.pressure_max.clone(),
-        r.loop_shape.clone(),
+        r.loop_shape.to_string(),
     ]
 }
 

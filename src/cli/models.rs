@@ -18,10 +18,6 @@ use crate::hub::{
 };
 use crate::paths::DataDirs;
 
-/// Context the fit is judged at unless `--context` says otherwise: a long
-/// conversation, well short of what the models are trained for.
-const DEFAULT_FIT_CONTEXT: u64 = 4096;
-
 fn runtime() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -62,7 +58,7 @@ pub struct PullArgs {
     /// commit), for example mlx-community/Qwen3-0.6B-4bit.
     model: String,
     /// Context length the fit verdict shown before the download assumes.
-    #[arg(long, default_value_t = DEFAULT_FIT_CONTEXT)]
+    #[arg(long, default_value_t = crate::hub::fit::DEFAULT_CONTEXT_TOKENS)]
     context: u64,
     /// On Ctrl-C, delete the unfinished file instead of keeping it for resume.
     #[arg(long)]
@@ -323,7 +319,7 @@ fn library_row(model: &LibraryModel) -> [String; 6] {
 fn list_catalog(dirs: &DataDirs, json: bool) -> Result<ExitCode, String> {
     let offers = sizing::catalog_offers(
         &dirs.hf_cache_dir,
-        DEFAULT_FIT_CONTEXT,
+        crate::hub::fit::DEFAULT_CONTEXT_TOKENS,
         MachineMemory::read(working_set()),
     );
     let rows: Vec<(&catalog::CatalogEntry, FitEstimate, bool)> = offers
@@ -441,7 +437,7 @@ pub struct FitArgs {
     /// without downloading, then in the catalog), or `tiny`.
     model: String,
     /// Context to size the KV cache for: prompt and answer together, in tokens.
-    #[arg(long, default_value_t = DEFAULT_FIT_CONTEXT)]
+    #[arg(long, default_value_t = crate::hub::fit::DEFAULT_CONTEXT_TOKENS)]
     context: u64,
     /// Print the estimate as JSON (weights_bytes, kv_cache_bytes,
     /// overhead_bytes, available_bytes, verdict, ...).

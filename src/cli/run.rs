@@ -2,65 +2,34 @@
 //! answer and print where the time went.
 
 use std::io::{BufRead, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Args;
 
 use crate::cli::human_bytes;
 use crate::engine::chat_template::ChatMessage;
-use crate::engine::generate::{DEFAULT_PREFILL_STEP_SIZE, LoopShape};
-use crate::engine::sample::SamplerSettings;
-use crate::engine::{CancelToken, EngineHandle, GenerateRequest, Prompt, RunEvent, RunStats};
+use crate::engine::{CancelToken, GenerateRequest, Prompt, RunEvent, RunStats};
 use crate::paths::DataDirs;
-use crate::session::record::RunContext;
+use crate::resolve::{NamedBy, ResolvedModel, resolve_model};
+use crate::session::chat::GenerationSettings;
 use crate::session::{PoolSettings, SessionPool};
-use crate::store::Store;
-use crate::synth;
+use crate::store::{RunKind, Store};
 
-/// The flags `run` and `chat` share, named like mlx-lm's where they overlap.
+/// What `run` and `chat` share: the model, the generation settings (the
+/// same settings the app's Settings screen edits) and how to run.
 #[derive(Debug, Args)]
 pub struct GenerationArgs {
-    /// A model folder, a repo id already in the Hugging Face cache
+    /// A model folder, a downloaded repo id
     /// (mlx-community/Llama-3.2-3B-Instruct-4bit), or `tiny` for the
-    /// built-in synthetic model.
+    /// built-in synthetic model. Repo ids are looked up in the models folder
+    /// the app's Settings name, then the Hugging Face cache.
     model: String,
-    /// Most tokens to generate.
-    #[arg(long, short = 'm', default_value_t = 256)]
-    max_tokens: usize,
-    /// Sampling temperature; 0 is greedy (always the most likely token).
-    #[arg(long, default_value_t = 0.0)]
-    temp: f32,
-    /// Nucleus sampling: keep the most likely tokens up to this mass (0 or 1: off).
-    #[arg(long, default_value_t = 0.0)]
-    top_p: f32,
-    /// Keep only the k most likely tokens (0: off).
-    #[arg(long, default_value_t = 0)]
-    top_k: u32,
-    /// Drop tokens less likely than this fraction of the most likely (0: off).
-    #[arg(long, default_value_t = 0.0)]
-    min_p: f32,
-    /// Penalise tokens seen in the last 20 (1.1 is a gentle push; off by default).
-    #[arg(long)]
-    repetition_penalty: Option<f32>,
-    /// Seed for sampling, for answers you can reproduce.
-    #[arg(long)]
-    seed: Option<u64>,
+    #[command(flatten)]
+    settings: GenerationSettings,
     /// A system message put before the conversation.
     #[arg(long)]
     system_prompt: Option<String>,
-    /// Prompt tokens per prefill pass. Smaller lowers peak memory on long
-    /// prompts; larger is faster until memory runs short.
-    #[arg(long, default_value_t = DEFAULT_PREFILL_STEP_SIZE)]
-    prefill_step_size: usize,
-    /// Keep at most this many positions in the KV cache (a rotating cache
-    /// that keeps the first tokens): bounded memory for long conversations.
-    #[arg(long)]
-    max_kv_size: Option<usize>,
-    /// Decode loop shape: `pipelined` queues the next step before reading a
-    /// token; `sync` reads each token before building the next step.
-    #[arg(long = "loop", value_enum, default_value_t = LoopShape::Pipelined)]
-    loop_shape: LoopShape,
     /// Stop when the answer reaches this text (repeatable; not printed).
     #[arg(long = "stop")]
     stop_strings: Vec<String>,
@@ -80,23 +49,26 @@ pub struct GenerationArgs {
 impl GenerationArgs {
     fn request(&self, model_dir: &Path, prompt: Prompt) -> GenerateRequest {
         GenerateRequest {
-            max_tokens: self.max_tokens,
-            sampler: SamplerSettings {
-                temperature: self.temp,
-                top_p: self.top_p,
-                min_p: self.min_p,
-                top_k: self.top_k,
-                repetition_penalty: self.repetition_penalty,
-                seed: self.seed,
-                ..SamplerSettings::default()
-            },
-            prefill_step_size: self.prefill_step_size,
-            max_kv_size: self.max_kv_size,
-            loop_shape: self.loop_shape,
             stop_strings: self.stop_strings.clone(),
             ignore_eos: self.ignore_eos,
-            ..GenerateRequest::new(model_dir, prompt)
+            ..self.settings.request(model_dir, prompt)
         }
+    }
+
+    /// The pool this command runs through and the model it names, with the
+    /// settings and the fit checked first.
+    fn start(&self) -> Result<(SessionPool, ResolvedModel), String> {
+        self.settings.check()?;
+        let pool = session_pool(self.no_history)?;
+        let model = resolve_model(&pool, &self.model, NamedBy::Local).map_err(|e| match e {
+            crate::resolve::ResolveError::NotFound { .. } => format!(
+                "{e}\ndownload it first (`ondo pull {}`), or pass a model folder",
+                self.model
+            ),
+            e => e.to_string(),
+        })?;
+        check_fit(&model.dir, self)?;
+        Ok((pool, model))
     }
 }
 
@@ -141,32 +113,6 @@ pub struct ChatArgs {
     generation: GenerationArgs,
 }
 
-/// A folder, a repo id in the HF cache, or `tiny`.
-pub fn resolve_model(model: &str) -> Result<PathBuf, String> {
-    let dirs = DataDirs::from_env();
-    let as_path = Path::new(model);
-    if as_path.is_dir() {
-        return Ok(as_path.to_owned());
-    }
-    if model == "tiny" {
-        return synth::builtin_tiny_model(&dirs).map_err(|e| e.to_string());
-    }
-    let repo = crate::hub::ModelRef::parse(model).map_err(|_| {
-        format!(
-            "{model} is neither a folder nor a repo id (owner/name); pass a model folder, a repo id \
-             from `ondo ls`, or `tiny`"
-        )
-    })?;
-    match crate::hub::library::cached_snapshot_dir(&dirs.hf_cache_dir, &repo) {
-        Some(snapshot) => Ok(snapshot),
-        None => Err(format!(
-            "{repo} is not in the Hugging Face cache at {}; download it first (`ondo pull {repo}`) \
-             or pass a model folder",
-            dirs.hf_cache_dir.display()
-        )),
-    }
-}
-
 /// Refuses to load a model the fit estimate says will not fit, unless the
 /// user asked to load anyway; warns when it is tight.
 fn check_fit(dir: &Path, args: &GenerationArgs) -> Result<(), String> {
@@ -175,7 +121,10 @@ fn check_fit(dir: &Path, args: &GenerationArgs) -> Result<(), String> {
         // The engine's loader names what is wrong with the folder.
         return Ok(());
     };
-    let context = args.max_kv_size.map_or(4096, |n| n as u64);
+    let context = args
+        .settings
+        .max_kv_size
+        .map_or(crate::hub::fit::DEFAULT_CONTEXT_TOKENS, |n| n as u64);
     let estimate = facts.estimate(context, sizing::MachineMemory::read(None));
     let line = crate::cli::models::verdict_line(&estimate);
     match estimate.verdict {
@@ -238,8 +187,7 @@ pub fn footer(stats: &RunStats) -> String {
 }
 
 pub fn run(args: RunArgs) -> Result<ExitCode, String> {
-    let dir = resolve_model(&args.generation.model)?;
-    check_fit(&dir, &args.generation)?;
+    let (pool, model) = args.generation.start()?;
     let prompt = if let Some(ids) = args.prompt_ids {
         Prompt::Tokens { ids }
     } else if args.raw {
@@ -250,12 +198,8 @@ pub fn run(args: RunArgs) -> Result<ExitCode, String> {
             messages: vec![ChatMessage::user(args.prompt)],
         }
     };
-    let request = args.generation.request(&dir, prompt);
-    let pool = session_pool(args.generation.no_history)?;
-    let context = RunContext {
-        kind: "run".into(),
-        ..RunContext::for_model(&args.generation.model, &dir)
-    };
+    let request = args.generation.request(&model.dir, prompt);
+    let context = model.run_context(RunKind::Run);
     // A parent timing this process from its spawn (`ondo bench`'s cold
     // start) passes the spawn time; the first token's is taken here.
     let spawned_at = std::env::var(crate::bench::SPAWNED_AT_ENV)
@@ -293,10 +237,9 @@ pub fn run(args: RunArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The engine behind a session pool that records into the run history
+/// A session pool (and its engine) that records into the run history
 /// (unless asked not to, or the history cannot be opened: then it says so).
 pub(crate) fn session_pool(no_history: bool) -> Result<SessionPool, String> {
-    let engine = EngineHandle::spawn().map_err(|e| e.to_string())?;
     let store = if no_history {
         None
     } else {
@@ -308,25 +251,17 @@ pub(crate) fn session_pool(no_history: bool) -> Result<SessionPool, String> {
             }
         }
     };
-    Ok(SessionPool::new(engine, PoolSettings::default(), store))
+    SessionPool::start(PoolSettings::default(), store).map_err(|e| e.to_string())
 }
 
 pub fn chat(args: ChatArgs) -> Result<ExitCode, String> {
-    let dir = resolve_model(&args.generation.model)?;
-    check_fit(&dir, &args.generation)?;
-    let pool = session_pool(args.generation.no_history)?;
-    let engine = pool.engine().clone();
+    let (pool, model) = args.generation.start()?;
+    // The model loads with the first turn, so that turn is recorded as the
+    // cold start it is (with its load time) and later turns as warm.
     eprintln!(
-        "loading {} ... (/reset starts over, /exit or Ctrl-D quits)",
-        dir.display()
-    );
-    let model = engine.load(&dir).map_err(|e| e.to_string())?;
-    eprintln!(
-        "{} {} · {} · loaded in {:.0} ms",
-        model.model_type,
-        model.quantization,
-        human_bytes(model.weights_bytes),
-        model.load_ms
+        "{}: the first answer loads it (cold start); later turns find it warm. \
+         /reset starts over, /exit or Ctrl-D quits",
+        model.name
     );
     let mut messages: Vec<ChatMessage> = Vec::new();
     // Conversation ids are unique across processes: the history keeps them.
@@ -349,8 +284,7 @@ pub fn chat(args: ChatArgs) -> Result<ExitCode, String> {
             "" => continue,
             "/exit" | "/quit" => break,
             "/reset" => {
-                engine
-                    .forget_conversation(&format!("{session}-{conversation}"))
+                pool.forget_conversation(&format!("{session}-{conversation}"))
                     .map_err(|e| e.to_string())?;
                 conversation += 1;
                 messages.clear();
@@ -360,20 +294,21 @@ pub fn chat(args: ChatArgs) -> Result<ExitCode, String> {
             _ => {}
         }
         messages.push(ChatMessage::user(line));
-        let mut request = args.generation.request(
-            &dir,
-            Prompt::Chat {
-                system_prompt: args.generation.system_prompt.clone(),
-                messages: messages.clone(),
-            },
-        );
         let conversation_id = format!("{session}-{conversation}");
-        request.conversation = Some(conversation_id.clone());
-        let context = RunContext {
-            kind: "chat".into(),
+        let request = GenerateRequest {
+            conversation: Some(conversation_id.clone()),
+            ..args.generation.request(
+                &model.dir,
+                Prompt::Chat {
+                    system_prompt: args.generation.system_prompt.clone(),
+                    messages: messages.clone(),
+                },
+            )
+        };
+        let context = crate::session::record::RunContext {
             conversation_id: Some(conversation_id),
             conversation_title: (messages.len() == 1).then(|| line.chars().take(60).collect()),
-            ..RunContext::for_model(&args.generation.model, &dir)
+            ..model.run_context(RunKind::Chat)
         };
         let mut stdout = std::io::stdout();
         let streamed = pool

@@ -41,6 +41,10 @@ pub enum StopReason {
     MaxTokens,
     /// The caller cancelled.
     Cancelled,
+    /// A reason a newer Ondo wrote into the shared history; this one never
+    /// stops for it.
+    #[serde(other)]
+    Other,
 }
 
 impl std::fmt::Display for StopReason {
@@ -50,6 +54,7 @@ impl std::fmt::Display for StopReason {
             StopReason::StopString => "stop_string",
             StopReason::MaxTokens => "max_tokens",
             StopReason::Cancelled => "cancelled",
+            StopReason::Other => "other",
         })
     }
 }

@@ -314,7 +314,11 @@ pub enum Verdict {
 const OVERHEAD_FLOOR_BYTES: u64 = 256 << 20;
 const ACTIVATION_BYTES: u64 = 4;
 const ACTIVATION_COPIES: u64 = 8;
-// The hub does not depend on the engine (DESIGN.md "Boundaries"), so the
+/// The context a fit verdict assumes when none is given: room for a long
+/// conversation with most models.
+pub const DEFAULT_CONTEXT_TOKENS: u64 = 4096;
+
+// The hub does not depend on the engine (docs/ARCHITECTURE.md), so the
 // engine's two numbers are repeated here; tests/hub.rs checks that
 // they still agree.
 /// The engine's default `prefill_step_size`.

@@ -13,6 +13,7 @@ use super::summary::{Analysis, GROUP_FIELDS};
 use super::svg::{self, Bar, Segment, Series, StackedRow, TimelinePoint, colour};
 use super::table::{self, SummaryTable};
 use super::{REPORT_SCHEMA, Report};
+use crate::store::record::LoadKind;
 use crate::store::{MemorySample, RECORD_SCHEMA_VERSION, RunRecord};
 
 const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; img-src data:";
@@ -163,7 +164,7 @@ impl RunLabels {
 fn run_fill(run: &RunRecord) -> &'static str {
     if run.error.is_some() {
         colour::FAILED
-    } else if run.load_kind == "cold" {
+    } else if run.load_kind == LoadKind::Cold {
         colour::COLD
     } else {
         colour::WARM
@@ -195,13 +196,13 @@ fn speed_section(page: &mut String, runs: &[RunRecord], labels: &RunLabels) {
     let mut items = Vec::new();
     if runs
         .iter()
-        .any(|r| r.load_kind == "cold" && r.error.is_none())
+        .any(|r| r.load_kind == LoadKind::Cold && r.error.is_none())
     {
         items.push((colour::COLD, "", "cold (model loaded for the run)"));
     }
     if runs
         .iter()
-        .any(|r| r.load_kind != "cold" && r.error.is_none())
+        .any(|r| r.load_kind != LoadKind::Cold && r.error.is_none())
     {
         items.push((colour::WARM, "", "warm (model already resident)"));
     }
@@ -274,9 +275,9 @@ fn start_section(page: &mut String, runs: &[RunRecord], labels: &RunLabels) {
         "<section aria-labelledby=\"start\">\n<h2 id=\"start\">Cold and warm start</h2>\n",
     );
     let mut order: Vec<usize> = (0..runs.len())
-        .filter(|&i| runs[i].load_kind == "cold")
+        .filter(|&i| runs[i].load_kind == LoadKind::Cold)
         .collect();
-    order.extend((0..runs.len()).filter(|&i| runs[i].load_kind != "cold"));
+    order.extend((0..runs.len()).filter(|&i| runs[i].load_kind != LoadKind::Cold));
     let mut with_process = false;
     let rows: Vec<StackedRow> = order
         .iter()
@@ -314,19 +315,11 @@ fn start_section(page: &mut String, runs: &[RunRecord], labels: &RunLabels) {
                 tooltip: format!("{who}: time to first token {} ms", human::fixed2(ttft)),
             });
             // A warm run's zero load is said by its label; listing it is noise.
-            if load > 0.0 || run.load_kind == "cold" {
+            if load > 0.0 || run.load_kind == LoadKind::Cold {
                 note.push(format!("load {}", human::fixed2(load)));
             }
             note.push(format!("TTFT {} ms", human::fixed2(ttft)));
-            let mut label = format!(
-                "#{} {}",
-                i + 1,
-                if run.load_kind.is_empty() {
-                    "?"
-                } else {
-                    &run.load_kind
-                }
-            );
+            let mut label = format!("#{} {}", i + 1, run.load_kind);
             if run.warmup {
                 label.push_str(" (warm-up)");
             }
@@ -348,7 +341,10 @@ fn start_section(page: &mut String, runs: &[RunRecord], labels: &RunLabels) {
     items.push((colour::LOAD, "", "load_ms: weights read and resident"));
     items.push((colour::TTFT, "", "ttft_ms: request to first token"));
     legend(page, &items);
-    let cold = runs.iter().filter(|r| r.load_kind == "cold").count();
+    let cold = runs
+        .iter()
+        .filter(|r| r.load_kind == LoadKind::Cold)
+        .count();
     let description = format!(
         "{cold} cold and {} other runs; each bar is load time then time to first token{}.",
         runs.len() - cold,
@@ -566,7 +562,7 @@ fn runs_section(page: &mut String, runs: &[RunRecord], analysis: &Analysis, labe
         cells.push(run.pressure_max.clone());
         cells.push(match &run.error {
             Some(error) => format!("error: {error}"),
-            None => run.stop_reason.clone(),
+            None => run.stop_reason.to_string(),
         });
         page.push_str("<tr>");
         for (cell, (_, numeric)) in cells.iter().zip(&headers) {

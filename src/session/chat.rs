@@ -10,78 +10,154 @@ use crate::engine::generate::{DEFAULT_PREFILL_STEP_SIZE, LoopShape};
 use crate::engine::sample::SamplerSettings;
 use crate::engine::{GenerateRequest, LoadKind, Prompt, RunEvent};
 
-/// The generation settings of the app's Settings screen, with mlx-lm's
-/// defaults where it has them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// How to generate: the one definition of each setting's default, limits
+/// and meaning. The CLI's flags (`ondo run`, `ondo chat`), the app's
+/// Settings form (through the generated bindings and `GenerationLimits`) and
+/// the local server's request fields all read this type. Defaults are
+/// mlx-lm's where it has them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 #[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(default)]
 pub struct GenerationSettings {
+    /// Most tokens to generate.
+    #[arg(long, short = 'm', default_value_t = GenerationSettings::DEFAULT.max_tokens)]
     pub max_tokens: usize,
+    /// Sampling temperature; 0 is greedy (always the most likely token).
+    #[arg(long = "temp", default_value_t = GenerationSettings::DEFAULT.temperature)]
     pub temperature: f32,
+    /// Nucleus sampling: keep the most likely tokens up to this mass (0 or 1: off).
+    #[arg(long, default_value_t = GenerationSettings::DEFAULT.top_p)]
     pub top_p: f32,
+    /// Keep only the k most likely tokens (0: off).
+    #[arg(long, default_value_t = GenerationSettings::DEFAULT.top_k)]
     pub top_k: u32,
+    /// Drop tokens less likely than this fraction of the most likely (0: off).
+    #[arg(long, default_value_t = GenerationSettings::DEFAULT.min_p)]
     pub min_p: f32,
+    /// Penalise tokens seen in the last 20 (1.1 is a gentle push; off by default).
+    #[arg(long)]
     pub repetition_penalty: Option<f32>,
+    /// Seed for sampling, for answers you can reproduce.
+    #[arg(long)]
     pub seed: Option<u64>,
+    /// Decode loop shape: `pipelined` queues the next step before reading a
+    /// token; `sync` reads each token before building the next step.
     #[serde(rename = "loop")]
+    #[arg(long = "loop", value_enum, default_value_t = GenerationSettings::DEFAULT.loop_shape)]
     pub loop_shape: LoopShape,
+    /// Prompt tokens per prefill pass. Smaller lowers peak memory on long
+    /// prompts; larger is faster until memory runs short.
+    #[arg(long, default_value_t = GenerationSettings::DEFAULT.prefill_step_size)]
     pub prefill_step_size: usize,
+    /// Keep at most this many positions in the KV cache (a rotating cache
+    /// that keeps the first tokens): bounded memory for long conversations.
+    #[arg(long)]
     pub max_kv_size: Option<usize>,
+}
+
+/// The ranges each setting accepts (`GenerationSettings::check` applies
+/// them; the app's form shows them).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+pub struct GenerationLimits {
+    pub max_tokens: (usize, usize),
+    pub temperature: (f32, f32),
+    /// top p and min p are probabilities.
+    pub probability: (f32, f32),
+    pub top_k: (u32, u32),
+    pub repetition_penalty: (f32, f32),
+    pub prefill_step_size: (usize, usize),
+    /// The smallest KV bound that still holds a prompt and its answer.
+    pub max_kv_size: (usize, usize),
+}
+
+impl GenerationSettings {
+    pub const DEFAULT: GenerationSettings = GenerationSettings {
+        max_tokens: 512,
+        temperature: 0.0,
+        top_p: 0.0,
+        top_k: 0,
+        min_p: 0.0,
+        repetition_penalty: None,
+        seed: None,
+        loop_shape: LoopShape::Pipelined,
+        prefill_step_size: DEFAULT_PREFILL_STEP_SIZE,
+        max_kv_size: None,
+    };
+
+    pub const LIMITS: GenerationLimits = GenerationLimits {
+        max_tokens: (1, 32_768),
+        temperature: (0.0, 5.0),
+        probability: (0.0, 1.0),
+        top_k: (0, 100_000),
+        repetition_penalty: (0.5, 2.0),
+        prefill_step_size: (1, 65_536),
+        max_kv_size: (16, 1 << 20),
+    };
 }
 
 impl Default for GenerationSettings {
     fn default() -> Self {
-        Self {
-            max_tokens: 512,
-            temperature: 0.0,
-            top_p: 0.0,
-            top_k: 0,
-            min_p: 0.0,
-            repetition_penalty: None,
-            seed: None,
-            loop_shape: LoopShape::Pipelined,
-            prefill_step_size: DEFAULT_PREFILL_STEP_SIZE,
-            max_kv_size: None,
-        }
+        Self::DEFAULT
     }
 }
 
-/// The most tokens one answer may ask for.
-pub const MAX_ANSWER_TOKENS: usize = 32_768;
-
 impl GenerationSettings {
-    /// Says what is wrong with settings a form let through.
+    /// Says what is wrong with settings a form, a flag or a request let
+    /// through, naming the setting and its range.
     pub fn check(&self) -> Result<(), String> {
-        if !(1..=MAX_ANSWER_TOKENS).contains(&self.max_tokens) {
+        let limits = Self::LIMITS;
+        let within = |value: f64, (low, high): (f64, f64)| (low..=high).contains(&value);
+        let pair = |(low, high): (f32, f32)| (f64::from(low), f64::from(high));
+        let (low, high) = limits.max_tokens;
+        if !(low..=high).contains(&self.max_tokens) {
             return Err(format!(
-                "max tokens is {}; choose between 1 and {MAX_ANSWER_TOKENS}",
+                "max tokens is {}; choose between {low} and {high}",
                 self.max_tokens
             ));
         }
-        if !(0.0..=5.0).contains(&self.temperature) {
-            return Err("temperature must be between 0 (greedy) and 5".into());
+        if !within(f64::from(self.temperature), pair(limits.temperature)) {
+            return Err(format!(
+                "temperature must be between {} (greedy) and {}",
+                limits.temperature.0, limits.temperature.1
+            ));
         }
-        if !(0.0..=1.0).contains(&self.top_p) || !(0.0..=1.0).contains(&self.min_p) {
+        if !within(f64::from(self.top_p), pair(limits.probability))
+            || !within(f64::from(self.min_p), pair(limits.probability))
+        {
             return Err("top p and min p are probabilities, between 0 and 1".into());
         }
-        if self.prefill_step_size == 0 {
-            return Err("the prefill step size must be at least 1 token".into());
+        if self.top_k > limits.top_k.1 {
+            return Err(format!("top k must be at most {}", limits.top_k.1));
         }
-        if self.max_kv_size.is_some_and(|n| n < 16) {
-            return Err("a KV cache bound below 16 positions cannot hold a prompt".into());
+        if let Some(penalty) = self.repetition_penalty
+            && !within(f64::from(penalty), pair(limits.repetition_penalty))
+        {
+            let (low, high) = limits.repetition_penalty;
+            return Err(format!(
+                "the repetition penalty must be between {low} and {high} (1 is none)"
+            ));
+        }
+        let (low, high) = limits.prefill_step_size;
+        if !(low..=high).contains(&self.prefill_step_size) {
+            return Err(format!(
+                "the prefill step size must be between {low} and {high} tokens"
+            ));
+        }
+        if let Some(bound) = self.max_kv_size {
+            let (low, high) = limits.max_kv_size;
+            if !(low..=high).contains(&bound) {
+                return Err(format!(
+                    "the KV cache bound must be between {low} and {high} positions"
+                ));
+            }
         }
         Ok(())
     }
 
-    /// The engine request for one turn of a conversation.
-    pub fn request(
-        &self,
-        model_dir: &Path,
-        conversation_id: &str,
-        prompt: Prompt,
-    ) -> GenerateRequest {
+    /// The engine request for `prompt` with these settings.
+    pub fn request(&self, model_dir: &Path, prompt: Prompt) -> GenerateRequest {
         GenerateRequest {
-            conversation: Some(conversation_id.to_owned()),
             max_tokens: self.max_tokens,
             sampler: SamplerSettings {
                 temperature: self.temperature,
@@ -96,6 +172,19 @@ impl GenerationSettings {
             max_kv_size: self.max_kv_size,
             loop_shape: self.loop_shape,
             ..GenerateRequest::new(model_dir, prompt)
+        }
+    }
+
+    /// The engine request for one turn of a conversation.
+    pub fn turn_request(
+        &self,
+        model_dir: &Path,
+        conversation_id: &str,
+        prompt: Prompt,
+    ) -> GenerateRequest {
+        GenerateRequest {
+            conversation: Some(conversation_id.to_owned()),
+            ..self.request(model_dir, prompt)
         }
     }
 }

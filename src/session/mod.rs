@@ -108,23 +108,25 @@ pub struct SessionPool {
 }
 
 impl SessionPool {
-    /// A pool that records into `store` (when given) and reacts to the
-    /// system's memory pressure.
-    pub fn new(engine: EngineHandle, settings: PoolSettings, store: Option<Store>) -> Self {
-        let sampler = PressureSampler::start(SAMPLE_WHILE_IDLE);
-        Self::build(engine, settings, store, sampler, None)
+    /// Starts the engine thread and a pool over it that records into `store`
+    /// (when given) and reacts to the system's memory pressure. The pool is
+    /// the one way into the engine: every run goes through `run`, so every
+    /// run is recorded the same way (a cold start is never mistaken for warm).
+    pub fn start(settings: PoolSettings, store: Option<Store>) -> Result<Self, RunError> {
+        Self::start_with_pressure_source(settings, store, Box::new(system_pressure_level))
     }
 
-    /// As `new`, with the pressure level read from `pressure` instead of the
-    /// system (to exercise the pool's reactions).
-    pub fn with_pressure_source(
-        engine: EngineHandle,
+    /// As `start`, with the pressure level read from `pressure` instead of
+    /// the system (tests exercise the pool's reactions, and keep a busy
+    /// machine's real pressure out of tests that are about something else).
+    pub fn start_with_pressure_source(
         settings: PoolSettings,
         store: Option<Store>,
         pressure: PressureSource,
-    ) -> Self {
+    ) -> Result<Self, RunError> {
+        let engine = EngineHandle::spawn()?;
         let sampler = PressureSampler::start(SAMPLE_WHILE_IDLE);
-        Self::build(engine, settings, store, sampler, Some(pressure))
+        Ok(Self::build(engine, settings, store, sampler, pressure))
     }
 
     fn build(
@@ -132,15 +134,8 @@ impl SessionPool {
         settings: PoolSettings,
         store: Option<Store>,
         sampler: PressureSampler,
-        pressure: Option<PressureSource>,
+        pressure: PressureSource,
     ) -> Self {
-        let pressure = pressure.unwrap_or_else(|| {
-            Box::new(|| {
-                ondo_os::memory_snapshot()
-                    .map(|s| s.level)
-                    .unwrap_or(PressureLevel::Unknown)
-            })
-        });
         let shared = Arc::new(Shared {
             engine,
             settings: Mutex::new(settings),
@@ -163,8 +158,25 @@ impl SessionPool {
         Self { shared, reaper }
     }
 
-    pub fn engine(&self) -> &EngineHandle {
-        &self.shared.engine
+    /// Runs `work` on the engine thread between requests (MLX is not
+    /// thread-safe): self-tests, writing synthetic models. Generation goes
+    /// through `run` instead, so that it is recorded.
+    pub fn call<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, RunError> {
+        self.shared.engine.call(work)
+    }
+
+    /// Where and with what this process runs (asked of MLX once).
+    pub fn provenance(&self) -> &'static Provenance {
+        Provenance::detect(&self.shared.engine)
+    }
+
+    /// The models the engine holds now, as it describes them (type,
+    /// quantization, weights, load time).
+    pub fn engine_resident(&self) -> Result<Vec<crate::engine::thread::ResidentModel>, RunError> {
+        self.shared.engine.resident()
     }
 
     pub fn settings(&self) -> PoolSettings {
@@ -288,6 +300,13 @@ fn weights_on_disk(dir: &Path) -> u64 {
         .filter_map(|e| e.metadata().ok())
         .map(|m| m.len())
         .sum()
+}
+
+/// The system's memory pressure now.
+fn system_pressure_level() -> PressureLevel {
+    ondo_os::memory_snapshot()
+        .map(|s| s.level)
+        .unwrap_or(PressureLevel::Unknown)
 }
 
 fn level_name(level: PressureLevel) -> String {

@@ -5,7 +5,7 @@
 use std::sync::OnceLock;
 
 use crate::engine::{EngineHandle, RunStats};
-use crate::store::{MemorySample, RunRecord};
+use crate::store::{MemorySample, RunKind, RunRecord};
 
 /// Where and with what a run happened; the same for every run of a process.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -59,8 +59,7 @@ impl Provenance {
 /// What the caller knows about a run that the engine does not.
 #[derive(Debug, Clone, Default)]
 pub struct RunContext {
-    /// "chat", "run" or "bench".
-    pub kind: String,
+    pub kind: RunKind,
     /// Repo id or folder as the user named it.
     pub model_id: String,
     pub model_revision: Option<String>,
@@ -144,7 +143,7 @@ pub fn record_from_stats(
     let record = RunRecord {
         run_id: new_run_id(),
         created_at: now_rfc3339(),
-        kind: context.kind.clone(),
+        kind: context.kind,
         bench_id: context.bench_id.clone(),
         test: context.test.clone(),
         repetition: context.repetition,
@@ -183,9 +182,9 @@ pub fn record_from_stats(
         decode_bytes_per_token: Some(bytes_per_token),
         memory_bandwidth_gbps,
         decode_roofline_pct: roofline,
-        load_kind: stats.load_kind.to_string(),
+        load_kind: stats.load_kind,
         fresh_process: false,
-        loop_shape: stats.loop_shape.to_string(),
+        loop_shape: stats.loop_shape,
         prefill_step_size: stats.prefill_step_size as u64,
         max_kv_size: stats.max_kv_size.map(|n| n as u64),
         max_tokens: 0,
@@ -195,7 +194,7 @@ pub fn record_from_stats(
         min_p: f64::from(stats.sampler.min_p),
         repetition_penalty: stats.sampler.repetition_penalty.map(f64::from),
         seed: stats.sampler.seed,
-        stop_reason: stats.stop_reason.to_string(),
+        stop_reason: stats.stop_reason,
         error: None,
         app_version: provenance.app_version.clone(),
         app_commit: provenance.app_commit.clone(),

@@ -7,7 +7,8 @@ use std::time::Instant;
 
 use mlx_rs::{Array, ops};
 
-use crate::engine::{EngineHandle, RunError};
+use super::SessionPool;
+use crate::engine::RunError;
 use crate::store::Store;
 
 /// Bytes streamed per measurement: large enough to leave every cache far
@@ -17,29 +18,28 @@ const PROBE_REPEATS: usize = 5;
 
 /// Measures the read bandwidth MLX reaches on its default device, in GB/s
 /// (10^9 bytes): the best of a few full reductions over a large array.
-pub fn measure_bandwidth_gbps(engine: &EngineHandle) -> Result<f64, RunError> {
-    engine
-        .call(|| -> Result<f64, String> {
-            let elements = (PROBE_BYTES / 4) as i32;
-            let data = ops::ones::<f32>(&[elements]).map_err(|e| e.to_string())?;
-            data.eval().map_err(|e| e.to_string())?;
-            let mut best = f64::INFINITY;
-            // The first pass also compiles the kernel; the best of the rest counts.
-            for _ in 0..=PROBE_REPEATS {
-                let start = Instant::now();
-                let total: Array = data.sum(None).map_err(|e| e.to_string())?;
-                total.eval().map_err(|e| e.to_string())?;
-                best = best.min(start.elapsed().as_secs_f64());
-            }
-            Ok(PROBE_BYTES as f64 / best / 1e9)
-        })?
-        .map_err(RunError::Internal)
+pub fn measure_bandwidth_gbps(pool: &SessionPool) -> Result<f64, RunError> {
+    pool.call(|| -> Result<f64, String> {
+        let elements = (PROBE_BYTES / 4) as i32;
+        let data = ops::ones::<f32>(&[elements]).map_err(|e| e.to_string())?;
+        data.eval().map_err(|e| e.to_string())?;
+        let mut best = f64::INFINITY;
+        // The first pass also compiles the kernel; the best of the rest counts.
+        for _ in 0..=PROBE_REPEATS {
+            let start = Instant::now();
+            let total: Array = data.sum(None).map_err(|e| e.to_string())?;
+            total.eval().map_err(|e| e.to_string())?;
+            best = best.min(start.elapsed().as_secs_f64());
+        }
+        Ok(PROBE_BYTES as f64 / best / 1e9)
+    })?
+    .map_err(RunError::Internal)
 }
 
 /// The stored bandwidth of this machine and backend, measuring it the first
 /// time (about a second).
 pub fn bandwidth_gbps(
-    engine: &EngineHandle,
+    pool: &SessionPool,
     store: &mut Store,
     backend: &str,
     device: &str,
@@ -53,7 +53,7 @@ pub fn bandwidth_gbps(
     {
         return Ok(stored);
     }
-    let measured = measure_bandwidth_gbps(engine)?;
+    let measured = measure_bandwidth_gbps(pool)?;
     // Not being able to store it only means measuring again next time.
     let _ = store.set_setting(&key, &format!("{measured:.3}"));
     Ok(measured)

@@ -121,6 +121,33 @@ impl<T: ColumnValue> ColumnValue for Option<T> {
     }
 }
 
+/// The record's enums are kept as the text serde gives them ("cold",
+/// "pipelined", "bench_cold"), so SQL filters and other tools read them.
+macro_rules! text_enum_column {
+    ($($enum:ty),*) => {$(
+        impl ColumnValue for $enum {
+            const SQL_TYPE: &'static str = "TEXT";
+            const DEFAULT: Option<&'static str> = Some("''");
+
+            fn to_column(&self) -> Value {
+                Value::Text(self.to_string())
+            }
+            fn from_column(value: ValueRef<'_>) -> FromSqlResult<Self> {
+                let text = String::column_result(value)?;
+                serde_json::from_value(serde_json::Value::String(text))
+                    .map_err(|e| rusqlite::types::FromSqlError::Other(Box::new(e)))
+            }
+        }
+    )*};
+}
+
+text_enum_column!(
+    super::record::RunKind,
+    super::record::LoadKind,
+    super::record::LoopShape,
+    super::record::StopReason
+);
+
 /// One `runs` column: its name and its definition for ALTER TABLE ADD COLUMN.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct RunColumn {

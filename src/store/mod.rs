@@ -19,7 +19,7 @@ use columns::{ColumnValue, RUN_COLUMN_LIST, read_column, run_from_row, run_value
 
 pub use columns::RUN_COLUMNS;
 pub use error::StoreError;
-pub use record::{MemorySample, PoolEvent, RECORD_SCHEMA_VERSION, RunRecord};
+pub use record::{MemorySample, PoolEvent, RECORD_SCHEMA_VERSION, RunKind, RunRecord};
 pub use schema::SCHEMA_VERSION;
 
 /// The history's file name inside Ondo's data folder.
@@ -43,11 +43,15 @@ pub struct RunQuery {
     pub last: Option<usize>,
     pub model_id: Option<String>,
     pub bench_id: Option<String>,
-    /// "chat", "run", "bench" or "bench_cold".
-    pub kind: Option<String>,
+    pub kind: Option<RunKind>,
     pub conversation_id: Option<String>,
     /// Warm-up repetitions are recorded but left out unless asked for.
     pub include_warmup: bool,
+    /// Only runs with this decode loop shape.
+    pub loop_shape: Option<record::LoopShape>,
+    pub prefill_step_size: Option<u64>,
+    /// Only runs with this KV bound; 0: only runs without one.
+    pub max_kv_size: Option<u64>,
 }
 
 /// A chat conversation as listed in the app.
@@ -210,16 +214,34 @@ impl Store {
     pub fn runs(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {
         let mut conditions = Vec::new();
         let mut values = Vec::new();
-        for (column, wanted) in [
-            ("model_id", &query.model_id),
-            ("bench_id", &query.bench_id),
-            ("kind", &query.kind),
-            ("conversation_id", &query.conversation_id),
-        ] {
-            if let Some(wanted) = wanted {
-                conditions.push(format!("{column} = ?"));
-                values.push(Value::Text(wanted.clone()));
+        // Every filter is in the query, before LIMIT: the newest N *matching*
+        // runs, never the newest N runs filtered afterwards.
+        let wanted = [
+            ("model_id", query.model_id.clone().map(Value::Text)),
+            ("bench_id", query.bench_id.clone().map(Value::Text)),
+            ("kind", query.kind.map(|k| k.to_column())),
+            (
+                "conversation_id",
+                query.conversation_id.clone().map(Value::Text),
+            ),
+            ("loop", query.loop_shape.map(|l| l.to_column())),
+            (
+                "prefill_step_size",
+                query.prefill_step_size.map(|n| n.to_column()),
+            ),
+            (
+                "max_kv_size",
+                query.max_kv_size.filter(|&n| n > 0).map(|n| n.to_column()),
+            ),
+        ];
+        for (column, value) in wanted {
+            if let Some(value) = value {
+                conditions.push(format!("\"{column}\" = ?"));
+                values.push(value);
             }
+        }
+        if query.max_kv_size == Some(0) {
+            conditions.push("max_kv_size IS NULL".to_owned());
         }
         if !query.include_warmup {
             conditions.push("warmup = 0".to_owned());

@@ -4,8 +4,75 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::engine::generate::LoopShape;
+pub use crate::engine::{LoadKind, StopReason};
+
 /// Bumped when a field is renamed or removed (adding one does not).
 pub const RECORD_SCHEMA_VERSION: u32 = 1;
+
+/// What a run was for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+#[serde(rename_all = "snake_case")]
+pub enum RunKind {
+    /// `ondo run`: one prompt.
+    #[default]
+    Run,
+    /// A turn of a conversation (the app's chat, `ondo chat`).
+    Chat,
+    /// A repetition of a benchmark (`ondo bench`, the Runs window's
+    /// Benchmark, Ondo's side of `ondo bench --peer`).
+    Bench,
+    /// A benchmark's cold start in a fresh process.
+    BenchCold,
+    /// `ondo demo`: one cold and one warm generation.
+    Demo,
+    /// A kind written by a newer Ondo sharing this history.
+    #[serde(other)]
+    Other,
+}
+
+impl RunKind {
+    /// Every kind this Ondo writes (for filters and help texts).
+    pub const ALL: [RunKind; 5] = [
+        RunKind::Run,
+        RunKind::Chat,
+        RunKind::Bench,
+        RunKind::BenchCold,
+        RunKind::Demo,
+    ];
+
+    /// The name the history and the reports use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunKind::Run => "run",
+            RunKind::Chat => "chat",
+            RunKind::Bench => "bench",
+            RunKind::BenchCold => "bench_cold",
+            RunKind::Demo => "demo",
+            RunKind::Other => "other",
+        }
+    }
+}
+
+impl std::fmt::Display for RunKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for RunKind {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        RunKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == text)
+            .ok_or_else(|| {
+                let names: Vec<&str> = RunKind::ALL.iter().map(|k| k.as_str()).collect();
+                format!("unknown run kind '{text}'; one of {}", names.join(", "))
+            })
+    }
+}
 
 /// One run: a chat turn, a CLI run, or one repetition of a benchmark.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -15,8 +82,7 @@ pub struct RunRecord {
     pub run_id: String,
     /// RFC 3339 UTC, when the request was made.
     pub created_at: String,
-    /// "chat", "run", "bench" or "bench_cold" (a fresh-process cold start).
-    pub kind: String,
+    pub kind: RunKind,
     /// Groups the runs of one `ondo bench` invocation.
     pub bench_id: Option<String>,
     /// The test's shape, llama-bench style: "pp128+tg128".
@@ -80,13 +146,11 @@ pub struct RunRecord {
     pub decode_roofline_pct: Option<f64>,
 
     // Run shape.
-    /// "cold" or "warm".
-    pub load_kind: String,
+    pub load_kind: LoadKind,
     /// The run paid for a process start too (bench_cold).
     pub fresh_process: bool,
-    /// "pipelined" or "sync".
     #[serde(rename = "loop")]
-    pub loop_shape: String,
+    pub loop_shape: LoopShape,
     pub prefill_step_size: u64,
     pub max_kv_size: Option<u64>,
     pub max_tokens: u64,
@@ -96,8 +160,7 @@ pub struct RunRecord {
     pub min_p: f64,
     pub repetition_penalty: Option<f64>,
     pub seed: Option<u64>,
-    /// "eos", "stop_string", "max_tokens", "cancelled", or "error".
-    pub stop_reason: String,
+    pub stop_reason: StopReason,
     /// Set when the run failed; the timings then cover what happened.
     pub error: Option<String>,
 

@@ -16,7 +16,7 @@ fn full_record() -> RunRecord {
     RunRecord {
         run_id: "r-1700000000000-0000abcd".into(),
         created_at: "2025-03-01T10:00:00.123Z".into(),
-        kind: "bench".into(),
+        kind: RunKind::Bench,
         bench_id: Some("b-1".into()),
         test: Some("pp128+tg128".into()),
         repetition: Some(2),
@@ -55,9 +55,9 @@ fn full_record() -> RunRecord {
         decode_bytes_per_token: Some(1_814_680_064),
         memory_bandwidth_gbps: Some(100.0),
         decode_roofline_pct: Some(115.25),
-        load_kind: "cold".into(),
+        load_kind: record::LoadKind::Warm,
         fresh_process: true,
-        loop_shape: "sync".into(),
+        loop_shape: record::LoopShape::Sync,
         prefill_step_size: 512,
         max_kv_size: Some(4096),
         max_tokens: 256,
@@ -68,7 +68,7 @@ fn full_record() -> RunRecord {
         repetition_penalty: Some(1.1),
         // All 64 bits: SQLite's integers are signed.
         seed: Some(u64::MAX),
-        stop_reason: "max_tokens".into(),
+        stop_reason: record::StopReason::Eos,
         error: Some("cancelled by user".into()),
         app_version: "0.1.0".into(),
         app_commit: "abdad0c".into(),
@@ -87,7 +87,7 @@ fn run(run_id: &str, created_at: &str) -> RunRecord {
     RunRecord {
         run_id: run_id.into(),
         created_at: created_at.into(),
-        kind: "chat".into(),
+        kind: RunKind::Chat,
         model_id: "m-a".into(),
         ..RunRecord::default()
     }
@@ -286,7 +286,7 @@ fn queries_filter_and_list_oldest_first() {
         let record = RunRecord {
             model_id: model_id.into(),
             bench_id: bench_id.map(Into::into),
-            kind: kind.into(),
+            kind: kind.parse().unwrap(),
             conversation_id: conversation_id.map(Into::into),
             warmup,
             ..run(run_id, created_at)
@@ -353,7 +353,7 @@ fn queries_filter_and_list_oldest_first() {
     );
     assert_eq!(
         ids(RunQuery {
-            kind: some("bench_cold"),
+            kind: Some(RunKind::BenchCold),
             ..RunQuery::default()
         }),
         ["r-4"]
@@ -370,7 +370,7 @@ fn queries_filter_and_list_oldest_first() {
     assert_eq!(
         ids(RunQuery {
             model_id: some("m-a"),
-            kind: some("chat"),
+            kind: Some(RunKind::Chat),
             ..RunQuery::default()
         }),
         ["r-1"]

@@ -1,6 +1,6 @@
 import { cleanup, fireEvent, render, screen } from '@testing-library/svelte';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { demoRun, doctorReport, emptyLibrary, emptyModelsView, memorySnapshot, preparedTinyModel } from '../test/fixtures';
+import { demoRun, doctorReport, emptyModelsView, memorySnapshot, preparedTinyModel } from '../test/fixtures';
 import App from './App.svelte';
 import type { Backend } from './lib/backend';
 
@@ -13,7 +13,6 @@ async function notUsedHere(): Promise<never> {
 function fakeBackend(overrides: Partial<Backend> = {}): Backend {
   return {
     doctorReport: vi.fn(async () => doctorReport),
-    libraryStatus: vi.fn(async () => emptyLibrary),
     prepareBuiltinModel: vi.fn(async () => preparedTinyModel),
     runTestGeneration: vi.fn(async () => demoRun),
     listModels: vi.fn(async () => emptyModelsView),
@@ -22,7 +21,6 @@ function fakeBackend(overrides: Partial<Backend> = {}): Backend {
     downloadModel: vi.fn(notUsedHere),
     cancelDownload: vi.fn(notUsedHere),
     deleteModel: vi.fn(notUsedHere),
-    recentRuns: vi.fn(notUsedHere),
     runTimeline: vi.fn(notUsedHere),
     memoryNow: vi.fn(notUsedHere),
     poolStatus: vi.fn(async () => ({ resident: [], events: [] })),

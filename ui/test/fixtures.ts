@@ -7,7 +7,6 @@ import type {
   DoctorReport,
   FitEstimate,
   LibraryModel,
-  LibraryStatus,
   MemorySnapshot,
   ModelsView,
   PreparedModel,
@@ -38,14 +37,6 @@ export const doctorReport: DoctorReport = {
     { name: 'matmul f32', passed: true, detail: 'max abs diff 0' },
     { name: 'quantized matmul 4-bit', passed: true, detail: 'max abs diff 1e-6' },
   ],
-};
-
-export const emptyLibrary: LibraryStatus = {
-  downloaded: [],
-  recommended_model_id: 'mlx-community/Llama-3.2-3B-Instruct-4bit',
-  downloads_available: false,
-  models_dir: '/home/me/.local/share/ondo/models',
-  hf_cache_dir: '/home/me/.cache/huggingface/hub',
 };
 
 export const preparedTinyModel: PreparedModel = {

@@ -37,7 +37,6 @@ export type {
   Exported,
   FitEstimate,
   LibraryModel,
-  LibraryStatus,
   LoadKind,
   LoopShape,
   MemorySample,

@@ -10,13 +10,11 @@ import { invoke as __TAURI_INVOKE, Channel } from "@tauri-apps/api/core";
 export const commands = {
 	/**  Versions, backend, device, memory and MLX self-tests. */
 	doctorReport: () => __TAURI_INVOKE<DoctorReport>("doctor_report"),
-	/**  The downloaded models and the recommended download. */
-	libraryStatus: () => __TAURI_INVOKE<LibraryStatus>("library_status"),
 	/**  Writes the built-in tiny model if it is not there yet. */
 	prepareBuiltinModel: () => __TAURI_INVOKE<PreparedModel>("prepare_builtin_model"),
 	/**
-	 *  Generates once with the chosen model (loading it cold the first time,
-	 *  warm after) and returns the timings.
+	 *  Generates once with the chosen model through the session pool (loading
+	 *  it cold the first time, warm after), records it, and returns the timings.
 	 */
 	runTestGeneration: (model: ModelChoice, prompt: string, maxTokens: number) => __TAURI_INVOKE<DemoRun>("run_test_generation", { model, prompt, maxTokens }),
 	/**  The library, and the catalog with a verdict for this machine. */
@@ -33,8 +31,6 @@ export const commands = {
 	cancelDownload: (model: string) => __TAURI_INVOKE<boolean>("cancel_download", { model }),
 	/**  Deletes a downloaded model from the cache; the bytes freed. */
 	deleteModel: (model: string) => __TAURI_INVOKE<number>("delete_model", { model }),
-	/**  The last `last` runs, oldest first (warm-ups of benchmarks left out). */
-	recentRuns: (last: number) => __TAURI_INVOKE<RunRecord[]>("recent_runs", { last }),
 	/**  One run's memory timeline. */
 	runTimeline: (runId: string) => __TAURI_INVOKE<MemorySample[]>("run_timeline", { runId }),
 	/**  The system's memory now: pressure level and the Activity Monitor breakdown. */
@@ -85,6 +81,15 @@ export const commands = {
 	chooseFolder: () => __TAURI_INVOKE<string | null>("choose_folder"),
 };
 
+/* Constants */
+export const BENCH_LIMITS = {"cold_repetitions":[0,100],"generate_tokens":[2,8192],"max_kv_size":[16,1048576],"prefill_step_size":[1,131072],"prompt_tokens":[1,131072],"repetitions":[1,1000],"warmup":[0,100]} as const;
+
+export const DEFAULT_BENCH_SHAPE = {"cold_repetitions":3,"generate_tokens":128,"loops":["pipelined","sync"],"max_kv_size":null,"prefill_step_size":2048,"prompt_tokens":[128],"repetitions":5,"vary":null,"warmup":1} as const;
+
+export const DEFAULT_SETTINGS = {"generation":{"loop":"pipelined","max_kv_size":null,"max_tokens":512,"min_p":0.0,"prefill_step_size":2048,"repetition_penalty":null,"seed":null,"temperature":0.0,"top_k":0,"top_p":0.0},"global_shortcut":"CommandOrControl+Shift+O","keep_alive_minutes":10,"launch_at_login":false,"memory_budget_bytes":null,"models_folder":null,"theme":"system"} as const;
+
+export const GENERATION_LIMITS = {"max_kv_size":[16,1048576],"max_tokens":[1,32768],"prefill_step_size":[1,65536],"probability":[0.0,1.0],"repetition_penalty":[0.5,2.0],"temperature":[0.0,5.0],"top_k":[0,100000]} as const;
+
 /* Types */
 /**  Everything the Settings screen shows. */
 export type AppSettings = {
@@ -125,15 +130,7 @@ export type BenchEvent = { event: "progress"; done: number; total: number; what:
 export type BenchRequest = {
 	/**  "tiny", a folder, or a downloaded repo id. */
 	model: string,
-	prompt_tokens: number[],
-	generate_tokens: number,
-	repetitions: number,
-	warmup: number,
-	loops: LoopShape[],
-	prefill_step_size: number,
-	max_kv_size: number | null,
-	vary: Vary | null,
-	cold_repetitions: number,
+	shape: BenchShape,
 };
 
 /**  What a finished benchmark returns (its runs are in the history). */
@@ -144,6 +141,35 @@ export type BenchResult = {
 	cold_start_ms: Summary | null,
 	memory_bandwidth_gbps: number | null,
 	warnings: string[],
+};
+
+/**
+ *  What a benchmark measures, defined once: `ondo bench`'s flags, the
+ *  Runs window's Benchmark form (through the generated bindings) and the
+ *  mlx-lm comparison all read this type.
+ */
+export type BenchShape = {
+	/**  Prompt lengths in tokens, comma-separated. */
+	prompt_tokens: number[],
+	/**  Tokens to generate per run (decode is timed after the first). */
+	generate_tokens: number,
+	/**  Measured repetitions per case (at least 5 for a median you can quote). */
+	repetitions: number,
+	/**  Unmeasured repetitions first (kernel compilation, caches). */
+	warmup: number,
+	/**  Decode loop shapes to run, comma-separated. */
+	loops: LoopShape[],
+	/**  Prompt tokens per prefill pass. */
+	prefill_step_size: number,
+	/**  KV cache bound for every run (a rotating cache keeping the first tokens). */
+	max_kv_size: number | null,
+	/**
+	 *  Vary one setting across values, everything else fixed:
+	 *  prefill_step_size=512,2048 or max_kv_size=1024,4096.
+	 */
+	vary: Vary | null,
+	/**  Fresh-process cold starts (0 skips them). */
+	cold_repetitions: number,
 };
 
 /**  The statistics of one test case over its measured repetitions. */
@@ -340,19 +366,41 @@ export type FitEstimate = {
 };
 
 /**
- *  The generation settings of the app's Settings screen, with mlx-lm's
- *  defaults where it has them.
+ *  How to generate: the one definition of each setting's default, limits
+ *  and meaning. The CLI's flags (`ondo run`, `ondo chat`), the app's
+ *  Settings form (through the generated bindings and `GenerationLimits`) and
+ *  the local server's request fields all read this type. Defaults are
+ *  mlx-lm's where it has them.
  */
 export type GenerationSettings = {
+	/**  Most tokens to generate. */
 	max_tokens?: number,
+	/**  Sampling temperature; 0 is greedy (always the most likely token). */
 	temperature?: number | null,
+	/**  Nucleus sampling: keep the most likely tokens up to this mass (0 or 1: off). */
 	top_p?: number | null,
+	/**  Keep only the k most likely tokens (0: off). */
 	top_k?: number,
+	/**  Drop tokens less likely than this fraction of the most likely (0: off). */
 	min_p?: number | null,
+	/**  Penalise tokens seen in the last 20 (1.1 is a gentle push; off by default). */
 	repetition_penalty?: number | null,
+	/**  Seed for sampling, for answers you can reproduce. */
 	seed?: number | null,
+	/**
+	 *  Decode loop shape: `pipelined` queues the next step before reading a
+	 *  token; `sync` reads each token before building the next step.
+	 */
 	loop?: LoopShape,
+	/**
+	 *  Prompt tokens per prefill pass. Smaller lowers peak memory on long
+	 *  prompts; larger is faster until memory runs short.
+	 */
 	prefill_step_size?: number,
+	/**
+	 *  Keep at most this many positions in the KV cache (a rotating cache
+	 *  that keeps the first tokens): bounded memory for long conversations.
+	 */
 	max_kv_size?: number | null,
 };
 
@@ -394,23 +442,6 @@ export type LibraryModel = {
 	complete: boolean,
 	/**  What is wrong when it is not complete. */
 	problem: string | null,
-};
-
-/**  The local library as the UI sees it. */
-export type LibraryStatus = {
-	/**  Repo ids (`ORG/NAME`) with a complete snapshot in the hub cache, sorted. */
-	downloaded: string[],
-	/**  What the UI offers to download first. */
-	recommended_model_id: string,
-	/**
-	 *  False until the app has its download screen (the core and `ondo pull`
-	 *  can download); the UI disables the button.
-	 */
-	downloads_available: boolean,
-	/**  Where Ondo keeps models it made itself (the built-in tiny model). */
-	models_dir: string,
-	/**  The hub cache shared with mlx-lm and transformers. */
-	hf_cache_dir: string,
 };
 
 /**  Whether the model had to be loaded for this run. */
@@ -579,7 +610,7 @@ export type Psi = {
 export type RunFilter = {
 	last?: number | null,
 	model_id?: string | null,
-	kind?: string | null,
+	kind?: RunKind | null,
 	bench_id?: string | null,
 	include_warmup?: boolean,
 	/**  Only runs with this decode loop shape. */
@@ -589,14 +620,31 @@ export type RunFilter = {
 	max_kv_size?: number | null,
 };
 
+/**  What a run was for. */
+export type RunKind = 
+/**  `ondo run`: one prompt. */
+"run" | 
+/**  A turn of a conversation (the app's chat, `ondo chat`). */
+"chat" | 
+/**
+ *  A repetition of a benchmark (`ondo bench`, the Runs window's
+ *  Benchmark, Ondo's side of `ondo bench --peer`).
+ */
+"bench" | 
+/**  A benchmark's cold start in a fresh process. */
+"bench_cold" | 
+/**  `ondo demo`: one cold and one warm generation. */
+"demo" | 
+/**  A kind written by a newer Ondo sharing this history. */
+string;
+
 /**  One run: a chat turn, a CLI run, or one repetition of a benchmark. */
 export type RunRecord = {
 	/**  Unique; time-ordered ("r-<unix ms>-<random>"). */
 	run_id: string,
 	/**  RFC 3339 UTC, when the request was made. */
 	created_at: string,
-	/**  "chat", "run", "bench" or "bench_cold" (a fresh-process cold start). */
-	kind: string,
+	kind: RunKind,
 	/**  Groups the runs of one `ondo bench` invocation. */
 	bench_id: string | null,
 	/**  The test's shape, llama-bench style: "pp128+tg128". */
@@ -648,12 +696,10 @@ export type RunRecord = {
 	memory_bandwidth_gbps: number | null,
 	/**  decode_tps x bytes per token as a percentage of that bandwidth. */
 	decode_roofline_pct: number | null,
-	/**  "cold" or "warm". */
-	load_kind: string,
+	load_kind: LoadKind,
 	/**  The run paid for a process start too (bench_cold). */
 	fresh_process: boolean,
-	/**  "pipelined" or "sync". */
-	loop: string,
+	loop: LoopShape,
 	prefill_step_size: number,
 	max_kv_size: number | null,
 	max_tokens: number,
@@ -663,8 +709,7 @@ export type RunRecord = {
 	min_p: number | null,
 	repetition_penalty: number | null,
 	seed: number | null,
-	/**  "eos", "stop_string", "max_tokens", "cancelled", or "error". */
-	stop_reason: string,
+	stop_reason: StopReason,
 	/**  Set when the run failed; the timings then cover what happened. */
 	error: string | null,
 	app_version: string,
@@ -679,6 +724,22 @@ export type RunRecord = {
 	cpu: string,
 	ram_bytes: number,
 };
+
+/**  Why generation ended. */
+export type StopReason = 
+/**  The model produced an end-of-sequence token. */
+"eos" | 
+/**  The text reached one of the request's stop strings. */
+"stop_string" | 
+/**  `max_tokens` were generated. */
+"max_tokens" | 
+/**  The caller cancelled. */
+"cancelled" | 
+/**
+ *  A reason a newer Ondo wrote into the shared history; this one never
+ *  stops for it.
+ */
+string;
 
 /**  A set of samples of one metric. */
 export type Summary = {

@@ -308,9 +308,9 @@ describe('Benchmark dialog', () => {
     expect(model.value).toBe('tiny');
     expect(model.options[0]?.textContent).toBe('Built-in tiny (speed test, random weights)');
     expect(model.options[1]?.value).toBe(cachedQwen.id);
-    expect((within(dialog).getByLabelText(/Prompt lengths/) as HTMLInputElement).value).toBe('128, 512');
-    expect((within(dialog).getByLabelText('Tokens to generate') as HTMLInputElement).value).toBe('64');
-    expect((within(dialog).getByLabelText('Repetitions') as HTMLInputElement).value).toBe('3');
+    expect((within(dialog).getByLabelText(/Prompt lengths/) as HTMLInputElement).value).toBe('128');
+    expect((within(dialog).getByLabelText('Tokens to generate') as HTMLInputElement).value).toBe('128');
+    expect((within(dialog).getByLabelText('Repetitions') as HTMLInputElement).value).toBe('5');
     expect((within(dialog).getByLabelText(/sync/) as HTMLInputElement).checked).toBe(true);
     expect((within(dialog).getByLabelText(/pipelined/) as HTMLInputElement).checked).toBe(true);
   });
@@ -329,10 +329,14 @@ describe('Benchmark dialog', () => {
 
   it('runs with progress, then shows the per-case summary and the new bench in the table', async () => {
     const { api, store, dialog, bench } = await openDialog();
-    await fireEvent.input(within(dialog).getByLabelText('Repetitions'), { target: { value: '5' } });
+    await fireEvent.input(within(dialog).getByLabelText(/Prompt lengths/), { target: { value: '128, 512' } });
+    await fireEvent.input(within(dialog).getByLabelText('Tokens to generate'), { target: { value: '64' } });
     await fireEvent.click(within(dialog).getByRole('button', { name: 'Start' }));
     expect(api.runBenchmark).toHaveBeenCalledWith(
-      expect.objectContaining({ model: 'tiny', prompt_tokens: [128, 512], repetitions: 5, loops: ['sync', 'pipelined'] }),
+      expect.objectContaining({
+        model: 'tiny',
+        shape: expect.objectContaining({ prompt_tokens: [128, 512], repetitions: 5, loops: ['sync', 'pipelined'] }),
+      }),
       expect.any(Function),
     );
     bench.send({ event: 'progress', done: 3, total: 25, what: 'pp128+tg64 sync, repetition 2 of 5' });

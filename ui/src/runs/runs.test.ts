@@ -175,18 +175,21 @@ describe('benchmark form', () => {
       ok: true,
       request: {
         model: 'tiny',
-        prompt_tokens: [128, 512],
-        generate_tokens: 64,
-        repetitions: 3,
-        warmup: 1,
-        loops: ['sync', 'pipelined'],
-        prefill_step_size: 2048,
-        max_kv_size: null,
-        vary: null,
-        cold_repetitions: 1,
+        // The core's defaults (BenchShape::default), as `ondo bench` has them.
+        shape: {
+          prompt_tokens: [128],
+          generate_tokens: 128,
+          repetitions: 5,
+          warmup: 1,
+          loops: ['sync', 'pipelined'],
+          prefill_step_size: 2048,
+          max_kv_size: null,
+          vary: null,
+          cold_repetitions: 3,
+        },
       },
     });
-    if (result.ok) expect(plannedRuns(result.request)).toBe(2 * 2 * 4 + 1);
+    if (result.ok) expect(plannedRuns(result.request)).toBe(1 * 2 * 6 + 3);
   });
 
   it('says what is wrong with each field', () => {
@@ -214,7 +217,7 @@ describe('benchmark form', () => {
 
   it('varies one setting over a list of values', () => {
     const result = validateBenchForm({ ...DEFAULT_BENCH_FORM, vary: 'prefill_step_size', varyValues: '256 512, 512' });
-    expect(result.ok && result.request.vary).toEqual({ setting: 'prefill_step_size', values: [256, 512] });
+    expect(result.ok && result.request.shape.vary).toEqual({ setting: 'prefill_step_size', values: [256, 512] });
     expect(parseNumberList('1,,2', 'n', 1, 5)).toEqual([1, 2]);
     expect(parseNumberList('9', 'n', 1, 5)).toMatch(/from 1 to 5/);
   });

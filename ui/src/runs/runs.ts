@@ -12,6 +12,7 @@ import type {
   RunRecord,
 } from '../lib/backend';
 import { formatBytes, formatCount, formatMs, formatTps, modelName } from '../lib/format';
+import { BENCH_LIMITS, DEFAULT_BENCH_SHAPE } from '../lib/bindings';
 
 /** How many of the newest runs the view lists (and exports). */
 export const RUNS_SHOWN = 500;
@@ -390,19 +391,21 @@ export interface BenchForm {
   coldRepetitions: string;
 }
 
+/** The dialog starts from the core's defaults (BenchShape::default), the
+ * same `ondo bench` uses. */
 export const DEFAULT_BENCH_FORM: BenchForm = {
   model: 'tiny',
-  promptLengths: '128, 512',
-  generateTokens: '64',
-  repetitions: '3',
-  warmup: '1',
-  sync: true,
-  pipelined: true,
-  prefillStepSize: '2048',
+  promptLengths: DEFAULT_BENCH_SHAPE.prompt_tokens.join(', '),
+  generateTokens: String(DEFAULT_BENCH_SHAPE.generate_tokens),
+  repetitions: String(DEFAULT_BENCH_SHAPE.repetitions),
+  warmup: String(DEFAULT_BENCH_SHAPE.warmup),
+  sync: DEFAULT_BENCH_SHAPE.loops.includes('sync'),
+  pipelined: DEFAULT_BENCH_SHAPE.loops.includes('pipelined'),
+  prefillStepSize: String(DEFAULT_BENCH_SHAPE.prefill_step_size),
   maxKvSize: '',
   vary: 'none',
   varyValues: '',
-  coldRepetitions: '1',
+  coldRepetitions: String(DEFAULT_BENCH_SHAPE.cold_repetitions),
 };
 
 export type BenchFormErrors = Partial<Record<keyof BenchForm | 'loops', string>>;
@@ -452,23 +455,34 @@ export function validateBenchForm(form: BenchForm): BenchValidation {
   };
   const model = form.model.trim();
   if (model === '') errors.model = 'Choose a model.';
-  const prompts = take('promptLengths', parseNumberList(form.promptLengths, 'prompt length', 1, 131_072));
-  const generate = take('generateTokens', wholeNumber(form.generateTokens, 'tokens to generate', 2, 8192));
-  const repetitions = take('repetitions', wholeNumber(form.repetitions, 'repetitions', 1, 100));
-  const warmup = take('warmup', wholeNumber(form.warmup, 'warm-ups', 0, 20));
-  const step = take('prefillStepSize', wholeNumber(form.prefillStepSize, 'prefill step size', 1, 131_072));
+  const limits = BENCH_LIMITS;
+  const prompts = take('promptLengths', parseNumberList(form.promptLengths, 'prompt length', ...limits.prompt_tokens));
+  const generate = take(
+    'generateTokens',
+    wholeNumber(form.generateTokens, 'tokens to generate', ...limits.generate_tokens),
+  );
+  const repetitions = take('repetitions', wholeNumber(form.repetitions, 'repetitions', ...limits.repetitions));
+  const warmup = take('warmup', wholeNumber(form.warmup, 'warm-ups', ...limits.warmup));
+  const step = take(
+    'prefillStepSize',
+    wholeNumber(form.prefillStepSize, 'prefill step size', ...limits.prefill_step_size),
+  );
   const maxKv =
-    form.maxKvSize.trim() === '' ? null : take('maxKvSize', wholeNumber(form.maxKvSize, 'max KV size', 1, 1_048_576));
-  const cold = take('coldRepetitions', wholeNumber(form.coldRepetitions, 'cold starts', 0, 20));
+    form.maxKvSize.trim() === ''
+      ? null
+      : take('maxKvSize', wholeNumber(form.maxKvSize, 'max KV size', ...limits.max_kv_size));
+  const cold = take('coldRepetitions', wholeNumber(form.coldRepetitions, 'cold starts', ...limits.cold_repetitions));
   const loops: ('sync' | 'pipelined')[] = [];
   if (form.sync) loops.push('sync');
   if (form.pipelined) loops.push('pipelined');
   if (loops.length === 0) errors.loops = 'Choose at least one loop shape.';
-  let vary: BenchRequest['vary'] = null;
+  let vary: BenchRequest['shape']['vary'] = null;
   if (form.vary !== 'none') {
     const values = take(
       'varyValues',
-      parseNumberList(form.varyValues, form.vary === 'prefill_step_size' ? 'prefill step size' : 'max KV size', 1, 1_048_576),
+      form.vary === 'prefill_step_size'
+        ? parseNumberList(form.varyValues, 'prefill step size', ...limits.prefill_step_size)
+        : parseNumberList(form.varyValues, 'max KV size', ...limits.max_kv_size),
     );
     if (values !== null) vary = { setting: form.vary, values };
   }
@@ -477,24 +491,26 @@ export function validateBenchForm(form: BenchForm): BenchValidation {
     ok: true,
     request: {
       model,
-      prompt_tokens: prompts as number[],
-      generate_tokens: generate as number,
-      repetitions: repetitions as number,
-      warmup: warmup as number,
-      loops,
-      prefill_step_size: step as number,
-      max_kv_size: maxKv,
-      vary,
-      cold_repetitions: cold as number,
+      shape: {
+        prompt_tokens: prompts as number[],
+        generate_tokens: generate as number,
+        repetitions: repetitions as number,
+        warmup: warmup as number,
+        loops,
+        prefill_step_size: step as number,
+        max_kv_size: maxKv,
+        vary,
+        cold_repetitions: cold as number,
+      },
     },
   };
 }
 
 /** How many runs a request makes (warm-ups and cold starts included). */
-export function plannedRuns(request: BenchRequest): number {
-  const values = request.vary?.values.length ?? 1;
-  const cases = request.prompt_tokens.length * request.loops.length * values;
-  return cases * (request.repetitions + request.warmup) + request.cold_repetitions;
+export function plannedRuns({ shape }: BenchRequest): number {
+  const values = shape.vary?.values.length ?? 1;
+  const cases = shape.prompt_tokens.length * shape.loops.length * values;
+  return cases * (shape.repetitions + shape.warmup) + shape.cold_repetitions;
 }
 
 // ---------------------------------------------------------------- benchmark summary

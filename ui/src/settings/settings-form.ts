@@ -2,30 +2,21 @@
 // edit and back, every range check with the sentence shown next to the
 // field, and the global-shortcut recorder. Pure, so every rule is unit-tested.
 import type { AppSettings } from '../lib/backend';
+import { DEFAULT_SETTINGS as CORE_DEFAULTS, GENERATION_LIMITS as LIMITS } from '../lib/bindings';
 
 const GiB = 2 ** 30;
 
-/** What a fresh install uses; "Restore defaults" puts these in the form. */
-export const DEFAULT_SETTINGS: AppSettings = {
-  keep_alive_minutes: 10,
-  memory_budget_bytes: null,
-  generation: {
-    max_tokens: 512,
-    temperature: 0,
-    top_p: 0,
-    top_k: 0,
-    min_p: 0,
-    repetition_penalty: null,
-    seed: null,
-    loop: 'pipelined',
-    prefill_step_size: 2048,
-    max_kv_size: null,
-  },
-  theme: 'system',
-  models_folder: null,
-  launch_at_login: false,
-  global_shortcut: 'CommandOrControl+Shift+O',
+/** What a fresh install uses; "Restore defaults" puts these in the form.
+ * Defined in the core (AppSettings::default), as are the limits below. */
+export const DEFAULT_SETTINGS: Required<AppSettings> = {
+  ...CORE_DEFAULTS,
+  generation: { ...CORE_DEFAULTS.generation },
 };
+
+/** "from 1 to 32,768" for a [low, high] range. */
+function range([low, high]: readonly [number, number]): string {
+  return `from ${low.toLocaleString('en-US')} to ${high.toLocaleString('en-US')}`;
+}
 
 /** The keep-alive choice that keeps a model until memory is needed (null). */
 export const UNTIL_MEMORY_IS_NEEDED = 'until-memory-is-needed';
@@ -175,25 +166,37 @@ export function readForm(form: SettingsForm, base: AppSettings): { settings: App
       ...generation,
       max_tokens: take(
         'max_tokens',
-        readWhole(form.max_tokens, 1, 32_768, 'Enter a whole number from 1 to 32,768.'),
+        readWhole(form.max_tokens, ...LIMITS.max_tokens, `Enter a whole number ${range(LIMITS.max_tokens)}.`),
         generation.max_tokens,
       ),
       temperature: take(
         'temperature',
-        readDecimal(form.temperature, 0, 5, 'Enter a number from 0 to 5.'),
+        readDecimal(form.temperature, ...LIMITS.temperature, `Enter a number ${range(LIMITS.temperature)}.`),
         generation.temperature,
       ),
-      top_p: take('top_p', readDecimal(form.top_p, 0, 1, 'Enter a number from 0 to 1.'), generation.top_p),
+      top_p: take(
+        'top_p',
+        readDecimal(form.top_p, ...LIMITS.probability, `Enter a number ${range(LIMITS.probability)}.`),
+        generation.top_p,
+      ),
       top_k: take(
         'top_k',
-        readWhole(form.top_k, 0, Number.MAX_SAFE_INTEGER, 'Enter a whole number, 0 or more.'),
+        readWhole(form.top_k, ...LIMITS.top_k, `Enter a whole number ${range(LIMITS.top_k)} (0 is off).`),
         generation.top_k,
       ),
-      min_p: take('min_p', readDecimal(form.min_p, 0, 1, 'Enter a number from 0 to 1.'), generation.min_p),
+      min_p: take(
+        'min_p',
+        readDecimal(form.min_p, ...LIMITS.probability, `Enter a number ${range(LIMITS.probability)}.`),
+        generation.min_p,
+      ),
       repetition_penalty: take(
         'repetition_penalty',
         orNull(form.repetition_penalty, (text) =>
-          readDecimal(text, 0, 10, 'Enter a number above 0 and up to 10, or leave it empty for off.', true),
+          readDecimal(
+            text,
+            ...LIMITS.repetition_penalty,
+            `Enter a number ${range(LIMITS.repetition_penalty)}, or leave it empty for off.`,
+          ),
         ),
         generation.repetition_penalty,
       ),
@@ -207,7 +210,11 @@ export function readForm(form: SettingsForm, base: AppSettings): { settings: App
       loop: form.loop,
       prefill_step_size: take(
         'prefill_step_size',
-        readWhole(form.prefill_step_size, 1, 65_536, 'Enter a whole number from 1 to 65,536.'),
+        readWhole(
+          form.prefill_step_size,
+          ...LIMITS.prefill_step_size,
+          `Enter a whole number ${range(LIMITS.prefill_step_size)}.`,
+        ),
         generation.prefill_step_size,
       ),
       max_kv_size: take(
@@ -215,9 +222,8 @@ export function readForm(form: SettingsForm, base: AppSettings): { settings: App
         orNull(form.max_kv_size, (text) =>
           readWhole(
             text,
-            16,
-            Number.MAX_SAFE_INTEGER,
-            'Enter a whole number of tokens, 16 or more, or leave it empty for unbounded.',
+            ...LIMITS.max_kv_size,
+            `Enter a whole number of tokens ${range(LIMITS.max_kv_size)}, or leave it empty for unbounded.`,
           ),
         ),
         generation.max_kv_size,

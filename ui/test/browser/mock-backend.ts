@@ -16,7 +16,6 @@ import {
   chatRunCold,
   demoRun,
   doctorReport,
-  emptyLibrary,
   emptyModelsView,
   memorySnapshot,
   modelsViewWithQwen,
@@ -162,8 +161,6 @@ mockIPC(async (cmd, payload) => {
   switch (cmd) {
     case 'doctor_report':
       return doctorReport;
-    case 'library_status':
-      return emptyLibrary;
     case 'list_models':
       return download.complete ? modelsViewWithQwen : emptyModelsView;
     case 'memory_now':
