@@ -6,6 +6,7 @@ pub mod cli;
 pub mod demo;
 pub mod doctor;
 pub mod engine;
+pub mod error_kind;
 pub mod hub;
 pub mod metrics;
 pub mod paths;
@@ -13,3 +14,5 @@ pub mod report;
 pub mod session;
 pub mod store;
 pub mod synth;
+
+pub use error_kind::ErrorKind;

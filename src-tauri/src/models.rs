@@ -229,7 +229,7 @@ pub(crate) fn history<T>(
         .pool
         .with_store(read)
         .ok_or_else(|| CommandError::Internal("the run history could not be opened".into()))?
-        .map_err(|e| CommandError::History(e.to_string()))
+        .map_err(CommandError::History)
 }
 
 /// The Settings screen's values (defaults until the user changes them).

@@ -437,6 +437,59 @@ fn a_chat_turn_streams_is_recorded_and_the_next_turn_is_warm() {
 }
 
 #[test]
+fn a_damaged_model_folder_is_explained_without_cli_words_or_source_paths() {
+    let popover = popover();
+    let tiny = invoke(&popover, "prepare_builtin_model", Value::Null).unwrap();
+    let source = std::path::PathBuf::from(tiny["model_dir"].as_str().unwrap());
+    let chat = |folder: &std::path::Path, id: &str| {
+        let request = json!({
+            "model": folder,
+            "conversationId": id,
+            "systemPrompt": null,
+            "messages": [{ "role": "user", "content": "hi" }],
+            "settings": { "max_tokens": 2 },
+            "onEvent": "__CHANNEL__:9",
+        });
+        invoke(&popover, "chat_send", request).unwrap_err()
+    };
+
+    // Weights that MLX cannot read: its own message, without the C++ and
+    // Rust source locations it arrives with.
+    let damaged = DATA_ROOT.path().join("damaged-model");
+    std::fs::create_dir_all(&damaged).unwrap();
+    for entry in std::fs::read_dir(&source).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), damaged.join(entry.file_name())).unwrap();
+    }
+    std::fs::write(
+        damaged.join("model.safetensors"),
+        b"\x08\0\0\0\0\0\0\0not json",
+    )
+    .unwrap();
+    let error = chat(&damaged, "damaged");
+    assert_eq!(error["kind"], "load", "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("model.safetensors"), "{message}");
+    assert_eq!(
+        ondo::error_kind::out_of_place_in_the_app(message),
+        None,
+        "{message}"
+    );
+
+    // No weights at all: what to do, in words that fit the app.
+    std::fs::remove_file(damaged.join("model.safetensors")).unwrap();
+    let error = chat(&damaged, "no-weights");
+    assert_eq!(error["kind"], "load", "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("download the model again"), "{message}");
+    assert_eq!(
+        ondo::error_kind::out_of_place_in_the_app(message),
+        None,
+        "{message}"
+    );
+}
+
+#[test]
 fn settings_are_checked_applied_and_kept() {
     let window = popover();
     let mut settings = invoke(&window, "get_settings", Value::Null).unwrap();

@@ -71,7 +71,7 @@ describe('App', () => {
   it('shows the backend error kind and message when the run fails', async () => {
     const api = fakeBackend({
       runTestGeneration: vi.fn(async () => {
-        throw { kind: 'generation_failed', message: 'The test generation failed: out of memory' };
+        throw { kind: 'generation_failed', message: 'MLX failed while generating: out of memory' };
       }),
     });
     render(App, { api });
@@ -80,6 +80,7 @@ describe('App', () => {
     await fireEvent.click(screen.getByRole('button', { name: 'Run a test generation' }));
     const alert = await screen.findByRole('alert');
     expect(alert.dataset.kind).toBe('generation_failed');
+    expect(alert.textContent).toContain('The test generation failed');
     expect(alert.textContent).toContain('out of memory');
   });
 

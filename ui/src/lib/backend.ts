@@ -8,6 +8,7 @@ import { Channel } from '@tauri-apps/api/core';
 import { listen, type UnlistenFn } from '@tauri-apps/api/event';
 import {
   commands,
+  ERROR_KINDS,
   type AppSettings as AppSettingsSent,
   type BenchEvent,
   type BenchRequest,
@@ -15,9 +16,12 @@ import {
   type ChatMessage,
   type CommandError,
   type DownloadEvent,
+  type ErrorKind,
   type GenerationSettings as GenerationSettingsSent,
   type PooledModel,
 } from './bindings';
+
+export { ERROR_KINDS };
 
 export type {
   AppView,
@@ -34,6 +38,7 @@ export type {
   DoctorReport,
   DownloadEvent,
   DownloadSummary,
+  ErrorKind,
   Exported,
   FitEstimate,
   LibraryModel,
@@ -85,6 +90,11 @@ export interface AppEvents {
   'ondo://settings-changed': AppSettings;
 }
 
+/** The generated list has every kind of the generated union. */
+type UnlistedKind = Exclude<ErrorKind, (typeof ERROR_KINDS)[number]>;
+const everyKindListed: [UnlistedKind] extends [never] ? true : UnlistedKind = true;
+void everyKindListed;
+
 /** The prompt and output limit of the popover's test generation. */
 export const TEST_PROMPT = 'Explain in one sentence why the sky is blue.';
 export const TEST_MAX_TOKENS = 32;
@@ -93,16 +103,22 @@ export function isCommandError(value: unknown): value is CommandError {
   return (
     typeof value === 'object' &&
     value !== null &&
-    typeof (value as CommandError).kind === 'string' &&
+    (ERROR_KINDS as readonly unknown[]).includes((value as CommandError).kind) &&
     typeof (value as CommandError).message === 'string'
   );
 }
 
-/** Turns anything a rejected invoke may carry into a CommandError. */
+/** Turns anything a rejected invoke may carry into a CommandError: Tauri's
+ * own refusals (a plain string) and anything unknown become `internal`. */
 export function toCommandError(reason: unknown): CommandError {
   if (isCommandError(reason)) return reason;
-  const message = reason instanceof Error ? reason.message : String(reason);
-  return { kind: 'internal', message };
+  return { kind: 'internal', message: messageOf(reason) };
+}
+
+function messageOf(reason: unknown): string {
+  if (reason instanceof Error) return reason.message;
+  const message = typeof reason === 'object' && reason !== null ? (reason as { message?: unknown }).message : undefined;
+  return typeof message === 'string' ? message : String(reason);
 }
 
 /** A Channel that hands each message to `onEvent`. */

@@ -85,6 +85,9 @@ export const commands = {
 	chooseFolder: () => __TAURI_INVOKE<string | null>("choose_folder"),
 };
 
+/* Constants */
+export const ERROR_KINDS = ["invalid_input","model_unavailable","generation_failed","internal","model_not_found","not_a_model_name","invalid_repo_id","invalid_revision","repo_not_found","revision_not_found","entry_not_found","unauthorized","forbidden","token_refused","rate_limited","server_error","unreachable","not_cached_offline","disk_full","checksum_mismatch","interrupted","cancelled","busy","not_a_model","http","bad_response","io","not_in_library","load","empty_prompt","prompt_too_long","chat_template","tokenizer","invalid_settings","mlx","engine_stopped","peer","history","history_unwritable","history_corrupt","history_too_new","history_busy","folder_not_empty"] as const;
+
 /* Types */
 /**  Everything the Settings screen shows. */
 export type AppSettings = {
@@ -221,7 +224,7 @@ export type Check = {
  */
 export type CommandError = {
 	/**  Stable, snake_case: `invalid_input`, `repo_not_found`, `cancelled`, ... */
-	kind: string,
+	kind: ErrorKind,
 	/**  What happened and what to do. */
 	message: string,
 };
@@ -303,6 +306,104 @@ export type DownloadSummary = {
 	/**  Request to all files present and verified (DESIGN.md `download_ms`). */
 	download_ms: number | null,
 };
+
+/**
+ *  Why something failed, as a stable snake_case name: what the app
+ *  branches on, what the CLI picks its hint by, what `--json` prints.
+ */
+export type ErrorKind = 
+/**
+ *  Arguments the command cannot use (a bad setting, an empty prompt, a
+ *  second benchmark while one runs).
+ */
+"invalid_input" | 
+/**  The built-in tiny model could not be written or found. */
+"model_unavailable" | 
+/**  The popover's test generation failed. */
+"generation_failed" | 
+/**  Something inside Ondo broke (a panic, a thread that died): a bug. */
+"internal" | 
+/**  A model name that is neither downloaded, a folder nor `tiny`. */
+"model_not_found" | 
+/**  Text that cannot name a model at all (empty, or not a path, repo id or `tiny`). */
+"not_a_model_name" | 
+/**  Not an `org/name` repo id. */
+"invalid_repo_id" | 
+/**  Not a branch, tag or commit the hub accepts. */
+"invalid_revision" | 
+/**  The hub has no such repo (or it is private and no token was sent). */
+"repo_not_found" | 
+/**  The repo has no such branch, tag or commit. */
+"revision_not_found" | 
+/**  The repo has no such file. */
+"entry_not_found" | 
+/**  The repo is gated or private and no token was sent. */
+"unauthorized" | 
+/**  The token was sent but has not been granted access to the repo. */
+"forbidden" | 
+/**  The hub rejected the token itself (expired, revoked, mistyped). */
+"token_refused" | 
+/**  The hub asked Ondo to slow down. */
+"rate_limited" | 
+/**  The hub failed on its side (a 5xx answer). */
+"server_error" | 
+/**  The hub could not be reached at all. */
+"unreachable" | 
+/**  Offline mode is on and the model is not downloaded. */
+"not_cached_offline" | 
+/**  The disk is full (downloads, or the run history). */
+"disk_full" | 
+/**  A downloaded file's sha256 did not match the hub's; it was deleted. */
+"checksum_mismatch" | 
+/**  The connection kept dropping; what arrived is kept. */
+"interrupted" | 
+/**  Stopped by the user (a download, a benchmark). */
+"cancelled" | 
+/**  Another process is downloading the same file right now. */
+"busy" | 
+/**  The repo is not a model Ondo can run. */
+"not_a_model" | 
+/**  The hub answered with an HTTP status Ondo has no better name for. */
+"http" | 
+/**  The hub's answer could not be read. */
+"bad_response" | 
+/**  A file or folder could not be read or written. */
+"io" | 
+/**  The model is not among the downloaded ones or added folders. */
+"not_in_library" | 
+/**
+ *  The model folder could not be loaded (missing or damaged files, an
+ *  unsupported architecture or quantization).
+ */
+"load" | 
+/**  Nothing to answer. */
+"empty_prompt" | 
+/**  The prompt is longer than the model reads. */
+"prompt_too_long" | 
+/**  The model's chat template failed or refused the conversation. */
+"chat_template" | 
+/**  The tokenizer failed. */
+"tokenizer" | 
+/**  Generation settings out of range. */
+"invalid_settings" | 
+/**  MLX failed while generating (often: out of memory). */
+"mlx" | 
+/**  The engine thread is gone. */
+"engine_stopped" | 
+/**  The mlx-lm side of a comparison could not run. */
+"peer" | 
+/**  The run history failed in a way Ondo has no better name for. */
+"history" | 
+/**  The run history's file or folder cannot be created or written. */
+"history_unwritable" | 
+/**  The run history's file is damaged or not a database. */
+"history_corrupt" | 
+/**  The run history was written by a newer Ondo. */
+"history_too_new" | 
+/**  Another Ondo process kept the run history locked. */
+"history_busy" | 
+/**  The folder to write a model into already holds files. */
+"folder_not_empty";
 
 /**  What an export wrote. */
 export type Exported = {
