@@ -102,11 +102,8 @@ pub fn open_window<R: Runtime>(app: AppHandle<R>, view: AppView) -> Result<(), C
 #[specta::specta]
 pub async fn choose_export_path<R: Runtime>(
     app: AppHandle<R>,
-    format: String,
+    format: ReportFormat,
 ) -> Result<Option<PathBuf>, CommandError> {
-    let format: ReportFormat = format
-        .parse()
-        .map_err(|e: ondo::report::ReportError| CommandError::InvalidInput(e.to_string()))?;
     let today = ondo::session::record::now_rfc3339();
     let name = crate::runs::suggested_report_name(format, today.get(..10).unwrap_or("report"));
     let dialog = file_dialog(&app)?

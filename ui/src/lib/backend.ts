@@ -54,6 +54,7 @@ export type {
   PoolStatus,
   PreparedModel,
   PressureLevel,
+  ReportFormat,
   RunFilter,
   RunRecord,
   Summary,

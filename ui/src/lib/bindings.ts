@@ -76,11 +76,11 @@ export const commands = {
 	 *  Writes the runs `filter` selects to `path` in `format` (json, jsonl, csv,
 	 *  md, html).
 	 */
-	exportRuns: (filter: RunFilter, format: string, path: string) => __TAURI_INVOKE<Exported>("export_runs", { filter, format, path }),
+	exportRuns: (filter: RunFilter, format: ReportFormat, path: string) => __TAURI_INVOKE<Exported>("export_runs", { filter, format, path }),
 	/**  Opens (or focuses) the main window on a view. */
 	openWindow: (view: AppView) => __TAURI_INVOKE<null>("open_window", { view }),
 	/**  Asks where to save a report in `format`; `None` when the user cancels. */
-	chooseExportPath: (format: string) => __TAURI_INVOKE<string | null>("choose_export_path", { format }),
+	chooseExportPath: (format: ReportFormat) => __TAURI_INVOKE<string | null>("choose_export_path", { format }),
 	/**  Asks for a folder (the models folder); `None` when the user cancels. */
 	chooseFolder: () => __TAURI_INVOKE<string | null>("choose_folder"),
 };
@@ -675,6 +675,22 @@ export type Psi = {
 	/**  Cumulative "full" stall time since boot, in microseconds (take deltas). */
 	full_total_us: number,
 };
+
+/**
+ *  An output format of `write`. Its serde name (what the app's format
+ *  picker sends) is the file extension.
+ */
+export type ReportFormat = 
+/**  One object: the runs, their memory timelines and per-group statistics. */
+"json" | 
+/**  One run record per line, nothing else. */
+"jsonl" | 
+/**  A header of the record's field names, then one row per run. */
+"csv" | 
+/**  A llama-bench style table of groups, for people. */
+"md" | 
+/**  One self-contained page with charts, for people. */
+"html";
 
 /**  Which runs a screen or an export covers (`RunFilter` in backend.ts). */
 export type RunFilter = {
