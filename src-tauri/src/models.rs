@@ -261,7 +261,7 @@ pub fn set_settings<R: Runtime>(
     if folder_changed {
         crate::events::models_changed(&app);
     }
-    crate::events::tell_all(&app, crate::events::SETTINGS_CHANGED, settings.clone());
+    crate::events::AppEvent::SettingsChanged(settings.clone()).send(&app);
     crate::desktop::apply(&app, &settings)
         .map_err(|problem| CommandError::InvalidInput(format!("Saved, but {problem}")))
 }

@@ -3,12 +3,14 @@
 // bindings.rs fails when it is stale), so a renamed field or argument breaks
 // `npm run check` instead of a page at run time. What is written here by
 // hand: Channels turned into callbacks, the settings' read shape, and the
-// app-wide events (emitted by src-tauri/src/events.rs).
+// map from an app-wide event's name to its payload (both generated as
+// `AppEvent` from src-tauri/src/events.rs).
 import { Channel } from '@tauri-apps/api/core';
 import { listen, type UnlistenFn } from '@tauri-apps/api/event';
 import {
   commands,
   ERROR_KINDS,
+  type AppEvent,
   type AppSettings as AppSettingsSent,
   type BenchEvent,
   type BenchRequest,
@@ -18,7 +20,6 @@ import {
   type DownloadEvent,
   type ErrorKind,
   type GenerationSettings as GenerationSettingsSent,
-  type PooledModel,
 } from './bindings';
 
 export { ERROR_KINDS };
@@ -49,6 +50,7 @@ export type {
   MemorySnapshot,
   ModelChoice,
   ModelsView,
+  NavigateView,
   PoolEvent,
   PooledModel,
   PoolStatus,
@@ -75,21 +77,11 @@ export type AppSettings = Omit<Required<AppSettingsSent>, 'generation'> & {
   generation: GenerationSettings;
 };
 
-/** The app-wide events the shell emits (names and payloads). */
-export interface AppEvents {
-  /** The warm models changed (loaded, unloaded, busy or idle). */
-  'ondo://engine-state': { resident: PooledModel[] };
-  /** The memory-pressure level changed: "normal", "warning" or "critical". */
-  'ondo://pressure-level': { level: string };
-  /** A model was downloaded, deleted or added. */
-  'ondo://models-changed': Record<string, never>;
-  /** A run was recorded (chat, test generation or a benchmark's run). */
-  'ondo://runs-changed': { run_id: string };
-  /** The tray menu asks a window to show a view ('models' goes to the popover). */
-  'ondo://navigate': { view: 'runs' | 'settings' | 'models' };
-  /** The settings were saved (in any window). */
-  'ondo://settings-changed': AppSettings;
-}
+/** The app-wide events the shell emits: each name with its payload, from
+ * the generated `AppEvent` (the settings in their read shape). */
+export type AppEvents = {
+  [E in AppEvent as E['name']]: E['name'] extends 'ondo://settings-changed' ? AppSettings : E['payload'];
+};
 
 /** The generated list has every kind of the generated union. */
 type UnlistedKind = Exclude<ErrorKind, (typeof ERROR_KINDS)[number]>;

@@ -89,6 +89,35 @@ export const commands = {
 export const ERROR_KINDS = ["invalid_input","model_unavailable","generation_failed","internal","model_not_found","not_a_model_name","invalid_repo_id","invalid_revision","repo_not_found","revision_not_found","entry_not_found","unauthorized","forbidden","token_refused","rate_limited","server_error","unreachable","not_cached_offline","disk_full","checksum_mismatch","interrupted","cancelled","busy","not_a_model","http","bad_response","io","not_in_library","load","empty_prompt","prompt_too_long","chat_template","tokenizer","invalid_settings","mlx","engine_stopped","peer","history","history_unwritable","history_corrupt","history_too_new","history_busy","folder_not_empty"] as const;
 
 /* Types */
+/**  An event with its name (what a page listens for) and its payload. */
+export type AppEvent = 
+/**  The warm models changed (loaded, unloaded, busy or idle). */
+{ name: "ondo://engine-state"; payload: {
+	resident: PooledModel[],
+} } | 
+/**  The memory-pressure level changed. */
+{ name: "ondo://pressure-level"; payload: {
+	level: PressureLevel,
+} } | 
+/**  A model was downloaded, deleted or added. */
+{ name: "ondo://models-changed"; payload: Record<string, never> } | 
+/**
+ *  A run was recorded (chat, test generation or a benchmark's run): its
+ *  id, or the benchmark's while one runs.
+ */
+{ name: "ondo://runs-changed"; payload: {
+	run_id: string,
+} } | 
+/**  The settings were saved (in any window). */
+{ name: "ondo://settings-changed"; payload: AppSettings } | 
+/**
+ *  The tray menu asks a window to show a view (`models` goes to the
+ *  popover, the others to the main window).
+ */
+{ name: "ondo://navigate"; payload: {
+	view: NavigateView,
+} };
+
 /**  Everything the Settings screen shows. */
 export type AppSettings = {
 	/**  Minutes an idle model stays loaded; `None`: until memory is needed. */
@@ -609,6 +638,15 @@ export type ModelsView = {
 	/**  `HF_HUB_OFFLINE` is on: downloads are refused. */
 	offline: boolean,
 };
+
+/**  The views the tray menu can ask for. */
+export type NavigateView = 
+/**  The popover's Models section. */
+"models" | 
+/**  The main window's Runs view. */
+"runs" | 
+/**  The main window's Settings view. */
+"settings";
 
 /**  Something the session pool did, and why. */
 export type PoolEvent = {
