@@ -131,10 +131,11 @@ fn outcome(name: &str, result: Result<String, String>) -> Check {
 /// What to do when MLX cannot compute at all: the library is there (the
 /// process started) but unusable, e.g. a missing Metal library or BLAS.
 const HOW_TO_GET_MLX: &str = "on macOS rebuild Ondo so that mlx.metallib is \
-placed again (cargo build --release); on Linux reinstall the MLX wheel with \
-`make setup` (it puts mlx[cpu]==0.32.2 into .venv) and rebuild";
+placed again (a release build places it); on Linux reinstall the MLX wheel with \
+make setup (it puts mlx[cpu]==0.32.2 into .venv) and rebuild";
 
 fn mlx_err(e: impl std::fmt::Display) -> String {
+    let e = crate::engine::mlx_failure(&e);
     format!("MLX could not compute ({e}); {HOW_TO_GET_MLX}")
 }
 

@@ -6,6 +6,7 @@ pub mod cli;
 pub mod demo;
 pub mod doctor;
 pub mod engine;
+pub mod error_kind;
 pub mod hub;
 pub mod metrics;
 pub mod paths;
@@ -14,3 +15,5 @@ pub mod resolve;
 pub mod session;
 pub mod store;
 pub mod synth;
+
+pub use error_kind::ErrorKind;

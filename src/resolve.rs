@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::ErrorKind;
 use crate::hub::{ModelRef, library};
 use crate::paths::DataDirs;
 use crate::session::SessionPool;
@@ -62,12 +63,12 @@ pub enum ResolveError {
 }
 
 impl ResolveError {
-    /// A short name for clients to branch on.
-    pub fn kind(&self) -> &'static str {
+    /// What clients branch on.
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            ResolveError::NotAModelName { .. } => "not_a_model_name",
-            ResolveError::NotFound { .. } => "model_not_found",
-            ResolveError::Tiny(_) => "model_unavailable",
+            ResolveError::NotAModelName { .. } => ErrorKind::NotAModelName,
+            ResolveError::NotFound { .. } => ErrorKind::ModelNotFound,
+            ResolveError::Tiny(_) => ErrorKind::ModelUnavailable,
         }
     }
 }

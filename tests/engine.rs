@@ -180,7 +180,7 @@ fn bad_input_is_named_and_the_engine_keeps_serving() {
     expect_err(
         request(&dir, Prompt::Tokens { ids: vec![1; 5000] }),
         "prompt_too_long",
-        "--max-kv-size",
+        "bound the KV cache to 4096 tokens",
     );
     expect_err(
         request(

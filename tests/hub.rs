@@ -343,7 +343,10 @@ fn a_connection_that_keeps_dropping_is_a_named_error_and_keeps_what_arrived() {
     fx.hub.drop_next_transfers(100, 200_000);
     let err = download(&fx.client(), REPO, &mut Vec::new()).unwrap_err();
     assert_eq!(err.kind(), "interrupted", "{err}");
-    assert!(err.to_string().contains("pull again"), "{err}");
+    assert!(
+        err.to_string().contains("download the model again"),
+        "{err}"
+    );
     assert!(
         partial_files(&fx.blobs_dir())
             .iter()
@@ -586,8 +589,15 @@ fn a_full_disk_is_named_before_anything_is_written() {
     assert!(!output.status.success());
     let record: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(record["error"]["kind"], "disk_full", "{record}");
+    // The message is the one the app shows too; the CLI's hint names commands.
     let message = record["error"]["message"].as_str().unwrap();
-    assert!(message.contains("ondo rm"), "{message}");
+    assert!(message.contains("free some space"), "{message}");
+    assert!(!message.contains("ondo "), "{message}");
+    let hint = record["error"]["hint"].as_str().unwrap();
+    assert!(
+        hint.contains("ondo rm") && hint.contains(&format!("ondo pull {REPO}")),
+        "{hint}"
+    );
     // The tmpfs went away with the namespace; the real folder got nothing.
     assert!(std::fs::read_dir(&cache).unwrap().next().is_none());
 }
@@ -644,6 +654,23 @@ fn ls_and_rm_show_and_free_what_is_on_disk() {
     );
     assert!(library::find_cached(&fx.cache_dir(), REPO).is_none());
     let _ = fx.dirs();
+
+    // Removing it twice: the error, then the CLI's hint naming its commands.
+    let mut again = Command::new(env!("CARGO_BIN_EXE_ondo"));
+    again.args(["rm", REPO, "--yes"]);
+    fx.env(&mut again);
+    let output = again.output().unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(
+        lines[0].starts_with("error: ") && lines[0].contains("is not in the Hugging Face cache"),
+        "{stderr}"
+    );
+    assert!(
+        lines[1].starts_with("hint: ") && lines[1].contains("`ondo ls` lists the models here"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -289,7 +289,8 @@ fn a_non_empty_folder_is_refused_unless_forced() {
     std::fs::write(dir.join("notes.txt"), "mine").unwrap();
     let err = synth::write_model(&options("tiny"), &dir, &mut |_| {}).unwrap_err();
     assert!(matches!(err, SynthError::TargetNotEmpty { .. }));
-    assert!(err.to_string().contains("--force"), "{err}");
+    assert_eq!(err.kind(), "folder_not_empty");
+    assert!(err.to_string().contains("replace what is there"), "{err}");
     assert_eq!(
         std::fs::read_to_string(dir.join("notes.txt")).unwrap(),
         "mine"
@@ -303,6 +304,34 @@ fn a_non_empty_folder_is_refused_unless_forced() {
     );
     assert!(!dir.join("notes.txt").exists());
     assert!(dir.join("config.json").is_file());
+}
+
+#[test]
+fn the_cli_says_which_flag_replaces_a_non_empty_folder() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("m");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("notes.txt"), "mine").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_ondo"))
+        .args(["synth", "tiny"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    // The message in the words the app uses too, then the CLI's own hint.
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("error: ") && l.contains("is not empty")),
+        "{stderr}"
+    );
+    assert!(
+        lines.contains(&"hint: pass --force to replace what is there"),
+        "{stderr}"
+    );
+    assert!(dir.join("notes.txt").is_file());
 }
 
 #[test]

@@ -70,13 +70,7 @@ pub fn open_workspace<R: Runtime>(app: &AppHandle<R>, view: AppView) -> tauri::R
         workspace.show()?;
         workspace.unminimize()?;
         workspace.set_focus()?;
-        events::tell_all(
-            app,
-            events::NAVIGATE,
-            events::Navigate {
-                view: view.name().to_owned(),
-            },
-        );
+        events::AppEvent::Navigate { view: view.into() }.send(app);
         return Ok(());
     }
     // The page reads its first view from the fragment; later switches come
@@ -102,11 +96,8 @@ pub fn open_window<R: Runtime>(app: AppHandle<R>, view: AppView) -> Result<(), C
 #[specta::specta]
 pub async fn choose_export_path<R: Runtime>(
     app: AppHandle<R>,
-    format: String,
+    format: ReportFormat,
 ) -> Result<Option<PathBuf>, CommandError> {
-    let format: ReportFormat = format
-        .parse()
-        .map_err(|e: ondo::report::ReportError| CommandError::InvalidInput(e.to_string()))?;
     let today = ondo::session::record::now_rfc3339();
     let name = crate::runs::suggested_report_name(format, today.get(..10).unwrap_or("report"));
     let dialog = file_dialog(&app)?
@@ -227,11 +218,7 @@ pub fn watch_pressure_and_engine<R: Runtime>(app: AppHandle<R>) {
                     && last_level != Some(snapshot.level)
                 {
                     let level = snapshot.level;
-                    events::tell_all(
-                        &app,
-                        events::PRESSURE_LEVEL,
-                        events::PressureLevel { level },
-                    );
+                    events::AppEvent::PressureLevel { level }.send(&app);
                     last_level = Some(level);
                 }
                 if let Some(state) = app.try_state::<crate::state::AppState>() {
@@ -243,11 +230,7 @@ pub fn watch_pressure_and_engine<R: Runtime>(app: AppHandle<R>) {
                         .map(|m| (m.model_id.clone(), m.busy))
                         .collect();
                     if last_models.as_ref() != Some(&shape) {
-                        events::tell_all(
-                            &app,
-                            events::ENGINE_STATE,
-                            events::EngineState { resident },
-                        );
+                        events::AppEvent::EngineState { resident }.send(&app);
                         last_models = Some(shape);
                     }
                 }

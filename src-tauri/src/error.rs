@@ -3,7 +3,9 @@
 
 use serde::ser::SerializeStruct;
 
+use ondo::ErrorKind;
 use ondo::resolve::ResolveError;
+use ondo::store::StoreError;
 use ondo::synth::SynthError;
 
 /// Why a command failed. `message` (the `Display` text) says what happened and
@@ -13,8 +15,9 @@ pub enum CommandError {
     /// The UI sent arguments the command cannot use.
     #[error("{0}")]
     InvalidInput(String),
-    /// The built-in tiny model could not be written or found.
-    #[error("Could not prepare the built-in tiny model: {0}")]
+    /// The built-in tiny model could not be written or found (the UI's
+    /// headline says so; the message is the core's).
+    #[error("{0}")]
     ModelUnavailable(#[from] SynthError),
     /// A model name led nowhere; `kind` is the resolver's
     /// (`model_not_found`, `not_a_model_name`, `model_unavailable`).
@@ -32,26 +35,27 @@ pub enum CommandError {
     /// (`cancelled`, `invalid_input`, or the engine's).
     #[error("{0}")]
     Bench(#[from] ondo::bench::BenchError),
-    /// The run history could not be read or written.
-    #[error("The run history: {0}")]
-    History(String),
+    /// The run history could not be read or written; `kind` is the
+    /// store's own (`history_corrupt`, `history_busy`, `disk_full`, ...).
+    #[error("{0}")]
+    History(#[from] StoreError),
     /// The background task that did the work died (a panic in the core).
     #[error("Ondo hit an internal error ({0}); please report it with the steps that led here")]
     Internal(String),
 }
 
 impl CommandError {
-    /// The machine-readable name of the variant, in snake_case.
-    pub fn kind(&self) -> &'static str {
+    /// What the UI branches on: the shell's own kind, or the core's.
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::InvalidInput(_) => "invalid_input",
-            Self::ModelUnavailable(_) => "model_unavailable",
+            Self::InvalidInput(_) => ErrorKind::InvalidInput,
+            Self::ModelUnavailable(_) => ErrorKind::ModelUnavailable,
             Self::Model(error) => error.kind(),
             Self::Hub(error) => error.kind(),
-            Self::History(_) => "history",
+            Self::History(error) => error.kind(),
             Self::Run(error) => error.kind(),
             Self::Bench(error) => error.kind(),
-            Self::Internal(_) => "internal",
+            Self::Internal(_) => ErrorKind::Internal,
         }
     }
 }
@@ -59,7 +63,7 @@ impl CommandError {
 impl serde::Serialize for CommandError {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut fields = serializer.serialize_struct("CommandError", 2)?;
-        fields.serialize_field("kind", self.kind())?;
+        fields.serialize_field("kind", &self.kind())?;
         fields.serialize_field("message", &self.to_string())?;
         fields.end()
     }
@@ -82,6 +86,75 @@ mod tests {
         );
     }
 
+    /// The kind of each variant as the UI has always received it (the
+    /// core's errors keep their own). Exhaustive: a new variant does not
+    /// compile until it has a line here; give it an example in
+    /// `one_of_each` too.
+    fn kind_name(error: &CommandError) -> &'static str {
+        match error {
+            CommandError::InvalidInput(_) => "invalid_input",
+            CommandError::ModelUnavailable(_) => "model_unavailable",
+            CommandError::Model(_) => "model_not_found",
+            CommandError::Hub(_) => "disk_full",
+            CommandError::Run(_) => "prompt_too_long",
+            CommandError::Bench(_) => "cancelled",
+            CommandError::History(_) => "history_too_new",
+            CommandError::Internal(_) => "internal",
+        }
+    }
+
+    fn one_of_each() -> Vec<CommandError> {
+        vec![
+            CommandError::InvalidInput("max_tokens must be between 1 and 512".into()),
+            CommandError::ModelUnavailable(SynthError::TargetNotEmpty {
+                dir: "/data/models/tiny".into(),
+            }),
+            CommandError::Model(ondo::resolve::ResolveError::NotFound {
+                name: "acme/missing".into(),
+                looked_in: "/cache/hub".into(),
+                available: vec!["tiny".into()],
+            }),
+            CommandError::Hub(ondo::hub::HubError::DiskFull {
+                model: "mlx-community/Qwen3-0.6B-4bit".into(),
+                dir: "/cache/hub".into(),
+                needed_bytes: 3 << 30,
+                available_bytes: 1 << 30,
+            }),
+            CommandError::Run(ondo::engine::RunError::PromptTooLong(
+                "the prompt has 9000 tokens but /models/tiny reads at most 8192; shorten it, \
+                 or bound the KV cache to 8192 tokens"
+                    .into(),
+            )),
+            CommandError::Bench(ondo::bench::BenchError::Cancelled { done: 2, total: 8 }),
+            CommandError::History(StoreError::TooNew {
+                path: "/data/ondo.sqlite3".into(),
+                found: 9,
+                known: 4,
+            }),
+            CommandError::Internal("task panicked".into()),
+        ]
+    }
+
+    #[test]
+    fn every_variant_keeps_its_kind() {
+        for error in one_of_each() {
+            let json = serde_json::to_value(&error).unwrap();
+            assert_eq!(json["kind"], kind_name(&error), "{error:?}");
+        }
+    }
+
+    #[test]
+    fn no_message_names_a_cli_flag_or_a_source_file() {
+        for error in one_of_each() {
+            let message = error.to_string();
+            assert_eq!(
+                ondo::error_kind::out_of_place_in_the_app(&message),
+                None,
+                "{message}"
+            );
+        }
+    }
+
     #[test]
     fn internal_errors_tell_the_user_what_to_do() {
         let json = serde_json::to_value(CommandError::Internal("task panicked".into())).unwrap();
@@ -99,7 +172,7 @@ mod tests {
 #[allow(dead_code)] // only its shape is used
 struct CommandErrorShape {
     /// Stable, snake_case: `invalid_input`, `repo_not_found`, `cancelled`, ...
-    kind: String,
+    kind: ErrorKind,
     /// What happened and what to do.
     message: String,
 }

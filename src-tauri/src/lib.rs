@@ -176,6 +176,10 @@ pub fn typescript_bindings() -> Result<String, String> {
     let file = tempfile_path();
     tauri_specta::Builder::<tauri::Wry>::new()
         .commands(with_commands!(described_commands))
+        // The app-wide events' names and payloads, and every error kind as a
+        // list the UI's tests walk (its type is the union of the names).
+        .typ::<events::AppEvent>()
+        .constant("ERROR_KINDS", ondo::ErrorKind::ALL)
         // A rejected call rejects the promise with the CommandError, as
         // `invoke` does, rather than wrapping every result in an object.
         .error_handling(tauri_specta::ErrorHandlingMode::Throw)

@@ -213,7 +213,7 @@ pub(crate) fn history<T>(
         .pool
         .with_store(read)
         .ok_or_else(|| CommandError::Internal("the run history could not be opened".into()))?
-        .map_err(|e| CommandError::History(e.to_string()))
+        .map_err(CommandError::History)
 }
 
 /// The Settings screen's values (defaults until the user changes them).
@@ -245,7 +245,7 @@ pub fn set_settings<R: Runtime>(
     if folder_changed {
         crate::events::models_changed(&app);
     }
-    crate::events::tell_all(&app, crate::events::SETTINGS_CHANGED, settings.clone());
+    crate::events::AppEvent::SettingsChanged(settings.clone()).send(&app);
     crate::desktop::apply(&app, &settings)
         .map_err(|problem| CommandError::InvalidInput(format!("Saved, but {problem}")))
 }

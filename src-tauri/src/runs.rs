@@ -197,14 +197,9 @@ pub struct Exported {
 pub fn export_runs(
     state: State<'_>,
     filter: RunFilter,
-    format: String,
+    format: ReportFormat,
     path: PathBuf,
 ) -> Result<Exported, CommandError> {
-    let format: ReportFormat = format.parse().map_err(|_| {
-        CommandError::InvalidInput(format!(
-            "unknown report format '{format}'; choose json, jsonl, csv, md or html"
-        ))
-    })?;
     let query = filter.query();
     let rendered = crate::models::history(&state, |store| {
         let runs = filter.select(store)?;

@@ -5,7 +5,7 @@
 
 use tauri::menu::{Menu, MenuEvent, MenuItem, PredefinedMenuItem};
 use tauri::tray::TrayIconBuilder;
-use tauri::{AppHandle, Emitter, Runtime};
+use tauri::{AppHandle, Runtime};
 
 use crate::desktop::{self, AppView};
 use crate::{events, window};
@@ -52,14 +52,11 @@ pub fn create<R: Runtime>(app: &AppHandle<R>) -> tauri::Result<()> {
 fn on_menu_event<R: Runtime>(app: &AppHandle<R>, event: MenuEvent) {
     let done = match event.id().as_ref() {
         MENU_OPEN => window::toggle(app),
-        MENU_MODELS => window::show(app).and_then(|()| {
-            app.emit_to(
-                window::POPOVER_LABEL,
-                events::NAVIGATE,
-                events::Navigate {
-                    view: "models".into(),
-                },
-            )
+        MENU_MODELS => window::show(app).map(|()| {
+            events::AppEvent::Navigate {
+                view: events::NavigateView::Models,
+            }
+            .send_to(app, window::POPOVER_LABEL)
         }),
         MENU_RUNS => desktop::open_workspace(app, AppView::Runs),
         MENU_SETTINGS => desktop::open_workspace(app, AppView::Settings),

@@ -244,17 +244,20 @@ fn runs_are_recorded_with_memory_and_can_be_exported() {
     assert_eq!(written["bytes"].as_u64().unwrap(), html.len() as u64);
     assert!(written["runs"].as_u64().unwrap() >= 1, "{written}");
     assert!(html.contains("<svg") && html.contains("tiny"));
+    // The format is typed: one the app does not offer is refused before
+    // the command runs, and nothing is written.
+    let refused = DATA_ROOT.path().join("runs.pdf");
     let error = invoke(
         &popover,
         "export_runs",
-        json!({ "filter": { "last": 5 }, "format": "pdf", "path": path }),
+        json!({ "filter": { "last": 5 }, "format": "pdf", "path": refused }),
     )
     .unwrap_err();
-    assert_eq!(error["kind"], "invalid_input");
     assert!(
-        error["message"].as_str().unwrap().contains("csv"),
+        error.as_str().is_some_and(|text| text.contains("pdf")),
         "{error}"
     );
+    assert!(!refused.exists());
     // No dialog under the test runtime: the command says so instead of hanging.
     let error = invoke(&popover, "choose_export_path", json!({ "format": "csv" })).unwrap_err();
     assert_eq!(error["kind"], "invalid_input");
@@ -441,6 +444,59 @@ fn a_chat_turn_streams_is_recorded_and_the_next_turn_is_warm() {
     assert!(message.contains("acme/not-downloaded"), "{message}");
     let message = error["message"].as_str().unwrap();
     assert!(message.contains("acme/not-downloaded"), "{message}");
+}
+
+#[test]
+fn a_damaged_model_folder_is_explained_without_cli_words_or_source_paths() {
+    let popover = popover();
+    let tiny = invoke(&popover, "prepare_builtin_model", Value::Null).unwrap();
+    let source = std::path::PathBuf::from(tiny["model_dir"].as_str().unwrap());
+    let chat = |folder: &std::path::Path, id: &str| {
+        let request = json!({
+            "model": folder,
+            "conversationId": id,
+            "systemPrompt": null,
+            "messages": [{ "role": "user", "content": "hi" }],
+            "settings": { "max_tokens": 2 },
+            "onEvent": "__CHANNEL__:9",
+        });
+        invoke(&popover, "chat_send", request).unwrap_err()
+    };
+
+    // Weights that MLX cannot read: its own message, without the C++ and
+    // Rust source locations it arrives with.
+    let damaged = DATA_ROOT.path().join("damaged-model");
+    std::fs::create_dir_all(&damaged).unwrap();
+    for entry in std::fs::read_dir(&source).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), damaged.join(entry.file_name())).unwrap();
+    }
+    std::fs::write(
+        damaged.join("model.safetensors"),
+        b"\x08\0\0\0\0\0\0\0not json",
+    )
+    .unwrap();
+    let error = chat(&damaged, "damaged");
+    assert_eq!(error["kind"], "load", "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("model.safetensors"), "{message}");
+    assert_eq!(
+        ondo::error_kind::out_of_place_in_the_app(message),
+        None,
+        "{message}"
+    );
+
+    // No weights at all: what to do, in words that fit the app.
+    std::fs::remove_file(damaged.join("model.safetensors")).unwrap();
+    let error = chat(&damaged, "no-weights");
+    assert_eq!(error["kind"], "load", "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("download the model again"), "{message}");
+    assert_eq!(
+        ondo::error_kind::out_of_place_in_the_app(message),
+        None,
+        "{message}"
+    );
 }
 
 #[test]

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::ErrorKind;
 use crate::engine::generate::LoopShape;
 use crate::engine::{CancelToken, GenerateRequest, Prompt, RunError};
 use crate::session::SessionPool;
@@ -275,12 +276,12 @@ pub enum BenchError {
 
 impl BenchError {
     /// A short machine-readable name for clients (the app's error kinds).
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> ErrorKind {
         match self {
             BenchError::Engine(e) => e.kind(),
-            BenchError::Peer(_) => "peer",
-            BenchError::Plan(_) => "invalid_input",
-            BenchError::Cancelled { .. } => "cancelled",
+            BenchError::Peer(_) => ErrorKind::Peer,
+            BenchError::Plan(_) => ErrorKind::InvalidInput,
+            BenchError::Cancelled { .. } => ErrorKind::Cancelled,
         }
     }
 }
@@ -486,6 +487,51 @@ pub fn ratio(ours: f64, theirs: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The kind each variant has always had; an engine error keeps its own.
+    /// Exhaustive: a new variant does not compile until it has a line here;
+    /// give it an example in `one_of_each` too.
+    fn kind_name(error: &BenchError) -> &'static str {
+        match error {
+            BenchError::Engine(_) => "empty_prompt",
+            BenchError::Peer(peer::PeerError::Start { .. }) => "peer",
+            BenchError::Peer(peer::PeerError::Failed(_)) => "peer",
+            BenchError::Plan(_) => "invalid_input",
+            BenchError::Cancelled { .. } => "cancelled",
+        }
+    }
+
+    fn one_of_each() -> Vec<BenchError> {
+        vec![
+            BenchError::Engine(RunError::EmptyPrompt),
+            BenchError::Peer(peer::PeerError::Start {
+                python: ".venv/bin/python".into(),
+                message: "No such file or directory (os error 2)".into(),
+            }),
+            BenchError::Peer(peer::PeerError::Failed("mlx_lm is not installed".into())),
+            BenchError::Plan("give at least one loop shape".into()),
+            BenchError::Cancelled { done: 3, total: 12 },
+        ]
+    }
+
+    #[test]
+    fn every_variant_keeps_its_kind() {
+        for error in one_of_each() {
+            assert_eq!(error.kind().as_str(), kind_name(&error), "{error:?}");
+        }
+    }
+
+    #[test]
+    fn every_message_speaks_to_the_app_and_the_cli_alike() {
+        for error in one_of_each() {
+            let message = error.to_string();
+            assert_eq!(
+                crate::error_kind::out_of_place_in_the_app(&message),
+                None,
+                "{message}"
+            );
+        }
+    }
 
     #[test]
     fn synthetic_prompts_differ_per_repetition_and_avoid_special_tokens() {

@@ -14,8 +14,8 @@ const WORKER: &str = include_str!("mlx_lm_peer.py");
 #[derive(Debug, thiserror::Error)]
 pub enum PeerError {
     #[error(
-        "could not start {python} for the mlx-lm peer: {message}; install it with `make setup` \
-         or pass --python PATH to a Python that has mlx-lm"
+        "could not start {python} for the mlx-lm peer: {message}; point Ondo at a Python \
+         that has mlx-lm (make setup installs one into .venv)"
     )]
     Start { python: PathBuf, message: String },
     #[error("the mlx-lm peer failed: {0}")]

@@ -333,7 +333,7 @@ fn warnings(records: &[RunRecord], provenance: &Provenance) -> Vec<String> {
     let mut warnings = Vec::new();
     if provenance.build_profile == "debug" {
         warnings.push(
-            "debug build: timings understate Ondo; build with --release (make release) to compare"
+            "debug build: timings understate Ondo; compare with a release build (make release)"
                 .into(),
         );
     }
@@ -386,18 +386,23 @@ pub(super) fn fresh_process_run(
         .args(["--ignore-eos", "--json", "--no-history", "--load-anyway"])
         .env(SPAWNED_AT_ENV, spawned_at.to_string())
         .output()
-        .map_err(|e| BenchError::Plan(format!("could not start ondo run: {e}")))?;
+        .map_err(|e| {
+            BenchError::Plan(format!(
+                "could not start a fresh process for the cold start: {e}"
+            ))
+        })?;
     let record: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|_| {
         BenchError::Plan(format!(
             "the fresh-process run failed: {}",
             String::from_utf8_lossy(&out.stderr)
         ))
     })?;
-    let cold_start_ms = record["cold_start_ms"]
-        .as_f64()
-        .ok_or_else(|| BenchError::Plan("ondo run did not report cold_start_ms".into()))?;
-    let stats: RunStats = serde_json::from_value(record)
-        .map_err(|e| BenchError::Plan(format!("ondo run's record: {e}")))?;
+    let cold_start_ms = record["cold_start_ms"].as_f64().ok_or_else(|| {
+        BenchError::Plan("the fresh process did not report its cold start time".into())
+    })?;
+    let stats: RunStats = serde_json::from_value(record).map_err(|e| {
+        BenchError::Plan(format!("the fresh process's record could not be read: {e}"))
+    })?;
     Ok((stats, cold_start_ms))
 }
 

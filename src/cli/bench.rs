@@ -9,6 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::bench::plan::{BenchOutcome, VarySetting};
 use crate::bench::{self, BenchPlan, BenchShape, PeerComparison, Summary, ratio};
+use crate::cli::error::CliError;
 use crate::engine::CancelToken;
 use crate::report::{Report, ReportFormat};
 use crate::resolve::{NamedBy, resolve_model};
@@ -64,12 +65,13 @@ pub struct BenchArgs {
     reports: Vec<PathBuf>,
 }
 
-pub fn run(args: BenchArgs) -> Result<ExitCode, String> {
+pub fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
     for path in &args.reports {
         report_format(path)?;
     }
     let pool = crate::cli::run::session_pool(false)?;
-    let model = resolve_model(&pool, &args.model, NamedBy::Local).map_err(|e| e.to_string())?;
+    let model = resolve_model(&pool, &args.model, NamedBy::Local)
+        .map_err(|e| CliError::from(e).about(&args.model))?;
     let plan = BenchPlan::new(&model, args.shape.clone());
     if args.peer.is_some() {
         compare(&pool, &plan, &args)
@@ -91,13 +93,12 @@ fn progress_bar(template: &str, json: bool) -> Result<ProgressBar, String> {
 }
 
 /// Ondo against mlx-lm, alternating; Ondo's runs recorded in the history.
-fn compare(pool: &SessionPool, plan: &BenchPlan, args: &BenchArgs) -> Result<ExitCode, String> {
+fn compare(pool: &SessionPool, plan: &BenchPlan, args: &BenchArgs) -> Result<ExitCode, CliError> {
     if !args.reports.is_empty() {
-        return Err(
+        return Err(CliError::from(
             "--report writes Ondo's own benchmark; for the comparison use --json or --markdown, \
-             or `ondo report --bench latest`"
-                .into(),
-        );
+                 or `ondo report --bench latest`",
+        ));
     }
     let python = bench::peer::find_python(args.python.as_deref());
     let bar = progress_bar("{msg} [{bar:30}] {pos}/{len} runs, {elapsed}", args.json)?;
@@ -107,7 +108,7 @@ fn compare(pool: &SessionPool, plan: &BenchPlan, args: &BenchArgs) -> Result<Exi
         bar.set_position(done as u64);
     });
     bar.finish_and_clear();
-    let result = result.map_err(|e| e.to_string())?;
+    let result = result?;
     if args.json {
         println!(
             "{}",
@@ -128,7 +129,7 @@ fn compare(pool: &SessionPool, plan: &BenchPlan, args: &BenchArgs) -> Result<Exi
 }
 
 /// Ondo alone, with the plan's cases, recorded in the run history.
-fn run_plan(pool: &SessionPool, plan: &BenchPlan, args: &BenchArgs) -> Result<ExitCode, String> {
+fn run_plan(pool: &SessionPool, plan: &BenchPlan, args: &BenchArgs) -> Result<ExitCode, CliError> {
     let bar = progress_bar("{bar:30} {pos}/{len} runs {elapsed} {msg}", args.json)?;
     let outcome = bench::plan::run_plan(pool, plan, &CancelToken::new(), &mut |p| {
         bar.set_length(p.total as u64);
@@ -136,7 +137,7 @@ fn run_plan(pool: &SessionPool, plan: &BenchPlan, args: &BenchArgs) -> Result<Ex
         bar.set_message(p.what);
     });
     bar.finish_and_clear();
-    let outcome = outcome.map_err(|e| e.to_string())?;
+    let outcome = outcome?;
     for path in &args.reports {
         write_report(path, &outcome, pool)?;
         eprintln!("wrote {}", path.display());

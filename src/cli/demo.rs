@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
+use crate::cli::error::CliError;
 use crate::cli::human_bytes;
 use crate::demo::{DemoRun, run_demo};
 use crate::engine::generate::LoopShape;
@@ -37,9 +38,10 @@ pub struct DemoArgs {
     no_history: bool,
 }
 
-pub fn run(args: DemoArgs) -> Result<ExitCode, String> {
+pub fn run(args: DemoArgs) -> Result<ExitCode, CliError> {
     let pool = crate::cli::run::session_pool(args.no_history)?;
-    let model = resolve_model(&pool, &args.model, NamedBy::Local).map_err(|e| e.to_string())?;
+    let model = resolve_model(&pool, &args.model, NamedBy::Local)
+        .map_err(|e| CliError::from(e).about(&args.model))?;
     // The same pool twice: the first run loads (cold), the second finds the
     // model resident (warm).
     let once = || {
@@ -50,7 +52,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode, String> {
             args.max_tokens,
             args.loop_shape,
         )
-        .map_err(|e| e.to_string())
+        .map_err(|e| CliError::from(e).about(&args.model))
     };
     let cold = once()?;
     let warm = once()?;

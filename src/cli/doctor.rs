@@ -4,6 +4,8 @@ use std::process::ExitCode;
 
 use clap::Args;
 
+use crate::ErrorKind;
+use crate::cli::error::CliError;
 use crate::cli::human_bytes;
 use crate::doctor::DoctorReport;
 
@@ -14,10 +16,11 @@ pub struct DoctorArgs {
     json: bool,
 }
 
-pub fn run(args: DoctorArgs) -> Result<ExitCode, String> {
+pub fn run(args: DoctorArgs) -> Result<ExitCode, CliError> {
     let report = DoctorReport::collect();
     if args.json {
-        let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+        let text = serde_json::to_string_pretty(&report)
+            .map_err(|e| CliError::new(ErrorKind::Internal, e.to_string()))?;
         println!("{text}");
     } else {
         print_text(&report);

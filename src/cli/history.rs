@@ -6,6 +6,8 @@ use std::process::ExitCode;
 
 use clap::Args;
 
+use crate::ErrorKind;
+use crate::cli::error::CliError;
 use crate::cli::human_bytes;
 use crate::paths::DataDirs;
 use crate::report::{Report, ReportFormat};
@@ -41,33 +43,31 @@ pub struct Selection {
     include_warmup: bool,
 }
 
-fn open_store() -> Result<Store, String> {
-    Store::open_default(&DataDirs::from_env().data_dir).map_err(|e| e.to_string())
+fn open_store() -> Result<Store, CliError> {
+    Ok(Store::open_default(&DataDirs::from_env().data_dir)?)
 }
 
-fn select(store: &Store, selection: &Selection) -> Result<Vec<RunRecord>, String> {
+fn select(store: &Store, selection: &Selection) -> Result<Vec<RunRecord>, CliError> {
     let bench_id = match selection.bench.as_deref() {
-        Some("latest") => Some(
-            store
-                .latest_bench_id()
-                .map_err(|e| e.to_string())?
-                .ok_or("no benchmark has been recorded yet (ondo bench MODEL)")?,
-        ),
+        Some("latest") => Some(store.latest_bench_id()?.ok_or_else(|| {
+            CliError::new(
+                ErrorKind::InvalidInput,
+                "no benchmark has been recorded yet (ondo bench MODEL records one)",
+            )
+        })?),
         other => other.map(str::to_owned),
     };
-    store
-        .runs(&RunQuery {
-            last: Some(selection.last),
-            model_id: selection.model.clone(),
-            bench_id,
-            kind: selection.kind,
-            conversation_id: None,
-            include_warmup: selection.include_warmup,
-            loop_shape: selection.loop_shape,
-            prefill_step_size: selection.prefill_step_size,
-            max_kv_size: selection.max_kv_size,
-        })
-        .map_err(|e| e.to_string())
+    Ok(store.runs(&RunQuery {
+        last: Some(selection.last),
+        model_id: selection.model.clone(),
+        bench_id,
+        kind: selection.kind,
+        conversation_id: None,
+        include_warmup: selection.include_warmup,
+        loop_shape: selection.loop_shape,
+        prefill_step_size: selection.prefill_step_size,
+        max_kv_size: selection.max_kv_size,
+    })?)
 }
 
 #[derive(Debug, Args)]
@@ -87,7 +87,7 @@ pub struct RunsArgs {
 }
 
 /// Prints recorded runs side by side.
-pub fn runs(args: RunsArgs) -> Result<ExitCode, String> {
+pub fn runs(args: RunsArgs) -> Result<ExitCode, CliError> {
     let store = open_store()?;
     let runs = select(&store, &args.selection)?;
     if runs.is_empty() {
@@ -216,11 +216,9 @@ pub struct ReportArgs {
 }
 
 /// Writes recorded runs as a report.
-pub fn report(args: ReportArgs) -> Result<ExitCode, String> {
+pub fn report(args: ReportArgs) -> Result<ExitCode, CliError> {
     let format: ReportFormat = match (&args.format, &args.out) {
-        (Some(f), _) => f
-            .parse()
-            .map_err(|_| format!("unknown format '{f}': use json, jsonl, csv, md or html"))?,
+        (Some(f), _) => f.parse()?,
         (None, Some(path)) => path
             .extension()
             .and_then(|e| e.to_str())
@@ -244,18 +242,21 @@ pub fn report(args: ReportArgs) -> Result<ExitCode, String> {
     };
     match &args.out {
         Some(path) => {
-            let mut out = std::io::BufWriter::new(
-                std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?,
-            );
+            let cannot_write = |e: std::io::Error| {
+                CliError::new(ErrorKind::Io, format!("{}: {e}", path.display()))
+            };
+            let mut out =
+                std::io::BufWriter::new(std::fs::File::create(path).map_err(cannot_write)?);
             crate::report::write(&report, format, &mut out)
                 .and_then(|()| std::io::Write::flush(&mut out))
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+                .map_err(cannot_write)?;
             eprintln!("wrote {} runs to {}", runs.len(), path.display());
         }
         None => {
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
-            crate::report::write(&report, format, &mut out).map_err(|e| e.to_string())?;
+            crate::report::write(&report, format, &mut out)
+                .map_err(|e| CliError::new(ErrorKind::Io, e.to_string()))?;
         }
     }
     Ok(ExitCode::SUCCESS)

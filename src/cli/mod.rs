@@ -2,12 +2,15 @@
 
 mod bench;
 mod doctor;
+pub mod error;
 mod history;
 mod models;
 pub mod run;
 mod synth;
 
 use clap::{Parser, Subcommand};
+
+use error::CliError;
 
 /// Run language models locally on MLX and see where the time and the memory go.
 ///
@@ -64,15 +67,16 @@ enum Command {
 mod demo;
 
 /// Parses the command line, runs the command, and returns the exit code.
+/// A failure prints its message, then a hint in the terminal's words.
 pub fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Doctor(args) => doctor::run(args),
         Command::Synth(args) => synth::run(args),
-        Command::Demo(args) => demo::run(args),
-        Command::Run(args) => run::run(args),
-        Command::Chat(args) => run::chat(args),
-        Command::Bench(args) => bench::run(args),
+        Command::Demo(args) => demo::run(args).map_err(CliError::from),
+        Command::Run(args) => run::run(args).map_err(CliError::from),
+        Command::Chat(args) => run::chat(args).map_err(CliError::from),
+        Command::Bench(args) => bench::run(args).map_err(CliError::from),
         Command::Pull(args) => models::pull(args),
         Command::Ls(args) => models::ls(args),
         Command::Rm(args) => models::rm(args),
@@ -83,8 +87,11 @@ pub fn main() -> std::process::ExitCode {
     };
     match result {
         Ok(code) => code,
-        Err(message) => {
-            eprintln!("error: {message}");
+        Err(error) => {
+            eprintln!("error: {}", error.message);
+            if let Some(hint) = error.hint() {
+                eprintln!("hint: {hint}");
+            }
             std::process::ExitCode::FAILURE
         }
     }

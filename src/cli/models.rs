@@ -9,6 +9,8 @@ use std::time::Duration;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::ErrorKind;
+use crate::cli::error::CliError;
 use crate::hub::{
     DownloadCancel, DownloadEvent, DownloadOptions, Hub, HubConfig, HubError, ModelRef, OnCancel,
     catalog,
@@ -18,27 +20,34 @@ use crate::hub::{
 };
 use crate::paths::DataDirs;
 
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
+fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))
+        .map_err(|e| {
+            CliError::new(
+                ErrorKind::Internal,
+                format!("cannot start the async runtime: {e}"),
+            )
+        })
 }
 
-fn hub() -> Result<(Hub, DataDirs), String> {
+fn hub() -> Result<(Hub, DataDirs), CliError> {
     let dirs = DataDirs::from_env();
-    let hub = Hub::new(HubConfig::from_env(&dirs)).map_err(|e| e.to_string())?;
+    let hub = Hub::new(HubConfig::from_env(&dirs))?;
     Ok((hub, dirs))
 }
 
-/// Prints a hub error; with `--json` also as `{"error": {kind, message}}` on
-/// stdout so scripts can branch on the kind.
-fn fail(err: HubError, json: bool) -> Result<ExitCode, String> {
+/// A hub error, about `model` when the command named one; with `--json` also printed as
+/// `{"error": {kind, message, hint}}` on stdout so scripts can branch on
+/// the kind.
+fn fail(err: HubError, model: Option<&str>, json: bool) -> CliError {
+    let mut error = CliError::from(err);
+    error.model = model.map(str::to_owned);
     if json {
-        let record = serde_json::json!({"error": {"kind": err.kind(), "message": err.to_string()}});
-        println!("{record}");
+        println!("{}", error.to_json());
     }
-    Err(err.to_string())
+    error
 }
 
 /// MLX's recommended working set on a Mac (None on Linux's CPU backend).
@@ -69,10 +78,10 @@ pub struct PullArgs {
 }
 
 /// Downloads a model into the shared Hugging Face cache.
-pub fn pull(args: PullArgs) -> Result<ExitCode, String> {
+pub fn pull(args: PullArgs) -> Result<ExitCode, CliError> {
     let model = match ModelRef::parse(&args.model) {
         Ok(model) => model,
-        Err(err) => return fail(err, args.json),
+        Err(err) => return Err(fail(err, Some(&args.model), args.json)),
     };
     let (hub, _dirs) = hub()?;
     let rt = runtime()?;
@@ -134,9 +143,9 @@ pub fn pull(args: PullArgs) -> Result<ExitCode, String> {
         }
         Err(HubError::Cancelled) if on_cancel == OnCancel::KeepPartial => {
             eprintln!("paused: what arrived is kept; run `ondo pull {model}` again to continue");
-            fail(HubError::Cancelled, args.json).map(|_| ExitCode::from(130))
+            Err(fail(HubError::Cancelled, Some(&args.model), args.json))
         }
-        Err(err) => fail(err, args.json),
+        Err(err) => Err(fail(err, Some(&args.model), args.json)),
     }
 }
 
@@ -253,7 +262,7 @@ pub struct LsArgs {
 }
 
 /// Lists the models on this machine (or the catalog).
-pub fn ls(args: LsArgs) -> Result<ExitCode, String> {
+pub fn ls(args: LsArgs) -> Result<ExitCode, CliError> {
     let dirs = DataDirs::from_env();
     if args.catalog {
         return list_catalog(&dirs, args.json);
@@ -316,7 +325,7 @@ fn library_row(model: &LibraryModel) -> [String; 6] {
     ]
 }
 
-fn list_catalog(dirs: &DataDirs, json: bool) -> Result<ExitCode, String> {
+fn list_catalog(dirs: &DataDirs, json: bool) -> Result<ExitCode, CliError> {
     let offers = sizing::catalog_offers(
         &dirs.hf_cache_dir,
         crate::hub::fit::DEFAULT_CONTEXT_TOKENS,
@@ -377,7 +386,7 @@ pub struct RmArgs {
 }
 
 /// Removes a model from the library.
-pub fn rm(args: RmArgs) -> Result<ExitCode, String> {
+pub fn rm(args: RmArgs) -> Result<ExitCode, CliError> {
     let dirs = DataDirs::from_env();
     let as_path = Path::new(&args.model);
     if as_path.is_dir()
@@ -385,24 +394,28 @@ pub fn rm(args: RmArgs) -> Result<ExitCode, String> {
             .iter()
             .any(|f| same_path(f, as_path))
     {
-        library::remove_folder(&dirs, as_path).map_err(|e| e.to_string())?;
+        library::remove_folder(&dirs, as_path)?;
         println!("forgot {} (its files are untouched)", as_path.display());
         return Ok(ExitCode::SUCCESS);
     }
-    let model = ModelRef::parse(&args.model).map_err(|e| e.to_string())?;
+    let model = ModelRef::parse(&args.model).map_err(|e| CliError::from(e).about(&args.model))?;
     let Some(entry) = library::find_cached(&dirs.hf_cache_dir, &model.repo_id) else {
-        return Err(format!(
-            "{} is not in the Hugging Face cache at {}; `ondo ls` lists what is",
+        let message = format!(
+            "{} is not in the Hugging Face cache at {}",
             model.repo_id,
             dirs.hf_cache_dir.display()
-        ));
+        );
+        return Err(CliError::new(ErrorKind::NotInLibrary, message).about(&args.model));
     };
     if !args.yes {
         if !std::io::stdin().is_terminal() {
-            return Err(format!(
-                "this would delete {} ({}); pass --yes to confirm",
-                model.repo_id,
-                human_bytes(entry.size_on_disk_bytes)
+            return Err(CliError::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "this would delete {} ({}); pass --yes to confirm",
+                    model.repo_id,
+                    human_bytes(entry.size_on_disk_bytes)
+                ),
             ));
         }
         eprint!(
@@ -419,7 +432,7 @@ pub fn rm(args: RmArgs) -> Result<ExitCode, String> {
             return Ok(ExitCode::SUCCESS);
         }
     }
-    let freed = library::delete_cached(&dirs.hf_cache_dir, &model).map_err(|e| e.to_string())?;
+    let freed = library::delete_cached(&dirs.hf_cache_dir, &model)?;
     println!("removed {}, freed {}", model.repo_id, human_bytes(freed));
     Ok(ExitCode::SUCCESS)
 }
@@ -446,8 +459,9 @@ pub struct FitArgs {
 }
 
 /// Says whether a model fits in this machine's memory, and what to change if not.
-pub fn fit(args: FitArgs) -> Result<ExitCode, String> {
-    let (facts, label) = model_facts(&args.model).map_err(|e| e.to_string())?;
+pub fn fit(args: FitArgs) -> Result<ExitCode, CliError> {
+    let (facts, label) =
+        model_facts(&args.model).map_err(|e| fail(e, Some(&args.model), args.json))?;
     let estimate = facts.estimate(args.context, MachineMemory::read(working_set()));
     if args.json {
         let mut record = serde_json::to_value(&estimate).expect("plain data");
@@ -502,9 +516,9 @@ fn model_facts(text: &str) -> Result<(ModelFacts, String), HubError> {
     }
     let hub = Hub::new(HubConfig::from_env(&dirs))?;
     runtime()
-        .map_err(|detail| HubError::Unreachable {
+        .map_err(|error| HubError::Unreachable {
             endpoint: hub.config().endpoint.clone(),
-            detail,
+            detail: error.message,
         })?
         .block_on(hub.facts_for(text))
 }
@@ -542,7 +556,7 @@ pub struct SearchArgs {
 }
 
 /// Searches the hub for MLX models by name.
-pub fn search(args: SearchArgs) -> Result<ExitCode, String> {
+pub fn search(args: SearchArgs) -> Result<ExitCode, CliError> {
     let (hub, dirs) = hub()?;
     // The hub searches for one substring; words are matched in order as one.
     let query = args.text.split_whitespace().collect::<Vec<_>>().join("-");
@@ -555,7 +569,7 @@ pub fn search(args: SearchArgs) -> Result<ExitCode, String> {
                 .filter(|e| words_match(e.repo_id, &args.text))
                 .collect();
             if offline.is_empty() || args.json {
-                return fail(err, args.json);
+                return Err(fail(err, None, args.json));
             }
             eprintln!("{err}\nFrom Ondo's catalog instead:");
             for entry in offline {

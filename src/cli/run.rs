@@ -7,6 +7,8 @@ use std::process::ExitCode;
 
 use clap::Args;
 
+use crate::ErrorKind;
+use crate::cli::error::CliError;
 use crate::cli::human_bytes;
 use crate::engine::chat_template::ChatMessage;
 use crate::engine::{CancelToken, GenerateRequest, Prompt, RunEvent, RunStats};
@@ -57,16 +59,13 @@ impl GenerationArgs {
 
     /// The pool this command runs through and the model it names, with the
     /// settings and the fit checked first.
-    fn start(&self) -> Result<(SessionPool, ResolvedModel), String> {
-        self.settings.check()?;
+    fn start(&self) -> Result<(SessionPool, ResolvedModel), CliError> {
+        self.settings
+            .check()
+            .map_err(|e| CliError::new(ErrorKind::InvalidSettings, e))?;
         let pool = session_pool(self.no_history)?;
-        let model = resolve_model(&pool, &self.model, NamedBy::Local).map_err(|e| match e {
-            crate::resolve::ResolveError::NotFound { .. } => format!(
-                "{e}\ndownload it first (`ondo pull {}`), or pass a model folder",
-                self.model
-            ),
-            e => e.to_string(),
-        })?;
+        let model = resolve_model(&pool, &self.model, NamedBy::Local)
+            .map_err(|e| CliError::from(e).about(&self.model))?;
         check_fit(&model.dir, self)?;
         Ok((pool, model))
     }
@@ -186,7 +185,7 @@ pub fn footer(stats: &RunStats) -> String {
     lines.join("\n")
 }
 
-pub fn run(args: RunArgs) -> Result<ExitCode, String> {
+pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
     let (pool, model) = args.generation.start()?;
     let prompt = if let Some(ids) = args.prompt_ids {
         Prompt::Tokens { ids }
@@ -217,7 +216,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, String> {
                 }
             }
         })
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| CliError::from(e).about(&args.generation.model))?;
     if let Some(err) = pool.last_store_error() {
         eprintln!("note: the run was not recorded in the history: {err}");
     }
@@ -239,7 +238,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, String> {
 
 /// A session pool (and its engine) that records into the run history
 /// (unless asked not to, or the history cannot be opened: then it says so).
-pub(crate) fn session_pool(no_history: bool) -> Result<SessionPool, String> {
+pub(crate) fn session_pool(no_history: bool) -> Result<SessionPool, CliError> {
     let store = if no_history {
         None
     } else {
@@ -251,10 +250,10 @@ pub(crate) fn session_pool(no_history: bool) -> Result<SessionPool, String> {
             }
         }
     };
-    SessionPool::start(PoolSettings::default(), store).map_err(|e| e.to_string())
+    Ok(SessionPool::start(PoolSettings::default(), store)?)
 }
 
-pub fn chat(args: ChatArgs) -> Result<ExitCode, String> {
+pub fn chat(args: ChatArgs) -> Result<ExitCode, CliError> {
     let (pool, model) = args.generation.start()?;
     // The model loads with the first turn, so that turn is recorded as the
     // cold start it is (with its load time) and later turns as warm.
@@ -284,8 +283,7 @@ pub fn chat(args: ChatArgs) -> Result<ExitCode, String> {
             "" => continue,
             "/exit" | "/quit" => break,
             "/reset" => {
-                pool.forget_conversation(&format!("{session}-{conversation}"))
-                    .map_err(|e| e.to_string())?;
+                pool.forget_conversation(&format!("{session}-{conversation}"))?;
                 conversation += 1;
                 messages.clear();
                 eprintln!("(new conversation)");
@@ -319,7 +317,13 @@ pub fn chat(args: ChatArgs) -> Result<ExitCode, String> {
                 }
             })
             .map(|(outcome, _)| outcome)
-            .map_err(|e| e.to_string());
+            .map_err(|e| {
+                let error = CliError::from(e).about(&args.generation.model);
+                match error.hint() {
+                    Some(hint) => format!("{error}\nhint: {hint}"),
+                    None => error.to_string(),
+                }
+            });
         match streamed {
             Ok(outcome) => {
                 println!();

@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::ErrorKind;
+use crate::cli::error::CliError;
 use crate::cli::human_bytes;
 use crate::synth::{self, Arch, SynthOptions, WeightDtype};
 
@@ -91,8 +93,8 @@ fn parse_size(text: &str) -> Result<u64, String> {
     Ok((number * scale) as u64)
 }
 
-pub fn run(args: SynthArgs) -> Result<ExitCode, String> {
-    let preset = synth::preset_named(&args.preset).map_err(|e| e.to_string())?;
+pub fn run(args: SynthArgs) -> Result<ExitCode, CliError> {
+    let preset = synth::preset_named(&args.preset)?;
     let mut options = SynthOptions::for_preset(preset);
     options.arch = args.arch;
     if let Some(Bits(bits)) = args.bits {
@@ -119,12 +121,12 @@ pub fn run(args: SynthArgs) -> Result<ExitCode, String> {
         bar.set_length(p.tensors_total as u64);
         bar.set_position(p.tensors_done as u64);
         bar.set_message(p.current);
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
     bar.finish_and_clear();
 
     if args.json {
-        let text = serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?;
+        let text = serde_json::to_string_pretty(&summary)
+            .map_err(|e| CliError::new(ErrorKind::Internal, e.to_string()))?;
         println!("{text}");
     } else {
         let quant = match options.bits {

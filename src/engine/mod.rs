@@ -24,7 +24,9 @@ use std::path::PathBuf;
 /// where there is one, the tensor.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("{dir} has no config.json; is this a model folder? (`ondo synth tiny DIR` writes one)")]
+    #[error(
+        "{dir} has no config.json, so it is not a model folder: pick the folder that holds config.json and the .safetensors files"
+    )]
     ConfigMissing { dir: PathBuf },
     #[error("{path} is not a valid model config: {message}")]
     ConfigInvalid { path: PathBuf, message: String },
@@ -35,11 +37,11 @@ pub enum LoadError {
         supported: String,
     },
     #[error(
-        "{dir} has no model*.safetensors files; the download may be incomplete (run `ondo pull` again)"
+        "{dir} has no model*.safetensors files; the download may be incomplete: download the model again"
     )]
     NoWeightFiles { dir: PathBuf },
     #[error(
-        "{file} is listed in model.safetensors.index.json but missing; the download is incomplete (run `ondo pull` again)"
+        "{file} is listed in model.safetensors.index.json but missing; the download is incomplete: download the model again"
     )]
     ShardMissing { file: PathBuf },
     #[error("could not read {file}: {message}")]
@@ -76,6 +78,216 @@ pub enum LoadError {
 
 impl From<mlx_rs::error::Exception> for LoadError {
     fn from(e: mlx_rs::error::Exception) -> Self {
-        LoadError::Mlx(e.to_string())
+        LoadError::Mlx(mlx_failure(&e))
+    }
+}
+
+/// What MLX said, without where in its source it said it. MLX's C layer
+/// appends " at /path/mlx/c/io.cpp:76" to each message and mlx-rs the Rust
+/// caller's location, then quotes the whole; users need neither. Every
+/// MLX error becomes text here, on its way into Ondo's errors.
+pub(crate) fn mlx_failure(error: &impl std::fmt::Display) -> String {
+    without_source_locations(&error.to_string())
+}
+
+/// `text` without " at FILE:LINE[:COLUMN]" wherever FILE is a source file,
+/// and without the quotes mlx-rs puts around the message.
+fn without_source_locations(text: &str) -> String {
+    let mut kept = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(" at ") {
+        let after = &rest[at + " at ".len()..];
+        let end = after
+            .find(|c: char| c.is_whitespace() || c == '"')
+            .unwrap_or(after.len());
+        if is_source_location(&after[..end]) {
+            kept.push_str(&rest[..at]);
+            rest = &after[end..];
+        } else {
+            kept.push_str(&rest[..at + " at ".len()]);
+            rest = after;
+        }
+    }
+    kept.push_str(rest);
+    let kept = kept.trim();
+    match kept.strip_prefix('"').and_then(|k| k.strip_suffix('"')) {
+        Some(quoted) => unescape_debug(quoted),
+        None => kept.to_owned(),
+    }
+}
+
+/// `path/file.cpp:76` or `src/x.rs:12:5`: a path to a source file with a line.
+fn is_source_location(token: &str) -> bool {
+    let mut path = token.trim_end_matches([',', ';', ')']);
+    let mut numbers = 0;
+    while numbers < 2 {
+        match path.rsplit_once(':') {
+            Some((head, tail)) if !tail.is_empty() && tail.bytes().all(|b| b.is_ascii_digit()) => {
+                path = head;
+                numbers += 1;
+            }
+            _ => break,
+        }
+    }
+    let source_file = path.rsplit_once('.').is_some_and(|(_, extension)| {
+        matches!(
+            extension,
+            "c" | "cc" | "cpp" | "cxx" | "h" | "hpp" | "m" | "mm" | "metal" | "rs"
+        )
+    });
+    numbers > 0 && source_file && (path.contains('/') || path.contains('\\'))
+}
+
+/// Undoes the escapes of Rust's `{:?}` for the characters MLX messages hold.
+fn unescape_debug(quoted: &str) -> String {
+    let mut text = String::with_capacity(quoted.len());
+    let mut chars = quoted.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            text.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => text.push('\n'),
+            Some('t') => text.push('\t'),
+            Some(other) => text.push(other),
+            None => text.push('\\'),
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mlx_messages_lose_their_source_locations_and_keep_the_rest() {
+        // As mlx-rs prints an exception from MLX's C layer.
+        let from_c = r#""[load_safetensors] Failed to open file /tmp/m/model.safetensors at /home/dev/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/mlx-sys-0.2.0/src/mlx-c/mlx/c/io.cpp:76" at /home/dev/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/mlx-rs-0.33.0/src/ops/io.rs:59:25"#;
+        assert_eq!(
+            mlx_failure(&from_c),
+            "[load_safetensors] Failed to open file /tmp/m/model.safetensors"
+        );
+        // A Rust location inside the standard library.
+        let from_rust = r#""[matmul] Last dimension of first input with shape (1,4) must match second to last dimension of second input with shape (8,2)." at /rustc/17067e9ac6d7e98f18d4d1e2a3b8e1c1e5a4f6a2/library/core/src/ops/function.rs:250:5"#;
+        assert_eq!(
+            mlx_failure(&from_rust),
+            "[matmul] Last dimension of first input with shape (1,4) must match second to last dimension of second input with shape (8,2)."
+        );
+        // Quotes inside the message survive; words after "at" that are no
+        // location stay.
+        let plain = r#""[eval] the "cache" arrays ran out of memory at step 3" at src/engine/cache.rs:61:24"#;
+        assert_eq!(
+            mlx_failure(&plain),
+            r#"[eval] the "cache" arrays ran out of memory at step 3"#
+        );
+        assert_eq!(
+            mlx_failure(&"KV cache lost its arrays"),
+            "KV cache lost its arrays"
+        );
+    }
+
+    /// Exhaustive: a new variant does not compile until it has a line here
+    /// and an example in the test below.
+    fn variant_name(error: &LoadError) -> &'static str {
+        match error {
+            LoadError::ConfigMissing { .. } => "ConfigMissing",
+            LoadError::ConfigInvalid { .. } => "ConfigInvalid",
+            LoadError::UnsupportedModelType { .. } => "UnsupportedModelType",
+            LoadError::NoWeightFiles { .. } => "NoWeightFiles",
+            LoadError::ShardMissing { .. } => "ShardMissing",
+            LoadError::WeightFileUnreadable { .. } => "WeightFileUnreadable",
+            LoadError::TensorMissing { .. } => "TensorMissing",
+            LoadError::TensorUnexpected { .. } => "TensorUnexpected",
+            LoadError::TensorShape { .. } => "TensorShape",
+            LoadError::TensorDtype { .. } => "TensorDtype",
+            LoadError::UnsupportedQuantization { .. } => "UnsupportedQuantization",
+            LoadError::Mlx(_) => "Mlx",
+        }
+    }
+
+    #[test]
+    fn every_load_error_speaks_to_the_app_and_the_cli_alike() {
+        let dir = || PathBuf::from("/models/tiny");
+        let tensor = || "model.layers.0.self_attn.q_proj.weight".to_owned();
+        let errors = [
+            LoadError::ConfigMissing { dir: dir() },
+            LoadError::ConfigInvalid {
+                path: dir().join("config.json"),
+                message: "expected value at line 1 column 1".into(),
+            },
+            LoadError::UnsupportedModelType {
+                model_type: "mamba".into(),
+                path: dir().join("config.json"),
+                supported: "llama, qwen2, qwen3".into(),
+            },
+            LoadError::NoWeightFiles { dir: dir() },
+            LoadError::ShardMissing {
+                file: dir().join("model-00002-of-00002.safetensors"),
+            },
+            LoadError::WeightFileUnreadable {
+                file: dir().join("model.safetensors"),
+                message: "[load_safetensors] Failed to open file".into(),
+            },
+            LoadError::TensorMissing {
+                tensor: tensor(),
+                dir: dir(),
+            },
+            LoadError::TensorUnexpected {
+                tensor: tensor(),
+                file: "model.safetensors".into(),
+                model_type: "llama".into(),
+            },
+            LoadError::TensorShape {
+                tensor: tensor(),
+                file: "model.safetensors".into(),
+                expected: vec![256, 256],
+                found: vec![256, 128],
+            },
+            LoadError::TensorDtype {
+                tensor: tensor(),
+                file: "model.safetensors".into(),
+                expected: "float32".into(),
+                found: "int8".into(),
+            },
+            LoadError::UnsupportedQuantization {
+                detail: "3 bits".into(),
+                path: dir().join("config.json"),
+            },
+            LoadError::Mlx("[eval] out of memory".into()),
+        ];
+        let names: std::collections::HashSet<_> = errors.iter().map(variant_name).collect();
+        assert_eq!(names.len(), errors.len(), "a variant is listed twice");
+        for error in errors {
+            let message = error.to_string();
+            assert_eq!(
+                crate::error_kind::out_of_place_in_the_app(&message),
+                None,
+                "{message}"
+            );
+            // It reaches users as a run error of kind `load`.
+            assert_eq!(RunError::from(error).kind(), crate::ErrorKind::Load);
+        }
+    }
+
+    #[test]
+    fn a_real_mlx_failure_reads_without_source_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("model.safetensors");
+        std::fs::write(&file, b"not a safetensors file at all").unwrap();
+        let error = mlx_rs::Array::load_safetensors(&file).unwrap_err();
+        // What MLX and mlx-rs print: with the C++ and the Rust locations.
+        assert!(
+            crate::error_kind::out_of_place_in_the_app(&error.to_string()).is_some(),
+            "{error}"
+        );
+        let message = mlx_failure(&error);
+        assert!(!message.is_empty());
+        assert_eq!(
+            crate::error_kind::out_of_place_in_the_app(&message),
+            None,
+            "{message} (from {error})"
+        );
     }
 }

@@ -12,6 +12,7 @@ use super::chat_template::{ChatMessage, ChatTemplateError};
 use super::generate::{DEFAULT_PREFILL_STEP_SIZE, LoopShape};
 use super::sample::{SamplerError, SamplerSettings};
 use super::stats::{LoadKind, RunStats};
+use crate::ErrorKind;
 
 /// What the model is asked.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -151,7 +152,9 @@ pub enum RunError {
     Tokenizer(String),
     #[error("{0}")]
     InvalidSettings(String),
-    #[error("MLX failed while generating: {0}")]
+    #[error(
+        "MLX failed while generating: {0}; if memory ran out, try a smaller model or a shorter context"
+    )]
     Mlx(String),
     #[error("the engine stopped unexpectedly ({0}); the next request starts it fresh")]
     Internal(String),
@@ -161,17 +164,17 @@ pub enum RunError {
 
 impl RunError {
     /// A short name for the UI to branch on.
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            RunError::Load(_) => "load",
-            RunError::EmptyPrompt => "empty_prompt",
-            RunError::PromptTooLong(_) => "prompt_too_long",
-            RunError::ChatTemplate(_) => "chat_template",
-            RunError::Tokenizer(_) => "tokenizer",
-            RunError::InvalidSettings(_) => "invalid_settings",
-            RunError::Mlx(_) => "mlx",
-            RunError::Internal(_) => "internal",
-            RunError::EngineStopped => "engine_stopped",
+            RunError::Load(_) => ErrorKind::Load,
+            RunError::EmptyPrompt => ErrorKind::EmptyPrompt,
+            RunError::PromptTooLong(_) => ErrorKind::PromptTooLong,
+            RunError::ChatTemplate(_) => ErrorKind::ChatTemplate,
+            RunError::Tokenizer(_) => ErrorKind::Tokenizer,
+            RunError::InvalidSettings(_) => ErrorKind::InvalidSettings,
+            RunError::Mlx(_) => ErrorKind::Mlx,
+            RunError::Internal(_) => ErrorKind::Internal,
+            RunError::EngineStopped => ErrorKind::EngineStopped,
         }
     }
 }
@@ -196,6 +199,68 @@ impl From<SamplerError> for RunError {
 
 impl From<mlx_rs::error::Exception> for RunError {
     fn from(e: mlx_rs::error::Exception) -> Self {
-        RunError::Mlx(e.to_string())
+        RunError::Mlx(super::mlx_failure(&e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kind each variant has always had; it is also the serde tag the
+    /// history and the UI read. Exhaustive: a new variant does not compile
+    /// until it has a line here; give it an example in `one_of_each` too.
+    fn kind_name(error: &RunError) -> &'static str {
+        match error {
+            RunError::Load(_) => "load",
+            RunError::EmptyPrompt => "empty_prompt",
+            RunError::PromptTooLong(_) => "prompt_too_long",
+            RunError::ChatTemplate(_) => "chat_template",
+            RunError::Tokenizer(_) => "tokenizer",
+            RunError::InvalidSettings(_) => "invalid_settings",
+            RunError::Mlx(_) => "mlx",
+            RunError::Internal(_) => "internal",
+            RunError::EngineStopped => "engine_stopped",
+        }
+    }
+
+    fn one_of_each() -> Vec<RunError> {
+        vec![
+            RunError::Load("/models/tiny has no config.json".into()),
+            RunError::EmptyPrompt,
+            RunError::PromptTooLong("the prompt has 9000 tokens".into()),
+            RunError::ChatTemplate("the chat template rejected the conversation".into()),
+            RunError::Tokenizer("unknown token".into()),
+            RunError::InvalidSettings("top-p 2 is outside [0, 1]".into()),
+            RunError::Mlx("[eval] out of memory".into()),
+            RunError::Internal("a loaded model vanished".into()),
+            RunError::EngineStopped,
+        ]
+    }
+
+    #[test]
+    fn every_variant_keeps_its_kind() {
+        let errors = one_of_each();
+        let variants: std::collections::HashSet<_> =
+            errors.iter().map(std::mem::discriminant).collect();
+        assert_eq!(variants.len(), errors.len(), "a variant is listed twice");
+        for error in &errors {
+            assert_eq!(error.kind().as_str(), kind_name(error), "{error:?}");
+            // The serialized tag (in RunEvent::Failed) is the same name.
+            let json = serde_json::to_value(error).unwrap();
+            assert_eq!(json["kind"], kind_name(error), "{json}");
+        }
+    }
+
+    #[test]
+    fn every_message_speaks_to_the_app_and_the_cli_alike() {
+        for error in one_of_each() {
+            let message = error.to_string();
+            assert_eq!(
+                crate::error_kind::out_of_place_in_the_app(&message),
+                None,
+                "{message}"
+            );
+        }
     }
 }

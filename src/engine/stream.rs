@@ -168,8 +168,9 @@ pub fn run(
         && prompt.len() > context
     {
         return Err(RunError::PromptTooLong(format!(
-            "the prompt has {} tokens but {} reads at most {context}; shorten it, or set a \
-             rotating cache (--max-kv-size {context}) to keep the start and the latest tokens",
+            "the prompt has {} tokens but {} reads at most {context}; shorten it, or bound \
+             the KV cache to {context} tokens (a rotating cache keeps the start and the latest \
+             tokens)",
             prompt.len(),
             model.dir.display(),
         )));

@@ -89,7 +89,7 @@ pub fn load_weight_map(dir: &Path) -> Result<WeightMap, LoadError> {
         let arrays =
             Array::load_safetensors(&path).map_err(|e| LoadError::WeightFileUnreadable {
                 file: path.clone(),
-                message: e.to_string(),
+                message: super::mlx_failure(&e),
             })?;
         for (name, array) in arrays {
             tensors.insert(

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use super::fit::human_bytes;
+use crate::ErrorKind;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HubError {
@@ -13,7 +14,7 @@ pub enum HubError {
     )]
     InvalidRevision { revision: String },
     #[error(
-        "{repo_id} was not found on {endpoint}: check the spelling (ondo search finds models by name); a private repo also answers this way without a token"
+        "{repo_id} was not found on {endpoint}: check the spelling, or search the hub for the model's name; a private repo also answers this way without a token"
     )]
     RepoNotFound { repo_id: String, endpoint: String },
     #[error("{repo_id} has no revision '{revision}': try main, or a commit listed on the hub")]
@@ -21,26 +22,26 @@ pub enum HubError {
     #[error("{repo_id} has no file '{file}'")]
     EntryNotFound { repo_id: String, file: String },
     #[error(
-        "{repo_id} needs a Hugging Face token (it is gated or private): accept its terms on the hub, then set HF_TOKEN or run `huggingface-cli login`{keychain}"
+        "{repo_id} needs a Hugging Face token (it is gated or private): accept its terms on the model's page on the hub, then give Ondo a token: set HF_TOKEN or sign in with huggingface-cli login{keychain}"
     )]
     Unauthorized {
         repo_id: String,
         keychain: &'static str,
     },
     #[error(
-        "the token was refused for {repo_id}: access has not been granted yet; request it on the model's page on the hub, or check that HF_TOKEN is the right token"
+        "the token was refused for {repo_id}: access has not been granted yet; request it on the model's page on the hub, or check that Ondo has the token (HF_TOKEN) of the account that was granted access"
     )]
     Forbidden { repo_id: String },
     #[error(
-        "cannot reach the hub at {endpoint} ({detail}): check the network, or set HF_HUB_OFFLINE=1 to use only what is already downloaded"
+        "cannot reach the hub at {endpoint} ({detail}): check the network; models already downloaded still run (HF_HUB_OFFLINE=1 stops Ondo asking the hub)"
     )]
     Unreachable { endpoint: String, detail: String },
     #[error(
-        "{model} is not in the local cache and offline mode is on (HF_HUB_OFFLINE): unset it to download, or pick a model from `ondo ls`"
+        "{model} is not downloaded and offline mode is on (HF_HUB_OFFLINE): unset it to download, or pick a model that is already downloaded"
     )]
     NotCachedOffline { model: String },
     #[error(
-        "not enough disk space in {}: {model} needs {} more and {} is free; free some space (ondo rm removes models) and pull again, finished files are kept",
+        "not enough disk space in {}: {model} needs {} more and {} is free; free some space (deleting a model you no longer use frees its size) and download it again: finished files are kept",
         dir.display(), human_bytes(*needed_bytes), human_bytes(*available_bytes)
     )]
     DiskFull {
@@ -50,7 +51,7 @@ pub enum HubError {
         available_bytes: u64,
     },
     #[error(
-        "{file} of {repo_id} arrived corrupted (sha256 {actual}, the hub says {expected}); the damaged file was deleted, pull again to fetch it anew"
+        "{file} of {repo_id} arrived corrupted (sha256 {actual}, the hub says {expected}); the damaged file was deleted: download the model again to fetch it anew"
     )]
     ChecksumMismatch {
         repo_id: String,
@@ -59,25 +60,27 @@ pub enum HubError {
         actual: String,
     },
     #[error(
-        "the download of {file} kept failing ({detail}); what arrived is kept, pull again to continue from there"
+        "the download of {file} kept failing ({detail}); what arrived is kept: download the model again to continue from there"
     )]
     Interrupted { file: String, detail: String },
-    #[error("download cancelled")]
+    #[error("the download was stopped")]
     Cancelled,
     #[error(
-        "another download is writing {} right now (another Ondo window, ondo pull, or a Python tool); wait for it to finish",
+        "another download is writing {} right now (another Ondo, or a Python tool such as huggingface-cli); wait for it to finish, then try again",
         path.display()
     )]
     Busy { path: PathBuf },
     #[error("{repo_id} does not look like a model Ondo can run: {reason}")]
     NotAModel { repo_id: String, reason: String },
-    #[error("the hub answered {status} for {url}: {body}")]
+    #[error(
+        "the hub answered {status} for {url}: {body}; try again later, and check the model id if it persists"
+    )]
     Http {
         status: u16,
         url: String,
         body: String,
     },
-    #[error("the hub sent something unexpected for {url}: {detail}")]
+    #[error("the hub sent something unexpected for {url}: {detail}; try again later")]
     BadResponse { url: String, detail: String },
     #[error("{}: {source}", path.display())]
     Io {
@@ -85,33 +88,35 @@ pub enum HubError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{0} is not in the library")]
+    #[error(
+        "{0} is not among the models on this machine: download it first, or pick one that is downloaded"
+    )]
     NotInLibrary(String),
 }
 
 impl HubError {
     /// A stable name for the UI and `--json` to branch on.
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::InvalidRepoId { .. } => "invalid_repo_id",
-            Self::InvalidRevision { .. } => "invalid_revision",
-            Self::RepoNotFound { .. } => "repo_not_found",
-            Self::RevisionNotFound { .. } => "revision_not_found",
-            Self::EntryNotFound { .. } => "entry_not_found",
-            Self::Unauthorized { .. } => "unauthorized",
-            Self::Forbidden { .. } => "forbidden",
-            Self::Unreachable { .. } => "unreachable",
-            Self::NotCachedOffline { .. } => "not_cached_offline",
-            Self::DiskFull { .. } => "disk_full",
-            Self::ChecksumMismatch { .. } => "checksum_mismatch",
-            Self::Interrupted { .. } => "interrupted",
-            Self::Cancelled => "cancelled",
-            Self::Busy { .. } => "busy",
-            Self::NotAModel { .. } => "not_a_model",
-            Self::Http { .. } => "http",
-            Self::BadResponse { .. } => "bad_response",
-            Self::Io { .. } => "io",
-            Self::NotInLibrary(_) => "not_in_library",
+            Self::InvalidRepoId { .. } => ErrorKind::InvalidRepoId,
+            Self::InvalidRevision { .. } => ErrorKind::InvalidRevision,
+            Self::RepoNotFound { .. } => ErrorKind::RepoNotFound,
+            Self::RevisionNotFound { .. } => ErrorKind::RevisionNotFound,
+            Self::EntryNotFound { .. } => ErrorKind::EntryNotFound,
+            Self::Unauthorized { .. } => ErrorKind::Unauthorized,
+            Self::Forbidden { .. } => ErrorKind::Forbidden,
+            Self::Unreachable { .. } => ErrorKind::Unreachable,
+            Self::NotCachedOffline { .. } => ErrorKind::NotCachedOffline,
+            Self::DiskFull { .. } => ErrorKind::DiskFull,
+            Self::ChecksumMismatch { .. } => ErrorKind::ChecksumMismatch,
+            Self::Interrupted { .. } => ErrorKind::Interrupted,
+            Self::Cancelled => ErrorKind::Cancelled,
+            Self::Busy { .. } => ErrorKind::Busy,
+            Self::NotAModel { .. } => ErrorKind::NotAModel,
+            Self::Http { .. } => ErrorKind::Http,
+            Self::BadResponse { .. } => ErrorKind::BadResponse,
+            Self::Io { .. } => ErrorKind::Io,
+            Self::NotInLibrary(_) => ErrorKind::NotInLibrary,
         }
     }
 
@@ -127,4 +132,137 @@ pub(crate) fn is_disk_full(err: &std::io::Error) -> bool {
         err.kind(),
         std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
     ) || matches!(err.raw_os_error(), Some(28) | Some(122))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kind each variant has always had (the UI and scripts match on
+    /// these). Exhaustive: a new variant does not compile until it has a line
+    /// here; give it an example in `one_of_each` too.
+    fn kind_name(error: &HubError) -> &'static str {
+        match error {
+            HubError::InvalidRepoId { .. } => "invalid_repo_id",
+            HubError::InvalidRevision { .. } => "invalid_revision",
+            HubError::RepoNotFound { .. } => "repo_not_found",
+            HubError::RevisionNotFound { .. } => "revision_not_found",
+            HubError::EntryNotFound { .. } => "entry_not_found",
+            HubError::Unauthorized { .. } => "unauthorized",
+            HubError::Forbidden { .. } => "forbidden",
+            HubError::Unreachable { .. } => "unreachable",
+            HubError::NotCachedOffline { .. } => "not_cached_offline",
+            HubError::DiskFull { .. } => "disk_full",
+            HubError::ChecksumMismatch { .. } => "checksum_mismatch",
+            HubError::Interrupted { .. } => "interrupted",
+            HubError::Cancelled => "cancelled",
+            HubError::Busy { .. } => "busy",
+            HubError::NotAModel { .. } => "not_a_model",
+            HubError::Http { .. } => "http",
+            HubError::BadResponse { .. } => "bad_response",
+            HubError::Io { .. } => "io",
+            HubError::NotInLibrary(_) => "not_in_library",
+        }
+    }
+
+    fn one_of_each() -> Vec<HubError> {
+        let repo_id = || "mlx-community/Qwen3-0.6B-4bit".to_owned();
+        let endpoint = || "https://huggingface.co".to_owned();
+        vec![
+            HubError::InvalidRepoId {
+                repo_id: "qwen".into(),
+                reason: "it needs an organisation and a name, like org/name".into(),
+            },
+            HubError::InvalidRevision {
+                revision: "a b".into(),
+            },
+            HubError::RepoNotFound {
+                repo_id: repo_id(),
+                endpoint: endpoint(),
+            },
+            HubError::RevisionNotFound {
+                repo_id: repo_id(),
+                revision: "v9".into(),
+            },
+            HubError::EntryNotFound {
+                repo_id: repo_id(),
+                file: "config.json".into(),
+            },
+            HubError::Unauthorized {
+                repo_id: repo_id(),
+                keychain: super::super::config::keychain::hint(),
+            },
+            HubError::Forbidden { repo_id: repo_id() },
+            HubError::Unreachable {
+                endpoint: endpoint(),
+                detail: "connection refused".into(),
+            },
+            HubError::NotCachedOffline { model: repo_id() },
+            HubError::DiskFull {
+                model: repo_id(),
+                dir: "/cache/hub".into(),
+                needed_bytes: 3 << 30,
+                available_bytes: 1 << 30,
+            },
+            HubError::ChecksumMismatch {
+                repo_id: repo_id(),
+                file: "model.safetensors".into(),
+                expected: "ab12".into(),
+                actual: "cd34".into(),
+            },
+            HubError::Interrupted {
+                file: "model.safetensors".into(),
+                detail: "connection reset".into(),
+            },
+            HubError::Cancelled,
+            HubError::Busy {
+                path: "/cache/hub/models--org--name/blobs/ab12.incomplete".into(),
+            },
+            HubError::NotAModel {
+                repo_id: repo_id(),
+                reason: "it has no config.json".into(),
+            },
+            HubError::Http {
+                status: 418,
+                url: "https://huggingface.co/api/models/org/name".into(),
+                body: "I'm a teapot".into(),
+            },
+            HubError::BadResponse {
+                url: "https://huggingface.co/api/models/org/name".into(),
+                detail: "not JSON".into(),
+            },
+            HubError::Io {
+                path: "/cache/hub".into(),
+                source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+            },
+            HubError::NotInLibrary(repo_id()),
+        ]
+    }
+
+    #[test]
+    fn every_variant_keeps_its_kind() {
+        let errors = one_of_each();
+        let variants: std::collections::HashSet<_> =
+            errors.iter().map(std::mem::discriminant).collect();
+        assert_eq!(variants.len(), errors.len(), "a variant is listed twice");
+        for error in &errors {
+            assert_eq!(error.kind().as_str(), kind_name(error), "{error:?}");
+            assert_eq!(
+                serde_json::to_value(error.kind()).unwrap(),
+                kind_name(error)
+            );
+        }
+    }
+
+    #[test]
+    fn every_message_speaks_to_the_app_and_the_cli_alike() {
+        for error in one_of_each() {
+            let message = error.to_string();
+            assert_eq!(
+                crate::error_kind::out_of_place_in_the_app(&message),
+                None,
+                "{message}"
+            );
+        }
+    }
 }

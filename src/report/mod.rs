@@ -23,8 +23,11 @@ use crate::store::{MemorySample, RunQuery, RunRecord, Store, StoreError};
 /// The JSON report's `schema` value.
 pub const REPORT_SCHEMA: &str = "ondo.report";
 
-/// An output format of `write`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// An output format of `write`. Its serde name (what the app's format
+/// picker sends) is the file extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+#[serde(rename_all = "lowercase")]
 pub enum ReportFormat {
     /// One object: the runs, their memory timelines and per-group statistics.
     Json,
@@ -33,6 +36,7 @@ pub enum ReportFormat {
     /// A header of the record's field names, then one row per run.
     Csv,
     /// A llama-bench style table of groups, for people.
+    #[serde(rename = "md")]
     Markdown,
     /// One self-contained page with charts, for people.
     Html,
@@ -179,6 +183,18 @@ pub fn render_runs(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_format_is_sent_by_its_extension() {
+        for format in ReportFormat::ALL {
+            let json = serde_json::to_value(format).unwrap();
+            assert_eq!(json, format.extension(), "{format:?}");
+            assert_eq!(
+                serde_json::from_value::<ReportFormat>(json).unwrap(),
+                format
+            );
+        }
+    }
 
     #[test]
     fn formats_parse_and_name_their_extension() {

@@ -259,7 +259,7 @@ fn warnings_and_notes(
     let debug = runs.iter().filter(|r| r.build_profile == "debug").count();
     if debug > 0 {
         warnings.push(format!(
-            "{debug} of {} ran in a debug build: timings are not representative; measure a release build (--release).",
+            "{debug} of {} ran in a debug build: timings are not representative; measure a release build.",
             plural(runs.len(), "run", "runs")
         ));
     }

@@ -8,7 +8,7 @@ use std::time::Instant;
 use mlx_rs::{Array, ops};
 
 use super::SessionPool;
-use crate::engine::RunError;
+use crate::engine::{RunError, mlx_failure};
 use crate::store::Store;
 
 /// Bytes streamed per measurement: large enough to leave every cache far
@@ -21,14 +21,14 @@ const PROBE_REPEATS: usize = 5;
 pub fn measure_bandwidth_gbps(pool: &SessionPool) -> Result<f64, RunError> {
     pool.call(|| -> Result<f64, String> {
         let elements = (PROBE_BYTES / 4) as i32;
-        let data = ops::ones::<f32>(&[elements]).map_err(|e| e.to_string())?;
-        data.eval().map_err(|e| e.to_string())?;
+        let data = ops::ones::<f32>(&[elements]).map_err(|e| mlx_failure(&e))?;
+        data.eval().map_err(|e| mlx_failure(&e))?;
         let mut best = f64::INFINITY;
         // The first pass also compiles the kernel; the best of the rest counts.
         for _ in 0..=PROBE_REPEATS {
             let start = Instant::now();
-            let total: Array = data.sum(None).map_err(|e| e.to_string())?;
-            total.eval().map_err(|e| e.to_string())?;
+            let total: Array = data.sum(None).map_err(|e| mlx_failure(&e))?;
+            total.eval().map_err(|e| mlx_failure(&e))?;
             best = best.min(start.elapsed().as_secs_f64());
         }
         Ok(PROBE_BYTES as f64 / best / 1e9)

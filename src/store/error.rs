@@ -5,11 +5,12 @@ use std::path::{Path, PathBuf};
 use rusqlite::ErrorCode;
 
 use super::BUSY_TIMEOUT;
+use crate::ErrorKind;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error(
-        "cannot create the folder {} for the run history ({source}): check its permissions, or set ONDO_HOME to a folder Ondo can write",
+        "cannot create the folder {} for the run history ({source}): check that Ondo may write there",
         folder.display()
     )]
     CreateFolder {
@@ -17,7 +18,7 @@ pub enum StoreError {
         source: std::io::Error,
     },
     #[error(
-        "cannot open or write the run history at {} ({source}): check that the file and its folder are writable, or set ONDO_HOME to another folder",
+        "cannot open or write the run history at {} ({source}): check that the file and its folder are writable",
         path.display()
     )]
     CannotWrite {
@@ -33,7 +34,7 @@ pub enum StoreError {
         source: rusqlite::Error,
     },
     #[error(
-        "{} was made by a newer Ondo (schema version {found}, this build knows up to {known}): update Ondo or set ONDO_HOME to another folder",
+        "{} was made by a newer Ondo (schema version {found}, this build knows up to {known}): update Ondo to keep using this history",
         path.display()
     )]
     TooNew {
@@ -47,7 +48,7 @@ pub enum StoreError {
     )]
     DiskFull { path: PathBuf },
     #[error(
-        "the run history at {} stayed locked by another Ondo process for over {} s: try again; if it keeps happening, quit the other Ondo processes (the app, ondo bench, ondo run)",
+        "the run history at {} stayed locked by another Ondo process for over {} s: try again; if it keeps happening, quit the other Ondo processes (the app, or Ondo commands running in a terminal)",
         path.display(), BUSY_TIMEOUT.as_secs()
     )]
     Busy { path: PathBuf },
@@ -66,6 +67,18 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// A stable name for the app and the CLI's hints.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::CreateFolder { .. } | Self::CannotWrite { .. } => ErrorKind::HistoryUnwritable,
+            Self::Corrupt { .. } => ErrorKind::HistoryCorrupt,
+            Self::TooNew { .. } => ErrorKind::HistoryTooNew,
+            Self::DiskFull { .. } => ErrorKind::DiskFull,
+            Self::Busy { .. } => ErrorKind::HistoryBusy,
+            Self::DuplicateRun { .. } | Self::Sqlite { .. } => ErrorKind::History,
+        }
+    }
+
     /// Names what SQLite reported in terms of what the user can do.
     pub(super) fn from_sqlite(path: &Path, source: rusqlite::Error) -> Self {
         let path = path.to_owned();
@@ -109,6 +122,73 @@ mod tests {
 
         let read_only =
             StoreError::from_sqlite(path, sqlite_failure(rusqlite::ffi::SQLITE_READONLY));
-        assert!(read_only.to_string().contains("ONDO_HOME"), "{read_only}");
+        assert!(read_only.to_string().contains("writable"), "{read_only}");
+        assert_eq!(read_only.kind(), ErrorKind::HistoryUnwritable);
+    }
+
+    /// The kind of each variant. Exhaustive: a new variant does not compile
+    /// until it has a line here; give it an example in `one_of_each` too.
+    fn kind_name(error: &StoreError) -> &'static str {
+        match error {
+            StoreError::CreateFolder { .. } => "history_unwritable",
+            StoreError::CannotWrite { .. } => "history_unwritable",
+            StoreError::Corrupt { .. } => "history_corrupt",
+            StoreError::TooNew { .. } => "history_too_new",
+            StoreError::DiskFull { .. } => "disk_full",
+            StoreError::Busy { .. } => "history_busy",
+            StoreError::DuplicateRun { .. } => "history",
+            StoreError::Sqlite { .. } => "history",
+        }
+    }
+
+    fn one_of_each() -> Vec<StoreError> {
+        let path = || PathBuf::from("/data/ondo.sqlite3");
+        vec![
+            StoreError::CreateFolder {
+                folder: "/data".into(),
+                source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+            },
+            StoreError::CannotWrite {
+                path: path(),
+                source: sqlite_failure(rusqlite::ffi::SQLITE_READONLY),
+            },
+            StoreError::Corrupt {
+                path: path(),
+                source: sqlite_failure(rusqlite::ffi::SQLITE_NOTADB),
+            },
+            StoreError::TooNew {
+                path: path(),
+                found: 9,
+                known: 4,
+            },
+            StoreError::DiskFull { path: path() },
+            StoreError::Busy { path: path() },
+            StoreError::DuplicateRun {
+                run_id: "r-1".into(),
+            },
+            StoreError::Sqlite {
+                path: path(),
+                source: sqlite_failure(rusqlite::ffi::SQLITE_MISMATCH),
+            },
+        ]
+    }
+
+    #[test]
+    fn every_variant_has_its_kind() {
+        for error in one_of_each() {
+            assert_eq!(error.kind().as_str(), kind_name(&error), "{error:?}");
+        }
+    }
+
+    #[test]
+    fn every_message_speaks_to_the_app_and_the_cli_alike() {
+        for error in one_of_each() {
+            let message = error.to_string();
+            assert_eq!(
+                crate::error_kind::out_of_place_in_the_app(&message),
+                None,
+                "{message}"
+            );
+        }
     }
 }

@@ -231,7 +231,7 @@ mod tests {
         let message = error.to_string();
         assert!(message.contains("made by a newer Ondo"), "{message}");
         assert!(
-            message.contains("update Ondo or set ONDO_HOME to another folder"),
+            message.contains("update Ondo to keep using this history"),
             "{message}"
         );
     }

@@ -18,6 +18,7 @@ use serde_json::json;
 
 pub use presets::{Arch, Preset, Shape, WeightDtype};
 
+use crate::ErrorKind;
 use crate::paths::DataDirs;
 
 /// Everything that decides what `ondo synth` writes.
@@ -82,17 +83,17 @@ pub struct SynthSummary {
 pub enum SynthError {
     #[error("unknown preset `{given}`; valid presets: {valid}")]
     UnknownPreset { given: String, valid: String },
-    #[error(
-        "{dir} is not empty; pick an empty or new folder, or pass --force to replace what is there"
-    )]
+    #[error("{dir} is not empty; pick an empty or new folder, or have Ondo replace what is there")]
     TargetNotEmpty { dir: PathBuf },
-    #[error("--bits {bits} is not supported; use 4, 8 or none")]
+    #[error("{bits}-bit quantization is not supported; use 4 or 8 bits, or none")]
     UnsupportedBits { bits: u8 },
     #[error(
-        "--group-size {group_size} does not divide the hidden size {hidden}; use 32, 64 or 128"
+        "a quantization group size of {group_size} does not divide the hidden size {hidden}; use 32, 64 or 128"
     )]
     GroupSizeMismatch { group_size: u32, hidden: usize },
-    #[error("could not write {path}: {source}")]
+    #[error(
+        "could not write {path}: {source}; check that the folder is writable and its disk has room"
+    )]
     Io {
         path: PathBuf,
         #[source]
@@ -102,6 +103,30 @@ pub enum SynthError {
     Mlx { tensor: String, message: String },
     #[error(transparent)]
     Tokenizer(#[from] tokenizer::TokenizerSynthError),
+}
+
+impl SynthError {
+    /// A stable name for the app and the CLI's hints.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            SynthError::UnknownPreset { .. }
+            | SynthError::UnsupportedBits { .. }
+            | SynthError::GroupSizeMismatch { .. } => ErrorKind::InvalidInput,
+            SynthError::TargetNotEmpty { .. } => ErrorKind::FolderNotEmpty,
+            SynthError::Io { .. } => ErrorKind::Io,
+            SynthError::Mlx { .. } => ErrorKind::Mlx,
+            SynthError::Tokenizer(tokenizer::TokenizerSynthError::VocabTooSmall { .. }) => {
+                ErrorKind::InvalidInput
+            }
+            SynthError::Tokenizer(tokenizer::TokenizerSynthError::Build { .. }) => {
+                ErrorKind::Internal
+            }
+            SynthError::Tokenizer(
+                tokenizer::TokenizerSynthError::CreateDir { .. }
+                | tokenizer::TokenizerSynthError::WriteFile { .. },
+            ) => ErrorKind::Io,
+        }
+    }
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SynthError + '_ {
@@ -326,4 +351,89 @@ pub fn builtin_tiny_model(dirs: &DataDirs) -> Result<PathBuf, SynthError> {
     };
     write_model(&options, &dir, &mut |_| {})?;
     Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tokenizer::TokenizerSynthError;
+    use super::*;
+
+    /// The kind of each variant. Exhaustive: a new variant does not compile
+    /// until it has a line here; give it an example in `one_of_each` too.
+    fn kind_name(error: &SynthError) -> &'static str {
+        match error {
+            SynthError::UnknownPreset { .. } => "invalid_input",
+            SynthError::TargetNotEmpty { .. } => "folder_not_empty",
+            SynthError::UnsupportedBits { .. } => "invalid_input",
+            SynthError::GroupSizeMismatch { .. } => "invalid_input",
+            SynthError::Io { .. } => "io",
+            SynthError::Mlx { .. } => "mlx",
+            SynthError::Tokenizer(TokenizerSynthError::VocabTooSmall { .. }) => "invalid_input",
+            SynthError::Tokenizer(TokenizerSynthError::Build { .. }) => "internal",
+            SynthError::Tokenizer(TokenizerSynthError::CreateDir { .. }) => "io",
+            SynthError::Tokenizer(TokenizerSynthError::WriteFile { .. }) => "io",
+        }
+    }
+
+    fn one_of_each() -> Vec<SynthError> {
+        let io = || std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        vec![
+            SynthError::UnknownPreset {
+                given: "huge".into(),
+                valid: "tiny, small".into(),
+            },
+            SynthError::TargetNotEmpty {
+                dir: "/models/tiny".into(),
+            },
+            SynthError::UnsupportedBits { bits: 3 },
+            SynthError::GroupSizeMismatch {
+                group_size: 96,
+                hidden: 256,
+            },
+            SynthError::Io {
+                path: "/models/tiny/config.json".into(),
+                source: io(),
+            },
+            SynthError::Mlx {
+                tensor: "model.embed_tokens.weight".into(),
+                message: "[random] out of memory".into(),
+            },
+            SynthError::Tokenizer(TokenizerSynthError::VocabTooSmall {
+                requested: 10,
+                minimum: 262,
+                specials: 6,
+            }),
+            SynthError::Tokenizer(TokenizerSynthError::Build {
+                step: "training the BPE",
+                reason: "no words".into(),
+            }),
+            SynthError::Tokenizer(TokenizerSynthError::CreateDir {
+                path: "/models/tiny".into(),
+                source: io(),
+            }),
+            SynthError::Tokenizer(TokenizerSynthError::WriteFile {
+                path: "/models/tiny/tokenizer.json".into(),
+                source: Box::new(io()),
+            }),
+        ]
+    }
+
+    #[test]
+    fn every_variant_has_its_kind() {
+        for error in one_of_each() {
+            assert_eq!(error.kind().as_str(), kind_name(&error), "{error:?}");
+        }
+    }
+
+    #[test]
+    fn every_message_speaks_to_the_app_and_the_cli_alike() {
+        for error in one_of_each() {
+            let message = error.to_string();
+            assert_eq!(
+                crate::error_kind::out_of_place_in_the_app(&message),
+                None,
+                "{message}"
+            );
+        }
+    }
 }

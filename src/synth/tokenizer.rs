@@ -124,7 +124,7 @@ pub enum TokenizerSynthError {
     /// this is a bug rather than something the user did.
     #[error(
         "building the synthetic tokenizer failed while {step}: {reason}; this is a bug in \
-         ondo synth, please report it with the vocabulary size and seed"
+         Ondo's synthetic models, please report it with the vocabulary size and seed"
     )]
     Build {
         /// What was being done, e.g. "training the BPE".

@@ -216,7 +216,7 @@ pub fn write_weights(
         Array::save_safetensors(pending.iter().map(|(n, a)| (n, a)), &metadata, &path).map_err(
             |e| SynthError::Io {
                 path: path.clone(),
-                source: std::io::Error::other(e.to_string()),
+                source: std::io::Error::other(crate::engine::mlx_failure(&e)),
             },
         )?;
         shards.push(pending.drain(..).map(|(n, _)| n).collect());
@@ -226,7 +226,7 @@ pub fn write_weights(
     for (index, tensor) in plan.iter().enumerate() {
         let arrays = make_tensor(options, tensor).map_err(|e| SynthError::Mlx {
             tensor: tensor.name.clone(),
-            message: e.to_string(),
+            message: crate::engine::mlx_failure(&e),
         })?;
         let bytes: u64 = arrays.iter().map(|(_, a)| a.nbytes() as u64).sum();
         if pending_bytes > 0 && pending_bytes + bytes > options.max_shard_bytes {

@@ -69,7 +69,7 @@ describe('App', () => {
   it('shows the backend error kind and message when the run fails', async () => {
     const api = fakeBackend({
       runTestGeneration: vi.fn(async () => {
-        throw { kind: 'generation_failed', message: 'The test generation failed: out of memory' };
+        throw { kind: 'mlx', message: 'MLX failed while generating: out of memory' };
       }),
     });
     render(App, { api });
@@ -77,7 +77,8 @@ describe('App', () => {
     await screen.findByTestId('tiny-ready');
     await fireEvent.click(screen.getByRole('button', { name: 'Run a test generation' }));
     const alert = await screen.findByRole('alert');
-    expect(alert.dataset.kind).toBe('generation_failed');
+    expect(alert.dataset.kind).toBe('mlx');
+    expect(alert.textContent).toContain('MLX failed while generating');
     expect(alert.textContent).toContain('out of memory');
   });
 

@@ -3,11 +3,14 @@
 // bindings.rs fails when it is stale), so a renamed field or argument breaks
 // `npm run check` instead of a page at run time. What is written here by
 // hand: Channels turned into callbacks, the settings' read shape, and the
-// app-wide events (emitted by src-tauri/src/events.rs).
+// map from an app-wide event's name to its payload (both generated as
+// `AppEvent` from src-tauri/src/events.rs).
 import { Channel } from '@tauri-apps/api/core';
 import { listen, type UnlistenFn } from '@tauri-apps/api/event';
 import {
   commands,
+  ERROR_KINDS,
+  type AppEvent,
   type AppSettings as AppSettingsSent,
   type BenchEvent,
   type BenchRequest,
@@ -15,9 +18,11 @@ import {
   type ChatMessage,
   type CommandError,
   type DownloadEvent,
+  type ErrorKind,
   type GenerationSettings as GenerationSettingsSent,
-  type PooledModel,
 } from './bindings';
+
+export { ERROR_KINDS };
 
 export type {
   AppView,
@@ -34,6 +39,7 @@ export type {
   DoctorReport,
   DownloadEvent,
   DownloadSummary,
+  ErrorKind,
   Exported,
   FitEstimate,
   LibraryModel,
@@ -43,11 +49,13 @@ export type {
   MemorySnapshot,
   ModelChoice,
   ModelsView,
+  NavigateView,
   PoolEvent,
   PooledModel,
   PoolStatus,
   PreparedModel,
   PressureLevel,
+  ReportFormat,
   RunFilter,
   RunRecord,
   Summary,
@@ -68,21 +76,16 @@ export type AppSettings = Omit<Required<AppSettingsSent>, 'generation'> & {
   generation: GenerationSettings;
 };
 
-/** The app-wide events the shell emits (names and payloads). */
-export interface AppEvents {
-  /** The warm models changed (loaded, unloaded, busy or idle). */
-  'ondo://engine-state': { resident: PooledModel[] };
-  /** The memory-pressure level changed: "normal", "warning" or "critical". */
-  'ondo://pressure-level': { level: string };
-  /** A model was downloaded, deleted or added. */
-  'ondo://models-changed': Record<string, never>;
-  /** A run was recorded (chat, test generation or a benchmark's run). */
-  'ondo://runs-changed': { run_id: string };
-  /** The tray menu asks a window to show a view ('models' goes to the popover). */
-  'ondo://navigate': { view: 'runs' | 'settings' | 'models' };
-  /** The settings were saved (in any window). */
-  'ondo://settings-changed': AppSettings;
-}
+/** The app-wide events the shell emits: each name with its payload, from
+ * the generated `AppEvent` (the settings in their read shape). */
+export type AppEvents = {
+  [E in AppEvent as E['name']]: E['name'] extends 'ondo://settings-changed' ? AppSettings : E['payload'];
+};
+
+/** The generated list has every kind of the generated union. */
+type UnlistedKind = Exclude<ErrorKind, (typeof ERROR_KINDS)[number]>;
+const everyKindListed: [UnlistedKind] extends [never] ? true : UnlistedKind = true;
+void everyKindListed;
 
 /** The prompt and output limit of the popover's test generation. */
 export const TEST_PROMPT = 'Explain in one sentence why the sky is blue.';
@@ -92,16 +95,22 @@ export function isCommandError(value: unknown): value is CommandError {
   return (
     typeof value === 'object' &&
     value !== null &&
-    typeof (value as CommandError).kind === 'string' &&
+    (ERROR_KINDS as readonly unknown[]).includes((value as CommandError).kind) &&
     typeof (value as CommandError).message === 'string'
   );
 }
 
-/** Turns anything a rejected invoke may carry into a CommandError. */
+/** Turns anything a rejected invoke may carry into a CommandError: Tauri's
+ * own refusals (a plain string) and anything unknown become `internal`. */
 export function toCommandError(reason: unknown): CommandError {
   if (isCommandError(reason)) return reason;
-  const message = reason instanceof Error ? reason.message : String(reason);
-  return { kind: 'internal', message };
+  return { kind: 'internal', message: messageOf(reason) };
+}
+
+function messageOf(reason: unknown): string {
+  if (reason instanceof Error) return reason.message;
+  const message = typeof reason === 'object' && reason !== null ? (reason as { message?: unknown }).message : undefined;
+  return typeof message === 'string' ? message : String(reason);
 }
 
 /** A Channel that hands each message to `onEvent`. */

@@ -72,11 +72,11 @@ export const commands = {
 	 *  Writes the runs `filter` selects to `path` in `format` (json, jsonl, csv,
 	 *  md, html).
 	 */
-	exportRuns: (filter: RunFilter, format: string, path: string) => __TAURI_INVOKE<Exported>("export_runs", { filter, format, path }),
+	exportRuns: (filter: RunFilter, format: ReportFormat, path: string) => __TAURI_INVOKE<Exported>("export_runs", { filter, format, path }),
 	/**  Opens (or focuses) the main window on a view. */
 	openWindow: (view: AppView) => __TAURI_INVOKE<null>("open_window", { view }),
 	/**  Asks where to save a report in `format`; `None` when the user cancels. */
-	chooseExportPath: (format: string) => __TAURI_INVOKE<string | null>("choose_export_path", { format }),
+	chooseExportPath: (format: ReportFormat) => __TAURI_INVOKE<string | null>("choose_export_path", { format }),
 	/**  Asks for a folder (the models folder); `None` when the user cancels. */
 	chooseFolder: () => __TAURI_INVOKE<string | null>("choose_folder"),
 };
@@ -88,9 +88,40 @@ export const DEFAULT_BENCH_SHAPE = {"cold_repetitions":3,"generate_tokens":128,"
 
 export const DEFAULT_SETTINGS = {"generation":{"loop":"pipelined","max_kv_size":null,"max_tokens":512,"min_p":0.0,"prefill_step_size":2048,"repetition_penalty":null,"seed":null,"temperature":0.0,"top_k":0,"top_p":0.0},"global_shortcut":"CommandOrControl+Shift+O","keep_alive_minutes":10,"launch_at_login":false,"memory_budget_bytes":null,"models_folder":null,"theme":"system"} as const;
 
+export const ERROR_KINDS = ["invalid_input","model_unavailable","internal","model_not_found","not_a_model_name","invalid_repo_id","invalid_revision","repo_not_found","revision_not_found","entry_not_found","unauthorized","forbidden","token_refused","rate_limited","server_error","unreachable","not_cached_offline","disk_full","checksum_mismatch","interrupted","cancelled","busy","not_a_model","http","bad_response","io","not_in_library","load","empty_prompt","prompt_too_long","chat_template","tokenizer","invalid_settings","mlx","engine_stopped","peer","history","history_unwritable","history_corrupt","history_too_new","history_busy","folder_not_empty"] as const;
+
 export const GENERATION_LIMITS = {"max_kv_size":[16,1048576],"max_tokens":[1,32768],"prefill_step_size":[1,65536],"probability":[0.0,1.0],"repetition_penalty":[0.5,2.0],"temperature":[0.0,5.0],"top_k":[0,100000]} as const;
 
 /* Types */
+/**  An event with its name (what a page listens for) and its payload. */
+export type AppEvent = 
+/**  The warm models changed (loaded, unloaded, busy or idle). */
+{ name: "ondo://engine-state"; payload: {
+	resident: PooledModel[],
+} } | 
+/**  The memory-pressure level changed. */
+{ name: "ondo://pressure-level"; payload: {
+	level: PressureLevel,
+} } | 
+/**  A model was downloaded, deleted or added. */
+{ name: "ondo://models-changed"; payload: Record<string, never> } | 
+/**
+ *  A run was recorded (chat, test generation or a benchmark's run): its
+ *  id, or the benchmark's while one runs.
+ */
+{ name: "ondo://runs-changed"; payload: {
+	run_id: string,
+} } | 
+/**  The settings were saved (in any window). */
+{ name: "ondo://settings-changed"; payload: AppSettings } | 
+/**
+ *  The tray menu asks a window to show a view (`models` goes to the
+ *  popover, the others to the main window).
+ */
+{ name: "ondo://navigate"; payload: {
+	view: NavigateView,
+} };
+
 /**  Everything the Settings screen shows. */
 export type AppSettings = {
 	/**  Minutes an idle model stays loaded; `None`: until memory is needed. */
@@ -247,7 +278,7 @@ export type Check = {
  */
 export type CommandError = {
 	/**  Stable, snake_case: `invalid_input`, `repo_not_found`, `cancelled`, ... */
-	kind: string,
+	kind: ErrorKind,
 	/**  What happened and what to do. */
 	message: string,
 };
@@ -329,6 +360,102 @@ export type DownloadSummary = {
 	/**  Request to all files present and verified (DESIGN.md `download_ms`). */
 	download_ms: number | null,
 };
+
+/**
+ *  Why something failed, as a stable snake_case name: what the app
+ *  branches on, what the CLI picks its hint by, what `--json` prints.
+ */
+export type ErrorKind = 
+/**
+ *  Arguments the command cannot use (a bad setting, an empty prompt, a
+ *  second benchmark while one runs).
+ */
+"invalid_input" | 
+/**  The built-in tiny model could not be written or found. */
+"model_unavailable" | 
+/**  Something inside Ondo broke (a panic, a thread that died): a bug. */
+"internal" | 
+/**  A model name that is neither downloaded, a folder nor `tiny`. */
+"model_not_found" | 
+/**  Text that cannot name a model at all (empty, or not a path, repo id or `tiny`). */
+"not_a_model_name" | 
+/**  Not an `org/name` repo id. */
+"invalid_repo_id" | 
+/**  Not a branch, tag or commit the hub accepts. */
+"invalid_revision" | 
+/**  The hub has no such repo (or it is private and no token was sent). */
+"repo_not_found" | 
+/**  The repo has no such branch, tag or commit. */
+"revision_not_found" | 
+/**  The repo has no such file. */
+"entry_not_found" | 
+/**  The repo is gated or private and no token was sent. */
+"unauthorized" | 
+/**  The token was sent but has not been granted access to the repo. */
+"forbidden" | 
+/**  The hub rejected the token itself (expired, revoked, mistyped). */
+"token_refused" | 
+/**  The hub asked Ondo to slow down. */
+"rate_limited" | 
+/**  The hub failed on its side (a 5xx answer). */
+"server_error" | 
+/**  The hub could not be reached at all. */
+"unreachable" | 
+/**  Offline mode is on and the model is not downloaded. */
+"not_cached_offline" | 
+/**  The disk is full (downloads, or the run history). */
+"disk_full" | 
+/**  A downloaded file's sha256 did not match the hub's; it was deleted. */
+"checksum_mismatch" | 
+/**  The connection kept dropping; what arrived is kept. */
+"interrupted" | 
+/**  Stopped by the user (a download, a benchmark). */
+"cancelled" | 
+/**  Another process is downloading the same file right now. */
+"busy" | 
+/**  The repo is not a model Ondo can run. */
+"not_a_model" | 
+/**  The hub answered with an HTTP status Ondo has no better name for. */
+"http" | 
+/**  The hub's answer could not be read. */
+"bad_response" | 
+/**  A file or folder could not be read or written. */
+"io" | 
+/**  The model is not among the downloaded ones or added folders. */
+"not_in_library" | 
+/**
+ *  The model folder could not be loaded (missing or damaged files, an
+ *  unsupported architecture or quantization).
+ */
+"load" | 
+/**  Nothing to answer. */
+"empty_prompt" | 
+/**  The prompt is longer than the model reads. */
+"prompt_too_long" | 
+/**  The model's chat template failed or refused the conversation. */
+"chat_template" | 
+/**  The tokenizer failed. */
+"tokenizer" | 
+/**  Generation settings out of range. */
+"invalid_settings" | 
+/**  MLX failed while generating (often: out of memory). */
+"mlx" | 
+/**  The engine thread is gone. */
+"engine_stopped" | 
+/**  The mlx-lm side of a comparison could not run. */
+"peer" | 
+/**  The run history failed in a way Ondo has no better name for. */
+"history" | 
+/**  The run history's file or folder cannot be created or written. */
+"history_unwritable" | 
+/**  The run history's file is damaged or not a database. */
+"history_corrupt" | 
+/**  The run history was written by a newer Ondo. */
+"history_too_new" | 
+/**  Another Ondo process kept the run history locked. */
+"history_busy" | 
+/**  The folder to write a model into already holds files. */
+"folder_not_empty";
 
 /**  What an export wrote. */
 export type Exported = {
@@ -540,6 +667,15 @@ export type ModelsView = {
 	offline: boolean,
 };
 
+/**  The views the tray menu can ask for. */
+export type NavigateView = 
+/**  The popover's Models section. */
+"models" | 
+/**  The main window's Runs view. */
+"runs" | 
+/**  The main window's Settings view. */
+"settings";
+
 /**  Something the session pool did, and why. */
 export type PoolEvent = {
 	/**  RFC 3339 UTC. */
@@ -605,6 +741,22 @@ export type Psi = {
 	/**  Cumulative "full" stall time since boot, in microseconds (take deltas). */
 	full_total_us: number,
 };
+
+/**
+ *  An output format of `write`. Its serde name (what the app's format
+ *  picker sends) is the file extension.
+ */
+export type ReportFormat = 
+/**  One object: the runs, their memory timelines and per-group statistics. */
+"json" | 
+/**  One run record per line, nothing else. */
+"jsonl" | 
+/**  A header of the record's field names, then one row per run. */
+"csv" | 
+/**  A llama-bench style table of groups, for people. */
+"md" | 
+/**  One self-contained page with charts, for people. */
+"html";
 
 /**  Which runs a screen or an export covers (`RunFilter` in backend.ts). */
 export type RunFilter = {

@@ -375,11 +375,15 @@ describe('Benchmark dialog', () => {
     expect(api.cancelBenchmark).toHaveBeenCalledOnce();
     await within(dialog).findByText(/The benchmark was cancelled; the runs it finished are in the table\./);
 
-    api.runBenchmark.mockRejectedValueOnce({ kind: 'model_unavailable', message: 'Download the model first.' });
+    api.runBenchmark.mockRejectedValueOnce({
+      kind: 'not_in_library',
+      message: 'acme/gone is not among the models on this machine: download it first, or pick one that is downloaded',
+    });
     await fireEvent.click(within(dialog).getByRole('button', { name: 'Start' }));
     const alert = await within(dialog).findByRole('alert');
-    expect(alert.textContent).toContain('The model is not available');
-    expect(alert.textContent).toContain('Download the model first.');
+    expect(alert.textContent).toContain('That model is not downloaded');
+    expect(alert.textContent).toContain('acme/gone is not among the models on this machine');
+    expect(alert.textContent).toContain('Download it under Models first');
 
     // Escape closes it when nothing runs.
     await fireEvent(dialog, new Event('cancel', { cancelable: true }));

@@ -40,8 +40,9 @@ window.__ondoIpcCalls = [];
 const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 const generationFailed: CommandError = {
-  kind: 'generation_failed',
-  message: 'The test generation failed: model.safetensors is missing in the model folder; run `ondo synth` again',
+  kind: 'mlx',
+  message:
+    'MLX failed while generating: [malloc] Unable to allocate 4294967296 bytes; if memory ran out, try a smaller model or a shorter context',
 };
 
 /** The mock's one download (Qwen3 0.6B): the first call stops at 42% and
