@@ -285,8 +285,24 @@ export type DownloadEvent =
 /**  Over the last few seconds. */
 bytes_per_second: number | null; eta_seconds: number | null } | 
 /**  The transfer stopped and is being resumed from where it was. */
-{ event: "retrying"; file: string; attempt: number; detail: string } | { event: "file_done"; file: string; 
-/**  Its sha256 was checked against the hub's. */
+{ event: "retrying"; file: string; attempt: number; detail: string } | 
+/**
+ *  The hub answered busy (429) or failing (5xx); the same request goes
+ *  again after the wait.
+ */
+{ event: "hub_busy"; 
+/**  The file asked for; `None` while asking for the repo's file list. */
+file: string | null; 
+/**  429, or the 5xx status. */
+status: number; wait_ms: number; 
+/**  The try that comes after the wait (2 for the first retry). */
+attempt: number; 
+/**  Tries in all before giving up. */
+attempts: number } | { event: "file_done"; file: string; 
+/**
+ *  Its bytes were checked against the hub's hash of them (the
+ *  sha256 of an LFS file, the git blob id of any other).
+ */
 verified: boolean; 
 /**  Bytes sent over the network for it in this run. */
 fetched_bytes: number };
