@@ -71,6 +71,8 @@ error_kinds! {
     RateLimited => "rate_limited",
     /// The hub failed on its side (a 5xx answer).
     ServerError => "server_error",
+    /// The storage server kept refusing a download link, fresh ones too.
+    LinkExpired => "link_expired",
     /// The hub could not be reached at all.
     Unreachable => "unreachable",
     /// Offline mode is on and the model is not downloaded.

@@ -1,7 +1,9 @@
 //! Downloads against a real hub server on 127.0.0.1 (crates/ondo-testhub):
 //! the model arrives whole and loads, survives being killed and dropped,
-//! refuses corrupted bytes, and every failure is a named error that leaves
-//! nothing half-written passed off as complete.
+//! refuses corrupted bytes, copes with the real hub's ways (busy answers
+//! with Retry-After, a `main` that moves mid-pull, expiring storage links,
+//! relative redirects, gated files, refused tokens), and every failure is a
+//! named error that leaves nothing half-written passed off as complete.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -9,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use ondo::hub::{
     DownloadCancel, DownloadEvent, DownloadOptions, DownloadSummary, Hub, HubConfig, HubError,
-    ModelRef, OnCancel, library, sizing,
+    ModelRef, OnCancel, config::TokenSource, library, sizing,
 };
 use ondo::paths::DataDirs;
 use ondo::synth::{self, SynthOptions};
@@ -71,6 +73,8 @@ impl Fixture {
             offline: false,
             read_timeout: Duration::from_secs(5),
             retries: 3,
+            busy_attempts: 6,
+            max_busy_wait: Duration::from_secs(60),
         }
     }
 
@@ -91,6 +95,25 @@ impl Fixture {
 
     fn blobs_dir(&self) -> PathBuf {
         self.cache_dir().join("models--ondo-test--tiny/blobs")
+    }
+
+    fn ref_main(&self) -> Option<String> {
+        std::fs::read_to_string(self.cache_dir().join("models--ondo-test--tiny/refs/main"))
+            .ok()
+            .map(|commit| commit.trim().to_owned())
+    }
+
+    /// Another tiny model (other weights, same shape) written beside the
+    /// served one, for a push to `main`.
+    fn pushed_model(&self) -> PathBuf {
+        let dir = self.root.path().join("served/pushed");
+        let options = SynthOptions {
+            seed: 7,
+            max_shard_bytes: 2_000_000,
+            ..SynthOptions::for_preset(synth::preset_named("tiny").unwrap())
+        };
+        synth::write_model(&options, &dir, &mut |_| {}).unwrap();
+        dir
     }
 }
 
@@ -430,15 +453,28 @@ fn corrupted_bytes_are_refused_and_deleted() {
 fn hub_errors_are_named() {
     let fx = Fixture::new();
     let hub = fx.client();
+    // Asked without a token, the hub answers 401 RepoNotFound: the message
+    // says it may be private.
     let err = download(&hub, "ondo-test/no-such-model", &mut Vec::new()).unwrap_err();
     assert_eq!(err.kind(), "repo_not_found", "{err}");
+    assert!(err.to_string().contains("private"), "{err}");
+    assert!(
+        fx.hub
+            .requests()
+            .iter()
+            .any(|r| r.path.contains("no-such-model") && r.status == 401)
+    );
     let err = download(&hub, "ondo-test/tiny@no-such-branch", &mut Vec::new()).unwrap_err();
     assert_eq!(err.kind(), "revision_not_found", "{err}");
 
+    // A gated repo: its info is public, its files are not.
     fx.hub.set_gated(REPO, Some("hf_right"));
+    let seen = fx.hub.requests().len();
     let err = download(&hub, REPO, &mut Vec::new()).unwrap_err();
     assert_eq!(err.kind(), "unauthorized", "{err}");
     assert!(err.to_string().contains("HF_TOKEN"), "{err}");
+    let statuses: Vec<u16> = fx.hub.requests()[seen..].iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [200, 401], "info, then the first file");
     let wrong = Hub::new(HubConfig {
         token: Some("hf_wrong".into()),
         ..fx.config()
@@ -801,4 +837,357 @@ fn the_cli_pulls_with_progress_judges_the_fit_and_refuses_what_will_not_fit() {
     let search = ondo(&fx, &["search", "tiny"]);
     let text = String::from_utf8_lossy(&search.stdout);
     assert!(text.contains(REPO) && text.contains("downloaded"), "{text}");
+}
+
+fn busy_waits(events: &[DownloadEvent]) -> Vec<(Option<String>, u16, u64, u32, u32)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            DownloadEvent::HubBusy {
+                file,
+                status,
+                wait_ms,
+                attempt,
+                attempts,
+            } => Some((file.clone(), *status, *wait_ms, *attempt, *attempts)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_busy_hub_is_waited_out_as_long_as_it_asks() {
+    let fx = Fixture::new();
+    // Busy answers to the repo info, to a file and to the storage host.
+    fx.hub.answer_busy("", 1, 503, Some("1"));
+    fx.hub.answer_busy("/resolve/", 1, 429, Some("1"));
+    fx.hub.answer_busy("/storage/", 1, 502, Some("1"));
+    let started = Instant::now();
+    let mut events = Vec::new();
+    let summary = download(&fx.client(), REPO, &mut events).unwrap();
+    assert_snapshot_matches(&summary.snapshot_dir, &fx.model_dir);
+    let waits = busy_waits(&events);
+    assert_eq!(waits.len(), 3, "{waits:?}");
+    assert_eq!(waits[0], (None, 503, 1000, 2, 6));
+    assert_eq!(waits[1], (Some("config.json".into()), 429, 1000, 2, 6));
+    let (file, status, wait_ms, attempt, _) = &waits[2];
+    assert!(file.as_ref().unwrap().ends_with(".safetensors"), "{file:?}");
+    assert_eq!((*status, *wait_ms, *attempt), (502, 1000, 2));
+    // Each wait was as long as the hub asked.
+    assert!(started.elapsed() >= Duration::from_secs(3));
+    // The busy answers were retried, not counted as dropped transfers.
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, DownloadEvent::Retrying { .. }))
+    );
+}
+
+#[test]
+fn a_hub_that_stays_busy_is_a_named_error_and_a_long_retry_after_gives_up_at_once() {
+    let fx = Fixture::new();
+    let hub = Hub::new(HubConfig {
+        busy_attempts: 3,
+        ..fx.config()
+    })
+    .unwrap();
+    fx.hub.answer_busy("", 3, 503, Some("1"));
+    let started = Instant::now();
+    let mut events = Vec::new();
+    let err = download(&hub, REPO, &mut events).unwrap_err();
+    assert_eq!(err.kind(), "server_error", "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains("503") && message.contains("3 tries") && message.contains("try again"),
+        "{message}"
+    );
+    assert_eq!(busy_waits(&events).len(), 2);
+    assert!(started.elapsed() >= Duration::from_secs(2));
+
+    // An hour is more than anyone should sit looking at a stalled download.
+    fx.hub.answer_busy("", 1, 429, Some("3600"));
+    let started = Instant::now();
+    let err = download(&hub, REPO, &mut Vec::new()).unwrap_err();
+    assert_eq!(err.kind(), "rate_limited", "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains("1 h") && message.contains("60 s") && message.contains("token"),
+        "{message}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(1));
+    // Nothing was written for a download that never started.
+    assert!(!fx.blobs_dir().exists());
+}
+
+#[test]
+fn cancelling_cuts_a_wait_for_a_busy_hub_short() {
+    for path in ["/api/models/", "/resolve/"] {
+        let fx = Fixture::new();
+        fx.hub.answer_busy(path, 1, 429, Some("30"));
+        let cancel = DownloadCancel::new();
+        let model = ModelRef::parse(REPO).unwrap();
+        let started = Instant::now();
+        let result = block_on(fx.client().download(
+            &model,
+            DownloadOptions::default(),
+            &mut |event| {
+                if matches!(event, DownloadEvent::HubBusy { .. }) {
+                    cancel.cancel();
+                }
+            },
+            &cancel,
+        ));
+        assert_eq!(result.unwrap_err().kind(), "cancelled", "{path}");
+        assert!(started.elapsed() < Duration::from_secs(5), "{path}");
+    }
+}
+
+#[test]
+fn a_pull_stays_on_the_commit_it_started_from_when_main_moves() {
+    let fx = Fixture::new();
+    let first = fx.hub.commit_of(REPO).unwrap();
+    let pushed = fx.pushed_model();
+    // Someone pushes after the second file has been asked for.
+    let second = fx.hub.move_main_after(REPO, 2, &pushed).unwrap();
+    let summary = download(&fx.client(), REPO, &mut Vec::new()).unwrap();
+    // `main` did move, and the download did not follow it.
+    assert_eq!(fx.hub.commit_of(REPO), Some(second.commit.clone()));
+    assert_eq!(summary.commit, first);
+    assert_snapshot_matches(&summary.snapshot_dir, &fx.model_dir);
+    assert_eq!(fx.ref_main().as_deref(), Some(first.as_str()));
+    // Every file was asked for by the commit, never by the branch.
+    let file_requests: Vec<String> = fx
+        .hub
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.contains("/resolve/"))
+        .map(|r| r.path)
+        .collect();
+    assert!(file_requests.len() >= 5, "{file_requests:?}");
+    for path in &file_requests {
+        assert!(
+            path.contains(&format!("/resolve/{first}/")),
+            "{path} is not by the first commit"
+        );
+    }
+
+    // The next pull takes the new commit whole.
+    let next = download(&fx.client(), REPO, &mut Vec::new()).unwrap();
+    assert_eq!(next.commit, second.commit);
+    assert_snapshot_matches(&next.snapshot_dir, &pushed);
+    assert_eq!(fx.ref_main(), Some(second.commit));
+}
+
+#[test]
+fn a_corrupted_small_file_is_refused_by_its_git_blob_id() {
+    let fx = Fixture::new();
+    assert!(fx.hub.corrupt(REPO, "config.json"));
+    let mut events = Vec::new();
+    let err = download(&fx.client(), REPO, &mut events).unwrap_err();
+    assert_eq!(err.kind(), "checksum_mismatch", "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains("config.json") && message.contains("git blob id"),
+        "{message}"
+    );
+    // Neither the damaged blob nor its partial file is kept; no ref.
+    let blob_id =
+        ondo_testhub::git_blob_id(&std::fs::read(fx.model_dir.join("config.json")).unwrap());
+    assert!(!fx.blobs_dir().join(&blob_id).exists());
+    assert!(partial_files(&fx.blobs_dir()).is_empty());
+    assert_eq!(fx.ref_main(), None);
+
+    // Whole, every small file is checked too, and named by its blob id.
+    let fx = Fixture::new();
+    let mut events = Vec::new();
+    download(&fx.client(), REPO, &mut events).unwrap();
+    let config_checked = events.iter().any(|e| {
+        matches!(e, DownloadEvent::FileDone { file, verified: true, .. } if file == "config.json")
+    });
+    assert!(config_checked, "{events:?}");
+    assert!(fx.blobs_dir().join(&blob_id).is_file());
+}
+
+#[test]
+fn an_expired_storage_link_is_asked_for_anew_and_the_file_continues() {
+    let fx = Fixture::new();
+    // The first large body drops after 1.2 MB, which at 1 MB/s is after
+    // its link (good for 0.7 s) expired: the resume finds it refused.
+    fx.hub.set_link_lifetime(Duration::from_millis(700));
+    fx.hub.set_bytes_per_second(Some(1_000_000));
+    fx.hub.drop_next_transfers(1, 1_200_000);
+    let mut events = Vec::new();
+    let model = ModelRef::parse(REPO).unwrap();
+    let summary = block_on(fx.client().download(
+        &model,
+        DownloadOptions::default(),
+        &mut |event| {
+            if let DownloadEvent::Retrying { detail, .. } = &event
+                && detail.contains("expired")
+            {
+                // Once the point is made, the rest may go at full speed.
+                fx.hub.set_bytes_per_second(None);
+            }
+            events.push(event);
+        },
+        &DownloadCancel::new(),
+    ))
+    .unwrap();
+    assert_snapshot_matches(&summary.snapshot_dir, &fx.model_dir);
+    let retries: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            DownloadEvent::Retrying { detail, .. } => Some(detail.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        retries.len(),
+        2,
+        "a drop, then an expired link: {retries:?}"
+    );
+    assert!(
+        retries[1].contains("expired") && retries[1].contains("403"),
+        "{retries:?}"
+    );
+
+    // The stale link was tried with the resume's Range and refused; the hub
+    // was asked again, and the fresh link continued from the same byte.
+    let requests = fx.hub.requests();
+    let refused = requests
+        .iter()
+        .position(|r| r.path.starts_with("/storage/") && r.status == 403)
+        .expect("a refused storage request");
+    let resumed_at = requests[refused].range.clone().unwrap();
+    assert!(resumed_at.starts_with("bytes=1200000-"), "{resumed_at}");
+    let after: Vec<_> = requests[refused + 1..].iter().take(2).collect();
+    assert!(after[0].path.contains("/resolve/"), "{after:?}");
+    assert_eq!(after[0].range.as_deref(), Some(resumed_at.as_str()));
+    assert!(
+        after[1].path.starts_with("/storage/") && after[1].status == 206,
+        "{after:?}"
+    );
+    assert_eq!(after[1].range.as_deref(), Some(resumed_at.as_str()));
+}
+
+#[test]
+fn the_token_goes_to_the_hub_only_and_small_files_follow_relative_redirects() {
+    let fx = Fixture::new();
+    let hub = Hub::new(HubConfig {
+        token: Some("hf_mine".into()),
+        token_source: Some(TokenSource::Environment),
+        ..fx.config()
+    })
+    .unwrap();
+    let summary = download(&hub, REPO, &mut Vec::new()).unwrap();
+    assert_snapshot_matches(&summary.snapshot_dir, &fx.model_dir);
+    let requests = fx.hub.requests();
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.path.starts_with("/api/resolve-cache/") && r.status == 200),
+        "small files came through the hub's resolve cache"
+    );
+    let mut storage = 0;
+    for request in &requests {
+        if request.path.starts_with("/storage/") {
+            storage += 1;
+            assert_eq!(request.token, None, "the token went to storage");
+        } else {
+            assert_eq!(request.token.as_deref(), Some("hf_mine"), "{request:?}");
+        }
+    }
+    assert!(storage >= 3, "{storage} storage requests");
+}
+
+#[test]
+fn a_refused_token_is_named_with_where_it_came_from() {
+    let fx = Fixture::new();
+    fx.hub.refuse_token("hf_revoked");
+    for source in [TokenSource::Environment, TokenSource::TokenFile] {
+        let hub = Hub::new(HubConfig {
+            token: Some("hf_revoked".into()),
+            token_source: Some(source),
+            ..fx.config()
+        })
+        .unwrap();
+        // A public repo: the token is the only thing wrong.
+        let err = download(&hub, REPO, &mut Vec::new()).unwrap_err();
+        assert_eq!(err.kind(), "token_refused", "{err}");
+        let message = err.to_string();
+        assert!(
+            message.contains("refused your Hugging Face token"),
+            "{message}"
+        );
+        assert!(message.contains(source.describe()), "{message}");
+        assert!(
+            message.contains("public models download without"),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn the_cli_pull_completes_against_a_busy_hub_whose_main_moves() {
+    let fx = Fixture::new();
+    let first = fx.hub.commit_of(REPO).unwrap();
+    let pushed = fx.pushed_model();
+    fx.hub.answer_busy("", 1, 503, Some("1"));
+    fx.hub.answer_busy("/resolve/", 1, 429, Some("1"));
+    let second = fx.hub.move_main_after(REPO, 3, &pushed).unwrap();
+
+    let pull = ondo(&fx, &["pull", REPO]);
+    let stderr = String::from_utf8_lossy(&pull.stderr);
+    assert!(pull.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("hub busy (503), retrying in 1 s, attempt 2 of 6"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("hub busy (429) on config.json, retrying in 1 s, attempt 2 of 6"),
+        "{stderr}"
+    );
+    assert_eq!(fx.hub.commit_of(REPO), Some(second.commit));
+    assert_eq!(fx.ref_main(), Some(first.clone()));
+    let snapshot = fx
+        .cache_dir()
+        .join("models--ondo-test--tiny/snapshots")
+        .join(&first);
+    assert_snapshot_matches(&snapshot, &fx.model_dir);
+}
+
+#[test]
+fn the_cli_pull_gets_a_gated_repos_files_only_with_a_token_and_explains_an_unknown_repo() {
+    let fx = Fixture::new();
+    fx.hub.set_gated(REPO, Some("hf_right"));
+    let record = |output: &std::process::Output| -> serde_json::Value {
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+
+    let anonymous = ondo(&fx, &["pull", REPO, "--json"]);
+    assert!(!anonymous.status.success());
+    assert_eq!(record(&anonymous)["error"]["kind"], "unauthorized");
+
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ondo"));
+    command.args(["pull", REPO, "--json"]);
+    fx.env(&mut command);
+    let with_token = command.env("HF_TOKEN", "hf_right").output().unwrap();
+    assert!(
+        with_token.status.success(),
+        "{}",
+        String::from_utf8_lossy(&with_token.stderr)
+    );
+    let snapshot = PathBuf::from(record(&with_token)["snapshot_dir"].as_str().unwrap());
+    assert_snapshot_matches(&snapshot, &fx.model_dir);
+
+    // An unknown repo asked anonymously: 401 from the hub, explained.
+    let unknown = ondo(&fx, &["pull", "ondo-test/nothing-here", "--json"]);
+    assert!(!unknown.status.success());
+    let error = &record(&unknown)["error"];
+    assert_eq!(error["kind"], "repo_not_found");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("private") && message.contains("token"),
+        "{message}"
+    );
 }

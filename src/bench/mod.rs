@@ -18,6 +18,7 @@ use crate::ErrorKind;
 use crate::engine::generate::LoopShape;
 use crate::engine::{CancelToken, GenerateRequest, Prompt, RunError};
 use crate::session::SessionPool;
+use crate::session::chat::GenerationSettings;
 use crate::session::record::RunContext;
 use crate::store::{RunKind, RunRecord};
 use peer::{MlxLmPeer, PeerError};
@@ -100,7 +101,7 @@ pub const BENCH_LIMITS: BenchLimits = BenchLimits {
     warmup: (0, 100),
     cold_repetitions: (0, 100),
     prefill_step_size: (1, 131_072),
-    max_kv_size: (16, 1 << 20),
+    max_kv_size: GenerationSettings::LIMITS.max_kv_size,
 };
 
 impl BenchShape {

@@ -124,7 +124,7 @@ pub fn hint(kind: ErrorKind, model: Option<&str>) -> Option<String> {
         ErrorKind::RateLimited => format!(
             "wait a minute, then {pull_again}; a token (HF_TOKEN) raises the hub's limit"
         ),
-        ErrorKind::ServerError | ErrorKind::Interrupted | ErrorKind::ChecksumMismatch => {
+        ErrorKind::ServerError | ErrorKind::LinkExpired | ErrorKind::Interrupted | ErrorKind::ChecksumMismatch => {
             pull_again
         }
         ErrorKind::Unreachable => {

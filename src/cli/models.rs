@@ -15,6 +15,7 @@ use crate::hub::{
     DownloadCancel, DownloadEvent, DownloadOptions, Hub, HubConfig, HubError, ModelRef, OnCancel,
     catalog,
     fit::{FitEstimate, Verdict, human_bytes},
+    http::{BusyWait, WaitWatch},
     library::{self, LibraryModel, ModelSource},
     sizing::{self, MachineMemory, ModelFacts},
 };
@@ -95,9 +96,32 @@ pub fn pull(args: PullArgs) -> Result<ExitCode, CliError> {
         if !hub.config().offline && !args.json {
             // The verdict before the bytes: a model that cannot run here is
             // better known before gigabytes arrive.
-            if let Ok(facts) = hub.facts_from_hub(&model).await {
-                let estimate = facts.estimate(args.context, MachineMemory::read(working_set()));
-                eprintln!("{}", verdict_line(&estimate));
+            let mut on_wait = |wait: BusyWait| {
+                let wait_ms = wait.wait.as_millis() as u64;
+                let line = busy_line(
+                    wait.file.as_deref(),
+                    wait.status,
+                    wait_ms,
+                    wait.attempt,
+                    wait.attempts,
+                );
+                eprintln!("  {line}");
+            };
+            let mut watch = WaitWatch {
+                on_wait: Some(&mut on_wait),
+                cancel: None,
+            };
+            match hub.facts_from_hub_watched(&model, &mut watch).await {
+                Ok(facts) => {
+                    let estimate = facts.estimate(args.context, MachineMemory::read(working_set()));
+                    eprintln!("{}", verdict_line(&estimate));
+                }
+                // Waited out already: the download would only wait again.
+                Err(err @ (HubError::RateLimited { .. } | HubError::ServerError { .. })) => {
+                    return Err(err);
+                }
+                // The download names any other problem in its own words.
+                Err(_) => {}
             }
         }
         let ctrl_c = {
@@ -238,6 +262,21 @@ impl PullProgress {
                     None => eprintln!("{line}"),
                 }
             }
+            DownloadEvent::HubBusy {
+                file,
+                status,
+                wait_ms,
+                attempt,
+                attempts,
+            } => {
+                let line = busy_line(file.as_deref(), *status, *wait_ms, *attempt, *attempts);
+                // In the bar's own line while it waits; the next progress
+                // puts the file name back.
+                match &self.bar {
+                    Some(bar) => bar.set_message(line),
+                    None => eprintln!("  {line}"),
+                }
+            }
             DownloadEvent::FileDone { .. } => {}
         }
     }
@@ -247,6 +286,15 @@ impl PullProgress {
             bar.finish_and_clear();
         }
     }
+}
+
+/// "hub busy (503) on config.json, retrying in 4 s, attempt 2 of 6"
+fn busy_line(file: Option<&str>, status: u16, wait_ms: u64, attempt: u32, attempts: u32) -> String {
+    let on = file.map_or(String::new(), |file| format!(" on {file}"));
+    format!(
+        "hub busy ({status}){on}, retrying in {} s, attempt {attempt} of {attempts}",
+        wait_ms.div_ceil(1000).max(1)
+    )
 }
 
 // ---------------------------------------------------------------- ls

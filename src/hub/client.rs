@@ -1,20 +1,27 @@
 //! Talking to the hub: repo info with file sizes and checksums, model search,
-//! small files read straight into memory. Built on hf-hub's API client (which
-//! carries the endpoint, token and user agent); errors are mapped from the
-//! hub's status codes and `X-Error-Code` so each has its own [`HubError`].
+//! small files read straight into memory. Requests go through
+//! `Hub::send` in `hub::http` (redirects, waits for a busy hub, error
+//! mapping); hf-hub gives the cache layout.
 
-use std::time::Duration;
-
-use reqwest::{Response, StatusCode};
+use reqwest::{Method, Url};
 use serde::{Deserialize, Serialize};
 
-use super::{HubConfig, HubError, ModelRef, config::keychain, repo_id::check_repo_file};
+use super::{
+    HubConfig, HubError, ModelRef,
+    http::{HubRequest, WaitWatch},
+    repo_id::check_repo_file,
+};
 
 /// One client for the hub and the cache it fills.
 #[derive(Clone)]
 pub struct Hub {
     pub(crate) config: HubConfig,
-    pub(crate) api: hf_hub::api::tokio::Api,
+    /// Follows no redirects and carries no token: [`Hub::send`] does both
+    /// per request.
+    pub(crate) http: reqwest::Client,
+    /// The endpoint parsed; `None` when `HF_ENDPOINT` is not a URL (every
+    /// request then says so).
+    pub(crate) endpoint_url: Option<Url>,
     pub(crate) cache: hf_hub::Cache,
 }
 
@@ -85,17 +92,21 @@ struct LfsInfo {
 impl Hub {
     pub fn new(config: HubConfig) -> Result<Self, HubError> {
         let cache = hf_hub::Cache::new(config.cache_dir.clone());
-        let api = hf_hub::api::tokio::ApiBuilder::from_cache(cache.clone())
-            .with_endpoint(config.endpoint.clone())
-            .with_token(config.token.clone())
-            .with_user_agent("ondo", env!("CARGO_PKG_VERSION"))
-            .with_progress(false)
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("ondo/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|err| HubError::BadResponse {
                 url: config.endpoint.clone(),
                 detail: format!("cannot set up the HTTP client: {err}"),
             })?;
-        Ok(Self { config, api, cache })
+        let endpoint_url = Url::parse(&config.endpoint).ok();
+        Ok(Self {
+            config,
+            http,
+            endpoint_url,
+            cache,
+        })
     }
 
     pub fn config(&self) -> &HubConfig {
@@ -104,13 +115,23 @@ impl Hub {
 
     /// The repo's files at `model.revision`, with sizes and checksums.
     pub async fn repo_info(&self, model: &ModelRef) -> Result<RepoInfo, HubError> {
+        self.repo_info_watched(model, &mut WaitWatch::default())
+            .await
+    }
+
+    /// [`Hub::repo_info`], telling `watch` about waits for a busy hub.
+    pub(crate) async fn repo_info_watched(
+        &self,
+        model: &ModelRef,
+        watch: &mut WaitWatch<'_>,
+    ) -> Result<RepoInfo, HubError> {
         self.refuse_when_offline(model)?;
-        let request = self
-            .api
-            .repo(model.hf_repo())
-            .info_request()
-            .query(&[("blobs", "true")]);
-        let response = self.send(request, model, None).await?;
+        let mut segments = vec!["api", "models"];
+        segments.extend(model.repo_id.split('/'));
+        segments.extend(["revision", model.revision.as_str()]);
+        let mut url = self.url(&segments)?;
+        url.query_pairs_mut().append_pair("blobs", "true");
+        let response = self.send(&self.get(url, model, None), watch).await?;
         let url = response.url().to_string();
         let info: InfoResponse = response
             .json()
@@ -120,6 +141,12 @@ impl Hub {
             url: url.clone(),
             detail: "no commit sha in the repo info".into(),
         })?;
+        if commit.is_empty() || !commit.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Err(HubError::BadResponse {
+                url,
+                detail: format!("'{commit}' is not a commit sha"),
+            });
+        }
         let mut files = Vec::with_capacity(info.siblings.len());
         for sibling in info.siblings {
             if !check_repo_file(&sibling.rfilename) {
@@ -164,19 +191,24 @@ impl Hub {
                 detail: "offline mode is on (HF_HUB_OFFLINE)".into(),
             });
         }
-        let url = format!("{}/api/models", self.config.endpoint);
-        let request = self.api.client().get(&url).query(&[
-            ("search", text),
-            ("filter", "mlx"),
-            ("sort", "downloads"),
-            ("direction", "-1"),
-            ("limit", &limit.to_string()),
-        ]);
+        let mut url = self.url(&["api", "models"])?;
+        url.query_pairs_mut()
+            .append_pair("search", text)
+            .append_pair("filter", "mlx")
+            .append_pair("sort", "downloads")
+            .append_pair("direction", "-1")
+            .append_pair("limit", &limit.to_string());
         let placeholder = ModelRef {
             repo_id: text.to_owned(),
             revision: ModelRef::DEFAULT_REVISION.into(),
         };
-        let response = self.send(request, &placeholder, None).await?;
+        let response = self
+            .send(
+                &self.get(url, &placeholder, None),
+                &mut WaitWatch::default(),
+            )
+            .await?;
+        let url = response.url().to_string();
         response
             .json()
             .await
@@ -185,12 +217,16 @@ impl Hub {
 
     /// A small file (config.json) read into memory without touching the cache,
     /// so the fit can be judged before anything is downloaded.
-    pub async fn read_small_file(&self, model: &ModelRef, file: &str) -> Result<Vec<u8>, HubError> {
+    pub(crate) async fn read_small_file(
+        &self,
+        model: &ModelRef,
+        file: &str,
+        watch: &mut WaitWatch<'_>,
+    ) -> Result<Vec<u8>, HubError> {
         self.refuse_when_offline(model)?;
-        let url = self.file_url(model, file);
-        let response = self
-            .send(self.api.client().get(&url), model, Some(file))
-            .await?;
+        let url = self.file_url(model, &model.revision, file)?;
+        let response = self.send(&self.get(url, model, Some(file)), watch).await?;
+        let url = response.url().to_string();
         Ok(response
             .bytes()
             .await
@@ -199,19 +235,21 @@ impl Hub {
     }
 
     /// The first `len` bytes of a file (a safetensors header), by HTTP Range.
-    pub async fn read_file_prefix(
+    pub(crate) async fn read_file_prefix(
         &self,
         model: &ModelRef,
         file: &str,
         len: u64,
+        watch: &mut WaitWatch<'_>,
     ) -> Result<Vec<u8>, HubError> {
         self.refuse_when_offline(model)?;
-        let url = self.file_url(model, file);
-        let request = self.api.client().get(&url).header(
-            reqwest::header::RANGE,
-            format!("bytes=0-{}", len.saturating_sub(1)),
-        );
-        let response = self.send(request, model, Some(file)).await?;
+        let url = self.file_url(model, &model.revision, file)?;
+        let request = HubRequest {
+            range: Some(format!("bytes=0-{}", len.saturating_sub(1))),
+            ..self.get(url, model, Some(file))
+        };
+        let response = self.send(&request, watch).await?;
+        let url = response.url().to_string();
         let bytes = response
             .bytes()
             .await
@@ -219,14 +257,44 @@ impl Hub {
         Ok(bytes[..bytes.len().min(len as usize)].to_vec())
     }
 
-    pub(crate) fn file_url(&self, model: &ModelRef, file: &str) -> String {
-        format!(
-            "{}/{}/resolve/{}/{}",
-            self.config.endpoint,
-            model.repo_id,
-            model.revision.replace('/', "%2F"),
-            file
-        )
+    /// `{endpoint}/{org}/{name}/resolve/{revision}/{file}`. Fetching by a
+    /// commit sha rather than a branch keeps every file of a download on
+    /// one commit while others push to the branch.
+    pub(crate) fn file_url(
+        &self,
+        model: &ModelRef,
+        revision: &str,
+        file: &str,
+    ) -> Result<Url, HubError> {
+        let mut segments: Vec<&str> = model.repo_id.split('/').collect();
+        segments.extend(["resolve", revision]);
+        segments.extend(file.split('/'));
+        self.url(&segments)
+    }
+
+    /// The endpoint with `segments` appended to its path, each one escaped:
+    /// a revision such as `refs/pr/1` is one segment, its `/` sent as `%2F`.
+    fn url(&self, segments: &[&str]) -> Result<Url, HubError> {
+        let not_a_url = || HubError::Unreachable {
+            endpoint: self.config.endpoint.clone(),
+            detail: "HF_ENDPOINT is not a URL such as https://huggingface.co".into(),
+        };
+        let mut url = self.endpoint_url.clone().ok_or_else(not_a_url)?;
+        url.path_segments_mut()
+            .map_err(|()| not_a_url())?
+            .pop_if_empty()
+            .extend(segments);
+        Ok(url)
+    }
+
+    fn get<'a>(&self, url: Url, model: &'a ModelRef, file: Option<&'a str>) -> HubRequest<'a> {
+        HubRequest {
+            method: Method::GET,
+            url,
+            range: None,
+            model,
+            file,
+        }
     }
 
     fn refuse_when_offline(&self, model: &ModelRef) -> Result<(), HubError> {
@@ -238,93 +306,4 @@ impl Hub {
             Ok(())
         }
     }
-
-    /// Sends a request and turns the hub's error answers into named errors.
-    pub(crate) async fn send(
-        &self,
-        request: reqwest::RequestBuilder,
-        model: &ModelRef,
-        file: Option<&str>,
-    ) -> Result<Response, HubError> {
-        let response = tokio::time::timeout(self.config.read_timeout, request.send())
-            .await
-            .map_err(|_| HubError::Unreachable {
-                endpoint: self.config.endpoint.clone(),
-                detail: format!("no answer in {} s", self.config.read_timeout.as_secs_f32()),
-            })?
-            .map_err(|err| self.transfer_error(&self.config.endpoint, err))?;
-        let status = response.status();
-        if status.is_success() || status == StatusCode::RANGE_NOT_SATISFIABLE {
-            return Ok(response);
-        }
-        let code = response
-            .headers()
-            .get("x-error-code")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_owned();
-        let url = response.url().to_string();
-        let repo_id = model.repo_id.clone();
-        Err(match (status.as_u16(), code.as_str()) {
-            (404, "RevisionNotFound") => HubError::RevisionNotFound {
-                repo_id,
-                revision: model.revision.clone(),
-            },
-            (404, "EntryNotFound") => HubError::EntryNotFound {
-                repo_id,
-                file: file.unwrap_or("").to_owned(),
-            },
-            (404, _) | (401, "RepoNotFound") => HubError::RepoNotFound {
-                repo_id,
-                endpoint: self.config.endpoint.clone(),
-            },
-            (401, _) => HubError::Unauthorized {
-                repo_id,
-                keychain: keychain::hint(),
-            },
-            (403, _) => HubError::Forbidden { repo_id },
-            (status, _) => {
-                let body = response.text().await.unwrap_or_default();
-                HubError::Http {
-                    status,
-                    url,
-                    body: body.chars().take(300).collect(),
-                }
-            }
-        })
-    }
-
-    pub(crate) fn transfer_error(&self, url: &str, err: reqwest::Error) -> HubError {
-        if err.is_connect() || err.is_timeout() {
-            HubError::Unreachable {
-                endpoint: self.config.endpoint.clone(),
-                detail: root_cause(&err),
-            }
-        } else if err.is_decode() {
-            HubError::BadResponse {
-                url: url.to_owned(),
-                detail: root_cause(&err),
-            }
-        } else {
-            HubError::Interrupted {
-                file: url.to_owned(),
-                detail: root_cause(&err),
-            }
-        }
-    }
-}
-
-/// reqwest's top-level message is generic ("error sending request"); the
-/// innermost cause says what happened ("Connection refused").
-pub(crate) fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut cause = err;
-    while let Some(next) = cause.source() {
-        cause = next;
-    }
-    cause.to_string()
-}
-
-/// How long to wait before resuming a dropped transfer for the `attempt`th time.
-pub(crate) fn backoff(attempt: u32) -> Duration {
-    Duration::from_millis(200 * 2u64.pow(attempt.min(5)))
 }

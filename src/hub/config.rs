@@ -22,6 +22,12 @@ pub struct HubConfig {
     /// How often a dropped transfer is resumed before giving up (the partial
     /// file is kept either way).
     pub retries: u32,
+    /// How many times in all a request is sent while the hub answers it
+    /// 429 (too many requests) or 5xx (failing), waiting between tries.
+    pub busy_attempts: u32,
+    /// The longest one wait for a busy hub; a `Retry-After` asking for more
+    /// gives up at once rather than leave a download silently stalled.
+    pub max_busy_wait: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -31,6 +37,22 @@ pub enum TokenSource {
     Environment,
     TokenFile,
     Keychain,
+}
+
+impl TokenSource {
+    /// Where the token was read from, in words a user can act on.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Environment => "the HF_TOKEN environment variable",
+            Self::TokenFile => {
+                "the Hugging Face token file (HF_TOKEN_PATH, or token beside the hub cache in HF_HOME)"
+            }
+            Self::Keychain if cfg!(target_os = "macos") => {
+                "the keychain (service \"Ondo\", account \"huggingface-token\")"
+            }
+            Self::Keychain => "the keyring (service Ondo, account huggingface-token)",
+        }
+    }
 }
 
 impl HubConfig {
@@ -55,6 +77,8 @@ impl HubConfig {
             offline,
             read_timeout: Duration::from_secs(30),
             retries: 5,
+            busy_attempts: 6,
+            max_busy_wait: Duration::from_secs(60),
         }
     }
 }

@@ -1,16 +1,22 @@
 //! Downloading a model into the shared Hugging Face cache.
 //!
-//! hf-hub 0.5 gives the cache layout, the repo info and the authenticated
-//! client, and its own `download` is not used for the transfer itself: it
+//! hf-hub 0.5 gives the cache paths; its own `download` is not used: it
 //! keeps a whole chunk in memory (by default the whole file), writes its own
 //! trailer format into `.incomplete` files that Python's tools do not
 //! continue, checks no checksums and reports errors without the hub's status.
-//! So the transfer here is ours, on hf-hub's client and cache paths, written
-//! the way huggingface_hub writes: bytes appended to `blobs/<etag>.incomplete`
-//! and resumed from its length with an HTTP Range (across restarts and
-//! between Ondo and the Python tools), a `.locks/` file so two processes never
-//! write one blob, LFS files checked against their sha256 before they are
-//! renamed into place, and snapshot links relative to the blob.
+//! So the transfer here is ours, written the way huggingface_hub writes:
+//! bytes appended to `blobs/<etag>.incomplete` and resumed from its length
+//! with an HTTP Range (across restarts and between Ondo and the Python
+//! tools), a `.locks/` file so two processes never write one blob, every
+//! file checked against the hub's hash before it is renamed into place (the
+//! sha256 of an LFS file, the git blob id of any other), and snapshot links
+//! relative to the blob.
+//!
+//! Against the real hub a download also has to pin the commit the revision
+//! names at the start and fetch every file by that commit (someone may push
+//! to `main` meanwhile), and ask the hub again for a storage link that
+//! expired before the file was complete. Waiting out a busy hub and
+//! following its redirects is the work of `Hub::send` in `hub::http`.
 
 use std::{
     collections::VecDeque,
@@ -24,16 +30,21 @@ use std::{
 };
 
 use futures_util::StreamExt;
-use reqwest::{StatusCode, header};
+use reqwest::{Method, StatusCode, Url, header};
 use serde::Serialize;
+use sha1::Sha1;
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
 use super::{
     Hub, HubError, ModelRef, RepoFile, RepoInfo,
-    client::{backoff, root_cause},
     error::is_disk_full,
+    http::{BusyWait, HubRequest, WaitWatch, root_cause},
 };
+
+/// How often one file's storage link may be refused as expired and asked
+/// for anew before the download gives up on it.
+const MAX_FRESH_LINKS: u32 = 3;
 
 /// Which files a model needs to run: configs, tokenizer files, chat
 /// templates and the `model*.safetensors` weights (not `consolidated.*`
@@ -79,7 +90,7 @@ impl DownloadCancel {
     pub fn is_cancelled(&self) -> bool {
         self.cancelled.load(Ordering::SeqCst)
     }
-    async fn cancelled(&self) {
+    pub(crate) async fn cancelled(&self) {
         loop {
             let notified = self.notify.notified();
             if self.is_cancelled() {
@@ -121,9 +132,23 @@ pub enum DownloadEvent {
         attempt: u32,
         detail: String,
     },
+    /// The hub answered busy (429) or failing (5xx); the same request goes
+    /// again after the wait.
+    HubBusy {
+        /// The file asked for; `None` while asking for the repo's file list.
+        file: Option<String>,
+        /// 429, or the 5xx status.
+        status: u16,
+        wait_ms: u64,
+        /// The try that comes after the wait (2 for the first retry).
+        attempt: u32,
+        /// Tries in all before giving up.
+        attempts: u32,
+    },
     FileDone {
         file: String,
-        /// Its sha256 was checked against the hub's.
+        /// Its bytes were checked against the hub's hash of them (the
+        /// sha256 of an LFS file, the git blob id of any other).
         verified: bool,
         /// Bytes sent over the network for it in this run.
         fetched_bytes: u64,
@@ -173,7 +198,16 @@ impl Hub {
         if self.config.offline {
             return self.cached_snapshot(model, started);
         }
-        let info = self.repo_info(model).await?;
+        let info = {
+            let mut on_wait = |wait: BusyWait| sink(DownloadEvent::hub_busy(wait));
+            let mut watch = WaitWatch {
+                on_wait: Some(&mut on_wait),
+                cancel: Some(cancel),
+            };
+            self.repo_info_watched(model, &mut watch).await?
+        };
+        // Every file is fetched by this commit: `main` may move while we work.
+        let commit = info.commit.as_str();
         let files = model_files(&info)?;
         let repo_dir = self.config.cache_dir.join(model.cache_folder_name());
         let cache_repo = self.cache.repo(model.hf_repo());
@@ -185,7 +219,7 @@ impl Hub {
         let total_bytes: u64 = files.iter().map(|f| f.size_bytes).sum();
         sink(DownloadEvent::Planned {
             model: model.to_string(),
-            commit: info.commit.clone(),
+            commit: commit.to_owned(),
             files: files.len(),
             total_bytes,
             present_bytes,
@@ -202,6 +236,7 @@ impl Hub {
             } else {
                 self.fetch_blob(
                     model,
+                    commit,
                     &repo_dir,
                     file,
                     &blob,
@@ -213,21 +248,21 @@ impl Hub {
                 .await?
             };
             fetched_bytes += fetched;
-            link_into_snapshot(&cache_repo.pointer_path(&info.commit), &file.path, &blob)?;
+            link_into_snapshot(&cache_repo.pointer_path(commit), &file.path, &blob)?;
             sink(DownloadEvent::FileDone {
                 file: file.path.clone(),
-                verified: file.sha256.is_some() && fetched > 0,
+                verified: ContentHash::for_file(file).is_some() && fetched > 0,
                 fetched_bytes: fetched,
             });
         }
         // The ref is written last: a revision that resolves names a complete snapshot.
         cache_repo
-            .create_ref(&info.commit)
+            .create_ref(commit)
             .map_err(HubError::io(repo_dir.join("refs")))?;
         Ok(DownloadSummary {
             model: model.to_string(),
-            commit: info.commit.clone(),
-            snapshot_dir: cache_repo.pointer_path(&info.commit),
+            commit: commit.to_owned(),
+            snapshot_dir: cache_repo.pointer_path(commit),
             files: files.len(),
             total_bytes,
             fetched_bytes,
@@ -270,12 +305,14 @@ impl Hub {
         })
     }
 
-    /// Fetches one file into its blob, resuming a partial one, retrying
-    /// dropped transfers, verifying the sha256. Returns the bytes fetched.
+    /// Fetches one file into its blob by `commit`, resuming a partial one,
+    /// retrying dropped transfers, asking for a fresh storage link when one
+    /// expires, and checking its hash. Returns the bytes fetched.
     #[allow(clippy::too_many_arguments)]
     async fn fetch_blob(
         &self,
         model: &ModelRef,
+        commit: &str,
         repo_dir: &Path,
         file: &RepoFile,
         blob: &Path,
@@ -304,19 +341,28 @@ impl Hub {
             have = 0;
         }
         // The hash must cover the bytes kept from an earlier run too.
-        let mut hasher = Sha256::new();
-        if file.sha256.is_some() && have > 0 {
-            hash_existing(&partial, have, &mut hasher)?;
+        let mut hash = ContentHash::for_file(file);
+        if let Some(hash) = hash.as_mut()
+            && have > 0
+        {
+            hash_existing(&partial, have, hash)?;
         }
-        let url = self.file_url(model, &file.path);
-        let mut fetched = 0u64;
-        let mut attempt = 0u32;
-        while have < file.size_bytes {
+        let mut transfer = Transfer {
+            resolve_url: self.file_url(model, commit, &file.path)?,
+            source: None,
+            partial: &partial,
+            out: &mut out,
+            have,
+            hash: &mut hash,
+            fetched: 0,
+        };
+        let mut drops = 0u32;
+        let mut fresh_links = 0u32;
+        while transfer.have < file.size_bytes {
             let outcome = tokio::select! {
                 biased;
                 () = cancel.cancelled() => Err(TransferStop::Cancelled),
-                result = self.transfer(model, file, &url, &partial, &mut out, &mut have,
-                    &mut hasher, &mut fetched, progress, sink) => result,
+                result = self.transfer(model, file, &mut transfer, progress, sink) => result,
             };
             match outcome {
                 Ok(()) => {}
@@ -327,10 +373,25 @@ impl Hub {
                     }
                     return Err(HubError::Cancelled);
                 }
+                // A signed storage link is good for a while only; the hub
+                // hands out a fresh one for the same commit and file.
+                Err(TransferStop::Fatal(HubError::LinkExpired { status, .. }))
+                    if fresh_links < MAX_FRESH_LINKS =>
+                {
+                    fresh_links += 1;
+                    transfer.source = None;
+                    sink(DownloadEvent::Retrying {
+                        file: file.path.clone(),
+                        attempt: fresh_links,
+                        detail: format!(
+                            "the storage link expired (HTTP {status}); asking the hub for a fresh one"
+                        ),
+                    });
+                }
                 Err(TransferStop::Fatal(err)) => return Err(err),
                 Err(TransferStop::Dropped(detail)) => {
-                    attempt += 1;
-                    if attempt > self.config.retries {
+                    drops += 1;
+                    if drops > self.config.retries {
                         return Err(HubError::Interrupted {
                             file: file.path.clone(),
                             detail,
@@ -338,26 +399,29 @@ impl Hub {
                     }
                     sink(DownloadEvent::Retrying {
                         file: file.path.clone(),
-                        attempt,
+                        attempt: drops,
                         detail,
                     });
                     tokio::select! {
                         () = cancel.cancelled() => {}
-                        () = tokio::time::sleep(backoff(attempt)) => {}
+                        () = tokio::time::sleep(resume_backoff(drops)) => {}
                     }
                 }
             }
         }
+        let fetched = transfer.fetched;
         out.sync_all().map_err(HubError::io(&partial))?;
         drop(out);
-        if let Some(expected) = &file.sha256 {
-            let actual = format!("{:x}", hasher.finalize());
-            if !actual.eq_ignore_ascii_case(expected) {
+        if let Some(hash) = hash {
+            let (algorithm, expected) = (hash.algorithm(), hash.expected().to_owned());
+            let actual = hash.finish();
+            if !actual.eq_ignore_ascii_case(&expected) {
                 let _ = std::fs::remove_file(&partial);
                 return Err(HubError::ChecksumMismatch {
                     repo_id: model.repo_id.clone(),
                     file: file.path.clone(),
-                    expected: expected.clone(),
+                    algorithm,
+                    expected,
                     actual,
                 });
             }
@@ -367,25 +431,35 @@ impl Hub {
     }
 
     /// One HTTP request for the rest of a file, appended as it arrives.
-    #[allow(clippy::too_many_arguments)]
     async fn transfer(
         &self,
         model: &ModelRef,
         file: &RepoFile,
-        url: &str,
-        partial: &Path,
-        out: &mut std::fs::File,
-        have: &mut u64,
-        hasher: &mut Sha256,
-        fetched: &mut u64,
+        transfer: &mut Transfer<'_>,
         progress: &mut Progress,
         sink: &mut (dyn FnMut(DownloadEvent) + Send),
     ) -> Result<(), TransferStop> {
-        let mut request = self.api.client().get(url);
-        if *have > 0 {
-            request = request.header(header::RANGE, format!("bytes={}-", *have));
-        }
-        let response = match self.send(request, model, Some(&file.path)).await {
+        // Resumes go straight to the storage link the hub gave last time,
+        // as long as it works; the first request asks the hub.
+        let request = HubRequest {
+            method: Method::GET,
+            url: transfer
+                .source
+                .clone()
+                .unwrap_or_else(|| transfer.resolve_url.clone()),
+            range: (transfer.have > 0).then(|| format!("bytes={}-", transfer.have)),
+            model,
+            file: Some(&file.path),
+        };
+        let sent = {
+            let mut on_wait = |wait: BusyWait| sink(DownloadEvent::hub_busy(wait));
+            let mut watch = WaitWatch {
+                on_wait: Some(&mut on_wait),
+                cancel: None,
+            };
+            self.send(&request, &mut watch).await
+        };
+        let response = match sent {
             Ok(response) => response,
             // A connection that fails between chunks is retried like a drop.
             Err(HubError::Unreachable { detail, .. })
@@ -394,25 +468,26 @@ impl Hub {
             }
             Err(err) => return Err(TransferStop::Fatal(err)),
         };
+        transfer.source = Some(response.url().clone());
         match response.status() {
             StatusCode::PARTIAL_CONTENT => {
                 let start = content_range_start(response.headers());
-                if start != Some(*have) {
-                    restart(out, partial, have, hasher, progress)?;
+                if start != Some(transfer.have) {
+                    transfer.restart(progress)?;
                     return Err(TransferStop::Dropped(
                         "the server resumed at another offset; starting the file over".into(),
                     ));
                 }
             }
             StatusCode::RANGE_NOT_SATISFIABLE => {
-                restart(out, partial, have, hasher, progress)?;
+                transfer.restart(progress)?;
                 return Err(TransferStop::Dropped(
                     "the partial file was longer than the server's; starting over".into(),
                 ));
             }
-            _ if *have > 0 => {
+            _ if transfer.have > 0 => {
                 // The server ignored the Range: take the whole file again.
-                restart(out, partial, have, hasher, progress)?;
+                transfer.restart(progress)?;
             }
             _ => {}
         }
@@ -430,44 +505,87 @@ impl Hub {
                 Ok(Some(Err(err))) => return Err(TransferStop::Dropped(root_cause(&err))),
                 Ok(Some(Ok(chunk))) => chunk,
             };
-            let room = file.size_bytes.saturating_sub(*have) as usize;
+            let room = file.size_bytes.saturating_sub(transfer.have) as usize;
             let chunk = &chunk[..chunk.len().min(room)];
-            out.write_all(chunk).map_err(|err| {
+            transfer.out.write_all(chunk).map_err(|err| {
                 TransferStop::Fatal(if is_disk_full(&err) {
                     HubError::DiskFull {
                         model: model.to_string(),
                         dir: self.config.cache_dir.clone(),
-                        needed_bytes: file.size_bytes - *have,
+                        needed_bytes: file.size_bytes - transfer.have,
                         available_bytes: free_disk_bytes(&self.config.cache_dir).unwrap_or(0),
                     }
                 } else {
                     HubError::Io {
-                        path: partial.to_owned(),
+                        path: transfer.partial.to_owned(),
                         source: err,
                     }
                 })
             })?;
-            if file.sha256.is_some() {
-                hasher.update(chunk);
+            if let Some(hash) = transfer.hash.as_mut() {
+                hash.update(chunk);
             }
-            *have += chunk.len() as u64;
-            *fetched += chunk.len() as u64;
+            transfer.have += chunk.len() as u64;
+            transfer.fetched += chunk.len() as u64;
             progress.advance(chunk.len() as u64);
-            if let Some(event) = progress.event(&file.path, *have, file.size_bytes, false) {
+            if let Some(event) = progress.event(&file.path, transfer.have, file.size_bytes, false) {
                 sink(event);
             }
-            if *have >= file.size_bytes {
+            if transfer.have >= file.size_bytes {
                 break;
             }
         }
-        if let Some(event) = progress.event(&file.path, *have, file.size_bytes, true) {
+        if let Some(event) = progress.event(&file.path, transfer.have, file.size_bytes, true) {
             sink(event);
         }
-        if *have < file.size_bytes {
+        if transfer.have < file.size_bytes {
             return Err(TransferStop::Dropped(format!(
                 "the connection closed after {} of {} bytes",
-                *have, file.size_bytes
+                transfer.have, file.size_bytes
             )));
+        }
+        Ok(())
+    }
+}
+
+impl DownloadEvent {
+    fn hub_busy(wait: BusyWait) -> Self {
+        Self::HubBusy {
+            file: wait.file,
+            status: wait.status,
+            wait_ms: wait.wait.as_millis() as u64,
+            attempt: wait.attempt,
+            attempts: wait.attempts,
+        }
+    }
+}
+
+/// One file's transfer across its requests: where its bytes go and come from.
+struct Transfer<'a> {
+    /// `/resolve/<commit>/<path>` on the hub.
+    resolve_url: Url,
+    /// Where the bytes came from last time: the storage link (or the hub's
+    /// `resolve-cache` URL) the resolve URL redirected to.
+    source: Option<Url>,
+    partial: &'a Path,
+    out: &'a mut std::fs::File,
+    /// Bytes in the partial file.
+    have: u64,
+    hash: &'a mut Option<ContentHash>,
+    /// Bytes received in this run.
+    fetched: u64,
+}
+
+impl Transfer<'_> {
+    /// Drops what the partial file holds, to take the file from its start.
+    fn restart(&mut self, progress: &mut Progress) -> Result<(), TransferStop> {
+        self.out
+            .set_len(0)
+            .map_err(|err| TransferStop::Fatal(HubError::io(self.partial)(err)))?;
+        progress.retract(self.have);
+        self.have = 0;
+        if let Some(hash) = self.hash.as_mut() {
+            hash.restart();
         }
         Ok(())
     }
@@ -480,19 +598,88 @@ enum TransferStop {
     Fatal(HubError),
 }
 
-fn restart(
-    out: &mut std::fs::File,
-    partial: &Path,
-    have: &mut u64,
-    hasher: &mut Sha256,
-    progress: &mut Progress,
-) -> Result<(), TransferStop> {
-    out.set_len(0)
-        .map_err(|err| TransferStop::Fatal(HubError::io(partial)(err)))?;
-    progress.retract(*have);
-    *have = 0;
-    *hasher = Sha256::new();
-    Ok(())
+/// How long to wait before resuming a dropped transfer for the `attempt`th time.
+fn resume_backoff(attempt: u32) -> Duration {
+    Duration::from_millis(200 * 2u64.pow(attempt.min(5)))
+}
+
+/// What a file's bytes must hash to, and the hash of what has arrived.
+enum ContentHash {
+    /// LFS files: the sha256 of the bytes.
+    Sha256 { running: Sha256, expected: String },
+    /// Other files: the git blob id, sha1 over `blob <size>\0` and the bytes.
+    GitBlob {
+        running: Sha1,
+        size_bytes: u64,
+        expected: String,
+    },
+}
+
+impl ContentHash {
+    /// The check the hub's info allows for `file`, if any: a blob id that is
+    /// not a sha1 (40 hex digits) cannot be checked here.
+    fn for_file(file: &RepoFile) -> Option<Self> {
+        if let Some(sha256) = &file.sha256 {
+            return Some(Self::Sha256 {
+                running: Sha256::new(),
+                expected: sha256.clone(),
+            });
+        }
+        let is_sha1 =
+            file.blob_id.len() == 40 && file.blob_id.chars().all(|c| c.is_ascii_hexdigit());
+        is_sha1.then(|| Self::GitBlob {
+            running: git_blob_hasher(file.size_bytes),
+            size_bytes: file.size_bytes,
+            expected: file.blob_id.clone(),
+        })
+    }
+
+    fn update(&mut self, bytes: &[u8]) {
+        match self {
+            Self::Sha256 { running, .. } => running.update(bytes),
+            Self::GitBlob { running, .. } => running.update(bytes),
+        }
+    }
+
+    /// Back to the hash of no bytes, for a file taken again from its start.
+    fn restart(&mut self) {
+        match self {
+            Self::Sha256 { running, .. } => *running = Sha256::new(),
+            Self::GitBlob {
+                running,
+                size_bytes,
+                ..
+            } => *running = git_blob_hasher(*size_bytes),
+        }
+    }
+
+    fn algorithm(&self) -> &'static str {
+        match self {
+            Self::Sha256 { .. } => "sha256",
+            Self::GitBlob { .. } => "git blob id",
+        }
+    }
+
+    fn expected(&self) -> &str {
+        match self {
+            Self::Sha256 { expected, .. } | Self::GitBlob { expected, .. } => expected,
+        }
+    }
+
+    /// The hash of everything that arrived, in lowercase hex.
+    fn finish(self) -> String {
+        match self {
+            Self::Sha256 { running, .. } => format!("{:x}", running.finalize()),
+            Self::GitBlob { running, .. } => format!("{:x}", running.finalize()),
+        }
+    }
+}
+
+/// A sha1 primed the way git names a blob: `blob <size>\0`, then the bytes.
+fn git_blob_hasher(size_bytes: u64) -> Sha1 {
+    let mut hasher = Sha1::new();
+    hasher.update(format!("blob {size_bytes}\0").as_bytes());
+    hasher
 }
 
 fn content_range_start(headers: &header::HeaderMap) -> Option<u64> {
@@ -539,7 +726,7 @@ fn partial_path(blob: &Path) -> PathBuf {
     PathBuf::from(format!("{}.incomplete", blob.display()))
 }
 
-fn hash_existing(path: &Path, len: u64, hasher: &mut Sha256) -> Result<(), HubError> {
+fn hash_existing(path: &Path, len: u64, hash: &mut ContentHash) -> Result<(), HubError> {
     let mut file = std::fs::File::open(path).map_err(HubError::io(path))?;
     let mut buf = vec![0u8; 1 << 20];
     let mut left = len;
@@ -549,7 +736,7 @@ fn hash_existing(path: &Path, len: u64, hasher: &mut Sha256) -> Result<(), HubEr
         if n == 0 {
             break;
         }
-        hasher.update(&buf[..n]);
+        hash.update(&buf[..n]);
         left -= n as u64;
     }
     Ok(())

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use super::fit::human_bytes;
+use super::{config::TokenSource, fit::human_bytes};
 use crate::ErrorKind;
 
 #[derive(Debug, thiserror::Error)]
@@ -51,13 +51,54 @@ pub enum HubError {
         available_bytes: u64,
     },
     #[error(
-        "{file} of {repo_id} arrived corrupted (sha256 {actual}, the hub says {expected}); the damaged file was deleted: download the model again to fetch it anew"
+        "{file} of {repo_id} arrived corrupted ({algorithm} {actual}, the hub says {expected}); the damaged file was deleted: download the model again to fetch it anew"
     )]
     ChecksumMismatch {
         repo_id: String,
         file: String,
+        /// `sha256` for LFS files, `git blob id` for the others.
+        algorithm: &'static str,
         expected: String,
         actual: String,
+    },
+    #[error(
+        "the hub at {endpoint} is limiting how often it may be asked (429 Too Many Requests) and {}; requests with a Hugging Face token get a higher limit",
+        gave_up_waiting(*attempts, *asked_wait_seconds, *max_wait_seconds)
+    )]
+    RateLimited {
+        endpoint: String,
+        /// Requests sent in all, the last one included.
+        attempts: u32,
+        /// The hub's `Retry-After` when it was beyond what Ondo waits.
+        asked_wait_seconds: Option<u64>,
+        max_wait_seconds: u64,
+    },
+    #[error(
+        "the hub at {endpoint} is failing (HTTP {status}) and {}",
+        gave_up_waiting(*attempts, *asked_wait_seconds, *max_wait_seconds)
+    )]
+    ServerError {
+        endpoint: String,
+        status: u16,
+        attempts: u32,
+        asked_wait_seconds: Option<u64>,
+        max_wait_seconds: u64,
+    },
+    #[error(
+        "the hub at {endpoint} refused your Hugging Face token, read from {}: it is mistyped, expired or revoked. Replace it with a current one (huggingface.co/settings/tokens), or remove it: public models download without a token",
+        token_source.map_or("the configuration", TokenSource::describe)
+    )]
+    TokenRefused {
+        endpoint: String,
+        token_source: Option<TokenSource>,
+    },
+    #[error(
+        "the storage server kept refusing the download link of {file} (HTTP {status}: {detail}), even after the hub was asked for a fresh link; what arrived is kept, try again in a few minutes"
+    )]
+    LinkExpired {
+        file: String,
+        status: u16,
+        detail: String,
     },
     #[error(
         "the download of {file} kept failing ({detail}); what arrived is kept: download the model again to continue from there"
@@ -109,6 +150,10 @@ impl HubError {
             Self::NotCachedOffline { .. } => ErrorKind::NotCachedOffline,
             Self::DiskFull { .. } => ErrorKind::DiskFull,
             Self::ChecksumMismatch { .. } => ErrorKind::ChecksumMismatch,
+            Self::RateLimited { .. } => ErrorKind::RateLimited,
+            Self::ServerError { .. } => ErrorKind::ServerError,
+            Self::TokenRefused { .. } => ErrorKind::TokenRefused,
+            Self::LinkExpired { .. } => ErrorKind::LinkExpired,
             Self::Interrupted { .. } => ErrorKind::Interrupted,
             Self::Cancelled => ErrorKind::Cancelled,
             Self::Busy { .. } => ErrorKind::Busy,
@@ -123,6 +168,33 @@ impl HubError {
     pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Self {
         let path = path.into();
         move |source| Self::Io { path, source }
+    }
+}
+
+/// How waiting for a busy hub ended, and when to try again.
+fn gave_up_waiting(
+    attempts: u32,
+    asked_wait_seconds: Option<u64>,
+    max_wait_seconds: u64,
+) -> String {
+    match asked_wait_seconds {
+        Some(asked) => format!(
+            "asked to wait {}, longer than the {} Ondo waits at a time; what arrived is kept, try again after that",
+            human_seconds(asked),
+            human_seconds(max_wait_seconds)
+        ),
+        None => format!(
+            "still was after {attempts} tries; what arrived is kept, try again in a few minutes"
+        ),
+    }
+}
+
+/// "45 s", "3 min", "2 h": a wait as a person would say it.
+fn human_seconds(seconds: u64) -> String {
+    match seconds {
+        0..120 => format!("{seconds} s"),
+        120..3600 => format!("{} min", seconds.div_ceil(60)),
+        _ => format!("{} h", (seconds + 1800) / 3600),
     }
 }
 
@@ -154,6 +226,10 @@ mod tests {
             HubError::NotCachedOffline { .. } => "not_cached_offline",
             HubError::DiskFull { .. } => "disk_full",
             HubError::ChecksumMismatch { .. } => "checksum_mismatch",
+            HubError::RateLimited { .. } => "rate_limited",
+            HubError::ServerError { .. } => "server_error",
+            HubError::TokenRefused { .. } => "token_refused",
+            HubError::LinkExpired { .. } => "link_expired",
             HubError::Interrupted { .. } => "interrupted",
             HubError::Cancelled => "cancelled",
             HubError::Busy { .. } => "busy",
@@ -207,8 +283,31 @@ mod tests {
             HubError::ChecksumMismatch {
                 repo_id: repo_id(),
                 file: "model.safetensors".into(),
+                algorithm: "sha256",
                 expected: "ab12".into(),
                 actual: "cd34".into(),
+            },
+            HubError::RateLimited {
+                endpoint: endpoint(),
+                attempts: 6,
+                asked_wait_seconds: Some(7200),
+                max_wait_seconds: 60,
+            },
+            HubError::ServerError {
+                endpoint: endpoint(),
+                status: 503,
+                attempts: 6,
+                asked_wait_seconds: None,
+                max_wait_seconds: 60,
+            },
+            HubError::TokenRefused {
+                endpoint: endpoint(),
+                token_source: None,
+            },
+            HubError::LinkExpired {
+                file: "model.safetensors".into(),
+                status: 403,
+                detail: "Request has expired".into(),
             },
             HubError::Interrupted {
                 file: "model.safetensors".into(),
@@ -264,5 +363,44 @@ mod tests {
                 "{message}"
             );
         }
+    }
+
+    #[test]
+    fn waits_read_as_a_person_would_say_them() {
+        assert_eq!(human_seconds(1), "1 s");
+        assert_eq!(human_seconds(60), "60 s");
+        assert_eq!(human_seconds(150), "3 min");
+        assert_eq!(human_seconds(3600), "1 h");
+        assert_eq!(human_seconds(5 * 3600 + 100), "5 h");
+    }
+
+    #[test]
+    fn busy_errors_say_when_to_try_again() {
+        let beyond = HubError::RateLimited {
+            endpoint: "https://huggingface.co".into(),
+            attempts: 1,
+            asked_wait_seconds: Some(7200),
+            max_wait_seconds: 60,
+        };
+        assert_eq!(beyond.kind(), "rate_limited");
+        let text = beyond.to_string();
+        assert!(
+            text.contains("asked to wait 2 h, longer than the 60 s"),
+            "{text}"
+        );
+        let after_tries = HubError::ServerError {
+            endpoint: "https://huggingface.co".into(),
+            status: 503,
+            attempts: 6,
+            asked_wait_seconds: None,
+            max_wait_seconds: 60,
+        };
+        assert_eq!(after_tries.kind(), "server_error");
+        let text = after_tries.to_string();
+        assert!(
+            text.contains("(HTTP 503) and still was after 6 tries"),
+            "{text}"
+        );
+        assert!(!text.contains("ondo"), "{text}");
     }
 }

@@ -7,6 +7,7 @@ pub mod config;
 pub mod download;
 pub mod error;
 pub mod fit;
+pub(crate) mod http;
 pub mod library;
 pub mod repo_id;
 

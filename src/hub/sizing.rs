@@ -10,6 +10,7 @@ use super::{
     Hub, HubError, ModelRef, catalog,
     download::needed_for_inference,
     fit::{self, FitEstimate, FitInput, ModelShape},
+    http::WaitWatch,
 };
 
 /// What is known about a model's size before it is loaded.
@@ -109,14 +110,30 @@ impl Hub {
     /// from the repo info, config.json into memory, and (only when the config
     /// names no dtype) the first weight file's header by Range.
     pub async fn facts_from_hub(&self, model: &ModelRef) -> Result<ModelFacts, HubError> {
-        let info = self.repo_info(model).await?;
+        self.facts_from_hub_watched(model, &mut WaitWatch::default())
+            .await
+    }
+
+    /// [`Hub::facts_from_hub`], telling `watch` about waits for a busy hub.
+    pub(crate) async fn facts_from_hub_watched(
+        &self,
+        model: &ModelRef,
+        watch: &mut WaitWatch<'_>,
+    ) -> Result<ModelFacts, HubError> {
+        let info = self.repo_info_watched(model, watch).await?;
+        // The files are read at the commit the info describes, even if the
+        // branch moves meanwhile.
+        let model = &ModelRef {
+            repo_id: model.repo_id.clone(),
+            revision: info.commit.clone(),
+        };
         let weights: Vec<_> = info
             .files
             .iter()
             .filter(|f| needed_for_inference(&f.path) && f.path.ends_with(".safetensors"))
             .collect();
         let weights_bytes = weights.iter().map(|f| f.size_bytes).sum();
-        let config_bytes = self.read_small_file(model, "config.json").await?;
+        let config_bytes = self.read_small_file(model, "config.json", watch).await?;
         let config: serde_json::Value =
             serde_json::from_slice(&config_bytes).map_err(|err| HubError::NotAModel {
                 repo_id: model.repo_id.clone(),
@@ -129,11 +146,11 @@ impl Hub {
         let mut dtype = None;
         if let (false, Some(first)) = (config_has_dtype, weights.first()) {
             // The header's length, then the whole header (JSON) after it.
-            let len_bytes = self.read_file_prefix(model, &first.path, 8).await?;
+            let len_bytes = self.read_file_prefix(model, &first.path, 8, watch).await?;
             if let Ok(len) = <[u8; 8]>::try_from(len_bytes.as_slice()) {
                 let header_len = u64::from_le_bytes(len).min(100 << 20);
                 let header = self
-                    .read_file_prefix(model, &first.path, 8 + header_len)
+                    .read_file_prefix(model, &first.path, 8 + header_len, watch)
                     .await?;
                 dtype = fit::safetensors_float_dtype(header.get(8..).unwrap_or_default());
             }

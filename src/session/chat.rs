@@ -92,7 +92,9 @@ impl GenerationSettings {
         top_k: (0, 100_000),
         repetition_penalty: (0.5, 2.0),
         prefill_step_size: (1, 65_536),
-        max_kv_size: (16, 1 << 20),
+        // A bound beyond what a model reads is harmless: the cache only grows
+        // as far as the conversation does.
+        max_kv_size: (16, 1 << 32),
     };
 }
 

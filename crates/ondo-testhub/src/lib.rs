@@ -1,8 +1,12 @@
 //! A Hugging Face hub for Ondo's tests: serves model folders on 127.0.0.1 with
-//! the hub's download protocol (repo info, resolve, LFS redirects, ranges,
-//! error codes), and misbehaves on request so download error paths can be
-//! tested. It runs its own tokio runtime on its own thread, so sync tests can
-//! use it directly.
+//! the hub's download protocol (repo info, resolve, LFS redirects to expiring
+//! storage links, relative redirects of small files to the resolve cache,
+//! ranges, error codes, git blob ids), answers as the real hub does where it
+//! differs from its documentation (401 for an unknown repo without a token,
+//! gated repos whose info is public), and misbehaves on request (busy
+//! answers, a `main` that moves mid-download, refused tokens, dropped and
+//! corrupted transfers) so download error paths can be tested. It runs its
+//! own tokio runtime on its own thread, so sync tests can use it directly.
 
 mod file_body;
 mod repo;
@@ -16,10 +20,11 @@ use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use axum::http::StatusCode;
 use tokio::sync::oneshot;
 
-pub use repo::{ServedFile, ServedRepo};
-use server::Shared;
+pub use repo::{ServedFile, ServedRepo, git_blob_id};
+use server::{BusyAnswer, Shared};
 
 /// One request as the server saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +36,8 @@ pub struct LoggedRequest {
     pub query: Option<String>,
     /// The `Range` header, verbatim.
     pub range: Option<String>,
+    /// The token of an `Authorization: Bearer` header.
+    pub token: Option<String>,
     pub status: u16,
 }
 
@@ -95,11 +102,37 @@ impl TestHub {
     /// on each request, so they must not change while served.
     pub fn add_repo(&self, repo_id: &str, folder: impl AsRef<Path>) -> io::Result<ServedRepo> {
         let repo = ServedRepo::scan(repo_id, folder.as_ref())?;
-        self.shared
-            .state()
-            .repos
-            .insert(repo.repo_id.clone(), repo.clone());
+        let mut state = self.shared.state();
+        state.repos.insert(repo.repo_id.clone(), repo.clone());
+        state
+            .older_commits
+            .retain(|old| old.repo_id != repo.repo_id);
+        state.main_moves.remove(&repo.repo_id);
         Ok(repo)
+    }
+
+    /// After `file_requests` more requests for files of `repo_id` (resolve
+    /// requests, by any revision), `main` moves to a new commit with the
+    /// files of `folder`, as when someone pushes during a download. The
+    /// commit it left is still served by its sha. Returns the new commit.
+    pub fn move_main_after(
+        &self,
+        repo_id: &str,
+        file_requests: usize,
+        folder: impl AsRef<Path>,
+    ) -> io::Result<ServedRepo> {
+        let next = ServedRepo::scan(repo_id, folder.as_ref())?;
+        let mut state = self.shared.state();
+        if !state.repos.contains_key(repo_id) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{repo_id} is not served"),
+            ));
+        }
+        state
+            .main_moves
+            .insert(repo_id.to_string(), (file_requests.max(1), next.clone()));
+        Ok(next)
     }
 
     /// The commit that `main` resolves to, if the repo is served.
@@ -108,9 +141,10 @@ impl TestHub {
         state.repos.get(repo_id).map(|repo| repo.commit.clone())
     }
 
-    /// With `Some(token)`, info and resolve requests for the repo need
-    /// `Authorization: Bearer <token>`: 401 without one, 403 with another.
-    /// Info then shows `"gated": "manual"`. Storage URLs stay open.
+    /// With `Some(token)`, the repo is gated as on the hub: its info is
+    /// served to anyone (with `"gated": "manual"`), while its files need
+    /// `Authorization: Bearer <token>`: 401 `GatedRepo` without one, 403 with
+    /// another. Storage links stay open: they are signed.
     pub fn set_gated(&self, repo_id: &str, token: Option<&str>) {
         let mut state = self.shared.state();
         match token {
@@ -119,6 +153,45 @@ impl TestHub {
                 .insert(repo_id.to_string(), token.to_string()),
             None => state.gate_tokens.remove(repo_id),
         };
+    }
+
+    /// The next `count` requests whose path contains `path_contains` (`""`
+    /// for any; `"/resolve/"` for files; `"/storage/"` for the CDN) are
+    /// answered `status` (429, or a 5xx such as 503) with `Retry-After:
+    /// retry_after` when given (seconds, or an HTTP date), before any other
+    /// check, as the hub answers under load. Calls queue: the first that
+    /// matches a request answers it.
+    pub fn answer_busy(
+        &self,
+        path_contains: &str,
+        count: usize,
+        status: u16,
+        retry_after: Option<&str>,
+    ) {
+        if count == 0 {
+            return;
+        }
+        self.shared.state().busy_answers.push_back(BusyAnswer {
+            path_contains: path_contains.to_string(),
+            left: count,
+            status: StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
+            retry_after: retry_after.map(str::to_string),
+        });
+    }
+
+    /// Requests bearing `token` get 401 with `X-Error-Code: RepoNotFound` and
+    /// "Invalid credentials in Authorization header", whatever they ask of
+    /// the hub, public repos included: what the hub answers a mistyped,
+    /// expired or revoked token.
+    pub fn refuse_token(&self, token: &str) {
+        self.shared.state().refused_tokens.insert(token.to_string());
+    }
+
+    /// How long the storage links handed out from now on work (an hour
+    /// unless set). Storage answers an expired link 403 "Request has
+    /// expired", as S3 does; a transfer already under way runs to its end.
+    pub fn set_link_lifetime(&self, lifetime: Duration) {
+        self.shared.state().link_lifetime = Some(lifetime);
     }
 
     /// Limits every file body to about this many bytes per second (`None` or

@@ -5,6 +5,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use sha1::Sha1;
 use sha2::{Digest, Sha256};
 
 /// Files at least this big are stored in LFS on the real hub, whatever their name.
@@ -31,8 +32,8 @@ pub struct ServedFile {
     pub size_bytes: u64,
     /// 64 hex digits of the content's sha256.
     pub sha256: String,
-    /// Stands in for the git blob sha (the first 40 hex digits of `sha256`);
-    /// clients treat it as opaque.
+    /// The git blob id (sha1 of `blob <size>\0` and the bytes) of what git
+    /// stores: the content itself, or for an LFS file its pointer file.
     pub blob_id: String,
     /// Served through a redirect to `/storage/{sha256}`, as the hub does for LFS files.
     pub lfs: bool,
@@ -90,19 +91,38 @@ fn collect_files(dir: &Path, prefix: &str, files: &mut Vec<ServedFile>) -> io::R
             collect_files(&disk_path, &format!("{path}/"), files)?;
             continue;
         }
-        let mut hasher = Sha256::new();
-        io::copy(&mut fs::File::open(&disk_path)?, &mut hasher)?;
-        let sha256 = hex(&hasher.finalize());
+        let size_bytes = metadata.len();
+        let bytes = fs::read(&disk_path)?;
+        let sha256 = hex(&Sha256::digest(&bytes));
+        let lfs = name.ends_with(".safetensors") || size_bytes >= LFS_MIN_BYTES;
+        let blob_id = if lfs {
+            git_blob_id(lfs_pointer(&sha256, size_bytes).as_bytes())
+        } else {
+            git_blob_id(&bytes)
+        };
         files.push(ServedFile {
-            lfs: name.ends_with(".safetensors") || metadata.len() >= LFS_MIN_BYTES,
-            blob_id: sha256[..40].to_string(),
+            lfs,
+            blob_id,
             sha256,
-            size_bytes: metadata.len(),
+            size_bytes,
             disk_path,
             path,
         });
     }
     Ok(())
+}
+
+/// The file git stores in place of an LFS file's content.
+pub(crate) fn lfs_pointer(sha256: &str, size_bytes: u64) -> String {
+    format!("version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size_bytes}\n")
+}
+
+/// The name git gives a blob: sha1 over `blob <size>\0` and the bytes.
+pub fn git_blob_id(bytes: &[u8]) -> String {
+    let mut hasher = Sha1::new();
+    hasher.update(format!("blob {}\0", bytes.len()).as_bytes());
+    hasher.update(bytes);
+    hex(&hasher.finalize())
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
@@ -142,6 +162,13 @@ mod tests {
         assert_eq!(paths, ["config.json", "sub/model.safetensors"]);
         assert!(!first.files[0].lfs);
         assert!(first.files[1].lfs);
+
+        // Blob ids are git's: `git hash-object` gives the same.
+        assert_eq!(
+            first.files[0].blob_id,
+            "9e26dfeeb6e641a33dae4961196235bdb965b21b"
+        );
+        assert_eq!(first.files[0].blob_id, git_blob_id(b"{}"));
 
         fs::write(dir.path().join("config.json"), b"{\"a\":1}").unwrap();
         let changed = ServedRepo::scan("org/name", dir.path()).unwrap();

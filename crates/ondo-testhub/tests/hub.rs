@@ -4,7 +4,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use ondo_testhub::TestHub;
+use ondo_testhub::{TestHub, git_blob_id};
 use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
 use serde_json::Value;
@@ -102,16 +102,21 @@ async fn info_lists_files_and_blobs_on_request() {
     let siblings = info["siblings"].as_array().unwrap();
     let config = &siblings[0];
     assert_eq!(config["size"], 22);
-    assert_eq!(config["blobId"].as_str().unwrap().len(), 40);
+    // A small file's blob id is git's name for its bytes.
+    let config_bytes = std::fs::read(folder.path().join("config.json")).unwrap();
+    assert_eq!(config["blobId"], git_blob_id(&config_bytes).as_str());
     assert!(config.get("lfs").is_none());
     let weights = &siblings[1];
     assert_eq!(weights["size"], WEIGHTS_BYTES);
     assert_eq!(weights["lfs"]["size"], WEIGHTS_BYTES);
-    assert_eq!(
-        weights["lfs"]["sha256"],
-        sha256_of(&folder.path().join("model.safetensors")).as_str()
+    let weights_sha256 = sha256_of(&folder.path().join("model.safetensors"));
+    assert_eq!(weights["lfs"]["sha256"], weights_sha256.as_str());
+    // An LFS file's blob id is git's name for its pointer file.
+    let pointer = format!(
+        "version https://git-lfs.github.com/spec/v1\noid sha256:{weights_sha256}\nsize {WEIGHTS_BYTES}\n"
     );
-    assert_eq!(weights["lfs"]["pointerSize"], 134);
+    assert_eq!(weights["lfs"]["pointerSize"], pointer.len());
+    assert_eq!(weights["blobId"], git_blob_id(pointer.as_bytes()).as_str());
 
     // The commit sha is a revision too.
     let url = format!("{}/api/models/{REPO}/revision/{commit}", hub.url());
@@ -119,41 +124,52 @@ async fn info_lists_files_and_blobs_on_request() {
 }
 
 #[tokio::test]
-async fn regular_file_is_served_directly() {
+async fn small_file_redirects_relatively_to_the_resolve_cache() {
     let (hub, folder) = hub_with_model();
     let commit = hub.commit_of(REPO).unwrap();
     let url = format!("{}/{REPO}/resolve/main/config.json", hub.url());
-    let info: Value = reqwest::get(format!("{}/api/models/{REPO}?blobs=true", hub.url()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let blob_id = info["siblings"][0]["blobId"].as_str().unwrap();
+    let config_bytes = std::fs::read(folder.path().join("config.json")).unwrap();
+    let blob_id = git_blob_id(&config_bytes);
 
-    let response = no_redirects().get(&url).send().await.unwrap();
+    // Like the hub: a 307 to a path on the same host, by commit, with the
+    // file's identity in the headers.
+    for method in [reqwest::Method::HEAD, reqwest::Method::GET] {
+        let response = no_redirects().request(method, &url).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::TEMPORARY_REDIRECT);
+        let headers = response.headers();
+        let location = header(headers, "location");
+        assert!(
+            location.starts_with(&format!(
+                "/api/resolve-cache/models/{REPO}/{commit}/config.json?"
+            )),
+            "{location}"
+        );
+        assert!(
+            location.ends_with(&format!("etag=%22{blob_id}%22")),
+            "{location}"
+        );
+        assert_eq!(header(headers, "x-repo-commit"), commit);
+        assert_eq!(header(headers, "etag"), format!("\"{blob_id}\""));
+        assert!(headers.get("x-linked-etag").is_none());
+    }
+
+    // Followed (relative to the URL asked), it gives the bytes.
+    let response = reqwest::get(&url).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
+    assert!(response.url().path().starts_with("/api/resolve-cache/"));
     let headers = response.headers().clone();
     assert_eq!(header(&headers, "x-repo-commit"), commit);
     assert_eq!(header(&headers, "etag"), format!("\"{blob_id}\""));
     assert_eq!(header(&headers, "accept-ranges"), "bytes");
     assert_eq!(header(&headers, "content-length"), "22");
-    assert!(headers.get("x-linked-etag").is_none());
-    let body = response.bytes().await.unwrap();
-    assert_eq!(
-        body.as_ref(),
-        std::fs::read(folder.path().join("config.json")).unwrap()
-    );
-
-    let head = no_redirects().head(&url).send().await.unwrap();
-    assert_eq!(head.status(), StatusCode::OK);
-    assert_eq!(header(head.headers(), "content-length"), "22");
+    assert_eq!(response.bytes().await.unwrap().as_ref(), config_bytes);
 
     let nested = format!("{}/{REPO}/resolve/{commit}/nested/notes.txt", hub.url());
     let body = reqwest::get(&nested).await.unwrap().text().await.unwrap();
     assert_eq!(body, "hello");
 
-    let range = get_range(&no_redirects(), &url, "bytes=2-5").await;
+    // The Range travels with the redirect.
+    let range = get_range(&reqwest::Client::new(), &url, "bytes=2-5").await;
     assert_eq!(range.status(), StatusCode::PARTIAL_CONTENT);
     assert_eq!(header(range.headers(), "content-range"), "bytes 2-5/22");
     assert_eq!(range.text().await.unwrap(), "mode");
@@ -171,12 +187,14 @@ async fn lfs_file_redirects_to_storage_with_ranges() {
         let response = no_redirects().request(method, &url).send().await.unwrap();
         assert_eq!(response.status(), StatusCode::FOUND);
         let headers = response.headers();
-        assert_eq!(
-            header(headers, "location"),
-            format!(
-                "{}/storage/{sha256}",
+        // Another host, as the hub's CDN is, with a signed expiry.
+        let location = header(headers, "location");
+        assert!(
+            location.starts_with(&format!(
+                "{}/storage/{sha256}?expires=",
                 hub.url().replace("127.0.0.1", "localhost")
-            )
+            )),
+            "{location}"
         );
         assert_eq!(header(headers, "x-repo-commit"), commit);
         assert_eq!(header(headers, "x-linked-etag"), format!("\"{sha256}\""));
@@ -219,14 +237,15 @@ async fn errors_carry_the_hubs_codes() {
     let (hub, _folder) = hub_with_model();
     let base = hub.url();
     let cases = [
+        // Without a token, an unknown repo is 401: it might be a private one.
         (
             format!("{base}/api/models/nobody/nothing"),
-            404,
+            401,
             Some("RepoNotFound"),
         ),
         (
             format!("{base}/nobody/nothing/resolve/main/config.json"),
-            404,
+            401,
             Some("RepoNotFound"),
         ),
         (
@@ -254,9 +273,19 @@ async fn errors_carry_the_hubs_codes() {
             .get("x-error-code")
             .map(|v| v.to_str().unwrap().to_string());
         assert_eq!(got_code.as_deref(), code, "{url}");
+        let message = header(response.headers(), "x-error-message").to_string();
         let body: Value = response.json().await.unwrap();
-        assert!(body["error"].is_string(), "{url}");
+        assert_eq!(body["error"].as_str(), Some(message.as_str()), "{url}");
     }
+    // With a token, the hub can say it does not exist: 404.
+    let with_token = reqwest::Client::new()
+        .get(format!("{base}/api/models/nobody/nothing"))
+        .bearer_auth("hf_someone")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(with_token.status(), StatusCode::NOT_FOUND);
+    assert_eq!(header(with_token.headers(), "x-error-code"), "RepoNotFound");
     let body: Value = reqwest::get(format!("{base}/api/models/nobody/nothing"))
         .await
         .unwrap()
@@ -280,14 +309,27 @@ async fn errors_carry_the_hubs_codes() {
 }
 
 #[tokio::test]
-async fn gated_repo_needs_the_token() {
+async fn gated_repo_shows_its_info_to_anyone_and_its_files_only_with_the_token() {
     let (hub, _folder) = hub_with_model();
     hub.set_gated(REPO, Some("hf_secret"));
     let client = no_redirects();
-    let info_url = format!("{}/api/models/{REPO}", hub.url());
-    let file_url = format!("{}/{REPO}/resolve/main/model.safetensors", hub.url());
+    let info_url = format!("{}/api/models/{REPO}?blobs=true", hub.url());
+    let small_url = format!("{}/{REPO}/resolve/main/config.json", hub.url());
+    let lfs_url = format!("{}/{REPO}/resolve/main/model.safetensors", hub.url());
 
-    for url in [&info_url, &file_url] {
+    // The info is public, and says the repo is gated.
+    let info: Value = client
+        .get(&info_url)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(info["gated"], "manual");
+    assert_eq!(info["siblings"].as_array().unwrap().len(), 3);
+
+    for url in [&small_url, &lfs_url] {
         let anonymous = client.get(url).send().await.unwrap();
         assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED, "{url}");
         assert_eq!(header(anonymous.headers(), "x-error-code"), "GatedRepo");
@@ -309,18 +351,32 @@ async fn gated_repo_needs_the_token() {
         );
     }
 
-    let info: Value = client
-        .get(&info_url)
+    // The resolve cache a small file redirects to is gated too.
+    let redirect = client
+        .get(&small_url)
+        .bearer_auth("hf_secret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(redirect.status(), StatusCode::TEMPORARY_REDIRECT);
+    let cached = format!("{}{}", hub.url(), header(redirect.headers(), "location"));
+    assert_eq!(
+        client.get(&cached).send().await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
+    let body = client
+        .get(&cached)
         .bearer_auth("hf_secret")
         .send()
         .await
         .unwrap()
-        .json()
+        .text()
         .await
         .unwrap();
-    assert_eq!(info["gated"], "manual");
+    assert_eq!(body, r#"{"model_type":"llama"}"#);
+
     let redirect = client
-        .get(&file_url)
+        .get(&lfs_url)
         .bearer_auth("hf_secret")
         .send()
         .await
@@ -335,9 +391,211 @@ async fn gated_repo_needs_the_token() {
 
     hub.set_gated(REPO, None);
     assert_eq!(
+        client.get(&lfs_url).send().await.unwrap().status(),
+        StatusCode::FOUND
+    );
+}
+
+#[tokio::test]
+async fn storage_links_expire_and_refuse_a_token() {
+    let (hub, _folder) = hub_with_model();
+    hub.set_link_lifetime(Duration::from_millis(300));
+    let client = no_redirects();
+    let url = format!("{}/{REPO}/resolve/main/model.safetensors", hub.url());
+    let link = |response: reqwest::Response| header(response.headers(), "location").to_string();
+
+    let first = link(client.get(&url).send().await.unwrap());
+    assert_eq!(
+        client.get(&first).send().await.unwrap().status(),
+        StatusCode::OK
+    );
+    // A token beside the link's own signature is refused, as S3 does.
+    let with_token = client.get(&first).bearer_auth("hf_x").send().await.unwrap();
+    assert_eq!(with_token.status(), StatusCode::BAD_REQUEST);
+    assert!(
+        with_token
+            .text()
+            .await
+            .unwrap()
+            .contains("Only one auth mechanism allowed")
+    );
+
+    std::thread::sleep(Duration::from_millis(400));
+    let expired = client.get(&first).send().await.unwrap();
+    assert_eq!(expired.status(), StatusCode::FORBIDDEN);
+    assert!(
+        expired
+            .text()
+            .await
+            .unwrap()
+            .contains("Request has expired")
+    );
+    // A link without its expiry is no link.
+    let unsigned = first.split('?').next().unwrap();
+    assert_eq!(
+        client.get(unsigned).send().await.unwrap().status(),
+        StatusCode::FORBIDDEN
+    );
+
+    // The hub hands out a fresh one.
+    let fresh = link(client.get(&url).send().await.unwrap());
+    assert_ne!(fresh, first);
+    let body = client
+        .get(&fresh)
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(body.len(), WEIGHTS_BYTES);
+}
+
+#[tokio::test]
+async fn busy_answers_come_first_with_their_retry_after() {
+    let (hub, _folder) = hub_with_model();
+    hub.answer_busy("", 1, 503, Some("1"));
+    hub.answer_busy("/resolve/", 2, 429, Some("Wed, 21 Oct 2026 07:28:00 GMT"));
+    hub.answer_busy("/storage/", 1, 502, None);
+    let client = no_redirects();
+    let info_url = format!("{}/api/models/{REPO}", hub.url());
+    let file_url = format!("{}/{REPO}/resolve/main/model.safetensors", hub.url());
+
+    // The first request of any kind gets the 503.
+    let first = client.get(&info_url).send().await.unwrap();
+    assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(header(first.headers(), "retry-after"), "1");
+    // Info is not a file: the 429s wait for one.
+    assert_eq!(
         client.get(&info_url).send().await.unwrap().status(),
         StatusCode::OK
     );
+    for _ in 0..2 {
+        let busy = client.get(&file_url).send().await.unwrap();
+        assert_eq!(busy.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            header(busy.headers(), "retry-after"),
+            "Wed, 21 Oct 2026 07:28:00 GMT"
+        );
+        let body: Value = busy.json().await.unwrap();
+        assert!(body["error"].as_str().unwrap().contains("rate-limited"));
+    }
+    let redirect = client.get(&file_url).send().await.unwrap();
+    assert_eq!(redirect.status(), StatusCode::FOUND);
+    let location = header(redirect.headers(), "location").to_string();
+    let storage = client.get(&location).send().await.unwrap();
+    assert_eq!(storage.status(), StatusCode::BAD_GATEWAY);
+    assert!(storage.headers().get("retry-after").is_none());
+    assert_eq!(
+        client.get(&location).send().await.unwrap().status(),
+        StatusCode::OK
+    );
+    // Every busy answer is in the log like any other.
+    let statuses: Vec<u16> = hub.requests().iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [503, 200, 429, 429, 302, 502, 200]);
+}
+
+#[tokio::test]
+async fn a_refused_token_gets_401_even_for_a_public_repo() {
+    let (hub, _folder) = hub_with_model();
+    hub.refuse_token("hf_revoked");
+    let client = no_redirects();
+    for url in [
+        format!("{}/api/models/{REPO}", hub.url()),
+        format!("{}/{REPO}/resolve/main/config.json", hub.url()),
+        format!("{}/api/models/nobody/nothing", hub.url()),
+    ] {
+        let refused = client
+            .get(&url)
+            .bearer_auth("hf_revoked")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), StatusCode::UNAUTHORIZED, "{url}");
+        // What the real hub sends: a misleading code, a telling message.
+        assert_eq!(header(refused.headers(), "x-error-code"), "RepoNotFound");
+        assert_eq!(
+            header(refused.headers(), "x-error-message"),
+            "Invalid credentials in Authorization header"
+        );
+    }
+    // Without it, or with another, the public repo is there.
+    let url = format!("{}/api/models/{REPO}", hub.url());
+    assert_eq!(
+        client.get(&url).send().await.unwrap().status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        client
+            .get(&url)
+            .bearer_auth("hf_good")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    let tokens: Vec<Option<String>> = hub.requests().into_iter().map(|r| r.token).collect();
+    assert_eq!(tokens[0].as_deref(), Some("hf_revoked"));
+    assert_eq!(tokens[3], None);
+}
+
+#[tokio::test]
+async fn main_moves_after_the_asked_number_of_file_requests() {
+    let (hub, folder) = hub_with_model();
+    let first = hub.commit_of(REPO).unwrap();
+    let pushed = tempfile::tempdir().unwrap();
+    std::fs::write(
+        pushed.path().join("config.json"),
+        br#"{"model_type":"qwen2"}"#,
+    )
+    .unwrap();
+    std::fs::copy(
+        folder.path().join("model.safetensors"),
+        pushed.path().join("model.safetensors"),
+    )
+    .unwrap();
+    let second = hub.move_main_after(REPO, 2, pushed.path()).unwrap();
+    assert_ne!(second.commit, first);
+    // Nothing moves before the file requests.
+    assert_eq!(hub.commit_of(REPO).unwrap(), first);
+
+    let config_at = |revision: String| {
+        let url = format!("{}/{REPO}/resolve/{revision}/config.json", hub.url());
+        async move {
+            let response = reqwest::get(&url).await.unwrap();
+            let commit = header(response.headers(), "x-repo-commit").to_string();
+            (commit, response.text().await.unwrap())
+        }
+    };
+    // Each followed request is one file request (the resolve cache is not).
+    assert_eq!(config_at("main".into()).await.0, first);
+    assert_eq!(config_at("main".into()).await.0, first);
+    let (commit, body) = config_at("main".into()).await;
+    assert_eq!(commit, second.commit);
+    assert_eq!(body, r#"{"model_type":"qwen2"}"#);
+    assert_eq!(hub.commit_of(REPO).unwrap(), second.commit);
+
+    // The commit it left is still there by its sha, files and info alike.
+    let (commit, body) = config_at(first.clone()).await;
+    assert_eq!(commit, first);
+    assert_eq!(body, r#"{"model_type":"llama"}"#);
+    let info: Value = reqwest::get(format!("{}/api/models/{REPO}/revision/{first}", hub.url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(info["sha"], first.as_str());
+    let info: Value = reqwest::get(format!("{}/api/models/{REPO}", hub.url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(info["sha"], second.commit.as_str());
+    // The pushed commit has no nested/notes.txt.
+    assert_eq!(info["siblings"].as_array().unwrap().len(), 2);
 }
 
 #[tokio::test]
@@ -477,8 +735,10 @@ async fn dropping_the_hub_cuts_slow_transfers() {
 async fn request_log_records_ranges_and_bytes_served() {
     let (hub, _folder) = hub_with_model();
     let url = format!("{}/{REPO}/resolve/main/config.json", hub.url());
-    let client = reqwest::Client::new();
-    get_range(&client, &url, "bytes=10-")
+    let client = no_redirects();
+    let redirect = get_range(&client, &url, "bytes=10-").await;
+    let cached = format!("{}{}", hub.url(), header(redirect.headers(), "location"));
+    get_range(&client, &cached, "bytes=10-")
         .await
         .bytes()
         .await
@@ -488,17 +748,20 @@ async fn request_log_records_ranges_and_bytes_served() {
         .unwrap();
 
     let requests = hub.requests();
-    assert_eq!(requests.len(), 2);
+    assert_eq!(requests.len(), 3);
     assert_eq!(requests[0].method, "GET");
     assert_eq!(
         requests[0].path,
         format!("/{REPO}/resolve/main/config.json")
     );
     assert_eq!(requests[0].range.as_deref(), Some("bytes=10-"));
-    assert_eq!(requests[0].status, 206);
-    assert_eq!(requests[1].path, format!("/api/models/{REPO}"));
-    assert_eq!(requests[1].query.as_deref(), Some("blobs=true"));
-    assert_eq!(requests[1].range, None);
+    assert_eq!(requests[0].status, 307);
+    assert!(requests[1].path.starts_with("/api/resolve-cache/"));
+    assert_eq!(requests[1].status, 206);
+    assert_eq!(requests[2].path, format!("/api/models/{REPO}"));
+    assert_eq!(requests[2].query.as_deref(), Some("blobs=true"));
+    assert_eq!(requests[2].range, None);
+    assert_eq!(requests[2].token, None);
     assert_eq!(hub.body_bytes_served(), 12);
 }
 
@@ -526,11 +789,15 @@ async fn adding_a_repo_again_replaces_it() {
 fn serves_sync_callers() {
     let (hub, _folder) = hub_with_model();
     let url = hub.url();
-    let response = raw_get(
-        url.trim_start_matches("http://"),
-        &format!("/{REPO}/resolve/main/nested/notes.txt"),
-    );
-    assert!(response.starts_with("HTTP/1.1 200 OK"));
+    let address = url.trim_start_matches("http://");
+    let redirect = raw_get(address, &format!("/{REPO}/resolve/main/nested/notes.txt"));
+    assert!(redirect.starts_with("HTTP/1.1 307"), "{redirect}");
+    let location = redirect
+        .lines()
+        .find_map(|line| line.strip_prefix("location: "))
+        .unwrap();
+    let response = raw_get(address, location);
+    assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
     assert!(response.ends_with("\r\n\r\nhello"));
 }
 

@@ -154,6 +154,13 @@ describe('ModelsSection', () => {
     download.send({ event: 'retrying', file: 'model.safetensors', attempt: 2, detail: 'connection reset' });
     expect(await screen.findByText('Retrying model.safetensors (attempt 2)…')).toBeTruthy();
 
+    download.send({ event: 'hub_busy', file: 'model.safetensors', status: 503, wait_ms: 4000, attempt: 3, attempts: 6 });
+    const wait = await screen.findByText('Hub busy (503), retrying in 4 s, attempt 3 of 6…');
+    expect(wait.getAttribute('role')).toBe('status');
+    // Nothing arrives while it waits: no stale speed or time left.
+    expect(screen.getByTestId('download-progress').textContent).not.toContain('MB/s');
+    expect(screen.getByTestId('download-progress').textContent).not.toContain('left');
+
     download.finish();
     await waitFor(() => expect(api.listModels).toHaveBeenCalledTimes(2));
     expect(await within(card('Qwen3 0.6B')).findByText('Downloaded')).toBeTruthy();

@@ -82,15 +82,15 @@ export const commands = {
 };
 
 /* Constants */
-export const BENCH_LIMITS = {"cold_repetitions":[0,100],"generate_tokens":[2,8192],"max_kv_size":[16,1048576],"prefill_step_size":[1,131072],"prompt_tokens":[1,131072],"repetitions":[1,1000],"warmup":[0,100]} as const;
+export const BENCH_LIMITS = {"cold_repetitions":[0,100],"generate_tokens":[2,8192],"max_kv_size":[16,4294967296],"prefill_step_size":[1,131072],"prompt_tokens":[1,131072],"repetitions":[1,1000],"warmup":[0,100]} as const;
 
 export const DEFAULT_BENCH_SHAPE = {"cold_repetitions":3,"generate_tokens":128,"loops":["pipelined","sync"],"max_kv_size":null,"prefill_step_size":2048,"prompt_tokens":[128],"repetitions":5,"vary":null,"warmup":1} as const;
 
 export const DEFAULT_SETTINGS = {"generation":{"loop":"pipelined","max_kv_size":null,"max_tokens":512,"min_p":0.0,"prefill_step_size":2048,"repetition_penalty":null,"seed":null,"temperature":0.0,"top_k":0,"top_p":0.0},"global_shortcut":"CommandOrControl+Shift+O","keep_alive_minutes":10,"launch_at_login":false,"memory_budget_bytes":null,"models_folder":null,"theme":"system"} as const;
 
-export const ERROR_KINDS = ["invalid_input","model_unavailable","internal","model_not_found","not_a_model_name","invalid_repo_id","invalid_revision","repo_not_found","revision_not_found","entry_not_found","unauthorized","forbidden","token_refused","rate_limited","server_error","unreachable","not_cached_offline","disk_full","checksum_mismatch","interrupted","cancelled","busy","not_a_model","http","bad_response","io","not_in_library","load","empty_prompt","prompt_too_long","chat_template","tokenizer","invalid_settings","mlx","engine_stopped","peer","history","history_unwritable","history_corrupt","history_too_new","history_busy","folder_not_empty"] as const;
+export const ERROR_KINDS = ["invalid_input","model_unavailable","internal","model_not_found","not_a_model_name","invalid_repo_id","invalid_revision","repo_not_found","revision_not_found","entry_not_found","unauthorized","forbidden","token_refused","rate_limited","server_error","link_expired","unreachable","not_cached_offline","disk_full","checksum_mismatch","interrupted","cancelled","busy","not_a_model","http","bad_response","io","not_in_library","load","empty_prompt","prompt_too_long","chat_template","tokenizer","invalid_settings","mlx","engine_stopped","peer","history","history_unwritable","history_corrupt","history_too_new","history_busy","folder_not_empty"] as const;
 
-export const GENERATION_LIMITS = {"max_kv_size":[16,1048576],"max_tokens":[1,32768],"prefill_step_size":[1,65536],"probability":[0.0,1.0],"repetition_penalty":[0.5,2.0],"temperature":[0.0,5.0],"top_k":[0,100000]} as const;
+export const GENERATION_LIMITS = {"max_kv_size":[16,4294967296],"max_tokens":[1,32768],"prefill_step_size":[1,65536],"probability":[0.0,1.0],"repetition_penalty":[0.5,2.0],"temperature":[0.0,5.0],"top_k":[0,100000]} as const;
 
 /* Types */
 /**  An event with its name (what a page listens for) and its payload. */
@@ -342,8 +342,24 @@ export type DownloadEvent =
 /**  Over the last few seconds. */
 bytes_per_second: number | null; eta_seconds: number | null } | 
 /**  The transfer stopped and is being resumed from where it was. */
-{ event: "retrying"; file: string; attempt: number; detail: string } | { event: "file_done"; file: string; 
-/**  Its sha256 was checked against the hub's. */
+{ event: "retrying"; file: string; attempt: number; detail: string } | 
+/**
+ *  The hub answered busy (429) or failing (5xx); the same request goes
+ *  again after the wait.
+ */
+{ event: "hub_busy"; 
+/**  The file asked for; `None` while asking for the repo's file list. */
+file: string | null; 
+/**  429, or the 5xx status. */
+status: number; wait_ms: number; 
+/**  The try that comes after the wait (2 for the first retry). */
+attempt: number; 
+/**  Tries in all before giving up. */
+attempts: number } | { event: "file_done"; file: string; 
+/**
+ *  Its bytes were checked against the hub's hash of them (the
+ *  sha256 of an LFS file, the git blob id of any other).
+ */
 verified: boolean; 
 /**  Bytes sent over the network for it in this run. */
 fetched_bytes: number };
@@ -399,6 +415,8 @@ export type ErrorKind =
 "rate_limited" | 
 /**  The hub failed on its side (a 5xx answer). */
 "server_error" | 
+/**  The storage server kept refusing a download link, fresh ones too. */
+"link_expired" | 
 /**  The hub could not be reached at all. */
 "unreachable" | 
 /**  Offline mode is on and the model is not downloaded. */

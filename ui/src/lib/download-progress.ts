@@ -13,7 +13,8 @@ export interface DownloadProgress {
   eta_seconds: number | null;
   /** The file being fetched now. */
   file: string | null;
-  /** Set while the backend retries a file; cleared by the next progress. */
+  /** Set while the backend retries a file or waits for a busy hub;
+   * cleared by the next progress. */
   retrying: string | null;
   error: CommandError | null;
 }
@@ -48,9 +49,19 @@ export function applyDownloadEvent(progress: DownloadProgress, event: DownloadEv
       };
     case 'retrying':
       return { ...progress, file: event.file, retrying: `Retrying ${event.file} (attempt ${event.attempt})…` };
+    case 'hub_busy':
+      // Nothing arrives while waiting: the speed and ETA would be stale.
+      return { ...progress, bytes_per_second: 0, eta_seconds: null, retrying: hubBusyLine(event) };
     case 'file_done':
       return progress;
   }
+}
+
+/** "Hub busy (503), retrying in 4 s, attempt 2 of 6" */
+export function hubBusyLine(event: Extract<DownloadEvent, { event: 'hub_busy' }>): string {
+  const seconds = Math.max(1, Math.ceil(event.wait_ms / 1000));
+  const what = event.status === 429 ? 'Hub busy (429, too many requests)' : `Hub busy (${event.status})`;
+  return `${what}, retrying in ${seconds} s, attempt ${event.attempt} of ${event.attempts}…`;
 }
 
 /** How a download that did not complete ends: `cancelled` is the user's

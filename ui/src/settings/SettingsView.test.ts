@@ -102,7 +102,7 @@ describe('SettingsView', () => {
     const temperature = input('Temperature');
     expect(temperature.getAttribute('aria-invalid')).toBe('true');
     expect(description(temperature)).toMatch(/Enter a number from 0 to 5\./);
-    expect(description(input('Max KV cache size'))).toMatch(/from 16 to 1,048,576/);
+    expect(description(input('Max KV cache size'))).toMatch(/from 16 to 4,294,967,296/);
     expect(screen.getByTestId('settings-invalid').textContent).toMatch(/Fix the 2 fields marked above to save/);
     expect(button('Save').disabled).toBe(true);
     expect(button('Revert').disabled).toBe(false);

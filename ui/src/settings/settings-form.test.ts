@@ -114,7 +114,7 @@ describe('validation', () => {
     ['seed', '99999999999999999999', 'Enter a whole number, 0 or more, or leave it empty for random.'],
     ['prefill_step_size', '0', 'Enter a whole number from 1 to 65,536.'],
     ['prefill_step_size', '65537', 'Enter a whole number from 1 to 65,536.'],
-    ['max_kv_size', '15', 'Enter a whole number of tokens from 16 to 1,048,576, or leave it empty for unbounded.'],
+    ['max_kv_size', '15', 'Enter a whole number of tokens from 16 to 4,294,967,296, or leave it empty for unbounded.'],
     ['memory_budget_gib', '0', 'Enter at least 0.25 GiB (less holds no model), or leave it empty for no budget.'],
     ['memory_budget_gib', '0.2', 'Enter at least 0.25 GiB (less holds no model), or leave it empty for no budget.'],
     ['memory_budget_gib', '-4', 'Enter at least 0.25 GiB (less holds no model), or leave it empty for no budget.'],
