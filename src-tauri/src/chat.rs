@@ -53,10 +53,7 @@ pub async fn chat_send<R: tauri::Runtime>(
     let request = settings.request(
         &model_dir,
         &conversation_id,
-        Prompt::Chat {
-            system_prompt,
-            messages,
-        },
+        Prompt::chat(system_prompt, messages),
     );
     let context = RunContext {
         kind: "chat".into(),

@@ -245,10 +245,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode, String> {
     } else if args.raw {
         Prompt::Raw { text: args.prompt }
     } else {
-        Prompt::Chat {
-            system_prompt: args.generation.system_prompt.clone(),
-            messages: vec![ChatMessage::user(args.prompt)],
-        }
+        Prompt::chat(
+            args.generation.system_prompt.clone(),
+            vec![ChatMessage::user(args.prompt)],
+        )
     };
     let request = args.generation.request(&dir, prompt);
     let pool = session_pool(args.generation.no_history)?;
@@ -262,14 +262,13 @@ pub fn run(args: RunArgs) -> Result<ExitCode, String> {
         .ok()
         .and_then(|v| v.parse::<u128>().ok());
     let mut first_token_at = None;
-    let mut stdout = std::io::stdout();
+    let mut terminal = TerminalReply::default();
     let (outcome, record) = pool
         .run(request, context, CancelToken::new(), |event| {
-            if let RunEvent::Delta { text, .. } = event {
+            if let RunEvent::Delta { .. } = event {
                 first_token_at.get_or_insert_with(crate::bench::peer::wall_clock_ns);
                 if !args.json {
-                    let _ = stdout.write_all(text.as_bytes());
-                    let _ = stdout.flush();
+                    terminal.show(event);
                 }
             }
         })
@@ -284,6 +283,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, String> {
         }
         json["run_id"] = record.run_id.into();
         json["text"] = outcome.text.into();
+        json["reasoning"] = outcome.reasoning.into();
         json["token_ids"] = outcome.token_ids.into();
         println!("{json}");
         return Ok(ExitCode::SUCCESS);
@@ -291,6 +291,37 @@ pub fn run(args: RunArgs) -> Result<ExitCode, String> {
     println!();
     eprintln!("{}", footer(&outcome.stats));
     Ok(ExitCode::SUCCESS)
+}
+
+/// Streams a reply to the terminal: the answer on stdout, the reasoning on
+/// stderr, so `ondo run ... > answer.txt` keeps only the answer.
+#[derive(Default)]
+struct TerminalReply {
+    /// Reasoning was shown and the answer has not started yet.
+    reasoning_shown: bool,
+}
+
+impl TerminalReply {
+    fn show(&mut self, event: &RunEvent) {
+        let RunEvent::Delta {
+            text, reasoning, ..
+        } = event
+        else {
+            return;
+        };
+        if !reasoning.is_empty() {
+            eprint!("{reasoning}");
+            self.reasoning_shown = true;
+        }
+        if !text.is_empty() {
+            if std::mem::take(&mut self.reasoning_shown) {
+                eprintln!("\n");
+            }
+            let mut stdout = std::io::stdout();
+            let _ = stdout.write_all(text.as_bytes());
+            let _ = stdout.flush();
+        }
+    }
 }
 
 /// The engine behind a session pool that records into the run history
@@ -362,10 +393,7 @@ pub fn chat(args: ChatArgs) -> Result<ExitCode, String> {
         messages.push(ChatMessage::user(line));
         let mut request = args.generation.request(
             &dir,
-            Prompt::Chat {
-                system_prompt: args.generation.system_prompt.clone(),
-                messages: messages.clone(),
-            },
+            Prompt::chat(args.generation.system_prompt.clone(), messages.clone()),
         );
         let conversation_id = format!("{session}-{conversation}");
         request.conversation = Some(conversation_id.clone());
@@ -375,13 +403,10 @@ pub fn chat(args: ChatArgs) -> Result<ExitCode, String> {
             conversation_title: (messages.len() == 1).then(|| line.chars().take(60).collect()),
             ..RunContext::for_model(&args.generation.model, &dir)
         };
-        let mut stdout = std::io::stdout();
+        let mut terminal = TerminalReply::default();
         let streamed = pool
             .run(request, context, CancelToken::new(), |event| {
-                if let RunEvent::Delta { text, .. } = event {
-                    let _ = stdout.write_all(text.as_bytes());
-                    let _ = stdout.flush();
-                }
+                terminal.show(event)
             })
             .map(|(outcome, _)| outcome)
             .map_err(|e| e.to_string());
@@ -389,7 +414,7 @@ pub fn chat(args: ChatArgs) -> Result<ExitCode, String> {
             Ok(outcome) => {
                 println!();
                 eprintln!("{}", footer(&outcome.stats));
-                messages.push(ChatMessage::assistant(outcome.text));
+                messages.push(outcome.to_message());
             }
             Err(message) => {
                 // The engine keeps serving; the turn is dropped.
