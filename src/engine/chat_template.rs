@@ -36,18 +36,15 @@ const MAX_JSON_DEPTH: usize = 512;
 pub struct ChatMessage {
     /// Who speaks: usually `system`, `user`, `assistant` or `tool`.
     pub role: String,
-    /// What they say; for an assistant turn, the answer without its reasoning.
-    #[serde(default)]
+    /// What they say; for an assistant turn, the answer without its
+    /// reasoning (empty for a turn of only tool calls: a dialect whose
+    /// clients send `null` there maps it to "").
     pub content: String,
     /// An assistant turn's reasoning, kept apart from `content`. Templates
     /// read it as `reasoning_content` (Qwen3) or `thinking` (gpt-oss);
-    /// transformers passes it under both names, and so does Ondo.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        alias = "thinking",
-        alias = "reasoning"
-    )]
+    /// transformers passes it under both names, and so does Ondo. (A
+    /// dialect that names it otherwise, like Ollama's `thinking`, maps it.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "specta", specta(optional))]
     pub reasoning_content: Option<String>,
     /// The tools an assistant turn called.

@@ -199,12 +199,33 @@ export type ChatEvent =
 /**  More text of the answer. */
 { event: "delta"; text: string };
 
-/**  One turn of a conversation, as the template sees it in `messages`. */
+/**
+ *  One turn of a conversation, as the template sees it in `messages`: the
+ *  message dict of Hugging Face chat templates and OpenAI's chat API. Fields
+ *  that are `None` are left out of the dict, as transformers leaves them out.
+ */
 export type ChatMessage = {
-	/**  Who speaks: usually `system`, `user` or `assistant`. */
+	/**  Who speaks: usually `system`, `user`, `assistant` or `tool`. */
 	role: string,
-	/**  What they say. */
+	/**
+	 *  What they say; for an assistant turn, the answer without its
+	 *  reasoning (empty for a turn of only tool calls: a dialect whose
+	 *  clients send `null` there maps it to "").
+	 */
 	content: string,
+	/**
+	 *  An assistant turn's reasoning, kept apart from `content`. Templates
+	 *  read it as `reasoning_content` (Qwen3) or `thinking` (gpt-oss);
+	 *  transformers passes it under both names, and so does Ondo. (A
+	 *  dialect that names it otherwise, like Ollama's `thinking`, maps it.)
+	 */
+	reasoning_content?: string | null,
+	/**  The tools an assistant turn called. */
+	tool_calls?: ToolCall[] | null,
+	/**  For a `tool` turn: the id of the call this is the result of. */
+	tool_call_id?: string | null,
+	/**  For a `tool` turn: the name of the tool that answered. */
+	name?: string | null,
 };
 
 /**  One self-test and its outcome. */
@@ -337,6 +358,16 @@ export type FitEstimate = {
 	max_context_that_fits: number | null,
 	/**  Sentences a user can act on; empty when it fits. */
 	advice: string[],
+};
+
+/**  The function a [`ToolCall`] names and the arguments it passes. */
+export type FunctionCall = {
+	name: string,
+	/**
+	 *  A JSON object of argument names and values, in the model's order
+	 *  (OpenAI's wire format sends it as a JSON string; the API converts).
+	 */
+	arguments: Value,
 };
 
 /**
@@ -705,6 +736,28 @@ export type TestCase = {
 export type Theme = "system" | "light" | "dark";
 
 export type TokenSource = "environment" | "token_file" | "keychain";
+
+/**
+ *  A function call the model asked for, in the shape OpenAI's chat API and
+ *  chat templates use: `{"id", "type": "function", "function": {"name",
+ *  "arguments"}}`. The same type carries a call back to the template in the
+ *  assistant message of the next turn.
+ */
+export type ToolCall = {
+	/**
+	 *  Names the call so a tool result (`tool_call_id`) can answer it. The
+	 *  engine makes one for every call it reads; a client may leave it out.
+	 */
+	id?: string,
+	/**  Always `function`: the only kind of tool chat models call. */
+	type?: ToolCallKind,
+	function: FunctionCall,
+};
+
+/**  What kind of tool a [`ToolCall`] calls. */
+export type ToolCallKind = "function";
+
+export type Value = null | boolean | number | string | Value[] | { [key in string]: Value };
 
 /**  `--vary prefill_step_size=512,2048`. */
 export type Vary = {
