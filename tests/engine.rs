@@ -280,3 +280,139 @@ fn a_dropped_sink_or_many_clients_do_not_stop_the_engine() {
     assert!(engine.unload(&dir).unwrap());
     assert!(engine.resident().unwrap().is_empty());
 }
+
+/// A chat template in the synthetic tokenizer's format that shows the
+/// request's tools and, with `enable_thinking`, opens a `<think>` block in
+/// the generation prompt (as DeepSeek-R1's and Qwen3 thinking models' do).
+const THINKING_TEMPLATE: &str = "{{ bos_token }}\
+{% if tools %}<|start_header_id|>system<|end_header_id|>\n\nTools: {{ tools | tojson }}<|eot_id|>{% endif %}\
+{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{{ m.content }}<|eot_id|>{% endfor %}\
+{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% if enable_thinking %}<think>\n{% endif %}{% endif %}";
+
+fn thinking_request(
+    dir: &Path,
+    options: serde_json::Value,
+    tools: Option<Vec<serde_json::Value>>,
+) -> GenerateRequest {
+    GenerateRequest {
+        ignore_eos: true,
+        ..sampled(dir)
+    }
+    .with_prompt(Prompt::Chat {
+        system_prompt: None,
+        messages: vec![ondo::engine::chat_template::ChatMessage::user(
+            "Is it warm?",
+        )],
+        tools,
+        template_options: options.as_object().cloned().unwrap_or_default(),
+    })
+}
+
+trait WithPrompt {
+    fn with_prompt(self, prompt: Prompt) -> Self;
+}
+
+impl WithPrompt for GenerateRequest {
+    fn with_prompt(self, prompt: Prompt) -> Self {
+        GenerateRequest { prompt, ..self }
+    }
+}
+
+/// Every delta's reasoning and text, joined, and the token ids they carried.
+fn streamed_parts(events: &[RunEvent]) -> (String, String, Vec<u32>) {
+    let mut parts = (String::new(), String::new(), Vec::new());
+    for event in events {
+        if let RunEvent::Delta {
+            text,
+            reasoning,
+            token_ids,
+            ..
+        } = event
+        {
+            parts.0.push_str(reasoning);
+            parts.1.push_str(text);
+            parts.2.extend(token_ids);
+        }
+    }
+    parts
+}
+
+#[test]
+fn a_generation_prompt_that_opens_think_makes_the_reply_reasoning() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("tiny");
+    tiny(&dir);
+    std::fs::write(dir.join("chat_template.jinja"), THINKING_TEMPLATE).unwrap();
+    let engine = EngineHandle::spawn().unwrap();
+
+    let mut events = Vec::new();
+    let thinking = engine
+        .generate_blocking(
+            thinking_request(&dir, serde_json::json!({"enable_thinking": true}), None),
+            CancelToken::new(),
+            |e| events.push(e.clone()),
+        )
+        .unwrap();
+    // Random weights never close the block: everything said is reasoning.
+    assert!(!thinking.raw_text.trim().is_empty());
+    assert!(
+        !thinking.raw_text.contains("</think>"),
+        "{:?}",
+        thinking.raw_text
+    );
+    assert_eq!(thinking.reasoning, thinking.raw_text.trim());
+    assert_eq!(thinking.text, "");
+    let (reasoning, text, ids) = streamed_parts(&events);
+    assert_eq!(reasoning, thinking.reasoning);
+    assert_eq!(text, "");
+    assert_eq!(ids, thinking.token_ids, "token ids are streamed unchanged");
+    assert!(
+        matches!(&events[events.len() - 1], RunEvent::Finished { reasoning, raw_text, .. }
+        if *reasoning == thinking.reasoning && *raw_text == thinking.raw_text)
+    );
+
+    // The same conversation without the option: no <think> in the prompt
+    // (fewer tokens), and what the model says is its answer.
+    let plain = run(&engine, thinking_request(&dir, serde_json::json!({}), None)).unwrap();
+    assert!(plain.stats.prompt_tokens < thinking.stats.prompt_tokens);
+    assert_eq!(plain.text, plain.raw_text);
+    assert_eq!(plain.reasoning, "");
+}
+
+#[test]
+fn the_requests_tools_reach_the_template_and_options_are_checked() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("tiny");
+    tiny(&dir);
+    std::fs::write(dir.join("chat_template.jinja"), THINKING_TEMPLATE).unwrap();
+    let engine = EngineHandle::spawn().unwrap();
+
+    let tool = serde_json::json!({
+        "type": "function",
+        "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+    });
+    let without = run(&engine, thinking_request(&dir, serde_json::json!({}), None)).unwrap();
+    let with = run(
+        &engine,
+        thinking_request(&dir, serde_json::json!({}), Some(vec![tool])),
+    )
+    .unwrap();
+    assert!(
+        with.stats.prompt_tokens > without.stats.prompt_tokens + 10,
+        "{} vs {}",
+        with.stats.prompt_tokens,
+        without.stats.prompt_tokens
+    );
+    // No tool call in random text: the whole reply is the answer.
+    assert!(with.tool_calls.is_empty());
+    assert_eq!(with.text, with.raw_text);
+    assert_eq!(with.stats.stop_reason, StopReason::MaxTokens);
+
+    let refused = run(
+        &engine,
+        thinking_request(&dir, serde_json::json!({"messages": []}), None),
+    )
+    .unwrap_err();
+    assert_eq!(refused.kind(), "chat_template");
+    assert!(refused.to_string().contains("`messages`"), "{refused}");
+}

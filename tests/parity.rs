@@ -298,13 +298,7 @@ fn follow_up_turn_on_the_kept_cache_equals_mlx_lm_and_a_fresh_run() {
                 max_tokens: 12,
                 ignore_eos: true,
                 conversation: conversation.map(str::to_owned),
-                ..GenerateRequest::new(
-                    &dir,
-                    Prompt::Chat {
-                        system_prompt: None,
-                        messages,
-                    },
-                )
+                ..GenerateRequest::new(&dir, Prompt::chat(None, messages))
             };
             engine
                 .generate_blocking(request, CancelToken::new(), |_| {})
@@ -318,7 +312,9 @@ fn follow_up_turn_on_the_kept_cache_equals_mlx_lm_and_a_fresh_run() {
         );
         let history = vec![
             ChatMessage::user(first),
-            ChatMessage::assistant(turn1.text.clone()),
+            // mlx-lm puts its decoded text back in the history: the raw
+            // text, before any split.
+            ChatMessage::assistant(turn1.raw_text.clone()),
             ChatMessage::user(second),
         ];
         let turn2 = chat(history.clone(), Some("c"));

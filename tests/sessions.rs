@@ -30,13 +30,7 @@ fn chat_request(dir: &Path, conversation: &str, messages: Vec<ChatMessage>) -> G
     GenerateRequest {
         max_tokens: 8,
         conversation: Some(conversation.to_owned()),
-        ..GenerateRequest::new(
-            dir,
-            Prompt::Chat {
-                system_prompt: None,
-                messages,
-            },
-        )
+        ..GenerateRequest::new(dir, Prompt::chat(None, messages))
     }
 }
 

@@ -52,10 +52,7 @@ pub async fn chat_send<R: tauri::Runtime>(
     let request = settings.turn_request(
         &model.dir,
         &conversation_id,
-        Prompt::Chat {
-            system_prompt,
-            messages,
-        },
+        Prompt::chat(system_prompt, messages),
     );
     let context = RunContext {
         conversation_id: Some(conversation_id.clone()),

@@ -192,10 +192,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
     } else if args.raw {
         Prompt::Raw { text: args.prompt }
     } else {
-        Prompt::Chat {
-            system_prompt: args.generation.system_prompt.clone(),
-            messages: vec![ChatMessage::user(args.prompt)],
-        }
+        Prompt::chat(
+            args.generation.system_prompt.clone(),
+            vec![ChatMessage::user(args.prompt)],
+        )
     };
     let request = args.generation.request(&model.dir, prompt);
     let context = model.run_context(RunKind::Run);
@@ -205,14 +205,13 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         .ok()
         .and_then(|v| v.parse::<u128>().ok());
     let mut first_token_at = None;
-    let mut stdout = std::io::stdout();
+    let mut terminal = TerminalReply::default();
     let (outcome, record) = pool
         .run(request, context, CancelToken::new(), |event| {
-            if let RunEvent::Delta { text, .. } = event {
+            if let RunEvent::Delta { .. } = event {
                 first_token_at.get_or_insert_with(crate::bench::peer::wall_clock_ns);
                 if !args.json {
-                    let _ = stdout.write_all(text.as_bytes());
-                    let _ = stdout.flush();
+                    terminal.show(event);
                 }
             }
         })
@@ -227,6 +226,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         }
         json["run_id"] = record.run_id.into();
         json["text"] = outcome.text.into();
+        json["reasoning"] = outcome.reasoning.into();
         json["token_ids"] = outcome.token_ids.into();
         println!("{json}");
         return Ok(ExitCode::SUCCESS);
@@ -234,6 +234,37 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
     println!();
     eprintln!("{}", footer(&outcome.stats));
     Ok(ExitCode::SUCCESS)
+}
+
+/// Streams a reply to the terminal: the answer on stdout, the reasoning on
+/// stderr, so `ondo run ... > answer.txt` keeps only the answer.
+#[derive(Default)]
+struct TerminalReply {
+    /// Reasoning was shown and the answer has not started yet.
+    reasoning_shown: bool,
+}
+
+impl TerminalReply {
+    fn show(&mut self, event: &RunEvent) {
+        let RunEvent::Delta {
+            text, reasoning, ..
+        } = event
+        else {
+            return;
+        };
+        if !reasoning.is_empty() {
+            eprint!("{reasoning}");
+            self.reasoning_shown = true;
+        }
+        if !text.is_empty() {
+            if std::mem::take(&mut self.reasoning_shown) {
+                eprintln!("\n");
+            }
+            let mut stdout = std::io::stdout();
+            let _ = stdout.write_all(text.as_bytes());
+            let _ = stdout.flush();
+        }
+    }
 }
 
 /// A session pool (and its engine) that records into the run history
@@ -297,10 +328,7 @@ pub fn chat(args: ChatArgs) -> Result<ExitCode, CliError> {
             conversation: Some(conversation_id.clone()),
             ..args.generation.request(
                 &model.dir,
-                Prompt::Chat {
-                    system_prompt: args.generation.system_prompt.clone(),
-                    messages: messages.clone(),
-                },
+                Prompt::chat(args.generation.system_prompt.clone(), messages.clone()),
             )
         };
         let context = crate::session::record::RunContext {
@@ -308,13 +336,10 @@ pub fn chat(args: ChatArgs) -> Result<ExitCode, CliError> {
             conversation_title: (messages.len() == 1).then(|| line.chars().take(60).collect()),
             ..model.run_context(RunKind::Chat)
         };
-        let mut stdout = std::io::stdout();
+        let mut terminal = TerminalReply::default();
         let streamed = pool
             .run(request, context, CancelToken::new(), |event| {
-                if let RunEvent::Delta { text, .. } = event {
-                    let _ = stdout.write_all(text.as_bytes());
-                    let _ = stdout.flush();
-                }
+                terminal.show(event)
             })
             .map(|(outcome, _)| outcome)
             .map_err(|e| {
@@ -328,7 +353,7 @@ pub fn chat(args: ChatArgs) -> Result<ExitCode, CliError> {
             Ok(outcome) => {
                 println!();
                 eprintln!("{}", footer(&outcome.stats));
-                messages.push(ChatMessage::assistant(outcome.text));
+                messages.push(outcome.to_message());
             }
             Err(message) => {
                 // The engine keeps serving; the turn is dropped.

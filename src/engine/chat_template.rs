@@ -16,6 +16,8 @@ use minijinja::syntax::SyntaxConfig;
 use minijinja::value::{Kwargs, Value, ValueKind};
 use minijinja::{AutoEscape, Environment, Error, ErrorKind, context};
 
+use super::reply::ToolCall;
+
 /// The file that newer transformers versions save the template to.
 const JINJA_FILE: &str = "chat_template.jinja";
 /// The file that older checkpoints keep the template (and the special tokens) in.
@@ -26,14 +28,37 @@ const INLINE_NAME: &str = "chat_template";
 /// recursion limit stops `json.dumps` at a similar depth.
 const MAX_JSON_DEPTH: usize = 512;
 
-/// One turn of a conversation, as the template sees it in `messages`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// One turn of a conversation, as the template sees it in `messages`: the
+/// message dict of Hugging Face chat templates and OpenAI's chat API. Fields
+/// that are `None` are left out of the dict, as transformers leaves them out.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct ChatMessage {
-    /// Who speaks: usually `system`, `user` or `assistant`.
+    /// Who speaks: usually `system`, `user`, `assistant` or `tool`.
     pub role: String,
-    /// What they say.
+    /// What they say; for an assistant turn, the answer without its
+    /// reasoning (empty for a turn of only tool calls: a dialect whose
+    /// clients send `null` there maps it to "").
     pub content: String,
+    /// An assistant turn's reasoning, kept apart from `content`. Templates
+    /// read it as `reasoning_content` (Qwen3) or `thinking` (gpt-oss);
+    /// transformers passes it under both names, and so does Ondo. (A
+    /// dialect that names it otherwise, like Ollama's `thinking`, maps it.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "specta", specta(optional))]
+    pub reasoning_content: Option<String>,
+    /// The tools an assistant turn called.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "specta", specta(optional))]
+    pub tool_calls: Option<Vec<ToolCall>>,
+    /// For a `tool` turn: the id of the call this is the result of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "specta", specta(optional))]
+    pub tool_call_id: Option<String>,
+    /// For a `tool` turn: the name of the tool that answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "specta", specta(optional))]
+    pub name: Option<String>,
 }
 
 impl ChatMessage {
@@ -52,13 +77,78 @@ impl ChatMessage {
         Self::with_role("assistant", content)
     }
 
+    /// The result of the tool call `call_id` (from the tool `name`).
+    pub fn tool_result(
+        call_id: impl Into<String>,
+        name: impl Into<String>,
+        content: impl Into<String>,
+    ) -> Self {
+        Self {
+            tool_call_id: Some(call_id.into()),
+            name: Some(name.into()),
+            ..Self::with_role("tool", content)
+        }
+    }
+
     fn with_role(role: &str, content: impl Into<String>) -> Self {
         Self {
             role: role.to_owned(),
             content: content.into(),
+            ..Self::default()
         }
     }
+
+    /// Whether the message says anything: text, or tool calls.
+    pub fn is_blank(&self) -> bool {
+        self.content.trim().is_empty() && self.tool_calls.as_ref().is_none_or(Vec::is_empty)
+    }
+
+    /// The message as the template sees it: the serialized dict, with the
+    /// reasoning also under `thinking` (first), as transformers aliases it.
+    fn to_template_value(&self) -> Result<Value, ChatTemplateError> {
+        let value = serde_json::to_value(self).map_err(|err| ChatTemplateError::Render {
+            message: format!("a message could not be passed to the template: {err}"),
+        })?;
+        let value = match (value, &self.reasoning_content) {
+            (serde_json::Value::Object(fields), Some(reasoning)) => {
+                let mut aliased = serde_json::Map::with_capacity(fields.len() + 1);
+                aliased.insert("thinking".to_owned(), reasoning.as_str().into());
+                aliased.extend(fields);
+                serde_json::Value::Object(aliased)
+            }
+            (value, _) => value,
+        };
+        Ok(template_value(&value))
+    }
 }
+
+/// JSON data as a template value, maps in their keys' order (as Python's
+/// dicts from `json.loads` keep it).
+fn template_value(value: &serde_json::Value) -> Value {
+    match value {
+        serde_json::Value::Null => Value::from(()),
+        serde_json::Value::Bool(b) => Value::from(*b),
+        serde_json::Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                Value::from(i)
+            } else if let Some(u) = n.as_u64() {
+                Value::from(u)
+            } else {
+                Value::from(n.as_f64().unwrap_or(f64::NAN))
+            }
+        }
+        serde_json::Value::String(s) => Value::from(s.as_str()),
+        serde_json::Value::Array(items) => items.iter().map(template_value).collect(),
+        serde_json::Value::Object(map) => template_value_of_map(map),
+    }
+}
+
+fn template_value_of_map(map: &serde_json::Map<String, serde_json::Value>) -> Value {
+    Value::from_pairs(map.iter().map(|(k, v)| (k.as_str(), template_value(v))))
+}
+
+/// Template variables Ondo sets itself; a request's template options may not.
+const RESERVED_VARIABLES: [&str; 4] = ["messages", "tools", "documents", "add_generation_prompt"];
 
 /// Why a chat template could not be loaded or rendered.
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +175,14 @@ pub enum ChatTemplateError {
     Rejected {
         /// The template's own words.
         message: String,
+    },
+    /// A request's template options set a variable Ondo passes itself.
+    #[error(
+        "the template option `{name}` cannot be set: Ondo passes it itself; leave it out of the template options"
+    )]
+    ReservedOption {
+        /// The option's name.
+        name: String,
     },
     /// Rendering failed for another reason (an undefined attribute, a type error).
     #[error("the chat template failed to render: {message}")]
@@ -163,9 +261,19 @@ pub struct ChatTemplate {
     /// The template's name inside `env`: its file path, so errors name the file.
     name: String,
     source: String,
+    /// The template named "tool_use" beside the default one, if the config
+    /// lists one: transformers renders it when the request carries tools.
+    tool_use: Option<NamedTemplate>,
     tokens: SpecialTokens,
     /// `tokens` as template variables, built once.
     token_values: Value,
+}
+
+/// A second template compiled into the same environment.
+#[derive(Clone)]
+struct NamedTemplate {
+    name: String,
+    source: String,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -173,6 +281,7 @@ impl std::fmt::Debug for ChatTemplate {
         f.debug_struct("ChatTemplate")
             .field("name", &self.name)
             .field("source_len", &self.source.len())
+            .field("tool_use", &self.tool_use.as_ref().map(|t| &t.name))
             .field("tokens", &self.tokens)
             .finish_non_exhaustive()
     }
@@ -181,7 +290,8 @@ impl std::fmt::Debug for ChatTemplate {
 impl ChatTemplate {
     /// Finds the template of a model folder: `chat_template.jinja` first, else
     /// `chat_template` in tokenizer_config.json (a string, or a list of
-    /// `{name, template}` where the one named "default" is used), else `Ok(None)`.
+    /// `{name, template}` where the one named "default" is used, and the one
+    /// named "tool_use" when a request carries tools), else `Ok(None)`.
     ///
     /// Also reads `bos_token`, `eos_token`, `unk_token` and `pad_token` from
     /// tokenizer_config.json (each either a string or an object with "content").
@@ -204,13 +314,15 @@ impl ChatTemplate {
         // transformers lets chat_template.jinja override the config's template.
         let jinja_path = dir.join(JINJA_FILE);
         if let Some(source) = read_if_present(&jinja_path)? {
-            return Self::compile(source, Some(jinja_path), tokens).map(Some);
+            return Self::compile(source, Some(jinja_path), tokens, None).map(Some);
         }
         let Some(config) = config else {
             return Ok(None);
         };
         match template_from_config(&config, &config_path)? {
-            Some(source) => Self::compile(source, Some(config_path), tokens).map(Some),
+            Some((source, tool_use)) => {
+                Self::compile(source, Some(config_path), tokens, tool_use).map(Some)
+            }
             None => Ok(None),
         }
     }
@@ -228,12 +340,21 @@ impl ChatTemplate {
             eos: eos_token,
             ..SpecialTokens::default()
         };
-        Self::compile(source.into(), None, tokens)
+        Self::compile(source.into(), None, tokens, None)
     }
 
     /// The template text as it was loaded.
     pub fn source(&self) -> &str {
         &self.source
+    }
+
+    /// The text of the template a request renders with: the "tool_use"
+    /// template when it carries tools and the model has one.
+    pub fn source_for(&self, tools: bool) -> &str {
+        match (&self.tool_use, tools) {
+            (Some(tool_use), true) => &tool_use.source,
+            _ => &self.source,
+        }
     }
 
     /// The BOS token the template is rendered with, if the tokenizer has one.
@@ -254,29 +375,57 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, ChatTemplateError> {
-        let messages: Vec<Value> = messages
+        self.render_with(
+            messages,
+            None,
+            &serde_json::Map::new(),
+            add_generation_prompt,
+        )
+    }
+
+    /// Renders like [`render`](Self::render), with the request's `tools`
+    /// (OpenAI-style function schemas, passed to the template as they are)
+    /// and its template options as further variables (`enable_thinking`),
+    /// as transformers passes `tools` and the extra keyword arguments of
+    /// `apply_chat_template`. Options override the special tokens, as there.
+    pub fn render_with(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[serde_json::Value]>,
+        options: &serde_json::Map<String, serde_json::Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatTemplateError> {
+        if let Some(name) = options
+            .keys()
+            .find(|k| RESERVED_VARIABLES.contains(&k.as_str()))
+        {
+            return Err(ChatTemplateError::ReservedOption { name: name.clone() });
+        }
+        let messages = messages
             .iter()
-            .map(|m| {
-                // context! keeps insertion order, so `message.items()` gives
-                // role then content, as the Python dict would.
-                context! { role => m.role.as_str(), content => m.content.as_str() }
-            })
-            .collect();
+            .map(ChatMessage::to_template_value)
+            .collect::<Result<Vec<Value>, _>>()?;
+        let options = template_value_of_map(options);
         // transformers passes `tools` and `documents` as None when there are
         // none, so `tools is defined` holds and `tools is none` too.
         let ctx = context! {
             messages => messages,
-            tools => Value::from(()),
+            tools => tools.map_or(Value::from(()), |t| t.iter().map(template_value).collect()),
             documents => Value::from(()),
             add_generation_prompt => add_generation_prompt,
-            ..self.token_values.clone()
+            // The later map wins: options over the special tokens.
+            ..minijinja::value::merge_maps([self.token_values.clone(), options])
         };
-        let template =
-            self.env
-                .get_template(&self.name)
-                .map_err(|err| ChatTemplateError::Render {
-                    message: describe_error(&err),
-                })?;
+        let name = match (&self.tool_use, tools) {
+            (Some(tool_use), Some(_)) => &tool_use.name,
+            _ => &self.name,
+        };
+        let template = self
+            .env
+            .get_template(name)
+            .map_err(|err| ChatTemplateError::Render {
+                message: describe_error(&err),
+            })?;
         template.render(ctx).map_err(|err| match rejection(&err) {
             Some(message) => ChatTemplateError::Rejected { message },
             None => ChatTemplateError::Render {
@@ -289,6 +438,7 @@ impl ChatTemplate {
         source: String,
         path: Option<PathBuf>,
         tokens: SpecialTokens,
+        tool_use_source: Option<String>,
     ) -> Result<Self, ChatTemplateError> {
         let invalid = |message: String| ChatTemplateError::Invalid {
             path: path.clone(),
@@ -316,11 +466,26 @@ impl ChatTemplate {
         env.add_function("strftime_now", strftime_now);
         env.add_template_owned(name.clone(), prepare_source(&source))
             .map_err(|err| invalid(describe_error(&err)))?;
+        let tool_use = match tool_use_source {
+            Some(source) => {
+                let name = format!("{name} (tool_use)");
+                env.add_template_owned(name.clone(), prepare_source(&source))
+                    .map_err(|err| {
+                        invalid(format!(
+                            "in the tool_use template: {}",
+                            describe_error(&err)
+                        ))
+                    })?;
+                Some(NamedTemplate { name, source })
+            }
+            None => None,
+        };
         let token_values = tokens.to_value();
         Ok(Self {
             env,
             name,
             source,
+            tool_use,
             tokens,
             token_values,
         })
@@ -339,31 +504,39 @@ fn read_if_present(path: &Path) -> Result<Option<String>, ChatTemplateError> {
     }
 }
 
-/// The `chat_template` entry of tokenizer_config.json, as transformers picks it.
+/// The `chat_template` entry of tokenizer_config.json, as transformers picks
+/// it: the default template and the "tool_use" one, if any.
 fn template_from_config(
     config: &serde_json::Value,
     path: &Path,
-) -> Result<Option<String>, ChatTemplateError> {
+) -> Result<Option<(String, Option<String>)>, ChatTemplateError> {
     let invalid = |message: &str| ChatTemplateError::Invalid {
         path: Some(path.to_owned()),
         message: message.to_owned(),
     };
     match config.get("chat_template") {
         None | Some(serde_json::Value::Null) => Ok(None),
-        Some(serde_json::Value::String(source)) => Ok(Some(source.clone())),
+        Some(serde_json::Value::String(source)) => Ok(Some((source.clone(), None))),
         Some(serde_json::Value::Array(named)) => {
             // A list of {name, template}: transformers renders the one named
-            // "default" unless told otherwise, and refuses when there is none.
-            let default = named.iter().find(|entry| {
-                entry.get("name").and_then(serde_json::Value::as_str) == Some("default")
-            });
-            match default {
-                Some(entry) => match entry.get("template") {
-                    Some(serde_json::Value::String(source)) => Ok(Some(source.clone())),
-                    _ => Err(invalid(
-                        "the chat template named \"default\" has no \"template\" string",
-                    )),
-                },
+            // "default" unless the request carries tools and one is named
+            // "tool_use", and refuses when there is no default.
+            let named_source = |wanted: &str| {
+                named
+                    .iter()
+                    .find(|entry| {
+                        entry.get("name").and_then(serde_json::Value::as_str) == Some(wanted)
+                    })
+                    .map(|entry| match entry.get("template") {
+                        Some(serde_json::Value::String(source)) => Ok(source.clone()),
+                        _ => Err(invalid(&format!(
+                            "the chat template named \"{wanted}\" has no \"template\" string"
+                        ))),
+                    })
+                    .transpose()
+            };
+            match named_source("default")? {
+                Some(source) => Ok(Some((source, named_source("tool_use")?))),
                 None => Err(invalid(
                     "chat_template lists named templates but none is named \"default\"",
                 )),
@@ -1138,6 +1311,7 @@ quotes={{ "it's" }} {{ 'say "x"' }} {{ '\x41\101' }}
             ChatMessage {
                 role: "tool".into(),
                 content: "{}".into(),
+                ..ChatMessage::default()
             },
         ];
         // "tool" in second place passes the alternation check (it is not
@@ -1149,6 +1323,90 @@ quotes={{ "it's" }} {{ 'say "x"' }} {{ '\x41\101' }}
             ),
             other => panic!("expected a rejection, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn messages_tools_and_options_reach_the_template_as_transformers_passes_them() {
+        let template = ChatTemplate::from_source(
+            "{{ bos_token }}{{ messages | tojson }}{{ tools | tojson }}{{ enable_thinking }}",
+            Some("<s>".into()),
+            None,
+        )
+        .unwrap();
+        let messages = [
+            ChatMessage::user("hi"),
+            ChatMessage {
+                reasoning_content: Some("r".into()),
+                ..ChatMessage::assistant("")
+            },
+        ];
+        let tools = [serde_json::json!({"type": "function", "function": {"name": "f"}})];
+        let options = serde_json::json!({"enable_thinking": false});
+        let rendered = template
+            .render_with(&messages, Some(&tools), options.as_object().unwrap(), true)
+            .unwrap();
+        // What transformers 5 renders for the same input: None fields left
+        // out, the reasoning also as `thinking`, keys in their order.
+        assert_eq!(
+            rendered,
+            "<s>[{\"role\": \"user\", \"content\": \"hi\"}, {\"thinking\": \"r\", \"role\": \"assistant\", \"content\": \"\", \"reasoning_content\": \"r\"}][{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]False"
+        );
+    }
+
+    #[test]
+    fn options_override_special_tokens_but_not_what_ondo_passes() {
+        let template = ChatTemplate::from_source(
+            "{{ bos_token }}|{{ messages | length }}",
+            Some("<s>".into()),
+            None,
+        )
+        .unwrap();
+        let options = serde_json::json!({"bos_token": "<B>"});
+        assert_eq!(
+            template
+                .render_with(&[], None, options.as_object().unwrap(), false)
+                .unwrap(),
+            "<B>|0"
+        );
+        for name in ["messages", "tools", "documents", "add_generation_prompt"] {
+            let mut options = serde_json::Map::new();
+            options.insert(name.to_owned(), true.into());
+            match template.render_with(&[], None, &options, false) {
+                Err(ChatTemplateError::ReservedOption { name: refused }) => {
+                    assert_eq!(refused, name)
+                }
+                other => panic!("{name}: expected a refusal, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn model_dir_tool_use_template_renders_when_tools_are_given() {
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            dir.path(),
+            TOKENIZER_CONFIG,
+            r#"{"chat_template": [
+                {"name": "default", "template": "plain:{{ messages[0].content }}"},
+                {"name": "tool_use", "template": "tools:{{ tools | length }}:{{ messages[0].content }}"}
+            ]}"#,
+        );
+        let template = ChatTemplate::from_model_dir(dir.path()).unwrap().unwrap();
+        let messages = [ChatMessage::user("x")];
+        let none = serde_json::Map::new();
+        assert_eq!(
+            template.render_with(&messages, None, &none, true).unwrap(),
+            "plain:x"
+        );
+        let tools = [serde_json::json!({"type": "function"})];
+        assert_eq!(
+            template
+                .render_with(&messages, Some(&tools), &none, true)
+                .unwrap(),
+            "tools:1:x"
+        );
+        assert!(template.source_for(true).starts_with("tools:"));
+        assert!(template.source_for(false).starts_with("plain:"));
     }
 
     #[test]

@@ -17,6 +17,9 @@ pub struct StreamingDetokenizer<'t> {
     /// Ids before this position have been turned into emitted text.
     read_offset: usize,
     emitted: String,
+    /// Leave special tokens out of the text (the default), or keep them
+    /// where a reply format needs its markers (gpt-oss's harmony).
+    skip_special_tokens: bool,
 }
 
 impl<'t> StreamingDetokenizer<'t> {
@@ -27,11 +30,20 @@ impl<'t> StreamingDetokenizer<'t> {
             prefix_offset: 0,
             read_offset: 0,
             emitted: String::new(),
+            skip_special_tokens: true,
+        }
+    }
+
+    /// A detokenizer whose text keeps special tokens (`<|channel|>`).
+    pub fn keeping_special_tokens(tokenizer: &'t Tokenizer) -> Self {
+        Self {
+            skip_special_tokens: false,
+            ..Self::new(tokenizer)
         }
     }
 
     fn decode(&self, ids: &[u32]) -> Result<String, tokenizers::Error> {
-        self.tokenizer.decode(ids, true)
+        self.tokenizer.decode(ids, self.skip_special_tokens)
     }
 
     /// Adds one token; returns the text that became complete (often empty
@@ -112,6 +124,29 @@ mod tests {
         joined.push_str(&stream.finish().unwrap());
         assert_eq!(joined, tokenizer.decode(&ids, true).unwrap());
         assert_eq!(joined, text);
+    }
+
+    #[test]
+    fn special_tokens_are_left_out_unless_kept() {
+        let (_dir, tokenizer) = tokenizer();
+        let ids = tokenizer
+            .encode("<|start_header_id|>assistant<|end_header_id|>hi", false)
+            .unwrap()
+            .get_ids()
+            .to_vec();
+        let stream_all = |mut stream: StreamingDetokenizer| {
+            let mut text: String = ids.iter().map(|id| stream.push(*id).unwrap()).collect();
+            text.push_str(&stream.finish().unwrap());
+            text
+        };
+        assert_eq!(
+            stream_all(StreamingDetokenizer::new(&tokenizer)),
+            "assistanthi"
+        );
+        assert_eq!(
+            stream_all(StreamingDetokenizer::keeping_special_tokens(&tokenizer)),
+            "<|start_header_id|>assistant<|end_header_id|>hi"
+        );
     }
 
     #[test]

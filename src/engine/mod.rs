@@ -7,6 +7,7 @@ pub mod detokenize;
 pub mod generate;
 pub mod load;
 pub mod model;
+pub mod reply;
 pub mod request;
 pub mod sample;
 pub mod stats;
@@ -14,6 +15,7 @@ pub mod stream;
 pub mod thread;
 pub mod weights;
 
+pub use reply::{FunctionCall, ReplyFormat, ToolCall};
 pub use request::{CancelToken, GenerateRequest, Prompt, RunError, RunEvent};
 pub use stats::{LoadKind, RunStats, StopReason};
 pub use thread::EngineHandle;

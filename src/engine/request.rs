@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::LoadError;
 use super::chat_template::{ChatMessage, ChatTemplateError};
 use super::generate::{DEFAULT_PREFILL_STEP_SIZE, LoopShape};
+use super::reply::ToolCall;
 use super::sample::{SamplerError, SamplerSettings};
 use super::stats::{LoadKind, RunStats};
 use crate::ErrorKind;
@@ -24,6 +25,18 @@ pub enum Prompt {
     Chat {
         system_prompt: Option<String>,
         messages: Vec<ChatMessage>,
+        /// Tools the model may call: OpenAI-style function schemas
+        /// (`{"type": "function", "function": {"name", "description",
+        /// "parameters"}}`), given to the template as `tools`. When present,
+        /// the reply's tool calls are read out of its text.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "specta", specta(optional))]
+        tools: Option<Vec<serde_json::Value>>,
+        /// Further template variables, such as Qwen3's `enable_thinking`
+        /// (what OpenAI-style clients send as `chat_template_kwargs`).
+        #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+        #[cfg_attr(feature = "specta", specta(optional))]
+        template_options: serde_json::Map<String, serde_json::Value>,
     },
     /// Text tokenized as it is (with the tokenizer's BOS), no template.
     Raw { text: String },
@@ -34,9 +47,16 @@ pub enum Prompt {
 impl Prompt {
     /// One user message.
     pub fn user(text: impl Into<String>) -> Self {
+        Prompt::chat(None, vec![ChatMessage::user(text)])
+    }
+
+    /// A conversation without tools or template options.
+    pub fn chat(system_prompt: Option<String>, messages: Vec<ChatMessage>) -> Self {
         Prompt::Chat {
-            system_prompt: None,
-            messages: vec![ChatMessage::user(text)],
+            system_prompt,
+            messages,
+            tools: None,
+            template_options: serde_json::Map::new(),
         }
     }
 }
@@ -95,15 +115,33 @@ pub enum RunEvent {
         prompt_tokens: usize,
         cached_tokens: usize,
     },
-    /// New text (possibly empty while a character is incomplete) and the
-    /// token ids it came from.
+    /// What the newest tokens said, split (see `engine::reply`): answer
+    /// text, reasoning and complete tool calls, any of them empty (all are
+    /// empty while a character or a marker is incomplete), and the token ids
+    /// it came from. Within one delta the reasoning came first, then the
+    /// text, then the calls.
     Delta {
+        /// More of the answer.
         text: String,
+        /// More of the reasoning.
+        #[serde(default)]
+        reasoning: String,
+        /// Tool calls completed by these tokens.
+        #[serde(default)]
+        tool_calls: Vec<ToolCall>,
         token_ids: Vec<u32>,
     },
-    /// The whole answer and its statistics.
+    /// The whole reply, split, and its statistics.
     Finished {
+        /// The answer: what the model said minus reasoning and tool calls.
         text: String,
+        #[serde(default)]
+        reasoning: String,
+        #[serde(default)]
+        tool_calls: Vec<ToolCall>,
+        /// Everything the model said, as decoded, before the split.
+        #[serde(default)]
+        raw_text: String,
         token_ids: Vec<u32>,
         stats: Box<RunStats>,
     },

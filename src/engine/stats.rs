@@ -41,6 +41,9 @@ pub enum StopReason {
     MaxTokens,
     /// The caller cancelled.
     Cancelled,
+    /// The model ended its turn (EOS) right after calling tools: it waits
+    /// for their results.
+    ToolCalls,
     /// A reason a newer Ondo wrote into the shared history; this one never
     /// stops for it.
     #[serde(other)]
@@ -54,6 +57,7 @@ impl std::fmt::Display for StopReason {
             StopReason::StopString => "stop_string",
             StopReason::MaxTokens => "max_tokens",
             StopReason::Cancelled => "cancelled",
+            StopReason::ToolCalls => "tool_calls",
             StopReason::Other => "other",
         })
     }

@@ -9,6 +9,7 @@ use super::chat_template::ChatMessage;
 use super::detokenize::StreamingDetokenizer;
 use super::generate::TokenSteps;
 use super::load::LoadedModel;
+use super::reply::{ReplyFormat, ReplySegment, ReplySplitter, ToolCall};
 use super::request::{CancelToken, GenerateRequest, Prompt, RunError, RunEvent};
 use super::sample::Sampler;
 use super::stats::{LoadKind, RunStats, StopReason, per_second};
@@ -61,8 +62,17 @@ impl Conversation {
     }
 }
 
-/// The prompt's token ids and whether the chat template made them.
-pub fn prompt_ids(model: &LoadedModel, prompt: &Prompt) -> Result<(Vec<u32>, bool), RunError> {
+/// A prompt as the model reads it.
+pub struct PromptTokens {
+    pub ids: Vec<u32>,
+    /// Whether the chat template made them.
+    pub templated: bool,
+    /// The text they encode, where there is one (not for `Prompt::Tokens`).
+    pub text: Option<String>,
+}
+
+/// The prompt's token ids, whether the chat template made them, and its text.
+pub fn prompt_ids(model: &LoadedModel, prompt: &Prompt) -> Result<PromptTokens, RunError> {
     let encode = |text: &str, add_special: bool| -> Result<Vec<u32>, RunError> {
         model
             .tokenizer
@@ -71,11 +81,21 @@ pub fn prompt_ids(model: &LoadedModel, prompt: &Prompt) -> Result<(Vec<u32>, boo
             .map_err(|e| RunError::Tokenizer(e.to_string()))
     };
     match prompt {
-        Prompt::Tokens { ids } => Ok((ids.clone(), false)),
-        Prompt::Raw { text } => Ok((encode(text, true)?, false)),
+        Prompt::Tokens { ids } => Ok(PromptTokens {
+            ids: ids.clone(),
+            templated: false,
+            text: None,
+        }),
+        Prompt::Raw { text } => Ok(PromptTokens {
+            ids: encode(text, true)?,
+            templated: false,
+            text: Some(text.clone()),
+        }),
         Prompt::Chat {
             system_prompt,
             messages,
+            tools,
+            template_options,
         } => {
             let mut all: Vec<ChatMessage> = Vec::with_capacity(messages.len() + 1);
             if let Some(system) = system_prompt.as_ref().filter(|s| !s.trim().is_empty()) {
@@ -85,15 +105,42 @@ pub fn prompt_ids(model: &LoadedModel, prompt: &Prompt) -> Result<(Vec<u32>, boo
             match &model.chat_template {
                 // The template writes the special tokens itself (BOS
                 // included), as transformers' apply_chat_template does.
-                Some(template) => Ok((encode(&template.render(&all, true)?, false)?, true)),
+                Some(template) => {
+                    let text =
+                        template.render_with(&all, tools.as_deref(), template_options, true)?;
+                    Ok(PromptTokens {
+                        ids: encode(&text, false)?,
+                        templated: true,
+                        text: Some(text),
+                    })
+                }
                 // No template: the messages' text as it is, like mlx-lm.
                 None => {
                     let text: Vec<&str> = all.iter().map(|m| m.content.as_str()).collect();
-                    Ok((encode(&text.join("\n"), true)?, false))
+                    let text = text.join("\n");
+                    Ok(PromptTokens {
+                        ids: encode(&text, true)?,
+                        templated: false,
+                        text: Some(text),
+                    })
                 }
             }
         }
     }
+}
+
+/// How this model marks the parts of its reply to this prompt.
+pub fn reply_format(
+    model: &LoadedModel,
+    prompt: &Prompt,
+    prompt_text: Option<&str>,
+) -> ReplyFormat {
+    let tools_offered = matches!(prompt, Prompt::Chat { tools: Some(_), .. });
+    let template = model
+        .chat_template
+        .as_ref()
+        .map(|t| t.source_for(tools_offered));
+    ReplyFormat::detect(&model.model_type, template, prompt_text, tools_offered)
 }
 
 /// Whether a prompt has any text in it.
@@ -101,7 +148,7 @@ fn is_empty(prompt: &Prompt) -> bool {
     match prompt {
         Prompt::Tokens { ids } => ids.is_empty(),
         Prompt::Raw { text } => text.trim().is_empty(),
-        Prompt::Chat { messages, .. } => messages.iter().all(|m| m.content.trim().is_empty()),
+        Prompt::Chat { messages, .. } => messages.iter().all(ChatMessage::is_blank),
     }
 }
 
@@ -125,9 +172,236 @@ const DELTA_INTERVAL: Duration = Duration::from_millis(16);
 /// How a run went, for the caller that records it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunOutcome {
+    /// The answer: what the model said minus reasoning and tool calls.
     pub text: String,
+    pub reasoning: String,
+    pub tool_calls: Vec<ToolCall>,
+    /// Everything the model said, as decoded, before the split (what mlx-lm
+    /// would print).
+    pub raw_text: String,
     pub token_ids: Vec<u32>,
     pub stats: RunStats,
+}
+
+impl RunOutcome {
+    /// The assistant turn this reply adds to a conversation, so the next
+    /// request renders it the way the template expects (reasoning and tool
+    /// calls in their own fields).
+    pub fn to_message(&self) -> ChatMessage {
+        ChatMessage {
+            reasoning_content: (!self.reasoning.is_empty()).then(|| self.reasoning.clone()),
+            tool_calls: (!self.tool_calls.is_empty()).then(|| self.tool_calls.clone()),
+            ..ChatMessage::assistant(self.text.clone())
+        }
+    }
+}
+
+/// What one `RunEvent::Delta` carries besides its token ids.
+#[derive(Debug, Default, Clone, PartialEq)]
+struct DeltaParts {
+    reasoning: String,
+    text: String,
+    tool_calls: Vec<ToolCall>,
+}
+
+impl DeltaParts {
+    fn is_empty(&self) -> bool {
+        self.reasoning.is_empty() && self.text.is_empty() && self.tool_calls.is_empty()
+    }
+
+    /// Where in a delta's order (reasoning, text, calls) its last part is.
+    fn last_rank(&self) -> u8 {
+        if !self.tool_calls.is_empty() {
+            2
+        } else if !self.text.is_empty() {
+            1
+        } else {
+            0
+        }
+    }
+}
+
+/// The text side of a run: turns token ids into text, stops at stop strings,
+/// splits the reply into its parts and gathers them into deltas. Stop
+/// strings are looked for in the raw text (as mlx-lm does), and only text
+/// that cannot be the start of one is split.
+pub struct ReplyStream<'t> {
+    detokenizer: StreamingDetokenizer<'t>,
+    splitter: ReplySplitter,
+    stop_strings: Vec<String>,
+    /// Everything decoded so far.
+    raw: String,
+    /// Bytes of `raw` handed to the splitter.
+    split_upto: usize,
+    answer: String,
+    reasoning: String,
+    tool_calls: Vec<ToolCall>,
+    /// The last part the model said was a tool call.
+    ends_with_call: bool,
+    /// Deltas complete and waiting (a part came out of a delta's order).
+    queued: Vec<DeltaParts>,
+    /// The delta being gathered.
+    pending: DeltaParts,
+}
+
+/// The whole reply once the stream is finished.
+pub struct FinishedReply {
+    pub answer: String,
+    pub reasoning: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub raw_text: String,
+    /// The reply ended with tool calls (nothing after the last one).
+    pub ends_with_call: bool,
+}
+
+impl<'t> ReplyStream<'t> {
+    pub fn new(
+        tokenizer: &'t tokenizers::Tokenizer,
+        format: ReplyFormat,
+        stop_strings: &[String],
+    ) -> Self {
+        let detokenizer = if format.needs_special_tokens() {
+            StreamingDetokenizer::keeping_special_tokens(tokenizer)
+        } else {
+            StreamingDetokenizer::new(tokenizer)
+        };
+        Self {
+            detokenizer,
+            splitter: ReplySplitter::new(format),
+            stop_strings: stop_strings
+                .iter()
+                .filter(|s| !s.is_empty())
+                .cloned()
+                .collect(),
+            raw: String::new(),
+            split_upto: 0,
+            answer: String::new(),
+            reasoning: String::new(),
+            tool_calls: Vec::new(),
+            ends_with_call: false,
+            queued: Vec::new(),
+            pending: DeltaParts::default(),
+        }
+    }
+
+    /// Adds a generated token; true when the text reached a stop string (the
+    /// text is cut where it starts, and the stream is over).
+    pub fn push(&mut self, id: u32) -> Result<bool, RunError> {
+        let text = self
+            .detokenizer
+            .push(id)
+            .map_err(|e| RunError::Tokenizer(e.to_string()))?;
+        self.raw.push_str(&text);
+        let unsplit = &self.raw[self.split_upto..];
+        if let Some(at) = self
+            .stop_strings
+            .iter()
+            .filter_map(|s| unsplit.find(s.as_str()))
+            .min()
+        {
+            self.raw.truncate(self.split_upto + at);
+            self.split(self.raw.len());
+            self.finish_split();
+            return Ok(true);
+        }
+        let ready = self.raw.len() - held_back(&self.raw, &self.stop_strings);
+        self.split(ready);
+        Ok(false)
+    }
+
+    /// Ends a stream that did not stop at a stop string: the characters the
+    /// detokenizer still held, and whatever the splitter held.
+    pub fn finish(&mut self) -> Result<(), RunError> {
+        let rest = self
+            .detokenizer
+            .finish()
+            .map_err(|e| RunError::Tokenizer(e.to_string()))?;
+        self.raw.push_str(&rest);
+        self.split(self.raw.len());
+        self.finish_split();
+        Ok(())
+    }
+
+    fn split(&mut self, upto: usize) {
+        if upto <= self.split_upto {
+            return;
+        }
+        let segments = self.splitter.push(&self.raw[self.split_upto..upto]);
+        self.split_upto = upto;
+        self.take(segments);
+    }
+
+    fn finish_split(&mut self) {
+        let segments = self.splitter.finish();
+        self.take(segments);
+    }
+
+    fn take(&mut self, segments: Vec<ReplySegment>) {
+        for segment in segments {
+            let rank = match &segment {
+                ReplySegment::Reasoning(_) => 0,
+                ReplySegment::Answer(_) => 1,
+                ReplySegment::ToolCall(_) => 2,
+            };
+            // A delta's parts are read reasoning, text, calls: a part that
+            // came earlier in that order starts a new delta.
+            if !self.pending.is_empty() && rank < self.pending.last_rank() {
+                self.queued.push(std::mem::take(&mut self.pending));
+            }
+            match segment {
+                ReplySegment::Reasoning(text) => {
+                    self.reasoning.push_str(&text);
+                    self.pending.reasoning.push_str(&text);
+                    self.ends_with_call = false;
+                }
+                ReplySegment::Answer(text) => {
+                    self.answer.push_str(&text);
+                    self.pending.text.push_str(&text);
+                    self.ends_with_call = self.ends_with_call && text.trim().is_empty();
+                }
+                ReplySegment::ToolCall(call) => {
+                    self.tool_calls.push(call.clone());
+                    self.pending.tool_calls.push(call);
+                    self.ends_with_call = true;
+                }
+            }
+        }
+    }
+
+    /// Whether any part waits to be sent.
+    pub fn has_news(&self) -> bool {
+        !self.queued.is_empty() || !self.pending.is_empty()
+    }
+
+    /// The deltas to send now, the token ids going with the first (one
+    /// delta, perhaps empty, when nothing else waits).
+    pub fn take_deltas(&mut self, token_ids: Vec<u32>) -> Vec<RunEvent> {
+        let mut parts = std::mem::take(&mut self.queued);
+        if !self.pending.is_empty() || parts.is_empty() {
+            parts.push(std::mem::take(&mut self.pending));
+        }
+        let mut token_ids = Some(token_ids);
+        parts
+            .into_iter()
+            .map(|p| RunEvent::Delta {
+                text: p.text,
+                reasoning: p.reasoning,
+                tool_calls: p.tool_calls,
+                token_ids: token_ids.take().unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    /// The reply, split, and the raw text.
+    pub fn into_reply(self) -> FinishedReply {
+        FinishedReply {
+            answer: self.answer,
+            reasoning: self.reasoning,
+            tool_calls: self.tool_calls,
+            raw_text: self.raw,
+            ends_with_call: self.ends_with_call,
+        }
+    }
 }
 
 /// Runs `request` on `model` with `conversation`'s cache, streaming events to
@@ -152,7 +426,12 @@ pub fn run(
             "max_tokens is 0; ask for at least one token".into(),
         ));
     }
-    let (prompt, templated) = prompt_ids(model, &request.prompt)?;
+    let PromptTokens {
+        ids: prompt,
+        templated,
+        text: prompt_text,
+    } = prompt_ids(model, &request.prompt)?;
+    let format = reply_format(model, &request.prompt, prompt_text.as_deref());
     if prompt.is_empty() {
         return Err(RunError::EmptyPrompt);
     }
@@ -190,11 +469,8 @@ pub fn run(
         .with_loop_shape(request.loop_shape)
         .with_sampler(sampler)
         .with_cancel(cancel.clone());
-    let mut detokenizer = StreamingDetokenizer::new(&model.tokenizer);
+    let mut reply = ReplyStream::new(&model.tokenizer, format, &request.stop_strings);
     let mut generated: Vec<u32> = Vec::with_capacity(request.max_tokens);
-    // The text of the answer and how much of it has been sent.
-    let mut text = String::new();
-    let mut sent = 0;
     let mut pending_ids: Vec<u32> = Vec::new();
     let prefill_started = Instant::now();
     let mut first_token_at = None;
@@ -224,52 +500,32 @@ pub fn run(
             break;
         }
         pending_ids.push(token);
-        text.push_str(
-            &detokenizer
-                .push(token)
-                .map_err(|e| RunError::Tokenizer(e.to_string()))?,
-        );
-        if let Some(at) = request
-            .stop_strings
-            .iter()
-            .filter(|s| !s.is_empty())
-            .filter_map(|s| {
-                text[sent.min(text.len())..]
-                    .find(s.as_str())
-                    .map(|i| i + sent)
-            })
-            .min()
-        {
-            text.truncate(at);
+        if reply.push(token)? {
             stop_reason = StopReason::StopString;
             break;
         }
-        let ready = text.len() - held_back(&text, &request.stop_strings);
         // The first token is sent at once, even empty, so TTFT is visible;
         // later ones at most once a frame: waking the client's thread for
         // every token costs decode speed on a machine with few cores.
         let due = last_sent.is_none_or(|at| last_token_at - at >= DELTA_INTERVAL);
-        if generated.len() == 1 || (ready > sent && due) {
+        if generated.len() == 1 || (reply.has_news() && due) {
             last_sent = Some(last_token_at);
-            sink(RunEvent::Delta {
-                text: text[sent..ready].to_owned(),
-                token_ids: std::mem::take(&mut pending_ids),
-            });
-            sent = ready;
+            for delta in reply.take_deltas(std::mem::take(&mut pending_ids)) {
+                sink(delta);
+            }
         }
     }
     if stop_reason != StopReason::StopString {
-        text.push_str(
-            &detokenizer
-                .finish()
-                .map_err(|e| RunError::Tokenizer(e.to_string()))?,
-        );
+        reply.finish()?;
     }
-    if text.len() > sent || !pending_ids.is_empty() {
-        sink(RunEvent::Delta {
-            text: text.get(sent..).unwrap_or_default().to_owned(),
-            token_ids: pending_ids,
-        });
+    if reply.has_news() || !pending_ids.is_empty() {
+        for delta in reply.take_deltas(pending_ids) {
+            sink(delta);
+        }
+    }
+    let reply = reply.into_reply();
+    if stop_reason == StopReason::Eos && reply.ends_with_call {
+        stop_reason = StopReason::ToolCalls;
     }
     let kv_cache_bytes = steps.kv_cache_bytes();
     drop(steps);
@@ -320,7 +576,10 @@ pub fn run(
         chat_template: templated,
     };
     Ok(RunOutcome {
-        text,
+        text: reply.answer,
+        reasoning: reply.reasoning,
+        tool_calls: reply.tool_calls,
+        raw_text: reply.raw_text,
         token_ids: generated,
         stats,
     })
@@ -329,6 +588,160 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::engine::reply::{ThinkStart, ToolCallSyntax};
+    use crate::synth::tokenizer::{TokenizerSpec, write_tokenizer};
+
+    const QWEN_TOOLS: ReplyFormat = ReplyFormat::Marked {
+        think: Some(ThinkStart::ModelOpens),
+        tool_calls: Some(ToolCallSyntax::Tagged),
+    };
+
+    fn tokenizer() -> (tempfile::TempDir, tokenizers::Tokenizer) {
+        let dir = tempfile::tempdir().unwrap();
+        write_tokenizer(
+            &TokenizerSpec {
+                vocab_size: 1024,
+                seed: 5,
+            },
+            dir.path(),
+        )
+        .unwrap();
+        let tokenizer =
+            tokenizers::Tokenizer::from_file(dir.path().join("tokenizer.json")).unwrap();
+        (dir, tokenizer)
+    }
+
+    /// Streams `text`'s tokens one by one, taking the deltas after each, as
+    /// a run that sends every token would; returns the deltas and the reply.
+    fn stream_tokens(
+        tokenizer: &tokenizers::Tokenizer,
+        format: ReplyFormat,
+        stops: &[String],
+        text: &str,
+    ) -> (Vec<RunEvent>, FinishedReply, Vec<u32>) {
+        let ids = tokenizer.encode(text, false).unwrap().get_ids().to_vec();
+        let mut stream = ReplyStream::new(tokenizer, format, stops);
+        let mut deltas = Vec::new();
+        let mut stopped = false;
+        for id in &ids {
+            stopped = stream.push(*id).unwrap();
+            deltas.extend(stream.take_deltas(vec![*id]));
+            if stopped {
+                break;
+            }
+        }
+        if !stopped {
+            stream.finish().unwrap();
+        }
+        deltas.extend(stream.take_deltas(Vec::new()));
+        (deltas, stream.into_reply(), ids)
+    }
+
+    /// The deltas' reasoning, text, calls and token ids, each joined.
+    fn joined(deltas: &[RunEvent]) -> (String, String, Vec<ToolCall>, Vec<u32>) {
+        let mut all = (String::new(), String::new(), Vec::new(), Vec::new());
+        for delta in deltas {
+            let RunEvent::Delta {
+                text,
+                reasoning,
+                tool_calls,
+                token_ids,
+            } = delta
+            else {
+                panic!("not a delta: {delta:?}");
+            };
+            all.0.push_str(reasoning);
+            all.1.push_str(text);
+            all.2.extend(tool_calls.iter().cloned());
+            all.3.extend(token_ids);
+        }
+        all
+    }
+
+    #[test]
+    fn a_reply_is_split_token_by_token_with_its_raw_text_kept() {
+        let (_dir, tokenizer) = tokenizer();
+        // The synthetic tokenizer has no <think> token: every tag arrives
+        // over several byte-level tokens, split at arbitrary places.
+        let text = "<think>\nThe user wants 온도 in Seoul.\n</think>\n\nIt is 31°C 🌡 there.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Seoul\", \"days\": 2}}\n</tool_call>";
+        let (deltas, reply, ids) = stream_tokens(&tokenizer, QWEN_TOOLS, &[], text);
+        assert_eq!(reply.raw_text, text);
+        assert_eq!(reply.reasoning, "The user wants 온도 in Seoul.");
+        assert_eq!(reply.answer, "It is 31°C 🌡 there.");
+        assert_eq!(reply.tool_calls.len(), 1);
+        let call = &reply.tool_calls[0];
+        assert_eq!(call.function.name, "get_weather");
+        assert_eq!(
+            serde_json::to_string(&call.function.arguments).unwrap(),
+            r#"{"city":"Seoul","days":2}"#
+        );
+        assert!(reply.ends_with_call);
+        let (reasoning, answer, calls, token_ids) = joined(&deltas);
+        assert_eq!(reasoning, reply.reasoning);
+        assert_eq!(answer, reply.answer);
+        assert_eq!(calls, reply.tool_calls);
+        assert_eq!(token_ids, ids, "every token id is in exactly one delta");
+        // Reasoning streamed before the answer began.
+        let first_answer = deltas
+            .iter()
+            .position(|d| matches!(d, RunEvent::Delta { text, .. } if !text.is_empty()))
+            .unwrap();
+        assert!(
+            deltas[..first_answer]
+                .iter()
+                .any(|d| matches!(d, RunEvent::Delta { reasoning, .. } if !reasoning.is_empty()))
+        );
+    }
+
+    #[test]
+    fn parts_out_of_order_in_one_delta_go_in_separate_deltas() {
+        let (_dir, tokenizer) = tokenizer();
+        let text = "Hi.<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>Then more.";
+        let ids = tokenizer.encode(text, false).unwrap().get_ids().to_vec();
+        let mut stream = ReplyStream::new(&tokenizer, QWEN_TOOLS, &[]);
+        for id in &ids {
+            assert!(!stream.push(*id).unwrap());
+        }
+        stream.finish().unwrap();
+        // All at once: text, a call, then text again, which a single delta
+        // (reasoning, text, calls) could not put in order.
+        let deltas = stream.take_deltas(ids.clone());
+        assert_eq!(deltas.len(), 2, "{deltas:?}");
+        assert!(
+            matches!(&deltas[0], RunEvent::Delta { text, tool_calls, token_ids, .. }
+            if text == "Hi." && tool_calls.len() == 1 && *token_ids == ids)
+        );
+        assert!(
+            matches!(&deltas[1], RunEvent::Delta { text, tool_calls, token_ids, .. }
+            if text == "Then more." && tool_calls.is_empty() && token_ids.is_empty())
+        );
+        assert!(!stream.into_reply().ends_with_call);
+    }
+
+    #[test]
+    fn a_stop_string_cuts_the_raw_text_and_the_split_follows() {
+        let (_dir, tokenizer) = tokenizer();
+        let stops = vec!["STOP".to_owned()];
+        let text = "<think>\nShort.\n</think>\n\nThe answer STOP and more";
+        let (deltas, reply, _) = stream_tokens(&tokenizer, QWEN_TOOLS, &stops, text);
+        assert_eq!(reply.raw_text, "<think>\nShort.\n</think>\n\nThe answer ");
+        assert_eq!(reply.reasoning, "Short.");
+        assert_eq!(reply.answer, "The answer ");
+        let (_, answer, _, _) = joined(&deltas);
+        assert_eq!(answer, reply.answer);
+    }
+
+    #[test]
+    fn plain_replies_are_all_answer() {
+        let (_dir, tokenizer) = tokenizer();
+        let text = "<think>not parsed</think> {\"name\": \"x\"}";
+        let (deltas, reply, _) = stream_tokens(&tokenizer, ReplyFormat::PLAIN, &[], text);
+        assert_eq!(reply.answer, text);
+        assert_eq!(reply.raw_text, text);
+        assert!(reply.reasoning.is_empty() && reply.tool_calls.is_empty());
+        assert_eq!(joined(&deltas).1, text);
+    }
 
     #[test]
     fn text_that_may_start_a_stop_string_is_held_back() {

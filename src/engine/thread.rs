@@ -139,11 +139,17 @@ impl EngineHandle {
             match event {
                 RunEvent::Finished {
                     text,
+                    reasoning,
+                    tool_calls,
+                    raw_text,
                     token_ids,
                     stats,
                 } => {
                     return Ok(stream::RunOutcome {
                         text,
+                        reasoning,
+                        tool_calls,
+                        raw_text,
                         token_ids,
                         stats: *stats,
                     });
@@ -290,6 +296,9 @@ impl EngineThread {
                     let event = match result {
                         Ok(Ok(outcome)) => RunEvent::Finished {
                             text: outcome.text,
+                            reasoning: outcome.reasoning,
+                            tool_calls: outcome.tool_calls,
+                            raw_text: outcome.raw_text,
                             token_ids: outcome.token_ids,
                             stats: Box::new(outcome.stats),
                         },

@@ -263,11 +263,15 @@ mod tests {
     fn only_text_and_the_start_are_streamed() {
         let empty = RunEvent::Delta {
             text: String::new(),
+            reasoning: String::new(),
+            tool_calls: Vec::new(),
             token_ids: vec![1],
         };
         assert_eq!(ChatEvent::from_run_event(&empty), None);
         let delta = RunEvent::Delta {
             text: "hi".into(),
+            reasoning: String::new(),
+            tool_calls: Vec::new(),
             token_ids: vec![1],
         };
         assert_eq!(

@@ -82,15 +82,15 @@ export const commands = {
 };
 
 /* Constants */
-export const BENCH_LIMITS = {"cold_repetitions":[0,100],"generate_tokens":[2,8192],"max_kv_size":[16,4294967296],"prefill_step_size":[1,131072],"prompt_tokens":[1,131072],"repetitions":[1,1000],"warmup":[0,100]} as const;
+export const BENCH_LIMITS = {"prompt_tokens":[1,131072],"generate_tokens":[2,8192],"repetitions":[1,1000],"warmup":[0,100],"cold_repetitions":[0,100],"prefill_step_size":[1,131072],"max_kv_size":[16,4294967296]} as const;
 
-export const DEFAULT_BENCH_SHAPE = {"cold_repetitions":3,"generate_tokens":128,"loops":["pipelined","sync"],"max_kv_size":null,"prefill_step_size":2048,"prompt_tokens":[128],"repetitions":5,"vary":null,"warmup":1} as const;
+export const DEFAULT_BENCH_SHAPE = {"prompt_tokens":[128],"generate_tokens":128,"repetitions":5,"warmup":1,"loops":["pipelined","sync"],"prefill_step_size":2048,"max_kv_size":null,"vary":null,"cold_repetitions":3} as const;
 
-export const DEFAULT_SETTINGS = {"generation":{"loop":"pipelined","max_kv_size":null,"max_tokens":512,"min_p":0.0,"prefill_step_size":2048,"repetition_penalty":null,"seed":null,"temperature":0.0,"top_k":0,"top_p":0.0},"global_shortcut":"CommandOrControl+Shift+O","keep_alive_minutes":10,"launch_at_login":false,"memory_budget_bytes":null,"models_folder":null,"theme":"system"} as const;
+export const DEFAULT_SETTINGS = {"keep_alive_minutes":10,"memory_budget_bytes":null,"generation":{"max_tokens":512,"temperature":0.0,"top_p":0.0,"top_k":0,"min_p":0.0,"repetition_penalty":null,"seed":null,"loop":"pipelined","prefill_step_size":2048,"max_kv_size":null},"theme":"system","models_folder":null,"launch_at_login":false,"global_shortcut":"CommandOrControl+Shift+O"} as const;
 
 export const ERROR_KINDS = ["invalid_input","model_unavailable","internal","model_not_found","not_a_model_name","invalid_repo_id","invalid_revision","repo_not_found","revision_not_found","entry_not_found","unauthorized","forbidden","token_refused","rate_limited","server_error","link_expired","unreachable","not_cached_offline","disk_full","checksum_mismatch","interrupted","cancelled","busy","not_a_model","http","bad_response","io","not_in_library","load","empty_prompt","prompt_too_long","chat_template","tokenizer","invalid_settings","mlx","engine_stopped","peer","history","history_unwritable","history_corrupt","history_too_new","history_busy","folder_not_empty"] as const;
 
-export const GENERATION_LIMITS = {"max_kv_size":[16,4294967296],"max_tokens":[1,32768],"prefill_step_size":[1,65536],"probability":[0.0,1.0],"repetition_penalty":[0.5,2.0],"temperature":[0.0,5.0],"top_k":[0,100000]} as const;
+export const GENERATION_LIMITS = {"max_tokens":[1,32768],"temperature":[0.0,5.0],"probability":[0.0,1.0],"top_k":[0,100000],"repetition_penalty":[0.5,2.0],"prefill_step_size":[1,65536],"max_kv_size":[16,4294967296]} as const;
 
 /* Types */
 /**  An event with its name (what a page listens for) and its payload. */
@@ -256,12 +256,33 @@ export type ChatEvent =
 /**  More text of the answer. */
 { event: "delta"; text: string };
 
-/**  One turn of a conversation, as the template sees it in `messages`. */
+/**
+ *  One turn of a conversation, as the template sees it in `messages`: the
+ *  message dict of Hugging Face chat templates and OpenAI's chat API. Fields
+ *  that are `None` are left out of the dict, as transformers leaves them out.
+ */
 export type ChatMessage = {
-	/**  Who speaks: usually `system`, `user` or `assistant`. */
+	/**  Who speaks: usually `system`, `user`, `assistant` or `tool`. */
 	role: string,
-	/**  What they say. */
+	/**
+	 *  What they say; for an assistant turn, the answer without its
+	 *  reasoning (empty for a turn of only tool calls: a dialect whose
+	 *  clients send `null` there maps it to "").
+	 */
 	content: string,
+	/**
+	 *  An assistant turn's reasoning, kept apart from `content`. Templates
+	 *  read it as `reasoning_content` (Qwen3) or `thinking` (gpt-oss);
+	 *  transformers passes it under both names, and so does Ondo. (A
+	 *  dialect that names it otherwise, like Ollama's `thinking`, maps it.)
+	 */
+	reasoning_content?: string | null,
+	/**  The tools an assistant turn called. */
+	tool_calls?: ToolCall[] | null,
+	/**  For a `tool` turn: the id of the call this is the result of. */
+	tool_call_id?: string | null,
+	/**  For a `tool` turn: the name of the tool that answered. */
+	name?: string | null,
 };
 
 /**  One self-test and its outcome. */
@@ -508,6 +529,16 @@ export type FitEstimate = {
 	max_context_that_fits: number | null,
 	/**  Sentences a user can act on; empty when it fits. */
 	advice: string[],
+};
+
+/**  The function a [`ToolCall`] names and the arguments it passes. */
+export type FunctionCall = {
+	name: string,
+	/**
+	 *  A JSON object of argument names and values, in the model's order
+	 *  (OpenAI's wire format sends it as a JSON string; the API converts).
+	 */
+	arguments: Value,
 };
 
 /**
@@ -906,6 +937,11 @@ export type StopReason =
 /**  The caller cancelled. */
 "cancelled" | 
 /**
+ *  The model ended its turn (EOS) right after calling tools: it waits
+ *  for their results.
+ */
+"tool_calls" | 
+/**
  *  A reason a newer Ondo wrote into the shared history; this one never
  *  stops for it.
  */
@@ -936,6 +972,28 @@ export type TestCase = {
 export type Theme = "system" | "light" | "dark";
 
 export type TokenSource = "environment" | "token_file" | "keychain";
+
+/**
+ *  A function call the model asked for, in the shape OpenAI's chat API and
+ *  chat templates use: `{"id", "type": "function", "function": {"name",
+ *  "arguments"}}`. The same type carries a call back to the template in the
+ *  assistant message of the next turn.
+ */
+export type ToolCall = {
+	/**
+	 *  Names the call so a tool result (`tool_call_id`) can answer it. The
+	 *  engine makes one for every call it reads; a client may leave it out.
+	 */
+	id?: string,
+	/**  Always `function`: the only kind of tool chat models call. */
+	type?: ToolCallKind,
+	function: FunctionCall,
+};
+
+/**  What kind of tool a [`ToolCall`] calls. */
+export type ToolCallKind = "function";
+
+export type Value = null | boolean | number | string | Value[] | { [key in string]: Value };
 
 /**  `--vary prefill_step_size=512,2048`. */
 export type Vary = {

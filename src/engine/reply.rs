@@ -1,0 +1,1097 @@
+//! What a model says, split once into its parts: reasoning, the answer and
+//! tool calls. The stream layer feeds the detokenized text to a
+//! [`ReplySplitter`] as it arrives; the app, the CLI and the API read the
+//! parts from the engine's events and never parse model text themselves.
+//!
+//! Each model family marks the parts its own way ([`ReplyFormat`]): a
+//! `<think>` block before the answer (Qwen3, DeepSeek-R1), tool calls in
+//! `<tool_call>` tags (Qwen, Hermes) or as a bare JSON object (Llama 3.1 and
+//! 3.2), or gpt-oss's harmony channels. Text that only looks like a tool call
+//! (its JSON does not parse) stays in the answer: nothing the model said is
+//! lost, and the raw text is kept beside the split.
+
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A function call the model asked for, in the shape OpenAI's chat API and
+/// chat templates use: `{"id", "type": "function", "function": {"name",
+/// "arguments"}}`. The same type carries a call back to the template in the
+/// assistant message of the next turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+pub struct ToolCall {
+    /// Names the call so a tool result (`tool_call_id`) can answer it. The
+    /// engine makes one for every call it reads; a client may leave it out.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[cfg_attr(feature = "specta", specta(optional))]
+    pub id: String,
+    /// Always `function`: the only kind of tool chat models call.
+    #[serde(rename = "type", default)]
+    pub kind: ToolCallKind,
+    pub function: FunctionCall,
+}
+
+/// What kind of tool a [`ToolCall`] calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+#[serde(rename_all = "lowercase")]
+pub enum ToolCallKind {
+    #[default]
+    Function,
+}
+
+/// The function a [`ToolCall`] names and the arguments it passes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+pub struct FunctionCall {
+    pub name: String,
+    /// A JSON object of argument names and values, in the model's order
+    /// (OpenAI's wire format sends it as a JSON string; the API converts).
+    pub arguments: Value,
+}
+
+impl ToolCall {
+    /// A call with a fresh id.
+    pub fn new(name: impl Into<String>, arguments: Value) -> Self {
+        Self {
+            id: new_call_id(),
+            kind: ToolCallKind::Function,
+            function: FunctionCall {
+                name: name.into(),
+                arguments,
+            },
+        }
+    }
+}
+
+/// `call_` and 24 hex digits, unique in this process and unlikely to repeat
+/// across processes (the history and clients keep ids across turns).
+fn new_call_id() -> String {
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let count = CALLS.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    // RandomState's keys are random per process: a cheap source of noise.
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(nanos);
+    hasher.write_u64(count);
+    format!("call_{:016x}{:08x}", hasher.finish(), count as u32)
+}
+
+/// One piece of a reply, in the order the model said it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplySegment {
+    /// Thinking before (or, in harmony, beside) the answer.
+    Reasoning(String),
+    /// Text of the answer.
+    Answer(String),
+    /// A complete, parsed tool call.
+    ToolCall(ToolCall),
+}
+
+/// Where the reasoning block of a `<think>` model starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThinkStart {
+    /// The model opens `<think>` itself, at the start of its reply (Qwen3).
+    /// A reply that starts otherwise has no reasoning.
+    ModelOpens,
+    /// The prompt already opened it (templates whose generation prompt ends
+    /// with `<think>`: DeepSeek-R1, Qwen3 thinking-only models): the reply
+    /// is reasoning until `</think>`.
+    PromptOpened,
+}
+
+/// How a family writes tool calls in plain text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolCallSyntax {
+    /// `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, any number
+    /// of them, anywhere in the answer (Qwen2.5, Qwen3, Hermes).
+    Tagged,
+    /// The answer is one or more JSON objects `{"name": ..., "parameters":
+    /// {...}}` separated by `;`, optionally after `<|python_tag|>` (Llama
+    /// 3.1, 3.2): only at the start of the answer.
+    BareJson,
+}
+
+/// How a model marks reasoning and tool calls in what it says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyFormat {
+    /// Plain text with an optional `<think>` block first and tool calls in
+    /// one syntax. Both `None` means everything is answer.
+    Marked {
+        think: Option<ThinkStart>,
+        tool_calls: Option<ToolCallSyntax>,
+    },
+    /// gpt-oss's harmony messages: `<|channel|>analysis<|message|>...<|end|>`
+    /// is reasoning, the `final` (and a plain `commentary`) channel is the
+    /// answer, and a message addressed `to=functions.NAME` is a tool call.
+    /// Its markers are special tokens, so the text must be decoded with them.
+    Harmony {
+        /// Read messages to a function as tool calls (the request offered tools).
+        tool_calls: bool,
+    },
+}
+
+impl ReplyFormat {
+    /// Everything the model says is answer.
+    pub const PLAIN: ReplyFormat = ReplyFormat::Marked {
+        think: None,
+        tool_calls: None,
+    };
+
+    /// The format of a model's replies, from its `model_type`, its chat
+    /// template's text and the prompt this request rendered. Tool calls are
+    /// only read when the request offered tools: a model that was given
+    /// none may still answer with JSON, and that JSON is its answer.
+    pub fn detect(
+        model_type: &str,
+        template: Option<&str>,
+        prompt: Option<&str>,
+        tools_offered: bool,
+    ) -> Self {
+        let mentions = |needle: &str| template.is_some_and(|t| t.contains(needle));
+        if model_type == "gpt_oss" || mentions("<|channel|>") {
+            return ReplyFormat::Harmony {
+                tool_calls: tools_offered,
+            };
+        }
+        // Only the very end of the prompt counts: a `<think>` the user typed
+        // earlier must not turn the whole answer into reasoning.
+        let prompt_opened = prompt.is_some_and(|p| p.trim_end().ends_with(THINK_OPEN));
+        let thinks = mentions(THINK_CLOSE) || matches!(model_type, "qwen3" | "qwen3_moe");
+        let think = if prompt_opened {
+            Some(ThinkStart::PromptOpened)
+        } else {
+            thinks.then_some(ThinkStart::ModelOpens)
+        };
+        let tool_calls = tools_offered.then(|| {
+            if mentions(TOOL_CALL_OPEN) {
+                ToolCallSyntax::Tagged
+            } else if mentions(PYTHON_TAG) || model_type == "llama" {
+                ToolCallSyntax::BareJson
+            } else {
+                // The most common convention among other families and fine-tunes.
+                ToolCallSyntax::Tagged
+            }
+        });
+        ReplyFormat::Marked { think, tool_calls }
+    }
+
+    /// Whether the text must be decoded with special tokens for this format
+    /// to see its markers.
+    pub fn needs_special_tokens(&self) -> bool {
+        matches!(self, ReplyFormat::Harmony { .. })
+    }
+}
+
+const THINK_OPEN: &str = "<think>";
+const THINK_CLOSE: &str = "</think>";
+const TOOL_CALL_OPEN: &str = "<tool_call>";
+const TOOL_CALL_CLOSE: &str = "</tool_call>";
+const PYTHON_TAG: &str = "<|python_tag|>";
+
+const HARMONY_START: &str = "<|start|>";
+const HARMONY_CHANNEL: &str = "<|channel|>";
+const HARMONY_MESSAGE: &str = "<|message|>";
+const HARMONY_END: &str = "<|end|>";
+const HARMONY_RETURN: &str = "<|return|>";
+const HARMONY_CALL: &str = "<|call|>";
+/// Markers that end a harmony message body.
+const HARMONY_BODY_ENDS: [&str; 5] = [
+    HARMONY_END,
+    HARMONY_RETURN,
+    HARMONY_CALL,
+    HARMONY_START,
+    HARMONY_CHANNEL,
+];
+
+/// What a harmony message body is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum HarmonyBody {
+    Reasoning,
+    Answer,
+    /// A call to this tool; the body is its JSON arguments, collected here.
+    Call {
+        name: String,
+        arguments: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    /// Before anything is known: a `<think>` may open (model-opened think).
+    Opening,
+    /// Inside the reasoning block; `started` once non-blank text went out
+    /// (blank lines after `<think>` are dropped).
+    Reasoning { started: bool },
+    /// The answer; `skip_space` drops the blank lines after `</think>` or a
+    /// tool call.
+    Answer { skip_space: bool },
+    /// Inside `<tool_call>`; `space_before` is the whitespace that preceded
+    /// the tag, given back if the call does not parse.
+    TaggedCall { space_before: String },
+    /// The answer starts like a bare JSON call and is held until it is one.
+    BareCall,
+    /// After a bare JSON call: `;` and blanks, then perhaps another call.
+    BetweenBareCalls,
+    /// Harmony: before the first header (plain text means no headers at all).
+    HarmonyOpening,
+    /// Harmony: a header (`<|start|>assistant<|channel|>final`), to `<|message|>`.
+    HarmonyHeader,
+    /// Harmony: a message body.
+    HarmonyBody(HarmonyBody),
+}
+
+/// Splits a reply into [`ReplySegment`]s as its text arrives. Text is held
+/// back only while it may still be the start of a marker (a `<thi` that may
+/// become `<think>`), whitespace next to a marker (dropped with it), or a
+/// tool call that is not complete yet.
+#[derive(Debug, Clone)]
+pub struct ReplySplitter {
+    format: ReplyFormat,
+    state: State,
+    /// Text received and not yet given out.
+    pending: String,
+    /// Non-blank answer text has gone out (bare JSON calls only start an answer).
+    answer_started: bool,
+    /// Bare JSON calls can still start here (false once the answer is text).
+    bare_calls_possible: bool,
+}
+
+impl ReplySplitter {
+    pub fn new(format: ReplyFormat) -> Self {
+        let state = match format {
+            ReplyFormat::Marked { think: Some(_), .. } => State::Opening,
+            ReplyFormat::Marked { think: None, .. } => State::Answer { skip_space: false },
+            ReplyFormat::Harmony { .. } => State::HarmonyOpening,
+        };
+        Self {
+            format,
+            state,
+            pending: String::new(),
+            answer_started: false,
+            bare_calls_possible: matches!(
+                format,
+                ReplyFormat::Marked {
+                    tool_calls: Some(ToolCallSyntax::BareJson),
+                    ..
+                }
+            ),
+        }
+    }
+
+    pub fn format(&self) -> ReplyFormat {
+        self.format
+    }
+
+    /// Adds the next text of the reply; returns what became certain.
+    pub fn push(&mut self, text: &str) -> Vec<ReplySegment> {
+        self.pending.push_str(text);
+        let mut out = Vec::new();
+        while self.step(&mut out, false) {}
+        out
+    }
+
+    /// Ends the reply: everything still held goes out (an unfinished tool
+    /// call as answer text).
+    pub fn finish(&mut self) -> Vec<ReplySegment> {
+        let mut out = Vec::new();
+        while self.step(&mut out, true) {}
+        out
+    }
+
+    /// Moves the state machine once; true if it should run again.
+    fn step(&mut self, out: &mut Vec<ReplySegment>, end: bool) -> bool {
+        match std::mem::replace(&mut self.state, State::Answer { skip_space: false }) {
+            State::Opening => self.opening(end),
+            State::Reasoning { started } => self.reasoning(started, out, end),
+            State::Answer { skip_space } => self.answer(skip_space, out, end),
+            State::TaggedCall { space_before } => self.tagged_call(space_before, out, end),
+            State::BareCall => self.bare_call(out, end),
+            State::BetweenBareCalls => self.between_bare_calls(end),
+            State::HarmonyOpening => self.harmony_opening(end),
+            State::HarmonyHeader => self.harmony_header(end),
+            State::HarmonyBody(body) => self.harmony_body(body, out, end),
+        }
+    }
+
+    fn opening(&mut self, end: bool) -> bool {
+        let rest = self.pending.trim_start();
+        let prompt_opened = matches!(
+            self.format,
+            ReplyFormat::Marked {
+                think: Some(ThinkStart::PromptOpened),
+                ..
+            }
+        );
+        if let Some(after) = rest.strip_prefix(THINK_OPEN) {
+            self.pending = after.to_owned();
+            self.state = State::Reasoning { started: false };
+            return true;
+        }
+        if !end && THINK_OPEN.starts_with(rest) {
+            // Blank so far, or the start of `<think>`: wait.
+            self.state = State::Opening;
+            return false;
+        }
+        self.state = if prompt_opened {
+            State::Reasoning { started: false }
+        } else {
+            State::Answer { skip_space: false }
+        };
+        true
+    }
+
+    fn reasoning(&mut self, started: bool, out: &mut Vec<ReplySegment>, end: bool) -> bool {
+        if let Some(at) = self.pending.find(THINK_CLOSE) {
+            let text = self.pending[..at].trim_end();
+            let text = if started { text } else { text.trim_start() };
+            push_segment(out, ReplySegment::Reasoning(text.to_owned()));
+            self.pending.drain(..at + THINK_CLOSE.len());
+            self.state = State::Answer { skip_space: true };
+            return true;
+        }
+        // Hold a possible `</think>` and the blanks before it (dropped with it).
+        let cut = if end {
+            self.pending.trim_end().len()
+        } else {
+            let cut = self.pending.len() - partial_marker_len(&self.pending, &[THINK_CLOSE]);
+            self.pending[..cut].trim_end().len()
+        };
+        let text = &self.pending[..cut];
+        let skipped = if started {
+            0
+        } else {
+            text.len() - text.trim_start().len()
+        };
+        let started = started || cut > skipped;
+        push_segment(out, ReplySegment::Reasoning(text[skipped..].to_owned()));
+        self.pending.drain(..cut);
+        if end {
+            self.pending.clear();
+        }
+        self.state = State::Reasoning { started };
+        false
+    }
+
+    fn answer(&mut self, skip_space: bool, out: &mut Vec<ReplySegment>, end: bool) -> bool {
+        if skip_space {
+            let blank = self.pending.len() - self.pending.trim_start().len();
+            self.pending.drain(..blank);
+            if self.pending.is_empty() {
+                self.state = State::Answer { skip_space: !end };
+                return false;
+            }
+        }
+        self.state = State::Answer { skip_space: false };
+        let tool_calls = match self.format {
+            ReplyFormat::Marked { tool_calls, .. } => tool_calls,
+            ReplyFormat::Harmony { .. } => None,
+        };
+        match tool_calls {
+            Some(ToolCallSyntax::Tagged) => {
+                if let Some(at) = self.pending.find(TOOL_CALL_OPEN) {
+                    let before = &self.pending[..at];
+                    let text = before.trim_end();
+                    let space_before = before[text.len()..].to_owned();
+                    self.emit_answer(out, text.to_owned());
+                    self.pending.drain(..at + TOOL_CALL_OPEN.len());
+                    self.state = State::TaggedCall { space_before };
+                    return true;
+                }
+                let cut = if end {
+                    self.pending.len()
+                } else {
+                    // Blanks may precede a call (and go with it).
+                    let cut =
+                        self.pending.len() - partial_marker_len(&self.pending, &[TOOL_CALL_OPEN]);
+                    self.pending[..cut].trim_end().len()
+                };
+                let text: String = self.pending.drain(..cut).collect();
+                self.emit_answer(out, text);
+                false
+            }
+            Some(ToolCallSyntax::BareJson) if self.bare_calls_possible && !self.answer_started => {
+                let rest = self.pending.trim_start();
+                if rest.is_empty() && !end {
+                    return false;
+                }
+                if rest.starts_with('{')
+                    || rest.starts_with(PYTHON_TAG)
+                    || (!end && !rest.is_empty() && PYTHON_TAG.starts_with(rest))
+                {
+                    self.state = State::BareCall;
+                    return true;
+                }
+                self.bare_calls_possible = false;
+                true
+            }
+            _ => {
+                let text = std::mem::take(&mut self.pending);
+                self.emit_answer(out, text);
+                false
+            }
+        }
+    }
+
+    fn emit_answer(&mut self, out: &mut Vec<ReplySegment>, text: String) {
+        if !text.trim().is_empty() {
+            self.answer_started = true;
+        }
+        push_segment(out, ReplySegment::Answer(text));
+    }
+
+    fn tagged_call(
+        &mut self,
+        space_before: String,
+        out: &mut Vec<ReplySegment>,
+        end: bool,
+    ) -> bool {
+        if let Some(at) = self.pending.find(TOOL_CALL_CLOSE) {
+            let body = &self.pending[..at];
+            match parse_call(body, false) {
+                Some(call) => {
+                    out.push(ReplySegment::ToolCall(call));
+                    self.state = State::Answer { skip_space: true };
+                }
+                None => {
+                    let text = format!("{space_before}{TOOL_CALL_OPEN}{body}{TOOL_CALL_CLOSE}");
+                    self.emit_answer(out, text);
+                    self.state = State::Answer { skip_space: false };
+                }
+            }
+            self.pending.drain(..at + TOOL_CALL_CLOSE.len());
+            return true;
+        }
+        if !end {
+            self.state = State::TaggedCall { space_before };
+            return false;
+        }
+        // The reply ended inside the tags: a whole call still counts (the
+        // model may stop right after the JSON), anything else is text.
+        let body = std::mem::take(&mut self.pending);
+        match parse_call(&body, false) {
+            Some(call) => out.push(ReplySegment::ToolCall(call)),
+            None => self.emit_answer(out, format!("{space_before}{TOOL_CALL_OPEN}{body}")),
+        }
+        self.state = State::Answer { skip_space: false };
+        false
+    }
+
+    fn bare_call(&mut self, out: &mut Vec<ReplySegment>, end: bool) -> bool {
+        let lead = self.pending.len() - self.pending.trim_start().len();
+        if !end
+            && PYTHON_TAG.len() > self.pending.len() - lead
+            && PYTHON_TAG.starts_with(&self.pending[lead..])
+        {
+            self.state = State::BareCall;
+            return false;
+        }
+        let mut start = lead;
+        if let Some(after) = self.pending[lead..].strip_prefix(PYTHON_TAG) {
+            start = self.pending.len() - after.trim_start().len();
+        }
+        let json = &self.pending[start..];
+        match bare_call_prefix(json) {
+            BarePrefix::Complete(len) => {
+                if let Some(call) = parse_call(&json[..len], true) {
+                    out.push(ReplySegment::ToolCall(call));
+                    self.pending.drain(..start + len);
+                    self.state = State::BetweenBareCalls;
+                    return true;
+                }
+            }
+            BarePrefix::Possible if !end => {
+                self.state = State::BareCall;
+                return false;
+            }
+            _ => {}
+        }
+        // Not a call after all: the text is the answer, and the rest too.
+        self.bare_calls_possible = false;
+        self.state = State::Answer { skip_space: false };
+        true
+    }
+
+    fn between_bare_calls(&mut self, end: bool) -> bool {
+        let skip = self.pending.len()
+            - self
+                .pending
+                .trim_start_matches(|c: char| c.is_whitespace() || c == ';')
+                .len();
+        self.pending.drain(..skip);
+        if self.pending.is_empty() && !end {
+            self.state = State::BetweenBareCalls;
+            return false;
+        }
+        if self.pending.starts_with('{') || self.pending.starts_with(PYTHON_TAG) {
+            self.state = State::BareCall;
+        } else {
+            self.bare_calls_possible = false;
+            self.state = State::Answer { skip_space: false };
+        }
+        !self.pending.is_empty()
+    }
+
+    fn harmony_opening(&mut self, end: bool) -> bool {
+        if self.pending.starts_with("<|") {
+            self.state = State::HarmonyHeader;
+            return true;
+        }
+        if (self.pending.is_empty() || self.pending == "<") && !end {
+            self.state = State::HarmonyOpening;
+            return false;
+        }
+        // No header at all: the model wrote plain text.
+        self.state = State::HarmonyBody(HarmonyBody::Answer);
+        !self.pending.is_empty()
+    }
+
+    fn harmony_header(&mut self, end: bool) -> bool {
+        if let Some(at) = self.pending.find(HARMONY_MESSAGE) {
+            let body = self.harmony_body_kind(&self.pending[..at]);
+            self.pending.drain(..at + HARMONY_MESSAGE.len());
+            self.state = State::HarmonyBody(body);
+            return true;
+        }
+        // A header without a message (the reply was cut) says nothing.
+        if end {
+            self.pending.clear();
+        }
+        self.state = State::HarmonyHeader;
+        false
+    }
+
+    /// What the message after `header` is: `to=NAME` makes it a tool call,
+    /// the `analysis` channel reasoning, anything else answer.
+    fn harmony_body_kind(&self, header: &str) -> HarmonyBody {
+        let word_after = |marker: &str| {
+            header.rfind(marker).map(|at| {
+                let rest = &header[at + marker.len()..];
+                let end = rest
+                    .find(|c: char| c.is_whitespace() || c == '<')
+                    .unwrap_or(rest.len());
+                rest[..end].to_owned()
+            })
+        };
+        let tool_calls = matches!(self.format, ReplyFormat::Harmony { tool_calls: true });
+        if let Some(recipient) = word_after("to=").filter(|r| !r.is_empty())
+            && tool_calls
+        {
+            let name = recipient
+                .strip_prefix("functions.")
+                .unwrap_or(&recipient)
+                .to_owned();
+            return HarmonyBody::Call {
+                name,
+                arguments: String::new(),
+            };
+        }
+        match word_after(HARMONY_CHANNEL).as_deref() {
+            Some("analysis") => HarmonyBody::Reasoning,
+            _ => HarmonyBody::Answer,
+        }
+    }
+
+    fn harmony_body(
+        &mut self,
+        mut body: HarmonyBody,
+        out: &mut Vec<ReplySegment>,
+        end: bool,
+    ) -> bool {
+        let found = HARMONY_BODY_ENDS
+            .iter()
+            .filter_map(|m| self.pending.find(m).map(|at| (at, *m)))
+            .min();
+        let cut = match found {
+            Some((at, _)) => at,
+            None if end => self.pending.len(),
+            None => self.pending.len() - partial_marker_len(&self.pending, &HARMONY_BODY_ENDS),
+        };
+        let text: String = self.pending.drain(..cut).collect();
+        match &mut body {
+            HarmonyBody::Reasoning => push_segment(out, ReplySegment::Reasoning(text)),
+            HarmonyBody::Answer => self.emit_answer(out, text),
+            HarmonyBody::Call { arguments, .. } => arguments.push_str(&text),
+        }
+        let closed = match found {
+            Some((_, marker)) => {
+                // `<|start|>` and `<|channel|>` open the next header themselves.
+                if matches!(marker, HARMONY_END | HARMONY_RETURN | HARMONY_CALL) {
+                    self.pending.drain(..marker.len());
+                }
+                true
+            }
+            None => end,
+        };
+        if !closed {
+            self.state = State::HarmonyBody(body);
+            return false;
+        }
+        if let HarmonyBody::Call { name, arguments } = body {
+            match serde_json::from_str::<Value>(arguments.trim()) {
+                Ok(args @ Value::Object(_)) => {
+                    out.push(ReplySegment::ToolCall(ToolCall::new(name, args)))
+                }
+                _ => self.emit_answer(out, arguments),
+            }
+        }
+        self.state = State::HarmonyHeader;
+        found.is_some()
+    }
+}
+
+/// Appends text, merging with a segment of the same kind; empty text is dropped.
+fn push_segment(out: &mut Vec<ReplySegment>, segment: ReplySegment) {
+    match (out.last_mut(), segment) {
+        (_, ReplySegment::Reasoning(t) | ReplySegment::Answer(t)) if t.is_empty() => {}
+        (Some(ReplySegment::Reasoning(last)), ReplySegment::Reasoning(t)) => last.push_str(&t),
+        (Some(ReplySegment::Answer(last)), ReplySegment::Answer(t)) => last.push_str(&t),
+        (_, segment) => out.push(segment),
+    }
+}
+
+/// How many bytes at the end of `text` are the start of one of `markers`
+/// (never all of a marker: a whole one would have been found).
+fn partial_marker_len(text: &str, markers: &[&str]) -> usize {
+    markers
+        .iter()
+        .flat_map(|marker| {
+            (1..marker.len().min(text.len() + 1))
+                .rev()
+                .filter(|&n| marker.is_char_boundary(n) && text.ends_with(&marker[..n]))
+                .take(1)
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// A tool call's JSON: `{"name": ..., "arguments": {...}}` (or `parameters`,
+/// Llama's word). Arguments given as a JSON string are read as the object
+/// inside. Inside tags, none at all is a call without arguments; a bare
+/// object must have them, or any JSON answer with a `name` would be a call.
+fn parse_call(text: &str, arguments_required: bool) -> Option<ToolCall> {
+    let Value::Object(mut call) = serde_json::from_str::<Value>(text.trim()).ok()? else {
+        return None;
+    };
+    let name = match call.remove("name")? {
+        Value::String(name) if !name.trim().is_empty() => name,
+        _ => return None,
+    };
+    let arguments = match call
+        .remove("arguments")
+        .or_else(|| call.remove("parameters"))
+    {
+        None if arguments_required => return None,
+        None => Value::Object(serde_json::Map::new()),
+        Some(args @ Value::Object(_)) => args,
+        Some(Value::String(text)) => match serde_json::from_str::<Value>(&text).ok()? {
+            args @ Value::Object(_) => args,
+            _ => return None,
+        },
+        Some(_) => return None,
+    };
+    Some(ToolCall::new(name, arguments))
+}
+
+/// How far text is from being a bare JSON tool call.
+#[derive(Debug, PartialEq, Eq)]
+enum BarePrefix {
+    /// A whole JSON object ends at this byte.
+    Complete(usize),
+    /// It may still become one.
+    Possible,
+    /// It cannot.
+    Impossible,
+}
+
+/// Reads `text` as the start of a JSON object whose first key is `name` or
+/// `type` (what Llama writes), up to the brace that closes it.
+fn bare_call_prefix(text: &str) -> BarePrefix {
+    let Some(inner) = text.strip_prefix('{') else {
+        return if text.is_empty() {
+            BarePrefix::Possible
+        } else {
+            BarePrefix::Impossible
+        };
+    };
+    let key = inner.trim_start();
+    let first_key_fits = ["\"name\"", "\"type\""]
+        .iter()
+        .any(|k| k.starts_with(key) || key.starts_with(k));
+    if !first_key_fits {
+        return BarePrefix::Impossible;
+    }
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for (at, c) in text.char_indices() {
+        if in_string {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_string = true,
+            '{' | '[' => depth += 1,
+            '}' | ']' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return BarePrefix::Complete(at + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    BarePrefix::Possible
+}
+
+/// Splits a whole reply at once (for callers that have all the text).
+pub fn split_reply(format: ReplyFormat, text: &str) -> Vec<ReplySegment> {
+    let mut splitter = ReplySplitter::new(format);
+    let mut segments = splitter.push(text);
+    for segment in splitter.finish() {
+        push_segment(&mut segments, segment);
+    }
+    segments
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const THINK: ReplyFormat = ReplyFormat::Marked {
+        think: Some(ThinkStart::ModelOpens),
+        tool_calls: None,
+    };
+    const THINK_OPENED: ReplyFormat = ReplyFormat::Marked {
+        think: Some(ThinkStart::PromptOpened),
+        tool_calls: None,
+    };
+    const QWEN_TOOLS: ReplyFormat = ReplyFormat::Marked {
+        think: Some(ThinkStart::ModelOpens),
+        tool_calls: Some(ToolCallSyntax::Tagged),
+    };
+    const LLAMA_TOOLS: ReplyFormat = ReplyFormat::Marked {
+        think: None,
+        tool_calls: Some(ToolCallSyntax::BareJson),
+    };
+    const HARMONY: ReplyFormat = ReplyFormat::Harmony { tool_calls: true };
+
+    fn reasoning(text: &str) -> ReplySegment {
+        ReplySegment::Reasoning(text.to_owned())
+    }
+
+    fn answer(text: &str) -> ReplySegment {
+        ReplySegment::Answer(text.to_owned())
+    }
+
+    /// A call as the splitter gives it, minus the id it makes up.
+    fn call(name: &str, arguments: Value) -> ReplySegment {
+        ReplySegment::ToolCall(ToolCall {
+            id: String::new(),
+            ..ToolCall::new(name, arguments)
+        })
+    }
+
+    /// Segments merged as a client would join them, ids blanked; also checks
+    /// every call has an id.
+    fn normalised(segments: Vec<ReplySegment>) -> Vec<ReplySegment> {
+        let mut out = Vec::new();
+        for segment in segments {
+            match segment {
+                ReplySegment::ToolCall(mut call) => {
+                    assert!(call.id.starts_with("call_"), "{call:?}");
+                    call.id.clear();
+                    out.push(ReplySegment::ToolCall(call));
+                }
+                text => push_segment(&mut out, text),
+            }
+        }
+        out
+    }
+
+    /// Splits `text` fed whole, in two pieces at every byte position that is
+    /// a character boundary, and one character at a time; all must agree
+    /// with `expected`.
+    fn check(format: ReplyFormat, text: &str, expected: &[ReplySegment]) {
+        assert_eq!(
+            normalised(split_reply(format, text)),
+            expected,
+            "whole text {text:?}"
+        );
+        for at in (0..=text.len()).filter(|&at| text.is_char_boundary(at)) {
+            let mut splitter = ReplySplitter::new(format);
+            let mut segments = splitter.push(&text[..at]);
+            segments.extend(splitter.push(&text[at..]));
+            segments.extend(splitter.finish());
+            assert_eq!(
+                normalised(segments),
+                expected,
+                "split into {:?} + {:?}",
+                &text[..at],
+                &text[at..]
+            );
+        }
+        let mut splitter = ReplySplitter::new(format);
+        let mut segments = Vec::new();
+        for c in text.chars() {
+            segments.extend(splitter.push(c.encode_utf8(&mut [0; 4])));
+        }
+        segments.extend(splitter.finish());
+        assert_eq!(normalised(segments), expected, "one character at a time");
+    }
+
+    #[test]
+    fn qwen3_reasoning_then_answer() {
+        check(
+            THINK,
+            "<think>\nThe user greets me.\nBe brief.\n</think>\n\nHello! 온도 is 31°C.",
+            &[
+                reasoning("The user greets me.\nBe brief."),
+                answer("Hello! 온도 is 31°C."),
+            ],
+        );
+    }
+
+    #[test]
+    fn a_think_model_that_does_not_think_answers_plainly() {
+        check(
+            THINK,
+            "Plain answer, and <think>this</think> is answer text too.",
+            &[answer(
+                "Plain answer, and <think>this</think> is answer text too.",
+            )],
+        );
+        // Qwen3 with enable_thinking=false: the template closed an empty
+        // block itself, so the reply is all answer.
+        check(
+            THINK,
+            "\n\n<b>bold</b> answer\n",
+            &[answer("\n\n<b>bold</b> answer\n")],
+        );
+    }
+
+    #[test]
+    fn reasoning_opened_by_the_prompt_lasts_until_the_closing_tag() {
+        check(
+            THINK_OPENED,
+            "Let me add: 2+2=4.\n</think>\n\nThe sum is **4**.",
+            &[reasoning("Let me add: 2+2=4."), answer("The sum is **4**.")],
+        );
+        // Some models open the block again.
+        check(
+            THINK_OPENED,
+            "<think>\nhmm\n</think>\nok",
+            &[reasoning("hmm"), answer("ok")],
+        );
+        // Cut off while thinking: all of it is reasoning.
+        check(
+            THINK_OPENED,
+            "Still thinking about </thi",
+            &[reasoning("Still thinking about </thi")],
+        );
+    }
+
+    #[test]
+    fn qwen_tool_calls_after_reasoning() {
+        check(
+            QWEN_TOOLS,
+            "<think>\nI need the weather.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n</tool_call>",
+            &[
+                reasoning("I need the weather."),
+                call("get_weather", json!({"city": "Paris", "unit": "celsius"})),
+            ],
+        );
+    }
+
+    #[test]
+    fn several_tagged_calls_after_some_answer_text() {
+        check(
+            QWEN_TOOLS,
+            "Let me check both.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"b\", \"arguments\": \"{\\\"x\\\": [1, {\\\"y\\\": \\\"}\\\"}]}\"}\n</tool_call>",
+            &[
+                answer("Let me check both."),
+                call("a", json!({})),
+                call("b", json!({"x": [1, {"y": "}"}]})),
+            ],
+        );
+    }
+
+    #[test]
+    fn a_tool_call_that_does_not_parse_stays_answer_text() {
+        let text =
+            "Sure.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {oops}}\n</tool_call>\nDone.";
+        check(QWEN_TOOLS, text, &[answer(text)]);
+        let no_name = "<tool_call>{\"arguments\": {}}</tool_call>";
+        check(QWEN_TOOLS, no_name, &[answer(no_name)]);
+        // Cut off inside the call.
+        let cut = "Checking <tool_call>\n{\"name\": \"get_weather\", \"argu";
+        check(QWEN_TOOLS, cut, &[answer(cut)]);
+    }
+
+    #[test]
+    fn a_whole_call_without_its_closing_tag_still_counts() {
+        check(
+            QWEN_TOOLS,
+            "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n",
+            &[call("now", json!({}))],
+        );
+    }
+
+    #[test]
+    fn tool_tags_are_text_when_no_tools_were_offered() {
+        let text = "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>";
+        check(THINK, text, &[answer(text)]);
+        check(ReplyFormat::PLAIN, text, &[answer(text)]);
+    }
+
+    #[test]
+    fn llama_json_calls() {
+        check(
+            LLAMA_TOOLS,
+            "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"days\": 2}}",
+            &[call("get_weather", json!({"city": "Paris", "days": 2}))],
+        );
+        check(
+            LLAMA_TOOLS,
+            "<|python_tag|>{\"name\": \"search\", \"parameters\": {\"q\": \"{x}\"}}; {\"type\": \"function\", \"name\": \"time\", \"parameters\": {}}",
+            &[call("search", json!({"q": "{x}"})), call("time", json!({}))],
+        );
+    }
+
+    #[test]
+    fn llama_answers_that_are_not_calls_are_answers() {
+        for text in [
+            "The weather is fine.",
+            "{\"answer\": 42}",
+            "{\"name\": \"Ada\", \"age\": 36} is a JSON object.",
+            "{\"name\": \"Ada\"",
+            "{ not json at all }",
+            "  <|python_ta",
+        ] {
+            check(LLAMA_TOOLS, text, &[answer(text)]);
+        }
+        // A call must be the start of the answer.
+        let later = "Call it like {\"name\": \"f\", \"parameters\": {}}";
+        check(LLAMA_TOOLS, later, &[answer(later)]);
+    }
+
+    #[test]
+    fn harmony_channels_and_calls() {
+        check(
+            HARMONY,
+            "<|channel|>analysis<|message|>User asks 2+2. Easy.<|end|><|start|>assistant<|channel|>final<|message|>2 + 2 = 4.",
+            &[reasoning("User asks 2+2. Easy."), answer("2 + 2 = 4.")],
+        );
+        // The reply of a call ends at <|call|>, an EOS token the engine
+        // stops on, so the text ends with the arguments.
+        check(
+            HARMONY,
+            "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}",
+            &[
+                reasoning("Need the weather."),
+                call("get_weather", json!({"city": "Paris"})),
+            ],
+        );
+        check(HARMONY, "No markers here.", &[answer("No markers here.")]);
+        // Arguments that do not parse are shown rather than lost.
+        check(
+            HARMONY,
+            "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{broken<|call|>",
+            &[answer("{broken")],
+        );
+    }
+
+    #[test]
+    fn answer_text_goes_out_as_soon_as_it_cannot_be_a_marker() {
+        let mut splitter = ReplySplitter::new(THINK);
+        assert_eq!(splitter.push("<thi"), vec![]);
+        assert_eq!(splitter.push("nk>\nI"), vec![reasoning("I")]);
+        assert_eq!(splitter.push(" wonder.\n</"), vec![reasoning(" wonder.")]);
+        assert_eq!(splitter.push("think>\n\nYes"), vec![answer("Yes")]);
+        // Without tool calls nothing in the answer is held, not even `<`.
+        assert_eq!(splitter.push(", <"), vec![answer(", <")]);
+        assert_eq!(splitter.push("br>\n"), vec![answer("br>\n")]);
+
+        let mut splitter = ReplySplitter::new(QWEN_TOOLS);
+        assert_eq!(splitter.push("Hi"), vec![answer("Hi")]);
+        // A tool call may follow: `<tool` and the blank before it wait.
+        assert_eq!(splitter.push(" there <tool"), vec![answer(" there")]);
+        assert_eq!(splitter.push("bar>"), vec![answer(" <toolbar>")]);
+    }
+
+    #[test]
+    fn detect_reads_the_template_and_the_prompt() {
+        let qwen3 =
+            "{%- if tools %}<tool_call>{%- endif %}{%- if '</think>' in content %}{%- endif %}";
+        assert_eq!(
+            ReplyFormat::detect("qwen3", Some(qwen3), Some("<|im_start|>assistant\n"), true),
+            QWEN_TOOLS
+        );
+        assert_eq!(
+            ReplyFormat::detect("qwen3", Some(qwen3), Some("<|im_start|>assistant\n"), false),
+            THINK
+        );
+        // A generation prompt that ends inside <think>.
+        assert_eq!(
+            ReplyFormat::detect(
+                "llama",
+                Some("... '</think>' ..."),
+                Some("<｜Assistant｜><think>\n"),
+                false
+            ),
+            THINK_OPENED
+        );
+        // A <think> the user typed is not the end of the prompt.
+        assert_eq!(
+            ReplyFormat::detect(
+                "llama",
+                Some("{{ messages }}"),
+                Some("user: what does <think> mean?\nassistant:"),
+                false
+            ),
+            ReplyFormat::PLAIN
+        );
+        let llama31 = "{{- '<|python_tag|>' + tool_call.name }}";
+        assert_eq!(
+            ReplyFormat::detect("llama", Some(llama31), None, true),
+            LLAMA_TOOLS
+        );
+        let gpt_oss = "<|start|>assistant<|channel|>final<|message|>";
+        assert_eq!(
+            ReplyFormat::detect("gpt_oss", Some(gpt_oss), None, false),
+            ReplyFormat::Harmony { tool_calls: false }
+        );
+        assert!(ReplyFormat::detect("x", Some(gpt_oss), None, true).needs_special_tokens());
+        assert!(!QWEN_TOOLS.needs_special_tokens());
+    }
+
+    #[test]
+    fn a_tool_call_serializes_as_openai_and_templates_expect() {
+        let call = ToolCall::new("get_weather", json!({"city": "Paris", "at": "noon"}));
+        let value = serde_json::to_value(&call).unwrap();
+        assert_eq!(
+            serde_json::to_string(&value["function"]).unwrap(),
+            r#"{"name":"get_weather","arguments":{"city":"Paris","at":"noon"}}"#,
+            "arguments keep the model's order"
+        );
+        assert_eq!(value["type"], "function");
+        assert!(value["id"].as_str().unwrap().starts_with("call_"));
+        let read: ToolCall =
+            serde_json::from_value(json!({"function": {"name": "f", "arguments": {}}})).unwrap();
+        assert_eq!(read.id, "");
+        assert_eq!(read.kind, ToolCallKind::Function);
+        assert_ne!(
+            ToolCall::new("f", json!({})).id,
+            ToolCall::new("f", json!({})).id
+        );
+    }
+}
