@@ -10,8 +10,6 @@ mod synth;
 
 use clap::{Parser, Subcommand};
 
-use error::CliError;
-
 /// Run language models locally on MLX and see where the time and the memory go.
 ///
 /// A model answers in two phases: prefill runs the whole prompt through the
@@ -73,10 +71,10 @@ pub fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Doctor(args) => doctor::run(args),
         Command::Synth(args) => synth::run(args),
-        Command::Demo(args) => demo::run(args).map_err(CliError::from),
-        Command::Run(args) => run::run(args).map_err(CliError::from),
-        Command::Chat(args) => run::chat(args).map_err(CliError::from),
-        Command::Bench(args) => bench::run(args).map_err(CliError::from),
+        Command::Demo(args) => demo::run(args),
+        Command::Run(args) => run::run(args),
+        Command::Chat(args) => run::chat(args),
+        Command::Bench(args) => bench::run(args),
         Command::Pull(args) => models::pull(args),
         Command::Ls(args) => models::ls(args),
         Command::Rm(args) => models::rm(args),

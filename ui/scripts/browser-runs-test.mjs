@@ -178,17 +178,20 @@ test('a benchmark runs with progress to a per-case summary; the table shows its 
   assert.equal(await page.getByRole('combobox', { name: 'Benchmark' }).inputValue(), 'b-1760007600000-0aa1');
   await page.waitForFunction(() => document.querySelectorAll('table[aria-label="Recorded runs"] tbody tr').length === 13);
   const request = await page.evaluate(() => window.__ondoIpcCalls.find((call) => call.cmd === 'run_benchmark').payload.request);
+  // The prompt lengths typed; everything else the core's defaults.
   assert.deepEqual(request, {
     model: 'tiny',
-    prompt_tokens: [128, 512],
-    generate_tokens: 64,
-    repetitions: 3,
-    warmup: 1,
-    loops: ['sync', 'pipelined'],
-    prefill_step_size: 2048,
-    max_kv_size: null,
-    vary: null,
-    cold_repetitions: 1,
+    shape: {
+      prompt_tokens: [128, 512],
+      generate_tokens: 128,
+      repetitions: 5,
+      warmup: 1,
+      loops: ['sync', 'pipelined'],
+      prefill_step_size: 2048,
+      max_kv_size: null,
+      vary: null,
+      cold_repetitions: 3,
+    },
   });
   assert.deepEqual(problems, []);
   await page.close();

@@ -151,7 +151,7 @@ test('a failed generation says what happened and what to do', async () => {
   await page.getByRole('button', { name: 'Run a test generation' }).click();
   const alert = page.getByRole('alert');
   await alert.waitFor();
-  assert.match(await text(alert), /The test generation failed/);
+  assert.match(await text(alert), /MLX failed while generating/);
   assert.match(await text(alert), /try a smaller model or a shorter context/);
   // The app's words: no command-line advice, no source paths.
   assert.doesNotMatch(await text(alert), /\bondo [a-z]|\s--[a-z]|\.cpp:|\/rustc\//);
