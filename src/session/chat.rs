@@ -204,8 +204,9 @@ pub enum ChatEvent {
         prompt_tokens: usize,
         cached_tokens: usize,
     },
-    /// More text of the answer.
-    Delta { text: String },
+    /// More of the answer, and more of the reasoning a thinking model
+    /// writes before it (shown apart, folded away); either may be empty.
+    Delta { text: String, reasoning: String },
 }
 
 impl ChatEvent {
@@ -223,9 +224,12 @@ impl ChatEvent {
                 prompt_tokens: *prompt_tokens,
                 cached_tokens: *cached_tokens,
             }),
-            RunEvent::Delta { text, .. } if !text.is_empty() => {
-                Some(Self::Delta { text: text.clone() })
-            }
+            RunEvent::Delta {
+                text, reasoning, ..
+            } if !text.is_empty() || !reasoning.is_empty() => Some(Self::Delta {
+                text: text.clone(),
+                reasoning: reasoning.clone(),
+            }),
             _ => None,
         }
     }
@@ -260,7 +264,7 @@ mod tests {
     }
 
     #[test]
-    fn only_text_and_the_start_are_streamed() {
+    fn the_answer_and_the_reasoning_are_streamed_apart() {
         let empty = RunEvent::Delta {
             text: String::new(),
             reasoning: String::new(),
@@ -276,7 +280,20 @@ mod tests {
         };
         assert_eq!(
             serde_json::to_value(ChatEvent::from_run_event(&delta).unwrap()).unwrap(),
-            serde_json::json!({"event": "delta", "text": "hi"})
+            serde_json::json!({"event": "delta", "text": "hi", "reasoning": ""})
+        );
+        let thinking = RunEvent::Delta {
+            text: String::new(),
+            reasoning: "Let me see".into(),
+            tool_calls: Vec::new(),
+            token_ids: vec![2],
+        };
+        assert_eq!(
+            ChatEvent::from_run_event(&thinking),
+            Some(ChatEvent::Delta {
+                text: String::new(),
+                reasoning: "Let me see".into()
+            })
         );
     }
 }

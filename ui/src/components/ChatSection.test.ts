@@ -105,7 +105,7 @@ describe('ChatSection', () => {
     const chat = latest();
     chat.send(started());
     await waitFor(() => expect(screen.getByTestId('chat-live').textContent).toBe('cold · load 15.0 ms · prefilling… prompt 12 tok'));
-    for (const text of ['One', ' two', ' three']) chat.send({ event: 'delta', text });
+    for (const text of ['One', ' two', ' three']) chat.send({ event: 'delta', text, reasoning: '' });
     await waitFor(() => expect(screen.getByTestId('chat-assistant').textContent).toContain('One two three'));
     expect(screen.getByTestId('chat-live').textContent).toBe('cold · load 15.0 ms · decoding… 3 tok');
     expect(screen.getByRole('button', { name: 'Stop' })).toBeTruthy();
@@ -131,7 +131,7 @@ describe('ChatSection', () => {
     ]);
     expect(api.chatSend.mock.calls[1]?.[1]).toBe('conv-1');
     second.send(started(30));
-    second.send({ event: 'delta', text: 'Four' });
+    second.send({ event: 'delta', text: 'Four', reasoning: '' });
     second.finish(chatRunWarm);
     await waitFor(() => expect(screen.getAllByTestId('chat-footer').length).toBe(2));
     const warm = screen.getAllByTestId('chat-footer')[1]?.textContent ?? '';
@@ -148,7 +148,7 @@ describe('ChatSection', () => {
     await waitFor(() => expect(api.chatSend).toHaveBeenCalledOnce());
     const chat = latest();
     chat.send(started());
-    chat.send({ event: 'delta', text: 'Once upon' });
+    chat.send({ event: 'delta', text: 'Once upon', reasoning: '' });
     await fireEvent.click(await screen.findByRole('button', { name: 'Stop' }));
     expect(api.chatStop).toHaveBeenCalledWith('conv-1');
     chat.finish({ ...chatRunCold, generated_tokens: 2, stop_reason: 'cancelled' });
@@ -164,7 +164,7 @@ describe('ChatSection', () => {
     await type('Go');
     await pressEnter();
     await waitFor(() => expect(api.chatSend).toHaveBeenCalledOnce());
-    latest().send({ event: 'delta', text: 'Part' });
+    latest().send({ event: 'delta', text: 'Part', reasoning: '' });
     await fireEvent.click(await screen.findByRole('button', { name: 'Stop' }));
     latest().fail({ kind: 'cancelled', message: 'stopped' });
     await screen.findByTestId('chat-stopped');
@@ -178,7 +178,7 @@ describe('ChatSection', () => {
     await type('First');
     await pressEnter();
     await waitFor(() => expect(api.chatSend).toHaveBeenCalledOnce());
-    latest().send({ event: 'delta', text: 'Reply' });
+    latest().send({ event: 'delta', text: 'Reply', reasoning: '' });
     latest().finish(chatRunCold);
     await screen.findByTestId('chat-footer');
 
@@ -234,13 +234,40 @@ describe('ChatSection', () => {
     await type('<b>x</b>');
     await pressEnter();
     await waitFor(() => expect(api.chatSend).toHaveBeenCalledOnce());
-    latest().send({ event: 'delta', text: '<img src=x onerror=alert(1)>' });
+    latest().send({ event: 'delta', text: '<img src=x onerror=alert(1)>', reasoning: '' });
     latest().finish(chatRunCold);
     await screen.findByTestId('chat-footer');
     expect(screen.getByTestId('chat-user').textContent).toContain('<b>x</b>');
     expect(log().querySelector('b')).toBeNull();
     expect(log().querySelector('img')).toBeNull();
     expect(screen.getByTestId('chat-assistant').textContent).toContain('<img src=x onerror=alert(1)>');
+  });
+
+  it("shows a thinking model's reasoning folded apart from the answer, which the history keeps alone", async () => {
+    const { api, latest, makeId } = fakeApi();
+    render(ChatSection, { api, makeId });
+    await type('Hi');
+    await pressEnter();
+    await waitFor(() => expect(api.chatSend).toHaveBeenCalledOnce());
+    latest().send({ event: 'delta', text: '', reasoning: 'A greeting; answer briefly.' });
+    const reasoning = (await screen.findByTestId('chat-reasoning')) as HTMLDetailsElement;
+    expect(reasoning.open).toBe(true);
+    expect(reasoning.textContent).toContain('Thinking…');
+    expect(reasoning.textContent).toContain('A greeting; answer briefly.');
+    expect(screen.getByTestId('chat-live').textContent).toContain('thinking… 1 tok');
+    latest().send({ event: 'delta', text: 'Hello!', reasoning: '' });
+    await waitFor(() => expect(reasoning.open).toBe(false));
+    expect(reasoning.textContent).toContain('Thought first');
+    latest().finish(chatRunCold);
+    await screen.findByTestId('chat-footer');
+    await type('Again');
+    await pressEnter();
+    await waitFor(() => expect(api.chatSend).toHaveBeenCalledTimes(2));
+    expect(latest().messages).toEqual([
+      { role: 'user', content: 'Hi' },
+      { role: 'assistant', content: 'Hello!' },
+      { role: 'user', content: 'Again' },
+    ]);
   });
 
   it('sends the system prompt, and empty settings when they cannot be read', async () => {

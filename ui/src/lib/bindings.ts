@@ -253,8 +253,11 @@ export type CatalogOffer = {
 export type ChatEvent = 
 /**  The model is resident (loaded now, or warm) and prefill begins. */
 { event: "started"; load_kind: LoadKind; load_ms: number | null; prompt_tokens: number; cached_tokens: number } | 
-/**  More text of the answer. */
-{ event: "delta"; text: string };
+/**
+ *  More of the answer, and more of the reasoning a thinking model
+ *  writes before it (shown apart, folded away); either may be empty.
+ */
+{ event: "delta"; text: string; reasoning: string };
 
 /**
  *  One turn of a conversation, as the template sees it in `messages`: the

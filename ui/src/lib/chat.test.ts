@@ -30,10 +30,24 @@ describe('chat helpers', () => {
     expect(chatLiveState(answer)).toBe('prefilling…');
     applyChatEvent(answer, { event: 'started', load_kind: 'warm', load_ms: 0, prompt_tokens: 42, cached_tokens: 30 });
     expect(chatLiveState(answer)).toBe('warm · prefilling… prompt 42 tok (30 cached)');
-    applyChatEvent(answer, { event: 'delta', text: 'Hel' });
-    applyChatEvent(answer, { event: 'delta', text: 'lo' });
+    applyChatEvent(answer, { event: 'delta', text: 'Hel', reasoning: '' });
+    applyChatEvent(answer, { event: 'delta', text: 'lo', reasoning: '' });
     expect(answer.content).toBe('Hello');
     expect(chatLiveState(answer)).toBe('warm · decoding… 2 tok');
+  });
+
+  it("keeps a thinking model's reasoning apart from its answer", () => {
+    const answer: ChatTurn = { role: 'assistant', content: '', phase: 'prefilling', started: null, deltas: 0 };
+    applyChatEvent(answer, { event: 'started', load_kind: 'warm', load_ms: 0, prompt_tokens: 9, cached_tokens: 0 });
+    applyChatEvent(answer, { event: 'delta', text: '', reasoning: 'The user greets' });
+    applyChatEvent(answer, { event: 'delta', text: '', reasoning: ' me.' });
+    expect(answer.reasoning).toBe('The user greets me.');
+    expect(answer.content).toBe('');
+    expect(chatLiveState(answer)).toBe('warm · thinking… 2 tok');
+    applyChatEvent(answer, { event: 'delta', text: 'Hello!', reasoning: '' });
+    expect(answer.content).toBe('Hello!');
+    expect(answer.reasoning).toBe('The user greets me.');
+    expect(chatLiveState(answer)).toBe('warm · decoding… 3 tok');
   });
 
   it('sends every message with text, as plain role and content', () => {

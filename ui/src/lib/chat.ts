@@ -18,6 +18,8 @@ export interface ChatTurn {
   phase?: AnswerPhase;
   /** Assistant only: the `started` event, once the prompt is being prefilled. */
   started?: Extract<ChatEvent, { event: 'started' }> | null;
+  /** Assistant only: what a thinking model reasoned before answering. */
+  reasoning?: string;
   /** Assistant only: text pieces received so far (about one per token). */
   deltas?: number;
   /** Assistant only: the run's record once the answer is finished. */
@@ -52,6 +54,7 @@ export function applyChatEvent(answer: ChatTurn, event: ChatEvent): void {
     answer.started = event;
   } else {
     answer.content += event.text;
+    if (event.reasoning) answer.reasoning = (answer.reasoning ?? '') + event.reasoning;
     answer.deltas = (answer.deltas ?? 0) + 1;
     answer.phase = 'decoding';
   }
@@ -84,7 +87,8 @@ export function chatLiveState(answer: ChatTurn): string {
   if (started) parts.push(loadPart(started.load_kind, started.load_ms));
   if (answer.phase === 'decoding') {
     const count = answer.deltas ?? 0;
-    parts.push(`decoding… ${formatCount(count)} tok`);
+    const thinking = answer.content === '' && (answer.reasoning ?? '') !== '';
+    parts.push(`${thinking ? 'thinking' : 'decoding'}… ${formatCount(count)} tok`);
   } else {
     parts.push(started ? `prefilling… ${promptPart(started.prompt_tokens, started.cached_tokens)}` : 'prefilling…');
   }

@@ -122,7 +122,7 @@ async function chatSend(conversationId: string, messages: ChatMessage[], channel
   let text = '';
   for (const word of words) {
     if (stopped) break;
-    send({ event: 'delta', text: word });
+    send({ event: 'delta', text: word, reasoning: '' });
     text += word;
     generated += 1;
     await pause(60);
