@@ -190,6 +190,24 @@ pub fn out_of_place_in_the_app(message: &str) -> Option<&'static str> {
     None
 }
 
+/// The check every error layer's tests run on one example of each of its
+/// variants: each keeps its stable kind name
+/// (`expected`, written out by hand in the layer's test), and each message
+/// speaks to the app and the CLI alike.
+#[cfg(test)]
+pub(crate) fn check_layer<E: fmt::Display + fmt::Debug>(
+    examples: &[E],
+    kind: impl Fn(&E) -> ErrorKind,
+    expected: impl Fn(&E) -> &'static str,
+) {
+    for error in examples {
+        assert_eq!(kind(error).as_str(), expected(error), "{error:?}");
+        assert_eq!(serde_json::to_value(kind(error)).unwrap(), expected(error));
+        let message = error.to_string();
+        assert_eq!(out_of_place_in_the_app(&message), None, "{message}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,23 +256,5 @@ mod tests {
                 "{name} is not snake_case"
             );
         }
-    }
-}
-
-/// The check every error layer's tests run on one example of each of its
-/// variants: each keeps its stable kind name
-/// (`expected`, written out by hand in the layer's test), and each message
-/// speaks to the app and the CLI alike.
-#[cfg(test)]
-pub(crate) fn check_layer<E: fmt::Display + fmt::Debug>(
-    examples: &[E],
-    kind: impl Fn(&E) -> ErrorKind,
-    expected: impl Fn(&E) -> &'static str,
-) {
-    for error in examples {
-        assert_eq!(kind(error).as_str(), expected(error), "{error:?}");
-        assert_eq!(serde_json::to_value(kind(error)).unwrap(), expected(error));
-        let message = error.to_string();
-        assert_eq!(out_of_place_in_the_app(&message), None, "{message}");
     }
 }
