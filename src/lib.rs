@@ -15,5 +15,6 @@ pub mod resolve;
 pub mod session;
 pub mod store;
 pub mod synth;
+pub mod units;
 
 pub use error_kind::ErrorKind;

@@ -14,6 +14,7 @@ use crate::engine::CancelToken;
 use crate::report::{Report, ReportFormat};
 use crate::resolve::{NamedBy, resolve_model};
 use crate::session::SessionPool;
+use crate::units::{human_bytes, mib};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Peer {
@@ -195,11 +196,11 @@ fn plan_table(outcome: &BenchOutcome, markdown: bool) -> String {
     let first = outcome.records.first();
     if let Some(r) = first {
         out.push_str(&format!(
-            "model: {} ({} {}, {:.1} MiB) · {} reps after {} warm-up · bench {}\n",
+            "model: {} ({} {}, {}) · {} reps after {} warm-up · bench {}\n",
             outcome.plan.model_id,
             r.model_type,
             r.quantization,
-            mib(r.weights_bytes as f64),
+            human_bytes(r.weights_bytes),
             outcome.plan.shape.repetitions,
             outcome.plan.shape.warmup,
             outcome.bench_id,
@@ -282,20 +283,16 @@ fn cell(s: &Summary, digits: usize) -> String {
     )
 }
 
-fn mib(bytes: f64) -> f64 {
-    bytes / (1024.0 * 1024.0)
-}
-
 /// The comparison as a text or Markdown table, ratios against mlx-lm.
 pub fn table(r: &PeerComparison, markdown: bool) -> String {
     let e = &r.environment;
     let mut out = String::new();
     out.push_str(&format!(
-        "model: {} ({} {}, {:.1} MiB) · generate {} · {} reps after {} warm-up · prefill step {}\n",
+        "model: {} ({} {}, {}) · generate {} · {} reps after {} warm-up · prefill step {}\n",
         r.plan.model_dir.display(),
         e.model_type,
         e.quantization,
-        mib(e.weights_bytes as f64),
+        human_bytes(e.weights_bytes),
         r.plan.shape.generate_tokens,
         r.plan.shape.repetitions,
         r.plan.shape.warmup,

@@ -5,10 +5,10 @@ use std::process::ExitCode;
 use clap::Args;
 
 use crate::cli::error::CliError;
-use crate::cli::human_bytes;
 use crate::demo::{DemoRun, run_demo};
 use crate::engine::generate::LoopShape;
 use crate::resolve::{NamedBy, TINY, resolve_model};
+use crate::units::human_bytes;
 
 #[derive(Debug, Args)]
 #[command(after_help = "\

@@ -6,8 +6,8 @@ use clap::Args;
 
 use crate::ErrorKind;
 use crate::cli::error::CliError;
-use crate::cli::human_bytes;
 use crate::doctor::DoctorReport;
+use crate::units::human_bytes;
 
 #[derive(Debug, Args)]
 pub struct DoctorArgs {

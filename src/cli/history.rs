@@ -8,11 +8,11 @@ use clap::Args;
 
 use crate::ErrorKind;
 use crate::cli::error::CliError;
-use crate::cli::human_bytes;
 use crate::paths::DataDirs;
 use crate::report::{Report, ReportFormat};
 use crate::store::record::{LoadKind, LoopShape};
 use crate::store::{RunKind, RunQuery, RunRecord, Store};
+use crate::units::human_bytes;
 
 /// Which runs: the filters `runs` and `report` share.
 #[derive(Debug, Args)]

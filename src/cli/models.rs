@@ -14,12 +14,13 @@ use crate::cli::error::CliError;
 use crate::hub::{
     DownloadCancel, DownloadEvent, DownloadOptions, Hub, HubConfig, HubError, ModelRef, OnCancel,
     catalog,
-    fit::{FitEstimate, Verdict, human_bytes},
+    fit::{FitEstimate, Verdict},
     http::{BusyWait, WaitWatch},
     library::{self, LibraryModel, ModelSource},
     sizing::{self, MachineMemory, ModelFacts},
 };
 use crate::paths::DataDirs;
+use crate::units::human_bytes;
 
 fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
     tokio::runtime::Builder::new_current_thread()

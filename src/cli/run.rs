@@ -9,7 +9,6 @@ use clap::Args;
 
 use crate::ErrorKind;
 use crate::cli::error::CliError;
-use crate::cli::human_bytes;
 use crate::engine::chat_template::ChatMessage;
 use crate::engine::{CancelToken, GenerateRequest, Prompt, RunEvent, RunStats};
 use crate::paths::DataDirs;
@@ -17,6 +16,7 @@ use crate::resolve::{NamedBy, ResolvedModel, resolve_model};
 use crate::session::chat::GenerationSettings;
 use crate::session::{PoolSettings, SessionPool};
 use crate::store::{RunKind, Store};
+use crate::units::human_bytes;
 
 /// What `run` and `chat` share: the model, the generation settings (the
 /// same settings the app's Settings screen edits) and how to run.

@@ -8,8 +8,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::ErrorKind;
 use crate::cli::error::CliError;
-use crate::cli::human_bytes;
 use crate::synth::{self, Arch, SynthOptions, WeightDtype};
+use crate::units::human_bytes;
 
 #[derive(Debug, Args)]
 #[command(after_help = "\

@@ -2,8 +2,9 @@
 
 use std::path::PathBuf;
 
-use super::{config::TokenSource, fit::human_bytes};
+use super::config::TokenSource;
 use crate::ErrorKind;
+use crate::units::human_bytes;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HubError {

@@ -9,6 +9,8 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::units::human_bytes;
+
 /// Why config.json cannot be sized. Names the key, since that is what a user
 /// can look for in the file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -478,29 +480,6 @@ fn largest_context_within(input: &FitInput, limit_bytes: u64) -> Option<u64> {
     Some(fits)
 }
 
-/// Bytes as a short figure in binary units, as Activity Monitor shows them:
-/// "512 B", "12 KiB", "512 MiB", "1.8 GiB". KiB and MiB are whole; GiB and
-/// TiB keep one decimal, which is the precision memory advice needs.
-pub fn human_bytes(bytes: u64) -> String {
-    const KIB: f64 = 1024.0;
-    const MIB: f64 = KIB * KIB;
-    const GIB: f64 = MIB * KIB;
-    const TIB: f64 = GIB * KIB;
-    let value = bytes as f64;
-    // Each unit ends where its rounded figure would read 1024.
-    if bytes < 1024 {
-        format!("{bytes} B")
-    } else if value < MIB - KIB / 2.0 {
-        format!("{:.0} KiB", value / KIB)
-    } else if value < GIB - MIB / 2.0 {
-        format!("{:.0} MiB", value / MIB)
-    } else if value < TIB - GIB / 20.0 {
-        format!("{:.1} GiB", value / GIB)
-    } else {
-        format!("{:.1} TiB", value / TIB)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -748,8 +727,8 @@ mod tests {
             vec![
                 "use a context of at most 256 tokens (at 4096 tokens the KV cache alone needs 448 MiB)",
                 // 2,739,524,096 - 2 GiB = 592,040,448 B = 564.6 MiB.
-                "close other apps to free about 565 MiB (Ondo needs 2.6 GiB in all; 2.0 GiB of 16.0 GiB is available now)",
-                "choose a smaller or more quantized model (this one needs 1.7 GiB of weights, you have 2.0 GiB available)",
+                "close other apps to free about 565 MiB (Ondo needs 2.55 GiB in all; 2.00 GiB of 16.0 GiB is available now)",
+                "choose a smaller or more quantized model (this one needs 1.68 GiB of weights, you have 2.00 GiB available)",
             ]
         );
     }
@@ -815,7 +794,7 @@ mod tests {
             estimate
                 .advice
                 .iter()
-                .any(|a| a.ends_with("you have 3.0 GiB available to the GPU)")),
+                .any(|a| a.ends_with("you have 3.00 GiB available to the GPU)")),
             "{:?}",
             estimate.advice
         );
@@ -872,17 +851,5 @@ mod tests {
         std::fs::write(&truncated, &file[..20]).unwrap();
         let error = read_safetensors_header(&truncated).unwrap_err();
         assert!(error.to_string().contains("incomplete"), "{error}");
-    }
-
-    #[test]
-    fn human_bytes_picks_a_readable_unit() {
-        assert_eq!(human_bytes(0), "0 B");
-        assert_eq!(human_bytes(1023), "1023 B");
-        assert_eq!(human_bytes(12 * 1024), "12 KiB");
-        assert_eq!(human_bytes(512 << 20), "512 MiB");
-        assert_eq!(human_bytes(1_932_735_283), "1.8 GiB");
-        // Never "1024 MiB".
-        assert_eq!(human_bytes(GIB - 1), "1.0 GiB");
-        assert_eq!(human_bytes(2048 * GIB), "2.0 TiB");
     }
 }

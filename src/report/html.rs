@@ -15,6 +15,7 @@ use super::table::{self, SummaryTable};
 use super::{REPORT_SCHEMA, Report};
 use crate::store::record::LoadKind;
 use crate::store::{MemorySample, RECORD_SCHEMA_VERSION, RunRecord};
+use crate::units::{human_bytes, mib};
 
 const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; img-src data:";
 
@@ -558,7 +559,7 @@ fn runs_section(page: &mut String, runs: &[RunRecord], analysis: &Analysis, labe
         cells.push(human::fixed2(run.ttft_ms));
         cells.push(human::fixed2(run.prefill_tps));
         cells.push(human::fixed2(run.decode_tps));
-        cells.push(human::mib(run.mlx_peak_bytes as f64));
+        cells.push(format!("{:.1}", mib(run.mlx_peak_bytes as f64)));
         cells.push(run.pressure_max.clone());
         cells.push(match &run.error {
             Some(error) => format!("error: {error}"),
@@ -630,7 +631,7 @@ fn provenance_section(page: &mut String, report: &Report) {
         ("backend", distinct(runs, |r| r.backend.clone())),
         ("OS", distinct(runs, |r| r.os.clone())),
         ("CPU", distinct(runs, |r| r.cpu.clone())),
-        ("RAM", distinct(runs, |r| human::bytes(r.ram_bytes as f64))),
+        ("RAM", distinct(runs, |r| human_bytes(r.ram_bytes))),
     ];
     let models = distinct(runs, |r| {
         format!(
@@ -640,7 +641,7 @@ fn provenance_section(page: &mut String, report: &Report) {
             r.model_type,
             r.quantization,
             r.parameters.map_or_else(|| "?".to_owned(), human::count),
-            human::bytes(r.weights_bytes as f64),
+            human_bytes(r.weights_bytes),
             r.model_path
         )
     });

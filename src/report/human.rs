@@ -1,39 +1,6 @@
-//! Numbers and sizes as people read them, and escaping for Markdown and
-//! HTML. Only the Markdown and HTML printers use this; the data formats
-//! print values as stored.
-
-const KIB: f64 = 1024.0;
-const MIB: f64 = KIB * 1024.0;
-const GIB: f64 = MIB * 1024.0;
-
-/// Bytes in MiB with one decimal ("12.5").
-pub(crate) fn mib(bytes: f64) -> String {
-    format!("{:.1}", bytes / MIB)
-}
-
-/// Bytes in the largest binary unit that keeps a value of at least 1.
-pub(crate) fn bytes(value: f64) -> String {
-    let (scaled, unit) = byte_unit(value);
-    if unit == "B" {
-        format!("{value:.0} B")
-    } else {
-        format!("{:.1} {unit}", value / scaled)
-    }
-}
-
-/// The divisor and name of the unit `bytes` would use for `value`.
-pub(crate) fn byte_unit(value: f64) -> (f64, &'static str) {
-    let magnitude = value.abs();
-    if magnitude >= GIB {
-        (GIB, "GiB")
-    } else if magnitude >= MIB {
-        (MIB, "MiB")
-    } else if magnitude >= KIB {
-        (KIB, "KiB")
-    } else {
-        (1.0, "B")
-    }
-}
+//! Numbers as people read them, and escaping for Markdown and HTML; sizes
+//! are `crate::units`'. Only the Markdown and HTML printers use this; the
+//! data formats print values as stored.
 
 /// A large count with an SI suffix ("1.31 M", "3.21 B").
 pub(crate) fn count(value: u64) -> String {
@@ -112,11 +79,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizes_and_counts() {
-        assert_eq!(bytes(512.0), "512 B");
-        assert_eq!(bytes(1536.0), "1.5 KiB");
-        assert_eq!(bytes(16.0 * GIB), "16.0 GiB");
-        assert_eq!(mib(13_107_200.0), "12.5");
+    fn counts_and_short_numbers() {
         assert_eq!(count(1_310_720), "1.31 M");
         assert_eq!(count(999), "999");
         assert_eq!(short(2.50), "2.5");

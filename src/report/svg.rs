@@ -381,7 +381,7 @@ pub(crate) fn timeline(
             .filter_map(|p| p.values.get(s).copied())
             .filter(|v| v.is_finite())
             .fold(0.0, f64::max);
-        let (divisor, unit) = human::byte_unit(max);
+        let (divisor, unit) = crate::units::binary_unit(max);
         let v_ticks = ticks(max / divisor, 4);
         let v_top = v_ticks.last().copied().unwrap_or(1.0) * divisor;
         for &v in &v_ticks {

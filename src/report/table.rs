@@ -67,7 +67,7 @@ pub(crate) fn label(name: &str) -> (&'static str, Topic) {
 /// A group field's value as people read it.
 pub(crate) fn display(name: &str, cell: &Cell) -> String {
     match (name, cell) {
-        ("weights_bytes" | "ram_bytes", c) => c.as_f64().map_or_else(|| "–".into(), human::bytes),
+        ("weights_bytes" | "ram_bytes", Cell::UInt(bytes)) => crate::units::human_bytes(*bytes),
         ("parameters", Cell::UInt(v)) => human::count(*v),
         ("fresh_process", Cell::Bool(true)) => "fresh".into(),
         ("fresh_process", Cell::Bool(false)) => "same".into(),
@@ -150,7 +150,10 @@ fn peak_mib(group: &Group) -> String {
         .metric("mlx_peak_bytes")
         .and_then(|m| m.max.as_ref())
         .and_then(Cell::as_f64)
-        .map_or_else(|| "–".into(), human::mib)
+        .map_or_else(
+            || "–".into(),
+            |bytes| format!("{:.1}", crate::units::mib(bytes)),
+        )
 }
 
 impl SummaryTable {

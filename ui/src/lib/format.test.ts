@@ -15,14 +15,32 @@ import {
 } from './format';
 
 describe('formatBytes', () => {
-  it('uses binary units with about three significant digits', () => {
-    expect(formatBytes(0)).toBe('0 B');
-    expect(formatBytes(1023)).toBe('1023 B');
-    expect(formatBytes(1024)).toBe('1.00 KiB');
-    expect(formatBytes(1_234_567)).toBe('1.18 MiB');
-    expect(formatBytes(24 * 2 ** 30)).toBe('24.0 GiB');
-    expect(formatBytes(128 * 2 ** 30)).toBe('128 GiB');
-    expect(formatBytes(2 * 2 ** 50)).toBe('2048 TiB');
+  // The cases of the core's human_bytes (src/units.rs): one rule for both.
+  const KiB = 2 ** 10;
+  const MiB = 2 ** 20;
+  const GiB = 2 ** 30;
+  it.each([
+    [0, '0 B'],
+    [1023, '1023 B'],
+    [1024, '1.00 KiB'],
+    [1152, '1.13 KiB'],
+    [12 * KiB, '12.0 KiB'],
+    [10_234, '9.99 KiB'],
+    [10_235, '10.0 KiB'],
+    [102_348, '99.9 KiB'],
+    [102_349, '100 KiB'],
+    [512 * MiB, '512 MiB'],
+    [1_932_735_283, '1.80 GiB'],
+    [GiB - 1, '1.00 GiB'],
+    [16 * GiB, '16.0 GiB'],
+    [2048 * GiB, '2.00 TiB'],
+  ])('writes %d bytes as the core does: %s', (bytes, text) => {
+    expect(formatBytes(bytes)).toBe(text);
+  });
+
+  it('grows the figure of the largest unit and keeps MiB below 1023.5', () => {
+    expect(formatBytes(5000 * 2 ** 40)).toBe('5000 TiB');
+    expect(formatBytes(1023 * MiB + 400 * KiB)).toBe('1023 MiB');
   });
 
   it('shows a dash for impossible sizes', () => {

@@ -6,19 +6,39 @@ import type { DemoRun, DoctorReport } from './backend';
 
 const integer = new Intl.NumberFormat('en-US', { maximumFractionDigits: 0 });
 
-/** Binary units (1 GiB = 2^30 bytes), labelled as such, like `ondo doctor`. */
+const BYTE_UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+
+/** Bytes with three significant digits in binary units (1 GiB = 2^30 bytes),
+ * labelled as such: "512 B", "12.0 KiB", "565 MiB", "2.55 GiB". The rule of
+ * the core's `human_bytes` (src/units.rs), so a size reads the same here, in
+ * an error message from the core and in the terminal; both test the same
+ * cases. Halves round up; a figure that would read 1024 moves to the next
+ * unit ("1.00 GiB", never "1024 MiB"). */
 export function formatBytes(bytes: number): string {
   if (!Number.isFinite(bytes) || bytes < 0) return '—';
-  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-  let value = bytes;
   let unit = 0;
-  while (value >= 1024 && unit < units.length - 1) {
-    value /= 1024;
+  let divisor = 1;
+  while (unit < BYTE_UNITS.length - 1 && bytes >= divisor * 1024) {
+    divisor *= 1024;
     unit += 1;
   }
-  if (unit === 0) return `${value} B`;
-  const digits = value < 10 ? 2 : value < 100 ? 1 : 0;
-  return `${value.toFixed(digits)} ${units[unit]}`;
+  if (unit === 0) return `${Math.round(bytes)} B`;
+  for (;;) {
+    const figure = bytes / divisor;
+    // The decimals follow the rounded figure, so 9.996 reads "10.0".
+    for (const decimals of [2, 1]) {
+      const scale = 10 ** decimals;
+      const scaled = Math.round(figure * scale);
+      if (scaled < 1000) {
+        const fraction = String(scaled % scale).padStart(decimals, '0');
+        return `${Math.floor(scaled / scale)}.${fraction} ${BYTE_UNITS[unit]}`;
+      }
+    }
+    const whole = Math.round(figure);
+    if (whole < 1024 || unit === BYTE_UNITS.length - 1) return `${whole} ${BYTE_UNITS[unit]}`;
+    divisor *= 1024;
+    unit += 1;
+  }
 }
 
 /** Milliseconds with about three significant digits; seconds from 1 s up. */

@@ -2,6 +2,7 @@
 // edit and back, every range check with the sentence shown next to the
 // field, and the global-shortcut recorder. Pure, so every rule is unit-tested.
 import type { AppSettings } from '../lib/backend';
+import { formatBytes } from '../lib/format';
 import { DEFAULT_SETTINGS as CORE_DEFAULTS, GENERATION_LIMITS as LIMITS } from '../lib/bindings';
 
 const GiB = 2 ** 30;
@@ -256,10 +257,10 @@ export function budgetShare(budgetGib: string, totalBytes: number | null): { tex
   const gib = Number(budgetGib.trim());
   if (budgetGib.trim() === '' || !DECIMAL.test(budgetGib.trim()) || !(gib > 0)) return null;
   if (totalBytes === null || !(totalBytes > 0)) return null;
-  const totalGib = (totalBytes / GiB).toFixed(1);
+  const total = formatBytes(totalBytes);
   const share = (gib * GiB) / totalBytes;
-  if (share > 1) return { text: `More than this Mac's ${totalGib} GiB of memory`, over: true };
-  return { text: `${Math.round(share * 100)}% of this Mac's ${totalGib} GiB of memory`, over: false };
+  if (share > 1) return { text: `More than this Mac's ${total} of memory`, over: true };
+  return { text: `${Math.round(share * 100)}% of this Mac's ${total} of memory`, over: false };
 }
 
 // Accelerators as Tauri's global-shortcut plugin parses them (the
