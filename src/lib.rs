@@ -16,5 +16,6 @@ pub mod session;
 pub mod store;
 pub mod synth;
 pub mod units;
+pub mod whole_file;
 
 pub use error_kind::ErrorKind;

@@ -391,6 +391,50 @@ fn a_bench_writes_every_report_format_and_the_history_shows_it() {
         String::from_utf8_lossy(&csv.stdout).lines().count(),
         1 + 8 * 3 + 1
     );
+
+    // `--out` replaces an older file whole, and the title names the
+    // benchmark `latest` stood for.
+    let kept = out.join("kept.md");
+    std::fs::write(&kept, "an older report").unwrap();
+    let written = ondo(
+        &home,
+        &[
+            "report",
+            "--bench",
+            "latest",
+            "--out",
+            kept.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        written.status.success(),
+        "{}",
+        String::from_utf8_lossy(&written.stderr)
+    );
+    let text = std::fs::read_to_string(&kept).unwrap();
+    let bench_id = json["runs"][0]["bench_id"].as_str().unwrap();
+    assert!(
+        text.contains(&format!("Ondo benchmark {bench_id}")),
+        "{}",
+        &text[..text.len().min(300)]
+    );
+    assert!(!text.contains("an older report"));
+    let mut names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "bench.csv",
+            "bench.html",
+            "bench.json",
+            "bench.jsonl",
+            "bench.md",
+            "kept.md"
+        ]
+    );
 }
 
 #[test]

@@ -214,20 +214,14 @@ pub fn export_runs(
     })
 }
 
-/// Writes next to `path` first and renames, so a failed export never leaves
-/// half a report where an old one was.
+/// Replaces `path` in one step, so a failed export never leaves half a
+/// report where an old one was.
 fn write_whole(path: &std::path::Path, bytes: &[u8]) -> Result<(), CommandError> {
-    let cannot = |e: std::io::Error| {
+    ondo::whole_file::write_atomically(path, bytes).map_err(|e| {
         CommandError::InvalidInput(format!(
             "could not write {}: {e}; choose another folder",
             path.display()
         ))
-    };
-    let partial = path.with_extension("ondo-partial");
-    std::fs::write(&partial, bytes).map_err(cannot)?;
-    std::fs::rename(&partial, path).map_err(|e| {
-        let _ = std::fs::remove_file(&partial);
-        cannot(e)
     })
 }
 

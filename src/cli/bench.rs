@@ -182,12 +182,12 @@ fn write_report(
         ),
         generated_at: crate::session::record::now_rfc3339(),
     };
-    let mut out = std::io::BufWriter::new(
-        std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?,
-    );
-    crate::report::write(&report, format, &mut out)
-        .and_then(|()| std::io::Write::flush(&mut out))
-        .map_err(|e| format!("{}: {e}", path.display()))
+    crate::whole_file::write_atomically_with(path, |file| {
+        let mut out = std::io::BufWriter::new(file);
+        crate::report::write(&report, format, &mut out)?;
+        std::io::Write::flush(&mut out)
+    })
+    .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// The plan's cases as a table: median (min–max) of the measured runs.

@@ -9,7 +9,7 @@ use clap::Args;
 use crate::ErrorKind;
 use crate::cli::error::CliError;
 use crate::paths::DataDirs;
-use crate::report::{Report, ReportFormat};
+use crate::report::ReportFormat;
 use crate::store::record::{LoadKind, LoopShape};
 use crate::store::{RunKind, RunQuery, RunRecord, Store};
 use crate::units::human_bytes;
@@ -47,7 +47,9 @@ fn open_store() -> Result<Store, CliError> {
     Ok(Store::open_default(&DataDirs::from_env().data_dir)?)
 }
 
-fn select(store: &Store, selection: &Selection) -> Result<Vec<RunRecord>, CliError> {
+/// The history's query for what `selection` asks (`--bench latest` names
+/// the latest benchmark's id).
+fn query(store: &Store, selection: &Selection) -> Result<RunQuery, CliError> {
     let bench_id = match selection.bench.as_deref() {
         Some("latest") => Some(store.latest_bench_id()?.ok_or_else(|| {
             CliError::new(
@@ -57,7 +59,7 @@ fn select(store: &Store, selection: &Selection) -> Result<Vec<RunRecord>, CliErr
         })?),
         other => other.map(str::to_owned),
     };
-    Ok(store.runs(&RunQuery {
+    Ok(RunQuery {
         last: Some(selection.last),
         model_id: selection.model.clone(),
         bench_id,
@@ -67,7 +69,11 @@ fn select(store: &Store, selection: &Selection) -> Result<Vec<RunRecord>, CliErr
         loop_shape: selection.loop_shape,
         prefill_step_size: selection.prefill_step_size,
         max_kv_size: selection.max_kv_size,
-    })?)
+    })
+}
+
+fn select(store: &Store, selection: &Selection) -> Result<Vec<RunRecord>, CliError> {
+    Ok(store.runs(&query(store, selection)?)?)
 }
 
 #[derive(Debug, Args)]
@@ -227,35 +233,19 @@ pub fn report(args: ReportArgs) -> Result<ExitCode, CliError> {
         (None, None) => ReportFormat::Markdown,
     };
     let store = open_store()?;
-    let runs = select(&store, &args.selection)?;
-    let timelines = crate::report::timelines_of(&store, &runs);
-    let title = match (&args.selection.bench, &args.selection.model) {
-        (Some(bench), _) => format!("Ondo benchmark {bench}"),
-        (None, Some(model)) => format!("Ondo runs of {model}"),
-        _ => format!("Ondo: the last {} runs", runs.len()),
-    };
-    let report = Report {
-        runs: &runs,
-        timelines: &timelines,
-        title,
-        generated_at: crate::session::record::now_rfc3339(),
-    };
+    let query = query(&store, &args.selection)?;
+    let runs = store.runs(&query)?;
+    let title = crate::report::title_for(&query, runs.len());
+    let rendered = crate::report::render_runs(&store, &runs, title, format);
     match &args.out {
         Some(path) => {
-            let cannot_write = |e: std::io::Error| {
-                CliError::new(ErrorKind::Io, format!("{}: {e}", path.display()))
-            };
-            let mut out =
-                std::io::BufWriter::new(std::fs::File::create(path).map_err(cannot_write)?);
-            crate::report::write(&report, format, &mut out)
-                .and_then(|()| std::io::Write::flush(&mut out))
-                .map_err(cannot_write)?;
-            eprintln!("wrote {} runs to {}", runs.len(), path.display());
+            // An older report at `path` stays whole until this one is.
+            crate::whole_file::write_atomically(path, &rendered.bytes)
+                .map_err(|e| CliError::new(ErrorKind::Io, format!("{}: {e}", path.display())))?;
+            eprintln!("wrote {} runs to {}", rendered.runs, path.display());
         }
         None => {
-            let stdout = std::io::stdout();
-            let mut out = stdout.lock();
-            crate::report::write(&report, format, &mut out)
+            std::io::Write::write_all(&mut std::io::stdout().lock(), &rendered.bytes)
                 .map_err(|e| CliError::new(ErrorKind::Io, e.to_string()))?;
         }
     }

@@ -427,8 +427,6 @@ fn write_user_folders(dirs: &DataDirs, folders: Vec<PathBuf>) -> Result<(), HubE
     let path = user_folders_file(dirs);
     fs::create_dir_all(&dirs.data_dir).map_err(HubError::io(&dirs.data_dir))?;
     let text = serde_json::to_vec_pretty(&UserFolders { folders }).expect("plain data");
-    // Written beside and renamed, so a crash never leaves half a list.
-    let tmp = path.with_extension("json.tmp");
-    fs::write(&tmp, text).map_err(HubError::io(&tmp))?;
-    fs::rename(&tmp, &path).map_err(HubError::io(&path))
+    // Replaced in one step, so a crash never leaves half a list.
+    crate::whole_file::write_atomically(&path, &text).map_err(HubError::io(&path))
 }

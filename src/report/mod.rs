@@ -18,7 +18,7 @@ use std::fmt;
 use std::io::Write;
 use std::str::FromStr;
 
-use crate::store::{MemorySample, RunQuery, RunRecord, Store, StoreError};
+use crate::store::{MemorySample, RunQuery, RunRecord, Store};
 
 /// The JSON report's `schema` value.
 pub const REPORT_SCHEMA: &str = "ondo.report";
@@ -141,21 +141,6 @@ pub fn title_for(query: &RunQuery, count: usize) -> String {
 pub struct Rendered {
     pub bytes: Vec<u8>,
     pub runs: usize,
-}
-
-/// Renders the runs `query` selects, with their timelines, in `format`.
-pub fn render_from_store(
-    store: &Store,
-    query: &RunQuery,
-    format: ReportFormat,
-) -> Result<Rendered, StoreError> {
-    let runs = store.runs(query)?;
-    Ok(render_runs(
-        store,
-        &runs,
-        title_for(query, runs.len()),
-        format,
-    ))
 }
 
 /// Renders `runs`, with their timelines from the history, in `format`.
