@@ -10,7 +10,8 @@ use crate::resolve::ResolvedModel;
 use crate::session::SessionPool;
 use crate::store::RunKind;
 
-/// The timings of one generation, with DESIGN.md's field names.
+/// The timings of one generation, with the run record's field names
+/// (docs/ARCHITECTURE.md, "What the timings mean").
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct DemoRun {

@@ -1,4 +1,4 @@
-//! Benchmark plans (DESIGN.md "Benchmarks"): test cases from prompt lengths,
+//! Benchmark plans (docs/ARCHITECTURE.md, "Benchmarks"): test cases from prompt lengths,
 //! loop shapes and one varied setting; warm-up repetitions recorded but left
 //! out of the statistics; synthetic prompts that differ per repetition;
 //! cold starts in fresh processes, measured apart; every run recorded through

@@ -1,5 +1,6 @@
 //! The MLX side of Ondo: load a model folder, run it, yield tokens. It never
-//! downloads, pools or records (see DESIGN.md, "Boundaries").
+//! downloads, pools or records (docs/ARCHITECTURE.md, "Layout": who uses
+//! whom).
 
 pub mod cache;
 pub mod chat_template;

@@ -1,5 +1,6 @@
-//! What one generation cost, with DESIGN.md's field names ("What the timings
-//! mean"): the record the engine hands out with `RunEvent::Finished`.
+//! What one generation cost, with the run record's field names (what each
+//! clock measures: docs/ARCHITECTURE.md, "What the timings mean"): the
+//! record the engine hands out with `RunEvent::Finished`.
 
 use serde::{Deserialize, Serialize};
 

@@ -166,7 +166,8 @@ pub struct DownloadSummary {
     pub files: usize,
     pub total_bytes: u64,
     pub fetched_bytes: u64,
-    /// Request to all files present and verified (DESIGN.md `download_ms`).
+    /// Request to all files present and verified (the run record's
+    /// `download_ms`, docs/REPORT_SCHEMA.md).
     pub download_ms: f64,
 }
 

@@ -103,7 +103,7 @@ pub struct RunRecord {
     pub parameters: Option<u64>,
     pub weights_bytes: u64,
 
-    // Timings (DESIGN.md "What the timings mean").
+    // Timings (docs/ARCHITECTURE.md, "What the timings mean").
     pub download_ms: f64,
     pub load_ms: f64,
     pub ttft_ms: f64,

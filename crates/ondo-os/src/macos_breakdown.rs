@@ -44,7 +44,7 @@ pub(crate) fn level_from_sysctl(value: Option<i32>) -> PressureLevel {
 }
 
 /// Applies the formulas most tools use to match Activity Monitor
-/// (shared/notes/memory-pressure.md):
+/// (docs/ARCHITECTURE.md, "Memory pressure"):
 /// used = active + inactive + speculative + wire + compressor - purgeable - external;
 /// app = used - wire - compressor; cached = purgeable + external.
 /// Available is total - used: the free pages plus the cached files.

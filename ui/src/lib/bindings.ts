@@ -307,7 +307,10 @@ export type CommandError = {
 	message: string,
 };
 
-/**  The timings of one generation, with DESIGN.md's field names. */
+/**
+ *  The timings of one generation, with the run record's field names
+ *  (docs/ARCHITECTURE.md, "What the timings mean").
+ */
 export type DemoRun = {
 	model_dir: string,
 	/**  "cold" when this run loaded the model, "warm" when it was resident. */
@@ -397,7 +400,10 @@ export type DownloadSummary = {
 	files: number,
 	total_bytes: number,
 	fetched_bytes: number,
-	/**  Request to all files present and verified (DESIGN.md `download_ms`). */
+	/**
+	 *  Request to all files present and verified (the run record's
+	 *  `download_ms`, docs/REPORT_SCHEMA.md).
+	 */
 	download_ms: number | null,
 };
 
