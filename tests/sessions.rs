@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use ondo::engine::chat_template::ChatMessage;
-use ondo::engine::{CancelToken, GenerateRequest, LoadKind, Prompt};
+use ondo::engine::{CancelToken, GenerateRequest, LoadKind, Prompt, RunEvent, StopReason};
 use ondo::session::record::RunContext;
 use ondo::session::{KeepAlive, PoolSettings, SessionPool};
 use ondo::store::{RunKind, RunQuery, Store};
@@ -292,6 +292,106 @@ fn memory_pressure_trims_caches_then_unloads_idle_models() {
     // Every event is in the store too.
     let stored = pool.with_store(|s| s.pool_events(100).unwrap()).unwrap();
     assert_eq!(stored.len(), pool.events().len());
+}
+
+/// Token ids every tiny model knows, in no pattern the model could shortcut.
+fn prompt_ids(count: usize) -> Vec<u32> {
+    (0..count).map(|i| 10 + (i * 7919 % 1987) as u32).collect()
+}
+
+#[test]
+fn a_cancelled_long_prefill_stops_early_and_the_next_turn_builds_on_what_it_computed() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("tiny");
+    tiny(&dir, 0);
+    let pool = pool_with(root.path(), PoolSettings::default());
+    const STEP: usize = 64;
+    let request = |ids: &[u32], conversation: Option<&str>| GenerateRequest {
+        max_tokens: 8,
+        prefill_step_size: STEP,
+        conversation: conversation.map(str::to_owned),
+        ..GenerateRequest::new(&dir, Prompt::Tokens { ids: ids.to_vec() })
+    };
+    let long = prompt_ids(4000);
+
+    // Stop it once prefill has begun (Started comes after the load), with a
+    // few chunks done so there is a partial cache to continue from.
+    let cancel = CancelToken::new();
+    let cancelled_at = std::cell::Cell::new(None);
+    let (stopped, record) = pool
+        .run(
+            request(&long, Some("long")),
+            context("tiny"),
+            cancel.clone(),
+            |event| {
+                if matches!(event, RunEvent::Started { .. }) {
+                    std::thread::sleep(Duration::from_millis(50));
+                    cancel.cancel();
+                    cancelled_at.set(Some(Instant::now()));
+                }
+            },
+        )
+        .unwrap();
+    let stop_took = cancelled_at.get().unwrap().elapsed();
+    assert_eq!(record.stop_reason, StopReason::Cancelled);
+    assert_eq!(record.generated_tokens, 0);
+    assert!(stopped.token_ids.is_empty());
+    assert_eq!(record.prompt_tokens, long.len() as u64);
+    let computed = record.prefill_tokens as usize;
+    assert!(
+        computed > 0 && computed.is_multiple_of(STEP),
+        "prefill computes whole chunks: {computed}"
+    );
+    // Far from the whole prompt: it stopped at the next chunk, not at the end.
+    assert!(
+        computed <= long.len() / 2,
+        "{computed} of {} prompt tokens were computed; the cancel came after 50 ms",
+        long.len()
+    );
+    assert!(
+        record.prefill_ms > 0.0 && record.ttft_ms == 0.0,
+        "{record:?}"
+    );
+    eprintln!(
+        "cancelled after {computed} tokens in {:.0} ms; the run returned {:.0} ms after the cancel",
+        record.prefill_ms,
+        stop_took.as_secs_f64() * 1e3
+    );
+    let history = pool
+        .with_store(|s| s.runs(&RunQuery::default()).unwrap())
+        .unwrap();
+    assert_eq!(history.last().unwrap().stop_reason, StopReason::Cancelled);
+
+    // The engine serves the next turn, which continues from the chunks the
+    // cancelled one computed, and answers exactly as a fresh one-pass run
+    // of the same prompt: the partial cache holds nothing stale.
+    let mut follow_up = long.clone();
+    follow_up.extend(prompt_ids(40)[24..].iter().copied());
+    let (continued, continued_record) = pool
+        .run(
+            request(&follow_up, Some("long")),
+            context("tiny"),
+            CancelToken::new(),
+            |_| {},
+        )
+        .unwrap();
+    assert_eq!(continued_record.load_kind, LoadKind::Warm);
+    assert_eq!(continued.stats.cached_tokens, computed);
+    assert_eq!(
+        continued.stats.cached_tokens + continued.stats.prefill_tokens,
+        follow_up.len()
+    );
+    let (fresh, _) = pool
+        .run(
+            request(&follow_up, None),
+            context("tiny"),
+            CancelToken::new(),
+            |_| {},
+        )
+        .unwrap();
+    assert_eq!(fresh.stats.cached_tokens, 0);
+    assert!(!fresh.token_ids.is_empty());
+    assert_eq!(continued.token_ids, fresh.token_ids);
 }
 
 fn ondo(home: &Path, args: &[&str]) -> std::process::Output {

@@ -515,6 +515,7 @@ pub fn run(
             }
         }
     }
+    let loop_ended_at = Instant::now();
     if stop_reason != StopReason::StopString {
         reply.finish()?;
     }
@@ -537,10 +538,20 @@ pub fn run(
     conversation.tokens.truncate(synced);
 
     let first = first_token_at.unwrap_or(last_token_at);
-    let prefill_ms = (first - prefill_started).as_secs_f64() * 1e3;
+    let (prefill_tokens, prefill_ms) = match first_token_at {
+        Some(first) => (
+            prompt.len() - cached,
+            (first - prefill_started).as_secs_f64() * 1e3,
+        ),
+        // Stopped before the first token: only the chunks that ran were
+        // computed (the cache holds them), for as long as they took.
+        None => (
+            synced.saturating_sub(cached),
+            (loop_ended_at - prefill_started).as_secs_f64() * 1e3,
+        ),
+    };
     let ttft_ms = (first - accepted_at).as_secs_f64() * 1e3;
     let decode_ms = (last_token_at - first).as_secs_f64() * 1e3;
-    let prefill_tokens = prompt.len() - cached;
     let stats = RunStats {
         model_dir: model.dir.display().to_string(),
         model_type: model.model_type.clone(),
@@ -549,11 +560,7 @@ pub fn run(
         load_kind,
         load_ms,
         ttft_ms: if generated.is_empty() { 0.0 } else { ttft_ms },
-        prefill_ms: if generated.is_empty() {
-            0.0
-        } else {
-            prefill_ms
-        },
+        prefill_ms,
         decode_ms,
         prompt_tokens: prompt.len(),
         cached_tokens: cached,
