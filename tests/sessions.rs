@@ -61,6 +61,39 @@ fn actions(pool: &SessionPool) -> Vec<(String, String)> {
         .collect()
 }
 
+/// A pool that reads the pressure level from `level` (0 normal, 1 warning,
+/// 2 critical), which the test turns.
+fn pool_under(root: &Path, settings: PoolSettings, level: &Arc<AtomicU8>) -> SessionPool {
+    let level = level.clone();
+    let store = Store::open_default(&root.join("ondo")).unwrap();
+    SessionPool::start_with_pressure_source(
+        settings,
+        Some(store),
+        Box::new(move || match level.load(Ordering::SeqCst) {
+            0 => PressureLevel::Normal,
+            1 => PressureLevel::Warning,
+            _ => PressureLevel::Critical,
+        }),
+    )
+    .unwrap()
+}
+
+/// Checks the pool's pressure now and waits until `done` holds: the pool's
+/// own background check may be the one that acts on a new level, and it
+/// finishes on its own time (longer on a busy machine).
+fn tick_until(pool: &SessionPool, what: &str, done: impl Fn(&SessionPool) -> bool) {
+    pool.tick();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done(pool) {
+        assert!(
+            Instant::now() < deadline,
+            "{what} never happened: {:?}",
+            actions(pool)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn a_second_turn_is_warm_and_reuses_the_conversation_cache() {
     let root = tempfile::tempdir().unwrap();
@@ -229,24 +262,14 @@ fn memory_pressure_trims_caches_then_unloads_idle_models() {
     let dir = root.path().join("tiny");
     tiny(&dir, 0);
     let level = Arc::new(AtomicU8::new(0));
-    let source = {
-        let level = level.clone();
-        Box::new(move || match level.load(Ordering::SeqCst) {
-            0 => PressureLevel::Normal,
-            1 => PressureLevel::Warning,
-            _ => PressureLevel::Critical,
-        })
-    };
-    let store = Store::open_default(&root.path().join("ondo")).unwrap();
-    let pool = SessionPool::start_with_pressure_source(
+    let pool = pool_under(
+        root.path(),
         PoolSettings {
             keep_alive: KeepAlive::Forever,
             memory_budget_bytes: None,
         },
-        Some(store),
-        source,
-    )
-    .unwrap();
+        &level,
+    );
     let messages = vec![ChatMessage::user("Tell me about the sea.")];
     let (first, _) = pool
         .run(
@@ -259,8 +282,9 @@ fn memory_pressure_trims_caches_then_unloads_idle_models() {
     assert!(pool.resident()[0].kv_cache_bytes > 0);
 
     level.store(1, Ordering::SeqCst);
-    pool.tick();
-    assert!(actions(&pool).contains(&("trim_caches".into(), "pressure warning".into())));
+    tick_until(&pool, "the cache trim", |pool| {
+        actions(pool).contains(&("trim_caches".into(), "pressure warning".into()))
+    });
     assert_eq!(pool.resident()[0].kv_cache_bytes, 0);
     // The conversation starts over: nothing is cached for the next turn.
     let mut next = messages;
@@ -278,7 +302,9 @@ fn memory_pressure_trims_caches_then_unloads_idle_models() {
     assert_eq!(second.stats.load_kind, ondo::engine::LoadKind::Warm);
 
     level.store(2, Ordering::SeqCst);
-    pool.tick();
+    tick_until(&pool, "the unload and the MLX cache clear", |pool| {
+        actions(pool).contains(&("clear_mlx_cache".into(), "pressure critical".into()))
+    });
     assert!(pool.resident().is_empty());
     let acts = actions(&pool);
     assert!(
@@ -292,6 +318,61 @@ fn memory_pressure_trims_caches_then_unloads_idle_models() {
     // Every event is in the store too.
     let stored = pool.with_store(|s| s.pool_events(100).unwrap()).unwrap();
     assert_eq!(stored.len(), pool.events().len());
+}
+
+#[test]
+fn critical_pressure_unloads_idle_models_least_recently_used_first() {
+    let root = tempfile::tempdir().unwrap();
+    let (a, b) = (root.path().join("a"), root.path().join("b"));
+    tiny(&a, 1);
+    tiny(&b, 2);
+    let level = Arc::new(AtomicU8::new(0));
+    let pool = pool_under(
+        root.path(),
+        PoolSettings {
+            keep_alive: KeepAlive::Forever,
+            memory_budget_bytes: None,
+        },
+        &level,
+    );
+    let go = |dir: &PathBuf, name: &str| {
+        pool.run(
+            chat_request(dir, name, vec![ChatMessage::user("hi")]),
+            context(name),
+            CancelToken::new(),
+            |_| {},
+        )
+        .unwrap();
+    };
+    go(&a, "a");
+    go(&b, "b");
+    go(&a, "a"); // b is now the least recently used
+    assert_eq!(pool.resident().len(), 2);
+
+    level.store(2, Ordering::SeqCst);
+    tick_until(&pool, "the MLX cache clear", |pool| {
+        actions(pool).contains(&("clear_mlx_cache".into(), "pressure critical".into()))
+    });
+    assert!(pool.resident().is_empty());
+    assert!(
+        pool.engine_resident().unwrap().is_empty(),
+        "the engine still holds a model"
+    );
+    let unloads = |events: Vec<ondo::store::PoolEvent>| -> Vec<(String, String)> {
+        events
+            .into_iter()
+            .filter(|e| e.action == "unload")
+            .map(|e| (e.model_id, e.reason))
+            .collect()
+    };
+    let expected = [
+        ("b".to_owned(), "pressure critical".to_owned()),
+        ("a".to_owned(), "pressure critical".to_owned()),
+    ];
+    assert_eq!(unloads(pool.events()), expected);
+    // The history keeps them, in the same order.
+    let stored = unloads(pool.with_store(|s| s.pool_events(100).unwrap()).unwrap());
+    assert_eq!(stored, expected);
 }
 
 /// Token ids every tiny model knows, in no pattern the model could shortcut.

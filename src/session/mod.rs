@@ -302,8 +302,9 @@ fn weights_on_disk(dir: &Path) -> u64 {
         .sum()
 }
 
-/// The system's memory pressure now.
-fn system_pressure_level() -> PressureLevel {
+/// The system's memory pressure now: the pool's pressure source unless
+/// its starter passes another.
+pub fn system_pressure_level() -> PressureLevel {
     ondo_os::memory_snapshot()
         .map(|s| s.level)
         .unwrap_or(PressureLevel::Unknown)
@@ -550,6 +551,18 @@ impl Shared {
         Ok(unloaded)
     }
 
+    /// The models no run is using, least recently used first: the order in
+    /// which the pool gives memory back.
+    fn idle_least_recent_first(&self) -> Vec<(PathBuf, String)> {
+        let models = lock(&self.models);
+        let mut idle: Vec<(&PathBuf, &Entry)> =
+            models.iter().filter(|(_, e)| e.busy == 0).collect();
+        idle.sort_by_key(|(_, e)| e.last_used);
+        idle.into_iter()
+            .map(|(k, e)| (k.clone(), e.model_id.clone()))
+            .collect()
+    }
+
     fn tick(&self) {
         // Keep-alive: idle models past their time go.
         if let KeepAlive::For(keep_alive) = lock(&self.settings).keep_alive {
@@ -570,12 +583,7 @@ impl Shared {
         }
         match level {
             PressureLevel::Warning => {
-                let idle: Vec<(PathBuf, String)> = lock(&self.models)
-                    .iter()
-                    .filter(|(_, e)| e.busy == 0)
-                    .map(|(k, e)| (k.clone(), e.model_id.clone()))
-                    .collect();
-                for (key, model_id) in idle {
+                for (key, model_id) in self.idle_least_recent_first() {
                     if let Ok(freed) = self.engine.drop_conversations(Some(&key)) {
                         if let Some(e) = lock(&self.models).get_mut(&key) {
                             e.kv_cache_bytes = 0;
@@ -585,12 +593,7 @@ impl Shared {
                 }
             }
             PressureLevel::Critical => {
-                let idle: Vec<PathBuf> = lock(&self.models)
-                    .iter()
-                    .filter(|(_, e)| e.busy == 0)
-                    .map(|(k, _)| k.clone())
-                    .collect();
-                for key in idle {
+                for (key, _) in self.idle_least_recent_first() {
                     let _ = self.unload(&key, "pressure critical");
                 }
                 if let Ok(freed) = self.engine.clear_buffer_cache() {
