@@ -15,6 +15,7 @@ mod window;
 
 pub use error::CommandError;
 
+use ondo::session::PressureSource;
 use tauri::{App, AppHandle, Builder, Manager, RunEvent, Runtime};
 
 /// Every command the pages may call, in one list: `with_commands!(m)` hands
@@ -73,9 +74,12 @@ macro_rules! described_commands {
 pub fn run() {
     #[cfg(target_os = "linux")]
     give_the_webview_a_language();
-    let app = run_app(desktop::with_plugins(tauri::Builder::default()))
-        .setup(|app| Ok(set_up_desktop(app)?))
-        .build(tauri::generate_context!());
+    let app = run_app(
+        desktop::with_plugins(tauri::Builder::default()),
+        Box::new(ondo::session::system_pressure_level),
+    )
+    .setup(|app| Ok(set_up_desktop(app)?))
+    .build(tauri::generate_context!());
     match app {
         Ok(app) => app.run(keep_running_without_windows),
         Err(error) => {
@@ -88,9 +92,12 @@ pub fn run() {
 /// Adds Ondo's commands and window behaviour to `builder`. Tests pass
 /// `tauri::test::mock_builder()`; `run` passes the real one. The session
 /// pool (and the engine thread inside it that owns every MLX object) starts
-/// here; all commands share it.
-pub fn run_app<R: Runtime>(builder: Builder<R>) -> Builder<R> {
-    let builder = match state::AppState::start() {
+/// here; all commands share it. The pool reacts to the memory pressure
+/// `pressure` reads: `run` passes the system's; tests about something else
+/// pass a fixed level, so that a busy machine's pressure cannot trim the
+/// caches they look at.
+pub fn run_app<R: Runtime>(builder: Builder<R>, pressure: PressureSource) -> Builder<R> {
+    let builder = match state::AppState::start(pressure) {
         Ok(state) => builder.manage(state),
         // Without an engine the commands answer with an error the UI shows.
         Err(error) => {

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use ondo::engine::CancelToken;
 use ondo::hub::{DownloadCancel, Hub};
 use ondo::paths::DataDirs;
-use ondo::session::SessionPool;
 use ondo::session::settings::AppSettings;
+use ondo::session::{PressureSource, SessionPool};
 use ondo::store::Store;
 
 pub struct AppState {
@@ -25,10 +25,10 @@ pub struct AppState {
 
 impl AppState {
     /// Opens the history and starts the session pool with its engine (the
-    /// one way into the engine: every command's run goes through the pool);
-    /// a history that cannot be opened leaves the app working without one
-    /// (and says why on stderr).
-    pub fn start() -> Result<Self, String> {
+    /// one way into the engine: every command's run goes through the pool),
+    /// reading memory pressure from `pressure`; a history that cannot be
+    /// opened leaves the app working without one (and says why on stderr).
+    pub fn start(pressure: PressureSource) -> Result<Self, String> {
         let dirs = DataDirs::from_env();
         let store = match Store::open_default(&dirs.data_dir) {
             Ok(store) => Some(store),
@@ -42,7 +42,8 @@ impl AppState {
         let hub = Hub::new(settings.hub_config(&dirs)).map_err(|e| e.to_string())?;
         Ok(Self {
             pool: Arc::new(
-                SessionPool::start(settings.pool_settings(), store).map_err(|e| e.to_string())?,
+                SessionPool::start_with_pressure_source(settings.pool_settings(), store, pressure)
+                    .map_err(|e| e.to_string())?,
             ),
             hub: RwLock::new(hub),
             downloads: Mutex::new(HashMap::new()),

@@ -3,13 +3,14 @@
 //! cache: what the UI sends, and that the answers carry every field the UI
 //! reads (ui/src/lib/backend.ts).
 
+mod support;
+
 use std::sync::LazyLock;
 
 use serde_json::{Value, json};
-use tauri::ipc::{CallbackFn, InvokeBody};
-use tauri::test::{INVOKE_KEY, MockRuntime, get_ipc_response, mock_builder, mock_context};
-use tauri::webview::InvokeRequest;
-use tauri::{WebviewWindow, WebviewWindowBuilder};
+use support::invoke;
+use tauri::WebviewWindow;
+use tauri::test::MockRuntime;
 
 /// A data folder of its own for this test binary, set in the environment
 /// before any test builds an app.
@@ -29,25 +30,7 @@ static DATA_ROOT: LazyLock<tempfile::TempDir> = LazyLock::new(|| {
 
 fn popover() -> WebviewWindow<MockRuntime> {
     LazyLock::force(&DATA_ROOT);
-    let app = ondo_app::run_app(mock_builder())
-        .build(mock_context(tauri::test::noop_assets()))
-        .unwrap();
-    WebviewWindowBuilder::new(&app, "main", Default::default())
-        .build()
-        .unwrap()
-}
-
-fn invoke(popover: &WebviewWindow<MockRuntime>, cmd: &str, args: Value) -> Result<Value, Value> {
-    let request = InvokeRequest {
-        cmd: cmd.into(),
-        callback: CallbackFn(0),
-        error: CallbackFn(1),
-        url: "tauri://localhost".parse().unwrap(),
-        body: InvokeBody::Json(args),
-        headers: Default::default(),
-        invoke_key: INVOKE_KEY.to_string(),
-    };
-    get_ipc_response(popover, request).map(|body| body.deserialize::<Value>().unwrap())
+    support::popover()
 }
 
 #[test]
