@@ -1,19 +1,20 @@
 //! Ondo's engine produces exactly mlx-lm's tokens: greedy ids for 64 tokens
 //! at prompt lengths 1, 7, 300 and longer than `prefill_step_size`, both
 //! loop shapes, llama and qwen3 (and qwen2, mistral), fp32 / 4-bit / 8-bit, with and without a
-//! rotating cache; first-step log-probabilities within a tolerance; and a
-//! follow-up turn on a kept cache equal to recomputing from scratch. The
-//! reference is Python mlx-lm 0.32.2 from the project venv.
+//! rotating cache; first-step log-probabilities within a tolerance; a
+//! follow-up turn on a kept cache equal to recomputing from scratch; and
+//! Llama 3.2's scaled rope over a long prompt. The reference is Python
+//! mlx-lm 0.32.2 from the project venv.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use ondo::engine::chat_template::ChatMessage;
-use ondo::engine::generate::{LoopShape, TokenSteps};
+use ondo::engine::generate::{DEFAULT_PREFILL_STEP_SIZE, LoopShape, TokenSteps};
 use ondo::engine::load::LoadedModel;
 use ondo::engine::{CancelToken, EngineHandle, GenerateRequest, Prompt};
-use ondo::synth::{self, Arch, SynthOptions, WeightDtype};
+use ondo::synth::{self, Arch, Shape, SynthOptions, WeightDtype};
 
 const GENERATE: usize = 64;
 /// Chunks of 128 make the 300-token prompt take three prefill passes.
@@ -242,23 +243,8 @@ fn first_step_log_probabilities_match_mlx_lm() {
         let reference: Vec<f32> =
             serde_json::from_str(&std::fs::read_to_string(&logits_path).unwrap()).unwrap();
 
-        let loaded = LoadedModel::load(&dir).unwrap();
-        let mut cache = loaded.model.make_cache(None);
-        let mut steps = TokenSteps::new(&loaded.model, &mut cache, &prompt).unwrap();
-        steps.next().unwrap().unwrap();
-        let ours = steps
-            .last_logprobs()
-            .unwrap()
-            .as_dtype(mlx_rs::Dtype::Float32)
-            .unwrap();
-        ours.eval().unwrap();
-        let ours = ours.as_slice::<f32>();
-        assert_eq!(ours.len(), reference.len(), "{name}: vocabulary size");
-        let worst = ours
-            .iter()
-            .zip(&reference)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0f32, f32::max);
+        let ours = ondo_first_logprobs(&dir, &prompt, DEFAULT_PREFILL_STEP_SIZE);
+        let worst = largest_difference(&ours, &reference);
         assert!(
             worst <= tolerance,
             "{name}: largest log-probability difference {worst} > {tolerance}"
@@ -348,4 +334,145 @@ fn follow_up_turn_on_the_kept_cache_equals_mlx_lm_and_a_fresh_run() {
             "{name}: reuse equals recompute"
         );
     }
+}
+
+/// Ondo's first-step log-probabilities for `prompt`, prefilled in chunks
+/// of `step`.
+fn ondo_first_logprobs(dir: &Path, prompt: &[u32], step: usize) -> Vec<f32> {
+    let loaded = LoadedModel::load(dir).unwrap();
+    let mut cache = loaded.model.make_cache(None);
+    let mut steps = TokenSteps::new(&loaded.model, &mut cache, prompt)
+        .unwrap()
+        .with_prefill_step_size(step);
+    steps.next().unwrap().unwrap();
+    let logprobs = steps
+        .last_logprobs()
+        .unwrap()
+        .as_dtype(mlx_rs::Dtype::Float32)
+        .unwrap();
+    logprobs.eval().unwrap();
+    logprobs.as_slice::<f32>().to_vec()
+}
+
+fn largest_difference(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "vocabulary size");
+    a.iter()
+        .zip(b)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max)
+}
+
+/// Llama 3.2's rope as its config.json has it (`rope_type: llama3`, factor
+/// 32, low and high frequency factors 1 and 4 around 8192 original
+/// positions, rope_theta 500000, head_dim 64) on a model small in layers
+/// and width, over a 3000-token prompt: greedy ids equal mlx-lm's token for
+/// token, and so do the first step's log-probabilities, within 1e-4. The
+/// scaling divides the slow frequencies by 32, which at positions this far
+/// apart turns them by a different angle altogether; the same weights
+/// without it give log-probabilities far outside the tolerance, so the
+/// comparison cannot pass with the scaling ignored or misapplied. (Greedy
+/// ids of random weights repeat one token, which no rope changes: the
+/// log-probabilities are what tells.)
+#[test]
+fn llama3_rope_scaling_equals_mlx_lm_on_the_real_llama_3_2_rope() {
+    let Some(python) = python() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let real = synth::preset_named("llama-3.2-1b").unwrap();
+    let mut preset = real.clone();
+    preset.shape = Shape {
+        hidden_size: 256,
+        intermediate_size: 512,
+        num_hidden_layers: 2,
+        num_attention_heads: 4,
+        num_key_value_heads: 2,
+        vocab_size: 2048,
+        tokenizer_vocab_size: 2048,
+        ..real.shape.clone()
+    };
+    let options = SynthOptions {
+        bits: None,
+        dtype: WeightDtype::F32,
+        ..SynthOptions::for_preset(preset)
+    };
+    let dir = root.path().join("llama3-rope");
+    synth::write_model(&options, &dir, &mut |_| {}).unwrap();
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    assert_eq!(
+        config["rope_scaling"],
+        serde_json::json!({
+            "rope_type": "llama3",
+            "factor": 32.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        }),
+        "not Llama 3.2's rope_scaling block"
+    );
+    assert_eq!(config["rope_theta"], 500_000.0);
+    assert_eq!(config["head_dim"], 64);
+
+    let prompt = prompt_of(3000);
+    let step = 512;
+    let logits_path = root.path().join("mlx-lm-logprobs.json");
+    let ids_arg = prompt
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let reference = mlx_lm_generate(
+        &python,
+        &dir,
+        &[
+            "--prompt-ids",
+            &ids_arg,
+            "--max-tokens",
+            &GENERATE.to_string(),
+            "--prefill-step-size",
+            &step.to_string(),
+            "--logits-out",
+            logits_path.to_str().unwrap(),
+        ],
+    );
+    let reference_ids = ids(&reference["generated_ids"]);
+    assert_eq!(reference_ids.len(), GENERATE);
+    let reference_logprobs: Vec<f32> =
+        serde_json::from_str(&std::fs::read_to_string(&logits_path).unwrap()).unwrap();
+
+    let engine = EngineHandle::spawn().unwrap();
+    for shape in [LoopShape::Pipelined, LoopShape::Sync] {
+        let ours = ondo_tokens(&engine, &dir, &prompt, step, None, shape);
+        assert_eq!(ours, reference_ids, "loop {shape}");
+    }
+    drop(engine);
+    let tolerance = 1e-4;
+    let worst = largest_difference(
+        &ondo_first_logprobs(&dir, &prompt, step),
+        &reference_logprobs,
+    );
+    assert!(
+        worst <= tolerance,
+        "largest log-probability difference from mlx-lm {worst} > {tolerance}"
+    );
+
+    // The same weights with the rope unscaled: the prompt is long enough
+    // for the scaling to change what the model says.
+    let unscaled = root.path().join("llama3-rope-removed");
+    std::fs::create_dir_all(&unscaled).unwrap();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), unscaled.join(entry.file_name())).unwrap();
+    }
+    let mut plain = config.clone();
+    plain.as_object_mut().unwrap().remove("rope_scaling");
+    std::fs::write(unscaled.join("config.json"), plain.to_string()).unwrap();
+    let apart = largest_difference(
+        &ondo_first_logprobs(&unscaled, &prompt, step),
+        &reference_logprobs,
+    );
+    assert!(
+        apart > 20.0 * tolerance,
+        "without the scaling the log-probabilities move by only {apart}: the prompt is too short to test it"
+    );
+    eprintln!("llama3 rope: {worst:e} from mlx-lm; {apart:e} without the scaling");
 }
