@@ -332,7 +332,9 @@ mod on_a_mac {
             let path = PathBuf::from(OsStr::from_bytes(
                 unsafe { CStr::from_ptr(name) }.to_bytes(),
             ));
-            (path.file_name()? == "libmlx.dylib").then(|| path.parent().map(PathBuf::from))?
+            let dir = (path.file_name()? == "libmlx.dylib").then(|| path.parent())??;
+            // dyld names it as the rpath made it (`.../MacOS/../Frameworks`).
+            Some(std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()))
         })
     }
 
