@@ -144,10 +144,10 @@ step "$product.app and its disk image"
 if [ "$identity" = "-" ]; then
   # Ad hoc, and without the hardened runtime: that is for notarization,
   # which needs a Developer ID anyway.
-  ui/node_modules/.bin/tauri bundle --bundles app,dmg --target "$target" \
+  ui/node_modules/.bin/tauri bundle --bundles app,dmg --target "$target" --features custom-protocol \
     --config '{"bundle":{"macOS":{"signingIdentity":"-","hardenedRuntime":false}}}'
 else
-  ui/node_modules/.bin/tauri bundle --bundles app,dmg --target "$target"
+  ui/node_modules/.bin/tauri bundle --bundles app,dmg --target "$target" --features custom-protocol
 fi
 app=$release/bundle/macos/$product.app
 dmg=""
