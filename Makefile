@@ -5,13 +5,14 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export MLX_PYTHON := $(CURDIR)/.venv/bin/python
 
-.PHONY: help setup app demo test test-rust test-python test-ui test-e2e lint check-macos release
+.PHONY: help setup app demo test test-rust test-python test-ui test-e2e lint check-macos release dmg
 
 help:
 	@echo "make app      build and launch the desktop app (offers a built-in tiny model offline)"
 	@echo "make demo     headless: make the tiny model, time one cold and one warm generation"
 	@echo "make test     everything CI runs: lint, Rust, mlx-lm parity, UI, macOS type-check, e2e"
 	@echo "make release  optimised CLI and app binaries under target/release"
+	@echo "make dmg      on a Mac: Ondo.app and its disk image, checked to start on a Mac that never built Ondo"
 
 setup:
 	@scripts/setup.sh test
@@ -31,6 +32,10 @@ release:
 	@cd ui && npm run --silent build
 	$(CARGO) build --release --bin ondo
 	$(CARGO) build --release -p ondo-app --features custom-protocol
+
+# Apple Silicon only; README's "Mac release" says what it checks.
+dmg:
+	@scripts/make-dmg.sh
 
 test:
 	@scripts/setup.sh test

@@ -6,6 +6,10 @@
 #   scripts/setup.sh app     core + WebKitGTK/appindicator, npm packages of ui/
 #   scripts/setup.sh test    app + Xvfb, Chromium, WebKitWebDriver, tauri-driver,
 #                            the macOS std for `cargo check --target aarch64-apple-darwin`
+#   scripts/setup.sh mac     on a Mac: MLX's official mlx-metal wheel (libmlx.dylib,
+#                            mlx.metallib) unpacked into target/mlx-metal; build with
+#                            MLX_PREFIX="$PWD/$(scripts/setup.sh mac-prefix)"
+#   scripts/setup.sh mac-prefix   prints that prefix (anywhere; it installs nothing)
 set -euo pipefail
 
 level=${1:-test}
@@ -14,6 +18,10 @@ cd "$root"
 
 MLX_VERSION=0.32.2
 MLX_LM_VERSION=0.32.2
+# Where `mac` unpacks the mlx-metal wheel; src-tauri/tauri.conf.json bundles
+# libmlx.dylib and mlx.metallib from its mlx/lib (src-tauri/tests/bundle.rs
+# checks that the two agree).
+MAC_MLX_DIR=target/mlx-metal
 TAURI_DRIVER_VERSION=2.1.0
 
 say() { printf '  setup: %s\n' "$*"; }
@@ -94,6 +102,31 @@ setup_apple_target() {
   fi
 }
 
+# The Mac build links the same MLX release as Linux, from its mlx-metal
+# wheel, built for the oldest macOS the app supports (tauri.conf.json's
+# minimumSystemVersion): pip on a newer Mac would pick that Mac's wheel, whose
+# mlx.metallib older macOS cannot load. docs/ARCHITECTURE.md, "Shipping on a
+# Mac", says why.
+setup_mlx_metal() {
+  if [ "$(uname -s)" != Darwin ]; then
+    echo "setup: the mlx-metal wheel is for macOS; run this on a Mac" >&2
+    exit 1
+  fi
+  local min platform want stamp=$MAC_MLX_DIR/.ondo-wheel
+  min=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["bundle"]["macOS"]["minimumSystemVersion"])' \
+    src-tauri/tauri.conf.json)
+  platform="macosx_${min%%.*}_${min#*.}_arm64"
+  want="mlx-metal==$MLX_VERSION $platform"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
+  say "unpacking mlx-metal==$MLX_VERSION ($platform) into $MAC_MLX_DIR"
+  rm -rf "$MAC_MLX_DIR"
+  mkdir -p "$MAC_MLX_DIR/wheel"
+  python3 -m pip download --quiet --disable-pip-version-check --no-deps \
+    --only-binary=:all: --platform "$platform" "mlx-metal==$MLX_VERSION" -d "$MAC_MLX_DIR/wheel"
+  python3 -m zipfile -e "$MAC_MLX_DIR"/wheel/mlx_metal-*.whl "$MAC_MLX_DIR"
+  echo "$want" > "$stamp"
+}
+
 setup_tauri_driver() {
   command -v tauri-driver >/dev/null && return 0
   say "building tauri-driver $TAURI_DRIVER_VERSION (once)"
@@ -106,5 +139,7 @@ case "$level" in
   test)
     install_debs "${core_debs[@]}" "${app_debs[@]}" "${test_debs[@]}"
     setup_venv; setup_npm; setup_apple_target; setup_tauri_driver ;;
-  *) echo "usage: scripts/setup.sh core|app|test" >&2; exit 2 ;;
+  mac) setup_mlx_metal ;;
+  mac-prefix) echo "$MAC_MLX_DIR/mlx" ;;
+  *) echo "usage: scripts/setup.sh core|app|test|mac|mac-prefix" >&2; exit 2 ;;
 esac

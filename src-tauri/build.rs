@@ -1,9 +1,19 @@
 //! Generates Tauri's context (config, capabilities, icons) and sets the rpath
 //! of the app binary to the folder of libmlx, which the patched mlx-sys
 //! publishes as DEP_MLX_LIB (its own link arguments do not reach our binary).
+//! On macOS tauri-build adds the bundle's Frameworks, where Ondo.app carries
+//! libmlx.dylib (it does so for any `bundle.macOS.frameworks`), after ours.
 fn main() {
     println!("cargo:rerun-if-env-changed=DEP_MLX_LIB");
-    if let Ok(lib_dir) = std::env::var("DEP_MLX_LIB") {
+    println!("cargo:rerun-if-env-changed=ONDO_MACOS_BUNDLE");
+    let macos = std::env::var("CARGO_CFG_TARGET_OS").is_ok_and(|os| os == "macos");
+    // `make dmg` builds for Ondo.app alone: no rpath to this machine's MLX
+    // folder, so the bundle cannot quietly load it from there.
+    let for_the_bundle_only =
+        macos && std::env::var_os("ONDO_MACOS_BUNDLE").is_some_and(|v| v == "1");
+    if let Ok(lib_dir) = std::env::var("DEP_MLX_LIB")
+        && !for_the_bundle_only
+    {
         println!("cargo:rustc-link-arg=-Wl,-rpath,{lib_dir}");
     }
     // On Linux, OpenBLAS for MLX's fp32 matmuls instead of the wheel's

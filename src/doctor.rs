@@ -6,6 +6,7 @@
 
 use mlx_rs::{Array, ops};
 
+use crate::metallib::MetalReport;
 use crate::metrics::mlx_runtime::{Backend, MlxRuntime};
 use crate::paths::DataDirs;
 
@@ -30,6 +31,11 @@ pub struct DoctorReport {
     pub mlx_version: String,
     pub backend: Backend,
     pub device: String,
+    /// On a Mac: the Metal device and where MLX's kernels came from (or
+    /// where they were looked for). Absent elsewhere.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "specta", specta(optional))]
+    pub metal: Option<MetalReport>,
     pub os: String,
     pub total_memory_bytes: u64,
     pub available_memory_bytes: u64,
@@ -53,20 +59,37 @@ pub struct DoctorReport {
 impl DoctorReport {
     /// Probes the machine and runs the self-tests.
     pub fn collect() -> Self {
+        // First: on a Mac this is where MLX creates its Metal device and
+        // loads its kernels, with the bundle's kernels named if there are.
+        let metal_check = crate::metallib::check();
         let runtime = MlxRuntime::detect();
         let dirs = DataDirs::from_env();
         let memory = ondo_os::memory_totals().ok();
         let hub = crate::hub::HubConfig::from_env(&dirs);
-        let checks = vec![
-            version_check(&runtime.mlx_version),
-            outcome("matmul f32", check_matmul()),
-            outcome("quantized matmul 4-bit", check_quantized_matmul()),
-        ];
+        let mut checks = vec![version_check(&runtime.mlx_version)];
+        let (metal, gpu_works) = match metal_check {
+            Ok(None) => (None, true),
+            Ok(Some(report)) => {
+                checks.push(metal_passed(&report));
+                (Some(report), true)
+            }
+            Err(error) => {
+                checks.push(outcome(METAL_CHECK, Err(error.to_string())));
+                let search = crate::metallib::use_bundled_kernels();
+                (Some(MetalReport::of_search(search)), false)
+            }
+        };
+        // Without the GPU they would only repeat the failure above.
+        if gpu_works {
+            checks.push(outcome("matmul f32", check_matmul()));
+            checks.push(outcome("quantized matmul 4-bit", check_quantized_matmul()));
+        }
         Self {
             ondo_version: env!("CARGO_PKG_VERSION").to_owned(),
             mlx_version: runtime.mlx_version.clone(),
             backend: runtime.backend,
             device: runtime.device_name.clone(),
+            metal,
             os: ondo_os::os_description(),
             total_memory_bytes: memory.map_or(0, |m| m.total_bytes),
             available_memory_bytes: memory.map_or(0, |m| m.available_bytes),
@@ -116,6 +139,22 @@ fn version_check(found: &str) -> Check {
     }
 }
 
+/// The name of the check that MLX runs on the Mac's GPU.
+const METAL_CHECK: &str = "Metal GPU and kernels";
+
+fn metal_passed(report: &MetalReport) -> Check {
+    let device = report.device_name.as_deref().unwrap_or("the GPU");
+    let kernels = match &report.metallib {
+        Some(path) => format!("kernels from {}", path.display()),
+        None => "kernels from where libmlx was built".to_owned(),
+    };
+    Check {
+        name: METAL_CHECK.to_owned(),
+        passed: true,
+        detail: format!("{device} computes; {kernels}"),
+    }
+}
+
 fn outcome(name: &str, result: Result<String, String>) -> Check {
     let (passed, detail) = match result {
         Ok(detail) => (true, detail),
@@ -130,8 +169,8 @@ fn outcome(name: &str, result: Result<String, String>) -> Check {
 
 /// What to do when MLX cannot compute at all: the library is there (the
 /// process started) but unusable, e.g. a missing Metal library or BLAS.
-const HOW_TO_GET_MLX: &str = "on macOS rebuild Ondo so that mlx.metallib is \
-placed again (a release build places it); on Linux reinstall the MLX wheel with \
+const HOW_TO_GET_MLX: &str = "on macOS reinstall Ondo from its disk image (the \
+app carries libmlx and its kernels); on Linux reinstall the MLX wheel with \
 make setup (it puts mlx[cpu]==0.32.2 into .venv) and rebuild";
 
 fn mlx_err(e: impl std::fmt::Display) -> String {
@@ -242,6 +281,22 @@ mod tests {
         }
         assert_eq!(report.mlx_version, EXPECTED_MLX_VERSION);
         assert!(report.total_memory_bytes > 0);
+    }
+
+    #[test]
+    fn off_a_mac_the_report_is_as_it_was() {
+        if cfg!(target_os = "macos") {
+            return;
+        }
+        let report = DoctorReport::collect();
+        assert_eq!(report.metal, None);
+        let json = serde_json::to_value(&report).unwrap();
+        assert!(json.get("metal").is_none(), "{json}");
+        let names: Vec<&str> = report.checks.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["MLX version", "matmul f32", "quantized matmul 4-bit"]
+        );
     }
 
     #[test]

@@ -136,6 +136,12 @@ error_kinds! {
     // Synthetic models.
     /// The folder to write a model into already holds files.
     FolderNotEmpty => "folder_not_empty",
+
+    // MLX on a Mac.
+    /// MLX found no Metal GPU (a virtual machine, a session without the GPU).
+    MetalUnavailable => "metal_unavailable",
+    /// MLX's Metal kernels (mlx.metallib) are missing or would not load.
+    MetalKernelsUnavailable => "metal_kernels_unavailable",
 }
 
 impl fmt::Display for ErrorKind {

@@ -8,6 +8,7 @@ pub mod doctor;
 pub mod engine;
 pub mod error_kind;
 pub mod hub;
+pub mod metallib;
 pub mod metrics;
 pub mod paths;
 pub mod report;

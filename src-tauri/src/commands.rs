@@ -56,6 +56,18 @@ pub async fn doctor_report(state: State<'_>) -> Result<DoctorReport, CommandErro
     on_blocking_thread(move || Ok(pool.call(DoctorReport::collect)?)).await
 }
 
+/// What the start-up check found: fails with `metal_unavailable` or
+/// `metal_kernels_unavailable` (what is missing and where it was looked
+/// for) when MLX cannot use this Mac's GPU; succeeds elsewhere.
+#[tauri::command]
+#[specta::specta]
+pub fn startup_check(state: State<'_>) -> Result<(), CommandError> {
+    match &state.mlx_problem {
+        Some(problem) => Err(CommandError::Metal(problem.clone())),
+        None => Ok(()),
+    }
+}
+
 /// Writes the built-in tiny model if it is not there yet.
 #[tauri::command]
 #[specta::specta]

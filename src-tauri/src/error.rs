@@ -39,6 +39,10 @@ pub enum CommandError {
     /// store's own (`history_corrupt`, `history_busy`, `disk_full`, ...).
     #[error("{0}")]
     History(#[from] StoreError),
+    /// MLX cannot use this Mac's GPU (`metal_unavailable`,
+    /// `metal_kernels_unavailable`), as the start-up check found.
+    #[error("{0}")]
+    Metal(#[from] ondo::metallib::MetalError),
     /// The background task that did the work died (a panic in the core).
     #[error("Ondo hit an internal error ({0}); please report it with the steps that led here")]
     Internal(String),
@@ -55,6 +59,7 @@ impl CommandError {
             Self::History(error) => error.kind(),
             Self::Run(error) => error.kind(),
             Self::Bench(error) => error.kind(),
+            Self::Metal(error) => error.kind(),
             Self::Internal(_) => ErrorKind::Internal,
         }
     }
@@ -99,6 +104,7 @@ mod tests {
             CommandError::Run(_) => "prompt_too_long",
             CommandError::Bench(_) => "cancelled",
             CommandError::History(_) => "history_too_new",
+            CommandError::Metal(_) => "metal_kernels_unavailable",
             CommandError::Internal(_) => "internal",
         }
     }
@@ -130,6 +136,12 @@ mod tests {
                 path: "/data/ondo.sqlite3".into(),
                 found: 9,
                 known: 4,
+            }),
+            CommandError::Metal(ondo::metallib::MetalError::KernelsMissing {
+                looked_in: vec![
+                    "/Applications/Ondo.app/Contents/Resources/mlx.metallib".into(),
+                    "/Applications/Ondo.app/Contents/Frameworks/mlx.metallib".into(),
+                ],
             }),
             CommandError::Internal("task panicked".into()),
         ]

@@ -29,6 +29,7 @@ macro_rules! with_commands {
     ($then:ident) => {
         $then![
             commands::doctor_report,
+            commands::startup_check,
             commands::prepare_builtin_model,
             commands::run_test_generation<tauri::Wry>,
             models::list_models,
@@ -72,6 +73,8 @@ macro_rules! described_commands {
 
 /// Starts the desktop app and runs it until the user quits from the tray.
 pub fn run() {
+    // Before any MLX work: run from Ondo.app, MLX loads the bundle's kernels.
+    ondo::metallib::use_bundled_kernels();
     #[cfg(target_os = "linux")]
     give_the_webview_a_language();
     let app = run_app(

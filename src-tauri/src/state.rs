@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use ondo::engine::CancelToken;
 use ondo::hub::{DownloadCancel, Hub};
+use ondo::metallib::MetalError;
 use ondo::paths::DataDirs;
 use ondo::session::settings::AppSettings;
 use ondo::session::{PressureSource, SessionPool};
@@ -21,13 +22,18 @@ pub struct AppState {
     pub chats: Mutex<HashMap<String, CancelToken>>,
     /// The benchmark running now (one at a time: two would measure each other).
     pub bench: Mutex<Option<CancelToken>>,
+    /// Why MLX cannot use this Mac's GPU, as the start-up check found it (no
+    /// Metal device, no kernels): the popover says so at the top. `None`
+    /// when MLX works, and always where MLX has no Metal backend.
+    pub mlx_problem: Option<MetalError>,
 }
 
 impl AppState {
     /// Opens the history and starts the session pool with its engine (the
     /// one way into the engine: every command's run goes through the pool),
-    /// reading memory pressure from `pressure`; a history that cannot be
-    /// opened leaves the app working without one (and says why on stderr).
+    /// reading memory pressure from `pressure`, then checks through it that
+    /// MLX can use this Mac's GPU; a history that cannot be opened leaves the
+    /// app working without one (and says why on stderr).
     pub fn start(pressure: PressureSource) -> Result<Self, String> {
         let dirs = DataDirs::from_env();
         let store = match Store::open_default(&dirs.data_dir) {
@@ -40,15 +46,26 @@ impl AppState {
         // The pool and the hub start with what the user saved.
         let settings = store.as_ref().map(AppSettings::load).unwrap_or_default();
         let hub = Hub::new(settings.hub_config(&dirs)).map_err(|e| e.to_string())?;
+        let pool =
+            SessionPool::start_with_pressure_source(settings.pool_settings(), store, pressure)
+                .map_err(|e| e.to_string())?;
+        // The first MLX work: on a Mac it creates MLX's Metal device and loads
+        // its kernels, so a bundle without them is reported here, with where
+        // they were looked for, instead of failing at the first model.
+        let mlx_problem = pool
+            .call(ondo::metallib::check)
+            .map_err(|e| e.to_string())?
+            .err();
+        if let Some(problem) = &mlx_problem {
+            eprintln!("ondo-app: {problem}");
+        }
         Ok(Self {
-            pool: Arc::new(
-                SessionPool::start_with_pressure_source(settings.pool_settings(), store, pressure)
-                    .map_err(|e| e.to_string())?,
-            ),
+            pool: Arc::new(pool),
             hub: RwLock::new(hub),
             downloads: Mutex::new(HashMap::new()),
             chats: Mutex::new(HashMap::new()),
             bench: Mutex::new(None),
+            mlx_problem,
         })
     }
 

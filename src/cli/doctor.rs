@@ -7,6 +7,7 @@ use clap::Args;
 use crate::ErrorKind;
 use crate::cli::error::CliError;
 use crate::doctor::DoctorReport;
+use crate::metallib::MetalReport;
 use crate::units::human_bytes;
 
 #[derive(Debug, Args)]
@@ -37,6 +38,9 @@ fn print_text(r: &DoctorReport) {
     println!("MLX          {}", r.mlx_version);
     println!("backend      {}", r.backend);
     println!("device       {}", r.device);
+    if let Some(metal) = &r.metal {
+        println!("metallib     {}", metallib_line(metal));
+    }
     println!("os           {}", r.os);
     println!(
         "memory       {} total, {} available",
@@ -90,5 +94,70 @@ fn print_text(r: &DoctorReport) {
     if r.build_profile == "debug" {
         println!();
         println!("note: this is a debug build; timings from it understate what Ondo does.");
+    }
+}
+
+/// Where MLX's kernels came from, or every place they were looked for.
+fn metallib_line(metal: &MetalReport) -> String {
+    match (&metal.metallib, &metal.device_name) {
+        (Some(path), _) => match &metal.metallib_macos {
+            Some(macos) => format!("{} (macOS {macos} and later)", path.display()),
+            None => path.display().to_string(),
+        },
+        (None, Some(_)) => "from where libmlx was built".to_owned(),
+        (None, None) => {
+            let looked_in: Vec<String> = metal
+                .looked_in
+                .iter()
+                .map(|path| path.display().to_string())
+                .collect();
+            if looked_in.is_empty() {
+                "not loaded; MLX looked only where libmlx was built".to_owned()
+            } else {
+                format!("not loaded; looked in {}", looked_in.join(", "))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bundle_report() -> MetalReport {
+        MetalReport {
+            device_name: Some("Apple M2 Pro".into()),
+            metallib: Some("/Applications/Ondo.app/Contents/Resources/mlx.metallib".into()),
+            metallib_macos: Some("14.0".into()),
+            libmlx: Some("/Applications/Ondo.app/Contents/Frameworks/libmlx.dylib".into()),
+            looked_in: vec!["/Applications/Ondo.app/Contents/Resources/mlx.metallib".into()],
+        }
+    }
+
+    #[test]
+    fn the_metallib_line_names_the_file_mlx_loaded() {
+        assert_eq!(
+            metallib_line(&bundle_report()),
+            "/Applications/Ondo.app/Contents/Resources/mlx.metallib (macOS 14.0 and later)"
+        );
+    }
+
+    #[test]
+    fn the_metallib_line_lists_the_places_tried_when_none_loaded() {
+        let report = MetalReport {
+            device_name: None,
+            metallib: None,
+            metallib_macos: None,
+            looked_in: vec![
+                "/Applications/Ondo.app/Contents/Resources/mlx.metallib".into(),
+                "/Applications/Ondo.app/Contents/Frameworks/mlx.metallib".into(),
+            ],
+            ..bundle_report()
+        };
+        assert_eq!(
+            metallib_line(&report),
+            "not loaded; looked in /Applications/Ondo.app/Contents/Resources/mlx.metallib, \
+             /Applications/Ondo.app/Contents/Frameworks/mlx.metallib"
+        );
     }
 }

@@ -162,6 +162,11 @@ pub fn hint(kind: ErrorKind, model: Option<&str>) -> Option<String> {
             "set ONDO_HOME to another folder to keep a separate history there".to_owned()
         }
         ErrorKind::FolderNotEmpty => "pass --force to replace what is there".to_owned(),
+        ErrorKind::MetalKernelsUnavailable => {
+            "in a checkout, `scripts/setup.sh mac` unpacks MLX's wheel (libmlx.dylib beside \
+             mlx.metallib) and `make dmg` builds an app that carries both"
+                .to_owned()
+        }
         ErrorKind::InvalidInput
         | ErrorKind::ModelUnavailable
         | ErrorKind::Internal
@@ -180,7 +185,8 @@ pub fn hint(kind: ErrorKind, model: Option<&str>) -> Option<String> {
         | ErrorKind::InvalidSettings
         | ErrorKind::EngineStopped
         | ErrorKind::History
-        | ErrorKind::HistoryBusy => return None,
+        | ErrorKind::HistoryBusy
+        | ErrorKind::MetalUnavailable => return None,
     })
 }
 

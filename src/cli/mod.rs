@@ -67,6 +67,8 @@ mod demo;
 /// Parses the command line, runs the command, and returns the exit code.
 /// A failure prints its message, then a hint in the terminal's words.
 pub fn main() -> std::process::ExitCode {
+    // Before any MLX work: run from Ondo.app, MLX loads the bundle's kernels.
+    crate::metallib::use_bundled_kernels();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Doctor(args) => doctor::run(args),

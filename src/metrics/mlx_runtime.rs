@@ -64,6 +64,11 @@ pub struct MlxRuntime {
 impl MlxRuntime {
     /// Asks the loaded MLX library.
     pub fn detect() -> Self {
+        // Through mlx-rs first: it installs the error handler that turns
+        // MLX's exceptions into errors. The raw calls below would otherwise
+        // meet mlx-c's default handler, which exits the process (on a Mac
+        // whose MLX cannot load its Metal kernels, the device info does).
+        let memory_limit_bytes = mlx_rs::memory::memory_limit().unwrap_or(0) as u64;
         let backend = if gpu_available(mlx_sys::mlx_metal_is_available) {
             Backend::Metal
         } else if gpu_available(mlx_sys::mlx_cuda_is_available) {
@@ -89,7 +94,7 @@ impl MlxRuntime {
             mlx_version: mlx_version(),
             backend,
             device_name,
-            memory_limit_bytes: mlx_rs::memory::memory_limit().unwrap_or(0) as u64,
+            memory_limit_bytes,
             recommended_working_set_bytes,
         }
     }
@@ -98,6 +103,13 @@ impl MlxRuntime {
     pub fn is_cpu(&self) -> bool {
         self.backend == Backend::Cpu
     }
+}
+
+/// The GPU's name as MLX reports it ("Apple M2 Pro"), when MLX has one and
+/// can create its device.
+#[cfg(target_os = "macos")]
+pub(crate) fn gpu_name() -> Option<String> {
+    device_string(&RawDevice::new(DeviceType::Gpu), "device_name")
 }
 
 /// The version string of the loaded libmlx.

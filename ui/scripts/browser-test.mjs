@@ -161,6 +161,35 @@ test('a failed generation says what happened and what to do', async () => {
   await page.close();
 });
 
+test('a Mac app without its GPU kernels says so first, with every place it looked', async () => {
+  const { page, problems } = await openPopover({ scenario: 'no-kernels' });
+  const note = page.getByRole('region', { name: 'Ondo cannot run models' });
+  await note.getByText('MLX’s GPU kernels are missing').waitFor();
+  const shown = await text(note);
+  for (const path of [
+    '/Applications/Ondo.app/Contents/Resources/mlx.metallib',
+    '/Applications/Ondo.app/Contents/Frameworks/mlx.metallib',
+  ]) {
+    assert.ok(shown.includes(path), `${path} is not named`);
+  }
+  assert.match(shown, /drag Ondo from its disk image to Applications again/);
+  // Long paths wrap inside the note rather than run out of the popover.
+  assert.ok(
+    await note.getByRole('alert').evaluate((box) => box.scrollWidth <= box.clientWidth),
+    'a path runs out of the note',
+  );
+  assert.doesNotMatch(shown, /\bondo [a-z]|\s--[a-z]|\.cpp:|\/rustc\//);
+  // The note is the first thing in the popover, above Models and Chat.
+  assert.ok(
+    await note.evaluate((section) => section.parentElement.firstElementChild === section),
+    'the note is not at the top',
+  );
+  await page.getByTestId('environment').getByText('1 of 2 checks failed', { exact: false }).waitFor();
+  await browser.screenshot(page, 'popover-no-kernels.png');
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
 test('the catalog shows fit verdicts; a download shows progress, pauses, resumes and completes', async () => {
   const { page, problems } = await openPopover();
   const catalog = page.getByRole('list', { name: 'Download a model' });

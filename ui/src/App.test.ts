@@ -1,6 +1,14 @@
 import { cleanup, fireEvent, render, screen } from '@testing-library/svelte';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { demoRun, doctorReport, emptyModelsView, memorySnapshot, preparedTinyModel } from '../test/fixtures';
+import {
+  demoRun,
+  doctorReport,
+  doctorReportWithoutKernels,
+  emptyModelsView,
+  kernelsMissing,
+  memorySnapshot,
+  preparedTinyModel,
+} from '../test/fixtures';
 import App from './App.svelte';
 import type { Backend } from './lib/backend';
 
@@ -13,6 +21,7 @@ async function notUsedHere(): Promise<never> {
 function fakeBackend(overrides: Partial<Backend> = {}): Backend {
   return {
     doctorReport: vi.fn(async () => doctorReport),
+    startupCheck: vi.fn(async () => null),
     prepareBuiltinModel: vi.fn(async () => preparedTinyModel),
     runTestGeneration: vi.fn(async () => demoRun),
     listModels: vi.fn(async () => emptyModelsView),
@@ -80,6 +89,38 @@ describe('App', () => {
     expect(alert.dataset.kind).toBe('mlx');
     expect(alert.textContent).toContain('MLX failed while generating');
     expect(alert.textContent).toContain('out of memory');
+  });
+
+  it('says first what is missing and where it was looked for when MLX cannot load its kernels', async () => {
+    const api = fakeBackend({
+      startupCheck: vi.fn(async () => {
+        throw kernelsMissing;
+      }),
+      doctorReport: vi.fn(async () => doctorReportWithoutKernels),
+    });
+    render(App, { api });
+    const note = await screen.findByRole('region', { name: 'Ondo cannot run models' });
+    // Above everything else in the popover.
+    expect(note.parentElement?.firstElementChild).toBe(note);
+    const alert = note.querySelector('[role="alert"]') as HTMLElement;
+    expect(alert.dataset.kind).toBe('metal_kernels_unavailable');
+    for (const shown of [
+      'MLX’s GPU kernels are missing',
+      'were not found',
+      '/Applications/Ondo.app/Contents/Resources/mlx.metallib',
+      '/Applications/Ondo.app/Contents/Frameworks/Resources/default.metallib',
+      'drag Ondo from its disk image to Applications again',
+    ]) {
+      expect(alert.textContent).toContain(shown);
+    }
+  });
+
+  it('shows no start-up note when MLX works', async () => {
+    const api = fakeBackend();
+    render(App, { api });
+    await screen.findByText('20.0 GiB free of 24.0 GiB');
+    expect(api.startupCheck).toHaveBeenCalledOnce();
+    expect(screen.queryByRole('region', { name: 'Ondo cannot run models' })).toBeNull();
   });
 
   it('says memory is unknown when the doctor report fails', async () => {

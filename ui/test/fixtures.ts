@@ -3,6 +3,7 @@
 import type {
   CatalogEntry,
   CatalogOffer,
+  CommandError,
   DemoRun,
   DoctorReport,
   FitEstimate,
@@ -36,6 +37,45 @@ export const doctorReport: DoctorReport = {
     { name: 'MLX version', passed: true, detail: 'libmlx 0.32.2, as mlx-c expects' },
     { name: 'matmul f32', passed: true, detail: 'max abs diff 0' },
     { name: 'quantized matmul 4-bit', passed: true, detail: 'max abs diff 1e-6' },
+  ],
+};
+
+/** Where Ondo.app and MLX look for the kernels, in order (ondo::metallib). */
+const lookedIn = [
+  '/Applications/Ondo.app/Contents/Resources/mlx.metallib',
+  '/Applications/Ondo.app/Contents/Frameworks/mlx.metallib',
+  '/Applications/Ondo.app/Contents/Frameworks/Resources/mlx.metallib',
+  '/Applications/Ondo.app/Contents/Frameworks/Resources/default.metallib',
+];
+
+/** The start-up check on a Mac whose Ondo.app lost its mlx.metallib, as the
+ * shell words it. */
+export const kernelsMissing: CommandError = {
+  kind: 'metal_kernels_unavailable',
+  message:
+    "MLX's Metal kernels (mlx.metallib) were not found, so no model can run; looked for them at " +
+    `${lookedIn.join(', ')} and where libmlx was built. ` +
+    'Reinstall Ondo from its disk image, which carries them in Ondo.app/Contents/Resources',
+};
+
+/** The doctor report on that Mac: the Metal check failed, so the compute
+ * checks did not run. */
+export const doctorReportWithoutKernels: DoctorReport = {
+  ...doctorReport,
+  backend: 'metal',
+  device: 'Apple M2 Pro',
+  os: 'macOS 14.5',
+  recommended_working_set_bytes: null,
+  metal: {
+    device_name: null,
+    metallib: null,
+    metallib_macos: null,
+    libmlx: '/Applications/Ondo.app/Contents/Frameworks/libmlx.dylib',
+    looked_in: lookedIn,
+  },
+  checks: [
+    { name: 'MLX version', passed: true, detail: 'libmlx 0.32.2, as mlx-c expects' },
+    { name: 'Metal GPU and kernels', passed: false, detail: kernelsMissing.message },
   ],
 };
 

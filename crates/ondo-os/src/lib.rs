@@ -68,6 +68,19 @@ pub fn cpu_name() -> Option<String> {
     }
 }
 
+/// The macOS version ("14.5"); `None` on other systems or when it cannot be
+/// read.
+pub fn macos_version() -> Option<String> {
+    #[cfg(target_os = "macos")]
+    {
+        macos::product_version()
+    }
+    #[cfg(not(target_os = "macos"))]
+    {
+        None
+    }
+}
+
 /// The OS name and version as one line ("Debian GNU/Linux 12 (bookworm)",
 /// "macOS 15.1").
 pub fn os_description() -> String {

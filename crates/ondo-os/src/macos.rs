@@ -87,10 +87,14 @@ pub(crate) fn cpu_name() -> Option<String> {
     sysctl_string(c"machdep.cpu.brand_string").ok()
 }
 
+pub(crate) fn product_version() -> Option<String> {
+    sysctl_string(c"kern.osproductversion").ok()
+}
+
 pub(crate) fn os_description() -> String {
-    match sysctl_string(c"kern.osproductversion") {
-        Ok(version) => format!("macOS {version}"),
-        Err(_) => "macOS".to_owned(),
+    match product_version() {
+        Some(version) => format!("macOS {version}"),
+        None => "macOS".to_owned(),
     }
 }
 

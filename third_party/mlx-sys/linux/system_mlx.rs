@@ -1,7 +1,8 @@
-//! Ondo patch: the build for targets other than Apple's. Instead of fetching
-//! MLX from GitHub and building it with Metal, mlx-c is compiled against a
-//! prebuilt libmlx: the official `mlx` wheel (mlx-cpu or mlx-cuda-*) or any
-//! folder holding `include/mlx` and `lib/libmlx.so`.
+//! Ondo patch: the build of every target. Instead of fetching MLX from
+//! GitHub and building it, mlx-c is compiled against a prebuilt libmlx: the
+//! official wheel of the MLX release mlx-c pins (`mlx-cpu` or `mlx-cuda-*` on
+//! Linux, `mlx-metal` on macOS, which also holds `mlx.metallib`) or any folder
+//! holding `include/mlx` and `lib/libmlx.so` (`lib/libmlx.dylib` on macOS).
 
 use std::{
     env,
@@ -9,7 +10,7 @@ use std::{
     process::Command,
 };
 
-/// True when building for macOS/iOS, where the upstream Metal build is kept.
+/// True when building for macOS/iOS.
 pub fn is_apple_target() -> bool {
     env::var("CARGO_CFG_TARGET_VENDOR").as_deref() == Ok("apple")
 }
@@ -27,8 +28,31 @@ const HOW_TO_INSTALL: &str = "install the official wheel into a Python \
 with MLX_PYTHON=.venv/bin/python, or set MLX_PREFIX to a folder that holds \
 include/mlx/mlx.h and lib/libmlx.so (`make setup` does the former)";
 
+const HOW_TO_INSTALL_ON_A_MAC: &str = "run `scripts/setup.sh mac`, which unpacks \
+the official mlx-metal wheel into target/mlx-metal, and build with \
+MLX_PREFIX=target/mlx-metal/mlx (an absolute path), or name a Python whose `mlx` \
+package holds include/mlx/mlx.h and lib/libmlx.dylib with MLX_PYTHON";
+
+fn how_to_install() -> &'static str {
+    if is_apple_target() {
+        HOW_TO_INSTALL_ON_A_MAC
+    } else {
+        HOW_TO_INSTALL
+    }
+}
+
+/// The shared library's file name on the target: the wheels ship
+/// `libmlx.so` on Linux and `libmlx.dylib` on macOS.
+fn library_file() -> &'static str {
+    if is_apple_target() {
+        "libmlx.dylib"
+    } else {
+        "libmlx.so"
+    }
+}
+
 fn looks_like_prefix(prefix: &Path) -> bool {
-    prefix.join("include/mlx/mlx.h").is_file() && prefix.join("lib/libmlx.so").is_file()
+    prefix.join("include/mlx/mlx.h").is_file() && prefix.join("lib").join(library_file()).is_file()
 }
 
 /// Finds the MLX prefix: `MLX_PREFIX`, else the `mlx` package of `MLX_PYTHON`
@@ -40,8 +64,10 @@ pub fn locate_prefix() -> PathBuf {
         let prefix = PathBuf::from(prefix);
         if !looks_like_prefix(&prefix) {
             panic!(
-                "MLX_PREFIX={} has no include/mlx/mlx.h and lib/libmlx.so; {HOW_TO_INSTALL}",
-                prefix.display()
+                "MLX_PREFIX={} has no include/mlx/mlx.h and lib/{}; {}",
+                prefix.display(),
+                library_file(),
+                how_to_install()
             );
         }
         return prefix;
@@ -55,16 +81,19 @@ pub fn locate_prefix() -> PathBuf {
             PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
         }
         Ok(out) => panic!(
-            "`{python}` cannot import mlx ({}); {HOW_TO_INSTALL}",
-            String::from_utf8_lossy(&out.stderr).trim()
+            "`{python}` cannot import mlx ({}); {}",
+            String::from_utf8_lossy(&out.stderr).trim(),
+            how_to_install()
         ),
-        Err(err) => panic!("cannot run `{python}` ({err}); {HOW_TO_INSTALL}"),
+        Err(err) => panic!("cannot run `{python}` ({err}); {}", how_to_install()),
     };
     if !looks_like_prefix(&prefix) {
         panic!(
-            "the mlx package at {} has no include/mlx/mlx.h and lib/libmlx.so \
-             (a source install?); {HOW_TO_INSTALL}",
-            prefix.display()
+            "the mlx package at {} has no include/mlx/mlx.h and lib/{} \
+             (a source install?); {}",
+            prefix.display(),
+            library_file(),
+            how_to_install()
         );
     }
     prefix
@@ -91,6 +120,13 @@ pub fn build_and_link(mlx_c_root: &Path) {
         .define("CMAKE_BUILD_TYPE", "Release")
         .profile("Release")
         .cxxflag(format!("-include {}", ours.join("format_compat.h").display()));
+    if is_apple_target() {
+        // Xcode's clang, as upstream's build uses: a compiler from Homebrew
+        // or elsewhere on PATH may not know the macOS SDK.
+        config
+            .define("CMAKE_C_COMPILER", "/usr/bin/cc")
+            .define("CMAKE_CXX_COMPILER", "/usr/bin/c++");
+    }
     let dst = config.build();
 
     let lib_dir = prefix.join("lib");
@@ -98,7 +134,14 @@ pub fn build_and_link(mlx_c_root: &Path) {
     println!("cargo:rustc-link-lib=static=mlxc");
     println!("cargo:rustc-link-search=native={}", lib_dir.display());
     println!("cargo:rustc-link-lib=dylib=mlx");
-    println!("cargo:rustc-link-lib=dylib=stdc++");
+    // mlx-c is C++: Apple's C++ library is libc++, GNU's libstdc++. libmlx
+    // itself links Metal, Accelerate and Foundation on macOS, so mlx-c needs
+    // no framework of its own.
+    if is_apple_target() {
+        println!("cargo:rustc-link-lib=dylib=c++");
+    } else {
+        println!("cargo:rustc-link-lib=dylib=stdc++");
+    }
 
     let include = env::join_paths([prefix.join("include"), manifest.join(mlx_c_root)])
         .expect("MLX include directories must not contain the path-list separator");
@@ -120,6 +163,11 @@ pub fn build_and_link(mlx_c_root: &Path) {
 /// another library, or `none` to keep the wheel's.
 fn fast_blas() -> Option<PathBuf> {
     println!("cargo:rerun-if-env-changed=MLX_SYS_FAST_BLAS");
+    // On macOS the wheel's libmlx uses Accelerate; the binaries' build
+    // scripts link this with GNU ld's options.
+    if is_apple_target() {
+        return None;
+    }
     match env::var("MLX_SYS_FAST_BLAS") {
         Ok(v) if v == "none" => None,
         Ok(v) => Some(PathBuf::from(v)),

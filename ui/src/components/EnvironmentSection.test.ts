@@ -14,6 +14,29 @@ describe('EnvironmentSection', () => {
     }
   });
 
+  it('on a Mac, names the kernels MLX loaded', () => {
+    const onAMac = {
+      ...doctorReport,
+      backend: 'metal' as const,
+      device: 'Apple M2 Pro',
+      metal: {
+        device_name: 'Apple M2 Pro',
+        metallib: '/Applications/Ondo.app/Contents/Resources/mlx.metallib',
+        metallib_macos: '14.0',
+        libmlx: '/Applications/Ondo.app/Contents/Frameworks/libmlx.dylib',
+        looked_in: ['/Applications/Ondo.app/Contents/Resources/mlx.metallib'],
+      },
+    };
+    render(EnvironmentSection, { report: onAMac, error: null, open: true });
+    const term = screen.getByText('Kernels');
+    expect(term.nextElementSibling?.textContent).toBe('/Applications/Ondo.app/Contents/Resources/mlx.metallib');
+  });
+
+  it('off a Mac, has no kernels line', () => {
+    render(EnvironmentSection, { report: doctorReport, error: null, open: true });
+    expect(screen.getByTestId('environment').textContent).not.toContain('Kernels');
+  });
+
   it('names a failed self-test with what to do', () => {
     const failed = {
       ...doctorReport,

@@ -10,6 +10,12 @@ import { invoke as __TAURI_INVOKE, Channel } from "@tauri-apps/api/core";
 export const commands = {
 	/**  Versions, backend, device, memory and MLX self-tests. */
 	doctorReport: () => __TAURI_INVOKE<DoctorReport>("doctor_report"),
+	/**
+	 *  What the start-up check found: fails with `metal_unavailable` or
+	 *  `metal_kernels_unavailable` (what is missing and where it was looked
+	 *  for) when MLX cannot use this Mac's GPU; succeeds elsewhere.
+	 */
+	startupCheck: () => __TAURI_INVOKE<null>("startup_check"),
 	/**  Writes the built-in tiny model if it is not there yet. */
 	prepareBuiltinModel: () => __TAURI_INVOKE<PreparedModel>("prepare_builtin_model"),
 	/**
@@ -88,7 +94,7 @@ export const DEFAULT_BENCH_SHAPE = {"prompt_tokens":[128],"generate_tokens":128,
 
 export const DEFAULT_SETTINGS = {"keep_alive_minutes":10,"memory_budget_bytes":null,"generation":{"max_tokens":512,"temperature":0.0,"top_p":0.0,"top_k":0,"min_p":0.0,"repetition_penalty":null,"seed":null,"loop":"pipelined","prefill_step_size":2048,"max_kv_size":null},"theme":"system","models_folder":null,"launch_at_login":false,"global_shortcut":"CommandOrControl+Shift+O"} as const;
 
-export const ERROR_KINDS = ["invalid_input","model_unavailable","internal","model_not_found","not_a_model_name","invalid_repo_id","invalid_revision","repo_not_found","revision_not_found","entry_not_found","unauthorized","forbidden","token_refused","rate_limited","server_error","link_expired","unreachable","not_cached_offline","disk_full","checksum_mismatch","interrupted","cancelled","busy","not_a_model","http","bad_response","io","not_in_library","load","empty_prompt","prompt_too_long","chat_template","tokenizer","invalid_settings","mlx","engine_stopped","peer","history","history_unwritable","history_corrupt","history_too_new","history_busy","folder_not_empty"] as const;
+export const ERROR_KINDS = ["invalid_input","model_unavailable","internal","model_not_found","not_a_model_name","invalid_repo_id","invalid_revision","repo_not_found","revision_not_found","entry_not_found","unauthorized","forbidden","token_refused","rate_limited","server_error","link_expired","unreachable","not_cached_offline","disk_full","checksum_mismatch","interrupted","cancelled","busy","not_a_model","http","bad_response","io","not_in_library","load","empty_prompt","prompt_too_long","chat_template","tokenizer","invalid_settings","mlx","engine_stopped","peer","history","history_unwritable","history_corrupt","history_too_new","history_busy","folder_not_empty","metal_unavailable","metal_kernels_unavailable"] as const;
 
 export const GENERATION_LIMITS = {"max_tokens":[1,32768],"temperature":[0.0,5.0],"probability":[0.0,1.0],"top_k":[0,100000],"repetition_penalty":[0.5,2.0],"prefill_step_size":[1,65536],"max_kv_size":[16,4294967296]} as const;
 
@@ -337,6 +343,11 @@ export type DoctorReport = {
 	mlx_version: string,
 	backend: Backend,
 	device: string,
+	/**
+	 *  On a Mac: the Metal device and where MLX's kernels came from (or
+	 *  where they were looked for). Absent elsewhere.
+	 */
+	metal?: MetalReport | null,
 	os: string,
 	total_memory_bytes: number,
 	available_memory_bytes: number,
@@ -503,7 +514,11 @@ export type ErrorKind =
 /**  Another Ondo process kept the run history locked. */
 "history_busy" | 
 /**  The folder to write a model into already holds files. */
-"folder_not_empty";
+"folder_not_empty" | 
+/**  MLX found no Metal GPU (a virtual machine, a session without the GPU). */
+"metal_unavailable" | 
+/**  MLX's Metal kernels (mlx.metallib) are missing or would not load. */
+"metal_kernels_unavailable";
 
 /**  What an export wrote. */
 export type Exported = {
@@ -696,6 +711,30 @@ export type MemorySnapshot = {
 	swap_in_pages: number | null,
 	/**  Pages swapped out since boot (Linux `pswpout`); `None` where unknown. */
 	swap_out_pages: number | null,
+};
+
+/**
+ *  What the start-up check saw on a Mac: the GPU MLX computes on, the
+ *  kernels it loaded, and every place they were looked for (all that is
+ *  known when MLX could not use the GPU).
+ */
+export type MetalReport = {
+	/**
+	 *  The GPU's name as MLX reports it ("Apple M2 Pro"); `None` when MLX
+	 *  could not create its Metal device.
+	 */
+	device_name: string | null,
+	/**
+	 *  The kernels MLX loaded; `None` when it loaded none, or found them
+	 *  only in the build folder compiled into libmlx.
+	 */
+	metallib: string | null,
+	/**  The oldest macOS that file loads on, from its header ("14.0"). */
+	metallib_macos: string | null,
+	/**  The libmlx.dylib this process runs. */
+	libmlx: string | null,
+	/**  Every file looked at for the kernels, in order. */
+	looked_in: string[],
 };
 
 /**

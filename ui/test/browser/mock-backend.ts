@@ -16,7 +16,9 @@ import {
   chatRunCold,
   demoRun,
   doctorReport,
+  doctorReportWithoutKernels,
   emptyModelsView,
+  kernelsMissing,
   memorySnapshot,
   modelsViewWithQwen,
   preparedTinyModel,
@@ -25,7 +27,7 @@ import {
 } from '../fixtures';
 import { chatSettings } from '../fixtures-settings';
 
-type Scenario = 'ok' | 'generation-fails';
+type Scenario = 'ok' | 'generation-fails' | 'no-kernels';
 
 declare global {
   interface Window {
@@ -160,8 +162,11 @@ mockWindows('main');
 mockIPC(async (cmd, payload) => {
   window.__ondoIpcCalls.push({ cmd, payload });
   switch (cmd) {
+    case 'startup_check':
+      if (scenario === 'no-kernels') throw kernelsMissing;
+      return null;
     case 'doctor_report':
-      return doctorReport;
+      return scenario === 'no-kernels' ? doctorReportWithoutKernels : doctorReport;
     case 'list_models':
       return download.complete ? modelsViewWithQwen : emptyModelsView;
     case 'memory_now':
