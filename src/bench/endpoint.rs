@@ -20,6 +20,10 @@ use crate::store::record::{EndpointDialect, StopReason};
 /// How long connecting may take before a server counts as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The longest silence a stream may keep before it counts as broken off: a
+/// long prompt's prefill on a slow machine sends nothing for minutes.
+const SILENCE_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// An endpoint as the user wrote it: `[NAME=]URL#MODEL`, the model in the
 /// fragment (which is never sent), a key in the URL's password if any.
 #[derive(Clone, PartialEq)]
@@ -239,14 +243,21 @@ impl Route {
     }
 }
 
-/// What the server reported about one generation, where it did.
+/// What the server reported about one generation, where it did: OpenAI's
+/// `usage` (counts only), Ollama's final line (counts and durations).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ServerReport {
+    /// `usage.prompt_tokens`, `prompt_eval_count`.
     pub prompt_tokens: Option<u64>,
+    /// `usage.completion_tokens`, `eval_count`.
     pub generated_tokens: Option<u64>,
+    /// `usage.prompt_tokens_details.cached_tokens`: reused from its cache.
     pub cached_tokens: Option<u64>,
+    /// Milliseconds, from Ollama's `load_duration`.
     pub load_ms: Option<f64>,
+    /// Milliseconds, from Ollama's `prompt_eval_duration`.
     pub prefill_ms: Option<f64>,
+    /// Milliseconds, from Ollama's `eval_duration`.
     pub decode_ms: Option<f64>,
 }
 
@@ -334,6 +345,7 @@ impl Endpoint {
         let http = reqwest::Client::builder()
             .user_agent(concat!("ondo/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(CONNECT_TIMEOUT)
+            .read_timeout(SILENCE_TIMEOUT)
             .build()
             .map_err(|e| EndpointError::Unreachable {
                 url: spec.url.to_string(),

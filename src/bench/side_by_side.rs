@@ -49,7 +49,8 @@ pub struct Side {
     /// A server serving the folder Ondo's engine ran: its greedy text
     /// equalled Ondo's in every measured repetition (up to where it
     /// stopped, for a server that stops at end of sequence). `None` when
-    /// the models are not known to be the same.
+    /// the models are not known to be the same, or when the model can make
+    /// ids its tokenizer has no text for (then texts do not stand for tokens).
     pub same_text_as_ondo: Option<bool>,
 }
 
@@ -207,12 +208,25 @@ pub fn compare_with_endpoints(
     let mut done = 0;
     let mut results = Vec::new();
     // Per side: did its text agree with Ondo's in every measured round.
+    // Texts stand for tokens only when every id the model can produce has
+    // text: a model whose embedding outgrows its tokenizer (synthetic
+    // `small`) makes ids that one detokenizer writes as nothing and another
+    // as the first token's text.
+    let texts_comparable = match &plan.ondo {
+        Some(ondo) => {
+            let vocab = super::model_vocab(&ondo.model_dir)? as usize;
+            prompts.vocab_size().is_some_and(|covered| covered >= vocab)
+        }
+        None => false,
+    };
     let mut agreement: Vec<Option<bool>> = runners
         .iter()
         .map(|(_, runner)| match runner {
             Runner::Server {
                 local: Some(local), ..
-            } if ondo_dir.as_ref() == Some(&canonical(&local.dir)) => Some(true),
+            } if texts_comparable && ondo_dir.as_ref() == Some(&canonical(&local.dir)) => {
+                Some(true)
+            }
             _ => None,
         })
         .collect();

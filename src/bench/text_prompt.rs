@@ -80,6 +80,14 @@ impl TextPrompts {
         }
     }
 
+    /// Every id the tokenizer has text for (special tokens included), when
+    /// prompts are sized by one.
+    pub fn vocab_size(&self) -> Option<usize> {
+        self.tokenizer
+            .as_ref()
+            .map(|(_, tokenizer)| tokenizer.get_vocab_size(true))
+    }
+
     /// Whether the counts are exact (a tokenizer's) rather than estimates.
     pub fn counted(&self) -> bool {
         self.tokenizer.is_some()
