@@ -316,6 +316,8 @@ fn mlx_lm_server_runs_beside_ondos_engine_on_the_same_folder() {
 struct Asked {
     paths: Vec<String>,
     generate_bodies: Vec<Value>,
+    /// When each generation was asked for.
+    generate_at: Vec<Instant>,
 }
 
 /// The stand-in's behaviour.
@@ -373,6 +375,7 @@ async fn fake_generate(
         let mut asked = fake.asked.lock().unwrap();
         asked.paths.push("/api/generate".into());
         asked.generate_bodies.push(body.clone());
+        asked.generate_at.push(Instant::now());
     }
     if let Some(refused) = fake.refused(&headers) {
         return refused;
@@ -533,6 +536,49 @@ fn ollamas_dialect_is_timed_at_the_client_beside_its_own_durations() {
         levels.contains(&measured.pressure_max.as_str()),
         "{measured:#?}"
     );
+}
+
+#[test]
+fn several_servers_alternate_who_goes_first_and_divide_by_the_first() {
+    let root = tempfile::tempdir().unwrap();
+    let (first_port, first) = start_fake_ollama(None);
+    let (second_port, second) = start_fake_ollama(None);
+    let result = succeeded(&ondo(
+        root.path(),
+        &[
+            "bench",
+            "--endpoint",
+            &format!("http://127.0.0.1:{first_port}/api#fake-llm"),
+            "--endpoint",
+            &format!("http://127.0.0.1:{second_port}/api#fake-llm"),
+            "--prompt-tokens",
+            "16",
+            "--gen",
+            "2",
+            "--reps",
+            "2",
+            "--warmup",
+            "0",
+            "--json",
+        ],
+    ));
+    // Two servers that call themselves the same are told apart.
+    assert_eq!(result["reference"], "ollama 0.12.3");
+    let second_row = row(&result, "ollama 0.12.3 (2)");
+    assert!(second_row["ttft_ratio"].as_f64().unwrap() > 0.0);
+    assert!(row(&result, "ollama 0.12.3")["ttft_ratio"].is_null());
+    // The first round starts with the first server, the second with the other.
+    let (first, second) = (first.lock().unwrap(), second.lock().unwrap());
+    assert_eq!((first.generate_at.len(), second.generate_at.len()), (2, 2));
+    assert!(first.generate_at[0] < second.generate_at[0]);
+    assert!(second.generate_at[1] < first.generate_at[1]);
+    // The same prompt for both in each round.
+    for round in 0..2 {
+        assert_eq!(
+            first.generate_bodies[round]["prompt"],
+            second.generate_bodies[round]["prompt"]
+        );
+    }
 }
 
 #[test]
