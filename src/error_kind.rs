@@ -120,6 +120,15 @@ error_kinds! {
     // Benchmarks.
     /// The mlx-lm side of a comparison could not run.
     Peer => "peer",
+    /// A server to benchmark could not be reached at its URL.
+    EndpointUnreachable => "endpoint_unreachable",
+    /// A server to benchmark asked for an API key, or refused the one sent.
+    EndpointRefused => "endpoint_refused",
+    /// A server to benchmark does not serve the model named (or several,
+    /// and none was named).
+    EndpointModelNotFound => "endpoint_model_not_found",
+    /// A server to benchmark failed a request or sent what could not be read.
+    EndpointFailed => "endpoint_failed",
 
     // The run history.
     /// The run history failed in a way Ondo has no better name for.

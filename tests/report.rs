@@ -15,7 +15,7 @@
 use std::path::PathBuf;
 
 use ondo::report::{self, Report, ReportFormat};
-use ondo::store::record::{LoadKind, LoopShape, StopReason};
+use ondo::store::record::{EndpointDialect, LoadKind, LoopShape, StopReason};
 use ondo::store::{MemorySample, RECORD_SCHEMA_VERSION, RunKind, RunRecord};
 
 const GENERATED_AT: &str = "2025-01-01T12:00:00Z";
@@ -80,6 +80,15 @@ fn base() -> RunRecord {
         seed: None,
         stop_reason: StopReason::MaxTokens,
         error: None,
+        server_name: None,
+        endpoint_url: None,
+        endpoint_dialect: None,
+        server_prompt_tokens: None,
+        server_load_ms: None,
+        server_prefill_ms: None,
+        server_decode_ms: None,
+        server_prefill_tps: None,
+        server_decode_tps: None,
         app_version: "0.1.0".into(),
         app_commit: "abdad0c5e1f2".into(),
         build_profile: "release".into(),
@@ -519,4 +528,56 @@ fn html_is_self_contained_has_charts_and_escapes_the_data() {
     assert!(!text.contains("<script") && text.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
     assert!(text.contains("<title>&lt;i&gt;title&lt;/i&gt; &amp; more</title>"));
     assert!(text.contains("No run in this report has a memory timeline."));
+}
+
+/// A request to another program's server, as `ondo bench --endpoint`
+/// records it: timed at the client, the server's own numbers beside.
+fn endpoint_run(n: u64, ttft_ms: f64, decode_tps: f64) -> RunRecord {
+    let mut record = run(n, 256, 0, ttft_ms, f64::NAN, decode_tps, 0);
+    record.kind = RunKind::Endpoint;
+    record.mlx_peak_bytes = 0;
+    record.prefill_ms = f64::NAN;
+    record.mlx_version = String::new();
+    record.mlx_rs_version = String::new();
+    record.backend = String::new();
+    record.server_name = Some("mlx_lm.server".into());
+    record.endpoint_url = Some("http://127.0.0.1:8080/v1/completions".into());
+    record.endpoint_dialect = Some(EndpointDialect::OpenAi);
+    record.server_prompt_tokens = Some(128);
+    record
+}
+
+#[test]
+fn a_servers_runs_are_a_group_of_their_own_named_by_the_server() {
+    let mut runs = fixture_runs();
+    runs.extend([
+        endpoint_run(10, 84.5, 390.0),
+        endpoint_run(11, 86.0, 380.5),
+        endpoint_run(12, 85.25, 395.25),
+    ]);
+    let text = write(&runs, &[], ReportFormat::Markdown);
+    let header = text.lines().find(|l| l.starts_with("| model")).unwrap();
+    let columns: Vec<&str> = header.trim_matches('|').split('|').map(str::trim).collect();
+    for shown in ["kind", "server", "endpoint", "dialect"] {
+        assert!(columns.contains(&shown), "{shown} in {columns:?}");
+    }
+    let row = text
+        .lines()
+        .find(|l| l.contains("mlx_lm.server"))
+        .unwrap_or_else(|| panic!("{text}"));
+    let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+    let cell = |name: &str| cells[columns.iter().position(|c| *c == name).unwrap()];
+    assert_eq!(cell("kind"), "endpoint");
+    assert_eq!(cell("endpoint"), "http://127.0.0.1:8080/v1/completions");
+    assert_eq!(cell("n"), "3");
+    assert_eq!(cell("decode tok/s"), "388.58 ± 7.48");
+    assert_eq!(cell("prefill tok/s"), "–", "not seen from the client");
+    assert_eq!(cell("peak MiB"), "–", "the server's memory is its own");
+
+    // Without endpoint runs, a report says nothing of servers.
+    let plain = fixture(ReportFormat::Markdown);
+    assert!(
+        !plain.contains("server") && !plain.contains("dialect"),
+        "{plain}"
+    );
 }

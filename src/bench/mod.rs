@@ -6,9 +6,12 @@
 //! start for each side. Every Ondo run goes through the session pool and is
 //! recorded.
 
+pub mod endpoint;
 pub mod peer;
 pub mod plan;
+pub mod side_by_side;
 pub mod summary;
+pub mod text_prompt;
 
 use std::path::{Path, PathBuf};
 
@@ -268,6 +271,8 @@ pub enum BenchError {
     Engine(#[from] RunError),
     #[error(transparent)]
     Peer(#[from] PeerError),
+    #[error(transparent)]
+    Endpoint(#[from] endpoint::EndpointError),
     #[error("{0}")]
     Plan(String),
     /// Stopped by the user; the runs that finished are recorded.
@@ -281,6 +286,7 @@ impl BenchError {
         match self {
             BenchError::Engine(e) => e.kind(),
             BenchError::Peer(_) => ErrorKind::Peer,
+            BenchError::Endpoint(e) => e.kind(),
             BenchError::Plan(_) => ErrorKind::InvalidInput,
             BenchError::Cancelled { .. } => ErrorKind::Cancelled,
         }
@@ -497,6 +503,16 @@ mod tests {
             BenchError::Engine(_) => "empty_prompt",
             BenchError::Peer(peer::PeerError::Start { .. }) => "peer",
             BenchError::Peer(peer::PeerError::Failed(_)) => "peer",
+            BenchError::Endpoint(error) => match error {
+                endpoint::EndpointError::NotAnEndpoint { .. } => "invalid_input",
+                endpoint::EndpointError::Unreachable { .. } => "endpoint_unreachable",
+                endpoint::EndpointError::Refused { .. } => "endpoint_refused",
+                endpoint::EndpointError::ModelNotFound { .. }
+                | endpoint::EndpointError::ModelNotNamed { .. } => "endpoint_model_not_found",
+                endpoint::EndpointError::Status { .. }
+                | endpoint::EndpointError::NoRoute { .. }
+                | endpoint::EndpointError::BadAnswer { .. } => "endpoint_failed",
+            },
             BenchError::Plan(_) => "invalid_input",
             BenchError::Cancelled { .. } => "cancelled",
         }
@@ -510,6 +526,48 @@ mod tests {
                 message: "No such file or directory (os error 2)".into(),
             }),
             BenchError::Peer(peer::PeerError::Failed("mlx_lm is not installed".into())),
+            BenchError::Endpoint(endpoint::EndpointError::NotAnEndpoint {
+                text: "127.0.0.1:8080#tiny".into(),
+                reason: "relative URL without a base".into(),
+            }),
+            BenchError::Endpoint(endpoint::EndpointError::Unreachable {
+                url: "http://127.0.0.1:8080/api/version".into(),
+                message: "Connection refused (os error 111)".into(),
+            }),
+            BenchError::Endpoint(endpoint::EndpointError::Refused {
+                url: "http://127.0.0.1:8080/v1/models".into(),
+                status: 401,
+                key_sent: false,
+                message: "missing bearer token".into(),
+            }),
+            BenchError::Endpoint(endpoint::EndpointError::Refused {
+                url: "http://127.0.0.1:8080/v1/models".into(),
+                status: 401,
+                key_sent: true,
+                message: "invalid key".into(),
+            }),
+            BenchError::Endpoint(endpoint::EndpointError::ModelNotFound {
+                server: "ollama 0.12.3".into(),
+                model: "llama3.2".into(),
+                message: "not among the models it lists".into(),
+                available: vec!["qwen3:0.6b".into()],
+            }),
+            BenchError::Endpoint(endpoint::EndpointError::ModelNotNamed {
+                server: "lmstudio".into(),
+                available: vec!["qwen3-0.6b".into(), "llama-3.2-1b".into()],
+            }),
+            BenchError::Endpoint(endpoint::EndpointError::Status {
+                url: "http://127.0.0.1:8080/v1/completions".into(),
+                status: 500,
+                message: "internal error".into(),
+            }),
+            BenchError::Endpoint(endpoint::EndpointError::NoRoute {
+                url: "http://127.0.0.1:8080/v2/chat/completions".into(),
+            }),
+            BenchError::Endpoint(endpoint::EndpointError::BadAnswer {
+                url: "http://127.0.0.1:8080/v1/completions".into(),
+                message: "the stream ended before the server said it was done".into(),
+            }),
             BenchError::Plan("give at least one loop shape".into()),
             BenchError::Cancelled { done: 3, total: 12 },
         ]

@@ -7,7 +7,9 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::bench::endpoint::EndpointSpec;
 use crate::bench::plan::{BenchOutcome, VarySetting};
+use crate::bench::side_by_side::{EndpointComparison, EndpointPlan};
 use crate::bench::{self, BenchPlan, BenchShape, PeerComparison, Summary, ratio};
 use crate::cli::error::CliError;
 use crate::engine::CancelToken;
@@ -37,20 +39,46 @@ timeline (ondo runs, ondo report), cold starts in fresh processes, decode shown
 as a share of this machine's memory bandwidth (measured once), and a warning
 when memory pressure left normal or the build is a debug build.
 
+With --endpoint, other programs' servers run the same plan, side by side
+with Ondo's engine (when MODEL is given) or on their own: any server that
+speaks OpenAI's API (mlx_lm.server, LM Studio, llama.cpp, vLLM) or Ollama's.
+The model rides in the URL's fragment, which is never sent: URL#MODEL. A URL
+ending in /v1 (or any other path) is OpenAI's dialect, one ending in /api
+Ollama's; a bare host:port is asked which it is. A label before '='
+names the side (mlx=http://...). Every side gets the same text prompts
+(sized with the model's tokenizer where Ondo has the model, else about four
+characters a token; each server's own count is kept), greedy, --gen tokens
+with EOS ignored where the server takes ignore_eos, through the raw
+completion route so no chat template adds tokens. TTFT and decode are
+measured as the stream arrives; the server's own numbers (Ollama's
+durations) are shown beside them. Cold starts are Ondo's own benchmark's:
+a server's process is not Ondo's to start.
+
 Build with --release (`make release`) before trusting the numbers.
 
 Examples:
   ondo bench tiny --peer mlx-lm --prompt-tokens 128 --gen 128 --reps 5
+  python -m mlx_lm.server --model ./models/tiny --port 8080 &
+  ondo bench ./models/tiny --endpoint mlx=http://127.0.0.1:8080/v1#./models/tiny
+  ondo bench --endpoint http://127.0.0.1:11434#llama3.2:1b \
+      --endpoint http://localhost:1234/v1#qwen3-0.6b --api-key KEY
   ondo bench tiny --prompt-tokens 128,1024 --loop sync,pipelined \\
       --vary prefill_step_size=512,2048 --report bench.html")]
 pub struct BenchArgs {
-    /// A model folder, a downloaded repo id, or `tiny`.
-    model: String,
+    /// A model folder, a downloaded repo id, or `tiny` (optional with
+    /// --endpoint: the servers then run without Ondo's engine).
+    model: Option<String>,
     #[command(flatten)]
     shape: BenchShape,
     /// Also run this implementation on the same folder, alternating.
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, conflicts_with = "endpoints")]
     peer: Option<Peer>,
+    /// A server to benchmark alongside: [NAME=]URL#MODEL (repeatable).
+    #[arg(long = "endpoint", value_name = "URL#MODEL")]
+    endpoints: Vec<EndpointSpec>,
+    /// The API key for endpoints whose URL carries none (sent as a bearer token).
+    #[arg(long, value_name = "KEY", requires = "endpoints")]
+    api_key: Option<String>,
     /// Python with mlx-lm for the peer [default: $ONDO_PYTHON, .venv/bin/python, python3].
     #[arg(long)]
     python: Option<PathBuf>,
@@ -71,8 +99,31 @@ pub fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
         report_format(path)?;
     }
     let pool = crate::cli::run::session_pool(false)?;
-    let model = resolve_model(&pool, &args.model, NamedBy::Local)
-        .map_err(|e| CliError::from(e).about(&args.model))?;
+    let model = match &args.model {
+        Some(name) => Some(
+            resolve_model(&pool, name, NamedBy::Local)
+                .map_err(|e| CliError::from(e).about(name))?,
+        ),
+        None if args.endpoints.is_empty() => {
+            return Err(CliError::from(
+                "name a model (a folder, a downloaded repo id, or tiny), or a server with \
+                 --endpoint URL#MODEL",
+            ));
+        }
+        None => None,
+    };
+    if !args.endpoints.is_empty() {
+        let plan = EndpointPlan {
+            ondo: model.map(|m| BenchPlan::new(&m, args.shape.clone())),
+            shape: args.shape.clone(),
+            endpoints: args.endpoints.clone(),
+            api_key: args.api_key.clone(),
+        };
+        return compare_endpoints(&pool, &plan, &args);
+    }
+    let Some(model) = model else {
+        return Err(CliError::from("name a model to benchmark"));
+    };
     let plan = BenchPlan::new(&model, args.shape.clone());
     if args.peer.is_some() {
         compare(&pool, &plan, &args)
@@ -127,6 +178,127 @@ fn compare(pool: &SessionPool, plan: &BenchPlan, args: &BenchArgs) -> Result<Exi
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Servers (and Ondo's engine) side by side; every run recorded.
+fn compare_endpoints(
+    pool: &SessionPool,
+    plan: &EndpointPlan,
+    args: &BenchArgs,
+) -> Result<ExitCode, CliError> {
+    if !args.reports.is_empty() {
+        return Err(CliError::from(
+            "--report writes Ondo's own benchmark; for servers use --json or --markdown, or \
+             `ondo report --bench latest` (every run of the comparison is recorded)",
+        ));
+    }
+    let bar = progress_bar("{msg} [{bar:30}] {pos}/{len} runs, {elapsed}", args.json)?;
+    bar.set_message("benchmarking");
+    let result = bench::side_by_side::compare_with_endpoints(
+        pool,
+        plan,
+        &CancelToken::new(),
+        &mut |done, total| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+        },
+    );
+    bar.finish_and_clear();
+    let result = result?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&result).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", endpoint_table(&result, args.markdown));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The servers' comparison: who the sides are, then one row per side and
+/// prompt length with ratios against the reference side.
+pub fn endpoint_table(r: &EndpointComparison, markdown: bool) -> String {
+    let e = &r.environment;
+    let shape = &r.shape;
+    let mut out = String::new();
+    for side in &r.sides {
+        let place = match (&side.endpoint_url, side.dialect) {
+            (Some(url), Some(dialect)) => format!("{url} ({dialect})"),
+            _ => "Ondo's engine, in this process".to_owned(),
+        };
+        let agreement = match side.same_text_as_ondo {
+            Some(true) => " · greedy text equal to Ondo's",
+            Some(false) => " · greedy text DIFFERENT from Ondo's on the same folder",
+            None => "",
+        };
+        out.push_str(&format!(
+            "{}: {} at {place}{agreement}\n",
+            side.name, side.model
+        ));
+    }
+    out.push_str(&format!(
+        "prompts sized with {} · generate {} · {} reps after {} warm-up · bench {}\n",
+        r.prompt_sizing, shape.generate_tokens, shape.repetitions, shape.warmup, r.bench_id
+    ));
+    out.push_str(&format!(
+        "client: {} · {} · {:.0} GiB · Ondo {} ({}) · MLX {} ({})\n",
+        e.cpu,
+        e.os,
+        e.memory_bytes as f64 / (1u64 << 30) as f64,
+        e.ondo_version,
+        e.build_profile,
+        e.mlx_version,
+        e.backend,
+    ));
+    out.push_str(&format!(
+        "ratios: each side's median over {}'s; TTFT and decode as the stream arrived\n\n",
+        r.reference
+    ));
+    let header = [
+        "side",
+        "prompt",
+        "server counted",
+        "TTFT ms",
+        "ratio",
+        "prompt tok/s",
+        "decode tok/s",
+        "ratio",
+        "own decode tok/s",
+    ];
+    let ratio_cell = |value: Option<f64>| value.map_or("—".to_owned(), |v| format!("{v:.2}x"));
+    let rows: Vec<Vec<String>> = r
+        .results
+        .iter()
+        .map(|result| {
+            vec![
+                result.side.clone(),
+                format!("{:.0}", result.sent_prompt_tokens.median),
+                result
+                    .server_prompt_tokens
+                    .as_ref()
+                    .map_or("—".to_owned(), |s| format!("{:.0}", s.median)),
+                cell(&result.ttft_ms, 1),
+                ratio_cell(result.ttft_ratio),
+                cell(&result.prompt_tps, 0),
+                cell(&result.decode_tps, 1),
+                ratio_cell(result.decode_ratio),
+                result
+                    .own_decode_tps
+                    .as_ref()
+                    .map_or("—".to_owned(), |s| cell(s, 1)),
+            ]
+        })
+        .collect();
+    out.push_str(&render(&header, &rows, markdown));
+    for warning in &r.warnings {
+        out.push_str(&format!("warning: {warning}\n"));
+    }
+    out.push_str(&format!(
+        "recorded: ondo runs --bench {0} · ondo report --bench {0} --format md\n",
+        r.bench_id
+    ));
+    out
 }
 
 /// Ondo alone, with the plan's cases, recorded in the run history.

@@ -158,6 +158,19 @@ pub fn hint(kind: ErrorKind, model: Option<&str>) -> Option<String> {
             "pass --python PATH (or set ONDO_PYTHON) to a Python with mlx-lm; `make setup` installs one"
                 .to_owned()
         }
+        ErrorKind::EndpointUnreachable => {
+            "start the server first (for example `python -m mlx_lm.server --model DIR --port 8080`), \
+             then --endpoint http://127.0.0.1:8080#MODEL"
+                .to_owned()
+        }
+        ErrorKind::EndpointRefused => {
+            "pass the server's key with --api-key KEY, or in the URL: --endpoint http://:KEY@HOST:PORT#MODEL"
+                .to_owned()
+        }
+        ErrorKind::EndpointModelNotFound => {
+            "name the model after '#': --endpoint URL#MODEL (`ollama list`, or GET /v1/models, shows a server's)"
+                .to_owned()
+        }
         ErrorKind::HistoryUnwritable | ErrorKind::HistoryCorrupt | ErrorKind::HistoryTooNew => {
             "set ONDO_HOME to another folder to keep a separate history there".to_owned()
         }
@@ -186,7 +199,8 @@ pub fn hint(kind: ErrorKind, model: Option<&str>) -> Option<String> {
         | ErrorKind::EngineStopped
         | ErrorKind::History
         | ErrorKind::HistoryBusy
-        | ErrorKind::MetalUnavailable => return None,
+        | ErrorKind::MetalUnavailable
+        | ErrorKind::EndpointFailed => return None,
     })
 }
 

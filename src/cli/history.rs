@@ -26,7 +26,7 @@ pub struct Selection {
     /// Only the runs of one benchmark (its id, or `latest`).
     #[arg(long)]
     bench: Option<String>,
-    /// Only runs of one kind: run, chat, bench, bench_cold, demo.
+    /// Only runs of one kind: run, chat, bench, bench_cold, demo, endpoint.
     #[arg(long)]
     kind: Option<RunKind>,
     /// Only runs with this decode loop shape.
@@ -179,23 +179,43 @@ fn row(r: &RunRecord) -> Vec<String> {
     } else {
         r.model_id.clone()
     };
+    let kind = match (&r.kind, &r.server_name) {
+        (RunKind::Endpoint, Some(server)) => format!("endpoint {server}"),
+        (kind, _) => kind.to_string(),
+    };
+    // What a server's run cannot show from the client: its load, its
+    // prefill alone, its memory, its loop.
+    let endpoint = r.kind == RunKind::Endpoint;
+    let unknown = || "—".to_owned();
     vec![
         time,
         if r.warmup {
-            format!("{} (warm-up)", r.kind)
+            format!("{kind} (warm-up)")
         } else {
-            r.kind.to_string()
+            kind
         },
         model,
-        load,
+        if endpoint { unknown() } else { load },
         format!("{:.1}", r.ttft_ms),
         prompt,
-        format!("{:.0}", r.prefill_tps),
+        if endpoint {
+            unknown()
+        } else {
+            format!("{:.0}", r.prefill_tps)
+        },
         r.generated_tokens.to_string(),
         format!("{:.1}", r.decode_tps),
-        human_bytes(r.mlx_peak_bytes),
+        if endpoint {
+            unknown()
+        } else {
+            human_bytes(r.mlx_peak_bytes)
+        },
         r.pressure_max.clone(),
-        r.loop_shape.to_string(),
+        if endpoint {
+            unknown()
+        } else {
+            r.loop_shape.to_string()
+        },
     ]
 }
 

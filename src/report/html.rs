@@ -555,11 +555,14 @@ fn runs_section(page: &mut String, runs: &[RunRecord], analysis: &Analysis, labe
         } else {
             String::new()
         });
-        cells.push(human::fixed2(run.load_ms));
+        // A server's load, prefill alone and memory are not seen from the client.
+        let endpoint = run.kind == crate::store::RunKind::Endpoint;
+        let unseen = |text: String| if endpoint { "–".to_owned() } else { text };
+        cells.push(unseen(human::fixed2(run.load_ms)));
         cells.push(human::fixed2(run.ttft_ms));
-        cells.push(human::fixed2(run.prefill_tps));
+        cells.push(unseen(human::fixed2(run.prefill_tps)));
         cells.push(human::fixed2(run.decode_tps));
-        cells.push(format!("{:.1}", mib(run.mlx_peak_bytes as f64)));
+        cells.push(unseen(format!("{:.1}", mib(run.mlx_peak_bytes as f64))));
         cells.push(run.pressure_max.clone());
         cells.push(match &run.error {
             Some(error) => format!("error: {error}"),

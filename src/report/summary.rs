@@ -34,6 +34,9 @@ pub(crate) const GROUP_FIELDS: &[&str] = &[
     "top_k",
     "min_p",
     "repetition_penalty",
+    "server_name",
+    "endpoint_url",
+    "endpoint_dialect",
     "app_version",
     "app_commit",
     "build_profile",
@@ -87,6 +90,12 @@ pub(crate) const PER_RUN_FIELDS: &[&str] = &[
     "seed",
     "stop_reason",
     "error",
+    "server_prompt_tokens",
+    "server_load_ms",
+    "server_prefill_ms",
+    "server_decode_ms",
+    "server_prefill_tps",
+    "server_decode_tps",
 ];
 
 /// The metrics summarised per group, in output order.
@@ -100,6 +109,10 @@ pub(crate) const METRICS: &[&str] = &[
 
 /// A metric that appears only when some run of the group has it.
 const OPTIONAL_METRICS: &[&str] = &["cold_start_ms"];
+
+/// Metrics a client cannot see of another program's server: an endpoint
+/// run records them as zero, and its group shows none.
+const NOT_SEEN_FROM_A_CLIENT: &[&str] = &["mlx_peak_bytes"];
 
 /// One metric over the runs of a group.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -242,11 +255,13 @@ impl Analysis {
                 .filter(|i| !group.failed.contains(i))
                 .map(|&i| &rows[i])
                 .collect();
+            let endpoint = *group.key_value("kind") == Cell::Text("endpoint".into());
             for &metric in METRICS {
                 let cells: Vec<Cell> = counted
                     .iter()
                     .map(|row| fields::get(row, metric).clone())
                     .filter(|c| *c != Cell::Null)
+                    .filter(|_| !(endpoint && NOT_SEEN_FROM_A_CLIENT.contains(&metric)))
                     .collect();
                 let present = group
                     .members

@@ -10,6 +10,9 @@ use crate::store::RunRecord;
 /// Columns that every summary table shows, whether they vary or not.
 const ALWAYS_SHOWN: &[&str] = &["model_id", "test"];
 
+/// Fields only endpoint runs have: a report without any says nothing of them.
+const ENDPOINT_FIELDS: &[&str] = &["server_name", "endpoint_url", "endpoint_dialect"];
+
 /// Where a constant group field is listed above the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Topic {
@@ -51,6 +54,9 @@ pub(crate) fn label(name: &str) -> (&'static str, Topic) {
         "top_k" => ("top k", Topic::Settings),
         "min_p" => ("min p", Topic::Settings),
         "repetition_penalty" => ("rep penalty", Topic::Settings),
+        "server_name" => ("server", Topic::Model),
+        "endpoint_url" => ("endpoint", Topic::Model),
+        "endpoint_dialect" => ("dialect", Topic::Model),
         "app_version" => ("ondo", Topic::Build),
         "app_commit" => ("commit", Topic::Build),
         "build_profile" => ("build", Topic::Build),
@@ -228,6 +234,7 @@ impl SummaryTable {
                     .key
                     .iter()
                     .filter(|(name, _)| !key_columns.contains(name) && label(name).1 == topic)
+                    .filter(|(name, cell)| !(ENDPOINT_FIELDS.contains(name) && *cell == Cell::Null))
                     .map(|(name, cell)| constant_item(name, cell))
                     .collect();
                 if !items.is_empty() {

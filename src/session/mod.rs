@@ -259,6 +259,40 @@ impl SessionPool {
         self.shared.store.as_ref().map(|s| work(&mut lock(s)))
     }
 
+    /// Records a run that happened outside the engine: a request to another
+    /// program's server, timed by Ondo as its client. `work` runs while the
+    /// pressure sampler watches as closely as during Ondo's own runs (the
+    /// server usually shares this machine's memory), and the record it
+    /// returns gets the pressure and swap seen and is written with that
+    /// memory timeline, like every other run.
+    pub fn record_outside_run<E>(
+        &self,
+        work: impl FnOnce() -> Result<RunRecord, E>,
+    ) -> Result<RunRecord, E> {
+        let shared = &self.shared;
+        shared.sampler.set_interval(SAMPLE_WHILE_RUNNING);
+        let started = Instant::now();
+        let started_unix_ms = unix_ms();
+        let before = ondo_os::memory_snapshot().ok();
+        let result = work();
+        let after = ondo_os::memory_snapshot().ok();
+        if lock(&shared.models).values().all(|e| e.busy == 0) {
+            shared.sampler.set_interval(SAMPLE_WHILE_IDLE);
+        }
+        let mut record = result?;
+        let memory = shared.memory_during(started, started_unix_ms, before, after);
+        record.pressure_start = memory.pressure_start;
+        record.pressure_max = memory.pressure_max;
+        record.pressure_end = memory.pressure_end;
+        record.swap_delta_bytes = memory.swap_delta_bytes;
+        if let Some(store) = &shared.store
+            && let Err(err) = lock(store).insert_run(&record, &memory.timeline)
+        {
+            *lock(&shared.last_store_error) = Some(err.to_string());
+        }
+        Ok(record)
+    }
+
     /// The latest system memory sample.
     pub fn memory_now(&self) -> Option<ondo_os::MemorySnapshot> {
         self.shared

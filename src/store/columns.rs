@@ -145,7 +145,8 @@ text_enum_column!(
     super::record::RunKind,
     super::record::LoadKind,
     super::record::LoopShape,
-    super::record::StopReason
+    super::record::StopReason,
+    super::record::EndpointDialect
 );
 
 /// One `runs` column: its name and its definition for ALTER TABLE ADD COLUMN.
@@ -285,6 +286,15 @@ run_columns! {
     seed,
     stop_reason,
     error,
+    server_name,
+    endpoint_url,
+    endpoint_dialect,
+    server_prompt_tokens,
+    server_load_ms,
+    server_prefill_ms,
+    server_decode_ms,
+    server_prefill_tps,
+    server_decode_tps,
     app_version,
     app_commit,
     build_profile,

@@ -7,6 +7,27 @@ use serde::{Deserialize, Serialize};
 pub use crate::engine::generate::LoopShape;
 pub use crate::engine::{LoadKind, StopReason};
 
+/// The protocol an endpoint run spoke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+pub enum EndpointDialect {
+    /// OpenAI's `/v1/completions` (or `/v1/chat/completions`), server-sent events.
+    #[serde(rename = "openai")]
+    OpenAi,
+    /// Ollama's `/api/generate`, one JSON object per line.
+    #[serde(rename = "ollama")]
+    Ollama,
+}
+
+impl std::fmt::Display for EndpointDialect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            EndpointDialect::OpenAi => "openai",
+            EndpointDialect::Ollama => "ollama",
+        })
+    }
+}
+
 /// Bumped when a field is renamed or removed (adding one does not).
 pub const RECORD_SCHEMA_VERSION: u32 = 1;
 
@@ -27,6 +48,9 @@ pub enum RunKind {
     BenchCold,
     /// `ondo demo`: one cold and one warm generation.
     Demo,
+    /// A request to another program's server (`ondo bench --endpoint`),
+    /// timed by Ondo as its client.
+    Endpoint,
     /// A kind written by a newer Ondo sharing this history.
     #[serde(other)]
     Other,
@@ -34,12 +58,13 @@ pub enum RunKind {
 
 impl RunKind {
     /// Every kind this Ondo writes (for filters and help texts).
-    pub const ALL: [RunKind; 5] = [
+    pub const ALL: [RunKind; 6] = [
         RunKind::Run,
         RunKind::Chat,
         RunKind::Bench,
         RunKind::BenchCold,
         RunKind::Demo,
+        RunKind::Endpoint,
     ];
 
     /// The name the history and the reports use.
@@ -50,6 +75,7 @@ impl RunKind {
             RunKind::Bench => "bench",
             RunKind::BenchCold => "bench_cold",
             RunKind::Demo => "demo",
+            RunKind::Endpoint => "endpoint",
             RunKind::Other => "other",
         }
     }
@@ -163,6 +189,28 @@ pub struct RunRecord {
     pub stop_reason: StopReason,
     /// Set when the run failed; the timings then cover what happened.
     pub error: Option<String>,
+
+    // An endpoint run (kind `endpoint`): the server and what it said of
+    // itself. Ondo's own fields above are measured at the client: TTFT from
+    // sending the request to the first text arriving, decode over the
+    // arrivals after it; `prompt_tokens` is Ondo's count of the text sent.
+    /// What the server calls itself, or the name given to it.
+    pub server_name: Option<String>,
+    /// The route asked, without credentials: `http://127.0.0.1:8080/v1/completions`.
+    pub endpoint_url: Option<String>,
+    pub endpoint_dialect: Option<EndpointDialect>,
+    /// The prompt's tokens as the server counted them (OpenAI `usage`,
+    /// Ollama `prompt_eval_count`).
+    pub server_prompt_tokens: Option<u64>,
+    /// The server's own durations, where it reports them (Ollama's
+    /// `load_duration`, `prompt_eval_duration`, `eval_duration`).
+    pub server_load_ms: Option<f64>,
+    pub server_prefill_ms: Option<f64>,
+    pub server_decode_ms: Option<f64>,
+    /// The server's own rates: its prompt tokens over its prefill time, its
+    /// generated tokens over its decode time (Ollama's convention).
+    pub server_prefill_tps: Option<f64>,
+    pub server_decode_tps: Option<f64>,
 
     // Provenance.
     pub app_version: String,

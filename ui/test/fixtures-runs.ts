@@ -91,6 +91,15 @@ export function makeRun(overrides: Partial<RunRecord> & Pick<RunRecord, 'run_id'
     seed: 0,
     stop_reason: 'max_tokens',
     error: null,
+    server_name: null,
+    endpoint_url: null,
+    endpoint_dialect: null,
+    server_prompt_tokens: null,
+    server_load_ms: null,
+    server_prefill_ms: null,
+    server_decode_ms: null,
+    server_prefill_tps: null,
+    server_decode_tps: null,
     ...provenance,
   };
   const run = { ...base, ...overrides };

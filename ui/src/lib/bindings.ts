@@ -94,7 +94,7 @@ export const DEFAULT_BENCH_SHAPE = {"prompt_tokens":[128],"generate_tokens":128,
 
 export const DEFAULT_SETTINGS = {"keep_alive_minutes":10,"memory_budget_bytes":null,"generation":{"max_tokens":512,"temperature":0.0,"top_p":0.0,"top_k":0,"min_p":0.0,"repetition_penalty":null,"seed":null,"loop":"pipelined","prefill_step_size":2048,"max_kv_size":null},"theme":"system","models_folder":null,"launch_at_login":false,"global_shortcut":"CommandOrControl+Shift+O"} as const;
 
-export const ERROR_KINDS = ["invalid_input","model_unavailable","internal","model_not_found","not_a_model_name","invalid_repo_id","invalid_revision","repo_not_found","revision_not_found","entry_not_found","unauthorized","forbidden","token_refused","rate_limited","server_error","link_expired","unreachable","not_cached_offline","disk_full","checksum_mismatch","interrupted","cancelled","busy","not_a_model","http","bad_response","io","not_in_library","load","empty_prompt","prompt_too_long","chat_template","tokenizer","invalid_settings","mlx","engine_stopped","peer","history","history_unwritable","history_corrupt","history_too_new","history_busy","folder_not_empty","metal_unavailable","metal_kernels_unavailable"] as const;
+export const ERROR_KINDS = ["invalid_input","model_unavailable","internal","model_not_found","not_a_model_name","invalid_repo_id","invalid_revision","repo_not_found","revision_not_found","entry_not_found","unauthorized","forbidden","token_refused","rate_limited","server_error","link_expired","unreachable","not_cached_offline","disk_full","checksum_mismatch","interrupted","cancelled","busy","not_a_model","http","bad_response","io","not_in_library","load","empty_prompt","prompt_too_long","chat_template","tokenizer","invalid_settings","mlx","engine_stopped","peer","endpoint_unreachable","endpoint_refused","endpoint_model_not_found","endpoint_failed","history","history_unwritable","history_corrupt","history_too_new","history_busy","folder_not_empty","metal_unavailable","metal_kernels_unavailable"] as const;
 
 export const GENERATION_LIMITS = {"max_tokens":[1,32768],"temperature":[0.0,5.0],"probability":[0.0,1.0],"top_k":[0,100000],"repetition_penalty":[0.5,2.0],"prefill_step_size":[1,65536],"max_kv_size":[16,4294967296]} as const;
 
@@ -418,6 +418,13 @@ export type DownloadSummary = {
 	download_ms: number | null,
 };
 
+/**  The protocol an endpoint run spoke. */
+export type EndpointDialect = 
+/**  OpenAI's `/v1/completions` (or `/v1/chat/completions`), server-sent events. */
+"openai" | 
+/**  Ollama's `/api/generate`, one JSON object per line. */
+"ollama";
+
 /**
  *  Why something failed, as a stable snake_case name: what the app
  *  branches on, what the CLI picks its hint by, what `--json` prints.
@@ -503,6 +510,17 @@ export type ErrorKind =
 "engine_stopped" | 
 /**  The mlx-lm side of a comparison could not run. */
 "peer" | 
+/**  A server to benchmark could not be reached at its URL. */
+"endpoint_unreachable" | 
+/**  A server to benchmark asked for an API key, or refused the one sent. */
+"endpoint_refused" | 
+/**
+ *  A server to benchmark does not serve the model named (or several,
+ *  and none was named).
+ */
+"endpoint_model_not_found" | 
+/**  A server to benchmark failed a request or sent what could not be read. */
+"endpoint_failed" | 
 /**  The run history failed in a way Ondo has no better name for. */
 "history" | 
 /**  The run history's file or folder cannot be created or written. */
@@ -884,6 +902,11 @@ export type RunKind =
 "bench_cold" | 
 /**  `ondo demo`: one cold and one warm generation. */
 "demo" | 
+/**
+ *  A request to another program's server (`ondo bench --endpoint`),
+ *  timed by Ondo as its client.
+ */
+"endpoint" | 
 /**  A kind written by a newer Ondo sharing this history. */
 string;
 
@@ -961,6 +984,29 @@ export type RunRecord = {
 	stop_reason: StopReason,
 	/**  Set when the run failed; the timings then cover what happened. */
 	error: string | null,
+	/**  What the server calls itself, or the name given to it. */
+	server_name: string | null,
+	/**  The route asked, without credentials: `http://127.0.0.1:8080/v1/completions`. */
+	endpoint_url: string | null,
+	endpoint_dialect: EndpointDialect | null,
+	/**
+	 *  The prompt's tokens as the server counted them (OpenAI `usage`,
+	 *  Ollama `prompt_eval_count`).
+	 */
+	server_prompt_tokens: number | null,
+	/**
+	 *  The server's own durations, where it reports them (Ollama's
+	 *  `load_duration`, `prompt_eval_duration`, `eval_duration`).
+	 */
+	server_load_ms: number | null,
+	server_prefill_ms: number | null,
+	server_decode_ms: number | null,
+	/**
+	 *  The server's own rates: its prompt tokens over its prefill time, its
+	 *  generated tokens over its decode time (Ollama's convention).
+	 */
+	server_prefill_tps: number | null,
+	server_decode_tps: number | null,
 	app_version: string,
 	app_commit: string,
 	/**  "debug" or "release". */

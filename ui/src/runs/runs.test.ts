@@ -6,6 +6,7 @@ import {
   coldWarmColumns,
   coldWarmSummary,
   DEFAULT_BENCH_FORM,
+  detailRows,
   DEFAULT_SORT,
   exportedMessage,
   filterOptions,
@@ -155,6 +156,49 @@ describe('table', () => {
     expect(cold.start).toBe('cold 38.2 ms');
     expect(cold.kind).toBe('test run');
     expect(shortModelName('/Users/me/models/My-Model/')).toBe('My-Model');
+  });
+
+  it("shows another program's server by its name, with dashes for what a client cannot see", () => {
+    const served = makeRun({
+      run_id: 'r-1760000500000-e1',
+      created_at: '2025-10-09T09:08:20Z',
+      kind: 'endpoint',
+      bench_id: BENCH_ID,
+      test: 'pp128+tg64',
+      model_id: 'llama3.2:1b',
+      server_name: 'ollama 0.12.3',
+      endpoint_url: 'http://127.0.0.1:11434/api/generate',
+      endpoint_dialect: 'ollama',
+      ttft_ms: 182.4,
+      decode_ms: 1400,
+      decode_tps: 45,
+      prefill_tps: Number.NaN,
+      prompt_tokens: 128,
+      server_prompt_tokens: 131,
+      mlx_peak_bytes: 0,
+      server_load_ms: 2.5,
+      server_prefill_tps: 1650,
+      server_decode_tps: 46.2,
+    });
+    const cells = runCells(served);
+    expect(cells.kind).toBe('ollama 0.12.3 (server)');
+    expect(cells.model).toBe('llama3.2:1b');
+    expect(cells.ttft).toBe('182 ms');
+    expect(cells.decode).toBe('45.0 tok/s');
+    expect([cells.start, cells.prefill, cells.peak, cells.loop, cells.step, cells.maxKv]).toEqual(['—', '—', '—', '—', '—', '—']);
+
+    const details = Object.fromEntries(detailRows(served));
+    expect(details['Server']).toBe('ollama 0.12.3 · ollama · http://127.0.0.1:11434/api/generate');
+    expect(details['Prompt']).toBe('128 tok sent, 131 as the server counted, 0 cached');
+    expect(details['Server’s own']).toBe('load 2.50 ms · prefill 1,650 tok/s · decode 46.2 tok/s');
+    expect(details['TTFT']).toBe('182 ms at the client');
+    expect(details['MLX peak']).toBeUndefined();
+    expect(details['Loop']).toBeUndefined();
+    // Ondo's own runs keep their rows.
+    expect(Object.fromEntries(detailRows(allRuns[0]!))['Loop']).toBe(allRuns[0]!.loop);
+
+    const options = filterOptions([...allRuns, served]);
+    expect(options.kinds.at(-1)).toEqual({ value: 'endpoint', label: 'other server' });
   });
 
   it('moves the selection with arrow keys, Home and End, within bounds', () => {

@@ -40,7 +40,7 @@ export const NO_FILTER: RunsFilterState = {
   includeWarmup: false,
 };
 
-export const KIND_ORDER = ['chat', 'run', 'bench', 'bench_cold'] as const;
+export const KIND_ORDER = ['chat', 'run', 'bench', 'bench_cold', 'endpoint'] as const;
 
 /** A record's bench id; null for chat and test runs. */
 export function benchIdOf(run: RunRecord): string | null {
@@ -207,7 +207,12 @@ export interface Column {
 export const COLUMNS: readonly Column[] = [
   { key: 'created_at', label: 'When', description: 'when the request was made', numeric: false },
   { key: 'model_id', label: 'Model', description: 'model', numeric: false },
-  { key: 'kind', label: 'Kind', description: 'chat, test run, benchmark or fresh-process cold start', numeric: false },
+  {
+    key: 'kind',
+    label: 'Kind',
+    description: 'chat, test run, benchmark, fresh-process cold start, or another program’s server',
+    numeric: false,
+  },
   { key: 'load_ms', label: 'Start', description: 'cold (with load time) or warm', numeric: true },
   { key: 'prompt_tokens', label: 'Prompt', description: 'prompt tokens (cached tokens)', numeric: true },
   { key: 'ttft_ms', label: 'TTFT', description: 'time to first token, after load', numeric: true },
@@ -284,9 +289,23 @@ export function kindLabel(kind: string): string {
       return 'bench (cold process)';
     case 'run':
       return 'test run';
+    case 'endpoint':
+      return 'other server';
     default:
       return kind;
   }
+}
+
+/** A run's kind as its row says it: a server's runs by the server's name. */
+export function runKindLabel(run: Pick<RunRecord, 'kind' | 'server_name'>): string {
+  if (run.kind === 'endpoint' && run.server_name !== null) return `${run.server_name} (server)`;
+  return kindLabel(run.kind);
+}
+
+/** A server's run: timed by Ondo as its client, which cannot see the
+ * server's load, its prefill alone, its memory or its loop. */
+export function isEndpointRun(run: Pick<RunRecord, 'kind'>): boolean {
+  return run.kind === 'endpoint';
 }
 
 const whenFormat = new Intl.DateTimeFormat('en-GB', {
@@ -322,10 +341,26 @@ export interface RunCells {
 }
 
 export function runCells(run: RunRecord): RunCells {
+  if (isEndpointRun(run)) {
+    const unseen = '—';
+    return {
+      ...ondoRunCells(run),
+      start: unseen,
+      prefill: unseen,
+      peak: unseen,
+      loop: unseen,
+      step: unseen,
+      maxKv: unseen,
+    };
+  }
+  return ondoRunCells(run);
+}
+
+function ondoRunCells(run: RunRecord): RunCells {
   return {
     when: formatWhen(run.created_at),
     model: shortModelName(run.model_id),
-    kind: kindLabel(run.kind),
+    kind: runKindLabel(run),
     start: run.load_kind === 'cold' ? `cold ${formatMs(run.load_ms)}` : 'warm',
     prompt:
       run.cached_tokens > 0
@@ -341,6 +376,50 @@ export function runCells(run: RunRecord): RunCells {
     maxKv: run.max_kv_size === null ? 'unbounded' : formatCount(run.max_kv_size),
     pressure: run.pressure_max,
   };
+}
+
+/** The selected run's details, as term and value. */
+export function detailRows(run: RunRecord): [string, string][] {
+  const kind: [string, string] = ['Kind', `${runKindLabel(run)}${run.warmup ? ' (warm-up)' : ''}`];
+  const bench: [string, string][] =
+    run.bench_id !== null ? [['Benchmark', `${run.bench_id}${run.test !== null ? ` · ${run.test}` : ''}`]] : [];
+  if (isEndpointRun(run)) {
+    const own: string[] = [];
+    if (run.server_load_ms !== null) own.push(`load ${formatMs(run.server_load_ms)}`);
+    if (run.server_prefill_tps !== null) own.push(`prefill ${formatTps(run.server_prefill_tps)}`);
+    if (run.server_decode_tps !== null) own.push(`decode ${formatTps(run.server_decode_tps)}`);
+    const counted = run.server_prompt_tokens === null ? 'not counted by the server' : `${formatCount(run.server_prompt_tokens)} as the server counted`;
+    return [
+      ['Model', run.model_id],
+      kind,
+      ...bench,
+      ['Server', [run.server_name, run.endpoint_dialect, run.endpoint_url].filter((part) => part !== null).join(' · ')],
+      ['TTFT', `${formatMs(run.ttft_ms)} at the client`],
+      ['Decode', `${formatCount(run.generated_tokens)} tok in ${formatMs(run.decode_ms)} · ${formatTps(run.decode_tps)} at the client`],
+      ['Prompt', `${formatCount(run.prompt_tokens)} tok sent, ${counted}, ${formatCount(run.cached_tokens)} cached`],
+      ['Server’s own', own.length > 0 ? own.join(' · ') : 'not reported'],
+      ['Pressure', `${run.pressure_max} at most`],
+      ['Stopped', run.stop_reason],
+    ];
+  }
+  return [
+    ['Model', run.model_id],
+    kind,
+    ...bench,
+    ['Start', run.load_kind === 'cold' ? `cold, load ${formatMs(run.load_ms)}` : 'warm (already loaded)'],
+    ...(run.cold_start_ms !== null ? ([['Cold start', `${formatMs(run.cold_start_ms)} from process start`]] as [string, string][]) : []),
+    ['Prefill', `${formatCount(run.prefill_tokens)} tok in ${formatMs(run.prefill_ms)} · ${formatTps(run.prefill_tps)}`],
+    ['TTFT', formatMs(run.ttft_ms)],
+    ['Decode', `${formatCount(run.generated_tokens)} tok in ${formatMs(run.decode_ms)} · ${formatTps(run.decode_tps)}`],
+    ['Prompt', `${formatCount(run.prompt_tokens)} tok, ${formatCount(run.cached_tokens)} cached`],
+    ['Loop', run.loop],
+    ['Prefill step', formatCount(run.prefill_step_size)],
+    ['Max KV', run.max_kv_size === null ? 'unbounded' : formatCount(run.max_kv_size)],
+    ['MLX peak', formatBytes(run.mlx_peak_bytes)],
+    ['KV cache', formatBytes(run.kv_cache_bytes)],
+    ['Pressure', `${run.pressure_max} at most`],
+    ['Stopped', run.stop_reason],
+  ];
 }
 
 /** The next row a key moves the selection to; null: the key is not ours. */
