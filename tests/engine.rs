@@ -377,6 +377,53 @@ fn a_generation_prompt_that_opens_think_makes_the_reply_reasoning() {
     assert!(plain.stats.prompt_tokens < thinking.stats.prompt_tokens);
     assert_eq!(plain.text, plain.raw_text);
     assert_eq!(plain.reasoning, "");
+
+    // Text sent as it is is continued as it is, even after a `<think>` it
+    // opened: only a chat has a reply to split.
+    let raw = run(
+        &engine,
+        thinking_request(&dir, serde_json::json!({}), None).with_prompt(Prompt::Raw {
+            text: "Is it warm?<think>\n".into(),
+        }),
+    )
+    .unwrap();
+    assert!(!raw.raw_text.trim().is_empty());
+    assert_eq!(raw.text, raw.raw_text);
+    assert_eq!(raw.reasoning, "");
+}
+
+#[test]
+fn a_request_may_hear_every_token_apart() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("tiny");
+    tiny(&dir);
+    let engine = EngineHandle::spawn().unwrap();
+    let deltas = |every_token: bool| {
+        let mut deltas: Vec<Vec<u32>> = Vec::new();
+        let request = GenerateRequest {
+            max_tokens: 64,
+            ignore_eos: true,
+            delta_every_token: every_token,
+            ..sampled(&dir)
+        };
+        let outcome = engine
+            .generate_blocking(request, CancelToken::new(), |e| {
+                if let RunEvent::Delta { token_ids, .. } = e {
+                    deltas.push(token_ids.clone());
+                }
+            })
+            .unwrap();
+        assert_eq!(deltas.concat(), outcome.token_ids);
+        deltas
+    };
+    // Merged per 16 ms frame, a fast model's tokens come in bunches (how
+    // many depends on the machine's speed, so only the count is checked).
+    assert_eq!(deltas(false).concat().len(), 64);
+    // One by one, a delta holds a token, or a few when a character spans
+    // tokens.
+    let apart = deltas(true);
+    assert!(apart.iter().all(|ids| ids.len() <= 4), "{apart:?}");
+    assert!(apart.len() >= 64 / 4, "{apart:?}");
 }
 
 #[test]

@@ -82,6 +82,11 @@ pub struct GenerateRequest {
     pub stop_strings: Vec<String>,
     /// Keep generating past end-of-sequence tokens (benchmarks).
     pub ignore_eos: bool,
+    /// Send a delta for every token that adds to the reply, instead of
+    /// merging them per 16 ms frame: the local server streams one chunk per
+    /// token, as OpenAI and Ollama clients expect.
+    #[serde(default)]
+    pub delta_every_token: bool,
 }
 
 impl GenerateRequest {
@@ -98,6 +103,7 @@ impl GenerateRequest {
             loop_shape: LoopShape::default(),
             stop_strings: Vec::new(),
             ignore_eos: false,
+            delta_every_token: false,
         }
     }
 }

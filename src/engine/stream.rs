@@ -129,12 +129,18 @@ pub fn prompt_ids(model: &LoadedModel, prompt: &Prompt) -> Result<PromptTokens, 
     }
 }
 
-/// How this model marks the parts of its reply to this prompt.
+/// How this model marks the parts of its reply to this prompt. Only a chat
+/// has a reply to split: text or tokens sent as they are (`ondo run --raw`,
+/// the API's completions, benchmarks) are continued as they are, and the
+/// whole continuation is the answer, markers included, as mlx-lm prints it.
 pub fn reply_format(
     model: &LoadedModel,
     prompt: &Prompt,
     prompt_text: Option<&str>,
 ) -> ReplyFormat {
+    if !matches!(prompt, Prompt::Chat { .. }) {
+        return ReplyFormat::PLAIN;
+    }
     let tools_offered = matches!(prompt, Prompt::Chat { tools: Some(_), .. });
     let template = model
         .chat_template
@@ -505,9 +511,11 @@ pub fn run(
             break;
         }
         // The first token is sent at once, even empty, so TTFT is visible;
-        // later ones at most once a frame: waking the client's thread for
-        // every token costs decode speed on a machine with few cores.
-        let due = last_sent.is_none_or(|at| last_token_at - at >= DELTA_INTERVAL);
+        // later ones at most once a frame (unless the request streams every
+        // token): waking the client's thread for every token costs decode
+        // speed on a machine with few cores.
+        let due = request.delta_every_token
+            || last_sent.is_none_or(|at| last_token_at - at >= DELTA_INTERVAL);
         if generated.len() == 1 || (reply.has_news() && due) {
             last_sent = Some(last_token_at);
             for delta in reply.take_deltas(std::mem::take(&mut pending_ids)) {
