@@ -212,6 +212,83 @@ fn keep_alive_expiry_unloads_an_idle_model() {
 }
 
 #[test]
+fn a_preloaded_model_answers_warm() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("tiny");
+    tiny(&dir, 0);
+    let pool = pool_with(root.path(), PoolSettings::default());
+    assert!(pool.preload(&dir, "tiny").unwrap());
+    assert!(!pool.preload(&dir, "tiny").unwrap(), "loaded twice");
+    assert_eq!(pool.resident().len(), 1);
+    assert!(actions(&pool).contains(&("load".into(), "preload asked".into())));
+    let (_, record) = pool
+        .run(
+            chat_request(&dir, "c", vec![ChatMessage::user("hi")]),
+            context("tiny"),
+            CancelToken::new(),
+            |_| {},
+        )
+        .unwrap();
+    assert_eq!(record.load_kind, LoadKind::Warm);
+    let missing = pool.preload(&root.path().join("nothing"), "nothing");
+    assert_eq!(missing.unwrap_err().kind(), "load");
+    assert_eq!(pool.resident().len(), 1);
+}
+
+#[test]
+fn a_model_can_have_a_keep_alive_of_its_own() {
+    let root = tempfile::tempdir().unwrap();
+    let (a, b) = (root.path().join("a"), root.path().join("b"));
+    tiny(&a, 1);
+    tiny(&b, 2);
+    let settings = PoolSettings {
+        keep_alive: KeepAlive::For(Duration::from_millis(300)),
+        memory_budget_bytes: None,
+    };
+    let pool = pool_with(root.path(), settings);
+    let run = |dir: &Path| {
+        pool.run(
+            chat_request(dir, "c", vec![ChatMessage::user("hi")]),
+            context("tiny"),
+            CancelToken::new(),
+            |_| {},
+        )
+        .unwrap()
+    };
+    run(&a);
+    run(&b);
+    // Forever outlives the pool's 300 ms; zero unloads at once.
+    assert!(pool.keep_model_alive(&a, Some(KeepAlive::Forever)).unwrap());
+    assert_eq!(
+        pool.resident()
+            .iter()
+            .find(|m| m.model_dir == a)
+            .unwrap()
+            .expires_in_ms,
+        None
+    );
+    assert!(
+        pool.keep_model_alive(&b, Some(KeepAlive::For(Duration::ZERO)))
+            .unwrap()
+    );
+    let resident: Vec<PathBuf> = pool.resident().into_iter().map(|m| m.model_dir).collect();
+    assert_eq!(resident, vec![a.clone()], "b stayed loaded");
+    assert!(
+        !pool.keep_model_alive(&b, None).unwrap(),
+        "b is not resident"
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(pool.resident().len(), 1, "a was unloaded");
+    // Back to the pool's keep-alive: it goes like any idle model.
+    assert!(pool.keep_model_alive(&a, None).unwrap());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !pool.resident().is_empty() {
+        assert!(Instant::now() < deadline, "never unloaded");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
 fn the_memory_budget_evicts_the_least_recently_used_model() {
     let root = tempfile::tempdir().unwrap();
     let (a, b, c) = (

@@ -77,6 +77,15 @@ struct Entry {
     kv_cache_bytes: u64,
     last_used: Instant,
     busy: usize,
+    /// A keep-alive of this model's own (a client asked for it with a
+    /// request); `None`: the pool's.
+    keep_alive: Option<KeepAlive>,
+}
+
+impl Entry {
+    fn keep_alive(&self, pool_default: KeepAlive) -> KeepAlive {
+        self.keep_alive.unwrap_or(pool_default)
+    }
 }
 
 /// Where the pool reads the pressure level (the sampler; tests pass their own).
@@ -207,6 +216,64 @@ impl SessionPool {
         self.shared.unload(&model_key(model_dir), "user")
     }
 
+    /// Loads a model without generating (a client asked to have it warm),
+    /// within the memory budget like a run's load. Returns whether it was
+    /// loaded now (false: it was resident already).
+    pub fn preload(&self, model_dir: &Path, model_id: &str) -> Result<bool, RunError> {
+        let key = model_key(model_dir);
+        if let Some(entry) = lock(&self.shared.models).get_mut(&key) {
+            entry.last_used = Instant::now();
+            return Ok(false);
+        }
+        self.shared.make_room(weights_on_disk(&key), &key)?;
+        let loaded = self.shared.engine.load(&key)?;
+        lock(&self.shared.models)
+            .entry(key)
+            .or_insert_with(|| Entry {
+                model_id: model_id.to_owned(),
+                model_dir: loaded.model_dir.clone(),
+                weights_bytes: loaded.weights_bytes,
+                kv_cache_bytes: loaded.kv_cache_bytes,
+                last_used: Instant::now(),
+                busy: 0,
+                keep_alive: None,
+            });
+        self.shared.note(
+            "load",
+            model_id,
+            "preload asked",
+            Some(loaded.weights_bytes),
+        );
+        Ok(true)
+    }
+
+    /// Gives a resident model a keep-alive of its own (a client of the
+    /// local server asks with each request), or back the pool's (`None`).
+    /// A zero keep-alive unloads it as soon as no run uses it: now, if none
+    /// does. Returns false when the model is not resident.
+    pub fn keep_model_alive(
+        &self,
+        model_dir: &Path,
+        keep_alive: Option<KeepAlive>,
+    ) -> Result<bool, RunError> {
+        let key = model_key(model_dir);
+        let unload_now = {
+            let mut models = lock(&self.shared.models);
+            let Some(entry) = models.get_mut(&key) else {
+                return Ok(false);
+            };
+            entry.keep_alive = keep_alive;
+            entry.busy == 0 && keep_alive == Some(KeepAlive::For(Duration::ZERO))
+        };
+        if unload_now {
+            self.shared.unload(&key, "keep-alive 0 asked by a client")?;
+        } else {
+            // A shorter time may already have passed.
+            self.shared.expire_idle();
+        }
+        Ok(true)
+    }
+
     /// The resident models, most recently used first.
     pub fn resident(&self) -> Vec<PooledModel> {
         let keep_alive = self.settings().keep_alive;
@@ -221,7 +288,7 @@ impl SessionPool {
                     weights_bytes: e.weights_bytes,
                     kv_cache_bytes: e.kv_cache_bytes,
                     idle_ms: idle.as_millis() as u64,
-                    expires_in_ms: match keep_alive {
+                    expires_in_ms: match e.keep_alive(keep_alive) {
                         KeepAlive::Forever => None,
                         KeepAlive::For(d) => Some(d.saturating_sub(idle).as_millis() as u64),
                     },
@@ -443,6 +510,7 @@ impl Shared {
                         kv_cache_bytes: 0,
                         last_used: Instant::now(),
                         busy: 0,
+                        keep_alive: None,
                     });
                     entry.weights_bytes = r.weights_bytes;
                     entry.kv_cache_bytes = r.kv_cache_bytes;
@@ -457,6 +525,9 @@ impl Shared {
                 self.sampler.set_interval(SAMPLE_WHILE_IDLE);
             }
         }
+        // A model kept for no time at all (a client's keep-alive 0) goes as
+        // soon as its last run ends, not at the next tick.
+        self.expire_idle();
         let outcome = result?;
         if outcome.stats.load_kind == LoadKind::Cold {
             self.note(
@@ -597,18 +668,27 @@ impl Shared {
             .collect()
     }
 
-    fn tick(&self) {
-        // Keep-alive: idle models past their time go.
-        if let KeepAlive::For(keep_alive) = lock(&self.settings).keep_alive {
-            let expired: Vec<PathBuf> = lock(&self.models)
-                .iter()
-                .filter(|(_, e)| e.busy == 0 && e.last_used.elapsed() >= keep_alive)
-                .map(|(k, _)| k.clone())
-                .collect();
-            for key in expired {
-                let _ = self.unload(&key, "keep-alive expired");
-            }
+    /// Keep-alive: idle models past their time go.
+    fn expire_idle(&self) {
+        let pool_default = lock(&self.settings).keep_alive;
+        let expired: Vec<PathBuf> = lock(&self.models)
+            .iter()
+            .filter(|(_, e)| {
+                e.busy == 0
+                    && match e.keep_alive(pool_default) {
+                        KeepAlive::For(keep_alive) => e.last_used.elapsed() >= keep_alive,
+                        KeepAlive::Forever => false,
+                    }
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in expired {
+            let _ = self.unload(&key, "keep-alive expired");
         }
+    }
+
+    fn tick(&self) {
+        self.expire_idle();
         // Pressure: act once each time the level gets worse.
         let level = (self.pressure)();
         let previous = std::mem::replace(&mut *lock(&self.last_level), level);
