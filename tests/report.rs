@@ -33,6 +33,7 @@ fn base() -> RunRecord {
         repetition: Some(0),
         warmup: false,
         conversation_id: None,
+        user_agent: None,
         model_id: "tiny".into(),
         model_path: "/home/ada/.local/share/ondo/models/tiny".into(),
         model_revision: None,

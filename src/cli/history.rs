@@ -26,7 +26,7 @@ pub struct Selection {
     /// Only the runs of one benchmark (its id, or `latest`).
     #[arg(long)]
     bench: Option<String>,
-    /// Only runs of one kind: run, chat, bench, bench_cold, demo, endpoint.
+    /// Only runs of one kind: run, chat, bench, bench_cold, demo, endpoint, api.
     #[arg(long)]
     kind: Option<RunKind>,
     /// Only runs with this decode loop shape.
@@ -191,6 +191,10 @@ fn row(r: &RunRecord) -> Vec<String> {
         time,
         if r.warmup {
             format!("{kind} (warm-up)")
+        } else if let Some(agent) = &r.user_agent {
+            // Which program asked, shortened: "api (OpenAI/Python 3.57.0)".
+            let agent: String = agent.chars().take(24).collect();
+            format!("{kind} ({agent})")
         } else {
             kind
         },

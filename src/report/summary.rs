@@ -61,6 +61,7 @@ pub(crate) const PER_RUN_FIELDS: &[&str] = &[
     "repetition",
     "warmup",
     "conversation_id",
+    "user_agent",
     "download_ms",
     "load_ms",
     "ttft_ms",

@@ -66,6 +66,8 @@ pub struct RunContext {
     pub parameters: Option<u64>,
     pub download_ms: f64,
     pub conversation_id: Option<String>,
+    /// The client program's `User-Agent` (requests to the local server).
+    pub user_agent: Option<String>,
     /// A title for a new conversation (its first message, shortened).
     pub conversation_title: Option<String>,
     pub bench_id: Option<String>,
@@ -149,6 +151,7 @@ pub fn record_from_stats(
         repetition: context.repetition,
         warmup: context.warmup,
         conversation_id: context.conversation_id.clone(),
+        user_agent: context.user_agent.clone(),
         model_id: context.model_id.clone(),
         model_path: stats.model_dir.clone(),
         model_revision: context.model_revision.clone(),

@@ -239,6 +239,7 @@ run_columns! {
     repetition,
     warmup,
     conversation_id,
+    user_agent,
     model_id,
     model_path,
     model_revision,

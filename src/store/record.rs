@@ -51,6 +51,9 @@ pub enum RunKind {
     /// A request to another program's server (`ondo bench --endpoint`),
     /// timed by Ondo as its client.
     Endpoint,
+    /// A request to the local server (`ondo serve`, the app's Local
+    /// server), from another program.
+    Api,
     /// A kind written by a newer Ondo sharing this history.
     #[serde(other)]
     Other,
@@ -58,13 +61,14 @@ pub enum RunKind {
 
 impl RunKind {
     /// Every kind this Ondo writes (for filters and help texts).
-    pub const ALL: [RunKind; 6] = [
+    pub const ALL: [RunKind; 7] = [
         RunKind::Run,
         RunKind::Chat,
         RunKind::Bench,
         RunKind::BenchCold,
         RunKind::Demo,
         RunKind::Endpoint,
+        RunKind::Api,
     ];
 
     /// The name the history and the reports use.
@@ -76,6 +80,7 @@ impl RunKind {
             RunKind::BenchCold => "bench_cold",
             RunKind::Demo => "demo",
             RunKind::Endpoint => "endpoint",
+            RunKind::Api => "api",
             RunKind::Other => "other",
         }
     }
@@ -118,6 +123,9 @@ pub struct RunRecord {
     /// A warm-up repetition: recorded, excluded from statistics.
     pub warmup: bool,
     pub conversation_id: Option<String>,
+    /// The program that asked, as its `User-Agent` header names it (runs of
+    /// kind `api`).
+    pub user_agent: Option<String>,
 
     // The model.
     /// Repo id (`org/name`) or folder.

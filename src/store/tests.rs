@@ -22,6 +22,7 @@ fn full_record() -> RunRecord {
         repetition: Some(2),
         warmup: true,
         conversation_id: Some("c-1".into()),
+        user_agent: Some("OpenAI/Python 3.57.0".into()),
         model_id: "mlx-community/Llama-3.2-3B-Instruct-4bit".into(),
         model_path: "/models/llama".into(),
         model_revision: Some("0123abcd".into()),

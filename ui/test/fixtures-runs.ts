@@ -50,6 +50,7 @@ export function makeRun(overrides: Partial<RunRecord> & Pick<RunRecord, 'run_id'
     repetition: null,
     warmup: false,
     conversation_id: null,
+    user_agent: null,
     ...tinyModel,
     download_ms: 0,
     load_kind: 'warm',

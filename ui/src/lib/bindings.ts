@@ -907,6 +907,11 @@ export type RunKind =
  *  timed by Ondo as its client.
  */
 "endpoint" | 
+/**
+ *  A request to the local server (`ondo serve`, the app's Local
+ *  server), from another program.
+ */
+"api" | 
 /**  A kind written by a newer Ondo sharing this history. */
 string;
 
@@ -926,6 +931,11 @@ export type RunRecord = {
 	/**  A warm-up repetition: recorded, excluded from statistics. */
 	warmup: boolean,
 	conversation_id: string | null,
+	/**
+	 *  The program that asked, as its `User-Agent` header names it (runs of
+	 *  kind `api`).
+	 */
+	user_agent: string | null,
 	/**  Repo id (`org/name`) or folder. */
 	model_id: string,
 	model_path: string,

@@ -97,6 +97,18 @@ describe('filters', () => {
     expect(exportedMessage({ runs: 1, bytes: 900, path: '/tmp/r.csv' })).toMatch(/^Saved 1 run to \/tmp\/r\.csv \(/);
   });
 
+  it('offers requests to the local server as their own kind', () => {
+    const apiRun = makeRun({
+      run_id: 'r-api',
+      created_at: '2025-10-09T11:00:00Z',
+      kind: 'api',
+      user_agent: 'OpenAI/Python 3.57.0',
+    });
+    const options = filterOptions([...allRuns, apiRun]);
+    expect(options.kinds.map((option) => option.value)).toEqual(['chat', 'run', 'bench', 'bench_cold', 'api']);
+    expect(options.kinds.at(-1)?.label).toBe('API request');
+  });
+
   it('offers only the values present, newest benchmark first', () => {
     const options = filterOptions(allRuns);
     expect(options.models.map((option) => option.label)).toEqual(['Qwen3-0.6B-4bit', 'tiny (speed test)']);
