@@ -22,6 +22,9 @@ MLX_LM_VERSION=0.32.2
 # libmlx.dylib and mlx.metallib from its mlx/lib (src-tauri/tests/bundle.rs
 # checks that the two agree).
 MAC_MLX_DIR=target/mlx-metal
+# The official clients the local server's tests drive it with.
+OPENAI_VERSION=3.57.0
+OLLAMA_VERSION=0.6.3
 TAURI_DRIVER_VERSION=2.1.0
 
 say() { printf '  setup: %s\n' "$*"; }
@@ -51,13 +54,19 @@ setup_venv() {
   local py=.venv/bin/python
   if [ -x "$py" ] && "$py" - <<PY 2>/dev/null
 import importlib.metadata as m, sys
-ok = m.version("mlx") == "$MLX_VERSION" and m.version("mlx-lm") == "$MLX_LM_VERSION"
+want = {"mlx": "$MLX_VERSION", "mlx-lm": "$MLX_LM_VERSION",
+        "openai": "$OPENAI_VERSION", "ollama": "$OLLAMA_VERSION"}
+try:
+    ok = all(m.version(name) == version for name, version in want.items())
+except m.PackageNotFoundError:
+    ok = False
 sys.exit(0 if ok else 1)
 PY
   then return 0; fi
-  say "creating .venv with mlx[cpu]==$MLX_VERSION and mlx-lm==$MLX_LM_VERSION"
-  python3 -m venv .venv
-  .venv/bin/pip install -q --disable-pip-version-check "mlx[cpu]==$MLX_VERSION" "mlx-lm==$MLX_LM_VERSION"
+  say "setting up .venv: mlx[cpu]==$MLX_VERSION, mlx-lm==$MLX_LM_VERSION, openai==$OPENAI_VERSION, ollama==$OLLAMA_VERSION"
+  [ -x "$py" ] || python3 -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check "mlx[cpu]==$MLX_VERSION" "mlx-lm==$MLX_LM_VERSION" \
+    "openai==$OPENAI_VERSION" "ollama==$OLLAMA_VERSION"
 }
 
 setup_npm() {

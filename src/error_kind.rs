@@ -142,6 +142,27 @@ error_kinds! {
     /// Another Ondo process kept the run history locked.
     HistoryBusy => "history_busy",
 
+    // The local server.
+    /// The server would listen beyond this machine without an API key.
+    ApiKeyRequired => "api_key_required",
+    /// The server's address could not be taken (in use, or not this machine's).
+    AddressUnavailable => "address_unavailable",
+    /// A request came without the server's API key, or with another.
+    ApiKeyRefused => "api_key_refused",
+    /// A request named a host other than this machine (a web page reaching
+    /// the server through DNS rebinding).
+    HostRefused => "host_refused",
+    /// A web page from an origin the server does not allow.
+    OriginRefused => "origin_refused",
+    /// A request body over the server's limit.
+    BodyTooLarge => "body_too_large",
+    /// No route at that path (or not for that method).
+    NoSuchRoute => "no_such_route",
+    /// Too many requests wait for the engine already.
+    QueueFull => "queue_full",
+    /// A request waited for the engine longer than the server's limit.
+    QueueTimeout => "queue_timeout",
+
     // Synthetic models.
     /// The folder to write a model into already holds files.
     FolderNotEmpty => "folder_not_empty",

@@ -1,6 +1,7 @@
 //! Ondo's core: everything but the desktop shell. The CLI, the app and the
 //! local API are all clients of this library.
 
+pub mod api;
 pub mod bench;
 pub mod cli;
 pub mod demo;

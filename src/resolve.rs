@@ -108,15 +108,23 @@ pub fn saved_settings(pool: &SessionPool, dirs: &DataDirs) -> AppSettings {
 /// Every name a client may use: `tiny`, then the complete downloaded
 /// models' repo ids (each once, in library order).
 pub fn available_models(folders: &[PathBuf]) -> Vec<String> {
-    let mut names = vec![TINY.to_owned()];
+    std::iter::once(TINY.to_owned())
+        .chain(downloaded_models(folders).into_iter().map(|m| m.id))
+        .collect()
+}
+
+/// The complete downloaded models a client may name, each repo once (the
+/// first folder that has it wins, as in `resolve_model`), in library order.
+pub fn downloaded_models(folders: &[PathBuf]) -> Vec<library::LibraryModel> {
+    let mut models: Vec<library::LibraryModel> = Vec::new();
     for folder in folders {
         for model in library::scan_hub_cache(folder) {
-            if model.complete && !names.iter().any(|n| n.eq_ignore_ascii_case(&model.id)) {
-                names.push(model.id);
+            if model.complete && !models.iter().any(|m| m.id.eq_ignore_ascii_case(&model.id)) {
+                models.push(model);
             }
         }
     }
-    names
+    models
 }
 
 /// The folder `name` means, with the built-in tiny model written on first

@@ -205,6 +205,8 @@ pub fn typescript_bindings() -> Result<String, String> {
         )
         .constant("DEFAULT_BENCH_SHAPE", ondo::bench::BenchShape::default())
         .constant("BENCH_LIMITS", ondo::bench::BENCH_LIMITS)
+        // The local server's defaults (its port among them).
+        .constant("DEFAULT_SERVER_CONFIG", ondo::api::ServerConfig::default())
         // One TypeScript type per Rust type: split serialize/deserialize
         // types would put Channel payloads in the wrong half.
         .disable_serde_phases()

@@ -5,6 +5,7 @@
 use std::fmt;
 
 use crate::ErrorKind;
+use crate::api::ApiError;
 use crate::bench::BenchError;
 use crate::engine::RunError;
 use crate::hub::HubError;
@@ -94,6 +95,7 @@ macro_rules! from_layer_error {
 }
 
 from_layer_error!(
+    ApiError,
     HubError,
     RunError,
     BenchError,
@@ -180,6 +182,12 @@ pub fn hint(kind: ErrorKind, model: Option<&str>) -> Option<String> {
              mlx.metallib) and `make dmg` builds an app that carries both"
                 .to_owned()
         }
+        ErrorKind::ApiKeyRequired => {
+            "pass --api-key KEY (or set ONDO_API_KEY), or leave --host at 127.0.0.1".to_owned()
+        }
+        ErrorKind::AddressUnavailable => {
+            "pick another --port (0 lets the system choose one)".to_owned()
+        }
         ErrorKind::InvalidInput
         | ErrorKind::ModelUnavailable
         | ErrorKind::Internal
@@ -200,7 +208,14 @@ pub fn hint(kind: ErrorKind, model: Option<&str>) -> Option<String> {
         | ErrorKind::History
         | ErrorKind::HistoryBusy
         | ErrorKind::MetalUnavailable
-        | ErrorKind::EndpointFailed => return None,
+        | ErrorKind::EndpointFailed
+        | ErrorKind::ApiKeyRefused
+        | ErrorKind::HostRefused
+        | ErrorKind::OriginRefused
+        | ErrorKind::BodyTooLarge
+        | ErrorKind::NoSuchRoute
+        | ErrorKind::QueueFull
+        | ErrorKind::QueueTimeout => return None,
     })
 }
 

@@ -6,6 +6,7 @@ pub mod error;
 mod history;
 mod models;
 pub mod run;
+mod serve;
 mod synth;
 
 use clap::{Parser, Subcommand};
@@ -43,6 +44,9 @@ enum Command {
     /// Time prefill, decode and cold start over repetitions (median and
     /// spread), optionally against Python mlx-lm on the same model.
     Bench(bench::BenchArgs),
+    /// Serve the models to other programs over HTTP, in the OpenAI and the
+    /// Ollama dialects, on this machine's warm pool (every request recorded).
+    Serve(serve::ServeArgs),
     /// Download a model from the Hugging Face hub into the shared cache
     /// (resumable: Ctrl-C pauses, the same command continues).
     Pull(models::PullArgs),
@@ -77,6 +81,7 @@ pub fn main() -> std::process::ExitCode {
         Command::Run(args) => run::run(args),
         Command::Chat(args) => run::chat(args),
         Command::Bench(args) => bench::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Pull(args) => models::pull(args),
         Command::Ls(args) => models::ls(args),
         Command::Rm(args) => models::rm(args),

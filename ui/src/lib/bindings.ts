@@ -92,9 +92,11 @@ export const BENCH_LIMITS = {"prompt_tokens":[1,131072],"generate_tokens":[2,819
 
 export const DEFAULT_BENCH_SHAPE = {"prompt_tokens":[128],"generate_tokens":128,"repetitions":5,"warmup":1,"loops":["pipelined","sync"],"prefill_step_size":2048,"max_kv_size":null,"vary":null,"cold_repetitions":3} as const;
 
+export const DEFAULT_SERVER_CONFIG = {"host":"127.0.0.1","port":11480,"api_key":null,"allowed_origins":[],"max_waiting":64,"wait_limit_s":300} as const;
+
 export const DEFAULT_SETTINGS = {"keep_alive_minutes":10,"memory_budget_bytes":null,"generation":{"max_tokens":512,"temperature":0.0,"top_p":0.0,"top_k":0,"min_p":0.0,"repetition_penalty":null,"seed":null,"loop":"pipelined","prefill_step_size":2048,"max_kv_size":null},"theme":"system","models_folder":null,"launch_at_login":false,"global_shortcut":"CommandOrControl+Shift+O"} as const;
 
-export const ERROR_KINDS = ["invalid_input","model_unavailable","internal","model_not_found","not_a_model_name","invalid_repo_id","invalid_revision","repo_not_found","revision_not_found","entry_not_found","unauthorized","forbidden","token_refused","rate_limited","server_error","link_expired","unreachable","not_cached_offline","disk_full","checksum_mismatch","interrupted","cancelled","busy","not_a_model","http","bad_response","io","not_in_library","load","empty_prompt","prompt_too_long","chat_template","tokenizer","invalid_settings","mlx","engine_stopped","peer","endpoint_unreachable","endpoint_refused","endpoint_model_not_found","endpoint_failed","history","history_unwritable","history_corrupt","history_too_new","history_busy","folder_not_empty","metal_unavailable","metal_kernels_unavailable"] as const;
+export const ERROR_KINDS = ["invalid_input","model_unavailable","internal","model_not_found","not_a_model_name","invalid_repo_id","invalid_revision","repo_not_found","revision_not_found","entry_not_found","unauthorized","forbidden","token_refused","rate_limited","server_error","link_expired","unreachable","not_cached_offline","disk_full","checksum_mismatch","interrupted","cancelled","busy","not_a_model","http","bad_response","io","not_in_library","load","empty_prompt","prompt_too_long","chat_template","tokenizer","invalid_settings","mlx","engine_stopped","peer","endpoint_unreachable","endpoint_refused","endpoint_model_not_found","endpoint_failed","history","history_unwritable","history_corrupt","history_too_new","history_busy","api_key_required","address_unavailable","api_key_refused","host_refused","origin_refused","body_too_large","no_such_route","queue_full","queue_timeout","folder_not_empty","metal_unavailable","metal_kernels_unavailable"] as const;
 
 export const GENERATION_LIMITS = {"max_tokens":[1,32768],"temperature":[0.0,5.0],"probability":[0.0,1.0],"top_k":[0,100000],"repetition_penalty":[0.5,2.0],"prefill_step_size":[1,65536],"max_kv_size":[16,4294967296]} as const;
 
@@ -531,6 +533,27 @@ export type ErrorKind =
 "history_too_new" | 
 /**  Another Ondo process kept the run history locked. */
 "history_busy" | 
+/**  The server would listen beyond this machine without an API key. */
+"api_key_required" | 
+/**  The server's address could not be taken (in use, or not this machine's). */
+"address_unavailable" | 
+/**  A request came without the server's API key, or with another. */
+"api_key_refused" | 
+/**
+ *  A request named a host other than this machine (a web page reaching
+ *  the server through DNS rebinding).
+ */
+"host_refused" | 
+/**  A web page from an origin the server does not allow. */
+"origin_refused" | 
+/**  A request body over the server's limit. */
+"body_too_large" | 
+/**  No route at that path (or not for that method). */
+"no_such_route" | 
+/**  Too many requests wait for the engine already. */
+"queue_full" | 
+/**  A request waited for the engine longer than the server's limit. */
+"queue_timeout" | 
 /**  The folder to write a model into already holds files. */
 "folder_not_empty" | 
 /**  MLX found no Metal GPU (a virtual machine, a session without the GPU). */

@@ -1,0 +1,187 @@
+//! `ondo serve`: the local server in the foreground, with a line per
+//! request, until Ctrl-C (which lets the requests in flight finish).
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::api::{DEFAULT_PORT, LocalServer, ServerConfig};
+use crate::cli::error::CliError;
+use crate::paths::DataDirs;
+use crate::resolve::{available_models, model_folders};
+use crate::session::settings::AppSettings;
+use crate::session::{PoolSettings, SessionPool};
+use crate::store::Store;
+
+/// The environment variable that holds the API key when `--api-key` is not given.
+const API_KEY_ENV: &str = "ONDO_API_KEY";
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Any OpenAI or Ollama client works: point its base URL at the server.
+  curl http://127.0.0.1:11480/v1/chat/completions \\
+    -d '{\"model\": \"tiny\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}'
+  curl http://127.0.0.1:11480/api/chat \\
+    -d '{\"model\": \"tiny\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}'
+Models are named by repo id (as `ondo ls` lists them) or tiny. Every
+request is recorded: `ondo runs --kind api`. Fields a request leaves out take
+the app's generation defaults (Settings).")]
+pub struct ServeArgs {
+    /// The address to listen on: 127.0.0.1 serves this machine only; any
+    /// other (0.0.0.0: every network) needs an API key.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// The port (0: any free one).
+    #[arg(long, default_value_t = DEFAULT_PORT)]
+    port: u16,
+    /// Ask every request for `Authorization: Bearer KEY` (default: the
+    /// ONDO_API_KEY environment variable, if set).
+    #[arg(long)]
+    api_key: Option<String>,
+    /// Let web pages from this origin call the server, e.g.
+    /// https://app.example (repeatable; `*` allows any).
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    allowed_origins: Vec<String>,
+    /// Requests that may wait for the engine at once; more get 503.
+    #[arg(long, default_value_t = ServerConfig::default().max_waiting)]
+    max_waiting: usize,
+    /// The longest a request waits for the engine, in seconds; longer gets 503.
+    #[arg(long, default_value_t = ServerConfig::default().wait_limit_s)]
+    wait_limit: u64,
+    /// Do not record the requests in the history (`ondo runs`).
+    #[arg(long)]
+    no_history: bool,
+}
+
+pub fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
+    let config = ServerConfig {
+        host: args.host,
+        port: args.port,
+        api_key: args
+            .api_key
+            .or_else(|| std::env::var(API_KEY_ENV).ok())
+            .filter(|k| !k.trim().is_empty()),
+        allowed_origins: args.allowed_origins,
+        max_waiting: args.max_waiting,
+        wait_limit_s: args.wait_limit,
+    };
+    // Refuse an open address before starting the engine.
+    config.socket_address()?;
+    let dirs = DataDirs::from_env();
+    let store = if args.no_history {
+        None
+    } else {
+        match Store::open_default(&dirs.data_dir) {
+            Ok(store) => Some(store),
+            Err(err) => {
+                eprintln!("note: requests will not be recorded: {err}");
+                None
+            }
+        }
+    };
+    // The app's keep-alive and memory budget apply here too.
+    let saved = store.as_ref().map(AppSettings::load).unwrap_or_default();
+    let pool_settings = if store.is_some() {
+        saved.pool_settings()
+    } else {
+        PoolSettings::default()
+    };
+    let keyed = config.api_key.is_some();
+    // Listen for Ctrl-C before anyone can know the address: a signal that
+    // came before the listener would stop the process without an answer.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut stop_signals = {
+        let _inside = runtime.enter();
+        StopSignals::listen().map_err(|e| e.to_string())?
+    };
+    let pool = Arc::new(SessionPool::start(pool_settings, store)?);
+    let mut server = LocalServer::start(
+        pool,
+        config,
+        Arc::new(|log: &crate::api::RequestLog| eprintln!("{}", log.line())),
+    )?;
+    let url = server.url();
+    println!("Ondo is serving at {url} (OpenAI API under /v1, Ollama API under /api)");
+    let _ = std::io::stdout().flush();
+    eprintln!(
+        "models: {}{}\nCtrl-C stops after answering the requests in flight",
+        available_models(&model_folders(&saved, &dirs)).join(", "),
+        if keyed {
+            "\nevery request needs the header 'Authorization: Bearer <key>'"
+        } else {
+            ""
+        }
+    );
+
+    runtime.block_on(stop_signals.next());
+    server.stop_accepting();
+    let status = server.status();
+    let in_flight = status.waiting + usize::from(status.in_flight.is_some());
+    if in_flight > 0 {
+        eprintln!("stopping after {in_flight} request(s) in flight; Ctrl-C again cancels them");
+    }
+    runtime.block_on(async {
+        let mut cancelled = false;
+        while !server.is_stopped() {
+            tokio::select! {
+                _ = stop_signals.next(), if !cancelled => {
+                    server.cancel_in_flight();
+                    cancelled = true;
+                }
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            }
+        }
+    });
+    eprintln!(
+        "stopped; {} generation(s) served",
+        server.status().requests_served
+    );
+    server.stop();
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Ctrl-C, or a polite kill (SIGTERM) where there is one.
+struct StopSignals {
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    /// Starts listening (inside a runtime): signals from now on are kept.
+    fn listen() -> std::io::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(Self {
+                interrupt: signal(SignalKind::interrupt())?,
+                terminate: signal(SignalKind::terminate())?,
+            })
+        }
+        #[cfg(not(unix))]
+        {
+            Ok(Self {})
+        }
+    }
+
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = self.interrupt.recv() => {}
+                _ = self.terminate.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

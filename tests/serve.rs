@@ -1,0 +1,1073 @@
+//! `ondo serve` as other programs meet it: the real binary on a free port,
+//! driven by the official `openai` and `ollama` Python packages (from the
+//! project venv) and by plain HTTP. Greedy answers equal `ondo run`'s;
+//! streamed answers equal whole ones; twelve streams at once all finish
+//! right; a client that hangs up frees the engine; every bad request gets its
+//! status and a JSON error and the server serves on; only this machine, an
+//! allowed origin and the right key get in; Ctrl-C answers what is in flight.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ondo::store::{RunKind, RunQuery, Store};
+use serde_json::{Value, json};
+
+const SYSTEM: &str = "You answer briefly.";
+const USER: &str = "Tell me about the sea.";
+const MAX_TOKENS: usize = 12;
+/// A synthetic model in the test's Hugging Face cache, named by repo id.
+const VARIED: &str = "ondo-test/varied";
+/// One whose chat template opens `<think>` when asked to think.
+const THINKER: &str = "ondo-test/thinker";
+
+/// A generation prompt that opens `<think>` when `enable_thinking` is set,
+/// and renders tools.
+const THINKING_TEMPLATE: &str = "{{ bos_token }}\
+{% if tools %}<|start_header_id|>system<|end_header_id|>\n\nTools: {{ tools | tojson }}<|eot_id|>{% endif %}\
+{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{{ m.content }}<|eot_id|>{% endfor %}\
+{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% if enable_thinking %}<think>\n{% endif %}{% endif %}";
+
+/// Ondo's data and a Hugging Face cache of its own, with two models in it.
+struct Home {
+    dir: tempfile::TempDir,
+}
+
+impl Home {
+    fn new() -> Self {
+        let home = Self {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        home.cache_model(VARIED, &["--arch", "qwen3", "--seed", "1"]);
+        let thinker = home.cache_model(THINKER, &[]);
+        std::fs::write(thinker.join("chat_template.jinja"), THINKING_TEMPLATE).unwrap();
+        home
+    }
+
+    /// Writes a synthetic model where a download of `repo_id` would be.
+    fn cache_model(&self, repo_id: &str, synth_args: &[&str]) -> PathBuf {
+        let commit = "0123456789abcdef0123456789abcdef01234567";
+        let repo = self
+            .path()
+            .join("hf/hub")
+            .join(format!("models--{}", repo_id.replace('/', "--")));
+        let snapshot = repo.join("snapshots").join(commit);
+        let written = self
+            .ondo()
+            .args(["synth", "tiny"])
+            .arg(&snapshot)
+            .args(synth_args)
+            .output()
+            .unwrap();
+        assert!(written.status.success(), "{written:?}");
+        std::fs::create_dir_all(repo.join("refs")).unwrap();
+        std::fs::write(repo.join("refs/main"), commit).unwrap();
+        snapshot
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The `ondo` binary with this home's environment.
+    fn ondo(&self) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_ondo"));
+        command
+            .env("ONDO_HOME", self.path().join("ondo"))
+            .env("HF_HOME", self.path().join("hf"))
+            .env("HF_HUB_OFFLINE", "1")
+            .env_remove("HF_HUB_CACHE")
+            .env_remove("ONDO_API_KEY");
+        command
+    }
+
+    /// `ondo run`'s answer, as JSON.
+    fn ondo_run(&self, model: &str, prompt: &str, extra: &[&str]) -> Value {
+        let output = self
+            .ondo()
+            .args(["run", model, prompt, "--json", "--no-history"])
+            .args(["--max-tokens", &MAX_TOKENS.to_string()])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        serde_json::from_slice(&output.stdout).unwrap()
+    }
+
+    /// The API runs in the history, oldest first.
+    fn api_runs(&self) -> Vec<ondo::store::RunRecord> {
+        let store = Store::open_default(&self.path().join("ondo")).unwrap();
+        store
+            .runs(&RunQuery {
+                kind: Some(RunKind::Api),
+                last: Some(1000),
+                ..RunQuery::default()
+            })
+            .unwrap()
+    }
+}
+
+/// A running `ondo serve` and what it logged.
+struct Served {
+    child: Child,
+    url: String,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Served {
+    fn start(home: &Home, args: &[&str]) -> Self {
+        let mut child = home
+            .ondo()
+            .args(["serve", "--port", "0"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let stderr = BufReader::new(child.stderr.take().unwrap());
+        {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for line in stderr.lines().map_while(Result::ok) {
+                    log.lock().unwrap().push(line);
+                }
+            });
+        }
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        let url = first
+            .split_whitespace()
+            .find(|word| word.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no address in {first:?}; log: {:?}", log.lock().unwrap()))
+            .to_owned();
+        Self { child, url, log }
+    }
+
+    fn address(&self) -> String {
+        self.url.trim_start_matches("http://").to_owned()
+    }
+
+    fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    fn interrupt(&self) {
+        // SAFETY: a plain signal to the child this test started.
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGINT);
+        }
+    }
+
+    fn post(&self, path: &str, body: &Value) -> Answer {
+        http(
+            &self.address(),
+            "POST",
+            path,
+            &[],
+            body.to_string().as_bytes(),
+        )
+    }
+
+    fn get(&self, path: &str) -> Answer {
+        http(&self.address(), "GET", path, &[], b"")
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An HTTP answer, the body de-chunked.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// One request on its own connection, read to the end.
+fn http(address: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Answer {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    let mut request = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
+        request.push_str(&format!("Host: {address}\r\n"));
+    }
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+    stream.write_all(request.as_bytes()).unwrap();
+    // A server may answer (413) before reading a large body.
+    let _ = stream.write_all(body);
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw);
+    parse_answer(&raw)
+}
+
+fn parse_answer(raw: &[u8]) -> Answer {
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no header end in {:?}", String::from_utf8_lossy(raw)));
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    let chunked = headers.iter().any(|(n, v)| {
+        n.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked")
+    });
+    if chunked {
+        body = dechunk(&body);
+    }
+    Answer {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut body = Vec::new();
+    while let Some(end) = raw.windows(2).position(|w| w == b"\r\n") {
+        let size = usize::from_str_radix(String::from_utf8_lossy(&raw[..end]).trim(), 16).unwrap();
+        if size == 0 {
+            break;
+        }
+        body.extend(&raw[end + 2..end + 2 + size]);
+        raw = &raw[end + 2 + size + 2..];
+    }
+    body
+}
+
+/// Runs one of the client scripts under tests/python; `None` without a venv.
+fn python_client(script: &str, served: &Served, scenario: &str, args: Value) -> Option<Value> {
+    let python = common::python()?;
+    let output: Output = Command::new(python)
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/python")
+                .join(script),
+        )
+        .args([&served.url, scenario, &args.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{script} {scenario}: {}\nserver log:\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        served.log().join("\n")
+    );
+    Some(serde_json::from_slice(&output.stdout).unwrap())
+}
+
+fn chat_body(model: &str, extra: Value) -> Value {
+    let mut body = json!({
+        "model": model,
+        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": USER}],
+        "max_tokens": MAX_TOKENS,
+    });
+    for (key, value) in extra.as_object().unwrap() {
+        body[key] = value.clone();
+    }
+    body
+}
+
+/// The `data:` payloads of a server-sent event stream.
+fn sse_data(body: &str) -> Vec<String> {
+    body.split("\n\n")
+        .filter_map(|event| event.strip_prefix("data: "))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn real_openai_and_ollama_clients_get_what_ondo_run_says() {
+    let home = Home::new();
+    let expected = home.ondo_run(VARIED, USER, &["--system-prompt", SYSTEM]);
+    let expected_text = expected["text"].as_str().unwrap();
+    let raw_expected = home.ondo_run(VARIED, USER, &["--raw"]);
+    let served = Served::start(&home, &[]);
+    let args = json!({
+        // Repo ids match without regard to case.
+        "model": "ONDO-TEST/Varied",
+        "system": SYSTEM,
+        "user": USER,
+        "max_tokens": MAX_TOKENS,
+    });
+    let Some(openai) = python_client("openai_client.py", &served, "basics", args.clone()) else {
+        return;
+    };
+    let models: Vec<&str> = openai["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap())
+        .collect();
+    assert_eq!(models, ["tiny", THINKER, VARIED]);
+    assert_eq!(openai["model"], VARIED);
+
+    let chat = &openai["chat"];
+    assert_eq!(
+        chat["text"], expected_text,
+        "the API's greedy answer differs from ondo run's"
+    );
+    assert_eq!(chat["model"], VARIED);
+    assert_eq!(chat["finish_reason"], "length");
+    assert_eq!(chat["usage"]["prompt_tokens"], expected["prompt_tokens"]);
+    assert_eq!(chat["usage"]["completion_tokens"], MAX_TOKENS);
+    assert_eq!(
+        chat["usage"]["total_tokens"],
+        expected["prompt_tokens"].as_u64().unwrap() + MAX_TOKENS as u64
+    );
+    let ondo = &chat["ondo"];
+    assert_eq!(ondo["load_kind"], "cold");
+    assert!(ondo["load_ms"].as_f64().unwrap() > 0.0);
+    assert!(ondo["ttft_ms"].as_f64().unwrap() > 0.0);
+    assert!(ondo["decode_tps"].as_f64().unwrap() > 0.0);
+    assert!(ondo["mlx_peak_bytes"].as_u64().unwrap() > 0);
+    assert!(ondo["run_id"].as_str().unwrap().starts_with("r-"));
+
+    let streamed = &openai["streamed"];
+    assert_eq!(
+        streamed["text"], chat["text"],
+        "streamed and whole answers differ"
+    );
+    assert_eq!(streamed["finish_reason"], "length");
+    assert_eq!(streamed["role_chunks"], 1);
+    // A chunk as soon as a token adds text (the detokenizer holds a word
+    // spelled over several tokens until it is whole).
+    let chunks = streamed["content_chunks"].as_u64().unwrap();
+    assert!((2..=MAX_TOKENS as u64).contains(&chunks), "{streamed}");
+    assert_eq!(streamed["usage"]["completion_tokens"], MAX_TOKENS);
+    assert_eq!(streamed["ondo"]["load_kind"], "warm");
+    // The same prompt again continues its conversation's cache.
+    assert!(
+        streamed["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+
+    // A follow-up turn prefills only what is new.
+    let follow_up = &openai["follow_up"];
+    let cached = follow_up["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    let prompt = follow_up["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(
+        cached >= expected["prompt_tokens"].as_u64().unwrap() - 1,
+        "{follow_up}"
+    );
+    assert!(cached < prompt);
+    assert_eq!(follow_up["ondo"]["cached_tokens"], cached);
+    assert_eq!(
+        follow_up["ondo"]["prefill_tokens"].as_u64().unwrap(),
+        prompt - cached
+    );
+
+    // Completions continue the raw text, as `ondo run --raw` does.
+    assert_eq!(openai["completion"]["text"], raw_expected["text"]);
+    assert_eq!(openai["completion_streamed"], openai["completion"]["text"]);
+    assert_eq!(openai["completion"]["finish_reason"], "length");
+
+    let args = json!({"model": VARIED, "system": SYSTEM, "user": USER, "max_tokens": MAX_TOKENS});
+    let ollama = python_client("ollama_client.py", &served, "basics", args).unwrap();
+    let models: Vec<&str> = ollama["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap())
+        .collect();
+    assert_eq!(models, ["tiny", THINKER, VARIED]);
+    for (name, answer) in [
+        ("chat", &ollama["chat"]),
+        ("chat_streamed", &ollama["chat_streamed"]),
+        ("generate", &ollama["generate"]),
+    ] {
+        assert_eq!(answer["text"], expected_text, "{name}");
+        assert_eq!(answer["done"], true, "{name}");
+        assert_eq!(answer["done_reason"], "length", "{name}");
+        assert_eq!(answer["eval_count"], MAX_TOKENS, "{name}");
+        assert_eq!(
+            answer["prompt_eval_count"], expected["prompt_tokens"],
+            "{name}"
+        );
+        let total = answer["total_duration"].as_u64().unwrap();
+        let eval = answer["eval_duration"].as_u64().unwrap();
+        let prompt_eval = answer["prompt_eval_duration"].as_u64().unwrap();
+        // Nanoseconds: a tiny model's decode takes well over a microsecond.
+        assert!(eval > 1_000 && prompt_eval > 1_000, "{name}: {answer}");
+        assert!(total >= eval + prompt_eval, "{name}: {answer}");
+        assert_eq!(answer["load_duration"], 0, "{name}: warm by now");
+    }
+    // Lines as the text comes, and the last with the counters.
+    let parts = ollama["chat_streamed"]["parts"].as_u64().unwrap();
+    assert!((3..=MAX_TOKENS as u64 + 1).contains(&parts), "{ollama}");
+    assert_eq!(ollama["generate_streamed"], expected_text);
+    assert_eq!(ollama["show"]["family"], "qwen3");
+    assert_eq!(ollama["show"]["quantization_level"], "F32");
+    assert!(ollama["show"]["context_length"].as_u64().unwrap() > 0);
+    assert_eq!(ollama["ps"], json!([VARIED]));
+
+    // Every generation is a recorded run of kind api, with its client.
+    let runs = home.api_runs();
+    // Five OpenAI generations, then four Ollama ones.
+    assert_eq!(runs.len(), 9, "{:?}", served.log());
+    assert!(runs.iter().all(|r| r.model_id == VARIED));
+    let agents: Vec<&str> = runs
+        .iter()
+        .filter_map(|r| r.user_agent.as_deref())
+        .collect();
+    assert!(agents[0].starts_with("OpenAI/Python"), "{agents:?}");
+    assert!(agents[8].starts_with("ollama-python"), "{agents:?}");
+    let listed = home
+        .ondo()
+        .args(["runs", "--kind", "api", "--last", "1"])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(listed.contains("api (ollama-python"), "{listed}");
+
+    // The log has a line per request with where the time went.
+    let log = served.log().join("\n");
+    assert!(
+        log.contains(&format!(
+            "POST /v1/chat/completions · {VARIED} · 200 · prompt "
+        )),
+        "{log}"
+    );
+    assert!(log.contains("TTFT ") && log.contains(" tok/s"), "{log}");
+    assert!(log.contains("GET /api/tags · 200"), "{log}");
+}
+
+#[test]
+fn each_final_answer_carries_ondos_record_and_streams_end_with_done() {
+    let home = Home::new();
+    let served = Served::start(&home, &[]);
+    let whole = served.post("/v1/chat/completions", &chat_body("tiny", json!({})));
+    assert_eq!(whole.status, 200, "{}", whole.text());
+    let whole = whole.json();
+    assert_eq!(whole["object"], "chat.completion");
+    assert_eq!(whole["ondo"]["model"], "tiny");
+
+    let streamed = served.post(
+        "/v1/chat/completions",
+        &chat_body("tiny", json!({"stream": true})),
+    );
+    assert_eq!(streamed.header("content-type"), Some("text/event-stream"));
+    let events = sse_data(&streamed.text());
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let last: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    assert_eq!(last["choices"][0]["finish_reason"], "length");
+    assert_eq!(last["ondo"]["generated_tokens"], MAX_TOKENS);
+    assert!(last.get("usage").is_none(), "usage only when asked for");
+    let text: String = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str::<Value>(e).unwrap())
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(
+        text,
+        whole["choices"][0]["message"]["content"].as_str().unwrap()
+    );
+
+    // Ollama streams JSON lines by default, the counters on the last.
+    let lines = served.post(
+        "/api/generate",
+        &json!({"model": "tiny", "prompt": USER, "options": {"num_predict": 4}}),
+    );
+    assert_eq!(lines.header("content-type"), Some("application/x-ndjson"));
+    let lines: Vec<Value> = lines
+        .text()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 5);
+    assert!(lines[..4].iter().all(|l| l["done"] == false));
+    assert_eq!(lines[4]["eval_count"], 4);
+    assert!(lines[4]["ondo"]["run_id"].is_string());
+    let version = served.get("/api/version").json();
+    assert!(version["version"].is_string());
+    assert_eq!(served.get("/").text(), "Ondo is running");
+}
+
+#[test]
+fn templates_get_thinking_and_tools_from_the_request() {
+    let home = Home::new();
+    let served = Served::start(&home, &[]);
+    // Sampled: greedy random weights repeat one token, which may be blank.
+    let sampled = |extra: Value| {
+        let mut body = chat_body(THINKER, json!({"temperature": 1.0, "seed": 7}));
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body
+    };
+    // The template opens <think>: everything the model says is reasoning.
+    let thinking = served
+        .post(
+            "/v1/chat/completions",
+            &sampled(json!({"chat_template_kwargs": {"enable_thinking": true}})),
+        )
+        .json();
+    let message = &thinking["choices"][0]["message"];
+    assert!(
+        !message["reasoning_content"].as_str().unwrap().is_empty(),
+        "{thinking}"
+    );
+    assert_eq!(message["content"], "");
+    let plain = served
+        .post("/v1/chat/completions", &sampled(json!({})))
+        .json();
+    assert!(
+        plain["choices"][0]["message"]
+            .get("reasoning_content")
+            .is_none()
+    );
+    assert!(plain["usage"]["prompt_tokens"].as_u64() < thinking["usage"]["prompt_tokens"].as_u64());
+    // Streamed, the reasoning comes as reasoning_content deltas.
+    let streamed = served.post(
+        "/v1/chat/completions",
+        &sampled(json!({"stream": true, "chat_template_kwargs": {"enable_thinking": true}})),
+    );
+    let chunks: Vec<Value> = sse_data(&streamed.text())
+        .iter()
+        .filter(|e| *e != "[DONE]")
+        .map(|e| serde_json::from_str::<Value>(e).unwrap())
+        .collect();
+    let delta_text = |field: &str| -> String {
+        chunks
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"][field].as_str().map(str::to_owned))
+            .collect()
+    };
+    // (Sampled after a cache hit, the words may differ from the first.)
+    assert!(!delta_text("reasoning_content").is_empty(), "{chunks:?}");
+    assert_eq!(delta_text("content"), "");
+    // Ollama's think is the same switch, and the reasoning its `thinking`.
+    let ollama = served
+        .post(
+            "/api/chat",
+            &json!({
+                "model": THINKER, "stream": false, "think": true,
+                "messages": [{"role": "user", "content": USER}],
+                "options": {"num_predict": 6, "temperature": 1.0, "seed": 7},
+            }),
+        )
+        .json();
+    assert!(
+        !ollama["message"]["thinking"].as_str().unwrap().is_empty(),
+        "{ollama}"
+    );
+    // Tools reach the template.
+    let tools = json!([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]);
+    let with_tools = served
+        .post("/v1/chat/completions", &sampled(json!({"tools": tools})))
+        .json();
+    assert!(
+        with_tools["usage"]["prompt_tokens"].as_u64().unwrap()
+            > plain["usage"]["prompt_tokens"].as_u64().unwrap() + 10
+    );
+}
+
+#[test]
+fn twelve_streams_at_once_each_get_their_own_answer() {
+    let home = Home::new();
+    let served = Served::start(&home, &[]);
+    let args = json!({"model": VARIED, "system": SYSTEM, "max_tokens": 16, "clients": 12});
+    let Some(got) = python_client("openai_client.py", &served, "concurrent", args) else {
+        return;
+    };
+    let streamed = got["streamed"].as_array().unwrap();
+    let alone = got["alone"].as_array().unwrap();
+    assert_eq!(streamed.len(), 12);
+    for (n, (stream, whole)) in streamed.iter().zip(alone).enumerate() {
+        assert_eq!(stream["text"], *whole, "client {n}");
+        assert_eq!(stream["finish_reason"], "length", "client {n}");
+        assert_eq!(stream["usage"]["completion_tokens"], 16, "client {n}");
+    }
+    // They overlapped: some waited for their turn at the engine.
+    let queued = streamed
+        .iter()
+        .filter(|s| s["ondo"]["queued_ms"].as_f64().unwrap() > 0.0)
+        .count();
+    assert!(queued >= 1, "{streamed:?}");
+}
+
+#[test]
+fn a_client_that_drops_its_stream_frees_the_engine() {
+    let home = Home::new();
+    let served = Served::start(&home, &[]);
+    // Uncancelled, 30 000 tokens would hold the engine for many seconds.
+    let args = json!({
+        "model": VARIED, "system": SYSTEM, "user": USER, "long_tokens": 30000,
+    });
+    let Some(got) = python_client("openai_client.py", &served, "drop", args) else {
+        return;
+    };
+    assert_eq!(got["received"], 5);
+    let before = got["before"].as_f64().unwrap();
+    let after = got["after"].as_f64().unwrap();
+    // A normal TTFT (some slack for a busy machine), nowhere near the rest
+    // of the long answer.
+    assert!(
+        after < (before * 10.0).max(1.0),
+        "before {before} s, after {after} s"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !served
+        .log()
+        .iter()
+        .any(|l| l.contains("cancelled: the client went away"))
+    {
+        assert!(Instant::now() < deadline, "{:?}", served.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let dropped = home
+        .api_runs()
+        .into_iter()
+        .find(|r| r.stop_reason == ondo::store::record::StopReason::Cancelled)
+        .unwrap();
+    assert!(dropped.generated_tokens < 30000);
+}
+
+#[test]
+fn bad_requests_get_their_status_and_a_json_error_and_the_server_serves_on() {
+    let home = Home::new();
+    let served = Served::start(&home, &[]);
+    let address = served.address();
+    let send = |method: &str, path: &str, body: &[u8]| http(&address, method, path, &[], body);
+    let openai_error = |answer: &Answer, status: u16, code: &str| {
+        assert_eq!(answer.status, status, "{}", answer.text());
+        let body = answer.json();
+        assert_eq!(body["error"]["code"], code, "{body}");
+        assert!(!body["error"]["message"].as_str().unwrap().is_empty());
+        assert!(body["error"]["type"].is_string());
+    };
+    let chat = "/v1/chat/completions";
+    let good = chat_body("tiny", json!({}));
+    let with = |extra: Value| {
+        let mut body = good.clone();
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body.to_string().into_bytes()
+    };
+    for (body, status, code) in [
+        (b"{not json".to_vec(), 400, "invalid_input"),
+        (b"".to_vec(), 400, "invalid_input"),
+        (b"[]".to_vec(), 400, "invalid_input"),
+        (b"null".to_vec(), 400, "invalid_input"),
+        (vec![0xff, 0xfe, 0x00], 400, "invalid_input"),
+        (b"{\"model\": \"tiny\"}".to_vec(), 400, "invalid_input"),
+        ("[".repeat(100_000).into_bytes(), 400, "invalid_input"),
+        (with(json!({"n": 2})), 400, "invalid_input"),
+        (with(json!({"max_tokens": -1})), 400, "invalid_input"),
+        (with(json!({"max_tokens": 1e300})), 400, "invalid_input"),
+        (with(json!({"temperature": 99})), 400, "invalid_settings"),
+        (with(json!({"top_p": "high"})), 400, "invalid_input"),
+        (
+            with(json!({"messages": [{"role": "pirate", "content": "arr"}]})),
+            400,
+            "invalid_input",
+        ),
+        (with(json!({"messages": []})), 400, "invalid_input"),
+        (
+            with(json!({"messages": [{"role": "user", "content": "   "}]})),
+            400,
+            "empty_prompt",
+        ),
+        (
+            with(json!({"model": "org/missing"})),
+            404,
+            "model_not_found",
+        ),
+        (
+            with(json!({"model": "/etc/passwd"})),
+            400,
+            "not_a_model_name",
+        ),
+        (with(json!({"model": "../../etc"})), 400, "not_a_model_name"),
+    ] {
+        let answer = send("POST", chat, &body);
+        openai_error(&answer, status, code);
+    }
+    // An unknown model's message lists what there is.
+    let missing = send("POST", chat, &with(json!({"model": "org/missing"}))).json();
+    let message = missing["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("tiny") && message.contains(VARIED),
+        "{message}"
+    );
+    // Over the body limit.
+    let huge = vec![b' '; (4 << 20) + 1];
+    openai_error(&send("POST", chat, &huge), 413, "body_too_large");
+    openai_error(&send("GET", chat, b""), 404, "no_such_route");
+    openai_error(&send("POST", "/v1/embeddings", b"{}"), 404, "no_such_route");
+    let completions = |extra: Value| {
+        let mut body = json!({"model": "tiny", "prompt": "Once", "max_tokens": 4});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        send("POST", "/v1/completions", body.to_string().as_bytes())
+    };
+    openai_error(
+        &completions(json!({"prompt": ["a", "b"]})),
+        400,
+        "invalid_input",
+    );
+    openai_error(&completions(json!({"echo": true})), 400, "invalid_input");
+    openai_error(
+        &completions(json!({"prompt": [99999999]})),
+        400,
+        "invalid_settings",
+    );
+
+    // Ollama's shape: {"error": "..."}.
+    for (path, body, status) in [
+        ("/api/chat", b"{oops".to_vec(), 400),
+        ("/api/chat", br#"{"model": "org/missing", "messages": [{"role": "user", "content": "hi"}]}"#.to_vec(), 404),
+        ("/api/chat", br#"{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "keep_alive": "soon"}"#.to_vec(), 400),
+        ("/api/generate", br#"{"model": "tiny", "prompt": "hi", "images": ["aGk="]}"#.to_vec(), 400),
+        ("/api/generate", br#"{"model": "tiny", "prompt": "hi", "options": {"num_ctx": -3}}"#.to_vec(), 400),
+        ("/api/show", b"{}".to_vec(), 400),
+        ("/api/pull", b"{}".to_vec(), 404),
+    ] {
+        let answer = send("POST", path, &body);
+        assert_eq!(answer.status, status, "{path}: {}", answer.text());
+        assert!(answer.json()["error"].is_string(), "{path}: {}", answer.text());
+    }
+
+    // After all that, it answers.
+    let fine = send("POST", chat, &good.to_string().into_bytes());
+    assert_eq!(fine.status, 200, "{}", fine.text());
+    assert_eq!(fine.json()["usage"]["completion_tokens"], MAX_TOKENS);
+    assert!(
+        served
+            .log()
+            .iter()
+            .any(|l| l.contains("· 400 · invalid_input: "))
+    );
+}
+
+#[test]
+fn only_this_machine_allowed_origins_and_the_key_get_in() {
+    let home = Home::new();
+    let served = Served::start(&home, &["--allow-origin", "https://app.example/"]);
+    let address = served.address();
+    // DNS rebinding: a page of evil.example that resolves to 127.0.0.1.
+    let rebound = http(
+        &address,
+        "GET",
+        "/v1/models",
+        &[("Host", "evil.example")],
+        b"",
+    );
+    assert_eq!(rebound.status, 403);
+    assert_eq!(rebound.json()["error"]["code"], "host_refused");
+    let localhost = http(
+        &address,
+        "GET",
+        "/api/tags",
+        &[("Host", "localhost:1")],
+        b"",
+    );
+    assert_eq!(localhost.status, 200);
+    // Web pages: only allowed origins, with CORS headers.
+    let evil = http(
+        &address,
+        "GET",
+        "/api/tags",
+        &[("Origin", "https://evil.example")],
+        b"",
+    );
+    assert_eq!(evil.status, 403);
+    assert!(
+        evil.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("evil.example")
+    );
+    assert_eq!(evil.header("access-control-allow-origin"), None);
+    let app = http(
+        &address,
+        "GET",
+        "/api/tags",
+        &[("Origin", "https://app.example")],
+        b"",
+    );
+    assert_eq!(app.status, 200);
+    assert_eq!(
+        app.header("access-control-allow-origin"),
+        Some("https://app.example")
+    );
+    let preflight = http(
+        &address,
+        "OPTIONS",
+        "/v1/chat/completions",
+        &[
+            ("Origin", "https://app.example"),
+            ("Access-Control-Request-Method", "POST"),
+            (
+                "Access-Control-Request-Headers",
+                "authorization, content-type",
+            ),
+        ],
+        b"",
+    );
+    assert_eq!(preflight.status, 204);
+    assert!(
+        preflight
+            .header("access-control-allow-headers")
+            .unwrap()
+            .contains("authorization")
+    );
+    drop(served);
+
+    // Every network without a key: refused before it starts.
+    let open = home
+        .ondo()
+        .args(["serve", "--host", "0.0.0.0", "--port", "0"])
+        .output()
+        .unwrap();
+    assert!(!open.status.success());
+    let said = String::from_utf8_lossy(&open.stderr);
+    assert!(
+        said.contains("API key") && said.contains("--api-key"),
+        "{said}"
+    );
+
+    // With a key, every route wants it.
+    let keyed = Served::start(&home, &["--api-key", "s3cret"]);
+    let address = keyed.address();
+    for (headers, status) in [
+        (vec![], 401),
+        (vec![("Authorization", "Bearer wrong")], 401),
+        (vec![("Authorization", "s3cret")], 401),
+        (vec![("Authorization", "Bearer s3cret")], 200),
+    ] {
+        let answer = http(&address, "GET", "/v1/models", &headers, b"");
+        assert_eq!(answer.status, status, "{headers:?}");
+        if status == 401 {
+            assert_eq!(answer.json()["error"]["code"], "api_key_refused");
+            assert_eq!(answer.header("www-authenticate"), Some("Bearer"));
+        }
+        let ollama = http(&address, "GET", "/api/tags", &headers, b"");
+        assert_eq!(ollama.status, status, "{headers:?}");
+    }
+    let args = json!({"key": "not-the-key"});
+    if let Some(got) = python_client("openai_client.py", &keyed, "wrong_key", args) {
+        assert_eq!(got["status"], 401);
+    }
+    drop(keyed);
+    // The key from the environment, on every network.
+    let everywhere = home
+        .ondo()
+        .env("ONDO_API_KEY", "from-env")
+        .args(["serve", "--host", "0.0.0.0", "--port", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut everywhere = ChildGuard(everywhere);
+    let mut line = String::new();
+    BufReader::new(everywhere.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line
+        .split(':')
+        .nth(2)
+        .and_then(|p| p.split_whitespace().next())
+        .unwrap();
+    let address = format!("127.0.0.1:{port}");
+    let refused = http(&address, "GET", "/api/version", &[], b"");
+    assert_eq!(refused.status, 401);
+    let allowed = http(
+        &address,
+        "GET",
+        "/api/version",
+        &[("Authorization", "Bearer from-env")],
+        b"",
+    );
+    assert_eq!(allowed.status, 200);
+}
+
+/// Kills a child when the test ends, however it ends.
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Opens a long stream and returns once its headers arrived, with the
+/// connection still open (the answer still coming).
+fn open_stream(address: &str, body: &Value) -> (TcpStream, Vec<u8>) {
+    let mut stream = TcpStream::connect(address).unwrap();
+    let body = body.to_string();
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !received.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = stream.read(&mut buffer).unwrap();
+        assert!(n > 0, "closed before the headers");
+        received.extend(&buffer[..n]);
+    }
+    (stream, received)
+}
+
+#[test]
+fn a_full_queue_and_a_long_wait_are_told_so() {
+    let home = Home::new();
+    let served = Served::start(&home, &["--max-waiting", "1", "--wait-limit", "1"]);
+    let address = served.address();
+    let long = chat_body(
+        "tiny",
+        json!({"stream": true, "max_tokens": 30000, "ignore_eos": true}),
+    );
+    let (running, _) = open_stream(&address, &long);
+    // One may wait; it waits a second at most.
+    let waiting = {
+        let address = address.clone();
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let answer = http(
+                &address,
+                "POST",
+                "/v1/chat/completions",
+                &[],
+                chat_body("tiny", json!({})).to_string().as_bytes(),
+            );
+            (answer, started.elapsed())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let full = served.post(
+        "/api/chat",
+        &json!({"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}),
+    );
+    assert_eq!(full.status, 503, "{}", full.text());
+    assert!(full.json()["error"].as_str().unwrap().contains("waiting"));
+    assert!(full.header("retry-after").unwrap().parse::<u64>().unwrap() >= 1);
+    let (waited, took) = waiting.join().unwrap();
+    assert_eq!(waited.status, 503, "{}", waited.text());
+    assert_eq!(waited.json()["error"]["code"], "queue_timeout");
+    assert!(waited.header("retry-after").is_some());
+    assert!(took >= Duration::from_secs(1), "{took:?}");
+    drop(running);
+    // The dropped stream frees the engine; the next request is served.
+    let fine = served.post("/v1/chat/completions", &chat_body("tiny", json!({})));
+    assert_eq!(fine.status, 200, "{}", fine.text());
+}
+
+#[test]
+fn keep_alive_goes_through_the_pool() {
+    let home = Home::new();
+    let served = Served::start(&home, &[]);
+    let args = json!({"model": VARIED, "system": SYSTEM, "user": USER, "max_tokens": 4});
+    let Some(seen) = python_client("ollama_client.py", &served, "keep_alive", args) else {
+        return;
+    };
+    assert_eq!(seen["load"]["done_reason"], "load");
+    let (model, expires) = (&seen["load"]["ps"][0][0], &seen["load"]["ps"][0][1]);
+    assert_eq!(model, VARIED);
+    let expires = chrono::DateTime::parse_from_rfc3339(expires.as_str().unwrap()).unwrap();
+    let left = expires
+        .signed_duration_since(chrono::Utc::now())
+        .num_seconds();
+    assert!((200..=300).contains(&left), "{left} s left of 5 minutes");
+    let forever =
+        chrono::DateTime::parse_from_rfc3339(seen["forever"][0][1].as_str().unwrap()).unwrap();
+    assert!(forever.signed_duration_since(chrono::Utc::now()).num_days() > 365 * 50);
+    assert_eq!(seen["after_zero"], json!([]), "keep_alive 0 left it loaded");
+    assert_eq!(seen["unload"]["done_reason"], "unload");
+    assert_eq!(seen["unload"]["ps"], json!([]));
+}
+
+#[test]
+fn ctrl_c_answers_the_requests_in_flight_then_stops() {
+    let home = Home::new();
+    let mut served = Served::start(&home, &[]);
+    let address = served.address();
+    let body = chat_body(
+        "tiny",
+        json!({"stream": true, "max_tokens": 1500, "ignore_eos": true}),
+    );
+    let (mut stream, mut received) = open_stream(&address, &body);
+    served.interrupt();
+    let _ = stream.read_to_end(&mut received);
+    let answer = parse_answer(&received);
+    let events = sse_data(&answer.text());
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let last: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    assert_eq!(last["ondo"]["generated_tokens"], 1500, "cut short");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = served.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running after the answer; log: {:?}",
+            served.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    assert!(TcpStream::connect(&address).is_err(), "still listening");
+    let log = served.log().join("\n");
+    assert!(
+        log.contains("stopping after 1 request(s) in flight"),
+        "{log}"
+    );
+}
