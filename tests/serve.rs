@@ -1034,6 +1034,35 @@ fn keep_alive_goes_through_the_pool() {
     assert_eq!(seen["unload"]["ps"], json!([]));
 }
 
+/// Reads a stream until `events` server-sent events have come: past the
+/// first tokens, while MLX's CPU backend compiles kernels through
+/// `system()`, which ignores SIGINT for the whole process (a Ctrl-C then is
+/// lost, as it would be for any program).
+fn read_events(stream: &mut TcpStream, received: &mut Vec<u8>, events: usize) {
+    let mut buffer = [0u8; 4096];
+    while received.windows(6).filter(|w| w == b"data: ").count() < events {
+        let n = stream.read(&mut buffer).unwrap();
+        assert!(n > 0, "closed early");
+        received.extend(&buffer[..n]);
+    }
+}
+
+/// Waits for the server process to end.
+fn wait_for_exit(served: &mut Served) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = served.child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running after the answer; log: {:?}",
+            served.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn ctrl_c_answers_the_requests_in_flight_then_stops() {
     let home = Home::new();
@@ -1044,6 +1073,7 @@ fn ctrl_c_answers_the_requests_in_flight_then_stops() {
         json!({"stream": true, "max_tokens": 1500, "ignore_eos": true}),
     );
     let (mut stream, mut received) = open_stream(&address, &body);
+    read_events(&mut stream, &mut received, 20);
     served.interrupt();
     let _ = stream.read_to_end(&mut received);
     let answer = parse_answer(&received);
@@ -1051,18 +1081,7 @@ fn ctrl_c_answers_the_requests_in_flight_then_stops() {
     assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
     let last: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
     assert_eq!(last["ondo"]["generated_tokens"], 1500, "cut short");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = served.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "still running after the answer; log: {:?}",
-            served.log()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = wait_for_exit(&mut served);
     assert!(status.success(), "{status:?}");
     assert!(TcpStream::connect(&address).is_err(), "still listening");
     let log = served.log().join("\n");
@@ -1070,4 +1089,23 @@ fn ctrl_c_answers_the_requests_in_flight_then_stops() {
         log.contains("stopping after 1 request(s) in flight"),
         "{log}"
     );
+
+    // A second Ctrl-C cancels what is in flight instead of waiting for it.
+    let mut served = Served::start(&home, &[]);
+    let address = served.address();
+    let body = chat_body(
+        "tiny",
+        json!({"stream": true, "max_tokens": 30000, "ignore_eos": true}),
+    );
+    let (mut stream, mut received) = open_stream(&address, &body);
+    read_events(&mut stream, &mut received, 20);
+    served.interrupt();
+    std::thread::sleep(Duration::from_millis(300));
+    served.interrupt();
+    let _ = stream.read_to_end(&mut received);
+    let events = sse_data(&parse_answer(&received).text());
+    let last: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    assert_eq!(last["ondo"]["stop_reason"], "cancelled");
+    assert!(last["ondo"]["generated_tokens"].as_u64().unwrap() < 30000);
+    assert!(wait_for_exit(&mut served).success());
 }

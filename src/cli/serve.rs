@@ -90,16 +90,13 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
         PoolSettings::default()
     };
     let keyed = config.api_key.is_some();
-    // Listen for Ctrl-C before anyone can know the address: a signal that
-    // came before the listener would stop the process without an answer.
+    // Listen for Ctrl-C before any other thread starts (they inherit how
+    // signals are handled) and before anyone can know the address.
+    let mut stop_signals = StopSignals::listen().map_err(|e| e.to_string())?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let mut stop_signals = {
-        let _inside = runtime.enter();
-        StopSignals::listen().map_err(|e| e.to_string())?
-    };
     let pool = Arc::new(SessionPool::start(pool_settings, store)?);
     let mut server = LocalServer::start(
         pool,
@@ -147,41 +144,79 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
 }
 
 /// Ctrl-C, or a polite kill (SIGTERM) where there is one.
+///
+/// On Unix the two signals are blocked in every thread and taken by one
+/// thread with `sigwait`, rather than caught by a handler: MLX's CPU backend
+/// compiles kernels through `system()`, which ignores SIGINT in the whole
+/// process while the compiler runs, and a handler would lose a Ctrl-C that
+/// came then. A blocked signal waits instead, whatever its disposition.
 struct StopSignals {
-    #[cfg(unix)]
-    interrupt: tokio::signal::unix::Signal,
-    #[cfg(unix)]
-    terminate: tokio::signal::unix::Signal,
+    received: tokio::sync::mpsc::UnboundedReceiver<()>,
 }
 
 impl StopSignals {
-    /// Starts listening (inside a runtime): signals from now on are kept.
+    /// Starts listening; call it before starting other threads.
     fn listen() -> std::io::Result<Self> {
+        let (sender, received) = tokio::sync::mpsc::unbounded_channel();
         #[cfg(unix)]
         {
-            use tokio::signal::unix::{SignalKind, signal};
-            Ok(Self {
-                interrupt: signal(SignalKind::interrupt())?,
-                terminate: signal(SignalKind::terminate())?,
-            })
+            let signals = block_stop_signals()?;
+            std::thread::Builder::new()
+                .name("ondo-signals".into())
+                .spawn(move || {
+                    loop {
+                        let mut signal = 0;
+                        // SAFETY: `signals` is an initialised set, and
+                        // `signal` a valid place for the answer.
+                        let waited = unsafe { libc::sigwait(&signals, &mut signal) };
+                        if waited == 0 && sender.send(()).is_err() {
+                            break;
+                        }
+                    }
+                })?;
         }
         #[cfg(not(unix))]
         {
-            Ok(Self {})
+            std::thread::Builder::new()
+                .name("ondo-signals".into())
+                .spawn(move || {
+                    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    else {
+                        return;
+                    };
+                    while runtime.block_on(tokio::signal::ctrl_c()).is_ok() {
+                        if sender.send(()).is_err() {
+                            break;
+                        }
+                    }
+                })?;
         }
+        Ok(Self { received })
     }
 
     async fn next(&mut self) {
-        #[cfg(unix)]
-        {
-            tokio::select! {
-                _ = self.interrupt.recv() => {}
-                _ = self.terminate.recv() => {}
-            }
+        // The sender lives as long as the process: no end to wait for.
+        let _ = self.received.recv().await;
+    }
+}
+
+/// Blocks SIGINT and SIGTERM in this thread (and so in every thread it
+/// starts from now on); returns the set.
+#[cfg(unix)]
+fn block_stop_signals() -> std::io::Result<libc::sigset_t> {
+    let mut signals = std::mem::MaybeUninit::<libc::sigset_t>::zeroed();
+    // SAFETY: the set is initialised by sigemptyset before anything reads
+    // it; pthread_sigmask only changes this thread's mask.
+    unsafe {
+        libc::sigemptyset(signals.as_mut_ptr());
+        libc::sigaddset(signals.as_mut_ptr(), libc::SIGINT);
+        libc::sigaddset(signals.as_mut_ptr(), libc::SIGTERM);
+        let failed = libc::pthread_sigmask(libc::SIG_BLOCK, signals.as_ptr(), std::ptr::null_mut());
+        if failed != 0 {
+            return Err(std::io::Error::from_raw_os_error(failed));
         }
-        #[cfg(not(unix))]
-        {
-            let _ = tokio::signal::ctrl_c().await;
-        }
+        Ok(signals.assume_init())
     }
 }
