@@ -419,11 +419,10 @@ fn a_request_may_hear_every_token_apart() {
     // Merged per 16 ms frame, a fast model's tokens come in bunches (how
     // many depends on the machine's speed, so only the count is checked).
     assert_eq!(deltas(false).concat().len(), 64);
-    // One by one, a delta holds a token, or a few when a character spans
-    // tokens.
+    // One by one: a delta per token, empty while its text is held back.
     let apart = deltas(true);
-    assert!(apart.iter().all(|ids| ids.len() <= 4), "{apart:?}");
-    assert!(apart.len() >= 64 / 4, "{apart:?}");
+    assert_eq!(apart.len(), 64, "{apart:?}");
+    assert!(apart.iter().all(|ids| ids.len() == 1), "{apart:?}");
 }
 
 #[test]

@@ -212,6 +212,52 @@ fn keep_alive_expiry_unloads_an_idle_model() {
 }
 
 #[test]
+fn a_run_may_be_heard_on_the_engine_thread_and_is_recorded_the_same() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("tiny");
+    tiny(&dir, 0);
+    let pool = pool_with(root.path(), PoolSettings::default());
+    let heard: Arc<std::sync::Mutex<Vec<(String, String)>>> = Arc::default();
+    let listener = heard.clone();
+    let (outcome, record) = pool
+        .run_on_engine_thread(
+            GenerateRequest {
+                delta_every_token: true,
+                ..chat_request(&dir, "c", vec![ChatMessage::user("hi")])
+            },
+            context("tiny"),
+            CancelToken::new(),
+            move |event| {
+                let kind = serde_json::to_value(event).unwrap()["event"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned();
+                let thread = std::thread::current().name().unwrap_or("").to_owned();
+                listener.lock().unwrap().push((kind, thread));
+            },
+        )
+        .unwrap();
+    let heard = heard.lock().unwrap().clone();
+    assert!(
+        heard.iter().all(|(_, thread)| thread == "ondo-engine"),
+        "{heard:?}"
+    );
+    let kinds: Vec<&str> = heard.iter().map(|(kind, _)| kind.as_str()).collect();
+    assert_eq!(kinds.first(), Some(&"started"));
+    assert_eq!(kinds.last(), Some(&"finished"));
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "delta").count(),
+        outcome.token_ids.len()
+    );
+    let runs = pool
+        .with_store(|s| s.runs(&RunQuery::default()).unwrap())
+        .unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].run_id, record.run_id);
+    assert_eq!(runs[0].generated_tokens, outcome.token_ids.len() as u64);
+}
+
+#[test]
 fn a_preloaded_model_answers_warm() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("tiny");

@@ -82,9 +82,11 @@ pub struct GenerateRequest {
     pub stop_strings: Vec<String>,
     /// Keep generating past end-of-sequence tokens (benchmarks).
     pub ignore_eos: bool,
-    /// Send a delta for every token that adds to the reply, instead of
-    /// merging them per 16 ms frame: the local server streams one chunk per
-    /// token, as OpenAI and Ollama clients expect.
+    /// Send a delta for every token, instead of merging them per 16 ms
+    /// frame: its text, or nothing while the text is held back (a character
+    /// or a word spelled over several tokens, a possible marker). The local
+    /// server streams one chunk per token, as OpenAI and Ollama clients
+    /// expect, and a client that times the stream sees each token arrive.
     #[serde(default)]
     pub delta_every_token: bool,
 }

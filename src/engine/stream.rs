@@ -514,9 +514,8 @@ pub fn run(
         // later ones at most once a frame (unless the request streams every
         // token): waking the client's thread for every token costs decode
         // speed on a machine with few cores.
-        let due = request.delta_every_token
-            || last_sent.is_none_or(|at| last_token_at - at >= DELTA_INTERVAL);
-        if generated.len() == 1 || (reply.has_news() && due) {
+        let due = last_sent.is_none_or(|at| last_token_at - at >= DELTA_INTERVAL);
+        if generated.len() == 1 || request.delta_every_token || (reply.has_news() && due) {
             last_sent = Some(last_token_at);
             for delta in reply.take_deltas(std::mem::take(&mut pending_ids)) {
                 sink(delta);

@@ -58,6 +58,17 @@ enum Command {
     Call(Box<dyn FnOnce() + Send>),
 }
 
+/// Where a blocking generation's events are heard.
+pub enum EventDelivery<'a> {
+    /// On the caller's thread, each event sent over from the engine's.
+    Caller(Box<dyn FnMut(&RunEvent) + 'a>),
+    /// On the engine thread, as each happens: for a listener that hands
+    /// the events on to another thread anyway (the local server streaming
+    /// every token), one thread hop fewer per token. It must be quick: the
+    /// engine waits for it.
+    EngineThread(Box<dyn FnMut(&RunEvent) + Send>),
+}
+
 /// A handle to the engine thread. Cloning is cheap; when the last clone is
 /// dropped the thread finishes its queue, waits for MLX to go idle and is
 /// joined, so the process never exits while MLX still computes (its static
@@ -124,18 +135,41 @@ impl EngineHandle {
         &self,
         request: GenerateRequest,
         cancel: CancelToken,
-        mut on_event: impl FnMut(&RunEvent),
+        on_event: impl FnMut(&RunEvent),
+    ) -> Result<stream::RunOutcome, RunError> {
+        self.generate_blocking_with(request, cancel, EventDelivery::Caller(Box::new(on_event)))
+    }
+
+    /// As `generate_blocking`, with the events delivered as `delivery` says.
+    pub fn generate_blocking_with(
+        &self,
+        request: GenerateRequest,
+        cancel: CancelToken,
+        delivery: EventDelivery<'_>,
     ) -> Result<stream::RunOutcome, RunError> {
         let (sender, events) = mpsc::channel();
-        self.generate(
-            request,
-            Box::new(move |event| {
-                let _ = sender.send(event);
+        let mut on_caller_thread = None;
+        let sink: EventSink = match delivery {
+            EventDelivery::Caller(on_event) => {
+                on_caller_thread = Some(on_event);
+                Box::new(move |event| {
+                    let _ = sender.send(event);
+                })
+            }
+            // Only the end crosses to the caller; the rest is heard where it
+            // happens.
+            EventDelivery::EngineThread(mut on_event) => Box::new(move |event| {
+                on_event(&event);
+                if matches!(event, RunEvent::Finished { .. } | RunEvent::Failed { .. }) {
+                    let _ = sender.send(event);
+                }
             }),
-            cancel,
-        );
+        };
+        self.generate(request, sink, cancel);
         for event in events {
-            on_event(&event);
+            if let Some(on_event) = on_caller_thread.as_mut() {
+                on_event(&event);
+            }
             match event {
                 RunEvent::Finished {
                     text,

@@ -20,6 +20,7 @@ use ondo_os::{PressureLevel, PressureSampler};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::stream::RunOutcome;
+use crate::engine::thread::EventDelivery;
 use crate::engine::{CancelToken, EngineHandle, GenerateRequest, LoadKind, RunError, RunEvent};
 use crate::store::{MemorySample, PoolEvent, RunRecord, Store};
 use record::{MemoryDuringRun, Provenance, RunContext};
@@ -208,7 +209,23 @@ impl SessionPool {
         cancel: CancelToken,
         on_event: impl FnMut(&RunEvent),
     ) -> Result<(RunOutcome, RunRecord), RunError> {
-        self.shared.run(request, context, cancel, on_event)
+        let delivery = EventDelivery::Caller(Box::new(on_event));
+        self.shared.run(request, context, cancel, delivery)
+    }
+
+    /// As `run`, with `on_event` called on the engine thread as each event
+    /// happens, for a listener that hands every token on to another thread
+    /// anyway (the local server): one thread hop fewer per token. It must
+    /// be quick, since the engine waits for it.
+    pub fn run_on_engine_thread(
+        &self,
+        request: GenerateRequest,
+        context: RunContext,
+        cancel: CancelToken,
+        on_event: impl FnMut(&RunEvent) + Send + 'static,
+    ) -> Result<(RunOutcome, RunRecord), RunError> {
+        let delivery = EventDelivery::EngineThread(Box::new(on_event));
+        self.shared.run(request, context, cancel, delivery)
     }
 
     /// Unloads a model now (the user asked); true if it was resident.
@@ -466,7 +483,7 @@ impl Shared {
         request: GenerateRequest,
         mut context: RunContext,
         cancel: CancelToken,
-        mut on_event: impl FnMut(&RunEvent),
+        delivery: EventDelivery<'_>,
     ) -> Result<(RunOutcome, RunRecord), RunError> {
         if context.conversation_id.is_none() {
             context.conversation_id = request.conversation.clone();
@@ -493,7 +510,7 @@ impl Shared {
         let before = ondo_os::memory_snapshot().ok();
         let result = self
             .engine
-            .generate_blocking(request.clone(), cancel, |event| on_event(event));
+            .generate_blocking_with(request.clone(), cancel, delivery);
         let after = ondo_os::memory_snapshot().ok();
 
         // Keep the entry (or make it) and mark the model used now.
