@@ -81,6 +81,9 @@ pub(crate) struct Ask {
     pub ignore_eos: bool,
     pub keep_alive: KeepAliveAsked,
     pub user_agent: Option<String>,
+    /// The answer streams: the engine sends every token as it comes (a
+    /// whole answer is better served by the engine's merged deltas).
+    pub stream: bool,
 }
 
 /// What a running job says, in order: `Started`, any `Delta`s, then one of
@@ -91,8 +94,8 @@ pub(crate) enum JobEvent {
         prompt_tokens: usize,
         cached_tokens: usize,
     },
-    /// What one token (or a few, when a character or a marker spans
-    /// tokens) added to the reply.
+    /// What one token added to the reply (nothing while its text is held
+    /// back: a character, a word or a marker spelled over several tokens).
     Delta {
         text: String,
         reasoning: String,
@@ -220,6 +223,15 @@ impl Job {
         self.events.recv().await
     }
 
+    /// The next event if one is there already (`Some(None)`: the job is over).
+    fn try_next(&mut self) -> Option<Option<JobEvent>> {
+        match self.events.try_recv() {
+            Ok(event) => Some(Some(event)),
+            Err(mpsc::error::TryRecvError::Empty) => None,
+            Err(mpsc::error::TryRecvError::Disconnected) => Some(None),
+        }
+    }
+
     /// Waits for the start: an error before any output comes back as an
     /// error (a status for the client) rather than as an event.
     pub async fn started(&mut self) -> Result<(usize, usize), ApiError> {
@@ -255,7 +267,7 @@ pub(crate) trait StreamEncoder: Send + 'static {
     fn prelude(&mut self) -> Vec<u8> {
         Vec::new()
     }
-    /// What one token added; empty when there is nothing to send.
+    /// What one token added (a chunk even when it added nothing yet).
     fn delta(&mut self, text: &str, reasoning: &str, tool_calls: &[ToolCall]) -> Vec<u8>;
     /// The end: the reason, the counts and Ondo's record.
     fn done(&mut self, result: &JobResult) -> Vec<u8>;
@@ -276,30 +288,49 @@ pub(crate) fn stream_response(
 
     let prelude = encoder.prelude();
     let chunks = futures_util::stream::unfold(Some((job, encoder, prelude)), |state| async move {
-        let (mut job, mut encoder, prelude) = state?;
-        if !prelude.is_empty() {
-            let next = Some((job, encoder, Vec::new()));
-            return Some((Ok::<_, Infallible>(Bytes::from(prelude)), next));
-        }
+        let (mut job, mut encoder, mut bytes) = state?;
+        // Wait for an event unless the prelude is ready to go, then take
+        // every event already there: a client (or a machine) that falls
+        // behind gets them in one write rather than one write each.
+        let mut next = if bytes.is_empty() {
+            Some(job.next().await)
+        } else {
+            None
+        };
         loop {
-            let last = match job.next().await {
+            let event = match next.take() {
+                Some(event) => event,
+                None => match job.try_next() {
+                    Some(event) => event,
+                    None => {
+                        return Some((
+                            Ok::<_, Infallible>(Bytes::from(bytes)),
+                            Some((job, encoder, Vec::new())),
+                        ));
+                    }
+                },
+            };
+            match event {
                 Some(JobEvent::Delta {
                     text,
                     reasoning,
                     tool_calls,
-                }) => {
-                    let bytes = encoder.delta(&text, &reasoning, &tool_calls);
-                    if bytes.is_empty() {
-                        continue;
-                    }
-                    return Some((Ok(Bytes::from(bytes)), Some((job, encoder, Vec::new()))));
+                }) => bytes.extend(encoder.delta(&text, &reasoning, &tool_calls)),
+                Some(JobEvent::Started { .. }) => {}
+                Some(JobEvent::Done(result)) => {
+                    bytes.extend(encoder.done(&result));
+                    return Some((Ok(Bytes::from(bytes)), None));
                 }
-                Some(JobEvent::Started { .. }) => continue,
-                Some(JobEvent::Done(result)) => encoder.done(&result),
-                Some(JobEvent::Failed(error)) => encoder.failed(&error),
-                None => encoder.failed(&ApiError::Run(crate::engine::RunError::EngineStopped)),
-            };
-            return Some((Ok(Bytes::from(last)), None));
+                Some(JobEvent::Failed(error)) => {
+                    bytes.extend(encoder.failed(&error));
+                    return Some((Ok(Bytes::from(bytes)), None));
+                }
+                None => {
+                    let stopped = ApiError::Run(crate::engine::RunError::EngineStopped);
+                    bytes.extend(encoder.failed(&stopped));
+                    return Some((Ok(Bytes::from(bytes)), None));
+                }
+            }
         }
     });
     let mut response = axum::response::Response::new(Body::from_stream(chunks));
@@ -398,7 +429,7 @@ impl ServerState {
             conversation: Some(conversation.clone()),
             stop_strings: ask.stop_strings.clone(),
             ignore_eos: ask.ignore_eos,
-            delta_every_token: true,
+            delta_every_token: ask.stream,
             ..settings.request(&model.dir, ask.prompt.clone())
         };
         let context = RunContext {
@@ -407,26 +438,28 @@ impl ServerState {
             ..model.run_context(RunKind::Api)
         };
         let at_engine = Instant::now();
+        let on_engine = events.clone();
         let result = self
             .pool
-            .run(request, context, cancel, |event| match event {
+            .run_on_engine_thread(request, context, cancel, move |event| match event {
                 RunEvent::Started {
                     prompt_tokens,
                     cached_tokens,
                     ..
                 } => {
-                    let _ = events.send(JobEvent::Started {
+                    let _ = on_engine.send(JobEvent::Started {
                         prompt_tokens: *prompt_tokens,
                         cached_tokens: *cached_tokens,
                     });
                 }
+                // Every token, its text held back or not: one chunk each.
                 RunEvent::Delta {
                     text,
                     reasoning,
                     tool_calls,
                     ..
-                } if !(text.is_empty() && reasoning.is_empty() && tool_calls.is_empty()) => {
-                    let _ = events.send(JobEvent::Delta {
+                } => {
+                    let _ = on_engine.send(JobEvent::Delta {
                         text: text.clone(),
                         reasoning: reasoning.clone(),
                         tool_calls: tool_calls.clone(),

@@ -31,6 +31,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use serde::{Deserialize, Serialize};
 
 pub use error::{ApiError, ApiFailure, Dialect};
@@ -315,6 +316,11 @@ impl LocalServer {
                     let shutdown = async move {
                         let _ = stopped.await;
                     };
+                    // Each token goes out as it comes, not held back to
+                    // fill a packet.
+                    let listener = listener.tap_io(|connection| {
+                        let _ = connection.set_nodelay(true);
+                    });
                     // Errors here are a single connection's: the server
                     // goes on until stopped.
                     let _ = axum::serve(listener, app)

@@ -325,6 +325,7 @@ impl ChatIn {
             ignore_eos: false,
             keep_alive,
             user_agent,
+            stream: self.common.stream.unwrap_or(true),
         };
         Ok(Asked::Generate(
             Box::new(ask),
@@ -366,6 +367,7 @@ impl GenerateIn {
             ignore_eos: false,
             keep_alive,
             user_agent,
+            stream: self.common.stream.unwrap_or(true),
         };
         Ok(Asked::Generate(
             Box::new(ask),
@@ -465,8 +467,29 @@ fn line(value: &Value) -> Vec<u8> {
     bytes
 }
 
+impl LineEncoder {
+    /// A line of one token's plain text: the same JSON as `piece` writes,
+    /// without building it field by field.
+    fn token_line(&self, text: &str) -> Vec<u8> {
+        let text = serde_json::to_string(text).unwrap_or_else(|_| "\"\"".into());
+        let model = serde_json::to_string(&self.model).unwrap_or_else(|_| "\"\"".into());
+        let body = match self.endpoint {
+            Endpoint::Chat => format!("\"message\":{{\"role\":\"assistant\",\"content\":{text}}}"),
+            Endpoint::Generate => format!("\"response\":{text}"),
+        };
+        format!(
+            "{{\"model\":{model},\"created_at\":\"{}\",{body},\"done\":false}}\n",
+            now_rfc3339()
+        )
+        .into_bytes()
+    }
+}
+
 impl StreamEncoder for LineEncoder {
     fn delta(&mut self, text: &str, reasoning: &str, tool_calls: &[ToolCall]) -> Vec<u8> {
+        if reasoning.is_empty() && tool_calls.is_empty() {
+            return self.token_line(text);
+        }
         line(&self.piece(text, reasoning, tool_calls))
     }
 
@@ -937,6 +960,31 @@ mod tests {
             request.into_request(None).unwrap(),
             Asked::LoadOnly(_, KeepAliveAsked::For(KeepAlive::For(d))) if d.is_zero()
         ));
+    }
+
+    #[test]
+    fn a_tokens_line_is_the_same_json_however_it_is_written() {
+        for endpoint in [Endpoint::Chat, Endpoint::Generate] {
+            let encoder = LineEncoder {
+                endpoint,
+                model: "org/\"odd\" name".into(),
+            };
+            for text in ["", "plain", "quote \" and\nnewline", "온도 🌡"] {
+                let parse = |bytes: Vec<u8>| {
+                    let mut value: Value = serde_json::from_slice(&bytes).unwrap();
+                    // Written a moment apart.
+                    value["created_at"] = Value::Null;
+                    value
+                };
+                let fast = encoder.token_line(text);
+                assert!(fast.ends_with(b"}\n"));
+                assert_eq!(
+                    parse(fast),
+                    parse(line(&encoder.piece(text, "", &[]))),
+                    "{endpoint:?} {text:?}"
+                );
+            }
+        }
     }
 
     #[test]

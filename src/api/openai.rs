@@ -278,6 +278,7 @@ impl ChatCompletionRequest {
             ignore_eos: self.sampling.ignore_eos.unwrap_or(false),
             keep_alive: KeepAliveAsked::Unchanged,
             user_agent,
+            stream: self.sampling.stream.unwrap_or(false),
         };
         Ok((
             ask,
@@ -346,6 +347,7 @@ impl CompletionRequest {
             ignore_eos: self.sampling.ignore_eos.unwrap_or(false),
             keep_alive: KeepAliveAsked::Unchanged,
             user_agent,
+            stream: self.sampling.stream.unwrap_or(false),
         };
         Ok((
             ask,
@@ -476,9 +478,53 @@ struct ChunkEncoder {
     model: String,
     include_usage: bool,
     tool_calls_sent: usize,
+    /// What every chunk of this answer starts with, up to its choice's
+    /// fields: written once, so a token costs only its own text.
+    head: String,
+}
+
+/// Text as a JSON string.
+fn json_text(text: &str) -> String {
+    serde_json::to_string(text).unwrap_or_else(|_| "\"\"".into())
 }
 
 impl ChunkEncoder {
+    fn new(
+        endpoint: Endpoint,
+        id: String,
+        created: u64,
+        model: String,
+        include_usage: bool,
+    ) -> Self {
+        let mut encoder = Self {
+            endpoint,
+            id,
+            created,
+            model,
+            include_usage,
+            tool_calls_sent: 0,
+            head: String::new(),
+        };
+        // The chunk as `chunk` writes it, cut where the choice's fields go.
+        let whole = encoder.chunk(json!({"index": 0})).to_string();
+        encoder.head = whole.trim_end_matches("}]}").to_owned();
+        encoder
+    }
+
+    /// A chunk of one token's text: the same JSON as `delta_chunk` and
+    /// `text_chunk` write, without building it field by field.
+    fn token_chunk(&self, text: &str) -> Vec<u8> {
+        let field = match self.endpoint {
+            Endpoint::Chat => format!("\"delta\":{{\"content\":{}}}", json_text(text)),
+            Endpoint::Completion => format!("\"text\":{}", json_text(text)),
+        };
+        format!(
+            "data: {},{field},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n",
+            self.head
+        )
+        .into_bytes()
+    }
+
     fn chunk(&self, choice: Value) -> Value {
         let (object, choices) = match self.endpoint {
             Endpoint::Chat => ("chat.completion.chunk", json!([choice])),
@@ -528,8 +574,9 @@ impl StreamEncoder for ChunkEncoder {
                 if !reasoning.is_empty() {
                     out.extend(self.delta_chunk(json!({"reasoning_content": reasoning})));
                 }
-                if !text.is_empty() {
-                    out.extend(self.delta_chunk(json!({"content": text})));
+                // A token whose text is held back still gets its chunk.
+                if !text.is_empty() || (reasoning.is_empty() && tool_calls.is_empty()) {
+                    out.extend(self.token_chunk(text));
                 }
                 for call in tool_calls {
                     let call = tool_call_out(call, Some(self.tool_calls_sent));
@@ -539,12 +586,7 @@ impl StreamEncoder for ChunkEncoder {
             }
             // A completion has no reply to split (see engine::stream): it
             // is all text.
-            Endpoint::Completion => {
-                let all = format!("{reasoning}{text}");
-                if !all.is_empty() {
-                    out.extend(sse(&self.text_chunk(&all, None)));
-                }
-            }
+            Endpoint::Completion => out.extend(self.token_chunk(&format!("{reasoning}{text}"))),
         }
         out
     }
@@ -597,14 +639,7 @@ async fn answer(
     });
     let (created, model) = (job.created_unix_s, job.model.clone());
     if stream {
-        let encoder = ChunkEncoder {
-            endpoint,
-            id,
-            created,
-            model,
-            include_usage,
-            tool_calls_sent: 0,
-        };
+        let encoder = ChunkEncoder::new(endpoint, id, created, model, include_usage);
         return Ok(stream_response(job, encoder, "text/event-stream"));
     }
     let result = job
@@ -806,6 +841,31 @@ mod tests {
             matches!(ask(json!([1, 2, 3])).unwrap().0.prompt, Prompt::Tokens { ids } if ids == [1, 2, 3])
         );
         assert!(ask(json!(["a", "b"])).is_err());
+    }
+
+    #[test]
+    fn a_tokens_chunk_is_the_same_json_however_it_is_written() {
+        for endpoint in [Endpoint::Chat, Endpoint::Completion] {
+            let encoder = ChunkEncoder::new(
+                endpoint,
+                "chatcmpl-1".into(),
+                7,
+                "org/\"odd\" name".into(),
+                false,
+            );
+            for text in ["", "plain", "quote \" and \\ and\nnewline", "온도 🌡"] {
+                let fast = String::from_utf8(encoder.token_chunk(text)).unwrap();
+                let slow = match endpoint {
+                    Endpoint::Chat => encoder.delta_chunk(json!({"content": text})),
+                    Endpoint::Completion => sse(&encoder.text_chunk(text, None)),
+                };
+                assert_eq!(
+                    fast,
+                    String::from_utf8(slow).unwrap(),
+                    "{endpoint:?} {text:?}"
+                );
+            }
+        }
     }
 
     #[test]

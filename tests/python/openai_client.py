@@ -73,7 +73,8 @@ def chat_streamed(client, args, msgs):
         for choice in chunk.choices:
             if choice.delta.role:
                 roles += 1
-            if choice.delta.content:
+            elif choice.delta.content is not None:
+                # Empty while a token's text is held back; a chunk all the same.
                 pieces.append(choice.delta.content)
             if choice.finish_reason:
                 finish_reason = choice.finish_reason
