@@ -12,8 +12,9 @@
 //!   measures at the client can be checked against known timings. It also
 //!   asks for a key when told to.
 //!
-//! When `ondo serve` lands, the same checks apply to it: start it like
-//! `MlxLmServer` below and point `--endpoint` at its `/v1` and its `/api`.
+//! - `ondo serve`, Ondo's own server, in both its dialects, beside the
+//!   engine in process: the same text, its own counts, and its requests in
+//!   the same history as runs of kind `api`.
 
 mod common;
 
@@ -308,6 +309,95 @@ fn mlx_lm_server_runs_beside_ondos_engine_on_the_same_folder() {
     assert!(
         stderr.contains("hint: name the model after '#'"),
         "{stderr}"
+    );
+}
+
+/// `ondo serve` on a free port with the test's data folder, stopped on drop.
+struct OndoServe(Child);
+
+impl OndoServe {
+    fn start(root: &Path) -> (Self, String) {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ondo"))
+            .args(["serve", "--port", "0"])
+            .env("ONDO_HOME", root.join("ondo"))
+            .env("HF_HOME", root.join("hf"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .to_owned();
+        (Self(child), url)
+    }
+}
+
+impl Drop for OndoServe {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn ondo_serve_is_benchmarked_like_any_server_in_both_its_dialects() {
+    let root = tempfile::tempdir().unwrap();
+    let (_server, url) = OndoServe::start(root.path());
+    let result = succeeded(&ondo(
+        root.path(),
+        &[
+            "bench",
+            "tiny",
+            "--endpoint",
+            &format!("serve-openai={url}/v1#tiny"),
+            "--endpoint",
+            &format!("serve-ollama={url}/api#tiny"),
+            "--prompt-tokens",
+            "40",
+            "--gen",
+            "8",
+            "--reps",
+            "2",
+            "--warmup",
+            "1",
+            "--loop",
+            "pipelined",
+            "--json",
+        ],
+    ));
+    for (name, dialect) in [("serve-openai", "openai"), ("serve-ollama", "ollama")] {
+        let server = side(&result, name);
+        assert_eq!(server["dialect"], dialect);
+        // The same engine, greedy, the same raw prompt: the same text.
+        assert_eq!(server["same_text_as_ondo"], true, "{name}: {result:#}");
+        let theirs = row(&result, name);
+        assert_eq!(
+            median(&theirs["server_prompt_tokens"]),
+            median(&theirs["sent_prompt_tokens"]),
+            "{name}"
+        );
+        assert!(median(&theirs["ttft_ms"]) > 0.0 && median(&theirs["decode_tps"]) > 0.0);
+    }
+    // The client recorded each request as an endpoint run; the server, each
+    // one it answered as an api run, in the same history.
+    let client_side = history(root.path(), Some(RunKind::Endpoint));
+    let server_side = history(root.path(), Some(RunKind::Api));
+    assert_eq!(client_side.len(), 6, "{client_side:#?}");
+    assert_eq!(server_side.len(), 6, "{server_side:#?}");
+    assert!(
+        server_side
+            .iter()
+            .all(|r| r.model_id == "tiny" && r.generated_tokens == 8),
+        "{server_side:#?}"
     );
 }
 
