@@ -660,8 +660,9 @@ impl Shared {
     }
 
     fn unload(&self, key: &Path, reason: &str) -> Result<bool, RunError> {
+        // The event is noted before the engine lets go, so that whoever sees
+        // the model gone from `resident` also finds why in `events`.
         let entry = lock(&self.models).remove(key);
-        let unloaded = self.engine.unload(key)?;
         if let Some(entry) = entry {
             self.note(
                 "unload",
@@ -670,7 +671,7 @@ impl Shared {
                 Some(entry.weights_bytes + entry.kv_cache_bytes),
             );
         }
-        Ok(unloaded)
+        self.engine.unload(key)
     }
 
     /// The models no run is using, least recently used first: the order in
