@@ -149,6 +149,75 @@ fn ondos_side_of_the_mlx_lm_comparison_is_recorded_as_one_benchmark() {
     assert_eq!(runs[3].test.as_deref(), Some("pp16+tg1"));
 }
 
+/// The comparison's JSON says whether the greedy tokens agreed, and how a
+/// decode step of Ondo's spent the host's time and how large its graph is.
+#[test]
+fn the_mlx_lm_comparison_checks_tokens_and_shows_a_decode_steps_anatomy() {
+    let Some(python) = common::python() else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let output = ondo(
+        root.path(),
+        &[
+            "bench",
+            "tiny",
+            "--peer",
+            "mlx-lm",
+            "--python",
+            python.to_str().unwrap(),
+            "--prompt-tokens",
+            "16",
+            "--gen",
+            "8",
+            "--reps",
+            "2",
+            "--warmup",
+            "1",
+            "--loop",
+            "sync,pipelined",
+            "--cold",
+            "0",
+            "--json",
+        ],
+        "",
+    );
+    assert!(output.status.success(), "{output:?}");
+    let result: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(result["token_verdict"], "identical", "{result}");
+    assert_eq!(result["token_check"]["rounds"], 2);
+    assert_eq!(result["token_check"]["departures"], serde_json::json!([]));
+    let sides = result["results"].as_array().unwrap();
+    let side = |name: &str| sides.iter().find(|s| s["side"] == name).unwrap();
+    assert!(side("mlx-lm")["anatomy"].is_null());
+    let nodes: Vec<u64> = ["ondo sync", "ondo pipelined"]
+        .iter()
+        .map(|name| {
+            let anatomy = &side(name)["anatomy"];
+            assert!(anatomy["host_build_ms"]["median"].as_f64().unwrap() > 0.0);
+            assert!(anatomy["wait_ms"]["median"].as_f64().unwrap() > 0.0);
+            assert_eq!(
+                anatomy["host_build_ms"]["samples"]
+                    .as_array()
+                    .unwrap()
+                    .len(),
+                2
+            );
+            anatomy["graph_nodes"].as_u64().unwrap()
+        })
+        .collect();
+    // Two layers of attention and MLP, a head and a greedy pick: dozens of
+    // nodes, the same whichever loop builds them but for the reshape that
+    // feeds the pipelined loop's lazy token back in.
+    assert!(nodes[0] > 20, "{nodes:?}");
+    assert_eq!(nodes[1], nodes[0] + 1, "{nodes:?}");
+    assert!(
+        side("ondo sync")["anatomy"]["scalar_inputs"]
+            .as_u64()
+            .is_some()
+    );
+}
+
 #[test]
 fn a_repo_id_is_found_in_the_models_folder_the_app_chose() {
     let root = tempfile::tempdir().unwrap();

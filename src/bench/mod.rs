@@ -12,6 +12,7 @@ pub mod plan;
 pub mod side_by_side;
 pub mod summary;
 pub mod text_prompt;
+pub mod token_check;
 
 use std::path::{Path, PathBuf};
 
@@ -26,6 +27,7 @@ use crate::session::record::RunContext;
 use crate::store::{RunKind, RunRecord};
 use peer::{MlxLmPeer, PeerError};
 pub use summary::Summary;
+pub use token_check::{TokenCheck, TokenVerdict};
 
 /// What a benchmark measures, defined once: `ondo bench`'s flags, the
 /// Runs window's Benchmark form (through the generated bindings) and the
@@ -223,6 +225,25 @@ pub struct SideResult {
     /// `(generated - 1) / decode_s`.
     pub decode_tps: Summary,
     pub mlx_peak_bytes: Summary,
+    /// Where Ondo's decode steps spent the host's time (`None` for mlx-lm,
+    /// whose loop Ondo does not see inside).
+    #[serde(default)]
+    pub anatomy: Option<AnatomySummary>,
+}
+
+/// Ondo's decode steps at one prompt length, over the measured runs.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+pub struct AnatomySummary {
+    /// Host time per step building the graph and queueing it.
+    pub host_build_ms: Summary,
+    /// Host time per step waiting for the token once asked for it.
+    pub wait_ms: Summary,
+    /// Nodes in one decode step's graph (counted in a warm-up run, so the
+    /// count's own cost stays out of the measured ones).
+    pub graph_nodes: Option<usize>,
+    /// Scalar constants among that graph's inputs, made afresh each step.
+    pub scalar_inputs: Option<usize>,
 }
 
 /// Process start to first token, per side.
@@ -259,9 +280,12 @@ pub struct PeerComparison {
     pub environment: BenchEnvironment,
     pub results: Vec<SideResult>,
     pub cold_start: Option<ColdStart>,
-    /// Ondo's greedy tokens equalled mlx-lm's in every measured repetition
-    /// (`None` without the peer).
-    pub same_tokens: Option<bool>,
+    /// Ondo's greedy tokens against mlx-lm's in every measured repetition,
+    /// mlx-lm asked again where they differ (`bench::token_check`).
+    pub token_check: TokenCheck,
+    /// What the check concludes (also in `token_check`, spelled out for
+    /// readers of the JSON).
+    pub token_verdict: TokenVerdict,
 }
 
 /// Why a benchmark stopped.
@@ -333,12 +357,14 @@ pub fn compare_with_mlx_lm(
     let total = shape.prompt_tokens.len() * rounds * sides + shape.cold_repetitions * 2;
     let mut done = 0;
     let mut results = Vec::new();
-    let mut same_tokens = true;
+    let mut token_check = TokenCheck::default();
     let mut described: Option<RunRecord> = None;
     for &length in &shape.prompt_tokens {
         let test = format!("pp{length}+tg{}", shape.generate_tokens);
-        // Samples per side: ttft, prompt tps, decode tps, peak bytes.
-        let mut samples = vec![[const { Vec::new() }; 4]; sides];
+        // Samples per side: ttft, prompt tps, decode tps, peak bytes, host
+        // build ms, wait ms.
+        let mut samples = vec![[const { Vec::new() }; 6]; sides];
+        let mut graphs = vec![(None, None); sides];
         for round in 0..rounds {
             let prompt = synthetic_prompt(length, round, vocab);
             let measured = round >= shape.warmup;
@@ -365,6 +391,8 @@ pub fn compare_with_mlx_lm(
                         run.prefill_tps,
                         decode,
                         run.peak_memory_bytes as f64,
+                        f64::NAN,
+                        f64::NAN,
                     ]
                 } else {
                     let request = GenerateRequest {
@@ -372,6 +400,9 @@ pub fn compare_with_mlx_lm(
                         prefill_step_size: shape.prefill_step_size,
                         loop_shape: shape.loops[side],
                         ignore_eos: true,
+                        // Counting prints the graph once: only in the
+                        // first warm-up, never in a measured run.
+                        count_graph_nodes: round == 0 && !measured,
                         ..GenerateRequest::new(
                             &plan.model_dir,
                             Prompt::Tokens {
@@ -390,12 +421,18 @@ pub fn compare_with_mlx_lm(
                         pool.run(request, context, CancelToken::new(), |_| {})?;
                     ondo_tokens.get_or_insert(outcome.token_ids);
                     let s = outcome.stats;
+                    let a = outcome.anatomy;
+                    if a.graph_nodes.is_some() {
+                        graphs[side] = (a.graph_nodes, a.scalar_inputs);
+                    }
                     described.get_or_insert(record);
                     [
                         s.ttft_ms,
                         s.prompt_tps,
                         s.decode_tps,
                         s.mlx_peak_bytes as f64,
+                        a.host_build_ms,
+                        a.wait_ms,
                     ]
                 };
                 if measured {
@@ -406,8 +443,30 @@ pub fn compare_with_mlx_lm(
                 done += 1;
                 progress(done, total);
             }
-            if measured && ondo_tokens != peer_tokens {
-                same_tokens = false;
+            if measured {
+                let ondo = ondo_tokens.unwrap_or_default();
+                let reference = peer_tokens.unwrap_or_default();
+                // mlx-lm is asked again only when the sides differ: its two
+                // answers tell a bug from a device that does not repeat
+                // itself (not timed, not a sample).
+                let again = if ondo == reference {
+                    None
+                } else {
+                    Some(
+                        peer.generate(
+                            &prompt,
+                            shape.generate_tokens,
+                            shape.prefill_step_size,
+                            None,
+                        )?
+                        .generated_ids,
+                    )
+                };
+                token_check.add(
+                    length,
+                    round - shape.warmup,
+                    token_check::judge(&ondo, &reference, again.as_deref()),
+                );
             }
         }
         let name = |side: usize| {
@@ -428,6 +487,12 @@ pub fn compare_with_mlx_lm(
                 prompt_tps: Summary::from_samples(&s[1]),
                 decode_tps: Summary::from_samples(&s[2]),
                 mlx_peak_bytes: Summary::from_samples(&s[3]),
+                anatomy: (side != peer_side).then(|| AnatomySummary {
+                    host_build_ms: Summary::from_samples(&s[4]),
+                    wait_ms: Summary::from_samples(&s[5]),
+                    graph_nodes: graphs[side].0,
+                    scalar_inputs: graphs[side].1,
+                }),
             });
         }
     }
@@ -470,7 +535,8 @@ pub fn compare_with_mlx_lm(
         },
         results,
         cold_start,
-        same_tokens: Some(same_tokens),
+        token_verdict: token_check.verdict(),
+        token_check,
     })
 }
 

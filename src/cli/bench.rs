@@ -31,7 +31,13 @@ repetition, so no cache carries work over), greedy, exactly --gen tokens (EOS
 ignored). Sides alternate who goes first; warm-up repetitions are dropped;
 the table shows the median with min-max. Ratios are Ondo / mlx-lm: above 1 is
 faster for tok/s, below 1 is less memory or a quicker start. Cold start is a
-fresh process from spawn to first token.
+fresh process from spawn to first token. Greedy tokens are compared in every
+measured repetition; where they differ, mlx-lm runs that prompt again: if it
+repeats itself the difference is Ondo's (a bug: exit status 1), if not (a
+GPU's reductions at a near-tie) the table says where each side departed.
+Ondo's rows also show a decode step's anatomy: host time building and
+queueing it, host time waiting for its token, and the nodes in one step's
+graph (about the kernels a GPU launches per token).
 
 Without --peer, Ondo runs alone: every combination of --prompt-tokens,
 --loop and the --vary values, each run recorded in the history with its memory
@@ -173,7 +179,7 @@ fn compare(pool: &SessionPool, plan: &BenchPlan, args: &BenchArgs) -> Result<Exi
             result.bench_id
         );
     }
-    Ok(if result.same_tokens == Some(false) {
+    Ok(if result.token_verdict == bench::TokenVerdict::Different {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
@@ -491,6 +497,9 @@ pub fn table(r: &PeerComparison, markdown: bool) -> String {
         "vs mlx-lm",
         "peak MiB",
         "vs mlx-lm",
+        "build ms/step",
+        "wait ms/step",
+        "nodes/step",
     ];
     let mut rows: Vec<Vec<String>> = Vec::new();
     for result in &r.results {
@@ -504,6 +513,7 @@ pub fn table(r: &PeerComparison, markdown: bool) -> String {
             }
             _ => "—".to_owned(),
         };
+        let anatomy = result.anatomy.as_ref();
         let peak = Summary::from_samples(
             &result
                 .mlx_peak_bytes
@@ -522,6 +532,11 @@ pub fn table(r: &PeerComparison, markdown: bool) -> String {
             vs(&result.decode_tps, |x| &x.decode_tps),
             format!("{:.1}", peak.median),
             vs(&result.mlx_peak_bytes, |x| &x.mlx_peak_bytes),
+            anatomy.map_or("—".into(), |a| format!("{:.3}", a.host_build_ms.median)),
+            anatomy.map_or("—".into(), |a| format!("{:.3}", a.wait_ms.median)),
+            anatomy
+                .and_then(|a| a.graph_nodes)
+                .map_or("—".into(), |n| n.to_string()),
         ]);
     }
     out.push_str(&render(&header, &rows, markdown));
@@ -540,11 +555,8 @@ pub fn table(r: &PeerComparison, markdown: bool) -> String {
         }
         out.push('\n');
     }
-    match r.same_tokens {
-        Some(true) => out.push_str("tokens: identical to mlx-lm's in every measured run\n"),
-        Some(false) => out.push_str("tokens: DIFFERENT from mlx-lm's (a correctness bug)\n"),
-        None => {}
-    }
+    out.push_str(&r.token_check.describe());
+    out.push('\n');
     if e.build_profile == "debug" {
         out.push_str("warning: debug build; run `make release` and bench again\n");
     }

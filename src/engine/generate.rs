@@ -9,8 +9,12 @@
 //!   with `async_eval` before reading token n, so the next step is already
 //!   computing while the host handles the current token.
 
+use std::time::Instant;
+
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, ops};
+
+use super::anatomy::{StepAnatomy, StepClock, graph_size};
 
 use super::cache::LayerCache;
 use super::model::decoder::Decoder;
@@ -73,6 +77,10 @@ pub struct TokenSteps<'a> {
     recent: Option<Array>,
     /// Checked before each prefill chunk, so a long prompt can be stopped.
     cancel: Option<CancelToken>,
+    /// Host time per decode step, for the benchmark's anatomy.
+    clock: StepClock,
+    /// Count the nodes of the first decode step's graph (benchmarks ask).
+    count_graph: bool,
 }
 
 impl<'a> TokenSteps<'a> {
@@ -94,6 +102,8 @@ impl<'a> TokenSteps<'a> {
             sampler: Sampler::new(SamplerSettings::default())?,
             recent: None,
             cancel: None,
+            clock: StepClock::default(),
+            count_graph: false,
         })
     }
 
@@ -121,6 +131,18 @@ impl<'a> TokenSteps<'a> {
     pub fn with_cancel(mut self, cancel: CancelToken) -> Self {
         self.cancel = Some(cancel);
         self
+    }
+
+    /// Counts the nodes of one decode step's graph (MLX prints the graph
+    /// once; a benchmark asks, a chat does not).
+    pub fn with_graph_count(mut self, count: bool) -> Self {
+        self.count_graph = count;
+        self
+    }
+
+    /// Where the decode steps so far spent the host's time.
+    pub fn anatomy(&self) -> StepAnatomy {
+        self.clock.anatomy()
     }
 
     /// Log-probabilities `[1, vocab]` the last returned token was drawn from.
@@ -204,7 +226,18 @@ impl<'a> TokenSteps<'a> {
             .map_err(|e| Exception::custom(e.to_string()))
     }
 
+    /// Counts `step`'s graph once, the first time a decode step is built
+    /// while counting is asked for.
+    fn count_once(&mut self, step: &(Array, Array)) {
+        if self.count_graph && self.clock.graph.is_none() {
+            self.clock.graph = Some(graph_size(&[&step.0, &step.1]).ok());
+        }
+    }
+
     fn advance(&mut self) -> Result<Option<u32>, Exception> {
+        // The call that returns the first token waits for the prefill; the
+        // ones after it are decode steps, and only those are clocked.
+        let decoding = self.prompt.is_none();
         let (current, logprobs) = match (self.prompt.take(), self.pending.take()) {
             (Some(prompt), _) => {
                 let first = self.first(prompt)?;
@@ -218,18 +251,38 @@ impl<'a> TokenSteps<'a> {
         };
         match self.shape {
             LoopShape::Sync => {
+                let asked = Instant::now();
                 mlx_rs::transforms::eval([&current, &logprobs])?;
                 let token = Self::read(&current)?;
+                let ready = Instant::now();
                 self.last_logprobs = Some(logprobs);
                 // The next step starts only after the host has the token.
-                self.pending = Some(self.build_step(&Array::from_slice(&[token], &[1, 1]))?);
+                let next = self.build_step(&Array::from_slice(&[token], &[1, 1]))?;
+                let built = Instant::now();
+                if decoding {
+                    self.clock.add(built - ready, ready - asked);
+                    self.count_once(&next);
+                }
+                self.pending = Some(next);
                 Ok(Some(token))
             }
             LoopShape::Pipelined => {
                 // Queue step n+1, fed by the lazy token n, before reading n.
+                let started = Instant::now();
                 let next = self.build_step(&current.reshape(&[1, 1])?)?;
+                let built = Instant::now();
+                if decoding {
+                    self.count_once(&next);
+                }
+                let counted = Instant::now();
                 mlx_rs::transforms::async_eval([&next.0, &next.1])?;
+                let queued = Instant::now();
                 let token = Self::read(&current)?;
+                let ready = Instant::now();
+                if decoding {
+                    self.clock
+                        .add((built - started) + (queued - counted), ready - queued);
+                }
                 self.last_logprobs = Some(logprobs);
                 self.pending = Some(next);
                 Ok(Some(token))

@@ -2,6 +2,7 @@
 //! downloads, pools or records (docs/ARCHITECTURE.md, "Layout": who uses
 //! whom).
 
+pub mod anatomy;
 pub mod cache;
 pub mod chat_template;
 pub mod detokenize;
@@ -16,6 +17,7 @@ pub mod stream;
 pub mod thread;
 pub mod weights;
 
+pub use anatomy::StepAnatomy;
 pub use reply::{FunctionCall, ReplyFormat, ToolCall};
 pub use request::{CancelToken, GenerateRequest, Prompt, RunError, RunEvent};
 pub use stats::{LoadKind, RunStats, StopReason};

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde::{Deserialize, Serialize};
 
 use super::LoadError;
+use super::anatomy::StepAnatomy;
 use super::chat_template::{ChatMessage, ChatTemplateError};
 use super::generate::{DEFAULT_PREFILL_STEP_SIZE, LoopShape};
 use super::reply::ToolCall;
@@ -89,6 +90,10 @@ pub struct GenerateRequest {
     /// expect, and a client that times the stream sees each token arrive.
     #[serde(default)]
     pub delta_every_token: bool,
+    /// Count the nodes of one decode step's graph (the benchmark's anatomy;
+    /// MLX prints the graph once, which a chat need not pay for).
+    #[serde(default)]
+    pub count_graph_nodes: bool,
 }
 
 impl GenerateRequest {
@@ -106,6 +111,7 @@ impl GenerateRequest {
             stop_strings: Vec::new(),
             ignore_eos: false,
             delta_every_token: false,
+            count_graph_nodes: false,
         }
     }
 }
@@ -152,6 +158,9 @@ pub enum RunEvent {
         raw_text: String,
         token_ids: Vec<u32>,
         stats: Box<RunStats>,
+        /// Where the decode steps spent the host's time (benchmarks).
+        #[serde(default)]
+        anatomy: StepAnatomy,
     },
     Failed {
         error: RunError,

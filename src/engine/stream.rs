@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::anatomy::StepAnatomy;
 use super::cache::LayerCache;
 use super::chat_template::ChatMessage;
 use super::detokenize::StreamingDetokenizer;
@@ -187,6 +188,7 @@ pub struct RunOutcome {
     pub raw_text: String,
     pub token_ids: Vec<u32>,
     pub stats: RunStats,
+    pub anatomy: StepAnatomy,
 }
 
 impl RunOutcome {
@@ -474,7 +476,8 @@ pub fn run(
         .with_prefill_step_size(request.prefill_step_size)
         .with_loop_shape(request.loop_shape)
         .with_sampler(sampler)
-        .with_cancel(cancel.clone());
+        .with_cancel(cancel.clone())
+        .with_graph_count(request.count_graph_nodes);
     let mut reply = ReplyStream::new(&model.tokenizer, format, &request.stop_strings);
     let mut generated: Vec<u32> = Vec::with_capacity(request.max_tokens);
     let mut pending_ids: Vec<u32> = Vec::new();
@@ -536,6 +539,7 @@ pub fn run(
         stop_reason = StopReason::ToolCalls;
     }
     let kv_cache_bytes = steps.kv_cache_bytes();
+    let anatomy = steps.anatomy();
     drop(steps);
     // The cache now holds the prompt and every generated token (each step
     // feeds its token in before the next is read).
@@ -596,6 +600,7 @@ pub fn run(
         raw_text: reply.raw_text,
         token_ids: generated,
         stats,
+        anatomy,
     })
 }
 

@@ -178,6 +178,7 @@ impl EngineHandle {
                     raw_text,
                     token_ids,
                     stats,
+                    anatomy,
                 } => {
                     return Ok(stream::RunOutcome {
                         text,
@@ -186,6 +187,7 @@ impl EngineHandle {
                         raw_text,
                         token_ids,
                         stats: *stats,
+                        anatomy,
                     });
                 }
                 RunEvent::Failed { error } => return Err(error),
@@ -335,6 +337,7 @@ impl EngineThread {
                             raw_text: outcome.raw_text,
                             token_ids: outcome.token_ids,
                             stats: Box::new(outcome.stats),
+                            anatomy: outcome.anatomy,
                         },
                         Ok(Err(error)) => RunEvent::Failed { error },
                         Err(payload) => {

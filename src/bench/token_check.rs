@@ -1,0 +1,222 @@
+//! Is Ondo computing what mlx-lm computes? Greedy decoding of the same
+//! prompt on the same weights must give the same tokens, and on the CPU it
+//! does, so any difference there is a bug. A GPU is different: its reduction
+//! kernels need not add in the same order twice, and at long prompts mlx-lm
+//! itself can pick a different token from one run to the next where two
+//! logits are nearly tied. So when Ondo's tokens differ, the benchmark asks
+//! mlx-lm for the same prompt again: if mlx-lm repeats itself, the
+//! difference is Ondo's (a bug); if it does not, there is no verdict, only
+//! where each side first departed.
+
+use serde::{Deserialize, Serialize};
+
+/// How one measured repetition compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoundCheck {
+    /// Ondo's tokens are mlx-lm's.
+    Same,
+    /// mlx-lm gave the same tokens twice and Ondo's part from them at
+    /// `ondo_departs_at` (a token index).
+    Different { ondo_departs_at: usize },
+    /// mlx-lm's two runs part at `reference_departs_at`; Ondo's part from
+    /// mlx-lm's first run at `ondo_departs_at`.
+    ReferenceUnstable {
+        reference_departs_at: usize,
+        ondo_departs_at: usize,
+    },
+}
+
+/// The first index where `a` and `b` differ (a shorter one ends there), or
+/// `None` when they are equal.
+pub fn first_departure(a: &[u32], b: &[u32]) -> Option<usize> {
+    match a.iter().zip(b).position(|(x, y)| x != y) {
+        Some(i) => Some(i),
+        None if a.len() == b.len() => None,
+        None => Some(a.len().min(b.len())),
+    }
+}
+
+/// Judges one repetition from Ondo's tokens, mlx-lm's, and (only asked
+/// for when the first two differ) mlx-lm's on the same prompt again.
+pub fn judge(ondo: &[u32], reference: &[u32], reference_again: Option<&[u32]>) -> RoundCheck {
+    let Some(ondo_departs_at) = first_departure(ondo, reference) else {
+        return RoundCheck::Same;
+    };
+    match reference_again.and_then(|again| first_departure(reference, again)) {
+        Some(reference_departs_at) => RoundCheck::ReferenceUnstable {
+            reference_departs_at,
+            ondo_departs_at,
+        },
+        None => RoundCheck::Different { ondo_departs_at },
+    }
+}
+
+/// A repetition whose tokens differed, with where.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+pub struct Departure {
+    pub prompt_tokens: usize,
+    pub repetition: usize,
+    /// The first token index where Ondo's tokens leave mlx-lm's (first run).
+    pub ondo_departs_at: usize,
+    /// Where mlx-lm's second run on the same prompt left its first; `None`
+    /// when mlx-lm repeated itself exactly (then the difference is Ondo's).
+    pub reference_departs_at: Option<usize>,
+}
+
+/// The comparison's token check over every measured repetition.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+pub struct TokenCheck {
+    /// Measured repetitions compared.
+    pub rounds: usize,
+    /// The repetitions whose tokens differed.
+    pub departures: Vec<Departure>,
+}
+
+/// What the check concludes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+#[serde(rename_all = "snake_case")]
+pub enum TokenVerdict {
+    /// The same tokens in every measured repetition.
+    Identical,
+    /// At least once mlx-lm repeated itself and Ondo differed: a bug.
+    Different,
+    /// Every difference came where mlx-lm disagreed with itself too: no
+    /// verdict (a GPU's non-deterministic reductions at a near-tie).
+    ReferenceUnstable,
+}
+
+impl TokenCheck {
+    /// Adds one repetition's result.
+    pub fn add(&mut self, prompt_tokens: usize, repetition: usize, check: RoundCheck) {
+        self.rounds += 1;
+        let (ondo_departs_at, reference_departs_at) = match check {
+            RoundCheck::Same => return,
+            RoundCheck::Different { ondo_departs_at } => (ondo_departs_at, None),
+            RoundCheck::ReferenceUnstable {
+                reference_departs_at,
+                ondo_departs_at,
+            } => (ondo_departs_at, Some(reference_departs_at)),
+        };
+        self.departures.push(Departure {
+            prompt_tokens,
+            repetition,
+            ondo_departs_at,
+            reference_departs_at,
+        });
+    }
+
+    pub fn verdict(&self) -> TokenVerdict {
+        if self.departures.is_empty() {
+            TokenVerdict::Identical
+        } else if self
+            .departures
+            .iter()
+            .any(|d| d.reference_departs_at.is_none())
+        {
+            TokenVerdict::Different
+        } else {
+            TokenVerdict::ReferenceUnstable
+        }
+    }
+
+    /// One line for the comparison's table.
+    pub fn describe(&self) -> String {
+        if self.departures.is_empty() {
+            return format!(
+                "tokens: identical to mlx-lm's in every measured run ({})",
+                self.rounds
+            );
+        }
+        if let Some(d) = self
+            .departures
+            .iter()
+            .find(|d| d.reference_departs_at.is_none())
+        {
+            return format!(
+                "tokens: DIFFERENT from mlx-lm's at prompt {} (repetition {}) from token {}, \
+                 where mlx-lm repeats itself: a correctness bug",
+                d.prompt_tokens, d.repetition, d.ondo_departs_at
+            );
+        }
+        let parts: Vec<String> = self
+            .departures
+            .iter()
+            .map(|d| {
+                format!(
+                    "prompt {} rep {}: mlx-lm's two runs part at token {}, Ondo's from \
+                     mlx-lm's first at token {}",
+                    d.prompt_tokens,
+                    d.repetition,
+                    d.reference_departs_at.unwrap_or(0),
+                    d.ondo_departs_at
+                )
+            })
+            .collect();
+        format!(
+            "tokens: no verdict in {} of {} runs, mlx-lm disagrees with itself there \
+             (near-tied logits on this device); {}",
+            self.departures.len(),
+            self.rounds,
+            parts.join("; ")
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn departures_are_the_first_differing_index() {
+        assert_eq!(first_departure(&[1, 2, 3], &[1, 2, 3]), None);
+        assert_eq!(first_departure(&[1, 2, 3], &[1, 9, 3]), Some(1));
+        assert_eq!(first_departure(&[1, 2], &[1, 2, 3]), Some(2));
+        assert_eq!(first_departure(&[], &[]), None);
+    }
+
+    #[test]
+    fn a_difference_where_the_reference_repeats_itself_is_a_bug() {
+        let check = judge(&[1, 2, 7], &[1, 2, 3], Some(&[1, 2, 3]));
+        assert_eq!(check, RoundCheck::Different { ondo_departs_at: 2 });
+        let mut all = TokenCheck::default();
+        all.add(128, 0, RoundCheck::Same);
+        all.add(2048, 1, check);
+        assert_eq!(all.verdict(), TokenVerdict::Different);
+        assert!(all.describe().contains("a correctness bug"));
+        assert!(all.describe().contains("prompt 2048"));
+    }
+
+    #[test]
+    fn a_difference_where_the_reference_disagrees_with_itself_is_no_verdict() {
+        let check = judge(&[5, 6, 7], &[5, 8, 9], Some(&[5, 6, 7]));
+        assert_eq!(
+            check,
+            RoundCheck::ReferenceUnstable {
+                reference_departs_at: 1,
+                ondo_departs_at: 1
+            }
+        );
+        let mut all = TokenCheck::default();
+        all.add(2048, 0, check);
+        all.add(128, 0, RoundCheck::Same);
+        assert_eq!(all.verdict(), TokenVerdict::ReferenceUnstable);
+        let line = all.describe();
+        assert!(line.contains("no verdict in 1 of 2"), "{line}");
+        assert!(!line.contains("bug"), "{line}");
+        // One stable difference anywhere still makes it a bug.
+        all.add(2048, 1, RoundCheck::Different { ondo_departs_at: 0 });
+        assert_eq!(all.verdict(), TokenVerdict::Different);
+    }
+
+    #[test]
+    fn equal_tokens_need_no_second_reference_run() {
+        assert_eq!(judge(&[1, 2], &[1, 2], None), RoundCheck::Same);
+        let mut all = TokenCheck::default();
+        all.add(16, 0, RoundCheck::Same);
+        assert_eq!(all.verdict(), TokenVerdict::Identical);
+        assert!(all.describe().contains("identical"));
+    }
+}
