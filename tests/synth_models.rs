@@ -337,7 +337,13 @@ fn the_cli_says_which_flag_replaces_a_non_empty_folder() {
 #[test]
 fn an_unknown_preset_lists_the_valid_ones() {
     let err = synth::preset_named("huge").unwrap_err().to_string();
-    for name in ["tiny", "small", "llama-3.2-1b", "llama-3.2-3b"] {
+    for name in [
+        "tiny",
+        "small",
+        "llama-3.2-1b",
+        "llama-3.2-3b",
+        "llama-3.1-8b",
+    ] {
         assert!(err.contains(name), "{err}");
     }
 }

@@ -18,6 +18,7 @@ Presets:
   small         8 layers, hidden 1024, vocab 8k, fp32: weight-bound benchmarks
   llama-3.2-1b  the real Llama 3.2 1B shape, 4-bit bf16 (for a GPU or a Mac)
   llama-3.2-3b  the real Llama 3.2 3B shape, 4-bit bf16 (for a GPU or a Mac)
+  llama-3.1-8b  the real Llama 3.1 8B shape, untied head, 4-bit bf16 (GPU or Mac)
 
 Examples:
   ondo synth tiny ./models/tiny
@@ -25,7 +26,7 @@ Examples:
   ondo synth tiny ./models/qwen-tiny --arch qwen3 --seed 7
   python -m mlx_lm generate --model ./models/tiny --prompt hi   # mlx-lm loads it too")]
 pub struct SynthArgs {
-    /// Preset shape: tiny, small, llama-3.2-1b or llama-3.2-3b.
+    /// Preset shape: tiny, small, llama-3.2-1b, llama-3.2-3b or llama-3.1-8b.
     preset: String,
     /// Folder to write; must be empty or new unless --force.
     out: PathBuf,

@@ -196,6 +196,34 @@ pub fn all() -> Vec<Preset> {
             default_bits: Some(4),
             default_dtype: WeightDtype::Bf16,
         },
+        Preset {
+            name: "llama-3.1-8b",
+            about: "the real Llama 3.1 8B shape (untied head), 4-bit (GPU or Mac)",
+            shape: Shape {
+                hidden_size: 4096,
+                intermediate_size: 14_336,
+                num_hidden_layers: 32,
+                num_attention_heads: 32,
+                num_key_value_heads: 8,
+                head_dim: 128,
+                vocab_size: 128_256,
+                tokenizer_vocab_size: 8192,
+                max_position_embeddings: 131_072,
+                rope_theta: 500_000.0,
+                // Llama 3.1 stretches its 8k training context eightfold;
+                // 3.2 (above) thirty-two-fold.
+                rope_scaling: Some(Llama3RopeScaling {
+                    factor: 8.0,
+                    low_freq_factor: 1.0,
+                    high_freq_factor: 4.0,
+                    original_max_position_embeddings: 8192,
+                }),
+                rms_norm_eps: 1e-5,
+                tie_word_embeddings: false,
+            },
+            default_bits: Some(4),
+            default_dtype: WeightDtype::Bf16,
+        },
     ]
 }
 
