@@ -10,6 +10,11 @@
 #                            mlx.metallib) unpacked into target/mlx-metal; build with
 #                            MLX_PREFIX="$PWD/$(scripts/setup.sh mac-prefix)"
 #   scripts/setup.sh mac-prefix   prints that prefix (anywhere; it installs nothing)
+#
+# ONDO_MLX=cuda (Linux with an NVIDIA GPU and a CUDA 13 driver) puts MLX's
+# CUDA build of the same version in the venv instead of the CPU build; the
+# binaries link the venv's libmlx either way, so `ONDO_MLX=cuda make release`
+# gives an `ondo` that runs on the GPU. CI and the tests use the CPU build.
 set -euo pipefail
 
 level=${1:-test}
@@ -26,6 +31,14 @@ MAC_MLX_DIR=target/mlx-metal
 OPENAI_VERSION=3.57.0
 OLLAMA_VERSION=0.6.3
 TAURI_DRIVER_VERSION=2.1.0
+# Which build of MLX the venv holds: the wheel's extra, and the package that
+# carries libmlx for it (the other backend's package is removed, since both
+# install the same mlx/lib/libmlx.so).
+case "${ONDO_MLX:-cpu}" in
+  cpu) MLX_EXTRA=cpu; MLX_BACKEND_PKG=mlx-cpu; MLX_OTHER_PKGS="mlx-cuda-12 mlx-cuda-13" ;;
+  cuda) MLX_EXTRA=cuda13; MLX_BACKEND_PKG=mlx-cuda-13; MLX_OTHER_PKGS="mlx-cpu mlx-cuda-12" ;;
+  *) echo "setup: ONDO_MLX is '${ONDO_MLX}'; use cpu (the default) or cuda" >&2; exit 2 ;;
+esac
 
 say() { printf '  setup: %s\n' "$*"; }
 
@@ -54,19 +67,35 @@ setup_venv() {
   local py=.venv/bin/python
   if [ -x "$py" ] && "$py" - <<PY 2>/dev/null
 import importlib.metadata as m, sys
-want = {"mlx": "$MLX_VERSION", "mlx-lm": "$MLX_LM_VERSION",
+want = {"mlx": "$MLX_VERSION", "$MLX_BACKEND_PKG": "$MLX_VERSION", "mlx-lm": "$MLX_LM_VERSION",
         "openai": "$OPENAI_VERSION", "ollama": "$OLLAMA_VERSION"}
-try:
-    ok = all(m.version(name) == version for name, version in want.items())
-except m.PackageNotFoundError:
-    ok = False
+def installed(name):
+    try:
+        return m.version(name)
+    except m.PackageNotFoundError:
+        return None
+ok = all(installed(name) == version for name, version in want.items())
+ok = ok and not any(installed(name) for name in "$MLX_OTHER_PKGS".split())
 sys.exit(0 if ok else 1)
 PY
   then return 0; fi
-  say "setting up .venv: mlx[cpu]==$MLX_VERSION, mlx-lm==$MLX_LM_VERSION, openai==$OPENAI_VERSION, ollama==$OLLAMA_VERSION"
+  say "setting up .venv: mlx[$MLX_EXTRA]==$MLX_VERSION, mlx-lm==$MLX_LM_VERSION, openai==$OPENAI_VERSION, ollama==$OLLAMA_VERSION"
   [ -x "$py" ] || python3 -m venv .venv
-  .venv/bin/pip install -q --disable-pip-version-check "mlx[cpu]==$MLX_VERSION" "mlx-lm==$MLX_LM_VERSION" \
+  local other switched=""
+  for other in $MLX_OTHER_PKGS; do
+    if .venv/bin/pip show -q "$other" >/dev/null 2>&1; then
+      say "removing $other (ONDO_MLX=${ONDO_MLX:-cpu} asks for $MLX_BACKEND_PKG)"
+      .venv/bin/pip uninstall -q -y "$other"
+      switched=1
+    fi
+  done
+  .venv/bin/pip install -q --disable-pip-version-check "mlx[$MLX_EXTRA]==$MLX_VERSION" "mlx-lm==$MLX_LM_VERSION" \
     "openai==$OPENAI_VERSION" "ollama==$OLLAMA_VERSION"
+  if [ -n "$switched" ]; then
+    # The package removed took the mlx/lib files both install with it;
+    # reinstalling the chosen one puts them back.
+    .venv/bin/pip install -q --disable-pip-version-check --force-reinstall --no-deps "$MLX_BACKEND_PKG==$MLX_VERSION"
+  fi
 }
 
 setup_npm() {
