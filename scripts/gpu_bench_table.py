@@ -1,0 +1,112 @@
+"""The Markdown table of scripts/gpu-bench.sh's results.
+
+usage: python3 scripts/gpu_bench_table.py OUT PRESET...
+
+Reads OUT/bandwidth.json, OUT/PRESET.json (ondo bench --peer mlx-lm --json)
+and OUT/PRESET.graph.txt (one decode step's graph as MLX prints it), and
+prints one table for all presets: decode and prefill against mlx-lm, decode
+as a share of the bandwidth roofline (every weight read once per token), the
+decode step's anatomy, and the token check.
+"""
+
+import collections
+import json
+import sys
+from pathlib import Path
+
+
+def first_graph(path):
+    """The primitives of the first graph in MLX's dump, by name."""
+    if not path.exists():
+        return None
+    ops = collections.Counter()
+    seen_outputs = False
+    for line in path.read_text(errors="replace").splitlines():
+        if line.startswith("Inputs:"):
+            if seen_outputs:
+                break
+            continue
+        if line.startswith("Outputs:"):
+            seen_outputs = True
+            continue
+        if seen_outputs and line.strip():
+            ops[line.split()[0]] += 1
+    return ops if seen_outputs else None
+
+
+def fmt(summary, digits=1):
+    return f"{summary['median']:.{digits}f} ({summary['min']:.{digits}f}–{summary['max']:.{digits}f})"
+
+
+def token_line(result):
+    check = result["token_check"]
+    verdict = result["token_verdict"]
+    if verdict == "identical":
+        return f"identical in all {check['rounds']} measured runs"
+    parts = []
+    for d in check["departures"]:
+        if d["reference_departs_at"] is None:
+            parts.append(f"prompt {d['prompt_tokens']} rep {d['repetition']}: Ondo departs at token "
+                         f"{d['ondo_departs_at']} where mlx-lm repeats itself (a bug)")
+        else:
+            parts.append(f"prompt {d['prompt_tokens']} rep {d['repetition']}: mlx-lm's own two runs "
+                         f"part at token {d['reference_departs_at']}, Ondo's from its first at "
+                         f"{d['ondo_departs_at']}")
+    return f"{verdict.replace('_', ' ')} in {len(check['departures'])} of {check['rounds']} runs: " + "; ".join(parts)
+
+
+def main():
+    out = Path(sys.argv[1])
+    presets = sys.argv[2:]
+    bandwidth = json.loads((out / "bandwidth.json").read_text())["bytes_per_s"]
+    lines = []
+    header_done = False
+    notes = []
+    for preset in presets:
+        path = out / f"{preset}.json"
+        if not path.exists():
+            notes.append(f"- {preset}: no result")
+            continue
+        r = json.loads(path.read_text())
+        e = r["environment"]
+        if not header_done:
+            lines.append(
+                f"Machine: {e['cpu']} · {e['os']} · MLX {e['mlx_version']} ({e['backend']}) · "
+                f"mlx-lm {e['mlx_lm_version']} · Ondo {e['ondo_version']} ({e['build_profile']}) · "
+                f"memory bandwidth measured {bandwidth / 1e9:.0f} GB/s · generate "
+                f"{r['plan']['generate_tokens']} tokens, median (min–max) of "
+                f"{r['plan']['repetitions']} after {r['plan']['warmup']} warm-up\n")
+            lines.append("| model | prompt | side | decode tok/s | vs mlx-lm | of roofline | prompt tok/s "
+                         "| vs mlx-lm | peak MiB | build ms/step | wait ms/step | nodes/step | scalars/step |")
+            lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+            header_done = True
+        roofline = bandwidth / e["weights_bytes"]
+        label = f"{preset} ({e['quantization']}, {e['weights_bytes'] / 2**30:.2f} GiB)"
+        for s in r["results"]:
+            ref = next(x for x in r["results"] if x["side"] == "mlx-lm"
+                       and x["prompt_tokens"] == s["prompt_tokens"])
+            mine = s["side"] != "mlx-lm"
+            vs = lambda k: f"{s[k]['median'] / ref[k]['median']:.2f}x" if mine else "—"
+            a = s.get("anatomy") or {}
+            cell = lambda k: f"{a[k]['median']:.3f}" if a.get(k) else "—"
+            lines.append("| " + " | ".join([
+                label, str(s["prompt_tokens"]), s["side"],
+                fmt(s["decode_tps"]), vs("decode_tps"),
+                f"{100 * s['decode_tps']['median'] / roofline:.0f}%",
+                fmt(s["prompt_tps"], 0), vs("prompt_tps"),
+                f"{s['mlx_peak_bytes']['median'] / 2**20:.0f}",
+                cell("host_build_ms"), cell("wait_ms"),
+                str(a.get("graph_nodes") or "—"), str(a.get("scalar_inputs") if a else "—"),
+            ]) + " |")
+        notes.append(f"- {preset}: tokens {token_line(r)}; roofline {roofline:.0f} tok/s")
+        ops = first_graph(out / f"{preset}.graph.txt")
+        if ops:
+            top = ", ".join(f"{name} {count}" for name, count in ops.most_common(12))
+            notes.append(f"  one decode step ({sum(ops.values())} primitives): {top}")
+    print("\n".join(lines))
+    print()
+    print("\n".join(notes))
+
+
+if __name__ == "__main__":
+    main()
