@@ -54,7 +54,7 @@ pub struct AppSettings {
 /// only (the app offers no other, so a key is a choice, not a requirement),
 /// on a port the user picks. The rest of the server's configuration keeps
 /// `ServerConfig`'s defaults.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(default)]
 pub struct LocalServerSettings {
@@ -73,6 +73,18 @@ pub struct LocalServerSettings {
 /// The ports the app's server may use: the ones below 1024 are the
 /// system's own services', which an app cannot listen on everywhere.
 pub const LOCAL_SERVER_PORTS: (u16, u16) = (1024, u16::MAX);
+
+/// Written without the key, so that no log line carries it.
+impl std::fmt::Debug for LocalServerSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalServerSettings")
+            .field("enabled", &self.enabled)
+            .field("port", &self.port)
+            .field("api_key", &self.api_key.as_ref().map(|_| "(set)"))
+            .field("allowed_origins", &self.allowed_origins)
+            .finish()
+    }
+}
 
 impl Default for LocalServerSettings {
     fn default() -> Self {
@@ -346,6 +358,21 @@ mod tests {
             ..LocalServerSettings::default()
         };
         assert_eq!(keyed.server_config().api_key.as_deref(), Some("sk-ondo-1"));
+    }
+
+    #[test]
+    fn the_key_stays_out_of_debug_output() {
+        let server = LocalServerSettings {
+            api_key: Some("sk-secret-1".into()),
+            ..LocalServerSettings::default()
+        };
+        let settings = AppSettings {
+            local_server: server,
+            ..AppSettings::default()
+        };
+        let printed = format!("{settings:?}");
+        assert!(!printed.contains("sk-secret-1"), "{printed}");
+        assert!(printed.contains("(set)"), "{printed}");
     }
 
     #[test]
