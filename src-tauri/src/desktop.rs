@@ -204,15 +204,25 @@ pub fn apply<R: Runtime>(app: &AppHandle<R>, settings: &AppSettings) -> Result<(
     }
 }
 
-/// Tells every window when the memory-pressure level changes, and when the
-/// warm models change (the popover's gauge polls for the breakdown; these
-/// are the states every window shows).
+/// Requests the local server has answered (0 when it is not serving).
+fn served(state: Option<&crate::server::LocalServerState>) -> u64 {
+    match state {
+        Some(crate::server::LocalServerState::On { status }) => status.requests_served,
+        _ => 0,
+    }
+}
+
+/// Tells every window when the memory-pressure level changes, when the
+/// warm models change, and when the local server's state does (the
+/// popover's gauge polls for the breakdown; these are the states every
+/// window shows).
 pub fn watch_pressure_and_engine<R: Runtime>(app: AppHandle<R>) {
     let spawned = std::thread::Builder::new()
         .name("ondo-state-watch".into())
         .spawn(move || {
             let mut last_level = None;
             let mut last_models: Option<Vec<(String, bool)>> = None;
+            let mut last_server: Option<crate::server::LocalServerState> = None;
             loop {
                 if let Ok(snapshot) = ondo_os::memory_snapshot()
                     && last_level != Some(snapshot.level)
@@ -232,6 +242,17 @@ pub fn watch_pressure_and_engine<R: Runtime>(app: AppHandle<R>) {
                     if last_models.as_ref() != Some(&shape) {
                         events::AppEvent::EngineState { resident }.send(&app);
                         last_models = Some(shape);
+                    }
+                    let server = state.server.state();
+                    let news = server.without_clock();
+                    if last_server.as_ref() != Some(&news) {
+                        if served(last_server.as_ref()) < served(Some(&news)) {
+                            // The request was recorded as a run: the Runs
+                            // window shows it.
+                            events::runs_changed(&app, "api");
+                        }
+                        events::AppEvent::LocalServer(server).send(&app);
+                        last_server = Some(news);
                     }
                 }
                 std::thread::sleep(STATE_POLL);

@@ -43,6 +43,10 @@ pub enum CommandError {
     /// `metal_kernels_unavailable`), as the start-up check found.
     #[error("{0}")]
     Metal(#[from] ondo::metallib::MetalError),
+    /// The local server could not start (`address_unavailable`: the port
+    /// is taken), or the settings it was given cannot be served.
+    #[error("{0}")]
+    Server(#[from] ondo::api::ApiError),
     /// The background task that did the work died (a panic in the core).
     #[error("Ondo hit an internal error ({0}); please report it with the steps that led here")]
     Internal(String),
@@ -60,6 +64,7 @@ impl CommandError {
             Self::Run(error) => error.kind(),
             Self::Bench(error) => error.kind(),
             Self::Metal(error) => error.kind(),
+            Self::Server(error) => error.kind(),
             Self::Internal(_) => ErrorKind::Internal,
         }
     }
@@ -105,6 +110,7 @@ mod tests {
             CommandError::Bench(_) => "cancelled",
             CommandError::History(_) => "history_too_new",
             CommandError::Metal(_) => "metal_kernels_unavailable",
+            CommandError::Server(_) => "address_unavailable",
             CommandError::Internal(_) => "internal",
         }
     }
@@ -142,6 +148,10 @@ mod tests {
                     "/Applications/Ondo.app/Contents/Resources/mlx.metallib".into(),
                     "/Applications/Ondo.app/Contents/Frameworks/mlx.metallib".into(),
                 ],
+            }),
+            CommandError::Server(ondo::api::ApiError::AddressUnavailable {
+                address: "127.0.0.1:11480".into(),
+                message: "Address already in use (os error 98)".into(),
             }),
             CommandError::Internal("task panicked".into()),
         ]

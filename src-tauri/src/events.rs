@@ -30,6 +30,10 @@ pub enum AppEvent {
     /// The settings were saved (in any window).
     #[serde(rename = "ondo://settings-changed")]
     SettingsChanged(ondo::session::settings::AppSettings),
+    /// The local server started, stopped, failed to start, or its requests
+    /// changed (served, waiting, the client in flight).
+    #[serde(rename = "ondo://local-server")]
+    LocalServer(crate::server::LocalServerState),
     /// The tray menu asks a window to show a view (`models` goes to the
     /// popover, the others to the main window).
     #[serde(rename = "ondo://navigate")]

@@ -8,6 +8,7 @@ mod error;
 mod events;
 mod models;
 mod runs;
+mod server;
 mod state;
 #[cfg(desktop)]
 mod tray;
@@ -50,6 +51,7 @@ macro_rules! with_commands {
             runs::run_benchmark<tauri::Wry>,
             runs::cancel_benchmark,
             runs::export_runs,
+            server::server_status,
             desktop::open_window<tauri::Wry>,
             desktop::choose_export_path<tauri::Wry>,
             desktop::choose_folder<tauri::Wry>,
@@ -205,8 +207,12 @@ pub fn typescript_bindings() -> Result<String, String> {
         )
         .constant("DEFAULT_BENCH_SHAPE", ondo::bench::BenchShape::default())
         .constant("BENCH_LIMITS", ondo::bench::BENCH_LIMITS)
-        // The local server's defaults (its port among them).
-        .constant("DEFAULT_SERVER_CONFIG", ondo::api::ServerConfig::default())
+        // The ports the app's local server may use (its defaults are in
+        // DEFAULT_SETTINGS).
+        .constant(
+            "LOCAL_SERVER_PORTS",
+            ondo::session::settings::LOCAL_SERVER_PORTS,
+        )
         // One TypeScript type per Rust type: split serialize/deserialize
         // types would put Channel payloads in the wrong half.
         .disable_serde_phases()

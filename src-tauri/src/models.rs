@@ -226,11 +226,14 @@ pub fn get_settings(state: State<'_>) -> ondo::session::settings::AppSettings {
         .unwrap_or_default()
 }
 
-/// Checks, applies (keep-alive, memory budget, models folder, shortcut and
-/// launch at login at once) and keeps new settings.
+/// Checks, keeps and applies new settings (keep-alive, memory budget,
+/// models folder, shortcut, launch at login, and the local server, which
+/// starts, restarts or stops as they ask). Saved settings whose server
+/// cannot start answer with the server's error (`address_unavailable`
+/// when the port is taken).
 #[tauri::command]
 #[specta::specta]
-pub fn set_settings<R: Runtime>(
+pub async fn set_settings<R: Runtime>(
     app: AppHandle<R>,
     state: State<'_>,
     settings: ondo::session::settings::AppSettings,
@@ -246,6 +249,7 @@ pub fn set_settings<R: Runtime>(
         crate::events::models_changed(&app);
     }
     crate::events::AppEvent::SettingsChanged(settings.clone()).send(&app);
+    crate::server::apply_settings(&app, &state, settings.local_server.clone()).await?;
     crate::desktop::apply(&app, &settings)
         .map_err(|problem| CommandError::InvalidInput(format!("Saved, but {problem}")))
 }

@@ -13,6 +13,8 @@ use ondo::session::settings::AppSettings;
 use ondo::session::{PressureSource, SessionPool};
 use ondo::store::Store;
 
+use crate::server::AppServer;
+
 pub struct AppState {
     pub pool: Arc<SessionPool>,
     /// Rebuilt when the user picks another models folder.
@@ -26,6 +28,8 @@ pub struct AppState {
     /// Metal device, no kernels): the popover says so at the top. `None`
     /// when MLX works, and always where MLX has no Metal backend.
     pub mlx_problem: Option<MetalError>,
+    /// The local server for other programs (when Settings turn it on).
+    pub server: Arc<AppServer>,
 }
 
 impl AppState {
@@ -59,13 +63,22 @@ impl AppState {
         if let Some(problem) = &mlx_problem {
             eprintln!("ondo-app: {problem}");
         }
+        let pool = Arc::new(pool);
+        // The server starts with the app when it is turned on; one that
+        // cannot (its port taken) leaves the app running and the popover
+        // saying why.
+        let server = Arc::new(AppServer::default());
+        if let Err(error) = server.apply(&pool, &settings.local_server) {
+            eprintln!("ondo-app: the local server did not start: {error}");
+        }
         Ok(Self {
-            pool: Arc::new(pool),
+            pool,
             hub: RwLock::new(hub),
             downloads: Mutex::new(HashMap::new()),
             chats: Mutex::new(HashMap::new()),
             bench: Mutex::new(None),
             mlx_problem,
+            server,
         })
     }
 

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::chat::GenerationSettings;
 use super::{KeepAlive, PoolSettings};
+use crate::api::ServerConfig;
 use crate::store::{Store, StoreError};
 
 const SETTINGS_KEY: &str = "app_settings";
@@ -44,6 +45,155 @@ pub struct AppSettings {
     /// The key combination that toggles the popover from any app, in Tauri's
     /// accelerator syntax; `None`: no shortcut.
     pub global_shortcut: Option<String>,
+    /// The local server the app runs for other programs (off until the
+    /// user turns it on).
+    pub local_server: LocalServerSettings,
+}
+
+/// The local server as the app runs it: on this machine's loopback address
+/// only (the app offers no other, so a key is a choice, not a requirement),
+/// on a port the user picks. The rest of the server's configuration keeps
+/// `ServerConfig`'s defaults.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+#[serde(default)]
+pub struct LocalServerSettings {
+    /// Serve while the app runs (and start with it).
+    pub enabled: bool,
+    /// The port on 127.0.0.1, within `LOCAL_SERVER_PORTS`.
+    pub port: u16,
+    /// When set, every request must send `Authorization: Bearer <key>`.
+    /// Kept in the run history's settings table with the other settings.
+    pub api_key: Option<String>,
+    /// Web origins (`https://app.example`, or `*` for any) whose pages may
+    /// call the server; empty: no web page may.
+    pub allowed_origins: Vec<String>,
+}
+
+/// The ports the app's server may use: the ones below 1024 are the
+/// system's own services', which an app cannot listen on everywhere.
+pub const LOCAL_SERVER_PORTS: (u16, u16) = (1024, u16::MAX);
+
+/// Written without the key, so that no log line carries it.
+impl std::fmt::Debug for LocalServerSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalServerSettings")
+            .field("enabled", &self.enabled)
+            .field("port", &self.port)
+            .field("api_key", &self.api_key.as_ref().map(|_| "(set)"))
+            .field("allowed_origins", &self.allowed_origins)
+            .finish()
+    }
+}
+
+impl Default for LocalServerSettings {
+    fn default() -> Self {
+        let server = ServerConfig::default();
+        Self {
+            enabled: false,
+            port: server.port,
+            api_key: server.api_key,
+            allowed_origins: server.allowed_origins,
+        }
+    }
+}
+
+impl LocalServerSettings {
+    /// What the server is started with: these settings on the loopback
+    /// address, everything else as `ServerConfig` has it.
+    pub fn server_config(&self) -> ServerConfig {
+        ServerConfig {
+            port: self.port,
+            api_key: self
+                .api_key
+                .as_deref()
+                .map(str::trim)
+                .filter(|key| !key.is_empty())
+                .map(str::to_owned),
+            allowed_origins: self
+                .allowed_origins
+                .iter()
+                .map(|origin| origin.trim().to_owned())
+                .filter(|origin| !origin.is_empty())
+                .collect(),
+            ..ServerConfig::default()
+        }
+    }
+
+    /// Says what is wrong: a port out of range, a key a header cannot
+    /// carry, an origin that is not `scheme://host[:port]`.
+    pub fn check(&self) -> Result<(), String> {
+        let (low, high) = LOCAL_SERVER_PORTS;
+        if !(low..=high).contains(&self.port) {
+            return Err(format!(
+                "the local server's port must be from {low} to {high}, not {}",
+                self.port
+            ));
+        }
+        if let Some(key) = &self.api_key
+            && key
+                .trim()
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control() || !c.is_ascii())
+        {
+            return Err(
+                "the local server's API key may hold only letters, digits and punctuation \
+                 (no spaces), since clients send it in a header"
+                    .into(),
+            );
+        }
+        for origin in &self.allowed_origins {
+            let origin = origin.trim();
+            if !origin.is_empty() && !is_web_origin(origin) {
+                return Err(format!(
+                    "'{origin}' is not a web origin; write it like https://app.example or \
+                     http://localhost:3000 (no path), or * for any"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `*`, or `http(s)://host[:port]` with nothing after (a trailing `/` aside),
+/// which is what a browser sends as `Origin`.
+fn is_web_origin(text: &str) -> bool {
+    if text == "*" {
+        return true;
+    }
+    let Some(rest) = text
+        .strip_prefix("http://")
+        .or_else(|| text.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    let (host, port) = match authority.strip_prefix('[') {
+        // An IPv6 address: [::1]:8080
+        Some(bracketed) => match bracketed.split_once(']') {
+            Some((address, after)) => (
+                address,
+                match after {
+                    "" => None,
+                    after => match after.strip_prefix(':') {
+                        Some(port) => Some(port),
+                        None => return false,
+                    },
+                },
+            ),
+            None => return false,
+        },
+        None => match authority.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        },
+    };
+    let host_ok = !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':'));
+    let port_ok = port.is_none_or(|p| p.parse::<u16>().is_ok_and(|p| p > 0));
+    host_ok && port_ok
 }
 
 /// The popover's shortcut until the user picks another.
@@ -59,6 +209,7 @@ impl Default for AppSettings {
             models_folder: None,
             launch_at_login: false,
             global_shortcut: Some(DEFAULT_GLOBAL_SHORTCUT.to_owned()),
+            local_server: LocalServerSettings::default(),
         }
     }
 }
@@ -103,6 +254,7 @@ impl AppSettings {
         {
             return Err("leave the shortcut off rather than empty".into());
         }
+        self.local_server.check()?;
         self.generation.check()
     }
 
@@ -176,6 +328,110 @@ mod tests {
             ..AppSettings::default()
         };
         assert!(blank.check().unwrap_err().contains("shortcut"));
+    }
+
+    #[test]
+    fn the_local_server_is_off_by_default_on_the_servers_own_port() {
+        let server = AppSettings::default().local_server;
+        assert!(!server.enabled);
+        assert_eq!(server.port, crate::api::DEFAULT_PORT);
+        let config = server.server_config();
+        assert!(config.socket_address().unwrap().ip().is_loopback());
+        assert_eq!(config.api_key, None);
+        // Settings saved by an Ondo without the server read as off.
+        let older: AppSettings = serde_json::from_str(r#"{"theme": "dark"}"#).unwrap();
+        assert_eq!(older.local_server, LocalServerSettings::default());
+    }
+
+    #[test]
+    fn the_server_starts_with_a_blank_key_and_blank_origins_left_out() {
+        let server = LocalServerSettings {
+            api_key: Some("  ".into()),
+            allowed_origins: vec![" https://app.example ".into(), "".into()],
+            ..LocalServerSettings::default()
+        };
+        let config = server.server_config();
+        assert_eq!(config.api_key, None);
+        assert_eq!(config.allowed_origins, ["https://app.example"]);
+        let keyed = LocalServerSettings {
+            api_key: Some(" sk-ondo-1 ".into()),
+            ..LocalServerSettings::default()
+        };
+        assert_eq!(keyed.server_config().api_key.as_deref(), Some("sk-ondo-1"));
+    }
+
+    #[test]
+    fn the_key_stays_out_of_debug_output() {
+        let server = LocalServerSettings {
+            api_key: Some("sk-secret-1".into()),
+            ..LocalServerSettings::default()
+        };
+        let settings = AppSettings {
+            local_server: server,
+            ..AppSettings::default()
+        };
+        let printed = format!("{settings:?}");
+        assert!(!printed.contains("sk-secret-1"), "{printed}");
+        assert!(printed.contains("(set)"), "{printed}");
+    }
+
+    #[test]
+    fn bad_local_server_settings_are_named() {
+        let check = |server: LocalServerSettings| {
+            AppSettings {
+                local_server: server,
+                ..AppSettings::default()
+            }
+            .check()
+        };
+        let low = check(LocalServerSettings {
+            port: 80,
+            ..LocalServerSettings::default()
+        });
+        assert!(low.unwrap_err().contains("from 1024 to 65535"));
+        assert!(
+            check(LocalServerSettings {
+                port: 0,
+                ..LocalServerSettings::default()
+            })
+            .is_err()
+        );
+        let spaced = check(LocalServerSettings {
+            api_key: Some("two words".into()),
+            ..LocalServerSettings::default()
+        });
+        assert!(spaced.unwrap_err().contains("API key"));
+        for origin in [
+            "app.example",
+            "https://app.example/page",
+            "ftp://app.example",
+            "https://",
+            "https://app.example:99999",
+            "https://a b.example",
+            "https://[::1",
+        ] {
+            let refused = check(LocalServerSettings {
+                allowed_origins: vec![origin.into()],
+                ..LocalServerSettings::default()
+            });
+            assert!(
+                refused.as_ref().is_err_and(|e| e.contains(origin)),
+                "{origin}: {refused:?}"
+            );
+        }
+        let fine = check(LocalServerSettings {
+            enabled: true,
+            port: 65535,
+            api_key: Some("sk-ondo-abc_123".into()),
+            allowed_origins: vec![
+                "*".into(),
+                "https://app.example".into(),
+                "http://localhost:3000/".into(),
+                "http://[::1]:8080".into(),
+                "".into(),
+            ],
+        });
+        assert_eq!(fine, Ok(()));
     }
 
     #[test]

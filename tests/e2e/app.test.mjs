@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
-import { createConnection } from 'node:net';
+import { createConnection, createServer } from 'node:net';
 import { homedir, tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
@@ -65,6 +65,18 @@ function portOpen(port) {
     const socket = createConnection({ host: '127.0.0.1', port });
     socket.once('connect', () => socket.end(() => resolve(true)));
     socket.once('error', () => resolve(false));
+  });
+}
+
+/** A port nobody listens on now. */
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
   });
 }
 
@@ -290,6 +302,64 @@ test('a model outside the catalog downloads by its id after a fit check against 
   );
   if (await alert.isExisting()) assert.fail(`the download failed: ${await alert.getText()}`);
   assert.match(await card.getText(), /Downloaded/);
+});
+
+test('the local server turned on in Settings answers HTTP clients, and the popover counts them', async () => {
+  const popover = await browser.getWindowHandle();
+  const port = await freePort();
+  const base = `http://127.0.0.1:${port}`;
+  await (await browser.$('button[aria-label="Settings"]')).click();
+  await switchToTitled('Ondo: Runs and Settings');
+  try {
+    await (await browser.$('h1=Settings')).waitForDisplayed({ timeout: 10_000 });
+    const toggle = await browser.$('input#setting-server_enabled');
+    await toggle.scrollIntoView();
+    await toggle.click();
+    await (await browser.$('input#setting-server_port')).setValue(String(port));
+    await (await browser.$('button=Save')).click();
+    const status = await browser.$('[data-testid="settings-status"]');
+    await browser.waitUntil(async () => (await status.getText()) === 'Saved', { timeout: 20_000, timeoutMsg: 'the settings were not saved' });
+    const address = await browser.$('[data-testid="server-address"]');
+    assert.match(await address.getText(), new RegExp(`${base}[\\s\\S]*Serving here now`));
+    await address.scrollIntoView();
+    await browser.saveScreenshot(path.join(screenshotDir, 'app-settings-server.png'));
+  } finally {
+    // Left open: the Runs test reuses it (a window closed through WebDriver
+    // cannot be opened again by the app).
+    await browser.switchToWindow(popover);
+  }
+
+  // A client that is not the app: Node's own fetch.
+  const models = await (await fetch(`${base}/v1/models`, { headers: { 'user-agent': 'e2e-client/1' } })).json();
+  assert.ok(models.data.some((model) => model.id === 'tiny'), `tiny is listed: ${JSON.stringify(models)}`);
+  const response = await fetch(`${base}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'user-agent': 'e2e-client/1' },
+    body: JSON.stringify({ model: 'tiny', messages: [{ role: 'user', content: 'Hello' }], max_tokens: 8 }),
+  });
+  assert.equal(response.status, 200);
+  const answer = await response.json();
+  assert.equal(answer.choices[0].message.role, 'assistant');
+  assert.ok(answer.usage.completion_tokens > 0, JSON.stringify(answer));
+
+  // The popover's line, live from the shell's event.
+  const line = await browser.$('[data-testid="local-server"]');
+  await browser.waitUntil(async () => (await line.isExisting()) && / · 1 request\b/.test(await line.getText()), {
+    timeout: 10_000,
+    timeoutMsg: 'the popover did not count the request',
+  });
+  assert.match(await line.getText(), new RegExp(`Local server on ${base}`));
+  // Copy puts the address on the system clipboard: a paste brings it back.
+  assert.equal(await browser.execute(() => window.isSecureContext && typeof navigator.clipboard?.writeText), 'function');
+  await (await browser.$(`button[aria-label="Copy the local server's address"]`)).click();
+  await browser.waitUntil(async () => /Copied/.test(await line.getText()), { timeout: 5_000, timeoutMsg: 'Copy failed' });
+  const message = await browser.$('textarea[aria-label="Message"]');
+  await message.click();
+  await browser.keys(['Control', 'v']);
+  await browser.waitUntil(async () => (await message.getValue()) === base, { timeout: 5_000, timeoutMsg: 'the paste did not bring the address' });
+  await message.clearValue();
+  await line.scrollIntoView();
+  await browser.saveScreenshot(path.join(screenshotDir, 'app-server-line.png'));
 });
 
 /** Switches the session to the window whose title is `title`. */

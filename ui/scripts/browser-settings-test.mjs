@@ -1,7 +1,8 @@
 // The Settings view in Debian's headless Chromium against a mocked backend
 // (test/browser/settings.html): keyboard-only editing and saving, validation
-// that blocks Save, the theme applied at once, the folder dialog; writes
-// docs/screenshots/settings.png and settings-dark.png.
+// that blocks Save, the theme applied at once, the folder dialog, the local
+// server section; writes docs/screenshots/settings.png, settings-dark.png
+// and settings-server.png.
 // Run: node --test scripts/browser-settings-test.mjs
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
@@ -184,6 +185,35 @@ test('a failed save says what happened and keeps the edits', async () => {
   assert.match(await alert.innerText(), /That request was not accepted/);
   assert.match(await alert.innerText(), /is taken by another app; choose another/);
   assert.equal(await page.getByRole('textbox', { name: 'Max tokens' }).inputValue(), '100');
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
+test('keyboard only: turn the local server on with a generated key and save', async () => {
+  const { page, problems } = await openSettings();
+  const toggle = page.getByRole('checkbox', { name: 'Run the local server' });
+  await tabTo(page, toggle, 80);
+  await page.keyboard.press('Space');
+  const generate = page.getByRole('button', { name: 'Generate a key' });
+  await tabTo(page, generate);
+  await page.keyboard.press('Enter');
+  const key = await page.getByLabel('API key').inputValue();
+  assert.match(key, /^ondo-[0-9a-f]{32}$/);
+  await page.getByTestId('server-address').getByText('http://127.0.0.1:11480').waitFor();
+  assert.match(await page.getByTestId('server-curl').innerText(), new RegExp(`Bearer ${key}`));
+  await page.getByTestId('server-curl').scrollIntoViewIfNeeded();
+  await page.keyboard.press('Control+s');
+  await page.getByTestId('settings-status').getByText('Saved').waitFor();
+  const saved = await calls(page, 'set_settings');
+  assert.deepEqual(saved.at(-1).payload.settings.local_server, {
+    enabled: true,
+    port: 11480,
+    api_key: key,
+    allowed_origins: [],
+  });
+  // Hidden again, the key shows as dots in the picture.
+  await page.getByRole('button', { name: 'Hide' }).click();
+  await browser.screenshot(page, 'settings-server.png');
   assert.deepEqual(problems, []);
   await page.close();
 });

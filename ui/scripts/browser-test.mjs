@@ -326,6 +326,23 @@ test('keyboard only: chat twice; the second answer is warm and reuses the KV cac
   await page.close();
 });
 
+test('the local server line: address, requests, the client answered, and Copy from the keyboard', async () => {
+  const { page, problems } = await openPopover({ scenario: 'server' });
+  const line = page.getByTestId('local-server');
+  await line.getByText('http://127.0.0.1:11480').waitFor();
+  assert.match(await text(line), /12 requests · answering curl\/8\.5\.0 \(chat, tiny\)/);
+  const copy = page.getByRole('button', { name: "Copy the local server's address" });
+  for (let presses = 0; !(await copy.evaluate((element) => element === document.activeElement)); presses += 1) {
+    assert.ok(presses < 20, 'Copy is reachable with Tab');
+    await page.keyboard.press('Tab');
+  }
+  await page.keyboard.press('Enter');
+  await line.getByText('Copied').waitFor();
+  await browser.screenshot(page, 'popover-server.png');
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
 test('Escape and the hide button hide the window', async () => {
   const { page, problems } = await openPopover();
   await page.keyboard.press('Escape');

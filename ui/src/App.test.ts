@@ -46,6 +46,7 @@ function fakeBackend(overrides: Partial<Backend> = {}): Backend {
     exportRuns: vi.fn(notUsedHere),
     chooseFolder: vi.fn(notUsedHere),
     openWindow: vi.fn(async () => null),
+    serverStatus: vi.fn(async () => ({ state: 'off' as const })),
     onAppEvent: vi.fn(async () => () => undefined),
     ...overrides,
   };

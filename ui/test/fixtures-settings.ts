@@ -25,6 +25,12 @@ export const savedSettings: AppSettings = {
   models_folder: '/Users/me/Models',
   launch_at_login: true,
   global_shortcut: 'CommandOrControl+Shift+O',
+  local_server: {
+    enabled: false,
+    port: 11480,
+    api_key: null,
+    allowed_origins: [],
+  },
 };
 
 /** What the chat tests start from: answers of at most 64 tokens. */
@@ -47,6 +53,12 @@ export const chatSettings: AppSettings = {
   models_folder: null,
   launch_at_login: false,
   global_shortcut: 'CommandOrControl+Shift+O',
+  local_server: {
+    enabled: false,
+    port: 11480,
+    api_key: null,
+    allowed_origins: [],
+  },
 };
 
 /** Where the mocked folder dialog points. */

@@ -20,6 +20,7 @@ import {
   type DownloadEvent,
   type ErrorKind,
   type GenerationSettings as GenerationSettingsSent,
+  type LocalServerSettings as LocalServerSettingsSent,
 } from './bindings';
 
 export { ERROR_KINDS };
@@ -34,6 +35,7 @@ export type {
   ChatEvent,
   ChatMessage,
   Check,
+  ClientInFlight,
   CommandError,
   DemoRun,
   DoctorReport,
@@ -44,6 +46,7 @@ export type {
   FitEstimate,
   LibraryModel,
   LoadKind,
+  LocalServerState,
   LoopShape,
   MemorySample,
   MemorySnapshot,
@@ -58,6 +61,8 @@ export type {
   ReportFormat,
   RunFilter,
   RunRecord,
+  ServerFailure,
+  ServerStatus,
   Summary,
   Theme,
   Verdict,
@@ -70,10 +75,14 @@ export type {
  * so what the pages send may leave fields out. */
 export type GenerationSettings = Required<GenerationSettingsSent>;
 
+/** The local server's settings as the backend sends them: every field present. */
+export type LocalServerSettings = Required<LocalServerSettingsSent>;
+
 /** The Settings screen's values as `get_settings` sends them: every field
  * present. */
-export type AppSettings = Omit<Required<AppSettingsSent>, 'generation'> & {
+export type AppSettings = Omit<Required<AppSettingsSent>, 'generation' | 'local_server'> & {
   generation: GenerationSettings;
+  local_server: LocalServerSettings;
 };
 
 /** The app-wide events the shell emits: each name with its payload, from

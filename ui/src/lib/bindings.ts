@@ -51,8 +51,11 @@ export const commands = {
 	/**  The Settings screen's values (defaults until the user changes them). */
 	getSettings: () => __TAURI_INVOKE<AppSettings>("get_settings"),
 	/**
-	 *  Checks, applies (keep-alive, memory budget, models folder, shortcut and
-	 *  launch at login at once) and keeps new settings.
+	 *  Checks, keeps and applies new settings (keep-alive, memory budget,
+	 *  models folder, shortcut, launch at login, and the local server, which
+	 *  starts, restarts or stops as they ask). Saved settings whose server
+	 *  cannot start answer with the server's error (`address_unavailable`
+	 *  when the port is taken).
 	 */
 	setSettings: (settings: AppSettings) => __TAURI_INVOKE<null>("set_settings", { settings }),
 	/**
@@ -79,6 +82,8 @@ export const commands = {
 	 *  md, html).
 	 */
 	exportRuns: (filter: RunFilter, format: ReportFormat, path: string) => __TAURI_INVOKE<Exported>("export_runs", { filter, format, path }),
+	/**  The local server's state for the popover's line. */
+	serverStatus: () => __TAURI_INVOKE<LocalServerState>("server_status"),
 	/**  Opens (or focuses) the main window on a view. */
 	openWindow: (view: AppView) => __TAURI_INVOKE<null>("open_window", { view }),
 	/**  Asks where to save a report in `format`; `None` when the user cancels. */
@@ -92,13 +97,13 @@ export const BENCH_LIMITS = {"prompt_tokens":[1,131072],"generate_tokens":[2,819
 
 export const DEFAULT_BENCH_SHAPE = {"prompt_tokens":[128],"generate_tokens":128,"repetitions":5,"warmup":1,"loops":["pipelined","sync"],"prefill_step_size":2048,"max_kv_size":null,"vary":null,"cold_repetitions":3} as const;
 
-export const DEFAULT_SERVER_CONFIG = {"host":"127.0.0.1","port":11480,"api_key":null,"allowed_origins":[],"max_waiting":64,"wait_limit_s":300} as const;
-
-export const DEFAULT_SETTINGS = {"keep_alive_minutes":10,"memory_budget_bytes":null,"generation":{"max_tokens":512,"temperature":0.0,"top_p":0.0,"top_k":0,"min_p":0.0,"repetition_penalty":null,"seed":null,"loop":"pipelined","prefill_step_size":2048,"max_kv_size":null},"theme":"system","models_folder":null,"launch_at_login":false,"global_shortcut":"CommandOrControl+Shift+O"} as const;
+export const DEFAULT_SETTINGS = {"keep_alive_minutes":10,"memory_budget_bytes":null,"generation":{"max_tokens":512,"temperature":0.0,"top_p":0.0,"top_k":0,"min_p":0.0,"repetition_penalty":null,"seed":null,"loop":"pipelined","prefill_step_size":2048,"max_kv_size":null},"theme":"system","models_folder":null,"launch_at_login":false,"global_shortcut":"CommandOrControl+Shift+O","local_server":{"enabled":false,"port":11480,"api_key":null,"allowed_origins":[]}} as const;
 
 export const ERROR_KINDS = ["invalid_input","model_unavailable","internal","model_not_found","not_a_model_name","invalid_repo_id","invalid_revision","repo_not_found","revision_not_found","entry_not_found","unauthorized","forbidden","token_refused","rate_limited","server_error","link_expired","unreachable","not_cached_offline","disk_full","checksum_mismatch","interrupted","cancelled","busy","not_a_model","http","bad_response","io","not_in_library","load","empty_prompt","prompt_too_long","chat_template","tokenizer","invalid_settings","mlx","engine_stopped","peer","endpoint_unreachable","endpoint_refused","endpoint_model_not_found","endpoint_failed","history","history_unwritable","history_corrupt","history_too_new","history_busy","api_key_required","address_unavailable","api_key_refused","host_refused","origin_refused","body_too_large","no_such_route","queue_full","queue_timeout","folder_not_empty","metal_unavailable","metal_kernels_unavailable"] as const;
 
 export const GENERATION_LIMITS = {"max_tokens":[1,32768],"temperature":[0.0,5.0],"probability":[0.0,1.0],"top_k":[0,100000],"repetition_penalty":[0.5,2.0],"prefill_step_size":[1,65536],"max_kv_size":[16,4294967296]} as const;
+
+export const LOCAL_SERVER_PORTS = [1024,65535] as const;
 
 /* Types */
 /**  An event with its name (what a page listens for) and its payload. */
@@ -122,6 +127,11 @@ export type AppEvent =
 } } | 
 /**  The settings were saved (in any window). */
 { name: "ondo://settings-changed"; payload: AppSettings } | 
+/**
+ *  The local server started, stopped, failed to start, or its requests
+ *  changed (served, waiting, the client in flight).
+ */
+{ name: "ondo://local-server"; payload: LocalServerState } | 
 /**
  *  The tray menu asks a window to show a view (`models` goes to the
  *  popover, the others to the main window).
@@ -154,6 +164,11 @@ export type AppSettings = {
 	 *  accelerator syntax; `None`: no shortcut.
 	 */
 	global_shortcut?: string | null,
+	/**
+	 *  The local server the app runs for other programs (off until the
+	 *  user turns it on).
+	 */
+	local_server?: LocalServerSettings,
 };
 
 /**  The views the main window shows. */
@@ -302,6 +317,17 @@ export type Check = {
 	passed: boolean,
 	/**  What was compared, or what went wrong and what to do. */
 	detail: string,
+};
+
+/**  The request being answered now. */
+export type ClientInFlight = {
+	/**  Method and path: `POST /v1/chat/completions`. */
+	route: string,
+	model: string,
+	/**  The client's `User-Agent`. */
+	user_agent: string | null,
+	/**  Since its turn at the engine began. */
+	running_ms: number,
 };
 
 /**
@@ -692,6 +718,35 @@ export type LoadKind =
 /**  The model was already resident. */
 "warm";
 
+/**
+ *  The local server as the app runs it: on this machine's loopback address
+ *  only (the app offers no other, so a key is a choice, not a requirement),
+ *  on a port the user picks. The rest of the server's configuration keeps
+ *  `ServerConfig`'s defaults.
+ */
+export type LocalServerSettings = {
+	/**  Serve while the app runs (and start with it). */
+	enabled?: boolean,
+	/**  The port on 127.0.0.1, within `LOCAL_SERVER_PORTS`. */
+	port?: number,
+	/**
+	 *  When set, every request must send `Authorization: Bearer <key>`.
+	 *  Kept in the run history's settings table with the other settings.
+	 */
+	api_key?: string | null,
+	/**
+	 *  Web origins (`https://app.example`, or `*` for any) whose pages may
+	 *  call the server; empty: no web page may.
+	 */
+	allowed_origins?: string[],
+};
+
+/**
+ *  The popover's line: off, serving (with what it is doing), or turned on
+ *  but not serving, and why.
+ */
+export type LocalServerState = { state: "off" } | { state: "on"; status: ServerStatus } | { state: "failed"; error: ServerFailure };
+
 /**  How the decode loop waits for tokens. */
 export type LoopShape = 
 /**  One sync per token: evaluate, read, then build the next step. */
@@ -1051,6 +1106,28 @@ export type RunRecord = {
 	os: string,
 	cpu: string,
 	ram_bytes: number,
+};
+
+/**
+ *  Why the server is not serving although it is turned on, as the UI
+ *  receives any command's error.
+ */
+export type ServerFailure = {
+	kind: ErrorKind,
+	/**  What happened and what to do. */
+	message: string,
+};
+
+/**  What the server is doing now (for the app's popover line). */
+export type ServerStatus = {
+	/**  Where clients reach it: `http://127.0.0.1:11480`. */
+	url: string,
+	/**  Generations finished since it started (answered or cancelled). */
+	requests_served: number,
+	/**  Requests waiting for the engine. */
+	waiting: number,
+	/**  The request the engine is working on, if any. */
+	in_flight: ClientInFlight | null,
 };
 
 /**  Why generation ended. */

@@ -262,4 +262,91 @@ describe('SettingsView', () => {
     await waitFor(() => expect(api.memoryNow).toHaveBeenCalled());
     expect(screen.getByTestId('budget-share').textContent).toBe('');
   });
+
+  describe('Local server', () => {
+    afterEach(() => vi.unstubAllGlobals());
+
+    it('is off by default; turned on it shows the address and a curl example, and saves', async () => {
+      const api = await open();
+      const toggle = screen.getByRole('checkbox', { name: 'Run the local server' }) as HTMLInputElement;
+      expect(toggle.checked).toBe(false);
+      expect(screen.queryByTestId('server-address')).toBeNull();
+      expect(description(input('Port'))).toMatch(/Not Ollama's \(11434\) or LM Studio's \(1234\)/);
+
+      await fireEvent.click(toggle);
+      await type('Port', '2000');
+      expect(screen.getByTestId('server-address').textContent).toContain('http://127.0.0.1:2000');
+      expect(screen.getByTestId('server-address').textContent).toContain('Save to serve here.');
+      expect(screen.getByTestId('server-curl').textContent).toBe(
+        `curl http://127.0.0.1:2000/v1/chat/completions \\\n` +
+          `  -d '{"model": "tiny", "messages": [{"role": "user", "content": "Hello"}]}'`,
+      );
+      await fireEvent.click(button('Save'));
+      await waitFor(() => expect(api.setSettings).toHaveBeenCalledOnce());
+      expect(api.setSettings.mock.calls[0]?.[0].local_server).toEqual({
+        enabled: true,
+        port: 2000,
+        api_key: null,
+        allowed_origins: [],
+      });
+      await waitFor(() => expect(screen.getByTestId('server-address').textContent).toContain('Serving here now.'));
+    });
+
+    it('says what is wrong with the port and the origins next to them', async () => {
+      const api = await open();
+      await type('Port', '80');
+      expect(input('Port').getAttribute('aria-invalid')).toBe('true');
+      expect(description(input('Port'))).toMatch(/Enter a port from 1,024 to 65,535/);
+      const origins = screen.getByRole('textbox', { name: 'Allowed origins' }) as HTMLTextAreaElement;
+      await fireEvent.input(origins, { target: { value: 'https://app.example\napp.example' } });
+      expect(description(origins)).toMatch(/"app\.example" is not a web origin/);
+      expect(screen.getByTestId('settings-invalid').textContent).toMatch(/Fix the 2 fields/);
+      await fireEvent.keyDown(window, { key: 's', ctrlKey: true });
+      expect(api.setSettings).not.toHaveBeenCalled();
+    });
+
+    it('generates a key, shows and hides it, and the curl example sends it', async () => {
+      await open();
+      await fireEvent.click(screen.getByRole('checkbox', { name: 'Run the local server' }));
+      const key = screen.getByLabelText('API key') as HTMLInputElement;
+      expect(key.type).toBe('password');
+      expect(description(key).replace(/\s+/g, ' ')).toMatch(/kept with Ondo's other settings in its history database/);
+
+      await fireEvent.click(button('Generate a key'));
+      expect(key.value).toMatch(/^ondo-[0-9a-f]{32}$/);
+      expect(key.type).toBe('text');
+      expect(screen.getByTestId('server-curl').textContent).toContain(`Bearer ${key.value}`);
+
+      await fireEvent.click(button('Hide'));
+      expect(key.type).toBe('password');
+      // Hidden, the example names the key without showing it.
+      expect(screen.getByTestId('server-curl').textContent).toContain('Bearer $ONDO_API_KEY');
+      expect(screen.getByTestId('server-curl').textContent).not.toContain(key.value);
+      expect(button('Show').getAttribute('aria-pressed')).toBe('false');
+    });
+
+    it('copies the address and the curl example', async () => {
+      const writeText = vi.fn(async () => undefined);
+      vi.stubGlobal('navigator', { ...navigator, clipboard: { writeText } });
+      await open();
+      await fireEvent.click(screen.getByRole('checkbox', { name: 'Run the local server' }));
+      await fireEvent.click(button('Copy the address'));
+      await waitFor(() => expect(writeText).toHaveBeenCalledWith('http://127.0.0.1:11480'));
+      expect(await screen.findByText('Copied')).toBeTruthy();
+      await fireEvent.click(button('Copy the curl example'));
+      await waitFor(() => expect(writeText).toHaveBeenLastCalledWith(expect.stringContaining('curl http://127.0.0.1:11480/')));
+    });
+
+    it('shows the error when the port is taken', async () => {
+      const api = await open();
+      api.setSettings.mockRejectedValueOnce({
+        kind: 'address_unavailable',
+        message: 'cannot listen on 127.0.0.1:11480: Address already in use (os error 98); choose another port or address',
+      });
+      await fireEvent.click(screen.getByRole('checkbox', { name: 'Run the local server' }));
+      await fireEvent.click(button('Save'));
+      expect(await screen.findByText('The local server could not take its address')).toBeTruthy();
+      expect(screen.getByText('Choose another port in Settings → Local server.')).toBeTruthy();
+    });
+  });
 });

@@ -7,6 +7,7 @@ import {
   checkShortcut,
   DEFAULT_SETTINGS,
   firstInvalidField,
+  isWebOrigin,
   keepAliveOptions,
   readForm,
   sameSettings,
@@ -250,5 +251,47 @@ describe('acceleratorFromKeyPress', () => {
     expect(acceleratorFromKeyPress(press('ShiftLeft', { shiftKey: true }), true)).toBeNull();
     expect(acceleratorFromKeyPress(press('MetaRight', { metaKey: true }), true)).toBeNull();
     expect(acceleratorFromKeyPress(press('IntlBackslash', { metaKey: true }), true)).toBeNull();
+  });
+});
+
+describe('the local server fields', () => {
+  it('reads the toggle, port, key and origins into the settings', () => {
+    const { settings, errors } = readForm(
+      edited({
+        server_enabled: true,
+        server_port: ' 2000 ',
+        server_api_key: ' ondo-abc ',
+        server_allowed_origins: 'https://app.example\n\n  http://localhost:3000  \n',
+      }),
+      savedSettings,
+    );
+    expect(errors).toEqual({});
+    expect(settings.local_server).toEqual({
+      enabled: true,
+      port: 2000,
+      api_key: 'ondo-abc',
+      allowed_origins: ['https://app.example', 'http://localhost:3000'],
+    });
+    expect(readForm(edited({ server_api_key: '  ' }), savedSettings).settings.local_server.api_key).toBeNull();
+  });
+
+  it('names a port out of range, a key with spaces and an origin with a path', () => {
+    expect(errorsOf({ server_port: '80' }).server_port).toBe("Enter a port from 1,024 to 65,535 (lower ones are the system's).");
+    expect(errorsOf({ server_port: '70000' }).server_port).toMatch(/from 1,024 to 65,535/);
+    expect(errorsOf({ server_port: '' }).server_port).toMatch(/Enter a port/);
+    expect(errorsOf({ server_api_key: 'two words' }).server_api_key).toMatch(/no spaces/);
+    expect(errorsOf({ server_allowed_origins: 'https://ok.example\nhttps://app.example/page' }).server_allowed_origins).toBe(
+      '"https://app.example/page" is not a web origin: write it like https://app.example or http://localhost:3000 (no path), or * for any.',
+    );
+    expect(firstInvalidField(errorsOf({ server_port: '1', server_api_key: 'a b' }))).toBe('server_port');
+  });
+
+  it('accepts the origins a browser sends, as the core does', () => {
+    for (const origin of ['*', 'https://app.example', 'http://localhost:3000/', 'http://[::1]:8080']) {
+      expect(isWebOrigin(origin), origin).toBe(true);
+    }
+    for (const origin of ['app.example', 'ftp://app.example', 'https://', 'https://app.example:99999', 'https://a b']) {
+      expect(isWebOrigin(origin), origin).toBe(false);
+    }
   });
 });

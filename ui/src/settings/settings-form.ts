@@ -3,7 +3,11 @@
 // field, and the global-shortcut recorder. Pure, so every rule is unit-tested.
 import type { AppSettings } from '../lib/backend';
 import { formatBytes } from '../lib/format';
-import { DEFAULT_SETTINGS as CORE_DEFAULTS, GENERATION_LIMITS as LIMITS } from '../lib/bindings';
+import {
+  DEFAULT_SETTINGS as CORE_DEFAULTS,
+  GENERATION_LIMITS as LIMITS,
+  LOCAL_SERVER_PORTS,
+} from '../lib/bindings';
 
 const GiB = 2 ** 30;
 
@@ -12,6 +16,7 @@ const GiB = 2 ** 30;
 export const DEFAULT_SETTINGS: Required<AppSettings> = {
   ...CORE_DEFAULTS,
   generation: { ...CORE_DEFAULTS.generation },
+  local_server: { ...CORE_DEFAULTS.local_server, allowed_origins: [...CORE_DEFAULTS.local_server.allowed_origins] },
 };
 
 /** "from 1 to 32,768" for a [low, high] range. */
@@ -50,6 +55,12 @@ export interface SettingsForm {
   launch_at_login: boolean;
   /** Empty: no shortcut. */
   global_shortcut: string;
+  server_enabled: boolean;
+  server_port: string;
+  /** Empty: no key asked for. */
+  server_api_key: string;
+  /** One origin a line; empty: no web page may call. */
+  server_allowed_origins: string;
 }
 
 export type FormField = keyof SettingsForm;
@@ -82,6 +93,10 @@ export function settingsToForm(settings: AppSettings): SettingsForm {
     theme: settings.theme,
     launch_at_login: settings.launch_at_login,
     global_shortcut: settings.global_shortcut ?? '',
+    server_enabled: settings.local_server.enabled,
+    server_port: String(settings.local_server.port),
+    server_api_key: settings.local_server.api_key ?? '',
+    server_allowed_origins: settings.local_server.allowed_origins.join('\n'),
   };
 }
 
@@ -159,6 +174,23 @@ export function readForm(form: SettingsForm, base: AppSettings): { settings: App
   const shortcutError = checkShortcut(form.global_shortcut);
   if (shortcutError) errors.global_shortcut = shortcutError;
 
+  const serverPort = take(
+    'server_port',
+    readWhole(
+      form.server_port,
+      ...LOCAL_SERVER_PORTS,
+      `Enter a port ${range(LOCAL_SERVER_PORTS)} (lower ones are the system's).`,
+    ),
+    base.local_server.port,
+  );
+  const keyError = checkApiKey(form.server_api_key);
+  if (keyError) errors.server_api_key = keyError;
+  const origins = originLines(form.server_allowed_origins);
+  const badOrigin = origins.find((origin) => !isWebOrigin(origin));
+  if (badOrigin !== undefined) {
+    errors.server_allowed_origins = `"${badOrigin}" is not a web origin: write it like https://app.example or http://localhost:3000 (no path), or * for any.`;
+  }
+
   const settings: AppSettings = {
     ...base,
     keep_alive_minutes: keepAlive,
@@ -234,8 +266,43 @@ export function readForm(form: SettingsForm, base: AppSettings): { settings: App
     models_folder: form.models_folder,
     launch_at_login: form.launch_at_login,
     global_shortcut: form.global_shortcut.trim() === '' ? null : form.global_shortcut.trim(),
+    local_server: {
+      ...base.local_server,
+      enabled: form.server_enabled,
+      port: serverPort,
+      api_key: form.server_api_key.trim() === '' ? null : form.server_api_key.trim(),
+      allowed_origins: badOrigin === undefined ? origins : base.local_server.allowed_origins,
+    },
   };
   return { settings, errors };
+}
+
+/** The origins of the one-a-line text area, blank lines left out. */
+export function originLines(text: string): string[] {
+  return text
+    .split('\n')
+    .map((line) => line.trim())
+    .filter((line) => line !== '');
+}
+
+/** `*`, or `http(s)://host[:port]` with nothing after (a trailing `/`
+ * aside): what a browser sends as Origin. The core checks the same. */
+export function isWebOrigin(text: string): boolean {
+  if (text === '*') return true;
+  return /^https?:\/\/([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:\d{1,5})?\/?$/.test(text) && portInRange(text);
+}
+
+function portInRange(origin: string): boolean {
+  const port = origin.replace(/\/$/, '').match(/:(\d{1,5})$/);
+  return port === null || (Number(port[1]) >= 1 && Number(port[1]) <= 65535);
+}
+
+/** Why a key cannot be sent in a header, or null (empty: no key). */
+export function checkApiKey(text: string): string | null {
+  const key = text.trim();
+  if (key === '') return null;
+  if (!/^[\x21-\x7e]+$/.test(key)) return 'Use letters, digits and punctuation only (no spaces): clients send the key in a header.';
+  return null;
 }
 
 /** Deep equality for settings (plain JSON values). */
@@ -409,6 +476,10 @@ export function firstInvalidField(errors: FieldErrors): FormField | null {
     'theme',
     'launch_at_login',
     'global_shortcut',
+    'server_enabled',
+    'server_port',
+    'server_api_key',
+    'server_allowed_origins',
   ];
   return order.find((field) => errors[field] !== undefined) ?? null;
 }

@@ -7,6 +7,7 @@ import type {
   ChatEvent,
   ChatMessage,
   CommandError,
+  LocalServerState,
   DownloadEvent,
   DownloadSummary,
   PooledModel,
@@ -27,7 +28,7 @@ import {
 } from '../fixtures';
 import { chatSettings } from '../fixtures-settings';
 
-type Scenario = 'ok' | 'generation-fails' | 'no-kernels';
+type Scenario = 'ok' | 'generation-fails' | 'no-kernels' | 'server';
 
 declare global {
   interface Window {
@@ -158,6 +159,17 @@ const warmTiny: PooledModel = {
   busy: false,
 };
 
+/** The local server in the 'server' scenario: answering curl, 12 served. */
+const serving: LocalServerState = {
+  state: 'on',
+  status: {
+    url: 'http://127.0.0.1:11480',
+    requests_served: 12,
+    waiting: 0,
+    in_flight: { route: 'POST /v1/chat/completions', model: 'tiny', user_agent: 'curl/8.5.0', running_ms: 120 },
+  },
+};
+
 mockWindows('main');
 mockIPC(async (cmd, payload) => {
   window.__ondoIpcCalls.push({ cmd, payload });
@@ -222,6 +234,8 @@ mockIPC(async (cmd, payload) => {
       chat.cached.delete(conversationId);
       return null;
     }
+    case 'server_status':
+      return scenario === 'server' ? serving : ({ state: 'off' } satisfies LocalServerState);
     case 'plugin:window|hide':
       return null;
     default:
