@@ -7,11 +7,60 @@
 //! semantics so both produce the same tokens.
 
 use mlx_rs::error::Exception;
-use mlx_rs::ops::indexing::{IndexOp, TryIndexMutOp};
-use mlx_rs::{Array, ops};
+use mlx_rs::ops::indexing::IndexOp;
+use mlx_rs::{Array, Stream, ops};
 
 /// Positions added whenever the cache runs out of room.
 pub const STEP: i32 = 256;
+
+/// `cache` (`[B, H, positions, D]`) with `update` written over positions
+/// `start..stop`, as one `SliceUpdate`. mlx-rs's index assignment does the
+/// same write between two reshapes (dropping the update's leading unit axes
+/// and restoring them): two more primitives per write, four per layer per
+/// token, each one more node for the host to build and hand to the GPU.
+fn write_positions(
+    cache: &Array,
+    update: &Array,
+    start: i32,
+    stop: i32,
+) -> Result<Array, Exception> {
+    let shape = cache.shape();
+    if shape.len() != 4 {
+        return Err(Exception::custom(format!(
+            "a KV cache has 4 axes, this one {shape:?}"
+        )));
+    }
+    let starts = [0, 0, start, 0];
+    let stops = [shape[0], shape[1], stop, shape[3]];
+    let strides = [1; 4];
+    let stream = Stream::thread_local_or_default();
+    // SAFETY: every pointer is valid for the call; `result` is either
+    // handed to an `Array` (which frees it) or freed here.
+    unsafe {
+        let mut result = mlx_sys::mlx_array_new();
+        let status = mlx_sys::mlx_slice_update(
+            &mut result,
+            cache.as_ptr(),
+            update.as_ptr(),
+            starts.as_ptr(),
+            starts.len(),
+            stops.as_ptr(),
+            stops.len(),
+            strides.as_ptr(),
+            strides.len(),
+            stream.as_ptr(),
+        );
+        if status != 0 {
+            mlx_sys::mlx_array_free(result);
+            return Err(Exception::custom(format!(
+                "MLX could not write positions {start}..{stop} of a KV cache of shape {shape:?} \
+                 with an update of shape {:?}",
+                update.shape()
+            )));
+        }
+        Ok(Array::from_ptr(result))
+    }
+}
 
 /// Keys and values of one attention layer, `[batch, kv_heads, positions, head_dim]`.
 #[derive(Default)]
@@ -60,8 +109,8 @@ impl KvCache {
         let (Some(k), Some(v)) = (self.keys.as_mut(), self.values.as_mut()) else {
             return Err(Exception::custom("KV cache lost its arrays"));
         };
-        k.try_index_mut((.., .., previous..self.offset, ..), keys)?;
-        v.try_index_mut((.., .., previous..self.offset, ..), values)?;
+        *k = write_positions(k, keys, previous, self.offset)?;
+        *v = write_positions(v, values, previous, self.offset)?;
         Ok((
             k.index((.., .., ..self.offset, ..)),
             v.index((.., .., ..self.offset, ..)),
@@ -235,8 +284,8 @@ impl RotatingKvCache {
             self.write_at = self.keep;
         }
         let at = self.write_at;
-        k.try_index_mut((.., .., at..at + 1, ..), keys)?;
-        v.try_index_mut((.., .., at..at + 1, ..), values)?;
+        k = write_positions(&k, keys, at, at + 1)?;
+        v = write_positions(&v, values, at, at + 1)?;
         self.offset += 1;
         self.write_at += 1;
         let length = k.shape()[2];
@@ -401,6 +450,25 @@ mod tests {
         assert_eq!(k.as_slice::<f32>(), &expected[..]);
         v.eval().unwrap();
         assert_eq!(v.as_slice::<f32>(), &expected[..]);
+    }
+
+    /// A decode step's cache write is one primitive, and the read of the
+    /// used positions one more: nothing around them for the host to handle.
+    #[test]
+    fn a_decode_steps_cache_write_and_read_are_two_primitives() {
+        let mut cache = KvCache::default();
+        let (k, v) = cache
+            .update_and_fetch(&positions(0, 3), &positions(0, 3))
+            .unwrap();
+        mlx_rs::transforms::eval([&k, &v]).unwrap();
+        let (k, _) = cache
+            .update_and_fetch(&positions(3, 1), &positions(3, 1))
+            .unwrap();
+        let size = crate::engine::anatomy::graph_size(&[&k]).unwrap();
+        assert_eq!(size.nodes, 2, "{size:?}");
+        k.eval().unwrap();
+        let got: Vec<f32> = k.as_slice::<f32>().iter().step_by(2).copied().collect();
+        assert_eq!(got, vec![0., 1., 2., 3.]);
     }
 
     #[test]

@@ -516,9 +516,18 @@ impl Attention {
     ) -> Result<Array, Exception> {
         let shape = x.shape();
         let (b, l) = (shape[0], shape[1]);
+        // A decode step has one position, and then `[B, 1, H, D]` and
+        // `[B, H, 1, D]` list the same values in the same order: one reshape
+        // does what reshape-then-transpose does, one primitive fewer for each
+        // of q, k, v and the output, per layer and token (the host's dispatch
+        // of primitives is what bounds decoding on a GPU).
         let split = |y: Array, heads: i32| -> Result<Array, Exception> {
-            y.reshape(&[b, l, heads, self.head_dim])?
-                .transpose_axes(&[0, 2, 1, 3])
+            if l == 1 {
+                y.reshape(&[b, heads, 1, self.head_dim])
+            } else {
+                y.reshape(&[b, l, heads, self.head_dim])?
+                    .transpose_axes(&[0, 2, 1, 3])
+            }
         };
         let mut q = split(self.q_proj.forward(x)?, self.heads)?;
         let mut k = split(self.k_proj.forward(x)?, self.kv_heads)?;
@@ -540,9 +549,12 @@ impl Attention {
             AttentionMask::Array(m) => Some(ScaledDotProductAttentionMask::Array(m)),
         };
         let o = fast::scaled_dot_product_attention(&q, &k, &v, self.scale, mask, None)?;
-        let o = o
-            .transpose_axes(&[0, 2, 1, 3])?
-            .reshape(&[b, l, self.heads * self.head_dim])?;
+        let o = if l == 1 {
+            o.reshape(&[b, 1, self.heads * self.head_dim])?
+        } else {
+            o.transpose_axes(&[0, 2, 1, 3])?
+                .reshape(&[b, l, self.heads * self.head_dim])?
+        };
         self.o_proj.forward(&o)
     }
 }
