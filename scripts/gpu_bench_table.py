@@ -46,8 +46,8 @@ def token_line(result):
     parts = []
     for d in check["departures"]:
         if d["reference_departs_at"] is None:
-            parts.append(f"prompt {d['prompt_tokens']} rep {d['repetition']}: Ondo departs at token "
-                         f"{d['ondo_departs_at']} where mlx-lm repeats itself (a bug)")
+            parts.append(f"prompt {d['prompt_tokens']} rep {d['repetition']}: mlx-lm repeated itself, "
+                         f"Ondo departs at token {d['ondo_departs_at']}")
         else:
             parts.append(f"prompt {d['prompt_tokens']} rep {d['repetition']}: mlx-lm's own two runs "
                          f"part at token {d['reference_departs_at']}, Ondo's from its first at "
