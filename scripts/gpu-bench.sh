@@ -15,6 +15,14 @@
 #   OUT=results PRESETS=llama-3.2-3b PROMPTS=128 scripts/gpu-bench.sh
 # Environment: ONDO (the binary, default `ondo`), PRESETS, PROMPTS, REPS,
 # GEN, MODELS (where the synthetic models are kept between runs).
+#
+# A change measured against the binary before it: BASELINE names the other
+# binary, PAIRS how many before/after pairs to run (default 3; the order
+# alternates from pair to pair). Each side of pair N goes to OUT/pair-N/before
+# and OUT/pair-N/after, and OUT/pairs.md lists every pair's ratios against
+# mlx-lm and their medians: on a shared GPU one pair alone is noise.
+#   OUT=results BASELINE=/tmp/ondo-before/ondo ONDO=/tmp/ondo/ondo \
+#     PRESETS=llama-3.2-3b PROMPTS=128 scripts/gpu-bench.sh
 set -euo pipefail
 
 ondo=${ONDO:-ondo}
@@ -27,6 +35,24 @@ models=${MODELS:-/tmp/ondo-gpu-models}
 python=${ONDO_PYTHON:-python3}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out" "$models"
+
+if [ -n "${BASELINE:-}" ]; then
+  pairs=${PAIRS:-3}
+  for pair in $(seq 1 "$pairs"); do
+    order="before after"
+    [ $((pair % 2)) -eq 0 ] && order="after before"
+    mkdir -p "$out/pair-$pair"
+    for side in $order; do
+      binary=$ondo
+      [ "$side" = before ] && binary=$BASELINE
+      echo "== pair $pair of $pairs: $side"
+      OUT="$out/pair-$pair/$side" ONDO="$binary" BASELINE="" "$0" > "$out/pair-$pair/$side.log" 2>&1 \
+        || { tail -5 "$out/pair-$pair/$side.log"; exit 1; }
+    done
+  done
+  "$python" "$here/gpu_bench_table.py" --pairs "$out" $presets | tee "$out/pairs.md"
+  exit 0
+fi
 
 "$ondo" doctor > "$out/doctor.txt" 2>&1 || { cat "$out/doctor.txt"; exit 1; }
 grep -iE "backend|device|mlx" "$out/doctor.txt" | head -5

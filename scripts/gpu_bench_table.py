@@ -1,6 +1,7 @@
 """The Markdown table of scripts/gpu-bench.sh's results.
 
 usage: python3 scripts/gpu_bench_table.py OUT PRESET...
+       python3 scripts/gpu_bench_table.py --pairs OUT PRESET...
 
 Reads OUT/bandwidth.json, OUT/PRESET.json (ondo bench --peer mlx-lm --json)
 and OUT/PRESET.graph.txt (one decode step's graph as MLX prints it), and
@@ -55,7 +56,44 @@ def token_line(result):
     return f"{verdict.replace('_', ' ')} in {len(check['departures'])} of {check['rounds']} runs: " + "; ".join(parts)
 
 
+def pairs_table(out, presets):
+    """Every before/after pair's Ondo-to-mlx-lm ratios, and their medians."""
+    import statistics
+    pair_dirs = sorted(out.glob("pair-*"), key=lambda p: int(p.name.split("-")[1]))
+    print(f"{len(pair_dirs)} pairs, the order alternating; ratios are Ondo / mlx-lm in the same run\n")
+    print("| model | prompt | loop | measure | before, per pair | after, per pair | median before | median after |")
+    print("|---|---|---|---|---|---|---|---|")
+    for preset in presets:
+        rows = collections.defaultdict(lambda: {"before": [], "after": []})
+        for pair in pair_dirs:
+            for side in ("before", "after"):
+                path = pair / side / f"{preset}.json"
+                if not path.exists():
+                    continue
+                r = json.loads(path.read_text())
+                for s in r["results"]:
+                    if s["side"] == "mlx-lm":
+                        continue
+                    ref = next(x for x in r["results"] if x["side"] == "mlx-lm"
+                               and x["prompt_tokens"] == s["prompt_tokens"])
+                    key = (s["prompt_tokens"], s["side"].removeprefix("ondo "))
+                    rows[key + ("decode vs mlx-lm",)][side].append(
+                        s["decode_tps"]["median"] / ref["decode_tps"]["median"])
+                    rows[key + ("prefill vs mlx-lm",)][side].append(
+                        s["prompt_tps"]["median"] / ref["prompt_tps"]["median"])
+                    a = s.get("anatomy") or {}
+                    if a.get("host_build_ms"):
+                        rows[key + ("host build ms/step",)][side].append(a["host_build_ms"]["median"])
+        for (prompt, loop, measure), sides in sorted(rows.items()):
+            cells = [", ".join(f"{v:.2f}" for v in sides[s]) or "—" for s in ("before", "after")]
+            medians = [f"{statistics.median(sides[s]):.2f}" if sides[s] else "—" for s in ("before", "after")]
+            print(f"| {preset} | {prompt} | {loop} | {measure} | {cells[0]} | {cells[1]} | {medians[0]} | {medians[1]} |")
+
+
 def main():
+    if sys.argv[1] == "--pairs":
+        pairs_table(Path(sys.argv[2]), sys.argv[3:])
+        return
     out = Path(sys.argv[1])
     presets = sys.argv[2:]
     bandwidth = json.loads((out / "bandwidth.json").read_text())["bytes_per_s"]
