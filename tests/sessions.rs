@@ -654,6 +654,12 @@ fn a_bench_writes_every_report_format_and_the_history_shows_it() {
     );
     assert!(stdout.contains("cold start"), "{stdout}");
     assert!(stdout.contains("roofline"), "{stdout}");
+    // Every case shows its decode step's graph size, counted in its warm-up.
+    assert!(stdout.contains("nodes/step"), "{stdout}");
+    for row in stdout.lines().filter(|l| l.contains("+tg8 ")) {
+        let nodes: u64 = row.split_whitespace().last().unwrap().parse().unwrap();
+        assert!(nodes > 20, "{row}");
+    }
     for file in &files {
         let text = std::fs::read_to_string(file).unwrap();
         assert!(text.len() > 100, "{} is nearly empty", file.display());

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ErrorKind;
 use crate::engine::generate::LoopShape;
-use crate::engine::{CancelToken, GenerateRequest, Prompt, RunError};
+use crate::engine::{CancelToken, GenerateRequest, Prompt, RunError, StepAnatomy};
 use crate::session::SessionPool;
 use crate::session::chat::GenerationSettings;
 use crate::session::record::RunContext;
@@ -244,6 +244,25 @@ pub struct AnatomySummary {
     pub graph_nodes: Option<usize>,
     /// Scalar constants among that graph's inputs, made afresh each step.
     pub scalar_inputs: Option<usize>,
+}
+
+impl AnatomySummary {
+    /// Over the measured runs' anatomies, the graph's size from the run that
+    /// counted it (`None` without measured runs).
+    pub fn from_runs(measured: &[StepAnatomy], counted: Option<&StepAnatomy>) -> Option<Self> {
+        if measured.is_empty() {
+            return None;
+        }
+        let of = |metric: fn(&StepAnatomy) -> f64| {
+            Summary::from_samples(&measured.iter().map(metric).collect::<Vec<_>>())
+        };
+        Some(Self {
+            host_build_ms: of(|a| a.host_build_ms),
+            wait_ms: of(|a| a.wait_ms),
+            graph_nodes: counted.and_then(|a| a.graph_nodes),
+            scalar_inputs: counted.and_then(|a| a.scalar_inputs),
+        })
+    }
 }
 
 /// Process start to first token, per side.

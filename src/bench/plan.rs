@@ -11,10 +11,11 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    BenchError, BenchPlan, BenchShape, SPAWNED_AT_ENV, Summary, model_vocab, peer, synthetic_prompt,
+    AnatomySummary, BenchError, BenchPlan, BenchShape, SPAWNED_AT_ENV, Summary, model_vocab, peer,
+    synthetic_prompt,
 };
 use crate::engine::generate::LoopShape;
-use crate::engine::{CancelToken, GenerateRequest, Prompt, RunStats};
+use crate::engine::{CancelToken, GenerateRequest, Prompt, RunStats, StepAnatomy};
 use crate::session::SessionPool;
 use crate::session::record::{self, MemoryDuringRun, Provenance, RunContext};
 use crate::session::roofline;
@@ -88,6 +89,9 @@ pub struct CaseSummary {
     pub decode_tps: Summary,
     pub mlx_peak_bytes: Summary,
     pub decode_roofline_pct: Option<Summary>,
+    /// Where Ondo's decode steps spent the host's time (`bench::AnatomySummary`).
+    #[serde(default)]
+    pub anatomy: Option<AnatomySummary>,
 }
 
 /// Everything a plan produced.
@@ -183,6 +187,8 @@ pub fn run_plan(
     let mut summaries = Vec::new();
     for case in &cases {
         let mut measured: Vec<RunRecord> = Vec::new();
+        let mut anatomies: Vec<StepAnatomy> = Vec::new();
+        let mut counted: Option<StepAnatomy> = None;
         for round in 0..rounds {
             if cancel.is_cancelled() {
                 return Err(BenchError::Cancelled { done, total });
@@ -203,6 +209,8 @@ pub fn run_plan(
                 max_kv_size: case.max_kv_size,
                 loop_shape: case.loop_shape,
                 ignore_eos: true,
+                // Counting prints the graph once: in the first warm-up only.
+                count_graph_nodes: round == 0 && warmup,
                 ..GenerateRequest::new(
                     &plan.model_dir,
                     Prompt::Tokens {
@@ -217,17 +225,23 @@ pub fn run_plan(
                 warmup,
                 ..plan.context(RunKind::Bench)
             };
-            let (_, mut record) = pool.run(request, context, CancelToken::new(), |_| {})?;
+            let (outcome, mut record) = pool.run(request, context, CancelToken::new(), |_| {})?;
+            if outcome.anatomy.graph_nodes.is_some() {
+                counted = Some(outcome.anatomy);
+            }
             if record.memory_bandwidth_gbps.is_none() {
                 fill_roofline(&mut record, bandwidth);
             }
             if !warmup {
                 measured.push(record.clone());
+                anatomies.push(outcome.anatomy);
             }
             records.push(record);
             done += 1;
         }
-        summaries.push(summarize(case, &measured));
+        let mut summary = summarize(case, &measured);
+        summary.anatomy = AnatomySummary::from_runs(&anatomies, counted.as_ref());
+        summaries.push(summary);
     }
 
     let mut cold = Vec::new();
@@ -325,6 +339,7 @@ fn summarize(case: &TestCase, runs: &[RunRecord]) -> CaseSummary {
         decode_tps: of(|r| r.decode_tps),
         mlx_peak_bytes: of(|r| r.mlx_peak_bytes as f64),
         decode_roofline_pct: (!roofline.is_empty()).then(|| Summary::from_samples(&roofline)),
+        anatomy: None,
     }
 }
 

@@ -410,6 +410,9 @@ fn plan_table(outcome: &BenchOutcome, markdown: bool) -> String {
         "decode tok/s",
         "peak MiB",
         "roofline %",
+        "build ms/step",
+        "wait ms/step",
+        "nodes/step",
     ]);
     let rows: Vec<Vec<String>> = outcome
         .cases
@@ -432,6 +435,16 @@ fn plan_table(outcome: &BenchOutcome, markdown: bool) -> String {
                 c.decode_roofline_pct
                     .as_ref()
                     .map_or("-".into(), |s| format!("{:.1}", s.median)),
+                c.anatomy
+                    .as_ref()
+                    .map_or("-".into(), |a| format!("{:.3}", a.host_build_ms.median)),
+                c.anatomy
+                    .as_ref()
+                    .map_or("-".into(), |a| format!("{:.3}", a.wait_ms.median)),
+                c.anatomy
+                    .as_ref()
+                    .and_then(|a| a.graph_nodes)
+                    .map_or("-".into(), |n| n.to_string()),
             ]);
             row
         })

@@ -315,6 +315,7 @@ export function benchResultFor(runs: RunRecord[], benchId: string): BenchResult 
         decode_tps: summary(group.map((run) => run.decode_tps)),
         mlx_peak_bytes: summary(group.map((run) => run.mlx_peak_bytes)),
         decode_roofline_pct: null,
+        anatomy: null,
       });
     }
   }

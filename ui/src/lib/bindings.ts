@@ -106,6 +106,21 @@ export const GENERATION_LIMITS = {"max_tokens":[1,32768],"temperature":[0.0,5.0]
 export const LOCAL_SERVER_PORTS = [1024,65535] as const;
 
 /* Types */
+/**  Ondo's decode steps at one prompt length, over the measured runs. */
+export type AnatomySummary = {
+	/**  Host time per step building the graph and queueing it. */
+	host_build_ms: Summary,
+	/**  Host time per step waiting for the token once asked for it. */
+	wait_ms: Summary,
+	/**
+	 *  Nodes in one decode step's graph (counted in a warm-up run, so the
+	 *  count's own cost stays out of the measured ones).
+	 */
+	graph_nodes: number | null,
+	/**  Scalar constants among that graph's inputs, made afresh each step. */
+	scalar_inputs: number | null,
+};
+
 /**  An event with its name (what a page listens for) and its payload. */
 export type AppEvent = 
 /**  The warm models changed (loaded, unloaded, busy or idle). */
@@ -234,6 +249,8 @@ export type CaseSummary = {
 	decode_tps: Summary,
 	mlx_peak_bytes: Summary,
 	decode_roofline_pct: Summary | null,
+	/**  Where Ondo's decode steps spent the host's time (`bench::AnatomySummary`). */
+	anatomy?: AnatomySummary | null,
 };
 
 /**  One model in the catalog, with what sizing needs from its config.json. */
