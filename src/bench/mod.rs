@@ -380,10 +380,11 @@ pub fn compare_with_mlx_lm(
     let mut described: Option<RunRecord> = None;
     for &length in &shape.prompt_tokens {
         let test = format!("pp{length}+tg{}", shape.generate_tokens);
-        // Samples per side: ttft, prompt tps, decode tps, peak bytes, host
-        // build ms, wait ms.
-        let mut samples = vec![[const { Vec::new() }; 6]; sides];
-        let mut graphs = vec![(None, None); sides];
+        // Samples per side: ttft, prompt tps, decode tps, peak bytes; and
+        // Ondo's step anatomies (measured runs, and the one that counted).
+        let mut samples = vec![[const { Vec::new() }; 4]; sides];
+        let mut anatomies: Vec<Vec<StepAnatomy>> = vec![Vec::new(); sides];
+        let mut counted: Vec<Option<StepAnatomy>> = vec![None; sides];
         for round in 0..rounds {
             let prompt = synthetic_prompt(length, round, vocab);
             let measured = round >= shape.warmup;
@@ -410,8 +411,6 @@ pub fn compare_with_mlx_lm(
                         run.prefill_tps,
                         decode,
                         run.peak_memory_bytes as f64,
-                        f64::NAN,
-                        f64::NAN,
                     ]
                 } else {
                     let request = GenerateRequest {
@@ -440,9 +439,11 @@ pub fn compare_with_mlx_lm(
                         pool.run(request, context, CancelToken::new(), |_| {})?;
                     ondo_tokens.get_or_insert(outcome.token_ids);
                     let s = outcome.stats;
-                    let a = outcome.anatomy;
-                    if a.graph_nodes.is_some() {
-                        graphs[side] = (a.graph_nodes, a.scalar_inputs);
+                    if outcome.anatomy.graph_nodes.is_some() {
+                        counted[side] = Some(outcome.anatomy);
+                    }
+                    if measured {
+                        anatomies[side].push(outcome.anatomy);
                     }
                     described.get_or_insert(record);
                     [
@@ -450,8 +451,6 @@ pub fn compare_with_mlx_lm(
                         s.prompt_tps,
                         s.decode_tps,
                         s.mlx_peak_bytes as f64,
-                        a.host_build_ms,
-                        a.wait_ms,
                     ]
                 };
                 if measured {
@@ -506,12 +505,7 @@ pub fn compare_with_mlx_lm(
                 prompt_tps: Summary::from_samples(&s[1]),
                 decode_tps: Summary::from_samples(&s[2]),
                 mlx_peak_bytes: Summary::from_samples(&s[3]),
-                anatomy: (side != peer_side).then(|| AnatomySummary {
-                    host_build_ms: Summary::from_samples(&s[4]),
-                    wait_ms: Summary::from_samples(&s[5]),
-                    graph_nodes: graphs[side].0,
-                    scalar_inputs: graphs[side].1,
-                }),
+                anatomy: AnatomySummary::from_runs(&anatomies[side], counted[side].as_ref()),
             });
         }
     }
