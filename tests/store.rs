@@ -116,9 +116,11 @@ fn read_committed(stdout: &mut BufReader<ChildStdout>, wanted: usize) -> Vec<Str
         if stdout.read_line(&mut line).unwrap() == 0 {
             break;
         }
+        // The first line shares its start with the test harness's own
+        // "test writer_child ... ", which it prints without a newline.
         if let Some(id) = line
-            .strip_prefix("committed ")
-            .and_then(|l| l.strip_suffix('\n'))
+            .split_once("committed ")
+            .and_then(|(_, l)| l.strip_suffix('\n'))
         {
             ids.push(id.to_owned());
         }
