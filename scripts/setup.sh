@@ -21,7 +21,7 @@ level=${1:-test}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-MLX_VERSION=0.32.2
+MLX_VERSION=0.32.4
 MLX_LM_VERSION=0.32.2
 # Where `mac` unpacks the mlx-metal wheel; src-tauri/tauri.conf.json bundles
 # libmlx.dylib and mlx.metallib from its mlx/lib (src-tauri/tests/bundle.rs

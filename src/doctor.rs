@@ -11,7 +11,7 @@ use crate::metrics::mlx_runtime::{Backend, MlxRuntime};
 use crate::paths::DataDirs;
 
 /// The MLX release that the vendored mlx-c (mlx-sys 0.7.0) was written for.
-pub const EXPECTED_MLX_VERSION: &str = "0.32.2";
+pub const EXPECTED_MLX_VERSION: &str = "0.32.4";
 
 /// One self-test and its outcome.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -171,7 +171,7 @@ fn outcome(name: &str, result: Result<String, String>) -> Check {
 /// process started) but unusable, e.g. a missing Metal library or BLAS.
 const HOW_TO_GET_MLX: &str = "on macOS reinstall Ondo from its disk image (the \
 app carries libmlx and its kernels); on Linux reinstall the MLX wheel with \
-make setup (it puts mlx[cpu]==0.32.2 into .venv) and rebuild";
+make setup (it puts mlx[cpu]==0.32.4 into .venv) and rebuild";
 
 fn mlx_err(e: impl std::fmt::Display) -> String {
     let e = crate::engine::mlx_failure(&e);
@@ -304,7 +304,7 @@ mod tests {
         let check = version_check("0.20.0");
         assert!(!check.passed);
         assert!(
-            check.detail.contains("mlx[cpu]==0.32.2"),
+            check.detail.contains("mlx[cpu]==0.32.4"),
             "{}",
             check.detail
         );

@@ -186,7 +186,7 @@ fn version_is_newer(a: &str, b: &str) -> bool {
 /// The oldest macOS a metallib loads on, from its first 16 bytes: Apple's
 /// metallib files start with `MTLB`, and bytes 12 to 15 hold the target
 /// macOS as two little-endian 16-bit numbers, major then minor. (The three
-/// mlx-metal 0.32.2 wheels read 14.0, 15.0 and 26.2 there, matching their
+/// mlx-metal 0.32.4 wheels read 14.0, 15.0 and 26.2 there, matching their
 /// platform tags and their libmlx's minimum macOS.) `None` for bytes that
 /// are not a metallib.
 pub fn metallib_macos(header: &[u8]) -> Option<String> {
@@ -388,7 +388,7 @@ mod on_a_mac {
 mod tests {
     use super::*;
 
-    /// What MLX 0.32.2 says when none of its places holds the kernels, as
+    /// What MLX 0.32.x says when none of its places holds the kernels, as
     /// mlx-rs hands it over (mlx-c's location appended, quoted).
     const MLX_FOUND_NO_KERNELS: &str = "\"Failed to load the default metallib. library not found \
         library not found library not found library not found  at /Users/runner/mlx-c/mlx/c/array.cpp:288\" \

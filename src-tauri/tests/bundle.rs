@@ -97,7 +97,7 @@ fn the_minimum_macos_is_one_the_kernels_load_on() {
     let minimum = mac_bundle(&config)["minimumSystemVersion"]
         .as_str()
         .expect("bundle.macOS.minimumSystemVersion is missing");
-    // mlx-metal 0.32.2's oldest wheel is for macOS 14.0 (its libmlx's
+    // mlx-metal 0.32.4's oldest wheel is for macOS 14.0 (its libmlx's
     // minimum and its metallib's header say so too); an older minimum
     // would let the app install where its kernels cannot load.
     let (major, minor) = minimum

@@ -49,7 +49,7 @@ impl std::fmt::Display for Backend {
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct MlxRuntime {
-    /// MLX's own version string, e.g. "0.32.2".
+    /// MLX's own version string, e.g. "0.32.4".
     pub mlx_version: String,
     /// The backend of the default device.
     pub backend: Backend,

@@ -24,7 +24,7 @@ pub fn is_check_only() -> bool {
 }
 
 const HOW_TO_INSTALL: &str = "install the official wheel into a Python \
-(`python3 -m venv .venv && .venv/bin/pip install 'mlx[cpu]==0.32.2'`) and name it \
+(`python3 -m venv .venv && .venv/bin/pip install 'mlx[cpu]==0.32.4'`) and name it \
 with MLX_PYTHON=.venv/bin/python, or set MLX_PREFIX to a folder that holds \
 include/mlx/mlx.h and lib/libmlx.so (`make setup` does the former)";
 
@@ -105,6 +105,16 @@ pub fn locate_prefix() -> PathBuf {
 /// from this build script would not reach the final binary).
 pub fn build_and_link(mlx_c_root: &Path) {
     let prefix = locate_prefix();
+    // mlx-c is compiled against the prefix's headers: a different MLX in the
+    // same place (the venv after a version bump) must rebuild it.
+    println!(
+        "cargo:rerun-if-changed={}",
+        prefix.join("include/mlx/version.h").display()
+    );
+    println!(
+        "cargo:rerun-if-changed={}",
+        prefix.join("lib").join(library_file()).display()
+    );
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("set by cargo"));
     let ours = manifest.join("linux");
     println!("cargo:rerun-if-changed={}", ours.display());

@@ -1708,6 +1708,9 @@ extern "C" int mlx_gather_qmm(
             (bits.has_value ? std::make_optional<int>(bits.value)
                             : std::nullopt),
             std::string(mode),
+            // MLX 0.32.4 added a global scale (nvfp4) before sorted_indices;
+            // this C API has none to pass (third_party/mlx-sys/PATCHES.md).
+            std::nullopt,
             sorted_indices,
             mlx_stream_get_(s)));
   } catch (std::exception& e) {
