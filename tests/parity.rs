@@ -1,7 +1,7 @@
 //! Ondo's engine produces exactly mlx-lm's tokens: greedy ids for 64 tokens
 //! at prompt lengths 1, 7, 300 and longer than `prefill_step_size`, both
 //! loop shapes, llama and qwen3 (and qwen2, mistral), fp32 / 4-bit / 8-bit, with and without a
-//! rotating cache; first-step log-probabilities within a tolerance; a
+//! rotating cache; qwen3_moe's routed experts the same way for 32 tokens; first-step log-probabilities within a tolerance; a
 //! follow-up turn on a kept cache equal to recomputing from scratch; and
 //! Llama 3.2's scaled rope over a long prompt. The reference is Python
 //! mlx-lm 0.32.2 from the project venv.
@@ -60,10 +60,16 @@ impl Peer {
         }
     }
 
-    fn generate(&mut self, prompt: &[u32], step: usize, max_kv: Option<usize>) -> Vec<u32> {
+    fn generate(
+        &mut self,
+        prompt: &[u32],
+        tokens: usize,
+        step: usize,
+        max_kv: Option<usize>,
+    ) -> Vec<u32> {
         let request = serde_json::json!({
             "prompt_ids": prompt,
-            "max_tokens": GENERATE,
+            "max_tokens": tokens,
             "prefill_step_size": step,
             "max_kv_size": max_kv,
         });
@@ -110,12 +116,13 @@ fn ondo_tokens(
     engine: &EngineHandle,
     dir: &Path,
     prompt: &[u32],
+    tokens: usize,
     step: usize,
     max_kv: Option<usize>,
     shape: LoopShape,
 ) -> Vec<u32> {
     let request = GenerateRequest {
-        max_tokens: GENERATE,
+        max_tokens: tokens,
         prefill_step_size: step,
         max_kv_size: max_kv,
         loop_shape: shape,
@@ -164,10 +171,10 @@ fn greedy_tokens_equal_mlx_lm_across_the_matrix() {
         for (length, step) in shapes {
             for max_kv in [None, Some(ROTATING_SIZE)] {
                 let prompt = prompt_of(length);
-                let reference = peer.generate(&prompt, step, max_kv);
+                let reference = peer.generate(&prompt, GENERATE, step, max_kv);
                 assert_eq!(reference.len(), GENERATE);
                 for shape in [LoopShape::Pipelined, LoopShape::Sync] {
-                    let ours = ondo_tokens(&engine, &dir, &prompt, step, max_kv, shape);
+                    let ours = ondo_tokens(&engine, &dir, &prompt, GENERATE, step, max_kv, shape);
                     assert_eq!(
                         ours, reference,
                         "{name}: prompt {length}, prefill step {step}, max_kv_size {max_kv:?}, loop {shape}"
@@ -179,6 +186,92 @@ fn greedy_tokens_equal_mlx_lm_across_the_matrix() {
         engine.unload(&dir).unwrap();
     }
     assert_eq!(compared, 8 * 4 * 2 * 2);
+}
+
+/// Tokens compared per run for the experts models: enough to pass through
+/// many routing decisions, half the dense matrix's length to keep CI short.
+const EXPERTS_GENERATE: usize = 32;
+
+/// Qwen3-MoE (8 experts, 2 per token) in fp32, 4-bit and 8-bit: greedy ids
+/// equal mlx-lm's for a 1- and a 7-token prompt (a handful of routed
+/// pairs, taken unsorted), and a 300-token one in one pass and in 128-token
+/// chunks (hundreds of pairs, sorted by expert first), in both loop shapes.
+#[test]
+fn qwen3_moe_greedy_tokens_equal_mlx_lm() {
+    let Some(python) = python() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let engine = EngineHandle::spawn().unwrap();
+    let shapes = [(1, 2048), (7, 2048), (300, 2048), (300, SMALL_PREFILL_STEP)];
+    let mut compared = 0;
+    for (name, bits) in [("f32", None), ("q4", Some(4)), ("q8", Some(8))] {
+        let dir = root.path().join(name);
+        let options = variant(Arch::Qwen3Moe, bits, WeightDtype::F32);
+        synth::write_model(&options, &dir, &mut |_| {}).unwrap();
+        let mut peer = Peer::start(&python, &dir);
+        for (length, step) in shapes {
+            let prompt = prompt_of(length);
+            let reference = peer.generate(&prompt, EXPERTS_GENERATE, step, None);
+            assert_eq!(reference.len(), EXPERTS_GENERATE);
+            for shape in [LoopShape::Pipelined, LoopShape::Sync] {
+                let ours = ondo_tokens(&engine, &dir, &prompt, EXPERTS_GENERATE, step, None, shape);
+                assert_eq!(
+                    ours, reference,
+                    "qwen3_moe {name}: prompt {length}, prefill step {step}, loop {shape}"
+                );
+                compared += 1;
+            }
+        }
+        engine.unload(&dir).unwrap();
+    }
+    assert_eq!(compared, 3 * 4 * 2);
+}
+
+/// transformers saves each expert's projections as their own tensors
+/// (`mlp.experts.{e}.up_proj.weight`); Ondo stacks them at load, as mlx-lm
+/// does, and answers exactly as from the stacked checkpoint.
+#[test]
+fn qwen3_moe_experts_saved_one_by_one_load_as_stacked() {
+    use mlx_rs::ops::indexing::IndexOp;
+    let root = tempfile::tempdir().unwrap();
+    let stacked = root.path().join("stacked");
+    let options = variant(Arch::Qwen3Moe, None, WeightDtype::F32);
+    synth::write_model(&options, &stacked, &mut |_| {}).unwrap();
+    let per_expert = root.path().join("per-expert");
+    std::fs::create_dir_all(&per_expert).unwrap();
+    for entry in std::fs::read_dir(&stacked).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name() != "model.safetensors" {
+            std::fs::copy(entry.path(), per_expert.join(entry.file_name())).unwrap();
+        }
+    }
+    let tensors = mlx_rs::Array::load_safetensors(stacked.join("model.safetensors")).unwrap();
+    let mut split = Vec::new();
+    for (name, array) in tensors {
+        match name.split_once(".switch_mlp.") {
+            Some((layer, projection)) => {
+                for e in 0..array.shape()[0] {
+                    split.push((format!("{layer}.experts.{e}.{projection}"), array.index(e)));
+                }
+            }
+            None => split.push((name, array)),
+        }
+    }
+    assert!(
+        split
+            .iter()
+            .any(|(n, _)| n.ends_with("experts.7.down_proj.weight"))
+    );
+    mlx_rs::Array::save_safetensors(
+        split.iter().map(|(n, a)| (n, a)),
+        &std::collections::HashMap::<String, String>::new(),
+        per_expert.join("model.safetensors"),
+    )
+    .unwrap();
+    let prompt = prompt_of(7);
+    assert_eq!(
+        ondo_first_logprobs(&per_expert, &prompt, DEFAULT_PREFILL_STEP_SIZE),
+        ondo_first_logprobs(&stacked, &prompt, DEFAULT_PREFILL_STEP_SIZE),
+    );
 }
 
 /// Runs mlx_lm_generate.py; returns its JSON.
@@ -212,6 +305,16 @@ fn first_step_log_probabilities_match_mlx_lm() {
             variant(Arch::Qwen3, Some(4), WeightDtype::F32),
             1e-4,
         ),
+        (
+            "qwen3_moe-f32",
+            variant(Arch::Qwen3Moe, None, WeightDtype::F32),
+            1e-4,
+        ),
+        (
+            "qwen3_moe-q4",
+            variant(Arch::Qwen3Moe, Some(4), WeightDtype::F32),
+            1e-4,
+        ),
         // bf16 rounds each layer's output: a looser bound.
         (
             "llama-q8-bf16",
@@ -221,34 +324,42 @@ fn first_step_log_probabilities_match_mlx_lm() {
     ] {
         let dir = root.path().join(name);
         synth::write_model(&options, &dir, &mut |_| {}).unwrap();
-        let prompt = prompt_of(7);
-        let logits_path = root.path().join(format!("{name}.json"));
-        let ids_arg = prompt
-            .iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(",");
-        mlx_lm_generate(
-            &python,
-            &dir,
-            &[
-                "--prompt-ids",
-                &ids_arg,
-                "--max-tokens",
-                "1",
-                "--logits-out",
-                logits_path.to_str().unwrap(),
-            ],
-        );
-        let reference: Vec<f32> =
-            serde_json::from_str(&std::fs::read_to_string(&logits_path).unwrap()).unwrap();
+        // 300 tokens route 600 (token, expert) pairs: the experts' sorted path.
+        let lengths: &[usize] = if name.starts_with("qwen3_moe") {
+            &[7, 300]
+        } else {
+            &[7]
+        };
+        for &length in lengths {
+            let prompt = prompt_of(length);
+            let logits_path = root.path().join(format!("{name}-{length}.json"));
+            let ids_arg = prompt
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",");
+            mlx_lm_generate(
+                &python,
+                &dir,
+                &[
+                    "--prompt-ids",
+                    &ids_arg,
+                    "--max-tokens",
+                    "1",
+                    "--logits-out",
+                    logits_path.to_str().unwrap(),
+                ],
+            );
+            let reference: Vec<f32> =
+                serde_json::from_str(&std::fs::read_to_string(&logits_path).unwrap()).unwrap();
 
-        let ours = ondo_first_logprobs(&dir, &prompt, DEFAULT_PREFILL_STEP_SIZE);
-        let worst = largest_difference(&ours, &reference);
-        assert!(
-            worst <= tolerance,
-            "{name}: largest log-probability difference {worst} > {tolerance}"
-        );
+            let ours = ondo_first_logprobs(&dir, &prompt, DEFAULT_PREFILL_STEP_SIZE);
+            let worst = largest_difference(&ours, &reference);
+            assert!(
+                worst <= tolerance,
+                "{name}, prompt {length}: largest log-probability difference {worst} > {tolerance}"
+            );
+        }
     }
 }
 
@@ -260,6 +371,10 @@ fn follow_up_turn_on_the_kept_cache_equals_mlx_lm_and_a_fresh_run() {
     for (name, options) in [
         ("llama-f32", variant(Arch::Llama, None, WeightDtype::F32)),
         ("qwen3-q4", variant(Arch::Qwen3, Some(4), WeightDtype::F32)),
+        (
+            "qwen3_moe-q4",
+            variant(Arch::Qwen3Moe, Some(4), WeightDtype::F32),
+        ),
     ] {
         let dir = root.path().join(name);
         synth::write_model(&options, &dir, &mut |_| {}).unwrap();
@@ -441,7 +556,7 @@ fn llama3_rope_scaling_equals_mlx_lm_on_the_real_llama_3_2_rope() {
 
     let engine = EngineHandle::spawn().unwrap();
     for shape in [LoopShape::Pipelined, LoopShape::Sync] {
-        let ours = ondo_tokens(&engine, &dir, &prompt, step, None, shape);
+        let ours = ondo_tokens(&engine, &dir, &prompt, GENERATE, step, None, shape);
         assert_eq!(ours, reference_ids, "loop {shape}");
     }
     drop(engine);

@@ -24,6 +24,7 @@ Examples:
   ondo synth tiny ./models/tiny
   ondo synth small ./models/small-q4 --bits 4 --group-size 64
   ondo synth tiny ./models/qwen-tiny --arch qwen3 --seed 7
+  ondo synth tiny ./models/moe-tiny --arch qwen3_moe --bits 4   # 8 experts, 2 per token
   python -m mlx_lm generate --model ./models/tiny --prompt hi   # mlx-lm loads it too")]
 pub struct SynthArgs {
     /// Preset shape: tiny, small, llama-3.2-1b, llama-3.2-3b or llama-3.1-8b.

@@ -150,6 +150,18 @@ impl WeightMap {
         self.tensors.remove(name);
     }
 
+    /// Adds a tensor made at load time from stored ones (experts saved one
+    /// by one, stacked); `file` is where its parts came from, for errors.
+    pub fn insert(&mut self, name: String, array: Array, file: String) {
+        self.tensors.insert(name, StoredTensor { array, file });
+    }
+
+    /// Removes and returns a tensor whatever its shape and dtype; the
+    /// caller checks them.
+    pub fn take_stored(&mut self, name: &str) -> Result<StoredTensor, LoadError> {
+        self.take_any(name)
+    }
+
     fn take_any(&mut self, name: &str) -> Result<StoredTensor, LoadError> {
         self.tensors
             .remove(name)

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-pub use presets::{Arch, Preset, Shape, WeightDtype};
+pub use presets::{Arch, ExpertShape, Preset, Shape, WeightDtype};
 
 use crate::ErrorKind;
 use crate::paths::DataDirs;
@@ -61,6 +61,9 @@ impl SynthOptions {
             // Mistral and Qwen use plain rope with a larger base, no llama3 scaling.
             shape.rope_theta = 1_000_000.0;
             shape.rope_scaling = None;
+        }
+        if self.arch == Arch::Qwen3Moe && shape.experts.is_none() {
+            shape.experts = Some(ExpertShape::eight_choose_two(&shape));
         }
         shape
     }
@@ -156,7 +159,10 @@ fn validate(options: &SynthOptions) -> Result<(), SynthError> {
     if options.bits.is_some()
         && (!matches!(group, 32 | 64 | 128)
             || !shape.hidden_size.is_multiple_of(group)
-            || !shape.intermediate_size.is_multiple_of(group))
+            || !shape.intermediate_size.is_multiple_of(group)
+            || shape
+                .experts
+                .is_some_and(|e| !e.moe_intermediate_size.is_multiple_of(group)))
     {
         return Err(SynthError::GroupSizeMismatch {
             group_size: options.group_size,
@@ -302,6 +308,14 @@ fn config_json(
             "high_freq_factor": scaling.high_freq_factor,
             "original_max_position_embeddings": scaling.original_max_position_embeddings,
         });
+    }
+    if let Some(experts) = shape.experts {
+        config["num_experts"] = json!(experts.num_experts);
+        config["num_experts_per_tok"] = json!(experts.experts_per_token);
+        config["moe_intermediate_size"] = json!(experts.moe_intermediate_size);
+        config["norm_topk_prob"] = json!(true);
+        config["decoder_sparse_step"] = json!(1);
+        config["mlp_only_layers"] = json!([]);
     }
     if let Some(bits) = options.bits {
         let quantization = json!({

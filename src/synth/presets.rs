@@ -11,6 +11,10 @@ pub enum Arch {
     Mistral,
     Qwen2,
     Qwen3,
+    /// Qwen3 with routed experts (see `ExpertShape`).
+    #[value(name = "qwen3_moe", alias = "qwen3-moe")]
+    #[serde(rename = "qwen3_moe")]
+    Qwen3Moe,
 }
 
 impl Arch {
@@ -20,6 +24,7 @@ impl Arch {
             Arch::Mistral => "mistral",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Qwen3Moe => "qwen3_moe",
         }
     }
 
@@ -30,6 +35,7 @@ impl Arch {
             Arch::Mistral => "MistralForCausalLM",
             Arch::Qwen2 => "Qwen2ForCausalLM",
             Arch::Qwen3 => "Qwen3ForCausalLM",
+            Arch::Qwen3Moe => "Qwen3MoeForCausalLM",
         }
     }
 }
@@ -71,6 +77,29 @@ pub struct Llama3RopeScaling {
     pub original_max_position_embeddings: u32,
 }
 
+/// The routed experts of a mixture-of-experts model, in every layer.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ExpertShape {
+    pub num_experts: usize,
+    /// Experts each token is routed to.
+    pub experts_per_token: usize,
+    /// Width of each expert's SwiGLU.
+    pub moe_intermediate_size: usize,
+}
+
+impl ExpertShape {
+    /// 8 experts, 2 per token, each half as wide as the dense MLP: a token
+    /// computes as much as in the dense model of the same shape, while
+    /// four times the MLP weights stay resident.
+    pub fn eight_choose_two(shape: &Shape) -> Self {
+        Self {
+            num_experts: 8,
+            experts_per_token: 2,
+            moe_intermediate_size: shape.intermediate_size / 2,
+        }
+    }
+}
+
 /// The shape of a model: everything `config.json` says about its tensors.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Shape {
@@ -90,6 +119,8 @@ pub struct Shape {
     pub rope_scaling: Option<Llama3RopeScaling>,
     pub rms_norm_eps: f32,
     pub tie_word_embeddings: bool,
+    /// Routed experts in place of the dense MLP; `None` for dense models.
+    pub experts: Option<ExpertShape>,
 }
 
 /// A named preset with the weight format it is usually found in.
@@ -129,6 +160,7 @@ pub fn all() -> Vec<Preset> {
                 rope_scaling: None,
                 rms_norm_eps: 1e-5,
                 tie_word_embeddings: true,
+                experts: None,
             },
             default_bits: None,
             default_dtype: WeightDtype::F32,
@@ -150,6 +182,7 @@ pub fn all() -> Vec<Preset> {
                 rope_scaling: None,
                 rms_norm_eps: 1e-5,
                 tie_word_embeddings: false,
+                experts: None,
             },
             default_bits: None,
             default_dtype: WeightDtype::F32,
@@ -171,6 +204,7 @@ pub fn all() -> Vec<Preset> {
                 rope_scaling: llama3_scaling,
                 rms_norm_eps: 1e-5,
                 tie_word_embeddings: true,
+                experts: None,
             },
             default_bits: Some(4),
             default_dtype: WeightDtype::Bf16,
@@ -192,6 +226,7 @@ pub fn all() -> Vec<Preset> {
                 rope_scaling: llama3_scaling,
                 rms_norm_eps: 1e-5,
                 tie_word_embeddings: true,
+                experts: None,
             },
             default_bits: Some(4),
             default_dtype: WeightDtype::Bf16,
@@ -220,6 +255,7 @@ pub fn all() -> Vec<Preset> {
                 }),
                 rms_norm_eps: 1e-5,
                 tie_word_embeddings: false,
+                experts: None,
             },
             default_bits: Some(4),
             default_dtype: WeightDtype::Bf16,

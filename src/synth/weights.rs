@@ -85,7 +85,7 @@ pub fn tensor_plan(arch: Arch, shape: &Shape) -> Vec<PlannedTensor> {
             vec![hidden, q_out],
             TensorKind::Matrix,
         );
-        if arch == Arch::Qwen3 {
+        if matches!(arch, Arch::Qwen3 | Arch::Qwen3Moe) {
             for norm in ["q_norm", "k_norm"] {
                 add(
                     format!("{p}.self_attn.{norm}.weight"),
@@ -99,21 +99,47 @@ pub fn tensor_plan(arch: Arch, shape: &Shape) -> Vec<PlannedTensor> {
             vec![hidden],
             TensorKind::NormScale,
         );
-        add(
-            format!("{p}.mlp.gate_proj.weight"),
-            vec![inter, hidden],
-            TensorKind::Matrix,
-        );
-        add(
-            format!("{p}.mlp.up_proj.weight"),
-            vec![inter, hidden],
-            TensorKind::Matrix,
-        );
-        add(
-            format!("{p}.mlp.down_proj.weight"),
-            vec![hidden, inter],
-            TensorKind::Matrix,
-        );
+        match shape.experts {
+            // The router, then each projection of every expert stacked
+            // `[E, out, in]`, as mlx-community stores them.
+            Some(experts) => {
+                let count = to_i32(experts.num_experts);
+                let inter = to_i32(experts.moe_intermediate_size);
+                add(
+                    format!("{p}.mlp.gate.weight"),
+                    vec![count, hidden],
+                    TensorKind::Matrix,
+                );
+                for (proj, out, inp) in [
+                    ("gate_proj", inter, hidden),
+                    ("up_proj", inter, hidden),
+                    ("down_proj", hidden, inter),
+                ] {
+                    add(
+                        format!("{p}.mlp.switch_mlp.{proj}.weight"),
+                        vec![count, out, inp],
+                        TensorKind::Matrix,
+                    );
+                }
+            }
+            None => {
+                add(
+                    format!("{p}.mlp.gate_proj.weight"),
+                    vec![inter, hidden],
+                    TensorKind::Matrix,
+                );
+                add(
+                    format!("{p}.mlp.up_proj.weight"),
+                    vec![inter, hidden],
+                    TensorKind::Matrix,
+                );
+                add(
+                    format!("{p}.mlp.down_proj.weight"),
+                    vec![hidden, inter],
+                    TensorKind::Matrix,
+                );
+            }
+        }
     }
     add(
         "model.norm.weight".into(),

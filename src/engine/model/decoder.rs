@@ -10,6 +10,7 @@ use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
 use mlx_rs::{Array, ops};
 use serde::Deserialize;
 
+use super::experts::{ExpertsConfig, SparseExperts};
 use super::{Linear, QuantConfig};
 use crate::engine::LoadError;
 use crate::engine::cache::{AttentionMask, LayerCache};
@@ -125,6 +126,8 @@ pub struct DecoderConfig {
     pub quantization: Option<QuantConfig>,
     /// The longest context the model was trained for, when config.json says.
     pub max_position_embeddings: Option<usize>,
+    /// Routed experts in place of the dense MLP, in the layers they name.
+    pub experts: Option<ExpertsConfig>,
 }
 
 impl DecoderConfig {
@@ -152,6 +155,7 @@ impl DecoderConfig {
             qk_norm: false,
             quantization: keys.quantization,
             max_position_embeddings: keys.max_position_embeddings,
+            experts: None,
         }
     }
 }
@@ -264,11 +268,17 @@ struct Mlp {
     down_proj: Linear,
 }
 
+/// A layer's feed-forward: one dense MLP, or routed experts.
+enum FeedForward {
+    Dense(Mlp),
+    Experts(SparseExperts),
+}
+
 struct Layer {
     input_layernorm: Array,
     self_attn: Attention,
     post_attention_layernorm: Array,
-    mlp: Mlp,
+    mlp: FeedForward,
 }
 
 /// A loaded dense decoder. The KV cache lives outside, one per layer.
@@ -321,6 +331,38 @@ impl Decoder {
             } else {
                 (None, None)
             };
+            let mlp =
+                match &config.experts {
+                    Some(experts) if experts.is_sparse(i) => FeedForward::Experts(
+                        SparseExperts::load(w, &format!("{p}.mlp"), hidden, experts, quant)?,
+                    ),
+                    _ => FeedForward::Dense(Mlp {
+                        gate_proj: Linear::load(
+                            w,
+                            &format!("{p}.mlp.gate_proj"),
+                            config.intermediate_size,
+                            hidden,
+                            quant,
+                            mlp_bias,
+                        )?,
+                        up_proj: Linear::load(
+                            w,
+                            &format!("{p}.mlp.up_proj"),
+                            config.intermediate_size,
+                            hidden,
+                            quant,
+                            mlp_bias,
+                        )?,
+                        down_proj: Linear::load(
+                            w,
+                            &format!("{p}.mlp.down_proj"),
+                            hidden,
+                            config.intermediate_size,
+                            quant,
+                            mlp_bias,
+                        )?,
+                    }),
+                };
             layers.push(Layer {
                 input_layernorm: w.take_float(&format!("{p}.input_layernorm.weight"), &[hidden])?,
                 self_attn: Attention {
@@ -366,32 +408,7 @@ impl Decoder {
                 },
                 post_attention_layernorm: w
                     .take_float(&format!("{p}.post_attention_layernorm.weight"), &[hidden])?,
-                mlp: Mlp {
-                    gate_proj: Linear::load(
-                        w,
-                        &format!("{p}.mlp.gate_proj"),
-                        config.intermediate_size,
-                        hidden,
-                        quant,
-                        mlp_bias,
-                    )?,
-                    up_proj: Linear::load(
-                        w,
-                        &format!("{p}.mlp.up_proj"),
-                        config.intermediate_size,
-                        hidden,
-                        quant,
-                        mlp_bias,
-                    )?,
-                    down_proj: Linear::load(
-                        w,
-                        &format!("{p}.mlp.down_proj"),
-                        hidden,
-                        config.intermediate_size,
-                        quant,
-                        mlp_bias,
-                    )?,
-                },
+                mlp,
             });
         }
         let norm = w.take_float("model.norm.weight", &[hidden])?;
@@ -462,11 +479,16 @@ impl Decoder {
                 &layer.self_attn.k_proj,
                 &layer.self_attn.v_proj,
                 &layer.self_attn.o_proj,
-                &layer.mlp.gate_proj,
-                &layer.mlp.up_proj,
-                &layer.mlp.down_proj,
             ] {
                 out.extend(linear.arrays());
+            }
+            match &layer.mlp {
+                FeedForward::Dense(mlp) => {
+                    for linear in [&mlp.gate_proj, &mlp.up_proj, &mlp.down_proj] {
+                        out.extend(linear.arrays());
+                    }
+                }
+                FeedForward::Experts(experts) => out.extend(experts.arrays()),
             }
         }
         out.push(&self.norm);
@@ -491,7 +513,10 @@ impl Decoder {
             let attn = layer.self_attn.forward(&normed, kv, &self.rope, &mask)?;
             h = ops::add(&h, &attn)?;
             let normed = fast::rms_norm(&h, Some(&layer.post_attention_layernorm), self.eps)?;
-            let mlp = layer.mlp.forward(&normed)?;
+            let mlp = match &layer.mlp {
+                FeedForward::Dense(mlp) => mlp.forward(&normed)?,
+                FeedForward::Experts(experts) => experts.forward(&normed)?,
+            };
             h = ops::add(&h, &mlp)?;
         }
         fast::rms_norm(&h, Some(&self.norm), self.eps)

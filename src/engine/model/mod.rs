@@ -3,10 +3,12 @@
 //! rename table; loading is strict (see `weights::WeightMap`).
 
 pub mod decoder;
+pub mod experts;
 pub mod llama;
 pub mod mistral;
 pub mod qwen2;
 pub mod qwen3;
+pub mod qwen3_moe;
 
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, ops};
@@ -189,7 +191,7 @@ impl Linear {
 }
 
 /// The architectures Ondo can run, by `model_type`.
-pub const SUPPORTED_MODEL_TYPES: &[&str] = &["llama", "mistral", "qwen2", "qwen3"];
+pub const SUPPORTED_MODEL_TYPES: &[&str] = &["llama", "mistral", "qwen2", "qwen3", "qwen3_moe"];
 
 /// Settles config.json for its `model_type`, or names what is unsupported.
 pub fn decoder_config(
@@ -202,6 +204,7 @@ pub fn decoder_config(
         "mistral" => mistral::config(value, path),
         "qwen2" => qwen2::config(value, path),
         "qwen3" => qwen3::config(value, path),
+        "qwen3_moe" => qwen3_moe::config(value, path),
         _ => Err(LoadError::UnsupportedModelType {
             model_type: model_type.to_owned(),
             path: path.to_owned(),

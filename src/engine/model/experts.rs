@@ -1,0 +1,347 @@
+//! Routed experts (mixture of experts): a router picks `top_k` of
+//! `num_experts` SwiGLU feed-forwards for each token, and the token's output
+//! is their sum weighted by the router's scores. Only the chosen experts'
+//! matrices are multiplied, through MLX's gather matmuls, so a token costs
+//! `top_k` experts' work while every expert stays resident.
+//!
+//! The computation follows mlx-lm's `SwitchGLU` operation for operation, so
+//! both produce the same floats: softmax in full precision, the top k by
+//! `argpartition`, the gather matmuls on the experts' stacked `[E, out, in]`
+//! matrices, and, when many tokens are routed at once (a prefill), the
+//! token copies sorted by expert first so each expert's rows are read in one
+//! run.
+
+use mlx_rs::error::Exception;
+use mlx_rs::ops::indexing::{Ellipsis, IndexOp};
+use mlx_rs::{Array, ops};
+use serde::Deserialize;
+
+use super::{Linear, QuantConfig};
+use crate::engine::LoadError;
+use crate::engine::weights::WeightMap;
+
+/// From this many (token, expert) pairs on, tokens are sorted by expert
+/// before the gather matmuls (mlx-lm's threshold: below it a decode step's
+/// few pairs would pay for two argsorts and gain nothing).
+const SORT_FROM_PAIRS: usize = 64;
+
+/// The experts keys of config.json (Qwen3-MoE's names).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ExpertsConfig {
+    /// Experts per sparse layer.
+    pub num_experts: i32,
+    /// Experts each token is routed to (top k).
+    pub num_experts_per_tok: i32,
+    /// Width of each expert's SwiGLU.
+    pub moe_intermediate_size: i32,
+    /// Rescale the top k scores to sum to one.
+    #[serde(default)]
+    pub norm_topk_prob: bool,
+    /// Every `decoder_sparse_step`-th layer is sparse (1: all of them).
+    #[serde(default = "every_layer")]
+    pub decoder_sparse_step: usize,
+    /// Layers that keep a dense MLP whatever the step says.
+    #[serde(default)]
+    pub mlp_only_layers: Vec<usize>,
+}
+
+fn every_layer() -> usize {
+    1
+}
+
+impl ExpertsConfig {
+    /// Whether layer `index` routes to experts (mlx-lm's rule) or keeps a
+    /// dense MLP.
+    pub fn is_sparse(&self, index: usize) -> bool {
+        !self.mlp_only_layers.contains(&index)
+            && self.num_experts > 0
+            && self.decoder_sparse_step > 0
+            && (index + 1).is_multiple_of(self.decoder_sparse_step)
+    }
+}
+
+/// The experts' matrices of one projection, stacked `[E, out, in]`: dense,
+/// or affine-quantized with per-group scales and biases.
+enum StackedLinear {
+    Dense {
+        weight: Array,
+    },
+    Quantized {
+        weight: Array,
+        scales: Array,
+        biases: Array,
+        group_size: i32,
+        bits: i32,
+    },
+}
+
+impl StackedLinear {
+    /// Loads `{prefix}.weight` (and `.scales`/`.biases` when the checkpoint
+    /// quantized it).
+    fn load(
+        weights: &mut WeightMap,
+        prefix: &str,
+        experts: i32,
+        out_features: i32,
+        in_features: i32,
+        quant: Option<QuantConfig>,
+    ) -> Result<Self, LoadError> {
+        let scales_name = format!("{prefix}.scales");
+        match quant {
+            Some(q) if weights.contains(&scales_name) => {
+                let packed_in = in_features * q.bits / 32;
+                let groups = in_features / q.group_size;
+                Ok(StackedLinear::Quantized {
+                    weight: weights.take_packed(
+                        &format!("{prefix}.weight"),
+                        &[experts, out_features, packed_in],
+                    )?,
+                    scales: weights.take_float(&scales_name, &[experts, out_features, groups])?,
+                    biases: weights.take_float(
+                        &format!("{prefix}.biases"),
+                        &[experts, out_features, groups],
+                    )?,
+                    group_size: q.group_size,
+                    bits: q.bits,
+                })
+            }
+            _ => Ok(StackedLinear::Dense {
+                weight: weights.take_float(
+                    &format!("{prefix}.weight"),
+                    &[experts, out_features, in_features],
+                )?,
+            }),
+        }
+    }
+
+    /// `x @ W[e].T` for each row's expert `e` in `indices`; `sorted` tells
+    /// MLX the indices ascend.
+    fn forward(&self, x: &Array, indices: &Array, sorted: bool) -> Result<Array, Exception> {
+        match self {
+            StackedLinear::Dense { weight } => {
+                ops::gather_mm(x, weight.swap_axes(-1, -2)?, None, indices, sorted)
+            }
+            StackedLinear::Quantized {
+                weight,
+                scales,
+                biases,
+                group_size,
+                bits,
+            } => ops::gather_qmm(
+                x,
+                weight,
+                scales,
+                biases,
+                None,
+                indices,
+                true,
+                *group_size,
+                *bits,
+                sorted,
+            ),
+        }
+    }
+
+    fn arrays(&self) -> Vec<&Array> {
+        match self {
+            StackedLinear::Dense { weight } => vec![weight],
+            StackedLinear::Quantized {
+                weight,
+                scales,
+                biases,
+                ..
+            } => vec![weight, scales, biases],
+        }
+    }
+}
+
+/// One sparse layer's feed-forward: the router and the experts' SwiGLUs.
+pub struct SparseExperts {
+    /// `[E, hidden]`: one logit per expert.
+    router: Linear,
+    gate_proj: StackedLinear,
+    up_proj: StackedLinear,
+    down_proj: StackedLinear,
+    top_k: i32,
+    norm_topk_prob: bool,
+}
+
+impl SparseExperts {
+    /// Loads `{prefix}.gate` (the router) and the stacked experts under
+    /// `{prefix}.switch_mlp`, the layout mlx-community checkpoints store.
+    /// Per-expert tensors as transformers saves them
+    /// (`{prefix}.experts.{e}.gate_proj.weight`, ...) are stacked here first,
+    /// as mlx-lm's loader does.
+    pub fn load(
+        weights: &mut WeightMap,
+        prefix: &str,
+        hidden: i32,
+        config: &ExpertsConfig,
+        quant: Option<QuantConfig>,
+    ) -> Result<Self, LoadError> {
+        let experts = config.num_experts;
+        let inter = config.moe_intermediate_size;
+        let switch = format!("{prefix}.switch_mlp");
+        stack_per_expert_tensors(weights, prefix, &switch, experts)?;
+        Ok(Self {
+            router: Linear::load(
+                weights,
+                &format!("{prefix}.gate"),
+                experts,
+                hidden,
+                quant,
+                false,
+            )?,
+            gate_proj: StackedLinear::load(
+                weights,
+                &format!("{switch}.gate_proj"),
+                experts,
+                inter,
+                hidden,
+                quant,
+            )?,
+            up_proj: StackedLinear::load(
+                weights,
+                &format!("{switch}.up_proj"),
+                experts,
+                inter,
+                hidden,
+                quant,
+            )?,
+            down_proj: StackedLinear::load(
+                weights,
+                &format!("{switch}.down_proj"),
+                experts,
+                hidden,
+                inter,
+                quant,
+            )?,
+            top_k: config.num_experts_per_tok,
+            norm_topk_prob: config.norm_topk_prob,
+        })
+    }
+
+    /// The block's output for `x` `[B, L, hidden]`.
+    pub fn forward(&self, x: &Array) -> Result<Array, Exception> {
+        let k = self.top_k;
+        let gates = ops::softmax_axis(self.router.forward(x)?, -1, true)?;
+        // The k largest land in the last k places, in no particular order.
+        let indices = ops::argpartition_axis(&gates, -k, -1)?.index((Ellipsis, -k..));
+        let mut scores = ops::indexing::take_along_axis(&gates, &indices, -1)?;
+        if self.norm_topk_prob {
+            scores = ops::divide(&scores, ops::sum_axis(&scores, -1, true)?)?;
+        }
+        let y = self.experts(x, &indices)?;
+        let weighted = ops::multiply(&y, ops::expand_dims(&scores, -1)?)?;
+        ops::sum_axis(&weighted, -2, false)?.as_dtype(y.dtype())
+    }
+
+    /// Each token through each of its experts: `[B, L, k, hidden]`.
+    fn experts(&self, x: &Array, indices: &Array) -> Result<Array, Exception> {
+        // `[B, L, 1, 1, hidden]`: one row per token, broadcast against its k
+        // expert indices by the gather matmuls.
+        let x = ops::expand_dims_axes(x, &[-2, -3])?;
+        let index_shape = indices.shape().to_vec();
+        if indices.size() < SORT_FROM_PAIRS {
+            let up = self.up_proj.forward(&x, indices, false)?;
+            let gate = self.gate_proj.forward(&x, indices, false)?;
+            let y = self
+                .down_proj
+                .forward(&swiglu(&gate, &up)?, indices, false)?;
+            return ops::squeeze_axes(&y, &[-2]);
+        }
+        // One row per (token, expert) pair, ordered by expert.
+        let k = index_shape[index_shape.len() - 1];
+        let flat = indices.flatten(None, None)?;
+        let order = ops::argsort_axis(&flat, 0)?;
+        let inverse = ops::argsort_axis(&order, 0)?;
+        let token_of_pair = ops::floor_divide(&order, Array::from_slice(&[k as u32], &[]))?;
+        let rows = ops::indexing::take_axis(&x.flatten(0, -3)?, &token_of_pair, 0)?;
+        let sorted = ops::indexing::take_axis(&flat, &order, 0)?;
+        let up = self.up_proj.forward(&rows, &sorted, true)?;
+        let gate = self.gate_proj.forward(&rows, &sorted, true)?;
+        let y = self
+            .down_proj
+            .forward(&swiglu(&gate, &up)?, &sorted, true)?;
+        // Back to token order, `[B, L, k, 1, hidden]`.
+        let y = ops::indexing::take_axis(&y, &inverse, 0)?;
+        let mut shape = index_shape;
+        shape.extend_from_slice(&y.shape()[1..]);
+        ops::squeeze_axes(&y.reshape(&shape)?, &[-2])
+    }
+
+    /// Every array, for evaluation after loading.
+    pub fn arrays(&self) -> Vec<&Array> {
+        let mut out = self.router.arrays();
+        for stacked in [&self.gate_proj, &self.up_proj, &self.down_proj] {
+            out.extend(stacked.arrays());
+        }
+        out
+    }
+}
+
+/// `silu(gate) * up`.
+fn swiglu(gate: &Array, up: &Array) -> Result<Array, Exception> {
+    ops::multiply(mlx_rs::nn::silu(gate)?, up)
+}
+
+/// Replaces per-expert tensors `{prefix}.experts.{e}.{proj}.weight` (and
+/// their `.scales`/`.biases`) with one stacked `{switch}.{proj}.*` each, so a
+/// checkpoint saved expert by expert loads like a stacked one.
+fn stack_per_expert_tensors(
+    weights: &mut WeightMap,
+    prefix: &str,
+    switch: &str,
+    experts: i32,
+) -> Result<(), LoadError> {
+    for proj in ["gate_proj", "up_proj", "down_proj"] {
+        for part in ["weight", "scales", "biases"] {
+            if !weights.contains(&format!("{prefix}.experts.0.{proj}.{part}")) {
+                continue;
+            }
+            let mut parts = Vec::with_capacity(usize::try_from(experts).unwrap_or(0));
+            for e in 0..experts {
+                parts.push(weights.take_stored(&format!("{prefix}.experts.{e}.{proj}.{part}"))?);
+            }
+            let arrays: Vec<&Array> = parts.iter().map(|p| &p.array).collect();
+            let stacked = ops::stack(&arrays, 0)?;
+            let file = parts.first().map(|p| p.file.clone()).unwrap_or_default();
+            weights.insert(format!("{switch}.{proj}.{part}"), stacked, file);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(step: usize, mlp_only: Vec<usize>) -> ExpertsConfig {
+        ExpertsConfig {
+            num_experts: 8,
+            num_experts_per_tok: 2,
+            moe_intermediate_size: 64,
+            norm_topk_prob: true,
+            decoder_sparse_step: step,
+            mlp_only_layers: mlp_only,
+        }
+    }
+
+    #[test]
+    fn sparse_layers_follow_the_step_and_the_dense_list() {
+        let every = config(1, vec![]);
+        assert!((0..4).all(|i| every.is_sparse(i)));
+        let alternate = config(2, vec![3]);
+        let sparse: Vec<usize> = (0..6).filter(|&i| alternate.is_sparse(i)).collect();
+        assert_eq!(
+            sparse,
+            vec![1, 5],
+            "odd layers, less the dense-only layer 3"
+        );
+        let none = ExpertsConfig {
+            num_experts: 0,
+            ..config(1, vec![])
+        };
+        assert!(!none.is_sparse(0));
+    }
+}
