@@ -192,7 +192,8 @@ fn greedy_tokens_equal_mlx_lm_across_the_matrix() {
 /// many routing decisions, half the dense matrix's length to keep CI short.
 const EXPERTS_GENERATE: usize = 32;
 
-/// Qwen3-MoE (8 experts, 2 per token) in fp32, 4-bit and 8-bit: greedy ids
+/// Qwen3-MoE (8 experts, 2 per token) in fp32, 4-bit, 8-bit and with
+/// mxfp4 experts (`moe_variants`): greedy ids
 /// equal mlx-lm's for a 1- and a 7-token prompt (a handful of routed
 /// pairs, taken unsorted), and a 300-token one in one pass and in 128-token
 /// chunks (hundreds of pairs, sorted by expert first), in both loop shapes.
@@ -203,9 +204,8 @@ fn qwen3_moe_greedy_tokens_equal_mlx_lm() {
     let engine = EngineHandle::spawn().unwrap();
     let shapes = [(1, 2048), (7, 2048), (300, 2048), (300, SMALL_PREFILL_STEP)];
     let mut compared = 0;
-    for (name, bits) in [("f32", None), ("q4", Some(4)), ("q8", Some(8))] {
+    for (name, options) in moe_variants() {
         let dir = root.path().join(name);
-        let options = variant(Arch::Qwen3Moe, bits, WeightDtype::F32);
         synth::write_model(&options, &dir, &mut |_| {}).unwrap();
         let mut peer = Peer::start(&python, &dir);
         for (length, step) in shapes {
@@ -223,7 +223,25 @@ fn qwen3_moe_greedy_tokens_equal_mlx_lm() {
         }
         engine.unload(&dir).unwrap();
     }
-    assert_eq!(compared, 3 * 4 * 2);
+    assert_eq!(compared, 4 * 4 * 2);
+}
+
+/// The experts models compared with mlx-lm. Quantized ones keep the router
+/// at 8 bits with a per-module entry in config.json, as mlx-lm's converter
+/// writes Qwen3-MoE; the last has mxfp4 experts and the rest affine 8-bit.
+fn moe_variants() -> [(&'static str, SynthOptions); 4] {
+    [
+        ("f32", variant(Arch::Qwen3Moe, None, WeightDtype::F32)),
+        ("q4", variant(Arch::Qwen3Moe, Some(4), WeightDtype::F32)),
+        ("q8", variant(Arch::Qwen3Moe, Some(8), WeightDtype::F32)),
+        (
+            "q8-mxfp4-experts",
+            SynthOptions {
+                experts_mxfp4: true,
+                ..variant(Arch::Qwen3Moe, Some(8), WeightDtype::F32)
+            },
+        ),
+    ]
 }
 
 /// transformers saves each expert's projections as their own tensors
@@ -313,6 +331,11 @@ fn first_step_log_probabilities_match_mlx_lm() {
         (
             "qwen3_moe-q4",
             variant(Arch::Qwen3Moe, Some(4), WeightDtype::F32),
+            1e-4,
+        ),
+        (
+            "qwen3_moe-q8-mxfp4-experts",
+            moe_variants()[3].1.clone(),
             1e-4,
         ),
         // bf16 rounds each layer's output: a looser bound.

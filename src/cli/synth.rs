@@ -25,6 +25,7 @@ Examples:
   ondo synth small ./models/small-q4 --bits 4 --group-size 64
   ondo synth tiny ./models/qwen-tiny --arch qwen3 --seed 7
   ondo synth tiny ./models/moe-tiny --arch qwen3_moe --bits 4   # 8 experts, 2 per token
+  ondo synth tiny ./models/moe-mx --arch qwen3_moe --bits 8 --experts-mxfp4
   python -m mlx_lm generate --model ./models/tiny --prompt hi   # mlx-lm loads it too")]
 pub struct SynthArgs {
     /// Preset shape: tiny, small, llama-3.2-1b, llama-3.2-3b or llama-3.1-8b.
@@ -38,6 +39,10 @@ pub struct SynthArgs {
     /// preset's usual format].
     #[arg(long, value_parser = parse_bits)]
     bits: Option<Bits>,
+    /// Quantize the routed experts to mxfp4 instead (with --arch qwen3_moe
+    /// and --bits 4 or 8 for the other matrices).
+    #[arg(long)]
+    experts_mxfp4: bool,
     /// Elements that share one scale and bias when quantized: 32, 64 or 128.
     #[arg(long, default_value_t = 64)]
     group_size: u32,
@@ -106,6 +111,7 @@ pub fn run(args: SynthArgs) -> Result<ExitCode, CliError> {
         options.dtype = dtype;
     }
     options.group_size = args.group_size;
+    options.experts_mxfp4 = args.experts_mxfp4;
     options.seed = args.seed;
     options.max_shard_bytes = args.max_shard_size;
     options.force = args.force;

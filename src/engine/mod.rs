@@ -74,7 +74,7 @@ pub enum LoadError {
         found: String,
     },
     #[error(
-        "quantization {detail} in {path} is not supported; Ondo reads affine 4- and 8-bit with group size 32, 64 or 128"
+        "quantization {detail} in {path} is not supported; Ondo reads affine 4- and 8-bit with group size 32, 64 or 128, and mxfp4"
     )]
     UnsupportedQuantization { detail: String, path: PathBuf },
     #[error("MLX failed while loading: {0}")]

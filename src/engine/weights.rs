@@ -139,6 +139,27 @@ impl WeightMap {
         Ok(stored.array)
     }
 
+    /// Removes and returns the shared exponents of a microscaling format
+    /// (mxfp4's scales: uint8).
+    pub fn take_exponents(&mut self, name: &str, shape: &[i32]) -> Result<Array, LoadError> {
+        let stored = self.take_any(name)?;
+        check_shape(name, &stored, shape)?;
+        if stored.array.dtype() != mlx_rs::Dtype::Uint8 {
+            return Err(LoadError::TensorDtype {
+                tensor: name.to_owned(),
+                file: stored.file,
+                expected: "uint8 (mxfp4 scales)".to_owned(),
+                found: format!("{:?}", stored.array.dtype()),
+            });
+        }
+        Ok(stored.array)
+    }
+
+    /// A stored tensor, left in place (to read its shape or dtype).
+    pub fn peek(&self, name: &str) -> Option<&Array> {
+        self.tensors.get(name).map(|stored| &stored.array)
+    }
+
     /// True when the checkpoint stores `name` (used to see which layers are
     /// quantized: those with `.scales`).
     pub fn contains(&self, name: &str) -> bool {

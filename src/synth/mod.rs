@@ -28,6 +28,10 @@ pub struct SynthOptions {
     pub arch: Arch,
     /// 4 or 8 for affine quantization; `None` leaves the weights unquantized.
     pub bits: Option<u8>,
+    /// Quantize the routed experts to mxfp4 (4-bit floats sharing a
+    /// power-of-two scale per 32 values), the rest affine at `bits`, with
+    /// per-module entries in config.json saying which is which.
+    pub experts_mxfp4: bool,
     pub group_size: u32,
     pub dtype: WeightDtype,
     pub seed: u64,
@@ -47,6 +51,7 @@ impl SynthOptions {
             dtype: preset.default_dtype,
             preset,
             arch: Arch::Llama,
+            experts_mxfp4: false,
             group_size: 64,
             seed: 0,
             max_shard_bytes: 5_000_000_000,
@@ -91,6 +96,10 @@ pub enum SynthError {
     #[error("{bits}-bit quantization is not supported; use 4 or 8 bits, or none")]
     UnsupportedBits { bits: u8 },
     #[error(
+        "mxfp4 experts need a model with routed experts ({arch} has none) whose other matrices are quantized to 4 or 8 bits; pick such an architecture and bit width"
+    )]
+    Mxfp4ExpertsUnavailable { arch: String },
+    #[error(
         "a quantization group size of {group_size} does not divide the hidden size {hidden}; use 32, 64 or 128"
     )]
     GroupSizeMismatch { group_size: u32, hidden: usize },
@@ -114,6 +123,7 @@ impl SynthError {
         match self {
             SynthError::UnknownPreset { .. }
             | SynthError::UnsupportedBits { .. }
+            | SynthError::Mxfp4ExpertsUnavailable { .. }
             | SynthError::GroupSizeMismatch { .. } => ErrorKind::InvalidInput,
             SynthError::TargetNotEmpty { .. } => ErrorKind::FolderNotEmpty,
             SynthError::Io { .. } => ErrorKind::Io,
@@ -155,6 +165,11 @@ fn validate(options: &SynthOptions) -> Result<(), SynthError> {
         return Err(SynthError::UnsupportedBits { bits });
     }
     let shape = options.shape();
+    if options.experts_mxfp4 && (shape.experts.is_none() || options.bits.is_none()) {
+        return Err(SynthError::Mxfp4ExpertsUnavailable {
+            arch: options.arch.model_type().to_owned(),
+        });
+    }
     let group = options.group_size as usize;
     if options.bits.is_some()
         && (!matches!(group, 32 | 64 | 128)
@@ -318,11 +333,20 @@ fn config_json(
         config["mlp_only_layers"] = json!([]);
     }
     if let Some(bits) = options.bits {
-        let quantization = json!({
+        let mut quantization = json!({
             "group_size": options.group_size,
             "bits": bits,
             "mode": "affine",
         });
+        // Modules quantized otherwise than the default, by path, as
+        // mlx-lm's converter records them.
+        for (module, params) in weights::module_quantization(options, shape) {
+            quantization[module] = json!({
+                "group_size": params.group_size,
+                "bits": params.bits,
+                "mode": params.mode_name(),
+            });
+        }
         config["quantization"] = quantization.clone();
         config["quantization_config"] = quantization;
     }
@@ -379,6 +403,7 @@ mod tests {
             SynthError::UnknownPreset { .. } => "invalid_input",
             SynthError::TargetNotEmpty { .. } => "folder_not_empty",
             SynthError::UnsupportedBits { .. } => "invalid_input",
+            SynthError::Mxfp4ExpertsUnavailable { .. } => "invalid_input",
             SynthError::GroupSizeMismatch { .. } => "invalid_input",
             SynthError::Io { .. } => "io",
             SynthError::Mlx { .. } => "mlx",
@@ -400,6 +425,9 @@ mod tests {
                 dir: "/models/tiny".into(),
             },
             SynthError::UnsupportedBits { bits: 3 },
+            SynthError::Mxfp4ExpertsUnavailable {
+                arch: "llama".into(),
+            },
             SynthError::GroupSizeMismatch {
                 group_size: 96,
                 hidden: 256,

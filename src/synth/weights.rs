@@ -7,7 +7,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::path::Path;
 
-use mlx_rs::{Array, ops, random};
+use mlx_rs::{Array, random};
+
+use crate::engine::model::QuantMode;
+use crate::engine::model::quantized::{self, QuantParams};
 
 use super::{Arch, Shape, SynthError, SynthOptions, io_err};
 
@@ -22,6 +25,88 @@ pub enum TensorKind {
     /// A projection's bias (qwen2's q, k, v): normal(0, 0.1), so it
     /// visibly changes the output; never quantized.
     Bias,
+    /// A mixture-of-experts router `[E, hidden]`: normal(0, 0.02); when the
+    /// model is quantized, 8-bit in groups of 64 whatever the rest, as
+    /// mlx-lm's converter keeps routers of Qwen3-MoE.
+    Router,
+    /// The routed experts' stacked matrices `[E, out, in]`: normal(0, 0.02);
+    /// quantized like the rest, or mxfp4 when asked.
+    Experts,
+}
+
+/// How a synthetic tensor is quantized (the synth side of what the engine
+/// reads as `QuantParams`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SynthQuant {
+    pub group_size: i32,
+    pub bits: i32,
+    pub mxfp4: bool,
+}
+
+impl SynthQuant {
+    /// `mode` as config.json writes it.
+    pub fn mode_name(&self) -> &'static str {
+        if self.mxfp4 { "mxfp4" } else { "affine" }
+    }
+
+    fn params(&self) -> QuantParams {
+        QuantParams {
+            group_size: self.group_size,
+            bits: self.bits,
+            mode: if self.mxfp4 {
+                QuantMode::Mxfp4
+            } else {
+                QuantMode::Affine
+            },
+        }
+    }
+}
+
+/// The router's quantization in a quantized mixture-of-experts model.
+const ROUTER_QUANT: SynthQuant = SynthQuant {
+    group_size: 64,
+    bits: 8,
+    mxfp4: false,
+};
+
+/// mxfp4's only layout: 4-bit values in groups of 32.
+const MXFP4: SynthQuant = SynthQuant {
+    group_size: 32,
+    bits: 4,
+    mxfp4: true,
+};
+
+/// How a tensor of `kind` is quantized, if at all.
+fn quant_of(options: &SynthOptions, kind: TensorKind) -> Option<SynthQuant> {
+    let bits = i32::from(options.bits?);
+    let default = SynthQuant {
+        group_size: i32::try_from(options.group_size).unwrap_or(64),
+        bits,
+        mxfp4: false,
+    };
+    match kind {
+        TensorKind::NormScale | TensorKind::Bias => None,
+        TensorKind::Matrix => Some(default),
+        TensorKind::Router => Some(ROUTER_QUANT),
+        TensorKind::Experts if options.experts_mxfp4 => Some(MXFP4),
+        TensorKind::Experts => Some(default),
+    }
+}
+
+/// The modules whose quantization differs from the default, by module path
+/// (the tensor name without `.weight`), for config.json.
+pub fn module_quantization(options: &SynthOptions, shape: &Shape) -> Vec<(String, SynthQuant)> {
+    let Some(default) = quant_of(options, TensorKind::Matrix) else {
+        return Vec::new();
+    };
+    tensor_plan(options.arch, shape)
+        .into_iter()
+        .filter_map(|t| {
+            let quant = quant_of(options, t.kind)?;
+            let module = t.name.strip_suffix(".weight")?.to_owned();
+            (quant != default).then_some((module, quant))
+        })
+        .collect()
 }
 
 /// One tensor of the plan (before quantization).
@@ -108,7 +193,7 @@ pub fn tensor_plan(arch: Arch, shape: &Shape) -> Vec<PlannedTensor> {
                 add(
                     format!("{p}.mlp.gate.weight"),
                     vec![count, hidden],
-                    TensorKind::Matrix,
+                    TensorKind::Router,
                 );
                 for (proj, out, inp) in [
                     ("gate_proj", inter, hidden),
@@ -118,7 +203,7 @@ pub fn tensor_plan(arch: Arch, shape: &Shape) -> Vec<PlannedTensor> {
                     add(
                         format!("{p}.mlp.switch_mlp.{proj}.weight"),
                         vec![count, out, inp],
-                        TensorKind::Matrix,
+                        TensorKind::Experts,
                     );
                 }
             }
@@ -175,7 +260,7 @@ fn make_tensor(
     let dtype = options.dtype.to_mlx();
     let values = match tensor.kind {
         TensorKind::NormScale => Array::ones::<f32>(&tensor.shape)?,
-        TensorKind::Matrix | TensorKind::Bias => {
+        TensorKind::Matrix | TensorKind::Bias | TensorKind::Router | TensorKind::Experts => {
             let key = random::key(tensor_seed(options.seed, &tensor.name))?;
             let scale = if tensor.kind == TensorKind::Bias {
                 0.1
@@ -186,22 +271,24 @@ fn make_tensor(
         }
     }
     .as_dtype(dtype)?;
-    let out = match (tensor.kind, options.bits) {
-        (TensorKind::Matrix, Some(bits)) => {
-            let group = i32::try_from(options.group_size).unwrap_or(64);
-            let (packed, scales, biases) = ops::quantize(&values, group, i32::from(bits))?;
+    let out = match quant_of(options, tensor.kind) {
+        Some(quant) => {
+            let (packed, scales, biases) = quantized::quantize(&values, quant.params())?;
             let stem = tensor
                 .name
                 .strip_suffix(".weight")
                 .unwrap_or(&tensor.name)
                 .to_owned();
-            vec![
+            let mut arrays = vec![
                 (tensor.name.clone(), packed),
                 (format!("{stem}.scales"), scales),
-                (format!("{stem}.biases"), biases),
-            ]
+            ];
+            if let Some(biases) = biases {
+                arrays.push((format!("{stem}.biases"), biases));
+            }
+            arrays
         }
-        _ => vec![(tensor.name.clone(), values)],
+        None => vec![(tensor.name.clone(), values)],
     };
     mlx_rs::transforms::eval(out.iter().map(|(_, a)| a))?;
     Ok(out)

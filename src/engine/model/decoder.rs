@@ -303,7 +303,7 @@ impl Decoder {
         if let Some(q) = &config.quantization {
             q.validate(config_path)?;
         }
-        let quant = config.quantization;
+        let quant = config.quantization.as_ref();
         let hidden = config.hidden_size;
         let (heads, kv_heads, head_dim) = (
             config.num_attention_heads,

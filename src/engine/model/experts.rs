@@ -16,7 +16,7 @@ use mlx_rs::ops::indexing::{Ellipsis, IndexOp};
 use mlx_rs::{Array, ops};
 use serde::Deserialize;
 
-use super::{Linear, QuantConfig};
+use super::{Linear, QuantConfig, QuantizedMatrix, quantized, stored_params};
 use crate::engine::LoadError;
 use crate::engine::weights::WeightMap;
 
@@ -60,52 +60,34 @@ impl ExpertsConfig {
     }
 }
 
-/// The experts' matrices of one projection, stacked `[E, out, in]`: dense,
-/// or affine-quantized with per-group scales and biases.
+/// The experts' matrices of one projection, stacked `[E, out, in]`: in
+/// floats, or quantized (each expert's rows in groups, as one matrix's).
 enum StackedLinear {
-    Dense {
-        weight: Array,
-    },
-    Quantized {
-        weight: Array,
-        scales: Array,
-        biases: Array,
-        group_size: i32,
-        bits: i32,
-    },
+    Dense { weight: Array },
+    Quantized(QuantizedMatrix),
 }
 
 impl StackedLinear {
-    /// Loads `{prefix}.weight` (and `.scales`/`.biases` when the checkpoint
-    /// quantized it).
+    /// Loads `{prefix}.weight` (and its scales, and biases for affine, when
+    /// the checkpoint quantized it; see `QuantConfig`).
     fn load(
         weights: &mut WeightMap,
         prefix: &str,
         experts: i32,
         out_features: i32,
         in_features: i32,
-        quant: Option<QuantConfig>,
+        quant: Option<&QuantConfig>,
     ) -> Result<Self, LoadError> {
-        let scales_name = format!("{prefix}.scales");
-        match quant {
-            Some(q) if weights.contains(&scales_name) => {
-                let packed_in = in_features * q.bits / 32;
-                let groups = in_features / q.group_size;
-                Ok(StackedLinear::Quantized {
-                    weight: weights.take_packed(
-                        &format!("{prefix}.weight"),
-                        &[experts, out_features, packed_in],
-                    )?,
-                    scales: weights.take_float(&scales_name, &[experts, out_features, groups])?,
-                    biases: weights.take_float(
-                        &format!("{prefix}.biases"),
-                        &[experts, out_features, groups],
-                    )?,
-                    group_size: q.group_size,
-                    bits: q.bits,
-                })
-            }
-            _ => Ok(StackedLinear::Dense {
+        match stored_params(weights, prefix, in_features, quant)? {
+            Some(params) => Ok(StackedLinear::Quantized(QuantizedMatrix::take(
+                weights,
+                prefix,
+                &[experts],
+                out_features,
+                in_features,
+                params,
+            )?)),
+            None => Ok(StackedLinear::Dense {
                 weight: weights.take_float(
                     &format!("{prefix}.weight"),
                     &[experts, out_features, in_features],
@@ -121,22 +103,13 @@ impl StackedLinear {
             StackedLinear::Dense { weight } => {
                 ops::gather_mm(x, weight.swap_axes(-1, -2)?, None, indices, sorted)
             }
-            StackedLinear::Quantized {
-                weight,
-                scales,
-                biases,
-                group_size,
-                bits,
-            } => ops::gather_qmm(
+            StackedLinear::Quantized(matrix) => quantized::gather_qmm(
                 x,
-                weight,
-                scales,
-                biases,
-                None,
+                &matrix.weight,
+                &matrix.scales,
+                matrix.biases.as_ref(),
                 indices,
-                true,
-                *group_size,
-                *bits,
+                matrix.params,
                 sorted,
             ),
         }
@@ -145,12 +118,7 @@ impl StackedLinear {
     fn arrays(&self) -> Vec<&Array> {
         match self {
             StackedLinear::Dense { weight } => vec![weight],
-            StackedLinear::Quantized {
-                weight,
-                scales,
-                biases,
-                ..
-            } => vec![weight, scales, biases],
+            StackedLinear::Quantized(matrix) => matrix.arrays(),
         }
     }
 }
@@ -177,7 +145,7 @@ impl SparseExperts {
         prefix: &str,
         hidden: i32,
         config: &ExpertsConfig,
-        quant: Option<QuantConfig>,
+        quant: Option<&QuantConfig>,
     ) -> Result<Self, LoadError> {
         let experts = config.num_experts;
         let inter = config.moe_intermediate_size;

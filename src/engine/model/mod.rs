@@ -6,27 +6,38 @@ pub mod decoder;
 pub mod experts;
 pub mod llama;
 pub mod mistral;
+pub mod quantized;
 pub mod qwen2;
 pub mod qwen3;
 pub mod qwen3_moe;
 
+use std::collections::BTreeMap;
+use std::path::Path;
+
 use mlx_rs::error::Exception;
-use mlx_rs::{Array, ops};
+use mlx_rs::{Array, Dtype, ops};
 use serde::Deserialize;
+
+pub use quantized::QuantParams;
 
 use super::LoadError;
 use super::weights::WeightMap;
 
-/// `quantization` in config.json (mlx-lm's format).
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+/// `quantization` in config.json (mlx-lm's format): the parameters most
+/// matrices were quantized with, and any module quantized otherwise, named
+/// by its path (`"model.layers.0.mlp.gate": {"group_size": 64, "bits": 8}`,
+/// or `false` for a module left in floats).
+#[derive(Debug, Clone, PartialEq)]
 pub struct QuantConfig {
     pub group_size: i32,
     pub bits: i32,
-    #[serde(default)]
     pub mode: Option<QuantMode>,
+    /// Per-module entries: their own parameters, or `None` for unquantized.
+    pub modules: BTreeMap<String, Option<QuantParams>>,
 }
 
-/// Only affine quantization is read; other modes are named in the error.
+/// The quantization formats MLX has; which ones Ondo reads is
+/// `QuantParams::check`'s to say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum QuantMode {
@@ -36,38 +47,220 @@ pub enum QuantMode {
     Mxfp8,
 }
 
-impl QuantConfig {
-    /// Rejects what the layers below cannot compute.
-    pub fn validate(&self, path: &std::path::Path) -> Result<(), LoadError> {
-        let mode_ok = matches!(self.mode, None | Some(QuantMode::Affine));
-        if !mode_ok || !matches!(self.bits, 4 | 8) || !matches!(self.group_size, 32 | 64 | 128) {
-            return Err(LoadError::UnsupportedQuantization {
-                detail: format!(
-                    "mode {:?}, bits {}, group size {}",
-                    self.mode.unwrap_or(QuantMode::Affine),
-                    self.bits,
-                    self.group_size
-                ),
-                path: path.to_owned(),
-            });
+/// One per-module entry as config.json writes it.
+#[derive(Deserialize)]
+struct ModuleEntry {
+    group_size: i32,
+    bits: i32,
+    #[serde(default)]
+    mode: Option<QuantMode>,
+}
+
+impl<'de> Deserialize<'de> for QuantConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut map = serde_json::Map::deserialize(deserializer)?;
+        let mut take = |key: &str| map.remove(key).unwrap_or(serde_json::Value::Null);
+        let group_size = serde_json::from_value(take("group_size")).map_err(D::Error::custom)?;
+        let bits = serde_json::from_value(take("bits")).map_err(D::Error::custom)?;
+        let mode = serde_json::from_value(take("mode")).map_err(D::Error::custom)?;
+        let mut modules = BTreeMap::new();
+        for (path, value) in map {
+            let entry = match value {
+                serde_json::Value::Bool(false) => None,
+                serde_json::Value::Object(_) => {
+                    let entry: ModuleEntry = serde_json::from_value(value)
+                        .map_err(|e| D::Error::custom(format!("quantization of {path}: {e}")))?;
+                    Some(QuantParams {
+                        group_size: entry.group_size,
+                        bits: entry.bits,
+                        mode: entry.mode.unwrap_or(QuantMode::Affine),
+                    })
+                }
+                // Other keys (`quant_method` and the like) describe the
+                // converter, not a module.
+                _ => continue,
+            };
+            modules.insert(path, entry);
         }
-        Ok(())
+        Ok(Self {
+            group_size,
+            bits,
+            mode,
+            modules,
+        })
     }
 }
 
-/// A dense or affine-quantized matrix `[out, in]` with an optional bias.
+impl QuantConfig {
+    /// The parameters most matrices were quantized with.
+    pub fn default_params(&self) -> QuantParams {
+        QuantParams {
+            group_size: self.group_size,
+            bits: self.bits,
+            mode: self.mode.unwrap_or(QuantMode::Affine),
+        }
+    }
+
+    /// Rejects a default and per-module entries the layers below cannot
+    /// compute, before any tensor is read.
+    pub fn validate(&self, path: &Path) -> Result<(), LoadError> {
+        self.default_params().check(path)?;
+        for params in self.modules.values().flatten() {
+            params.check(path)?;
+        }
+        Ok(())
+    }
+
+    /// How the matrix of module `prefix` is stored, as mlx-lm decides: the
+    /// module's own entry when config.json names it; else, when the
+    /// checkpoint has its `.scales`, what the tensors' shapes and the scales'
+    /// dtype say (a converter may leave modules unnamed whose parameters
+    /// differ from the default); else unquantized.
+    fn params_for(
+        &self,
+        weights: &WeightMap,
+        prefix: &str,
+        in_features: i32,
+    ) -> Result<Option<QuantParams>, LoadError> {
+        if let Some(entry) = self.modules.get(prefix) {
+            return Ok(*entry);
+        }
+        let (Some(weight), Some(scales)) = (
+            weights.peek(&format!("{prefix}.weight")),
+            weights.peek(&format!("{prefix}.scales")),
+        ) else {
+            return Ok(None);
+        };
+        let groups = scales.shape().last().copied().unwrap_or(0);
+        let packed = weight.shape().last().copied().unwrap_or(0);
+        if groups <= 0 || in_features <= 0 {
+            return Ok(Some(self.default_params()));
+        }
+        let group_size = in_features / groups;
+        let bits = packed * 32 / in_features;
+        let mode = if scales.dtype() != Dtype::Uint8 {
+            QuantMode::Affine
+        } else {
+            match (bits, group_size) {
+                (4, 16) => QuantMode::Nvfp4,
+                (8, 32) => QuantMode::Mxfp8,
+                _ => QuantMode::Mxfp4,
+            }
+        };
+        let params = QuantParams {
+            group_size,
+            bits,
+            mode,
+        };
+        params.check(&weights.dir.join("config.json"))?;
+        Ok(Some(params))
+    }
+}
+
+impl QuantParams {
+    /// Rejects what the layers below cannot compute: affine 4- and 8-bit in
+    /// groups of 32, 64 or 128, and mxfp4 (4-bit, groups of 32).
+    pub fn check(&self, path: &Path) -> Result<(), LoadError> {
+        let ok = match self.mode {
+            QuantMode::Affine => {
+                matches!(self.bits, 4 | 8) && matches!(self.group_size, 32 | 64 | 128)
+            }
+            QuantMode::Mxfp4 => self.bits == 4 && self.group_size == 32,
+            QuantMode::Nvfp4 | QuantMode::Mxfp8 => false,
+        };
+        if ok {
+            return Ok(());
+        }
+        Err(LoadError::UnsupportedQuantization {
+            detail: format!(
+                "mode {:?}, bits {}, group size {}",
+                self.mode, self.bits, self.group_size
+            ),
+            path: path.to_owned(),
+        })
+    }
+}
+
+/// A quantized matrix `[.., out, packed in]`: packed weight, per-group scales
+/// and, for affine, per-group biases.
+pub struct QuantizedMatrix {
+    pub weight: Array,
+    pub scales: Array,
+    pub biases: Option<Array>,
+    pub params: QuantParams,
+}
+
+impl QuantizedMatrix {
+    /// Takes `{prefix}.weight`, `.scales` (and `.biases` for affine),
+    /// checking their shapes for `[leading.., out, in]` and their dtypes
+    /// for the mode.
+    fn take(
+        weights: &mut WeightMap,
+        prefix: &str,
+        leading: &[i32],
+        out_features: i32,
+        in_features: i32,
+        params: QuantParams,
+    ) -> Result<Self, LoadError> {
+        let shape = |last: i32| -> Vec<i32> {
+            leading
+                .iter()
+                .copied()
+                .chain([out_features, last])
+                .collect()
+        };
+        let packed_in = in_features * params.bits / 32;
+        let groups = in_features / params.group_size;
+        let weight = weights.take_packed(&format!("{prefix}.weight"), &shape(packed_in))?;
+        let scales_name = format!("{prefix}.scales");
+        let (scales, biases) = if params.has_biases() {
+            (
+                weights.take_float(&scales_name, &shape(groups))?,
+                Some(weights.take_float(&format!("{prefix}.biases"), &shape(groups))?),
+            )
+        } else {
+            (weights.take_exponents(&scales_name, &shape(groups))?, None)
+        };
+        Ok(Self {
+            weight,
+            scales,
+            biases,
+            params,
+        })
+    }
+
+    fn arrays(&self) -> Vec<&Array> {
+        [&self.weight, &self.scales]
+            .into_iter()
+            .chain(&self.biases)
+            .collect()
+    }
+}
+
+/// How `Linear::load` and the experts find a module's matrix stored: in
+/// floats, or quantized with the parameters `QuantConfig` gives it.
+pub fn stored_params(
+    weights: &WeightMap,
+    prefix: &str,
+    in_features: i32,
+    quant: Option<&QuantConfig>,
+) -> Result<Option<QuantParams>, LoadError> {
+    match quant {
+        Some(q) => q.params_for(weights, prefix, in_features),
+        None => Ok(None),
+    }
+}
+
+/// A dense or quantized matrix `[out, in]` with an optional bias.
 pub enum Linear {
     Dense {
         weight: Array,
         bias: Option<Array>,
     },
     Quantized {
-        weight: Array,
-        scales: Array,
-        biases: Array,
+        matrix: QuantizedMatrix,
         bias: Option<Array>,
-        group_size: i32,
-        bits: i32,
     },
 }
 
@@ -79,7 +272,7 @@ impl Linear {
         prefix: &str,
         out_features: i32,
         in_features: i32,
-        quant: Option<QuantConfig>,
+        quant: Option<&QuantConfig>,
         has_bias: bool,
     ) -> Result<Self, LoadError> {
         let bias = if has_bias {
@@ -87,23 +280,19 @@ impl Linear {
         } else {
             None
         };
-        let scales_name = format!("{prefix}.scales");
-        match quant {
-            Some(q) if weights.contains(&scales_name) => {
-                let packed_in = in_features * q.bits / 32;
-                let groups = in_features / q.group_size;
-                Ok(Linear::Quantized {
-                    weight: weights
-                        .take_packed(&format!("{prefix}.weight"), &[out_features, packed_in])?,
-                    scales: weights.take_float(&scales_name, &[out_features, groups])?,
-                    biases: weights
-                        .take_float(&format!("{prefix}.biases"), &[out_features, groups])?,
-                    bias,
-                    group_size: q.group_size,
-                    bits: q.bits,
-                })
-            }
-            _ => Ok(Linear::Dense {
+        match stored_params(weights, prefix, in_features, quant)? {
+            Some(params) => Ok(Linear::Quantized {
+                matrix: QuantizedMatrix::take(
+                    weights,
+                    prefix,
+                    &[],
+                    out_features,
+                    in_features,
+                    params,
+                )?,
+                bias,
+            }),
+            None => Ok(Linear::Dense {
                 weight: weights
                     .take_float(&format!("{prefix}.weight"), &[out_features, in_features])?,
                 bias,
@@ -115,15 +304,14 @@ impl Linear {
     pub fn forward(&self, x: &Array) -> Result<Array, Exception> {
         let (y, bias) = match self {
             Linear::Dense { weight, bias } => (ops::matmul(x, weight.transpose()?)?, bias),
-            Linear::Quantized {
-                weight,
-                scales,
-                biases,
-                bias,
-                group_size,
-                bits,
-            } => (
-                ops::quantized_matmul(x, weight, scales, biases, true, *group_size, *bits)?,
+            Linear::Quantized { matrix, bias } => (
+                quantized::quantized_matmul(
+                    x,
+                    &matrix.weight,
+                    &matrix.scales,
+                    matrix.biases.as_ref(),
+                    matrix.params,
+                )?,
                 bias,
             ),
         };
@@ -138,54 +326,28 @@ impl Linear {
     pub fn embed(&self, ids: &Array) -> Result<Array, Exception> {
         match self {
             Linear::Dense { weight, .. } => ops::indexing::take_axis(weight, ids, 0),
-            Linear::Quantized {
-                weight,
-                scales,
-                biases,
-                group_size,
-                bits,
-                ..
-            } => {
-                let w = ops::indexing::take_axis(weight, ids, 0)?;
-                let s = ops::indexing::take_axis(scales, ids, 0)?;
-                let b = ops::indexing::take_axis(biases, ids, 0)?;
-                ops::dequantize(&w, &s, &b, *group_size, *bits)
+            Linear::Quantized { matrix, .. } => {
+                let w = ops::indexing::take_axis(&matrix.weight, ids, 0)?;
+                let s = ops::indexing::take_axis(&matrix.scales, ids, 0)?;
+                let b = match &matrix.biases {
+                    Some(biases) => Some(ops::indexing::take_axis(biases, ids, 0)?),
+                    None => None,
+                };
+                quantized::dequantize(&w, &s, b.as_ref(), matrix.params)
             }
         }
     }
 
     /// Bytes the layer's arrays hold.
     pub fn nbytes(&self) -> usize {
-        match self {
-            Linear::Dense { weight, bias } => {
-                weight.nbytes() + bias.as_ref().map_or(0, |b| b.nbytes())
-            }
-            Linear::Quantized {
-                weight,
-                scales,
-                biases,
-                bias,
-                ..
-            } => {
-                weight.nbytes()
-                    + scales.nbytes()
-                    + biases.nbytes()
-                    + bias.as_ref().map_or(0, |b| b.nbytes())
-            }
-        }
+        self.arrays().iter().map(|a| a.nbytes()).sum()
     }
 
     /// Every array, for evaluation after loading.
     pub fn arrays(&self) -> Vec<&Array> {
         match self {
             Linear::Dense { weight, bias } => std::iter::once(weight).chain(bias).collect(),
-            Linear::Quantized {
-                weight,
-                scales,
-                biases,
-                bias,
-                ..
-            } => [weight, scales, biases].into_iter().chain(bias).collect(),
+            Linear::Quantized { matrix, bias } => matrix.arrays().into_iter().chain(bias).collect(),
         }
     }
 }
@@ -210,5 +372,132 @@ pub fn decoder_config(
             path: path.to_owned(),
             supported: SUPPORTED_MODEL_TYPES.join(", "),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::engine::weights::StoredTensor;
+
+    fn config(value: serde_json::Value) -> QuantConfig {
+        serde_json::from_value(value).expect("a quantization block")
+    }
+
+    fn weights(tensors: Vec<(&str, Array)>) -> WeightMap {
+        WeightMap {
+            dir: "/models/m".into(),
+            tensors: tensors
+                .into_iter()
+                .map(|(name, array)| {
+                    let stored = StoredTensor {
+                        array,
+                        file: "model.safetensors".into(),
+                    };
+                    (name.to_owned(), stored)
+                })
+                .collect::<HashMap<_, _>>(),
+        }
+    }
+
+    fn zeros(shape: &[i32], dtype: Dtype) -> Array {
+        Array::zeros::<f32>(shape).unwrap().as_dtype(dtype).unwrap()
+    }
+
+    #[test]
+    fn per_module_entries_are_read_and_other_keys_ignored() {
+        let q = config(serde_json::json!({
+            "group_size": 64,
+            "bits": 4,
+            "quant_method": "mlx",
+            "model.layers.0.mlp.gate": {"group_size": 64, "bits": 8},
+            "model.layers.0.mlp.switch_mlp.up_proj": {"group_size": 32, "bits": 4, "mode": "mxfp4"},
+            "lm_head": false,
+        }));
+        assert_eq!(q.default_params().mode, QuantMode::Affine);
+        assert_eq!(q.modules.len(), 3);
+        assert_eq!(q.modules["lm_head"], None);
+        let empty = weights(vec![]);
+        assert_eq!(
+            q.params_for(&empty, "model.layers.0.mlp.gate", 256)
+                .unwrap(),
+            Some(QuantParams {
+                group_size: 64,
+                bits: 8,
+                mode: QuantMode::Affine
+            })
+        );
+        assert_eq!(
+            q.params_for(&empty, "model.layers.0.mlp.switch_mlp.up_proj", 256)
+                .unwrap()
+                .map(|p| p.mode),
+            Some(QuantMode::Mxfp4)
+        );
+        // Named unquantized: floats, whatever the default says.
+        assert_eq!(q.params_for(&empty, "lm_head", 256).unwrap(), None);
+    }
+
+    /// A module config.json does not name is read as its tensors say, as
+    /// mlx-lm does: a converter may quantize it otherwise than the default.
+    #[test]
+    fn unnamed_modules_are_read_as_their_tensors_say() {
+        let q = config(serde_json::json!({"group_size": 64, "bits": 4}));
+        let w = weights(vec![
+            // 8-bit in groups of 128: 256 inputs pack into 64 words, 2 groups.
+            ("a.weight", zeros(&[16, 64], Dtype::Uint32)),
+            ("a.scales", zeros(&[16, 2], Dtype::Float32)),
+            // mxfp4: uint8 exponents, 4 bits in groups of 32.
+            ("b.weight", zeros(&[16, 32], Dtype::Uint32)),
+            ("b.scales", zeros(&[16, 8], Dtype::Uint8)),
+            ("c.weight", zeros(&[16, 256], Dtype::Float32)),
+        ]);
+        let params = |prefix| q.params_for(&w, prefix, 256).unwrap();
+        assert_eq!(
+            params("a"),
+            Some(QuantParams {
+                group_size: 128,
+                bits: 8,
+                mode: QuantMode::Affine
+            })
+        );
+        assert_eq!(
+            params("b"),
+            Some(QuantParams {
+                group_size: 32,
+                bits: 4,
+                mode: QuantMode::Mxfp4
+            })
+        );
+        assert_eq!(params("c"), None);
+    }
+
+    #[test]
+    fn formats_the_layers_cannot_compute_are_refused_by_name() {
+        let path = Path::new("/models/m/config.json");
+        for (block, refused) in [
+            (serde_json::json!({"group_size": 64, "bits": 4}), false),
+            (
+                serde_json::json!({"group_size": 32, "bits": 4, "mode": "mxfp4"}),
+                false,
+            ),
+            (
+                serde_json::json!({"group_size": 16, "bits": 4, "mode": "nvfp4"}),
+                true,
+            ),
+            (serde_json::json!({"group_size": 64, "bits": 3}), true),
+            (
+                serde_json::json!({"group_size": 64, "bits": 4,
+                    "model.layers.0.mlp.gate": {"group_size": 32, "bits": 8, "mode": "mxfp8"}}),
+                true,
+            ),
+        ] {
+            let result = config(block.clone()).validate(path);
+            assert_eq!(result.is_err(), refused, "{block}");
+            if let Err(error) = result {
+                assert!(matches!(error, LoadError::UnsupportedQuantization { .. }));
+            }
+        }
     }
 }
