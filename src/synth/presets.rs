@@ -11,6 +11,14 @@ pub enum Arch {
     Mistral,
     Qwen2,
     Qwen3,
+    /// Gemma 3's text model (`gemma3_text`).
+    #[value(name = "gemma3_text")]
+    #[serde(rename = "gemma3_text")]
+    Gemma3Text,
+    /// A multimodal Gemma 3 checkpoint (`gemma3`): the text model under
+    /// `language_model.` beside a token vision tower Ondo skips.
+    Gemma3,
+    Phi3,
 }
 
 impl Arch {
@@ -20,6 +28,9 @@ impl Arch {
             Arch::Mistral => "mistral",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Gemma3Text => "gemma3_text",
+            Arch::Gemma3 => "gemma3",
+            Arch::Phi3 => "phi3",
         }
     }
 
@@ -30,6 +41,22 @@ impl Arch {
             Arch::Mistral => "MistralForCausalLM",
             Arch::Qwen2 => "Qwen2ForCausalLM",
             Arch::Qwen3 => "Qwen3ForCausalLM",
+            Arch::Gemma3Text => "Gemma3ForCausalLM",
+            Arch::Gemma3 => "Gemma3ForConditionalGeneration",
+            Arch::Phi3 => "Phi3ForCausalLM",
+        }
+    }
+
+    /// Gemma 3, text-only or multimodal.
+    pub fn is_gemma3(self) -> bool {
+        matches!(self, Arch::Gemma3Text | Arch::Gemma3)
+    }
+
+    /// Where the text model's tensors are named from.
+    pub fn weight_root(self) -> &'static str {
+        match self {
+            Arch::Gemma3 => "language_model.",
+            _ => "",
         }
     }
 }

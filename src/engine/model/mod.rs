@@ -3,8 +3,10 @@
 //! rename table; loading is strict (see `weights::WeightMap`).
 
 pub mod decoder;
+pub mod gemma3;
 pub mod llama;
 pub mod mistral;
+pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
 
@@ -189,7 +191,15 @@ impl Linear {
 }
 
 /// The architectures Ondo can run, by `model_type`.
-pub const SUPPORTED_MODEL_TYPES: &[&str] = &["llama", "mistral", "qwen2", "qwen3"];
+pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma3_text",
+    "gemma3",
+    "phi3",
+];
 
 /// Settles config.json for its `model_type`, or names what is unsupported.
 pub fn decoder_config(
@@ -202,6 +212,9 @@ pub fn decoder_config(
         "mistral" => mistral::config(value, path),
         "qwen2" => qwen2::config(value, path),
         "qwen3" => qwen3::config(value, path),
+        "gemma3_text" => gemma3::text_config(value, path),
+        "gemma3" => gemma3::multimodal_config(value, path),
+        "phi3" => phi3::config(value, path),
         _ => Err(LoadError::UnsupportedModelType {
             model_type: model_type.to_owned(),
             path: path.to_owned(),
