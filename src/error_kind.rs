@@ -89,6 +89,9 @@ error_kinds! {
     Busy => "busy",
     /// The repo is not a model Ondo can run.
     NotAModel => "not_a_model",
+    /// The model's architecture (`model_type`) is one the engine does not
+    /// run yet; said before anything is downloaded.
+    UnsupportedModelType => "unsupported_model_type",
     /// The hub answered with an HTTP status Ondo has no better name for.
     Http => "http",
     /// The hub's answer could not be read.

@@ -34,6 +34,8 @@ fn special_tokens(template: &str) -> (Option<&'static str>, Option<&'static str>
     match template {
         "qwen3.jinja" => (None, Some("<|im_end|>")),
         "llama3.1.jinja" => (Some("<|begin_of_text|>"), Some("<|eot_id|>")),
+        "gemma3.jinja" => (Some("<bos>"), Some("<eos>")),
+        "phi4-mini.jinja" => (None, Some("<|endoftext|>")),
         other => panic!("no special tokens known for {other}"),
     }
 }
@@ -164,6 +166,46 @@ fn cases() -> Vec<Case> {
             options: json!({}),
             expect: &["<|im_start|>assistant\n4<|im_end|>\n<|im_start|>user\nAnd 3+3?"],
             absent: &["Two and two"],
+        },
+        Case {
+            name: "gemma3: the system prompt is folded into the first user turn",
+            template: "gemma3.jinja",
+            messages: json!([
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "  What is 2+2? "},
+                {"role": "assistant", "content": "4"},
+                {"role": "user", "content": "And 3+3?"}
+            ]),
+            tools: None,
+            options: json!({}),
+            expect: &[
+                "<bos><start_of_turn>user\nBe brief.\n\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n4<end_of_turn>\n<start_of_turn>user\nAnd 3+3?<end_of_turn>\n<start_of_turn>model\n",
+            ],
+            absent: &["system"],
+        },
+        Case {
+            name: "gemma3: two user turns in a row are refused",
+            template: "gemma3.jinja",
+            messages: json!([
+                {"role": "user", "content": "Hi"},
+                {"role": "user", "content": "Hello?"}
+            ]),
+            tools: None,
+            options: json!({}),
+            expect: &[],
+            absent: &[],
+        },
+        Case {
+            name: "phi4-mini: roles in bars, the answer opened",
+            template: "phi4-mini.jinja",
+            messages: json!([
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "What is 2+2?"}
+            ]),
+            tools: None,
+            options: json!({}),
+            expect: &["<|system|>Be brief.<|end|><|user|>What is 2+2?<|end|><|assistant|>"],
+            absent: &["<|tool|>"],
         },
         Case {
             name: "llama3.1: a system prompt",

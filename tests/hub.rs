@@ -1191,3 +1191,168 @@ fn the_cli_pull_gets_a_gated_repos_files_only_with_a_token_and_explains_an_unkno
         "{message}"
     );
 }
+
+const UNSUPPORTED_REPO: &str = "ondo-test/mamba";
+
+/// The tiny model's files with a config.json whose `model_type` the engine
+/// does not run, served as [`UNSUPPORTED_REPO`]; returns its folder.
+fn serve_an_unsupported_architecture(fx: &Fixture) -> PathBuf {
+    let dir = fx.root.path().join("served/mamba");
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(&fx.model_dir).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+    }
+    let config_path = dir.join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config_path).unwrap()).unwrap();
+    config["model_type"] = "mamba".into();
+    std::fs::write(&config_path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
+    fx.hub.add_repo(UNSUPPORTED_REPO, &dir).unwrap();
+    dir
+}
+
+/// What the hub was asked for weights: any safetensors file (by Range too)
+/// or any storage link, where LFS files are served from.
+fn weight_requests(fx: &Fixture) -> Vec<String> {
+    fx.hub
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with(".safetensors") || r.path.starts_with("/storage/"))
+        .map(|r| format!("{} {} {:?}", r.method, r.path, r.range))
+        .collect()
+}
+
+#[test]
+fn an_architecture_the_engine_does_not_run_is_refused_before_any_weight_is_fetched() {
+    let fx = Fixture::new();
+    serve_an_unsupported_architecture(&fx);
+    let runnable = ondo::engine::model::SUPPORTED_MODEL_TYPES.join(", ");
+    let reason = format!("not supported yet: model_type mamba (Ondo runs: {runnable})");
+
+    // `ondo fit` reads config.json and stops there: not even the header of
+    // a weight file is asked for by Range.
+    let fit = ondo(&fx, &["fit", UNSUPPORTED_REPO]);
+    let stderr = String::from_utf8_lossy(&fit.stderr);
+    assert_eq!(fit.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with(&format!("error: {UNSUPPORTED_REPO} is {reason}")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("hint: `ondo ls --catalog`"), "{stderr}");
+    let fit = ondo(&fx, &["fit", UNSUPPORTED_REPO, "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&fit.stdout).unwrap();
+    assert_eq!(json["error"]["kind"], "unsupported_model_type");
+
+    // `ondo pull`, with its verdict line and without (--json), refuses the same way.
+    for args in [
+        vec!["pull", UNSUPPORTED_REPO],
+        vec!["pull", UNSUPPORTED_REPO, "--json"],
+    ] {
+        let pull = ondo(&fx, &args);
+        let stderr = String::from_utf8_lossy(&pull.stderr);
+        assert_eq!(pull.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(&reason), "{args:?}: {stderr}");
+        assert!(!stderr.contains("% "), "a download started: {stderr}");
+    }
+    let pull = ondo(&fx, &["pull", UNSUPPORTED_REPO, "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&pull.stdout).unwrap();
+    assert_eq!(json["error"]["kind"], "unsupported_model_type");
+    assert_eq!(
+        json["error"]["message"],
+        format!("{UNSUPPORTED_REPO} is {reason}; choose a model of one of those types")
+    );
+
+    // The library call the app's Download button makes refuses too.
+    let mut events = Vec::new();
+    let error = download(&fx.client(), UNSUPPORTED_REPO, &mut events).unwrap_err();
+    assert!(
+        matches!(&error, HubError::UnsupportedModelType { unsupported, .. }
+            if unsupported.model_type.as_deref() == Some("mamba")),
+        "{error}"
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, DownloadEvent::Planned { .. })),
+        "{events:?}"
+    );
+
+    // The hub's log: config.json was read, no weights at all, and nothing
+    // of the repo was written to the cache.
+    assert!(
+        fx.hub
+            .requests()
+            .iter()
+            .any(|r| r.path.ends_with("/config.json")),
+        "config.json was never read"
+    );
+    assert_eq!(weight_requests(&fx), Vec::<String>::new());
+    assert!(!fx.cache_dir().join("models--ondo-test--mamba").exists());
+
+    // The same repo's fit is refused from its folder too.
+    let served = fx.root.path().join("served/mamba");
+    let fit = ondo(&fx, &["fit", served.to_str().unwrap()]);
+    assert_eq!(fit.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&fit.stderr).contains(&reason));
+}
+
+#[test]
+fn search_says_which_results_the_engine_does_not_run() {
+    let fx = Fixture::new();
+    serve_an_unsupported_architecture(&fx);
+    let hits = block_on(fx.client().search("ondo-test", 10)).unwrap();
+    let hit = |id: &str| hits.iter().find(|h| h.id == id).unwrap();
+    assert_eq!(hit(REPO).model_type.as_deref(), Some("llama"));
+    assert_eq!(hit(REPO).unsupported, None);
+    assert_eq!(hit(UNSUPPORTED_REPO).model_type.as_deref(), Some("mamba"));
+    let reason = hit(UNSUPPORTED_REPO).unsupported.clone().unwrap();
+    assert!(
+        reason.starts_with("not supported yet: model_type mamba (Ondo runs: "),
+        "{reason}"
+    );
+
+    let search = ondo(&fx, &["search", "ondo-test"]);
+    let text = String::from_utf8_lossy(&search.stdout);
+    let line = |id: &str| text.lines().find(|l| l.starts_with(id)).unwrap().to_owned();
+    assert!(line(UNSUPPORTED_REPO).contains(&reason), "{text}");
+    assert!(!line(REPO).contains("not supported"), "{text}");
+    // Search asked for nothing but the list.
+    assert_eq!(weight_requests(&fx), Vec::<String>::new());
+}
+
+#[test]
+fn the_library_lists_a_folder_the_engine_does_not_run_with_the_reason() {
+    let fx = Fixture::new();
+    let folder = serve_an_unsupported_architecture(&fx);
+    library::add_folder(&fx.dirs(), &folder).unwrap();
+    let listed: serde_json::Value =
+        serde_json::from_slice(&ondo(&fx, &["ls", "--json"]).stdout).unwrap();
+    let entry = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["source"] == "folder")
+        .unwrap();
+    assert_eq!(entry["model_type"], "mamba");
+    assert_eq!(entry["complete"], true);
+    let reason = entry["unsupported"].as_str().unwrap();
+    assert!(
+        reason.starts_with("not supported yet: model_type mamba (Ondo runs: llama"),
+        "{reason}"
+    );
+
+    let table = String::from_utf8(ondo(&fx, &["ls"]).stdout).unwrap();
+    assert!(table.contains("(folder) [not supported yet]"), "{table}");
+    assert!(table.contains(&format!(": {reason}")), "{table}");
+
+    // A folder of a type the engine runs has no such note.
+    library::add_folder(&fx.dirs(), &fx.model_dir).unwrap();
+    let models = library::scan(&fx.dirs());
+    let tiny = models
+        .iter()
+        .find(|m| m.path == std::fs::canonicalize(&fx.model_dir).unwrap())
+        .unwrap();
+    assert_eq!(tiny.model_type.as_deref(), Some("llama"));
+    assert_eq!(tiny.unsupported, None);
+}

@@ -134,7 +134,31 @@ fn the_models_screen_gets_the_catalog_with_verdicts_and_offline_mode() {
         );
         assert!(offer["fit"]["weights_bytes"].as_u64().unwrap() > 0);
         assert_eq!(offer["downloaded"], false);
+        // A family the engine does not run yet is listed with the reason
+        // the Download button shows; the others have none.
+        let family = offer["entry"]["family"].as_str().unwrap();
+        let runs = ondo::engine::model::SUPPORTED_MODEL_TYPES.contains(&family);
+        match offer["unsupported"].as_str() {
+            None => assert!(runs, "{offer}"),
+            Some(reason) => {
+                assert!(!runs, "{offer}");
+                assert!(
+                    reason.starts_with(&format!("not supported yet: model_type {family} (")),
+                    "{reason}"
+                );
+            }
+        }
     }
+    // Mixtures of experts say how many parameters work on each token.
+    let moe = catalog
+        .iter()
+        .find(|offer| offer["entry"]["family"] == "qwen3_moe")
+        .unwrap();
+    assert!(
+        moe["fit"]["active_parameters"].as_u64().unwrap()
+            < moe["fit"]["parameters"].as_u64().unwrap() / 5,
+        "{moe}"
+    );
     assert_eq!(view["offline"], true);
 }
 

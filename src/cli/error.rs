@@ -129,6 +129,10 @@ pub fn hint(kind: ErrorKind, model: Option<&str>) -> Option<String> {
         ErrorKind::ServerError | ErrorKind::LinkExpired | ErrorKind::Interrupted | ErrorKind::ChecksumMismatch => {
             pull_again
         }
+        ErrorKind::UnsupportedModelType => {
+            "`ondo ls --catalog` lists models Ondo runs; `ondo search WORDS` marks the ones it does not"
+                .to_owned()
+        }
         ErrorKind::Unreachable => {
             "HF_HUB_OFFLINE=1 keeps Ondo from asking the hub; `ondo ls` lists what is downloaded"
                 .to_owned()

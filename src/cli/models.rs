@@ -118,7 +118,13 @@ pub fn pull(args: PullArgs) -> Result<ExitCode, CliError> {
                     eprintln!("{}", verdict_line(&estimate));
                 }
                 // Waited out already: the download would only wait again.
-                Err(err @ (HubError::RateLimited { .. } | HubError::ServerError { .. })) => {
+                // An architecture the engine does not run is refused here,
+                // before any weights.
+                Err(
+                    err @ (HubError::RateLimited { .. }
+                    | HubError::ServerError { .. }
+                    | HubError::UnsupportedModelType { .. }),
+                ) => {
                     return Err(err);
                 }
                 // The download names any other problem in its own words.
@@ -338,12 +344,10 @@ pub fn ls(args: LsArgs) -> Result<ExitCode, CliError> {
         &["MODEL", "SIZE", "QUANT", "PARAMS", "TYPE", "REVISION"],
         &rows,
     );
-    for model in models.iter().filter(|m| m.problem.is_some()) {
-        println!(
-            "note: {}: {}",
-            model.id,
-            model.problem.as_deref().unwrap_or_default()
-        );
+    for model in &models {
+        for note in [&model.problem, &model.unsupported].into_iter().flatten() {
+            println!("note: {}: {note}", model.id);
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -354,10 +358,12 @@ fn library_row(model: &LibraryModel) -> [String; 6] {
         ModelSource::Folder => format!("{} (folder)", model.id),
         ModelSource::Ondo => format!("{} (ondo)", model.id),
     };
-    let name = if model.complete {
-        name
-    } else {
+    let name = if !model.complete {
         format!("{name} [incomplete]")
+    } else if model.unsupported.is_some() {
+        format!("{name} [not supported yet]")
+    } else {
+        name
     };
     let revision = match (&model.commit, model.revisions.first()) {
         (Some(commit), Some(rev)) => format!("{rev} {}", &commit[..commit.len().min(8)]),
@@ -380,36 +386,30 @@ fn list_catalog(dirs: &DataDirs, json: bool) -> Result<ExitCode, CliError> {
         crate::hub::fit::DEFAULT_CONTEXT_TOKENS,
         MachineMemory::read(working_set()),
     );
-    let rows: Vec<(&catalog::CatalogEntry, FitEstimate, bool)> = offers
-        .into_iter()
-        .map(|o| (o.entry, o.fit, o.downloaded))
-        .collect();
     if json {
-        let records: Vec<serde_json::Value> = rows
-            .iter()
-            .map(|(entry, fit, downloaded)| {
-                serde_json::json!({"entry": entry, "fit": fit, "downloaded": downloaded})
-            })
-            .collect();
         println!(
             "{}",
-            serde_json::to_string_pretty(&records).expect("plain data")
+            serde_json::to_string_pretty(&offers).expect("plain data")
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let table: Vec<[String; 6]> = rows
+    let table: Vec<[String; 6]> = offers
         .iter()
-        .map(|(entry, fit, downloaded)| {
+        .map(|offer| {
+            let entry = offer.entry;
+            let mark = if offer.downloaded {
+                " (downloaded)"
+            } else if offer.unsupported.is_some() {
+                " (not supported yet)"
+            } else {
+                ""
+            };
             [
-                format!(
-                    "{}{}",
-                    entry.repo_id,
-                    if *downloaded { " (downloaded)" } else { "" }
-                ),
+                format!("{}{mark}", entry.repo_id),
                 format!("~{}", human_bytes(entry.size_bytes)),
                 entry.quantization.to_owned(),
-                human_count(entry.parameters),
-                verdict_word(fit.verdict).to_owned(),
+                parameters_cell(entry.parameters, offer.fit.active_parameters),
+                verdict_word(offer.fit.verdict).to_owned(),
                 entry.note.to_owned(),
             ]
         })
@@ -418,6 +418,11 @@ fn list_catalog(dirs: &DataDirs, json: bool) -> Result<ExitCode, CliError> {
         &["MODEL", "SIZE", "QUANT", "PARAMS", "FIT@4K", "NOTE"],
         &table,
     );
+    for offer in &offers {
+        if let Some(reason) = &offer.unsupported {
+            println!("note: {}: {reason}", offer.entry.repo_id);
+        }
+    }
     println!("Download one: ondo pull MODEL   (sizes are approximate until the hub is asked)");
     Ok(ExitCode::SUCCESS)
 }
@@ -522,8 +527,12 @@ pub fn fit(args: FitArgs) -> Result<ExitCode, CliError> {
         );
     } else {
         println!("{label} at {} tokens of context:", args.context);
+        let window = estimate
+            .kv_cache_note
+            .as_ref()
+            .map_or(String::new(), |note| format!("; {note}"));
         println!(
-            "  weights   {:>10}\n  KV cache  {:>10}  ({} per token, {})\n  overhead  {:>10}\n  needed    {:>10}\n  available {:>10}{}",
+            "  weights   {:>10}\n  KV cache  {:>10}  ({} per token, {}{window})\n  overhead  {:>10}\n  needed    {:>10}\n  available {:>10}{}",
             human_bytes(estimate.weights_bytes),
             human_bytes(estimate.kv_cache_bytes),
             human_bytes(estimate.kv_bytes_per_token),
@@ -538,6 +547,16 @@ pub fn fit(args: FitArgs) -> Result<ExitCode, CliError> {
                     human_bytes(w)
                 )),
         );
+        if let Some(parameters) = estimate.parameters {
+            let experts = estimate
+                .experts_note
+                .as_ref()
+                .map_or(String::new(), |note| format!(" ({note})"));
+            println!(
+                "  parameters {}{experts}",
+                parameters_cell(parameters, estimate.active_parameters)
+            );
+        }
         println!("{}", verdict_line(&estimate));
         for advice in &estimate.advice {
             println!("  - {advice}");
@@ -643,10 +662,13 @@ pub fn search(args: SearchArgs) -> Result<ExitCode, CliError> {
         .map(|hit| {
             let mut marks = Vec::new();
             if library::find_cached(&dirs.hf_cache_dir, &hit.id).is_some() {
-                marks.push("downloaded");
+                marks.push("downloaded".to_owned());
             }
             if catalog::find(&hit.id).is_some() {
-                marks.push("in catalog");
+                marks.push("in catalog".to_owned());
+            }
+            if let Some(reason) = &hit.unsupported {
+                marks.push(reason.clone());
             }
             [hit.id.clone(), human_count(hit.downloads), marks.join(", ")]
         })
@@ -662,6 +684,18 @@ fn words_match(id: &str, text: &str) -> bool {
 }
 
 // ---------------------------------------------------------------- shared
+
+/// "30.5B, 3.35B active per token" for a mixture of experts, "3.2B" otherwise.
+fn parameters_cell(parameters: u64, active_parameters: Option<u64>) -> String {
+    match active_parameters {
+        Some(active) => format!(
+            "{}, {} active per token",
+            human_count(parameters),
+            human_count(active)
+        ),
+        None => human_count(parameters),
+    }
+}
 
 /// 1.2B, 350M, 12K.
 fn human_count(n: u64) -> String {

@@ -26,6 +26,8 @@ Examples:
   ondo synth tiny ./models/qwen-tiny --arch qwen3 --seed 7
   ondo synth tiny ./models/moe-tiny --arch qwen3_moe --bits 4   # 8 experts, 2 per token
   ondo synth tiny ./models/moe-mx --arch qwen3_moe --bits 8 --experts-mxfp4
+  ondo synth tiny ./models/gemma-tiny --arch gemma3_text --sliding-window 32
+  ondo synth tiny ./models/phi-tiny --arch phi3 --bits 4
   python -m mlx_lm generate --model ./models/tiny --prompt hi   # mlx-lm loads it too")]
 pub struct SynthArgs {
     /// Preset shape: tiny, small, llama-3.2-1b, llama-3.2-3b or llama-3.1-8b.
@@ -60,6 +62,11 @@ pub struct SynthArgs {
     /// Replace the folder's contents if it is not empty.
     #[arg(long)]
     force: bool,
+    /// Gemma 3 only: positions its sliding-window layers attend over (every
+    /// second layer attends to everything). Small windows let a short
+    /// prompt cross it.
+    #[arg(long, default_value_t = synth::DEFAULT_SLIDING_WINDOW)]
+    sliding_window: usize,
     /// Print a JSON summary instead of text.
     #[arg(long)]
     json: bool,
@@ -115,6 +122,7 @@ pub fn run(args: SynthArgs) -> Result<ExitCode, CliError> {
     options.seed = args.seed;
     options.max_shard_bytes = args.max_shard_size;
     options.force = args.force;
+    options.sliding_window = args.sliding_window.max(1);
 
     let bar = ProgressBar::new(0);
     bar.set_style(

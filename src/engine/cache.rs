@@ -341,6 +341,13 @@ impl LayerCache {
     }
 
     /// Positions seen so far (the rope offset of the next token).
+    /// The cache of a sliding-window layer: it holds the last `window`
+    /// positions (plus one prefill chunk) and keeps no leading tokens, as
+    /// mlx-lm's sliding-window layers do.
+    pub fn window(window: i32) -> Self {
+        LayerCache::Rotating(RotatingKvCache::new(window, 0))
+    }
+
     pub fn offset(&self) -> i32 {
         match self {
             LayerCache::Growing(c) => c.offset(),

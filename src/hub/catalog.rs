@@ -1,44 +1,44 @@
-//! The curated models Ondo offers with one click: MLX 4-bit conversions from
-//! mlx-community of architectures the engine runs.
+//! The curated models Ondo offers with one click: MLX conversions from
+//! mlx-community, each with the config.json values sizing reads.
 //!
 //! The sizes and parameter counts are approximate, from the published repos
 //! and configs: they are for listing the models and judging whether one fits
 //! before anything is downloaded. When online, the hub's file sizes replace
-//! them; after download, the folder's config.json and weights do.
+//! them; after download, the folder's config.json and weights do. An entry
+//! whose architecture the engine does not run yet is listed with that reason
+//! and cannot be downloaded (`hub::architecture`).
 
 use serde::Serialize;
 
-use crate::hub::fit::{KvDtype, ModelShape};
+use crate::hub::fit::{FitError, ModelShape};
 
-/// One model in the catalog, with what sizing needs from its config.json.
+/// One model in the catalog, with the config.json sizing needs.
 #[derive(Serialize, Clone, Debug)]
 #[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct CatalogEntry {
     /// Hugging Face repo id, `owner/name`.
     pub repo_id: &'static str,
     pub display_name: &'static str,
-    /// The config's `model_type`.
+    /// The config's top-level `model_type`.
     pub family: &'static str,
-    /// Approximate parameter count.
+    /// Approximate parameter count, as the model's publisher gives it.
     pub parameters: u64,
     /// How the weights are stored, e.g. "4-bit".
     pub quantization: &'static str,
     /// Approximate size on disk, in bytes.
     pub size_bytes: u64,
-    /// The trained context (`max_position_embeddings`), in tokens.
-    pub context_length: u64,
-    pub num_hidden_layers: u64,
-    pub num_key_value_heads: u64,
-    pub head_dim: u64,
-    pub hidden_size: u64,
     /// One line for the user: what the model is good for.
     pub note: &'static str,
+    /// The keys of the repo's config.json that sizing reads, with the
+    /// published values, under the names mlx-lm's model file reads them by.
+    #[serde(skip)]
+    pub config: &'static str,
 }
 
 /// The model offered when the user has not picked one; first in the catalog.
 pub const DEFAULT_MODEL: &str = "mlx-community/Llama-3.2-3B-Instruct-4bit";
 
-static CATALOG: [CatalogEntry; 9] = [
+static CATALOG: [CatalogEntry; 14] = [
     CatalogEntry {
         repo_id: DEFAULT_MODEL,
         display_name: "Llama 3.2 3B Instruct",
@@ -46,12 +46,11 @@ static CATALOG: [CatalogEntry; 9] = [
         parameters: 3_210_000_000,
         quantization: "4-bit",
         size_bytes: 1_800_000_000,
-        context_length: 131_072,
-        num_hidden_layers: 28,
-        num_key_value_heads: 8,
-        head_dim: 128,
-        hidden_size: 3072,
         note: "Quick and capable at chat and summaries; a good first model.",
+        config: r#"{"model_type": "llama", "hidden_size": 3072, "num_hidden_layers": 28,
+            "num_attention_heads": 24, "num_key_value_heads": 8, "head_dim": 128,
+            "intermediate_size": 8192, "vocab_size": 128256, "tie_word_embeddings": true,
+            "max_position_embeddings": 131072, "torch_dtype": "bfloat16"}"#,
     },
     CatalogEntry {
         repo_id: "mlx-community/Llama-3.2-1B-Instruct-4bit",
@@ -60,12 +59,11 @@ static CATALOG: [CatalogEntry; 9] = [
         parameters: 1_240_000_000,
         quantization: "4-bit",
         size_bytes: 700_000_000,
-        context_length: 131_072,
-        num_hidden_layers: 16,
-        num_key_value_heads: 8,
-        head_dim: 64,
-        hidden_size: 2048,
         note: "Very small and fast on any Mac; best for simple tasks.",
+        config: r#"{"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 16,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64,
+            "intermediate_size": 8192, "vocab_size": 128256, "tie_word_embeddings": true,
+            "max_position_embeddings": 131072, "torch_dtype": "bfloat16"}"#,
     },
     CatalogEntry {
         repo_id: "mlx-community/Qwen3-0.6B-4bit",
@@ -74,12 +72,11 @@ static CATALOG: [CatalogEntry; 9] = [
         parameters: 600_000_000,
         quantization: "4-bit",
         size_bytes: 340_000_000,
-        context_length: 40_960,
-        num_hidden_layers: 28,
-        num_key_value_heads: 8,
-        head_dim: 128,
-        hidden_size: 1024,
         note: "Tiny and very fast; for trying Ondo out rather than for answers you rely on.",
+        config: r#"{"model_type": "qwen3", "hidden_size": 1024, "num_hidden_layers": 28,
+            "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+            "intermediate_size": 3072, "vocab_size": 151936, "tie_word_embeddings": true,
+            "max_position_embeddings": 40960, "torch_dtype": "bfloat16"}"#,
     },
     CatalogEntry {
         repo_id: "mlx-community/Qwen3-1.7B-4bit",
@@ -88,12 +85,11 @@ static CATALOG: [CatalogEntry; 9] = [
         parameters: 1_700_000_000,
         quantization: "4-bit",
         size_bytes: 970_000_000,
-        context_length: 40_960,
-        num_hidden_layers: 28,
-        num_key_value_heads: 8,
-        head_dim: 128,
-        hidden_size: 2048,
         note: "Small and quick; thinks step by step before it answers.",
+        config: r#"{"model_type": "qwen3", "hidden_size": 2048, "num_hidden_layers": 28,
+            "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+            "intermediate_size": 6144, "vocab_size": 151936, "tie_word_embeddings": true,
+            "max_position_embeddings": 40960, "torch_dtype": "bfloat16"}"#,
     },
     CatalogEntry {
         repo_id: "mlx-community/Qwen3-4B-4bit",
@@ -102,12 +98,11 @@ static CATALOG: [CatalogEntry; 9] = [
         parameters: 4_000_000_000,
         quantization: "4-bit",
         size_bytes: 2_300_000_000,
-        context_length: 40_960,
-        num_hidden_layers: 36,
-        num_key_value_heads: 8,
-        head_dim: 128,
-        hidden_size: 2560,
         note: "Strong for its size at reasoning and code; thinks before it answers.",
+        config: r#"{"model_type": "qwen3", "hidden_size": 2560, "num_hidden_layers": 36,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+            "intermediate_size": 9728, "vocab_size": 151936, "tie_word_embeddings": true,
+            "max_position_embeddings": 40960, "torch_dtype": "bfloat16"}"#,
     },
     CatalogEntry {
         repo_id: "mlx-community/Qwen3-8B-4bit",
@@ -116,12 +111,11 @@ static CATALOG: [CatalogEntry; 9] = [
         parameters: 8_200_000_000,
         quantization: "4-bit",
         size_bytes: 4_600_000_000,
-        context_length: 40_960,
-        num_hidden_layers: 36,
-        num_key_value_heads: 8,
-        head_dim: 128,
-        hidden_size: 4096,
-        note: "The strongest reasoner here; best on a Mac with 16 GB or more.",
+        note: "The strongest dense reasoner here; best on a Mac with 16 GB or more.",
+        config: r#"{"model_type": "qwen3", "hidden_size": 4096, "num_hidden_layers": 36,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+            "intermediate_size": 12288, "vocab_size": 151936, "tie_word_embeddings": false,
+            "max_position_embeddings": 40960, "torch_dtype": "bfloat16"}"#,
     },
     CatalogEntry {
         repo_id: "mlx-community/Meta-Llama-3.1-8B-Instruct-4bit",
@@ -130,12 +124,11 @@ static CATALOG: [CatalogEntry; 9] = [
         parameters: 8_030_000_000,
         quantization: "4-bit",
         size_bytes: 4_500_000_000,
-        context_length: 131_072,
-        num_hidden_layers: 32,
-        num_key_value_heads: 8,
-        head_dim: 128,
-        hidden_size: 4096,
         note: "A capable all-rounder for long documents; best on a Mac with 16 GB or more.",
+        config: r#"{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+            "intermediate_size": 14336, "vocab_size": 128256, "tie_word_embeddings": false,
+            "max_position_embeddings": 131072, "torch_dtype": "bfloat16"}"#,
     },
     CatalogEntry {
         repo_id: "mlx-community/Mistral-7B-Instruct-v0.3-4bit",
@@ -144,12 +137,11 @@ static CATALOG: [CatalogEntry; 9] = [
         parameters: 7_250_000_000,
         quantization: "4-bit",
         size_bytes: 4_100_000_000,
-        context_length: 32_768,
-        num_hidden_layers: 32,
-        num_key_value_heads: 8,
-        head_dim: 128,
-        hidden_size: 4096,
         note: "A widely used general chat model; best on a Mac with 16 GB or more.",
+        config: r#"{"model_type": "mistral", "hidden_size": 4096, "num_hidden_layers": 32,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+            "intermediate_size": 14336, "vocab_size": 32768, "tie_word_embeddings": false,
+            "max_position_embeddings": 32768, "torch_dtype": "bfloat16"}"#,
     },
     CatalogEntry {
         repo_id: "mlx-community/Qwen2.5-7B-Instruct-4bit",
@@ -158,12 +150,101 @@ static CATALOG: [CatalogEntry; 9] = [
         parameters: 7_620_000_000,
         quantization: "4-bit",
         size_bytes: 4_300_000_000,
-        context_length: 32_768,
-        num_hidden_layers: 28,
-        num_key_value_heads: 4,
-        head_dim: 128,
-        hidden_size: 3584,
         note: "Good at code and structured output, with a small KV cache for its size.",
+        config: r#"{"model_type": "qwen2", "hidden_size": 3584, "num_hidden_layers": 28,
+            "num_attention_heads": 28, "num_key_value_heads": 4, "head_dim": 128,
+            "intermediate_size": 18944, "vocab_size": 152064, "tie_word_embeddings": false,
+            "max_position_embeddings": 32768, "torch_dtype": "bfloat16"}"#,
+    },
+    // Gemma 3 1B: every sixth layer is global, the other 22 of 26 keep the
+    // latest 512 positions. The size is worked out from the parameter count
+    // at 4.5 bits a weight, not read from the repo.
+    CatalogEntry {
+        repo_id: "mlx-community/gemma-3-1b-it-4bit",
+        display_name: "Gemma 3 1B",
+        family: "gemma3_text",
+        parameters: 1_000_000_000,
+        quantization: "4-bit",
+        size_bytes: 563_000_000,
+        note: "Google's smallest Gemma 3: fast, and light on memory in long chats, since most of its layers look back 512 tokens. Its size here is an estimate.",
+        config: r#"{"model_type": "gemma3_text", "hidden_size": 1152, "num_hidden_layers": 26,
+            "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
+            "intermediate_size": 6912, "vocab_size": 262144,
+            "sliding_window": 512, "sliding_window_pattern": 6,
+            "max_position_embeddings": 32768, "torch_dtype": "bfloat16"}"#,
+    },
+    // Gemma 3 4B is a multimodal checkpoint (`gemma3`): the text model's
+    // config is `text_config`, which names only what differs from the
+    // defaults (8 heads, 4 KV heads, head_dim 256, a window pattern of 6).
+    // The weights include the vision tower, which the engine skips; whether
+    // the conversion quantized it is not known here, so the size is approximate.
+    CatalogEntry {
+        repo_id: "mlx-community/gemma-3-4b-it-4bit",
+        display_name: "Gemma 3 4B",
+        family: "gemma3",
+        parameters: 4_300_000_000,
+        quantization: "4-bit",
+        size_bytes: 2_700_000_000,
+        note: "Gemma 3 4B's text model (the checkpoint's image part is not used): good at writing and many languages. Its size here is approximate (±0.3 GB).",
+        config: r#"{"model_type": "gemma3", "torch_dtype": "bfloat16",
+            "text_config": {"model_type": "gemma3_text", "hidden_size": 2560,
+                "intermediate_size": 10240, "num_hidden_layers": 34, "sliding_window": 1024,
+                "rope_scaling": {"factor": 8.0, "rope_type": "linear"}},
+            "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152,
+                "num_hidden_layers": 27}}"#,
+    },
+    // Qwen3 30B-A3B: 128 experts in each of 48 layers, 8 picked per token.
+    CatalogEntry {
+        repo_id: "mlx-community/Qwen3-30B-A3B-4bit",
+        display_name: "Qwen3 30B-A3B",
+        family: "qwen3_moe",
+        parameters: 30_500_000_000,
+        quantization: "4-bit",
+        size_bytes: 17_200_000_000,
+        note: "A mixture of experts: answers at about the speed of a 3B model with the knowledge of a 30B one; needs a Mac with 32 GB or more.",
+        config: r#"{"model_type": "qwen3_moe", "hidden_size": 2048, "num_hidden_layers": 48,
+            "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+            "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128,
+            "num_experts_per_tok": 8, "decoder_sparse_step": 1, "mlp_only_layers": [],
+            "vocab_size": 151936, "tie_word_embeddings": false,
+            "max_position_embeddings": 40960, "torch_dtype": "bfloat16"}"#,
+    },
+    // gpt-oss 20B: the experts in mxfp4 (4.25 bits a weight), the rest in
+    // 8-bit affine; half the layers slide over 128 positions.
+    CatalogEntry {
+        repo_id: "mlx-community/gpt-oss-20b-MXFP4-Q8",
+        display_name: "gpt-oss 20B",
+        family: "gpt_oss",
+        parameters: 20_900_000_000,
+        quantization: "mxfp4 experts, 8-bit",
+        size_bytes: 12_100_000_000,
+        note: "OpenAI's open-weight reasoning model, a mixture of experts; best on a Mac with 24 GB or more.",
+        config: r#"{"model_type": "gpt_oss", "hidden_size": 2880, "num_hidden_layers": 24,
+            "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
+            "intermediate_size": 2880, "num_local_experts": 32, "num_experts_per_tok": 4,
+            "vocab_size": 201088, "tie_word_embeddings": false, "sliding_window": 128,
+            "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention",
+                "sliding_attention", "full_attention", "sliding_attention", "full_attention",
+                "sliding_attention", "full_attention", "sliding_attention", "full_attention",
+                "sliding_attention", "full_attention", "sliding_attention", "full_attention",
+                "sliding_attention", "full_attention", "sliding_attention", "full_attention",
+                "sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+            "max_position_embeddings": 131072, "torch_dtype": "bfloat16"}"#,
+    },
+    // Phi-4-mini: head_dim is not in its config (3072 / 24 = 128).
+    CatalogEntry {
+        repo_id: "mlx-community/Phi-4-mini-instruct-4bit",
+        display_name: "Phi-4 mini Instruct",
+        family: "phi3",
+        parameters: 3_840_000_000,
+        quantization: "4-bit",
+        size_bytes: 2_160_000_000,
+        note: "Microsoft's small model, strong at reasoning and math for its size, with a 128K context.",
+        config: r#"{"model_type": "phi3", "hidden_size": 3072, "num_hidden_layers": 32,
+            "num_attention_heads": 24, "num_key_value_heads": 8, "intermediate_size": 8192,
+            "vocab_size": 200064, "tie_word_embeddings": true, "partial_rotary_factor": 0.75,
+            "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+            "torch_dtype": "bfloat16"}"#,
     },
 ];
 
@@ -180,23 +261,26 @@ pub fn find(repo_id: &str) -> Option<&'static CatalogEntry> {
 }
 
 impl CatalogEntry {
-    /// The shape for a fit estimate. All entries compute in bfloat16.
-    pub fn shape(&self) -> ModelShape {
-        ModelShape {
-            num_hidden_layers: self.num_hidden_layers,
-            num_key_value_heads: self.num_key_value_heads,
-            head_dim: self.head_dim,
-            hidden_size: self.hidden_size,
-            max_position_embeddings: Some(self.context_length),
-            kv_dtype: KvDtype::BF16,
-        }
+    /// The entry's config.json values, parsed.
+    pub fn config(&self) -> serde_json::Value {
+        serde_json::from_str(self.config).unwrap_or_default()
+    }
+
+    /// The shape for a fit estimate, read from the entry's config as a
+    /// downloaded model's would be.
+    pub fn shape(&self) -> Result<ModelShape, FitError> {
+        ModelShape::from_config(&self.config(), None)
+    }
+
+    /// Why the engine cannot run this model yet; `None` when it can.
+    pub fn unsupported(&self) -> Option<String> {
+        super::architecture::unsupported_reason(Some(self.family))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::model::SUPPORTED_MODEL_TYPES;
     use crate::hub::fit::{FitInput, Verdict, estimate_fit};
 
     /// The hub's rule for a repo name: letters, digits, `-`, `_` and `.`, at
@@ -239,21 +323,66 @@ mod tests {
     }
 
     #[test]
-    fn every_entry_is_an_architecture_the_engine_runs() {
+    fn every_entry_says_whether_the_engine_runs_it() {
+        let runnable = crate::engine::model::SUPPORTED_MODEL_TYPES;
         for entry in catalog() {
+            // The family is the config's model_type, which is what decides.
+            assert_eq!(
+                entry.config()["model_type"],
+                entry.family,
+                "{}: family and config disagree",
+                entry.repo_id
+            );
+            match entry.unsupported() {
+                None => assert!(runnable.contains(&entry.family), "{}", entry.repo_id),
+                Some(reason) => {
+                    assert!(!runnable.contains(&entry.family), "{}", entry.repo_id);
+                    assert!(
+                        reason.starts_with(&format!(
+                            "not supported yet: model_type {} (Ondo runs: ",
+                            entry.family
+                        )),
+                        "{reason}"
+                    );
+                }
+            }
+        }
+        // The families Ondo has always run are never listed as unsupported.
+        for entry in catalog().iter().filter(|e| e.quantization == "4-bit") {
+            if ["llama", "mistral", "qwen2", "qwen3"].contains(&entry.family) {
+                assert_eq!(entry.unsupported(), None, "{}", entry.repo_id);
+            }
+        }
+    }
+
+    #[test]
+    fn every_config_is_sizable_and_its_parameters_match_the_published_count() {
+        for entry in catalog() {
+            let shape = entry
+                .shape()
+                .unwrap_or_else(|err| panic!("{}: {err}", entry.repo_id));
+            let counted = shape.parameters.expect("vocab and MLP sizes are given") as f64;
+            // Gemma 3 4B's published count includes the vision tower
+            // (about 0.42B), which the text model's config does not describe.
+            let published = if entry.family == "gemma3" {
+                entry.parameters as f64 - 420e6
+            } else {
+                entry.parameters as f64
+            };
+            let off = (counted / published - 1.0).abs();
             assert!(
-                SUPPORTED_MODEL_TYPES.contains(&entry.family),
-                "{}: model_type {} is not supported",
-                entry.repo_id,
-                entry.family
+                off < 0.03,
+                "{}: config counts {counted:.3e} parameters, the entry says {published:.3e}",
+                entry.repo_id
             );
         }
     }
 
     #[test]
-    fn sizes_agree_with_4_bit_parameter_counts() {
+    fn sizes_agree_with_parameter_counts() {
         // 4 bits plus a 16-bit scale and bias per 64 weights is 0.5625 bytes
-        // per parameter; a typo in either number leaves this range.
+        // per parameter (mxfp4 is 0.53, 8-bit 1.06); a typo in either number
+        // leaves this range.
         for entry in catalog() {
             let bytes_per_parameter = entry.size_bytes as f64 / entry.parameters as f64;
             assert!(
@@ -261,7 +390,7 @@ mod tests {
                 "{}: {bytes_per_parameter:.3} bytes per parameter",
                 entry.repo_id
             );
-            assert!(entry.quantization == "4-bit" && !entry.note.is_empty());
+            assert!(!entry.quantization.is_empty() && !entry.note.is_empty());
         }
     }
 
@@ -278,7 +407,7 @@ mod tests {
         let entry = find(DEFAULT_MODEL).unwrap();
         let estimate = estimate_fit(&FitInput {
             weights_bytes: entry.size_bytes,
-            shape: entry.shape(),
+            shape: entry.shape().unwrap(),
             context_tokens: 4096,
             available_bytes: 8 << 30,
             total_bytes: 16 << 30,
@@ -299,6 +428,88 @@ mod tests {
     fn qwen2_5_7b_has_half_the_kv_heads() {
         let entry = find("mlx-community/Qwen2.5-7B-Instruct-4bit").unwrap();
         // 28 * 4 * 128 * 2 * 2
-        assert_eq!(entry.shape().kv_bytes_per_token(), 57_344);
+        assert_eq!(entry.shape().unwrap().kv_bytes_per_token(), 57_344);
+    }
+
+    fn estimate_at(repo_id: &str, context_tokens: u64) -> crate::hub::fit::FitEstimate {
+        let entry = find(repo_id).unwrap();
+        estimate_fit(&FitInput {
+            weights_bytes: entry.size_bytes,
+            shape: entry.shape().unwrap(),
+            context_tokens,
+            available_bytes: 64 << 30,
+            total_bytes: 64 << 30,
+            working_set_bytes: None,
+        })
+    }
+
+    #[test]
+    fn qwen3_30b_a3b_holds_all_experts_and_works_through_3_billion() {
+        let estimate = estimate_at("mlx-community/Qwen3-30B-A3B-4bit", 4096);
+        // Attention: 2 * 2048 * 128 * (32 + 4) = 18,874,368 per layer.
+        // Experts: 128 * 3 * 2048 * 768 = 603,979,776 per layer, router
+        // 2048 * 128 = 262,144. Embeddings and output: 2 * 151,936 * 2048.
+        let per_layer = 18_874_368 + 603_979_776 + 262_144;
+        let total = 48 * per_layer + 2 * 311_164_928;
+        assert_eq!(estimate.parameters, Some(total));
+        assert_eq!(total, 30_531_911_680);
+        // 120 experts of 4,718,592 idle in each of 48 layers.
+        let active = total - 48 * 120 * 4_718_592;
+        assert_eq!(estimate.active_parameters, Some(active));
+        assert_eq!(active, 3_352_821_760);
+        assert_eq!(
+            estimate.experts_note.as_deref(),
+            Some("all 128 experts stay in memory; 8 of them work on each token")
+        );
+        // Memory counts every expert: the weights are the whole 17.2 GB.
+        assert_eq!(estimate.weights_bytes, 17_200_000_000);
+        // 48 layers * 4 KV heads * 128 * K and V * 2 bytes, no window.
+        assert_eq!(estimate.kv_bytes_per_token, 98_304);
+        assert_eq!(estimate.kv_cache_bytes, 98_304 * 4096);
+        assert_eq!(estimate.kv_cache_note, None);
+    }
+
+    #[test]
+    fn gpt_oss_20b_slides_half_its_layers_over_128_positions() {
+        let estimate = estimate_at("mlx-community/gpt-oss-20b-MXFP4-Q8", 4096);
+        // 24 layers * 8 KV heads * 64 * 2 * 2 bytes = 49,152 B a token; at
+        // 4096 tokens 12 full layers hold 4096 positions and 12 hold 128.
+        assert_eq!(estimate.kv_bytes_per_token, 49_152);
+        assert_eq!(estimate.kv_cache_bytes, 2048 * (12 * 4096 + 12 * 128));
+        assert_eq!(
+            estimate.kv_cache_note.as_deref(),
+            Some("12 of 24 layers keep at most 128 positions")
+        );
+        // Every layer's MLP is 32 experts of 3 * 2880 * 2880; 4 work per token.
+        let expert = 3 * 2880 * 2880;
+        let total = 201_088 * 2880 * 2 + 24 * (2 * 2880 * 64 * 72 + 32 * expert + 2880 * 32);
+        assert_eq!(estimate.parameters, Some(total));
+        assert_eq!(estimate.active_parameters, Some(total - 24 * 28 * expert));
+    }
+
+    #[test]
+    fn gemma_3_keeps_one_layer_in_six_global() {
+        // 1B: layers 5, 11, 17 and 23 are global; 22 keep 512 positions.
+        // 1 KV head * 256 * 2 * 2 bytes = 1,024 B per layer and position.
+        let estimate = estimate_at("mlx-community/gemma-3-1b-it-4bit", 8192);
+        assert_eq!(estimate.kv_bytes_per_token, 26 * 1024);
+        assert_eq!(estimate.kv_cache_bytes, 1024 * (4 * 8192 + 22 * 512));
+        assert_eq!(
+            estimate.kv_cache_note.as_deref(),
+            Some("22 of 26 layers keep at most 512 positions")
+        );
+        assert_eq!(estimate.active_parameters, None);
+        // 4B, read from text_config with the multimodal defaults: 4 KV
+        // heads, head_dim 256; 5 of 34 layers global, 29 keep 1024.
+        let estimate = estimate_at("mlx-community/gemma-3-4b-it-4bit", 8192);
+        assert_eq!(estimate.kv_bytes_per_token, 34 * 4096);
+        assert_eq!(estimate.kv_cache_bytes, 4096 * (5 * 8192 + 29 * 1024));
+        assert_eq!(
+            estimate.kv_cache_note.as_deref(),
+            Some("29 of 34 layers keep at most 1024 positions")
+        );
+        // Below the window every layer still grows: 300 tokens take 512.
+        let estimate = estimate_at("mlx-community/gemma-3-4b-it-4bit", 300);
+        assert_eq!(estimate.kv_cache_bytes, 4096 * 34 * 512);
     }
 }

@@ -61,6 +61,24 @@ pub struct SearchHit {
     pub last_modified: Option<String>,
     #[serde(default)]
     pub tags: Vec<String>,
+    /// The top-level `model_type` of the repo's config.json, as the hub's
+    /// search gives it (`config=true`); `None` when the repo has no config.
+    #[serde(default)]
+    pub model_type: Option<String>,
+    /// "not supported yet: model_type X (Ondo runs: ...)" when the engine
+    /// cannot run it; `None` when it can, or when the hub sent no config.
+    #[serde(default)]
+    pub unsupported: Option<String>,
+}
+
+/// A search result as the hub sends it: the hit, and the part of the repo's
+/// config.json the hub includes when asked for it.
+#[derive(Deserialize)]
+struct SearchResponseItem {
+    #[serde(flatten)]
+    hit: SearchHit,
+    #[serde(default)]
+    config: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -197,7 +215,10 @@ impl Hub {
             .append_pair("filter", "mlx")
             .append_pair("sort", "downloads")
             .append_pair("direction", "-1")
-            .append_pair("limit", &limit.to_string());
+            .append_pair("limit", &limit.to_string())
+            // Each result then carries its config's model_type, so whether
+            // Ondo runs it is known without a request per result.
+            .append_pair("config", "true");
         let placeholder = ModelRef {
             repo_id: text.to_owned(),
             revision: ModelRef::DEFAULT_REVISION.into(),
@@ -209,10 +230,31 @@ impl Hub {
             )
             .await?;
         let url = response.url().to_string();
-        response
+        let items: Vec<SearchResponseItem> = response
             .json()
             .await
-            .map_err(|err| self.transfer_error(&url, err))
+            .map_err(|err| self.transfer_error(&url, err))?;
+        Ok(items
+            .into_iter()
+            .map(|item| {
+                let model_type = item
+                    .config
+                    .as_ref()
+                    .and_then(|config| super::architecture::model_type(config))
+                    .map(str::to_owned);
+                // Without a config in the answer nothing is known yet; the
+                // pull reads the repo's config.json before any weights.
+                let unsupported = item
+                    .config
+                    .as_ref()
+                    .and_then(|_| super::architecture::unsupported_reason(model_type.as_deref()));
+                SearchHit {
+                    unsupported,
+                    model_type,
+                    ..item.hit
+                }
+            })
+            .collect())
     }
 
     /// A small file (config.json) read into memory without touching the cache,

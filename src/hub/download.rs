@@ -199,19 +199,35 @@ impl Hub {
         if self.config.offline {
             return self.cached_snapshot(model, started);
         }
-        let info = {
+        let repo_dir = self.config.cache_dir.join(model.cache_folder_name());
+        let cache_repo = self.cache.repo(model.hf_repo());
+        let (info, files) = {
             let mut on_wait = |wait: BusyWait| sink(DownloadEvent::hub_busy(wait));
             let mut watch = WaitWatch {
                 on_wait: Some(&mut on_wait),
                 cancel: Some(cancel),
             };
-            self.repo_info_watched(model, &mut watch).await?
+            let info = self.repo_info_watched(model, &mut watch).await?;
+            let files = model_files(&info)?;
+            // A model the engine cannot run is refused before any weights
+            // arrive, not after gigabytes that cannot load.
+            let at_commit = ModelRef {
+                repo_id: model.repo_id.clone(),
+                revision: info.commit.clone(),
+            };
+            let config = self
+                .read_config(&at_commit, &files, &cache_repo, &mut watch)
+                .await?;
+            super::architecture::check_config(&config).map_err(|unsupported| {
+                HubError::UnsupportedModelType {
+                    model: model.to_string(),
+                    unsupported,
+                }
+            })?;
+            (info, files)
         };
         // Every file is fetched by this commit: `main` may move while we work.
         let commit = info.commit.as_str();
-        let files = model_files(&info)?;
-        let repo_dir = self.config.cache_dir.join(model.cache_folder_name());
-        let cache_repo = self.cache.repo(model.hf_repo());
 
         let present_bytes: u64 = files
             .iter()
@@ -268,6 +284,51 @@ impl Hub {
             total_bytes,
             fetched_bytes,
             download_ms: started.elapsed().as_secs_f64() * 1e3,
+        })
+    }
+
+    /// The repo's config.json at `model`'s commit: from the cache when an
+    /// earlier pull left its blob whole, else read into memory (the
+    /// download writes it to the cache with the other files).
+    async fn read_config(
+        &self,
+        model: &ModelRef,
+        files: &[RepoFile],
+        cache_repo: &hf_hub::CacheRepo,
+        watch: &mut WaitWatch<'_>,
+    ) -> Result<serde_json::Value, HubError> {
+        let config_file = files.iter().find(|file| file.path == "config.json");
+        let cached = config_file.and_then(|file| {
+            std::fs::read(cache_repo.blob_path(&file.blob_id))
+                .ok()
+                .filter(|bytes| bytes.len() as u64 == file.size_bytes)
+        });
+        let bytes = match cached {
+            Some(bytes) => bytes,
+            None => {
+                let bytes = self.read_small_file(model, "config.json", watch).await?;
+                // Checked as the download checks it, so a damaged config is
+                // named as damaged rather than judged.
+                if let Some(mut hash) = config_file.and_then(ContentHash::for_file) {
+                    hash.update(&bytes);
+                    let (algorithm, expected) = (hash.algorithm(), hash.expected().to_owned());
+                    let actual = hash.finish();
+                    if actual != expected {
+                        return Err(HubError::ChecksumMismatch {
+                            repo_id: model.repo_id.clone(),
+                            file: "config.json".to_owned(),
+                            algorithm,
+                            expected,
+                            actual,
+                        });
+                    }
+                }
+                bytes
+            }
+        };
+        serde_json::from_slice(&bytes).map_err(|err| HubError::NotAModel {
+            repo_id: model.repo_id.clone(),
+            reason: format!("config.json is not valid JSON: {err}"),
         })
     }
 

@@ -114,6 +114,12 @@ pub enum HubError {
     Busy { path: PathBuf },
     #[error("{repo_id} does not look like a model Ondo can run: {reason}")]
     NotAModel { repo_id: String, reason: String },
+    #[error("{model} is {unsupported}; choose a model of one of those types")]
+    UnsupportedModelType {
+        /// The repo id or folder, as named.
+        model: String,
+        unsupported: super::architecture::Unsupported,
+    },
     #[error(
         "the hub answered {status} for {url}: {body}; try again later, and check the model id if it persists"
     )]
@@ -159,6 +165,7 @@ impl HubError {
             Self::Cancelled => ErrorKind::Cancelled,
             Self::Busy { .. } => ErrorKind::Busy,
             Self::NotAModel { .. } => ErrorKind::NotAModel,
+            Self::UnsupportedModelType { .. } => ErrorKind::UnsupportedModelType,
             Self::Http { .. } => ErrorKind::Http,
             Self::BadResponse { .. } => ErrorKind::BadResponse,
             Self::Io { .. } => ErrorKind::Io,
@@ -235,6 +242,7 @@ mod tests {
             HubError::Cancelled => "cancelled",
             HubError::Busy { .. } => "busy",
             HubError::NotAModel { .. } => "not_a_model",
+            HubError::UnsupportedModelType { .. } => "unsupported_model_type",
             HubError::Http { .. } => "http",
             HubError::BadResponse { .. } => "bad_response",
             HubError::Io { .. } => "io",
@@ -322,6 +330,12 @@ mod tests {
                 repo_id: repo_id(),
                 reason: "it has no config.json".into(),
             },
+            HubError::UnsupportedModelType {
+                model: "mlx-community/Mamba-2.8B-4bit".into(),
+                unsupported: super::super::architecture::Unsupported {
+                    model_type: Some("mamba".into()),
+                },
+            },
             HubError::Http {
                 status: 418,
                 url: "https://huggingface.co/api/models/org/name".into(),
@@ -342,6 +356,27 @@ mod tests {
     #[test]
     fn every_variant_keeps_its_kind_and_speaks_plainly() {
         crate::error_kind::check_layer(&one_of_each(), |e| e.kind(), kind_name);
+    }
+
+    #[test]
+    fn an_unsupported_architecture_names_its_type_and_what_runs() {
+        let error = HubError::UnsupportedModelType {
+            model: "org/Mamba".into(),
+            unsupported: super::super::architecture::Unsupported {
+                model_type: Some("mamba".into()),
+            },
+        };
+        let message = error.to_string();
+        assert!(
+            message.starts_with(
+                "org/Mamba is not supported yet: model_type mamba (Ondo runs: llama, "
+            ),
+            "{message}"
+        );
+        assert!(
+            message.ends_with("); choose a model of one of those types"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -68,7 +68,8 @@ impl KvDtype {
     }
 }
 
-/// What the KV cache needs per token, read from config.json.
+/// What sizing needs from config.json: the KV cache's shape per token, the
+/// layers a sliding window bounds, the experts, and the parameter count.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct ModelShape {
@@ -80,6 +81,95 @@ pub struct ModelShape {
     /// The longest context the model was trained for, in tokens.
     pub max_position_embeddings: Option<u64>,
     pub kv_dtype: KvDtype,
+    /// Layers whose KV cache keeps only the latest positions; `None` when
+    /// every layer keeps the whole context.
+    pub sliding_window: Option<SlidingWindowLayers>,
+    /// A mixture-of-experts model's experts; `None` for a dense model.
+    pub experts: Option<ExpertLayers>,
+    /// Parameters counted from the shapes: embeddings (and the output
+    /// matrix unless tied), attention, MLPs or experts and their routers.
+    /// Norms and biases are left out (well under 1%). `None` when the config
+    /// lacks `vocab_size` or `intermediate_size`.
+    pub parameters: Option<u64>,
+}
+
+/// Sliding-window attention: `layers` of the model's layers attend to (and
+/// cache) at most the latest `window_tokens` positions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+pub struct SlidingWindowLayers {
+    pub layers: u64,
+    pub window_tokens: u64,
+}
+
+/// A mixture of experts: in each of `moe_layers` layers a router picks
+/// `experts_per_token` of `num_experts` MLPs for every token. All of them
+/// stay in memory; only the picked ones are computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+pub struct ExpertLayers {
+    pub num_experts: u64,
+    pub experts_per_token: u64,
+    pub moe_layers: u64,
+    /// Parameters of one expert in one layer: its gate, up and down matrices.
+    pub parameters_per_expert: u64,
+}
+
+/// The families whose config.json needs reading beyond the shared keys,
+/// by top-level `model_type`, following what mlx-lm's model file for each
+/// reads (`models/gemma3_text.py`, `gemma3.py`, `gpt_oss.py`, `qwen3_moe.py`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Family {
+    /// `gemma3_text`: every `sliding_window_pattern`-th layer is global, the
+    /// others keep `sliding_window` positions.
+    Gemma3Text,
+    /// `gemma3`: a multimodal checkpoint around a Gemma 3 text model, whose
+    /// `text_config` often names only what differs from the defaults.
+    Gemma3,
+    /// `gpt_oss`: `layer_types` says which layers slide; every layer's MLP
+    /// is `num_local_experts` experts.
+    GptOss,
+    /// `qwen3_moe`: experts in every `decoder_sparse_step`-th layer not
+    /// listed in `mlp_only_layers`.
+    Qwen3Moe,
+    Other,
+}
+
+impl Family {
+    fn of(config: &Value) -> Self {
+        match super::architecture::model_type(config) {
+            Some("gemma3_text") => Family::Gemma3Text,
+            Some("gemma3") => Family::Gemma3,
+            Some("gpt_oss") => Family::GptOss,
+            Some("qwen3_moe") => Family::Qwen3Moe,
+            _ => Family::Other,
+        }
+    }
+
+    /// mlx-lm's default for a key the config leaves out (the defaults of
+    /// its `ModelArgs`; for `gemma3`, the heads its `__post_init__` fills in).
+    fn default(self, key: &str) -> Option<u64> {
+        let value = match (self, key) {
+            (Family::Gemma3Text, "num_attention_heads") => 4,
+            (Family::Gemma3Text, "num_key_value_heads") => 1,
+            (Family::Gemma3Text, "vocab_size") => 262_144,
+            (Family::Gemma3Text, "max_position_embeddings") => 32_768,
+            (Family::Gemma3, "num_attention_heads") => 8,
+            (Family::Gemma3, "num_key_value_heads") => 4,
+            (Family::Gemma3, "vocab_size") => 262_208,
+            // transformers' Gemma3TextConfig default: the 128K context the
+            // larger Gemma 3 models are trained for (their configs omit it).
+            (Family::Gemma3, "max_position_embeddings") => 131_072,
+            (Family::Gemma3Text | Family::Gemma3, "head_dim") => 256,
+            (Family::Gemma3Text | Family::Gemma3, "intermediate_size") => 6912,
+            (Family::Gemma3Text | Family::Gemma3, "sliding_window") => 512,
+            (Family::Gemma3Text | Family::Gemma3, "sliding_window_pattern") => 6,
+            (Family::GptOss, "sliding_window") => 128,
+            (Family::Qwen3Moe, "decoder_sparse_step") => 1,
+            _ => return None,
+        };
+        Some(value)
+    }
 }
 
 impl ModelShape {
@@ -94,24 +184,31 @@ impl ModelShape {
         config: &Value,
         weights_float_dtype: Option<&str>,
     ) -> Result<Self, FitError> {
-        let num_hidden_layers = required(config, "num_hidden_layers")?;
-        let hidden_size = required(config, "hidden_size")?;
-        let attention_heads = positive(config, "num_attention_heads")?;
+        let family = Family::of(config);
+        let read = |key: &'static str| -> Result<Option<u64>, FitError> {
+            Ok(positive(config, key)?.or_else(|| family.default(key)))
+        };
+        let num_hidden_layers = read("num_hidden_layers")?.ok_or(FitError::ConfigKeyMissing {
+            key: "num_hidden_layers",
+        })?;
+        let hidden_size =
+            read("hidden_size")?.ok_or(FitError::ConfigKeyMissing { key: "hidden_size" })?;
+        let attention_heads = read("num_attention_heads")?;
         let attention_heads = || {
             attention_heads.ok_or(FitError::ConfigKeyMissing {
                 key: "num_attention_heads",
             })
         };
         // Without grouped-query attention every query head has its own K and V.
-        let num_key_value_heads = match positive(config, "num_key_value_heads")? {
+        let num_key_value_heads = match read("num_key_value_heads")? {
             Some(heads) => heads,
             None => attention_heads()?,
         };
-        let head_dim = match positive(config, "head_dim")? {
+        let head_dim = match read("head_dim")? {
             Some(dim) => dim,
             None => hidden_size / attention_heads()?,
         };
-        let max_position_embeddings = positive(config, "max_position_embeddings")?;
+        let max_position_embeddings = read("max_position_embeddings")?;
         // transformers 5 writes `dtype`, older versions `torch_dtype`. With
         // neither, the weights' float tensors say what MLX will compute in.
         // Both 16-bit types are 2 bytes, so the fallback only matters for
@@ -122,6 +219,41 @@ impl ModelShape {
             .find_map(KvDtype::parse)
             .or_else(|| weights_float_dtype.and_then(KvDtype::parse))
             .unwrap_or(KvDtype::F16);
+        let sliding_window = sliding_window_layers(config, family, num_hidden_layers, &read)?;
+        let experts = expert_layers(config, family, num_hidden_layers, hidden_size)?;
+        let parameters = match (read("vocab_size")?, attention_heads().ok()) {
+            (Some(vocab_size), Some(heads)) => {
+                let dense_layers = num_hidden_layers - experts.map_or(0, |e| e.moe_layers);
+                let intermediate_size = read("intermediate_size")?;
+                let tied = config_value(config, "tie_word_embeddings")
+                    .and_then(Value::as_bool)
+                    // transformers' default, which the configs rely on.
+                    .unwrap_or(true);
+                let embeddings = vocab_size.saturating_mul(hidden_size);
+                let output = if tied { 0 } else { embeddings };
+                // q and o: heads * head_dim by hidden; k and v: kv heads * head_dim.
+                let attention = 2 * hidden_size * head_dim * (heads + num_key_value_heads);
+                let dense_mlp = intermediate_size.map(|size| 3 * hidden_size * size);
+                let dense = if dense_layers == 0 {
+                    Some(0)
+                } else {
+                    dense_mlp.map(|mlp| dense_layers.saturating_mul(mlp))
+                };
+                let moe = experts.map_or(0, |e| {
+                    let router = hidden_size * e.num_experts;
+                    e.moe_layers
+                        .saturating_mul(e.num_experts * e.parameters_per_expert + router)
+                });
+                dense.map(|dense| {
+                    embeddings
+                        .saturating_add(output)
+                        .saturating_add(num_hidden_layers.saturating_mul(attention))
+                        .saturating_add(dense)
+                        .saturating_add(moe)
+                })
+            }
+            _ => None,
+        };
         Ok(ModelShape {
             num_hidden_layers,
             num_key_value_heads,
@@ -129,18 +261,147 @@ impl ModelShape {
             hidden_size,
             max_position_embeddings,
             kv_dtype,
+            sliding_window,
+            experts,
+            parameters,
         })
     }
 
-    /// Bytes of KV cache per token of context: a key and a value vector per
-    /// KV head in every layer.
-    pub fn kv_bytes_per_token(&self) -> u64 {
+    /// Bytes of KV cache one layer holds per position: a key and a value
+    /// vector per KV head.
+    pub fn kv_bytes_per_layer_position(&self) -> u64 {
         // Saturating: the factors come from a file.
-        self.num_hidden_layers
-            .saturating_mul(self.num_key_value_heads)
+        self.num_key_value_heads
             .saturating_mul(self.head_dim)
             .saturating_mul(2 * self.kv_dtype.bytes())
     }
+
+    /// Bytes of KV cache per token of context while every layer still keeps
+    /// every position (below any sliding window).
+    pub fn kv_bytes_per_token(&self) -> u64 {
+        self.num_hidden_layers
+            .saturating_mul(self.kv_bytes_per_layer_position())
+    }
+
+    /// Bytes of KV cache when the cache holds `positions`: full-attention
+    /// layers keep them all, sliding-window layers at most their window.
+    pub fn kv_cache_bytes(&self, positions: u64) -> u64 {
+        let (sliding_layers, window) = self.sliding_window.map_or((0, 0), |s| {
+            (s.layers.min(self.num_hidden_layers), s.window_tokens)
+        });
+        let full_layers = self.num_hidden_layers - sliding_layers;
+        let layer_positions = full_layers
+            .saturating_mul(positions)
+            .saturating_add(sliding_layers.saturating_mul(positions.min(window)));
+        layer_positions.saturating_mul(self.kv_bytes_per_layer_position())
+    }
+
+    /// For a mixture of experts, the parameters one token works through:
+    /// everything but the experts the router did not pick.
+    pub fn active_parameters(&self) -> Option<u64> {
+        let experts = self.experts?;
+        let idle = (experts.num_experts - experts.experts_per_token)
+            .saturating_mul(experts.parameters_per_expert)
+            .saturating_mul(experts.moe_layers);
+        Some(self.parameters?.saturating_sub(idle))
+    }
+
+    /// "22 of 26 layers keep at most 512 positions": what bounds the cache.
+    pub fn kv_cache_note(&self) -> Option<String> {
+        let sliding = self.sliding_window.filter(|s| s.layers > 0)?;
+        Some(format!(
+            "{} of {} layers keep at most {} positions",
+            sliding.layers.min(self.num_hidden_layers),
+            self.num_hidden_layers,
+            sliding.window_tokens
+        ))
+    }
+
+    /// "all 128 experts stay in memory; 8 of them work on each token".
+    pub fn experts_note(&self) -> Option<String> {
+        let experts = self.experts?;
+        Some(format!(
+            "all {} experts stay in memory; {} of them work on each token",
+            experts.num_experts, experts.experts_per_token
+        ))
+    }
+}
+
+/// The layers a sliding window bounds, as mlx-lm's `make_cache` builds them:
+/// Gemma 3's layer `i` is global when `(i + 1)` is a multiple of
+/// `sliding_window_pattern`; gpt-oss's `layer_types` entries other than
+/// `full_attention` slide (alternating, sliding first, when absent).
+fn sliding_window_layers(
+    config: &Value,
+    family: Family,
+    num_hidden_layers: u64,
+    read: &impl Fn(&'static str) -> Result<Option<u64>, FitError>,
+) -> Result<Option<SlidingWindowLayers>, FitError> {
+    let layers = match family {
+        Family::Gemma3Text | Family::Gemma3 => {
+            let pattern = read("sliding_window_pattern")?.unwrap_or(1);
+            num_hidden_layers - num_hidden_layers / pattern
+        }
+        Family::GptOss => match config_value(config, "layer_types").and_then(Value::as_array) {
+            Some(types) => types
+                .iter()
+                .take(num_hidden_layers as usize)
+                .filter(|kind| kind.as_str() != Some("full_attention"))
+                .count() as u64,
+            None => num_hidden_layers / 2,
+        },
+        Family::Qwen3Moe | Family::Other => return Ok(None),
+    };
+    let Some(window_tokens) = read("sliding_window")? else {
+        return Ok(None);
+    };
+    Ok(Some(SlidingWindowLayers {
+        layers,
+        window_tokens,
+    }))
+}
+
+/// The experts of a `qwen3_moe` or `gpt_oss` config; `None` for the others.
+fn expert_layers(
+    config: &Value,
+    family: Family,
+    num_hidden_layers: u64,
+    hidden_size: u64,
+) -> Result<Option<ExpertLayers>, FitError> {
+    let required =
+        |key: &'static str| positive(config, key)?.ok_or(FitError::ConfigKeyMissing { key });
+    let (num_experts, expert_size, moe_layers) = match family {
+        Family::Qwen3Moe => {
+            let num_experts = whole(config, "num_experts")?.unwrap_or(0);
+            if num_experts == 0 {
+                return Ok(None);
+            }
+            let step = positive(config, "decoder_sparse_step")?
+                .or_else(|| family.default("decoder_sparse_step"))
+                .unwrap_or(1);
+            let mlp_only: Vec<u64> = config_value(config, "mlp_only_layers")
+                .and_then(Value::as_array)
+                .map(|layers| layers.iter().filter_map(Value::as_u64).collect())
+                .unwrap_or_default();
+            let moe_layers = (0..num_hidden_layers)
+                .filter(|layer| !mlp_only.contains(layer) && (layer + 1) % step == 0)
+                .count() as u64;
+            (num_experts, required("moe_intermediate_size")?, moe_layers)
+        }
+        Family::GptOss => (
+            required("num_local_experts")?,
+            required("intermediate_size")?,
+            num_hidden_layers,
+        ),
+        Family::Gemma3Text | Family::Gemma3 | Family::Other => return Ok(None),
+    };
+    let experts_per_token = required("num_experts_per_tok")?.min(num_experts);
+    Ok(Some(ExpertLayers {
+        num_experts,
+        experts_per_token,
+        moe_layers,
+        parameters_per_expert: 3 * hidden_size * expert_size,
+    }))
 }
 
 /// A key of the language model's config. Multimodal configs keep it under
@@ -167,8 +428,18 @@ fn positive(config: &Value, key: &'static str) -> Result<Option<u64>, FitError> 
     }
 }
 
-fn required(config: &Value, key: &'static str) -> Result<u64, FitError> {
-    positive(config, key)?.ok_or(FitError::ConfigKeyMissing { key })
+/// A whole number that may be zero (`num_experts: 0` is a dense model).
+fn whole(config: &Value, key: &'static str) -> Result<Option<u64>, FitError> {
+    let Some(value) = config_value(config, key) else {
+        return Ok(None);
+    };
+    value
+        .as_u64()
+        .map(Some)
+        .ok_or_else(|| FitError::ConfigKeyInvalid {
+            key,
+            found: value.to_string(),
+        })
 }
 
 /// The safetensors format caps its JSON header at 100 MB; a larger length
@@ -273,7 +544,21 @@ pub struct FitEstimate {
     /// where that is smaller.
     pub budget_bytes: u64,
     pub context_tokens: u64,
+    /// KV cache bytes per token while every layer keeps every position.
     pub kv_bytes_per_token: u64,
+    /// What bounds the KV cache, when sliding windows do: "22 of 26 layers
+    /// keep at most 512 positions".
+    pub kv_cache_note: Option<String>,
+    /// Parameters counted from the config's shapes (see
+    /// [`ModelShape::parameters`]); `None` when it does not say enough.
+    pub parameters: Option<u64>,
+    /// A mixture of experts' parameters that work on each token (the
+    /// experts picked, not all of them); `None` for a dense model, where
+    /// every parameter does. Memory holds all of them either way.
+    pub active_parameters: Option<u64>,
+    /// For a mixture of experts: "all 128 experts stay in memory; 8 of them
+    /// work on each token".
+    pub experts_note: Option<String>,
     pub verdict: Verdict,
     /// The longest context whose estimate is within the budget, capped at
     /// the model's trained context; `None` when not even the weights and the
@@ -322,7 +607,11 @@ pub const DEFAULT_CONTEXT_TOKENS: u64 = 4096;
 
 // The hub does not depend on the engine (docs/ARCHITECTURE.md), so the
 // engine's two numbers are repeated here; tests/hub.rs checks that
-// they still agree.
+// they still agree. (The list of runnable model types is read, not
+// repeated: see `hub::architecture`.)
+//
+// A mixture of experts needs all its experts in memory: the weights are the
+// files' bytes, every expert included, however few work on each token.
 /// The engine's default `prefill_step_size`.
 pub const PREFILL_STEP_TOKENS: u64 = 2048;
 /// The engine's KV cache grows in steps of this many positions.
@@ -401,6 +690,10 @@ pub fn estimate_fit(input: &FitInput) -> FitEstimate {
         budget_bytes,
         context_tokens: context,
         kv_bytes_per_token: input.shape.kv_bytes_per_token(),
+        kv_cache_note: input.shape.kv_cache_note(),
+        parameters: input.shape.parameters,
+        active_parameters: input.shape.active_parameters(),
+        experts_note: input.shape.experts_note(),
         verdict,
         max_context_that_fits,
         advice,
@@ -408,11 +701,12 @@ pub fn estimate_fit(input: &FitInput) -> FitEstimate {
 }
 
 /// The engine's cache grows `KV_CACHE_STEP` positions at a time, so that is
-/// what it holds at a given context.
+/// what it holds at a given context; a sliding-window layer's stops at its
+/// window, as mlx-lm's `RotatingKVCache` does.
 fn kv_cache_bytes(input: &FitInput, context: u64) -> u64 {
     let step = KV_CACHE_STEP;
     let positions = context.div_ceil(step).saturating_mul(step);
-    input.shape.kv_bytes_per_token().saturating_mul(positions)
+    input.shape.kv_cache_bytes(positions)
 }
 
 fn overhead_bytes(input: &FitInput, context: u64) -> u64 {
@@ -570,19 +864,22 @@ mod tests {
             }
         });
         let shape = ModelShape::from_config(&config, Some("BF16")).unwrap();
-        assert_eq!(
-            shape,
-            ModelShape {
-                num_hidden_layers: 34,
-                num_key_value_heads: 4,
-                head_dim: 256,
-                hidden_size: 2560,
-                max_position_embeddings: Some(131072),
-                // The top-level dtype still applies to the text model.
-                kv_dtype: KvDtype::F32,
-            }
-        );
+        assert_eq!(shape.num_hidden_layers, 34);
+        assert_eq!(shape.num_key_value_heads, 4);
+        assert_eq!(shape.head_dim, 256);
+        assert_eq!(shape.hidden_size, 2560);
+        assert_eq!(shape.max_position_embeddings, Some(131072));
+        // The top-level dtype still applies to the text model.
+        assert_eq!(shape.kv_dtype, KvDtype::F32);
         assert_eq!(shape.kv_bytes_per_token(), 34 * 4 * 256 * 2 * 4);
+        // Gemma 3's window: mlx-lm's defaults, 512 positions in five layers of six.
+        assert_eq!(
+            shape.sliding_window,
+            Some(SlidingWindowLayers {
+                layers: 29,
+                window_tokens: 512
+            })
+        );
     }
 
     #[test]
@@ -851,5 +1148,160 @@ mod tests {
         std::fs::write(&truncated, &file[..20]).unwrap();
         let error = read_safetensors_header(&truncated).unwrap_err();
         assert!(error.to_string().contains("incomplete"), "{error}");
+    }
+
+    #[test]
+    fn qwen3_moe_counts_only_sparse_layers_as_experts() {
+        // 4 layers, experts every second layer except layer 3 (mlp_only):
+        // layer index 1 is the only MoE layer.
+        let config = json!({
+            "model_type": "qwen3_moe",
+            "hidden_size": 64,
+            "num_hidden_layers": 4,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "intermediate_size": 128,
+            "moe_intermediate_size": 32,
+            "num_experts": 8,
+            "num_experts_per_tok": 2,
+            "decoder_sparse_step": 2,
+            "mlp_only_layers": [3],
+            "vocab_size": 100,
+            "tie_word_embeddings": false,
+            "torch_dtype": "bfloat16"
+        });
+        let shape = ModelShape::from_config(&config, None).unwrap();
+        let experts = shape.experts.unwrap();
+        assert_eq!(experts.moe_layers, 1);
+        assert_eq!(experts.parameters_per_expert, 3 * 64 * 32);
+        // Embeddings and output 2 * 100 * 64 = 12,800; attention per layer
+        // 2 * 64 * 16 * (4 + 2) = 12,288; three dense MLPs 3 * 64 * 128 =
+        // 24,576 each; one MoE layer of 8 experts of 6,144 and a 512 router.
+        let total = 12_800 + 4 * 12_288 + 3 * 24_576 + 8 * 6_144 + 512;
+        assert_eq!(shape.parameters, Some(total));
+        assert_eq!(shape.active_parameters(), Some(total - 6 * 6_144));
+        assert_eq!(shape.sliding_window, None);
+
+        // num_experts 0 is a dense model.
+        let mut dense = config.clone();
+        dense["num_experts"] = json!(0);
+        let shape = ModelShape::from_config(&dense, None).unwrap();
+        assert_eq!(shape.experts, None);
+        assert_eq!(shape.active_parameters(), None);
+        assert_eq!(shape.parameters, Some(12_800 + 4 * 12_288 + 4 * 24_576));
+    }
+
+    #[test]
+    fn gpt_oss_without_layer_types_alternates_sliding_first() {
+        let config = json!({
+            "model_type": "gpt_oss",
+            "hidden_size": 64,
+            "num_hidden_layers": 6,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "intermediate_size": 64,
+            "num_local_experts": 4,
+            "num_experts_per_tok": 2,
+            "vocab_size": 100,
+            "torch_dtype": "bfloat16"
+        });
+        let shape = ModelShape::from_config(&config, None).unwrap();
+        // mlx-lm's default window (128) in half the layers.
+        assert_eq!(
+            shape.sliding_window,
+            Some(SlidingWindowLayers {
+                layers: 3,
+                window_tokens: 128
+            })
+        );
+        // Per layer and position: 2 KV heads * 16 * K and V * 2 bytes = 128 B.
+        // At 1024 positions: 3 full layers hold 1024, 3 sliding ones 128.
+        assert_eq!(shape.kv_cache_bytes(1024), 128 * (3 * 1024 + 3 * 128));
+        assert_eq!(shape.kv_cache_bytes(100), 128 * 6 * 100);
+        assert_eq!(
+            shape.kv_cache_note().as_deref(),
+            Some("3 of 6 layers keep at most 128 positions")
+        );
+        // Every layer is a MoE layer.
+        assert_eq!(shape.experts.unwrap().moe_layers, 6);
+        assert_eq!(
+            shape.experts_note().as_deref(),
+            Some("all 4 experts stay in memory; 2 of them work on each token")
+        );
+
+        // layer_types decides when given; a missing expert key is named.
+        let mut listed = config.clone();
+        listed["layer_types"] = json!([
+            "full_attention",
+            "full_attention",
+            "sliding_attention",
+            "full_attention",
+            "full_attention",
+            "full_attention"
+        ]);
+        listed["sliding_window"] = json!(256);
+        let shape = ModelShape::from_config(&listed, None).unwrap();
+        assert_eq!(
+            shape.sliding_window,
+            Some(SlidingWindowLayers {
+                layers: 1,
+                window_tokens: 256
+            })
+        );
+        listed
+            .as_object_mut()
+            .unwrap()
+            .remove("num_experts_per_tok");
+        assert_eq!(
+            ModelShape::from_config(&listed, None),
+            Err(FitError::ConfigKeyMissing {
+                key: "num_experts_per_tok"
+            })
+        );
+    }
+
+    #[test]
+    fn a_sliding_window_bounds_the_cache_and_the_context_that_fits() {
+        // Gemma 3 1B's shape: 26 layers, 22 of them keep at most 512 positions.
+        let config = json!({
+            "model_type": "gemma3_text",
+            "hidden_size": 1152,
+            "num_hidden_layers": 26,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 1,
+            "head_dim": 256,
+            "sliding_window": 512,
+            "sliding_window_pattern": 6,
+            "max_position_embeddings": 32768,
+            "torch_dtype": "bfloat16"
+        });
+        let input = |context_tokens, available_bytes| FitInput {
+            weights_bytes: 600_000_000,
+            shape: ModelShape::from_config(&config, None).unwrap(),
+            context_tokens,
+            available_bytes,
+            total_bytes: 16 * GIB,
+            working_set_bytes: None,
+        };
+        // 1,024 B per layer and position. At 32768 tokens: 4 * 32768 + 22 *
+        // 512 layer-positions, a quarter of the 26 * 32768 a full cache holds.
+        let estimate = estimate_fit(&input(32768, 8 * GIB));
+        assert_eq!(estimate.kv_cache_bytes, 1024 * (4 * 32768 + 22 * 512));
+        assert_eq!(estimate.kv_cache_bytes, 145_752_064);
+        assert_eq!(estimate.kv_bytes_per_token, 26 * 1024);
+        assert_eq!(
+            estimate.kv_cache_note.as_deref(),
+            Some("22 of 26 layers keep at most 512 positions")
+        );
+        assert_eq!(estimate.max_context_that_fits, Some(32768));
+        // Beyond the window only the 4 global layers grow: the overhead is
+        // 268,435,456 + 2048 * 1152 * 32 = 343,932,928, and with 22 * 512 *
+        // 1024 = 11,534,336 B of sliding cache, 1 GB leaves
+        // 1e9 - 6e8 - 343,932,928 - 11,534,336 = 44,532,736 B for 4 * 1,024 B
+        // a position: 10,872 positions, down to a cache step, 10,752.
+        let estimate = estimate_fit(&input(32768, 1_000_000_000));
+        assert_eq!(estimate.max_context_that_fits, Some(10_752));
     }
 }

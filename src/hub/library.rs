@@ -10,7 +10,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use super::{HubError, ModelRef, fit, repo_id::cache_folder_name};
+use super::{HubError, ModelRef, architecture, fit, repo_id::cache_folder_name};
 use crate::paths::DataDirs;
 
 /// Where a library entry lives.
@@ -43,7 +43,13 @@ pub struct LibraryModel {
     pub size_on_disk_bytes: u64,
     /// Bytes of unfinished downloads (`.incomplete` files) kept for resume.
     pub partial_bytes: u64,
+    /// The config's top-level `model_type`: the architecture the engine
+    /// picks the model's code by (`hub::architecture`).
     pub model_type: Option<String>,
+    /// "not supported yet: model_type X (Ondo runs: ...)" when the engine
+    /// cannot run this architecture; `None` when it can (or there is no
+    /// readable config, which `problem` says).
+    pub unsupported: Option<String>,
     /// "4-bit", "8-bit", or the float dtype ("bfloat16").
     pub quantization: Option<String>,
     /// Counted from the safetensors headers (packed quantized weights unpacked).
@@ -235,6 +241,9 @@ pub fn describe_folder(id: String, source: ModelSource, dir: &Path) -> LibraryMo
         .filter(|m| m.is_file())
         .map(|m| m.len())
         .sum();
+    let unsupported = config
+        .as_ref()
+        .and_then(|config| architecture::unsupported_reason(architecture::model_type(config)));
     let config = config.unwrap_or_default();
     LibraryModel {
         id,
@@ -244,20 +253,13 @@ pub fn describe_folder(id: String, source: ModelSource, dir: &Path) -> LibraryMo
         commit: None,
         size_on_disk_bytes: size,
         partial_bytes: 0,
-        model_type: text_config(&config)
-            .get("model_type")
-            .or_else(|| config.get("model_type"))
-            .and_then(|v| v.as_str())
-            .map(str::to_owned),
+        model_type: architecture::model_type(&config).map(str::to_owned),
+        unsupported,
         quantization: quantization_label(&config, &present),
         parameters: count_parameters(&config, &present),
         complete: problem.is_none(),
         problem,
     }
-}
-
-fn text_config(config: &serde_json::Value) -> &serde_json::Value {
-    config.get("text_config").unwrap_or(config)
 }
 
 /// The weight files a folder should have: those its index names, else the
@@ -295,9 +297,10 @@ fn quantization_label(config: &serde_json::Value, weights: &[PathBuf]) -> Option
     if let Some(bits) = quant.and_then(|q| q.get("bits")).and_then(|b| b.as_u64()) {
         return Some(format!("{bits}-bit"));
     }
-    let dtype = text_config(config)
+    let text = architecture::text_config(config);
+    let dtype = text
         .get("torch_dtype")
-        .or_else(|| text_config(config).get("dtype"))
+        .or_else(|| text.get("dtype"))
         .and_then(|d| d.as_str())
         .map(str::to_owned);
     dtype.or_else(|| {

@@ -1,6 +1,7 @@
 //! Getting models: repo ids, the curated catalog, downloads from the hub into
 //! the shared Hugging Face cache, the local library, and whether a model fits.
 
+pub mod architecture;
 pub mod catalog;
 pub mod client;
 pub mod config;

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::{
-    Hub, HubError, ModelRef, catalog,
+    Hub, HubError, ModelRef, architecture, catalog,
     download::needed_for_inference,
     fit::{self, FitEstimate, FitInput, ModelShape},
     http::WaitWatch,
@@ -61,6 +61,15 @@ impl ModelFacts {
     }
 }
 
+/// Refuses a config whose architecture the engine does not run, before
+/// anything else is read or fetched.
+fn check_runnable(id: &str, config: &serde_json::Value) -> Result<(), HubError> {
+    architecture::check_config(config).map_err(|unsupported| HubError::UnsupportedModelType {
+        model: id.to_owned(),
+        unsupported,
+    })
+}
+
 fn not_sizable(id: &str) -> impl FnOnce(fit::FitError) -> HubError + '_ {
     move |err| HubError::NotAModel {
         repo_id: id.to_owned(),
@@ -78,6 +87,7 @@ pub fn facts_from_folder(dir: &Path) -> Result<ModelFacts, HubError> {
             repo_id: id.clone(),
             reason: format!("config.json is not valid JSON: {err}"),
         })?;
+    check_runnable(&id, &config)?;
     let weights: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
         .map_err(HubError::io(dir))?
         .flatten()
@@ -139,6 +149,8 @@ impl Hub {
                 repo_id: model.repo_id.clone(),
                 reason: format!("config.json is not valid JSON: {err}"),
             })?;
+        // Said before any weight file is touched, even by a Range request.
+        check_runnable(&model.repo_id, &config)?;
         let config_has_dtype = ["torch_dtype", "dtype"].iter().any(|key| {
             config.get(key).is_some()
                 || config.get("text_config").and_then(|t| t.get(key)).is_some()
@@ -183,9 +195,10 @@ impl Hub {
             Ok(facts) => Ok((facts, model.to_string())),
             // Offline or unreachable: the catalog still knows its own models.
             Err(err @ (HubError::Unreachable { .. } | HubError::NotCachedOffline { .. })) => {
-                facts_from_catalog(&model.repo_id)
-                    .map(|facts| (facts, model.to_string()))
-                    .ok_or(err)
+                match facts_from_catalog(&model.repo_id) {
+                    Some(facts) => Ok((facts?, model.to_string())),
+                    None => Err(err),
+                }
             }
             Err(err) => Err(err),
         }
@@ -193,23 +206,32 @@ impl Hub {
 }
 
 /// Facts from the curated catalog (approximate sizes), for offline advice.
-pub fn facts_from_catalog(repo_id: &str) -> Option<ModelFacts> {
+/// `None` when the catalog does not list the repo.
+pub fn facts_from_catalog(repo_id: &str) -> Option<Result<ModelFacts, HubError>> {
     let entry = catalog::find(repo_id)?;
-    Some(ModelFacts {
+    Some(facts_of_entry(entry))
+}
+
+fn facts_of_entry(entry: &catalog::CatalogEntry) -> Result<ModelFacts, HubError> {
+    check_runnable(entry.repo_id, &entry.config())?;
+    Ok(ModelFacts {
         weights_bytes: entry.size_bytes,
-        shape: entry.shape(),
+        shape: entry.shape().map_err(not_sizable(entry.repo_id))?,
         source: "catalog",
     })
 }
 
-/// A catalog entry as offered on this machine: its fit at a context, and
-/// whether it is already downloaded.
+/// A catalog entry as offered on this machine: its fit at a context,
+/// whether it is already downloaded, and whether the engine runs it.
 #[derive(Debug, Clone, Serialize)]
 #[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct CatalogOffer {
     pub entry: &'static catalog::CatalogEntry,
     pub fit: FitEstimate,
     pub downloaded: bool,
+    /// "not supported yet: model_type X (Ondo runs: ...)" when the engine
+    /// cannot run it; such a model is listed but not downloaded.
+    pub unsupported: Option<String>,
 }
 
 /// The catalog with a verdict for each model on this machine.
@@ -220,14 +242,21 @@ pub fn catalog_offers(
 ) -> Vec<CatalogOffer> {
     catalog::catalog()
         .iter()
-        .map(|entry| {
-            let facts = facts_from_catalog(entry.repo_id).expect("every catalog entry has facts");
-            CatalogOffer {
+        .filter_map(|entry| {
+            // The catalog's tests check every entry's config is sizable.
+            let shape = entry.shape().ok()?;
+            let facts = ModelFacts {
+                weights_bytes: entry.size_bytes,
+                shape,
+                source: "catalog",
+            };
+            Some(CatalogOffer {
                 entry,
                 fit: facts.estimate(context_tokens, machine),
                 downloaded: super::library::find_cached(cache_dir, entry.repo_id)
                     .is_some_and(|m| m.complete),
-            }
+                unsupported: entry.unsupported(),
+            })
         })
         .collect()
 }

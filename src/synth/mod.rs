@@ -40,6 +40,9 @@ pub struct SynthOptions {
     pub max_shard_bytes: u64,
     /// Replace a non-empty target folder.
     pub force: bool,
+    /// Gemma 3's sliding window in positions (its other layers attend to
+    /// everything); small values let tests cross the window cheaply.
+    pub sliding_window: usize,
 }
 
 impl SynthOptions {
@@ -56,6 +59,7 @@ impl SynthOptions {
             seed: 0,
             max_shard_bytes: 5_000_000_000,
             force: false,
+            sliding_window: DEFAULT_SLIDING_WINDOW,
         }
     }
 
@@ -73,6 +77,17 @@ impl SynthOptions {
         shape
     }
 }
+
+/// Gemma 3 1B's window.
+pub const DEFAULT_SLIDING_WINDOW: usize = 512;
+
+/// longrope's stretch of a synthetic Phi folder: the preset's context is
+/// written as 32 times the original one (Phi-4-mini's 131072 over 4096), so
+/// the rotated dimensions are scaled as Phi-4-mini's are.
+const PHI_CONTEXT_STRETCH: usize = 32;
+
+/// Phi-4-mini rotates the first three quarters of each head.
+const PHI_PARTIAL_ROTARY: f64 = 0.75;
 
 /// What `ondo synth` wrote.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -331,6 +346,65 @@ fn config_json(
         config["norm_topk_prob"] = json!(true);
         config["decoder_sparse_step"] = json!(1);
         config["mlp_only_layers"] = json!([]);
+    }
+    match options.arch {
+        arch if arch.is_gemma3() => {
+            let text = config
+                .as_object_mut()
+                .map(std::mem::take)
+                .unwrap_or_default();
+            let mut text = serde_json::Value::Object(text);
+            text["rope_local_base_freq"] = json!(10_000.0);
+            text["query_pre_attn_scalar"] = json!(shape.head_dim);
+            text["sliding_window"] = json!(options.sliding_window);
+            // Every second layer attends to everything: a two-layer preset
+            // still has one of each kind.
+            text["sliding_window_pattern"] = json!(2);
+            text["hidden_activation"] = json!("gelu_pytorch_tanh");
+            text["hidden_act"] = json!("gelu_pytorch_tanh");
+            text["final_logit_softcapping"] = serde_json::Value::Null;
+            text["attn_logit_softcapping"] = serde_json::Value::Null;
+            config = if arch == Arch::Gemma3 {
+                let synthetic = text["ondo_synthetic"].take();
+                let top = json!({
+                    "architectures": [arch.class_name()],
+                    "model_type": "gemma3",
+                    "vocab_size": shape.vocab_size,
+                    "eos_token_id": tokenizer.eos_token_ids,
+                    "bos_token_id": tokenizer.bos_token_id,
+                    "torch_dtype": options.dtype.torch_name(),
+                    "vision_config": {"model_type": "siglip_vision_model"},
+                    "ondo_synthetic": synthetic,
+                });
+                text["model_type"] = json!("gemma3_text");
+                if let Some(fields) = text.as_object_mut() {
+                    fields.remove("architectures");
+                    fields.remove("ondo_synthetic");
+                }
+                let mut top = top;
+                top["text_config"] = text;
+                top
+            } else {
+                text
+            };
+        }
+        Arch::Phi3 => {
+            let rotary = (shape.head_dim as f64 * PHI_PARTIAL_ROTARY) as usize;
+            // Factors that differ per frequency, as real long factors do.
+            let factors: Vec<f64> = (0..rotary / 2)
+                .map(|i| 1.0 + i as f64 / (rotary / 2) as f64)
+                .collect();
+            config["partial_rotary_factor"] = json!(PHI_PARTIAL_ROTARY);
+            config["original_max_position_embeddings"] =
+                json!((shape.max_position_embeddings / PHI_CONTEXT_STRETCH).max(1));
+            config["rope_scaling"] = json!({
+                "type": "longrope",
+                "long_factor": factors,
+                "short_factor": vec![1.0; rotary / 2],
+            });
+            config.as_object_mut().map(|c| c.remove("head_dim"));
+        }
+        _ => {}
     }
     if let Some(bits) = options.bits {
         let mut quantization = json!({

@@ -15,6 +15,14 @@ pub enum Arch {
     #[value(name = "qwen3_moe", alias = "qwen3-moe")]
     #[serde(rename = "qwen3_moe")]
     Qwen3Moe,
+    /// Gemma 3's text model (`gemma3_text`).
+    #[value(name = "gemma3_text")]
+    #[serde(rename = "gemma3_text")]
+    Gemma3Text,
+    /// A multimodal Gemma 3 checkpoint (`gemma3`): the text model under
+    /// `language_model.` beside a token vision tower Ondo skips.
+    Gemma3,
+    Phi3,
 }
 
 impl Arch {
@@ -25,6 +33,9 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Qwen3Moe => "qwen3_moe",
+            Arch::Gemma3Text => "gemma3_text",
+            Arch::Gemma3 => "gemma3",
+            Arch::Phi3 => "phi3",
         }
     }
 
@@ -36,6 +47,22 @@ impl Arch {
             Arch::Qwen2 => "Qwen2ForCausalLM",
             Arch::Qwen3 => "Qwen3ForCausalLM",
             Arch::Qwen3Moe => "Qwen3MoeForCausalLM",
+            Arch::Gemma3Text => "Gemma3ForCausalLM",
+            Arch::Gemma3 => "Gemma3ForConditionalGeneration",
+            Arch::Phi3 => "Phi3ForCausalLM",
+        }
+    }
+
+    /// Gemma 3, text-only or multimodal.
+    pub fn is_gemma3(self) -> bool {
+        matches!(self, Arch::Gemma3Text | Arch::Gemma3)
+    }
+
+    /// Where the text model's tensors are named from.
+    pub fn weight_root(self) -> &'static str {
+        match self {
+            Arch::Gemma3 => "language_model.",
+            _ => "",
         }
     }
 }

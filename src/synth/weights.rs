@@ -136,9 +136,15 @@ pub fn tensor_plan(arch: Arch, shape: &Shape) -> Vec<PlannedTensor> {
     let head_dim = to_i32(shape.head_dim);
     let vocab = to_i32(shape.vocab_size);
 
+    let root = arch.weight_root();
     let mut plan = Vec::new();
-    let mut add =
-        |name: String, shape: Vec<i32>, kind| plan.push(PlannedTensor { name, shape, kind });
+    let mut add = |name: String, shape: Vec<i32>, kind| {
+        plan.push(PlannedTensor {
+            name: format!("{root}{name}"),
+            shape,
+            kind,
+        })
+    };
     add(
         "model.embed_tokens.weight".into(),
         vec![vocab, hidden],
@@ -151,7 +157,17 @@ pub fn tensor_plan(arch: Arch, shape: &Shape) -> Vec<PlannedTensor> {
             vec![hidden],
             TensorKind::NormScale,
         );
-        for (proj, out) in [("q_proj", q_out), ("k_proj", kv_out), ("v_proj", kv_out)] {
+        let separate: &[(&str, i32)] = if arch == Arch::Phi3 {
+            add(
+                format!("{p}.self_attn.qkv_proj.weight"),
+                vec![q_out + 2 * kv_out, hidden],
+                TensorKind::Matrix,
+            );
+            &[]
+        } else {
+            &[("q_proj", q_out), ("k_proj", kv_out), ("v_proj", kv_out)]
+        };
+        for &(proj, out) in separate {
             add(
                 format!("{p}.self_attn.{proj}.weight"),
                 vec![out, hidden],
@@ -170,7 +186,7 @@ pub fn tensor_plan(arch: Arch, shape: &Shape) -> Vec<PlannedTensor> {
             vec![hidden, q_out],
             TensorKind::Matrix,
         );
-        if matches!(arch, Arch::Qwen3 | Arch::Qwen3Moe) {
+        if matches!(arch, Arch::Qwen3 | Arch::Qwen3Moe) || arch.is_gemma3() {
             for norm in ["q_norm", "k_norm"] {
                 add(
                     format!("{p}.self_attn.{norm}.weight"),
@@ -184,6 +200,15 @@ pub fn tensor_plan(arch: Arch, shape: &Shape) -> Vec<PlannedTensor> {
             vec![hidden],
             TensorKind::NormScale,
         );
+        if arch.is_gemma3() {
+            for norm in ["pre_feedforward_layernorm", "post_feedforward_layernorm"] {
+                add(
+                    format!("{p}.{norm}.weight"),
+                    vec![hidden],
+                    TensorKind::NormScale,
+                );
+            }
+        }
         match shape.experts {
             // The router, then each projection of every expert stacked
             // `[E, out, in]`, as mlx-community stores them.
@@ -208,16 +233,24 @@ pub fn tensor_plan(arch: Arch, shape: &Shape) -> Vec<PlannedTensor> {
                 }
             }
             None => {
-                add(
-                    format!("{p}.mlp.gate_proj.weight"),
-                    vec![inter, hidden],
-                    TensorKind::Matrix,
-                );
-                add(
-                    format!("{p}.mlp.up_proj.weight"),
-                    vec![inter, hidden],
-                    TensorKind::Matrix,
-                );
+                if arch == Arch::Phi3 {
+                    add(
+                        format!("{p}.mlp.gate_up_proj.weight"),
+                        vec![2 * inter, hidden],
+                        TensorKind::Matrix,
+                    );
+                } else {
+                    add(
+                        format!("{p}.mlp.gate_proj.weight"),
+                        vec![inter, hidden],
+                        TensorKind::Matrix,
+                    );
+                    add(
+                        format!("{p}.mlp.up_proj.weight"),
+                        vec![inter, hidden],
+                        TensorKind::Matrix,
+                    );
+                }
                 add(
                     format!("{p}.mlp.down_proj.weight"),
                     vec![hidden, inter],
@@ -237,6 +270,20 @@ pub fn tensor_plan(arch: Arch, shape: &Shape) -> Vec<PlannedTensor> {
             vec![vocab, hidden],
             TensorKind::Matrix,
         );
+    }
+    if arch == Arch::Gemma3 {
+        // A token vision tower and projector: present in every multimodal
+        // checkpoint, read by neither Ondo nor mlx-lm's text model.
+        for name in [
+            "vision_tower.vision_model.post_layernorm.weight",
+            "multi_modal_projector.mm_soft_emb_norm.weight",
+        ] {
+            plan.push(PlannedTensor {
+                name: name.into(),
+                shape: vec![16],
+                kind: TensorKind::NormScale,
+            });
+        }
     }
     plan
 }

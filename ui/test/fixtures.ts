@@ -117,6 +117,10 @@ export function fitAt4k(weights: number, verdict: FitEstimate['verdict'], availa
     budget_bytes: available * 0.9,
     context_tokens: 4096,
     kv_bytes_per_token: kv / 4096,
+    kv_cache_note: null,
+    parameters: null,
+    active_parameters: null,
+    experts_note: null,
     verdict,
     max_context_that_fits: verdict === 'will_not_fit' ? null : 40_960,
     advice,
@@ -131,12 +135,6 @@ function entry(repo_id: string, display_name: string, parameters: number, size_b
     parameters,
     quantization: '4-bit',
     size_bytes,
-    context_length: 40_960,
-    // Llama 3.2 3B's shape; the fixtures' fit numbers do not derive from it.
-    num_hidden_layers: 28,
-    num_key_value_heads: 8,
-    head_dim: 128,
-    hidden_size: 3072,
     note,
   };
 }
@@ -151,6 +149,7 @@ export const llama3b: CatalogOffer = {
   ),
   fit: fitAt4k(1_800_000_000, 'fits'),
   downloaded: false,
+  unsupported: null,
 };
 
 export const qwen06b: CatalogOffer = {
@@ -163,12 +162,14 @@ export const qwen06b: CatalogOffer = {
   ),
   fit: fitAt4k(340_000_000, 'fits'),
   downloaded: false,
+  unsupported: null,
 };
 
 export const qwen8b: CatalogOffer = {
   entry: entry('mlx-community/Qwen3-8B-4bit', 'Qwen3 8B', 8_190_000_000, 4_600_000_000, 'Strong at reasoning and code.'),
   fit: fitAt4k(4_600_000_000, 'tight', 6 * GiB, ['Close other apps first: it needs most of the free memory.']),
   downloaded: false,
+  unsupported: null,
 };
 
 export const mistral7b: CatalogOffer = {
@@ -184,6 +185,40 @@ export const mistral7b: CatalogOffer = {
     'Quit memory-hungry apps, or pick a smaller model such as Qwen3 0.6B.',
   ]),
   downloaded: false,
+  unsupported: null,
+};
+
+/**
+ * Qwen3 30B-A3B, a mixture of experts Ondo does not run yet: all 128 experts
+ * in memory, 8 of them per token.
+ */
+export const qwen30bMoe: CatalogOffer = {
+  entry: {
+    ...entry(
+      'mlx-community/Qwen3-30B-A3B-4bit',
+      'Qwen3 30B-A3B',
+      30_500_000_000,
+      17_200_000_000,
+      'A mixture of experts: answers at about the speed of a 3B model.',
+    ),
+    family: 'qwen3_moe',
+  },
+  fit: {
+    ...fitAt4k(17_200_000_000, 'fits', 48 * GiB),
+    parameters: 30_531_911_680,
+    active_parameters: 3_352_821_760,
+    experts_note: 'all 128 experts stay in memory; 8 of them work on each token',
+  },
+  downloaded: false,
+  unsupported: 'not supported yet: model_type qwen3_moe (Ondo runs: llama, mistral, qwen2, qwen3)',
+};
+
+/** Gemma 3 1B: most layers keep a 512-token window. */
+export const gemma1b: CatalogOffer = {
+  entry: { ...entry('mlx-community/gemma-3-1b-it-4bit', 'Gemma 3 1B', 1_000_000_000, 563_000_000, 'Small and light.'), family: 'gemma3_text' },
+  fit: { ...fitAt4k(563_000_000, 'fits'), kv_cache_note: '22 of 26 layers keep at most 512 positions' },
+  downloaded: false,
+  unsupported: null,
 };
 
 /** A hub model outside the catalog, checked by its id: tight on 6 GiB. */
@@ -211,6 +246,7 @@ export const cachedQwen: LibraryModel = {
   model_type: 'qwen3',
   quantization: '4-bit',
   parameters: 596_000_000,
+  unsupported: null,
   complete: true,
   problem: null,
 };
@@ -226,6 +262,7 @@ export const partialLlama: LibraryModel = {
   model_type: 'llama',
   quantization: '4-bit',
   parameters: 1_240_000_000,
+  unsupported: null,
   complete: false,
   problem: 'model.safetensors is partly downloaded; download it again to finish',
 };

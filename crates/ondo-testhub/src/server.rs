@@ -443,6 +443,20 @@ fn summary(repo: &ServedRepo) -> Value {
     })
 }
 
+/// The part of a repo's config.json the hub's search includes; `None` when
+/// the repo has no readable config.json.
+fn config_summary(repo: &ServedRepo) -> Option<Value> {
+    let file = repo.files.iter().find(|f| f.path == "config.json")?;
+    let config: Value = serde_json::from_slice(&std::fs::read(&file.disk_path).ok()?).ok()?;
+    let mut trimmed = json!({});
+    for key in ["architectures", "model_type"] {
+        if let Some(value) = config.get(key) {
+            trimmed[key] = value.clone();
+        }
+    }
+    Some(trimmed)
+}
+
 /// Download and like counts that differ between repos but never between
 /// runs, so sorting by them is testable.
 fn popularity(repo_id: &str) -> (u64, u64) {
@@ -471,6 +485,9 @@ async fn search(
         .collect();
     let limit = value_of("limit").and_then(|l| l.parse::<usize>().ok());
     let descending = value_of("direction") == Some("-1");
+    // `config=true` (huggingface_hub's `fetch_config`) adds each repo's
+    // config, as the hub does: only its `architectures` and `model_type`.
+    let with_config = value_of("config").is_some_and(|v| v.eq_ignore_ascii_case("true"));
 
     let mut found: Vec<Value> = shared
         .state()
@@ -478,7 +495,13 @@ async fn search(
         .values()
         .filter(|repo| repo.repo_id.to_lowercase().contains(&search))
         .filter(|_| filters.iter().all(|tag| TAGS.contains(tag)))
-        .map(summary)
+        .map(|repo| {
+            let mut hit = summary(repo);
+            if let Some(config) = with_config.then(|| config_summary(repo)).flatten() {
+                hit["config"] = config;
+            }
+            hit
+        })
         .collect();
     if let Some(key @ ("downloads" | "likes")) = value_of("sort") {
         found.sort_by_key(|repo| repo[key].as_u64().unwrap_or(0));

@@ -644,6 +644,18 @@ async fn search_filters_by_text_tag_and_limit() {
         .collect();
     assert!(downloads.windows(2).all(|pair| pair[0] >= pair[1]));
     assert_eq!(sorted[..], all[..2]);
+
+    // The config's type only when asked for, as the hub's `config=true`.
+    assert!(found[0].get("config").is_none());
+    let with_config = search("search=QWEN&config=true").await;
+    assert_eq!(with_config.len(), 2);
+    for hit in &with_config {
+        assert_eq!(
+            hit["config"],
+            serde_json::json!({ "model_type": "llama" }),
+            "{hit}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -1,12 +1,16 @@
-//! The dense decoder that llama, mistral, qwen2 and qwen3 share: RMSNorm,
-//! grouped-query attention with rope (llama3 scaling included), SwiGLU MLP.
-//! What differs between them (projection biases, q/k norms, defaults) is a
-//! field of `DecoderConfig`, filled in by each `model_type`'s own file.
+//! The decoder every family shares: RMSNorm, grouped-query attention with
+//! rope, a gated MLP. What differs between families is a field of
+//! `DecoderConfig`, filled in by each `model_type`'s own file: projection
+//! biases, q/k norms, fused projections (phi3), norms that add one, scaled
+//! embeddings and norms around both sublayers (gemma3), sliding-window
+//! layers beside full ones, partial rotary dimensions, and rope scaling
+//! (llama3, linear, longrope, yarn).
 
 use std::path::Path;
 
 use mlx_rs::error::Exception;
 use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
+use mlx_rs::ops::indexing::{Ellipsis, IndexOp};
 use mlx_rs::{Array, ops};
 use serde::Deserialize;
 
@@ -31,6 +35,21 @@ pub struct RopeScaling {
     pub high_freq_factor: Option<f32>,
     #[serde(default)]
     pub original_max_position_embeddings: Option<f32>,
+    /// longrope (`su`): per-frequency factors; mlx-lm applies the long ones
+    /// at every length, and so does Ondo.
+    #[serde(default)]
+    pub long_factor: Option<Vec<f32>>,
+    #[serde(default)]
+    pub short_factor: Option<Vec<f32>>,
+    /// yarn's correction range and attention scale.
+    #[serde(default)]
+    pub beta_fast: Option<f32>,
+    #[serde(default)]
+    pub beta_slow: Option<f32>,
+    #[serde(default)]
+    pub mscale: Option<f32>,
+    #[serde(default)]
+    pub mscale_all_dim: Option<f32>,
 }
 
 fn one() -> f32 {
@@ -126,13 +145,60 @@ pub struct DecoderConfig {
     pub quantization: Option<QuantConfig>,
     /// The longest context the model was trained for, when config.json says.
     pub max_position_embeddings: Option<usize>,
+    /// Where the text model's tensors are: `model`, or
+    /// `language_model.model` inside a multimodal checkpoint (gemma3).
+    pub weight_prefix: String,
+    /// The untied head's tensor prefix (`lm_head`).
+    pub head_prefix: String,
+    /// Tensors of other parts of the checkpoint that are not read (a vision
+    /// tower): every tensor whose name starts with one is dropped.
+    pub skipped_prefixes: Vec<String>,
+    /// q, k and v in one `qkv_proj`, gate and up in one `gate_up_proj` (phi3).
+    pub fused_projections: bool,
+    /// RMSNorm scales are stored minus one and applied as `1 + w` (gemma).
+    pub norms_add_one: bool,
+    /// Embeddings are multiplied by this before the first layer (gemma:
+    /// the square root of the hidden size, rounded to bfloat16 first).
+    pub embed_scale: Option<f32>,
+    /// Each sublayer's output is normed too before the residual add, and the
+    /// MLP has its own pre-norm (gemma's four norms per layer).
+    pub sandwich_norms: bool,
+    pub activation: Activation,
+    /// Attention's softmax scale; `head_dim^-0.5` unless a family says
+    /// otherwise (gemma's `query_pre_attn_scalar`).
+    pub attention_scale: f32,
+    /// Leading dimensions of each head that rope rotates (`partial_rotary_factor`).
+    pub rotary_dims: i32,
+    /// Per layer, the sliding window it attends over, `None` for full
+    /// attention. Empty means every layer is full.
+    pub layer_windows: Vec<Option<i32>>,
+    /// Rope base of the sliding-window layers, when it differs (gemma's
+    /// `rope_local_base_freq`; those layers take no rope scaling).
+    pub local_rope_theta: Option<f32>,
+    /// A learned logit per head that joins each softmax (gpt-oss's sinks).
+    pub attention_sinks: bool,
+    /// The head is tied to the embedding exactly when the checkpoint has no
+    /// head tensor (gemma), whatever `tie_word_embeddings` says.
+    pub tie_when_no_head: bool,
     /// Routed experts in place of the dense MLP, in the layers they name.
     pub experts: Option<ExpertsConfig>,
+}
+
+/// The gate's activation in the gated MLP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// `silu(gate) * up` (SwiGLU).
+    Silu,
+    /// The tanh approximation of GELU (gemma's `gelu_pytorch_tanh`).
+    GeluApprox,
 }
 
 impl DecoderConfig {
     /// The shared keys with an architecture's choices for the rest.
     pub fn from_keys(model_type: &str, keys: ConfigKeys, rope_theta: f32, tie: bool) -> Self {
+        let head_dim = keys
+            .head_dim
+            .unwrap_or(keys.hidden_size / keys.num_attention_heads.max(1));
         Self {
             model_type: model_type.to_owned(),
             hidden_size: keys.hidden_size,
@@ -140,9 +206,7 @@ impl DecoderConfig {
             num_hidden_layers: keys.num_hidden_layers,
             num_attention_heads: keys.num_attention_heads,
             num_key_value_heads: keys.num_key_value_heads.unwrap_or(keys.num_attention_heads),
-            head_dim: keys
-                .head_dim
-                .unwrap_or(keys.hidden_size / keys.num_attention_heads.max(1)),
+            head_dim,
             vocab_size: keys.vocab_size,
             rms_norm_eps: keys.rms_norm_eps,
             rope_theta,
@@ -155,54 +219,227 @@ impl DecoderConfig {
             qk_norm: false,
             quantization: keys.quantization,
             max_position_embeddings: keys.max_position_embeddings,
+            weight_prefix: "model".into(),
+            head_prefix: "lm_head".into(),
+            skipped_prefixes: Vec::new(),
+            fused_projections: false,
+            norms_add_one: false,
+            embed_scale: None,
+            sandwich_norms: false,
+            activation: Activation::Silu,
+            attention_scale: (head_dim as f32).powf(-0.5),
+            rotary_dims: head_dim,
+            layer_windows: Vec::new(),
+            local_rope_theta: None,
+            attention_sinks: false,
+            tie_when_no_head: false,
             experts: None,
         }
     }
+
+    /// The sliding window of layer `index`, `None` for full attention.
+    pub fn window_of(&self, index: usize) -> Option<i32> {
+        self.layer_windows.get(index).copied().flatten()
+    }
 }
 
-/// Rotary position embedding with optional llama3 frequency scaling.
-struct Rope {
+/// Rotary position embedding over a head's first `dims` dimensions: a base
+/// and a position scale, or precomputed frequencies (llama3, longrope,
+/// yarn), and for longrope and yarn a scale applied to the rotated
+/// dimensions first.
+pub struct Rope {
     dims: i32,
     traditional: bool,
     base: f32,
-    /// Set for llama3 scaling; then `base` is unused.
+    /// Positions are multiplied by this (linear scaling: `1 / factor`).
+    position_scale: f32,
+    /// When set, `base` is unused.
     freqs: Option<Array>,
+    /// Multiplies the rotated dimensions before rotating (longrope, yarn).
+    input_scale: Option<f32>,
 }
 
 impl Rope {
-    fn new(config: &DecoderConfig, config_path: &Path) -> Result<Self, LoadError> {
-        let dims = config.head_dim;
-        let freqs = match &config.rope_scaling {
-            None => None,
-            Some(s) => {
-                let kind = s.rope_type.as_deref().or(s.legacy_type.as_deref());
-                match kind {
-                    Some("llama3") => Some(llama3_freqs(dims, config.rope_theta, s)?),
-                    // "default" and linear scaling with factor 1 are plain rope.
-                    Some("default") | None => None,
-                    Some(other) => {
-                        return Err(LoadError::ConfigInvalid {
-                            path: config_path.to_owned(),
-                            message: format!("rope_scaling type `{other}` is not supported yet"),
-                        });
-                    }
-                }
-            }
-        };
-        Ok(Self {
+    /// The rope of `config`'s full-attention layers (`local: false`) or of
+    /// its sliding-window layers, which use `local_rope_theta` unscaled
+    /// when the family has one.
+    fn new(config: &DecoderConfig, config_path: &Path, local: bool) -> Result<Self, LoadError> {
+        let dims = config.rotary_dims;
+        let mut rope = Self {
             dims,
             traditional: config.rope_traditional,
             base: config.rope_theta,
-            freqs,
-        })
+            position_scale: 1.0,
+            freqs: None,
+            input_scale: None,
+        };
+        if local && let Some(base) = config.local_rope_theta {
+            rope.base = base;
+            return Ok(rope);
+        }
+        let Some(s) = &config.rope_scaling else {
+            return Ok(rope);
+        };
+        let invalid = |message: String| LoadError::ConfigInvalid {
+            path: config_path.to_owned(),
+            message,
+        };
+        let kind = s.rope_type.as_deref().or(s.legacy_type.as_deref());
+        match kind {
+            // "default" and linear scaling with factor 1 are plain rope.
+            Some("default") | None => {}
+            Some("linear") => rope.position_scale = 1.0 / s.factor,
+            Some("llama3") => rope.freqs = Some(llama3_freqs(dims, config.rope_theta, s)?),
+            Some("longrope") | Some("su") => {
+                let long = s
+                    .long_factor
+                    .as_ref()
+                    .ok_or_else(|| invalid("rope_scaling `longrope` has no long_factor".into()))?;
+                if long.len() as i32 != dims / 2 {
+                    return Err(invalid(format!(
+                        "rope_scaling long_factor has {} values; {} rotated dimensions need {}",
+                        long.len(),
+                        dims,
+                        dims / 2
+                    )));
+                }
+                let original = s.original_max_position_embeddings.unwrap_or(4096.0);
+                let longest = config.max_position_embeddings.unwrap_or(131_072) as f32;
+                let (freqs, scale) = longrope(dims, config.rope_theta, long, longest, original)?;
+                rope.freqs = Some(freqs);
+                rope.input_scale = Some(scale);
+            }
+            Some("yarn") => {
+                let (freqs, mscale) = yarn(dims, config.rope_theta, s)?;
+                rope.freqs = Some(freqs);
+                rope.input_scale = (mscale != 1.0).then_some(mscale);
+            }
+            Some(other) => {
+                return Err(invalid(format!(
+                    "rope_scaling type `{other}` is not supported yet"
+                )));
+            }
+        }
+        Ok(rope)
     }
 
     fn apply(&self, x: &Array, offset: i32) -> Result<Array, Exception> {
+        let scaled;
+        let x = match self.input_scale {
+            None => x,
+            Some(scale) => {
+                scaled = scale_leading_dims(x, self.dims, scale)?;
+                &scaled
+            }
+        };
         match &self.freqs {
             Some(freqs) => fast::rope(x, self.dims, self.traditional, None, 1.0, offset, freqs),
-            None => fast::rope(x, self.dims, self.traditional, self.base, 1.0, offset, None),
+            None => fast::rope(
+                x,
+                self.dims,
+                self.traditional,
+                self.base,
+                self.position_scale,
+                offset,
+                None,
+            ),
         }
     }
+}
+
+/// `x` with its first `dims` features (last axis) multiplied by `scale` in
+/// x's dtype, the rest unchanged: what mlx-lm's `x.at[..., :dims].multiply`
+/// computes.
+fn scale_leading_dims(x: &Array, dims: i32, scale: f32) -> Result<Array, Exception> {
+    let factor = Array::from_f32(scale).as_dtype(x.dtype())?;
+    let width = x.shape().last().copied().unwrap_or(0);
+    if dims >= width {
+        return ops::multiply(x, &factor);
+    }
+    let rank = x.ndim();
+    let head = x.index((Ellipsis, ..dims));
+    let tail = x.index((Ellipsis, dims..));
+    ops::concatenate(&[ops::multiply(&head, &factor)?, tail], rank as i32 - 1)
+}
+
+/// Frequencies `base^(2i/dims)` in f32, as mlx-lm computes them.
+fn base_freqs(dims: i32, base: f32) -> Result<Array, Exception> {
+    let exponents = ops::divide(
+        Array::arange::<_, f32>(0.0, dims as f32, 2.0)?,
+        Array::from_f32(dims as f32),
+    )?;
+    ops::power(Array::from_f32(base), &exponents)
+}
+
+/// longrope (Phi-3.5, Phi-4-mini): the base frequencies times the long
+/// factors, and the rotated dimensions scaled by
+/// `sqrt(1 + ln(longest / original) / ln(original))` when the model was
+/// extended past its original context.
+fn longrope(
+    dims: i32,
+    base: f32,
+    long_factor: &[f32],
+    longest: f32,
+    original: f32,
+) -> Result<(Array, f32), Exception> {
+    let factors = Array::from_slice(long_factor, &[long_factor.len() as i32]);
+    let freqs = ops::multiply(&factors, base_freqs(dims, base)?)?;
+    freqs.eval()?;
+    let factor = f64::from(longest) / f64::from(original);
+    let scale = if factor <= 1.0 {
+        1.0
+    } else {
+        (1.0 + factor.ln() / f64::from(original).ln()).sqrt()
+    };
+    Ok((freqs, scale as f32))
+}
+
+/// yarn (gpt-oss): frequencies blended between interpolated and original
+/// across the correction range, and the attention scale `mscale`.
+fn yarn(dims: i32, base: f32, s: &RopeScaling) -> Result<(Array, f32), Exception> {
+    let factor = f64::from(s.factor);
+    let original = f64::from(s.original_max_position_embeddings.unwrap_or(4096.0));
+    let beta_fast = f64::from(s.beta_fast.unwrap_or(32.0));
+    let beta_slow = f64::from(s.beta_slow.unwrap_or(1.0));
+    let base64 = f64::from(base);
+    let correction_dim = |rotations: f64| {
+        f64::from(dims) * (original / (rotations * 2.0 * std::f64::consts::PI)).ln()
+            / (2.0 * base64.ln())
+    };
+    let low = correction_dim(beta_fast).floor().max(0.0);
+    let high = correction_dim(beta_slow).ceil().min(f64::from(dims - 1));
+    let get_mscale = |scale: f64, m: f64| {
+        if scale <= 1.0 {
+            1.0
+        } else {
+            0.1 * m * scale.ln() + 1.0
+        }
+    };
+    let mscale = get_mscale(factor, f64::from(s.mscale.unwrap_or(1.0)))
+        / get_mscale(factor, f64::from(s.mscale_all_dim.unwrap_or(0.0)));
+    let freq_extra = base_freqs(dims, base)?;
+    let freq_inter = ops::multiply(Array::from_f32(s.factor), &freq_extra)?;
+    let high = if low == high { high + 0.001 } else { high };
+    let ramp = ops::divide(
+        ops::subtract(
+            Array::arange::<_, f32>(0.0, (dims / 2) as f32, 1.0)?,
+            Array::from_f32(low as f32),
+        )?,
+        Array::from_f32((high - low) as f32),
+    )?;
+    let ramp = ops::clip(&ramp, (0.0f32, 1.0f32))?;
+    let freq_mask = ops::subtract(Array::from_f32(1.0), &ramp)?;
+    let numerator = ops::multiply(&freq_inter, &freq_extra)?;
+    let denominator = ops::add(
+        ops::multiply(&freq_inter, &freq_mask)?,
+        ops::multiply(
+            &freq_extra,
+            ops::subtract(Array::from_f32(1.0), &freq_mask)?,
+        )?,
+    )?;
+    let freqs = ops::divide(&numerator, &denominator)?;
+    freqs.eval()?;
+    Ok((freqs, mscale as f32))
 }
 
 /// Llama 3's scaled rope frequencies, computed with the same f32 operations
@@ -247,25 +484,44 @@ fn llama3_freqs(dims: i32, base: f32, s: &RopeScaling) -> Result<Array, Exceptio
     Ok(out)
 }
 
+/// q, k and v as three matrices, or as one (phi3's `qkv_proj`) split after.
+enum QkvProjection {
+    Separate {
+        q_proj: Linear,
+        k_proj: Linear,
+        v_proj: Linear,
+    },
+    Fused(Linear),
+}
+
 struct Attention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
+    qkv: QkvProjection,
     o_proj: Linear,
     heads: i32,
     kv_heads: i32,
     head_dim: i32,
     scale: f32,
-    /// Per-head RMSNorm weights of queries and keys (qwen3).
+    /// Per-head RMSNorm weights of queries and keys (qwen3, gemma3).
     q_norm: Option<Array>,
     k_norm: Option<Array>,
     eps: f32,
+    /// Rotates this layer's queries and keys (a sliding-window layer may
+    /// have its own base).
+    rope: Rope,
+    /// gpt-oss's per-head sink logits.
+    sinks: Option<Array>,
+}
+
+/// gate and up as two matrices, or as one (phi3's `gate_up_proj`).
+enum GateUpProjection {
+    Separate { gate_proj: Linear, up_proj: Linear },
+    Fused(Linear),
 }
 
 struct Mlp {
-    gate_proj: Linear,
-    up_proj: Linear,
+    gate_up: GateUpProjection,
     down_proj: Linear,
+    activation: Activation,
 }
 
 /// A layer's feed-forward: one dense MLP, or routed experts.
@@ -277,19 +533,37 @@ enum FeedForward {
 struct Layer {
     input_layernorm: Array,
     self_attn: Attention,
+    /// Before the MLP; with sandwich norms, applied to the attention's
+    /// output instead (gemma's naming).
     post_attention_layernorm: Array,
+    /// Gemma's norm before the MLP and after it.
+    pre_feedforward_layernorm: Option<Array>,
+    post_feedforward_layernorm: Option<Array>,
     mlp: FeedForward,
+    /// The sliding window this layer's cache holds, `None` for full attention.
+    window: Option<i32>,
 }
 
-/// A loaded dense decoder. The KV cache lives outside, one per layer.
+/// A loaded decoder. The KV cache lives outside, one per layer.
 pub struct Decoder {
     embed_tokens: Linear,
     layers: Vec<Layer>,
     norm: Array,
     /// `None` when the head is tied to the embedding.
     lm_head: Option<Linear>,
-    rope: Rope,
     eps: f32,
+    /// Multiplies the embeddings (gemma): rounded to bfloat16 as mlx-lm
+    /// rounds it, in the model's float dtype.
+    embed_scale: Option<Array>,
+}
+
+/// A norm scale as the layers apply it: gemma stores `w - 1`.
+fn norm_scale(weight: Array, adds_one: bool) -> Result<Array, LoadError> {
+    if !adds_one {
+        return Ok(weight);
+    }
+    let one = Array::from_f32(1.0).as_dtype(weight.dtype())?;
+    Ok(ops::add(&one, &weight)?)
 }
 
 impl Decoder {
@@ -310,86 +584,102 @@ impl Decoder {
             config.num_key_value_heads,
             config.head_dim,
         );
+        let adds_one = config.norms_add_one;
+        let root = config.weight_prefix.as_str();
         let w = &mut weights;
+        for prefix in &config.skipped_prefixes {
+            let skipped: Vec<String> = w
+                .tensors
+                .keys()
+                .filter(|k| k.starts_with(prefix.as_str()))
+                .cloned()
+                .collect();
+            for k in skipped {
+                w.discard(&k);
+            }
+        }
         let embed_tokens = Linear::load(
             w,
-            "model.embed_tokens",
+            &format!("{root}.embed_tokens"),
             config.vocab_size,
             hidden,
             quant,
             false,
         )?;
+        let norm = |w: &mut WeightMap, name: String, size: i32| -> Result<Array, LoadError> {
+            norm_scale(w.take_float(&name, &[size])?, adds_one)
+        };
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         for i in 0..config.num_hidden_layers {
-            let p = format!("model.layers.{i}");
-            let (qkv_bias, o_bias, mlp_bias) = (config.qkv_bias, config.o_bias, config.mlp_bias);
+            let p = format!("{root}.layers.{i}");
+            let (qkv_bias, o_bias) = (config.qkv_bias, config.o_bias);
             let (q_norm, k_norm) = if config.qk_norm {
                 (
-                    Some(w.take_float(&format!("{p}.self_attn.q_norm.weight"), &[head_dim])?),
-                    Some(w.take_float(&format!("{p}.self_attn.k_norm.weight"), &[head_dim])?),
+                    Some(norm(w, format!("{p}.self_attn.q_norm.weight"), head_dim)?),
+                    Some(norm(w, format!("{p}.self_attn.k_norm.weight"), head_dim)?),
                 )
             } else {
                 (None, None)
+            };
+            let qkv = if config.fused_projections {
+                QkvProjection::Fused(Linear::load(
+                    w,
+                    &format!("{p}.self_attn.qkv_proj"),
+                    (heads + 2 * kv_heads) * head_dim,
+                    hidden,
+                    quant,
+                    qkv_bias,
+                )?)
+            } else {
+                let mut proj = |name: &str, out: i32| {
+                    Linear::load(
+                        w,
+                        &format!("{p}.self_attn.{name}"),
+                        out,
+                        hidden,
+                        quant,
+                        qkv_bias,
+                    )
+                };
+                QkvProjection::Separate {
+                    q_proj: proj("q_proj", heads * head_dim)?,
+                    k_proj: proj("k_proj", kv_heads * head_dim)?,
+                    v_proj: proj("v_proj", kv_heads * head_dim)?,
+                }
             };
             let mlp =
                 match &config.experts {
                     Some(experts) if experts.is_sparse(i) => FeedForward::Experts(
                         SparseExperts::load(w, &format!("{p}.mlp"), hidden, experts, quant)?,
                     ),
-                    _ => FeedForward::Dense(Mlp {
-                        gate_proj: Linear::load(
-                            w,
-                            &format!("{p}.mlp.gate_proj"),
-                            config.intermediate_size,
-                            hidden,
-                            quant,
-                            mlp_bias,
-                        )?,
-                        up_proj: Linear::load(
-                            w,
-                            &format!("{p}.mlp.up_proj"),
-                            config.intermediate_size,
-                            hidden,
-                            quant,
-                            mlp_bias,
-                        )?,
-                        down_proj: Linear::load(
-                            w,
-                            &format!("{p}.mlp.down_proj"),
-                            hidden,
-                            config.intermediate_size,
-                            quant,
-                            mlp_bias,
-                        )?,
-                    }),
+                    _ => FeedForward::Dense(Mlp::load(w, &p, config, quant)?),
                 };
+            let window = config.window_of(i);
+            let sinks = if config.attention_sinks {
+                Some(w.take_float(&format!("{p}.self_attn.sinks"), &[heads])?)
+            } else {
+                None
+            };
+            let (pre_feedforward_layernorm, post_feedforward_layernorm) = if config.sandwich_norms {
+                (
+                    Some(norm(
+                        w,
+                        format!("{p}.pre_feedforward_layernorm.weight"),
+                        hidden,
+                    )?),
+                    Some(norm(
+                        w,
+                        format!("{p}.post_feedforward_layernorm.weight"),
+                        hidden,
+                    )?),
+                )
+            } else {
+                (None, None)
+            };
             layers.push(Layer {
-                input_layernorm: w.take_float(&format!("{p}.input_layernorm.weight"), &[hidden])?,
+                input_layernorm: norm(w, format!("{p}.input_layernorm.weight"), hidden)?,
                 self_attn: Attention {
-                    q_proj: Linear::load(
-                        w,
-                        &format!("{p}.self_attn.q_proj"),
-                        heads * head_dim,
-                        hidden,
-                        quant,
-                        qkv_bias,
-                    )?,
-                    k_proj: Linear::load(
-                        w,
-                        &format!("{p}.self_attn.k_proj"),
-                        kv_heads * head_dim,
-                        hidden,
-                        quant,
-                        qkv_bias,
-                    )?,
-                    v_proj: Linear::load(
-                        w,
-                        &format!("{p}.self_attn.v_proj"),
-                        kv_heads * head_dim,
-                        hidden,
-                        quant,
-                        qkv_bias,
-                    )?,
+                    qkv,
                     o_proj: Linear::load(
                         w,
                         &format!("{p}.self_attn.o_proj"),
@@ -401,25 +691,38 @@ impl Decoder {
                     heads,
                     kv_heads,
                     head_dim,
-                    scale: (head_dim as f32).powf(-0.5),
+                    scale: config.attention_scale,
                     q_norm,
                     k_norm,
                     eps: config.rms_norm_eps,
+                    rope: Rope::new(config, config_path, window.is_some())?,
+                    sinks,
                 },
-                post_attention_layernorm: w
-                    .take_float(&format!("{p}.post_attention_layernorm.weight"), &[hidden])?,
+                post_attention_layernorm: norm(
+                    w,
+                    format!("{p}.post_attention_layernorm.weight"),
+                    hidden,
+                )?,
+                pre_feedforward_layernorm,
+                post_feedforward_layernorm,
                 mlp,
+                window,
             });
         }
-        let norm = w.take_float("model.norm.weight", &[hidden])?;
-        let lm_head = if config.tie_word_embeddings {
+        let final_norm = norm(w, format!("{root}.norm.weight"), hidden)?;
+        let head = config.head_prefix.as_str();
+        let tied = config.tie_word_embeddings
+            || (config.tie_when_no_head
+                && !w.contains(&format!("{head}.weight"))
+                && !w.contains(&format!("{head}.scales")));
+        let lm_head = if tied {
             // Some exports keep a copy of the tied head; mlx-lm drops it too.
-            w.discard("lm_head.weight");
+            w.discard(&format!("{head}.weight"));
             None
         } else {
             Some(Linear::load(
                 w,
-                "lm_head",
+                head,
                 config.vocab_size,
                 hidden,
                 quant,
@@ -437,13 +740,23 @@ impl Decoder {
             w.discard(&k);
         }
         weights.finish(&config.model_type)?;
+        let embed_scale = match config.embed_scale {
+            Some(scale) => {
+                let scale = Array::from_f32(scale)
+                    .as_dtype(mlx_rs::Dtype::Bfloat16)?
+                    .as_dtype(final_norm.dtype())?;
+                scale.eval()?;
+                Some(scale)
+            }
+            None => None,
+        };
         Ok(Self {
             embed_tokens,
             layers,
-            norm,
+            norm: final_norm,
             lm_head,
-            rope: Rope::new(config, config_path)?,
             eps: config.rms_norm_eps,
+            embed_scale,
         })
     }
 
@@ -452,12 +765,17 @@ impl Decoder {
         format!("{:?}", self.norm.dtype()).to_lowercase()
     }
 
-    /// One empty cache per layer: growing, or rotating at `max_kv_size`
-    /// positions (keeping the first `ROTATING_KEEP` tokens, as mlx-lm does).
+    /// One empty cache per layer: a sliding-window layer's rotates at its
+    /// window (keeping no leading tokens, as mlx-lm does); a full layer's
+    /// grows, or rotates at `max_kv_size` positions keeping the first
+    /// `ROTATING_KEEP` tokens.
     pub fn make_cache(&self, max_kv_size: Option<usize>) -> Vec<LayerCache> {
         self.layers
             .iter()
-            .map(|_| LayerCache::new(max_kv_size))
+            .map(|layer| match layer.window {
+                Some(window) => LayerCache::window(window),
+                None => LayerCache::new(max_kv_size),
+            })
             .collect()
     }
 
@@ -472,24 +790,26 @@ impl Decoder {
         for layer in &self.layers {
             out.push(&layer.input_layernorm);
             out.push(&layer.post_attention_layernorm);
-            out.extend(layer.self_attn.q_norm.iter());
-            out.extend(layer.self_attn.k_norm.iter());
-            for linear in [
-                &layer.self_attn.q_proj,
-                &layer.self_attn.k_proj,
-                &layer.self_attn.v_proj,
-                &layer.self_attn.o_proj,
-            ] {
-                out.extend(linear.arrays());
-            }
-            match &layer.mlp {
-                FeedForward::Dense(mlp) => {
-                    for linear in [&mlp.gate_proj, &mlp.up_proj, &mlp.down_proj] {
+            out.extend(layer.pre_feedforward_layernorm.iter());
+            out.extend(layer.post_feedforward_layernorm.iter());
+            let attn = &layer.self_attn;
+            out.extend(attn.q_norm.iter());
+            out.extend(attn.k_norm.iter());
+            out.extend(attn.sinks.iter());
+            match &attn.qkv {
+                QkvProjection::Separate {
+                    q_proj,
+                    k_proj,
+                    v_proj,
+                } => {
+                    for linear in [q_proj, k_proj, v_proj] {
                         out.extend(linear.arrays());
                     }
                 }
-                FeedForward::Experts(experts) => out.extend(experts.arrays()),
+                QkvProjection::Fused(linear) => out.extend(linear.arrays()),
             }
+            out.extend(attn.o_proj.arrays());
+            out.extend(layer.mlp.arrays());
         }
         out.push(&self.norm);
         if let Some(head) = &self.lm_head {
@@ -502,22 +822,45 @@ impl Decoder {
     /// `[batch, length]`, extending `cache` by `length` positions.
     pub fn hidden(&self, tokens: &Array, cache: &mut [LayerCache]) -> Result<Array, Exception> {
         let length = tokens.shape()[1];
-        // Every layer's cache holds the same positions, so one mask serves all.
-        let mask = match cache.first() {
-            Some(first) => first.mask(length)?,
-            None => AttentionMask::None,
-        };
+        // Layers of one kind (full, or one window size) hold the same
+        // positions, so one mask serves each kind: made from the first
+        // cache of that kind.
+        let mut masks: Vec<(Option<i32>, AttentionMask)> = Vec::with_capacity(2);
+        for (layer, kv) in self.layers.iter().zip(cache.iter()) {
+            if !masks.iter().any(|(window, _)| *window == layer.window) {
+                masks.push((layer.window, kv.mask(length)?));
+            }
+        }
         let mut h = self.embed_tokens.embed(tokens)?;
+        if let Some(scale) = &self.embed_scale {
+            h = ops::multiply(&h, scale)?;
+        }
         for (layer, kv) in self.layers.iter().zip(cache.iter_mut()) {
+            let mask = masks
+                .iter()
+                .find(|(window, _)| *window == layer.window)
+                .map_or(&AttentionMask::None, |(_, mask)| mask);
             let normed = fast::rms_norm(&h, Some(&layer.input_layernorm), self.eps)?;
-            let attn = layer.self_attn.forward(&normed, kv, &self.rope, &mask)?;
-            h = ops::add(&h, &attn)?;
-            let normed = fast::rms_norm(&h, Some(&layer.post_attention_layernorm), self.eps)?;
-            let mlp = match &layer.mlp {
-                FeedForward::Dense(mlp) => mlp.forward(&normed)?,
-                FeedForward::Experts(experts) => experts.forward(&normed)?,
+            let attn = layer.self_attn.forward(&normed, kv, mask)?;
+            h = match &layer.pre_feedforward_layernorm {
+                None => {
+                    let h = ops::add(&h, &attn)?;
+                    let normed =
+                        fast::rms_norm(&h, Some(&layer.post_attention_layernorm), self.eps)?;
+                    ops::add(&h, &layer.mlp.forward(&normed)?)?
+                }
+                Some(pre_feedforward) => {
+                    let attn =
+                        fast::rms_norm(&attn, Some(&layer.post_attention_layernorm), self.eps)?;
+                    let h = residual_add(&h, &attn)?;
+                    let normed = fast::rms_norm(&h, Some(pre_feedforward), self.eps)?;
+                    let mut out = layer.mlp.forward(&normed)?;
+                    if let Some(post) = &layer.post_feedforward_layernorm {
+                        out = fast::rms_norm(&out, Some(post), self.eps)?;
+                    }
+                    residual_add(&h, &out)?
+                }
             };
-            h = ops::add(&h, &mlp)?;
         }
         fast::rms_norm(&h, Some(&self.norm), self.eps)
     }
@@ -531,12 +874,26 @@ impl Decoder {
     }
 }
 
+/// `x + y`; in float16 added in float32 and clipped to float16's range
+/// first, as gemma's residual stream needs (its activations outgrow
+/// float16, and mlx-lm clips the same way).
+fn residual_add(x: &Array, y: &Array) -> Result<Array, Exception> {
+    if x.dtype() != mlx_rs::Dtype::Float16 {
+        return ops::add(x, y);
+    }
+    let bound = 65504.0f32;
+    let sum = ops::add(
+        x.as_dtype(mlx_rs::Dtype::Float32)?,
+        y.as_dtype(mlx_rs::Dtype::Float32)?,
+    )?;
+    ops::clip(&sum, (-bound, bound))?.as_dtype(mlx_rs::Dtype::Float16)
+}
+
 impl Attention {
     fn forward(
         &self,
         x: &Array,
         kv: &mut LayerCache,
-        rope: &Rope,
         mask: &AttentionMask,
     ) -> Result<Array, Exception> {
         let shape = x.shape();
@@ -554,9 +911,27 @@ impl Attention {
                     .transpose_axes(&[0, 2, 1, 3])
             }
         };
-        let mut q = split(self.q_proj.forward(x)?, self.heads)?;
-        let mut k = split(self.k_proj.forward(x)?, self.kv_heads)?;
-        let v = split(self.v_proj.forward(x)?, self.kv_heads)?;
+        let (q, k, v) = match &self.qkv {
+            QkvProjection::Separate {
+                q_proj,
+                k_proj,
+                v_proj,
+            } => (q_proj.forward(x)?, k_proj.forward(x)?, v_proj.forward(x)?),
+            QkvProjection::Fused(qkv_proj) => {
+                let queries = self.heads * self.head_dim;
+                let keys = self.kv_heads * self.head_dim;
+                let mut parts =
+                    ops::split_at_indices(qkv_proj.forward(x)?, &[queries, queries + keys], -1)?
+                        .into_iter();
+                match (parts.next(), parts.next(), parts.next()) {
+                    (Some(q), Some(k), Some(v)) => (q, k, v),
+                    _ => return Err(Exception::custom("qkv_proj did not split in three")),
+                }
+            }
+        };
+        let mut q = split(q, self.heads)?;
+        let mut k = split(k, self.kv_heads)?;
+        let v = split(v, self.kv_heads)?;
         if let Some(weight) = &self.q_norm {
             q = fast::rms_norm(&q, Some(weight), self.eps)?;
         }
@@ -565,15 +940,16 @@ impl Attention {
         }
         // Rope positions count every token seen, also those a rotating
         // cache has dropped.
-        let q = rope.apply(&q, kv.offset())?;
-        let k = rope.apply(&k, kv.offset())?;
+        let q = self.rope.apply(&q, kv.offset())?;
+        let k = self.rope.apply(&k, kv.offset())?;
         let (k, v) = kv.update_and_fetch(&k, &v)?;
         let mask = match mask {
             AttentionMask::None => None,
             AttentionMask::Causal => Some(ScaledDotProductAttentionMask::Causal),
             AttentionMask::Array(m) => Some(ScaledDotProductAttentionMask::Array(m)),
         };
-        let o = fast::scaled_dot_product_attention(&q, &k, &v, self.scale, mask, None)?;
+        let o =
+            fast::scaled_dot_product_attention(&q, &k, &v, self.scale, mask, self.sinks.as_ref())?;
         let o = if l == 1 {
             o.reshape(&[b, 1, self.heads * self.head_dim])?
         } else {
@@ -585,9 +961,127 @@ impl Attention {
 }
 
 impl Mlp {
+    /// Loads `{p}.mlp`'s gate and up (apart or fused) and down projections.
+    fn load(
+        w: &mut WeightMap,
+        p: &str,
+        config: &DecoderConfig,
+        quant: Option<&QuantConfig>,
+    ) -> Result<Self, LoadError> {
+        let (hidden, inter, mlp_bias) = (
+            config.hidden_size,
+            config.intermediate_size,
+            config.mlp_bias,
+        );
+        let gate_up = if config.fused_projections {
+            GateUpProjection::Fused(Linear::load(
+                w,
+                &format!("{p}.mlp.gate_up_proj"),
+                2 * inter,
+                hidden,
+                quant,
+                mlp_bias,
+            )?)
+        } else {
+            GateUpProjection::Separate {
+                gate_proj: Linear::load(
+                    w,
+                    &format!("{p}.mlp.gate_proj"),
+                    inter,
+                    hidden,
+                    quant,
+                    mlp_bias,
+                )?,
+                up_proj: Linear::load(
+                    w,
+                    &format!("{p}.mlp.up_proj"),
+                    inter,
+                    hidden,
+                    quant,
+                    mlp_bias,
+                )?,
+            }
+        };
+        Ok(Mlp {
+            gate_up,
+            down_proj: Linear::load(
+                w,
+                &format!("{p}.mlp.down_proj"),
+                hidden,
+                inter,
+                quant,
+                mlp_bias,
+            )?,
+            activation: config.activation,
+        })
+    }
+
+    fn arrays(&self) -> Vec<&Array> {
+        let mut out = match &self.gate_up {
+            GateUpProjection::Separate { gate_proj, up_proj } => {
+                let mut both = gate_proj.arrays();
+                both.extend(up_proj.arrays());
+                both
+            }
+            GateUpProjection::Fused(linear) => linear.arrays(),
+        };
+        out.extend(self.down_proj.arrays());
+        out
+    }
+
     fn forward(&self, x: &Array) -> Result<Array, Exception> {
-        let gate = mlx_rs::nn::silu(self.gate_proj.forward(x)?)?;
-        let up = self.up_proj.forward(x)?;
+        let (gate, up) = match &self.gate_up {
+            GateUpProjection::Separate { gate_proj, up_proj } => {
+                (gate_proj.forward(x)?, up_proj.forward(x)?)
+            }
+            GateUpProjection::Fused(gate_up_proj) => {
+                let mut halves = gate_up_proj.forward(x)?.split_equal(2, -1)?.into_iter();
+                match (halves.next(), halves.next()) {
+                    (Some(gate), Some(up)) => (gate, up),
+                    _ => return Err(Exception::custom("gate_up_proj did not split in two")),
+                }
+            }
+        };
+        let gate = match self.activation {
+            Activation::Silu => mlx_rs::nn::silu(gate)?,
+            Activation::GeluApprox => gelu_approx(&gate)?,
+        };
         self.down_proj.forward(&ops::multiply(&gate, &up)?)
     }
+}
+
+impl FeedForward {
+    fn forward(&self, x: &Array) -> Result<Array, Exception> {
+        match self {
+            FeedForward::Dense(mlp) => mlp.forward(x),
+            FeedForward::Experts(experts) => experts.forward(x),
+        }
+    }
+
+    fn arrays(&self) -> Vec<&Array> {
+        match self {
+            FeedForward::Dense(mlp) => mlp.arrays(),
+            FeedForward::Experts(experts) => experts.arrays(),
+        }
+    }
+}
+
+/// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))` with every constant in
+/// x's dtype, compiled as MLX's own `gelu_approx` is, so the fused kernel
+/// computes what mlx-lm's does. (mlx-rs's `gelu_approximate` makes its
+/// constants float32 arrays, which turns bfloat16 activations into float32.)
+fn gelu_approx(x: &Array) -> Result<Array, Exception> {
+    let formula = |x: &Array| -> Result<Array, Exception> {
+        let constant = |v: f32| Array::from_f32(v).as_dtype(x.dtype());
+        let cubed = ops::power(x, constant(3.0)?)?;
+        let inner = ops::add(x, ops::multiply(constant(0.044715)?, &cubed)?)?;
+        let scaled = ops::multiply(
+            constant((2.0f64 / std::f64::consts::PI).sqrt() as f32)?,
+            &inner,
+        )?;
+        let half_x = ops::multiply(constant(0.5)?, x)?;
+        ops::multiply(&half_x, ops::add(constant(1.0)?, ops::tanh(&scaled)?)?)
+    };
+    let mut compiled = mlx_rs::transforms::compile::compile(formula, true);
+    compiled(x)
 }

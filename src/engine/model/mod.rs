@@ -4,8 +4,10 @@
 
 pub mod decoder;
 pub mod experts;
+pub mod gemma3;
 pub mod llama;
 pub mod mistral;
+pub mod phi3;
 pub mod quantized;
 pub mod qwen2;
 pub mod qwen3;
@@ -353,7 +355,16 @@ impl Linear {
 }
 
 /// The architectures Ondo can run, by `model_type`.
-pub const SUPPORTED_MODEL_TYPES: &[&str] = &["llama", "mistral", "qwen2", "qwen3", "qwen3_moe"];
+pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "qwen3_moe",
+    "gemma3_text",
+    "gemma3",
+    "phi3",
+];
 
 /// Settles config.json for its `model_type`, or names what is unsupported.
 pub fn decoder_config(
@@ -367,6 +378,9 @@ pub fn decoder_config(
         "qwen2" => qwen2::config(value, path),
         "qwen3" => qwen3::config(value, path),
         "qwen3_moe" => qwen3_moe::config(value, path),
+        "gemma3_text" => gemma3::text_config(value, path),
+        "gemma3" => gemma3::multimodal_config(value, path),
+        "phi3" => phi3::config(value, path),
         _ => Err(LoadError::UnsupportedModelType {
             model_type: model_type.to_owned(),
             path: path.to_owned(),

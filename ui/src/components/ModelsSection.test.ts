@@ -3,6 +3,8 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import {
   cachedQwen,
   emptyModelsView,
+  gemma1b,
+  qwen30bMoe,
   modelsViewWithQwen,
   partialLlama,
   preparedTinyModel,
@@ -229,6 +231,58 @@ describe('ModelsSection', () => {
     expect(screen.queryByRole('button', { name: /^Download/ })).toBeNull();
   });
 
+  it('disables the download of a model Ondo cannot run yet and says why', async () => {
+    const view: ModelsView = { ...emptyModelsView, catalog: [...emptyModelsView.catalog, qwen30bMoe] };
+    const { api } = fakeApi([view]);
+    render(ModelsSection, { ...base, api });
+    await screen.findByRole('list', { name: 'Download a model' });
+    const moe = card('Qwen3 30B-A3B');
+    const button = within(moe).getByRole('button', { name: 'Download Qwen3 30B-A3B 4-bit' }) as HTMLButtonElement;
+    expect(button.disabled).toBe(true);
+    const reason = 'not supported yet: model_type qwen3_moe (Ondo runs: llama, mistral, qwen2, qwen3)';
+    expect(within(moe).getByTestId('unsupported-reason').textContent).toBe(reason);
+    // The reason is the button's description, so a screen reader says it too.
+    const describedBy = button.getAttribute('aria-describedby') ?? '';
+    expect(document.getElementById(describedBy)?.textContent).toBe(reason);
+    await fireEvent.click(button);
+    expect(api.downloadModel).not.toHaveBeenCalled();
+    // The models Ondo runs keep an enabled button and no reason.
+    const llama = card('Llama 3.2 3B Instruct');
+    expect((within(llama).getByRole('button', { name: /^Download/ }) as HTMLButtonElement).disabled).toBe(false);
+    expect(within(llama).queryByTestId('unsupported-reason')).toBeNull();
+  });
+
+  it('says how many parameters of a mixture of experts work on each token, and what bounds a KV cache', async () => {
+    const view: ModelsView = { ...emptyModelsView, catalog: [qwen30bMoe, gemma1b] };
+    const { api } = fakeApi([view]);
+    render(ModelsSection, { ...base, api });
+    await screen.findByRole('list', { name: 'Download a model' });
+    const moe = card('Qwen3 30B-A3B');
+    expect(moe.textContent).toContain('30.5B parameters, 3.4B active per token');
+    expect(within(moe).getByTestId('experts-note').textContent?.replace(/\s+/g, ' ').trim()).toBe(
+      '3.4B of 30.5B parameters work on each token: all 128 experts stay in memory; 8 of them work on each token.',
+    );
+    const gemma = card('Gemma 3 1B');
+    expect(gemma.textContent).not.toContain('active per token');
+    expect(within(gemma).queryByTestId('experts-note')).toBeNull();
+    expect(within(gemma).getByTestId('kv-cache-note').textContent).toBe(
+      'KV cache: 22 of 26 layers keep at most 512 positions.',
+    );
+  });
+
+  it('lists a library model Ondo cannot run with the reason', async () => {
+    const reason = 'not supported yet: model_type mamba (Ondo runs: llama, mistral, qwen2, qwen3)';
+    const mamba = { ...cachedQwen, id: 'someone/mamba-2.8b', model_type: 'mamba', unsupported: reason };
+    const { api } = fakeApi([{ ...modelsViewWithQwen, library: [cachedQwen, mamba] }]);
+    render(ModelsSection, { ...base, api });
+    const library = await screen.findByRole('list', { name: 'Models on this Mac' });
+    const [qwen, other] = within(library).getAllByTestId('library-model') as [HTMLElement, HTMLElement];
+    expect(within(other).getByText('not supported yet')).toBeTruthy();
+    expect(within(other).getByTestId('unsupported-reason').textContent).toBe(reason);
+    expect(within(qwen).queryByTestId('unsupported-reason')).toBeNull();
+    expect(qwen.textContent).not.toContain('not supported');
+  });
+
   it('lists library models with an incomplete badge, and deletes after a confirm naming the size', async () => {
     const withModels = { ...modelsViewWithQwen, library: [...modelsViewWithQwen.library, partialLlama] };
     const { api } = fakeApi([withModels, emptyModelsView]);
@@ -356,6 +410,28 @@ describe('ModelsSection', () => {
       expect(alert.textContent).toContain('No model nobody/nothing on Hugging Face');
       expect(screen.queryByTestId('hub-model')).toBeNull();
       expect(screen.getByRole('button', { name: 'Check' })).toBeTruthy();
+    });
+
+    it('disables the download of a hub model Ondo cannot run yet, with the reason', async () => {
+      const { api } = fakeApi();
+      const message =
+        'someone/mamba is not supported yet: model_type mamba (Ondo runs: llama, mistral, qwen2, qwen3); choose a model of one of those types';
+      api.fitModel.mockRejectedValueOnce({ kind: 'unsupported_model_type', message });
+      render(ModelsSection, { ...base, api });
+      await check('someone/mamba');
+      const hub = await screen.findByTestId('hub-model');
+      expect(hub.dataset.repo).toBe('someone/mamba');
+      const button = within(hub).getByRole('button', { name: 'Download someone/mamba' }) as HTMLButtonElement;
+      expect(button.disabled).toBe(true);
+      expect(within(hub).getByTestId('unsupported-reason').textContent).toBe(message);
+      expect(hub.querySelector('summary')).toBeNull();
+      await fireEvent.click(button);
+      expect(api.downloadModel).not.toHaveBeenCalled();
+      expect(screen.queryByRole('alert')).toBeNull();
+
+      // A new id clears it.
+      await fireEvent.input(screen.getByRole('textbox', { name: 'Hub model id' }), { target: { value: 'x/y' } });
+      expect(screen.queryByTestId('hub-model')).toBeNull();
     });
 
     it('is busy while checking', async () => {

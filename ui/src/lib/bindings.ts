@@ -99,7 +99,7 @@ export const DEFAULT_BENCH_SHAPE = {"prompt_tokens":[128],"generate_tokens":128,
 
 export const DEFAULT_SETTINGS = {"keep_alive_minutes":10,"memory_budget_bytes":null,"generation":{"max_tokens":512,"temperature":0.0,"top_p":0.0,"top_k":0,"min_p":0.0,"repetition_penalty":null,"seed":null,"loop":"pipelined","prefill_step_size":2048,"max_kv_size":null},"theme":"system","models_folder":null,"launch_at_login":false,"global_shortcut":"CommandOrControl+Shift+O","local_server":{"enabled":false,"port":11480,"api_key":null,"allowed_origins":[]}} as const;
 
-export const ERROR_KINDS = ["invalid_input","model_unavailable","internal","model_not_found","not_a_model_name","invalid_repo_id","invalid_revision","repo_not_found","revision_not_found","entry_not_found","unauthorized","forbidden","token_refused","rate_limited","server_error","link_expired","unreachable","not_cached_offline","disk_full","checksum_mismatch","interrupted","cancelled","busy","not_a_model","http","bad_response","io","not_in_library","load","empty_prompt","prompt_too_long","chat_template","tokenizer","invalid_settings","mlx","engine_stopped","peer","endpoint_unreachable","endpoint_refused","endpoint_model_not_found","endpoint_failed","history","history_unwritable","history_corrupt","history_too_new","history_busy","api_key_required","address_unavailable","api_key_refused","host_refused","origin_refused","body_too_large","no_such_route","queue_full","queue_timeout","folder_not_empty","metal_unavailable","metal_kernels_unavailable"] as const;
+export const ERROR_KINDS = ["invalid_input","model_unavailable","internal","model_not_found","not_a_model_name","invalid_repo_id","invalid_revision","repo_not_found","revision_not_found","entry_not_found","unauthorized","forbidden","token_refused","rate_limited","server_error","link_expired","unreachable","not_cached_offline","disk_full","checksum_mismatch","interrupted","cancelled","busy","not_a_model","unsupported_model_type","http","bad_response","io","not_in_library","load","empty_prompt","prompt_too_long","chat_template","tokenizer","invalid_settings","mlx","engine_stopped","peer","endpoint_unreachable","endpoint_refused","endpoint_model_not_found","endpoint_failed","history","history_unwritable","history_corrupt","history_too_new","history_busy","api_key_required","address_unavailable","api_key_refused","host_refused","origin_refused","body_too_large","no_such_route","queue_full","queue_timeout","folder_not_empty","metal_unavailable","metal_kernels_unavailable"] as const;
 
 export const GENERATION_LIMITS = {"max_tokens":[1,32768],"temperature":[0.0,5.0],"probability":[0.0,1.0],"top_k":[0,100000],"repetition_penalty":[0.5,2.0],"prefill_step_size":[1,65536],"max_kv_size":[16,4294967296]} as const;
 
@@ -253,37 +253,36 @@ export type CaseSummary = {
 	anatomy?: AnatomySummary | null,
 };
 
-/**  One model in the catalog, with what sizing needs from its config.json. */
+/**  One model in the catalog, with the config.json sizing needs. */
 export type CatalogEntry = {
 	/**  Hugging Face repo id, `owner/name`. */
 	repo_id: string,
 	display_name: string,
-	/**  The config's `model_type`. */
+	/**  The config's top-level `model_type`. */
 	family: string,
-	/**  Approximate parameter count. */
+	/**  Approximate parameter count, as the model's publisher gives it. */
 	parameters: number,
 	/**  How the weights are stored, e.g. "4-bit". */
 	quantization: string,
 	/**  Approximate size on disk, in bytes. */
 	size_bytes: number,
-	/**  The trained context (`max_position_embeddings`), in tokens. */
-	context_length: number,
-	num_hidden_layers: number,
-	num_key_value_heads: number,
-	head_dim: number,
-	hidden_size: number,
 	/**  One line for the user: what the model is good for. */
 	note: string,
 };
 
 /**
- *  A catalog entry as offered on this machine: its fit at a context, and
- *  whether it is already downloaded.
+ *  A catalog entry as offered on this machine: its fit at a context,
+ *  whether it is already downloaded, and whether the engine runs it.
  */
 export type CatalogOffer = {
 	entry: CatalogEntry,
 	fit: FitEstimate,
 	downloaded: boolean,
+	/**
+	 *  "not supported yet: model_type X (Ondo runs: ...)" when the engine
+	 *  cannot run it; such a model is listed but not downloaded.
+	 */
+	unsupported: string | null,
 };
 
 /**
@@ -526,6 +525,11 @@ export type ErrorKind =
 "busy" | 
 /**  The repo is not a model Ondo can run. */
 "not_a_model" | 
+/**
+ *  The model's architecture (`model_type`) is one the engine does not
+ *  run yet; said before anything is downloaded.
+ */
+"unsupported_model_type" | 
 /**  The hub answered with an HTTP status Ondo has no better name for. */
 "http" | 
 /**  The hub's answer could not be read. */
@@ -627,7 +631,29 @@ export type FitEstimate = {
 	 */
 	budget_bytes: number,
 	context_tokens: number,
+	/**  KV cache bytes per token while every layer keeps every position. */
 	kv_bytes_per_token: number,
+	/**
+	 *  What bounds the KV cache, when sliding windows do: "22 of 26 layers
+	 *  keep at most 512 positions".
+	 */
+	kv_cache_note: string | null,
+	/**
+	 *  Parameters counted from the config's shapes (see
+	 *  [`ModelShape::parameters`]); `None` when it does not say enough.
+	 */
+	parameters: number | null,
+	/**
+	 *  A mixture of experts' parameters that work on each token (the
+	 *  experts picked, not all of them); `None` for a dense model, where
+	 *  every parameter does. Memory holds all of them either way.
+	 */
+	active_parameters: number | null,
+	/**
+	 *  For a mixture of experts: "all 128 experts stay in memory; 8 of them
+	 *  work on each token".
+	 */
+	experts_note: string | null,
 	verdict: Verdict,
 	/**
 	 *  The longest context whose estimate is within the budget, capped at
@@ -717,7 +743,17 @@ export type LibraryModel = {
 	size_on_disk_bytes: number,
 	/**  Bytes of unfinished downloads (`.incomplete` files) kept for resume. */
 	partial_bytes: number,
+	/**
+	 *  The config's top-level `model_type`: the architecture the engine
+	 *  picks the model's code by (`hub::architecture`).
+	 */
 	model_type: string | null,
+	/**
+	 *  "not supported yet: model_type X (Ondo runs: ...)" when the engine
+	 *  cannot run this architecture; `None` when it can (or there is no
+	 *  readable config, which `problem` says).
+	 */
+	unsupported: string | null,
 	/**  "4-bit", "8-bit", or the float dtype ("bfloat16"). */
 	quantization: string | null,
 	/**  Counted from the safetensors headers (packed quantized weights unpacked). */

@@ -10,6 +10,16 @@ describe('chat helpers', () => {
     ]);
   });
 
+  it('leaves out a model whose architecture Ondo does not run yet', () => {
+    const mamba = {
+      ...cachedQwen,
+      id: 'someone/mamba-2.8b',
+      model_type: 'mamba',
+      unsupported: 'not supported yet: model_type mamba (Ondo runs: llama, mistral, qwen2, qwen3)',
+    };
+    expect(chatModelOptions([cachedQwen, mamba]).map((option) => option.value)).toEqual(['tiny', cachedQwen.id]);
+  });
+
   it('writes the footer of a cold and of a warm answer', () => {
     expect(chatFooterParts(chatRunCold)).toEqual([
       'cold · load 15.0 ms',

@@ -26,11 +26,13 @@ export interface ChatTurn {
   record?: RunRecord | null;
 }
 
-/** The models a chat can use: the tiny model, then complete library models. */
+/** The models a chat can use: the tiny model, then complete library models the engine runs. */
 export function chatModelOptions(library: LibraryModel[]): { value: string; label: string }[] {
   return [
     { value: TINY_MODEL, label: TINY_MODEL_LABEL },
-    ...library.filter((model) => model.complete).map((model) => ({ value: model.id, label: model.id })),
+    ...library
+      .filter((model) => model.complete && model.unsupported === null)
+      .map((model) => ({ value: model.id, label: model.id })),
   ];
 }
 

@@ -1,0 +1,144 @@
+//! Which architecture a config.json describes, and whether Ondo's engine runs
+//! it: the one rule the library, the catalog, search, sizing and downloads
+//! all read, so that "not supported yet" is said before anything is
+//! downloaded rather than after gigabytes that cannot load.
+//!
+//! Two types can be named. The engine, like mlx-lm, picks the model's code by
+//! the top-level `model_type`: that decides whether it runs. A multimodal
+//! checkpoint (`gemma3`) keeps its language model's own config, with its own
+//! `model_type` (`gemma3_text`), under `text_config`; that one decides how
+//! the text model is shaped (its sliding windows, its defaults).
+
+use serde_json::Value;
+
+/// The `model_type`s the engine runs. The hub never calls the engine
+/// (docs/ARCHITECTURE.md); it reads this one plain list of the engine's, so
+/// that what the hub offers is what the engine loads, as families land.
+pub fn runnable_model_types() -> &'static [&'static str] {
+    crate::engine::model::SUPPORTED_MODEL_TYPES
+}
+
+/// The `model_type` the engine picks the model's code by: the top-level one.
+pub fn model_type(config: &Value) -> Option<&str> {
+    config.get("model_type").and_then(Value::as_str)
+}
+
+/// The language model's part of a config: `text_config` in a multimodal
+/// checkpoint, the whole config otherwise.
+pub fn text_config(config: &Value) -> &Value {
+    config
+        .get("text_config")
+        .filter(|text| text.is_object())
+        .unwrap_or(config)
+}
+
+/// The language model's own `model_type`: `text_config.model_type` in a
+/// multimodal checkpoint (`gemma3_text` inside `gemma3`), else the top-level one.
+pub fn text_model_type(config: &Value) -> Option<&str> {
+    text_config(config)
+        .get("model_type")
+        .and_then(Value::as_str)
+        .or_else(|| model_type(config))
+}
+
+/// A model the engine cannot run, named before it is downloaded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "not supported yet: {} (Ondo runs: {})",
+    describe(.model_type.as_deref()),
+    runnable_model_types().join(", ")
+)]
+pub struct Unsupported {
+    /// The config's top-level `model_type`; `None` when it names none.
+    pub model_type: Option<String>,
+}
+
+fn describe(model_type: Option<&str>) -> String {
+    match model_type {
+        Some(model_type) => format!("model_type {model_type}"),
+        None => "config.json names no model_type".to_owned(),
+    }
+}
+
+/// Whether the engine runs a model of this top-level `model_type`.
+pub fn check_model_type(model_type: Option<&str>) -> Result<(), Unsupported> {
+    match model_type {
+        Some(name) if runnable_model_types().contains(&name) => Ok(()),
+        _ => Err(Unsupported {
+            model_type: model_type.map(str::to_owned),
+        }),
+    }
+}
+
+/// Whether the engine runs the model a parsed config.json describes.
+pub fn check_config(config: &Value) -> Result<(), Unsupported> {
+    check_model_type(model_type(config))
+}
+
+/// The reason a model cannot run, as the app and `ondo ls` show it, or
+/// `None` when it can.
+pub fn unsupported_reason(model_type: Option<&str>) -> Option<String> {
+    check_model_type(model_type)
+        .err()
+        .map(|unsupported| unsupported.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_engine_decides_by_the_top_level_type() {
+        let supported = runnable_model_types()[0];
+        assert_eq!(check_config(&json!({ "model_type": supported })), Ok(()));
+        // A vision-language wrapper around a supported text model is not the
+        // text model: its tensors and config are laid out differently.
+        let wrapper = json!({
+            "model_type": "llava_next",
+            "text_config": { "model_type": supported }
+        });
+        assert_eq!(text_model_type(&wrapper), Some(supported));
+        assert_eq!(
+            check_config(&wrapper),
+            Err(Unsupported {
+                model_type: Some("llava_next".into())
+            })
+        );
+    }
+
+    #[test]
+    fn the_reason_names_the_type_and_what_runs() {
+        let reason = unsupported_reason(Some("mamba")).unwrap();
+        let runnable = runnable_model_types().join(", ");
+        assert_eq!(
+            reason,
+            format!("not supported yet: model_type mamba (Ondo runs: {runnable})")
+        );
+        assert!(
+            reason.contains("llama") && reason.contains("qwen3"),
+            "{reason}"
+        );
+        assert_eq!(
+            check_config(&json!({ "architectures": ["X"] }))
+                .unwrap_err()
+                .to_string(),
+            format!("not supported yet: config.json names no model_type (Ondo runs: {runnable})")
+        );
+        assert_eq!(unsupported_reason(Some("qwen3")), None);
+    }
+
+    #[test]
+    fn the_text_model_of_a_multimodal_config() {
+        let config = json!({
+            "model_type": "gemma3",
+            "text_config": { "model_type": "gemma3_text", "hidden_size": 2560 }
+        });
+        assert_eq!(model_type(&config), Some("gemma3"));
+        assert_eq!(text_model_type(&config), Some("gemma3_text"));
+        assert_eq!(text_config(&config)["hidden_size"], 2560);
+        let plain = json!({ "model_type": "qwen3", "hidden_size": 1024 });
+        assert_eq!(text_model_type(&plain), Some("qwen3"));
+        assert_eq!(text_config(&plain)["hidden_size"], 1024);
+    }
+}
