@@ -364,6 +364,75 @@ fn qwen3_moe_experts_saved_one_by_one_load_as_stacked() {
     );
 }
 
+/// gpt-oss (8 experts, 2 per token, with biases and the clamped SwiGLU;
+/// sinks; sliding layers of `GEMMA_WINDOW` positions beside full ones;
+/// yarn rope) in fp32 and as mlx-community ships it (mxfp4 experts, 8-bit
+/// affine elsewhere): greedy ids equal mlx-lm's at prompts of 1, 7 and 40
+/// tokens (across the window), one pass and in window-sized chunks, both
+/// loops; first-step log-probabilities at 7 and 40 within 1e-4.
+#[test]
+fn gpt_oss_equals_mlx_lm() {
+    let Some(python) = python() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let engine = EngineHandle::spawn().unwrap();
+    let oss = |bits, mxfp4| SynthOptions {
+        sliding_window: GEMMA_WINDOW,
+        experts_mxfp4: mxfp4,
+        ..variant(Arch::GptOss, bits, WeightDtype::F32)
+    };
+    let shapes = [(1, 2048), (7, 2048), (40, 2048), (40, GEMMA_WINDOW)];
+    let mut compared = 0;
+    for (name, options) in [("f32", oss(None, false)), ("mxfp4-q8", oss(Some(8), true))] {
+        let dir = root.path().join(name);
+        synth::write_model(&options, &dir, &mut |_| {}).unwrap();
+        let mut peer = Peer::start(&python, &dir);
+        for (length, step) in shapes {
+            let prompt = prompt_of(length);
+            let reference = peer.generate(&prompt, EXPERTS_GENERATE, step, None);
+            for shape in [LoopShape::Pipelined, LoopShape::Sync] {
+                let ours = ondo_tokens(&engine, &dir, &prompt, EXPERTS_GENERATE, step, None, shape);
+                assert_eq!(
+                    ours, reference,
+                    "gpt_oss {name}: prompt {length}, prefill step {step}, loop {shape}"
+                );
+                compared += 1;
+            }
+        }
+        drop(peer);
+        engine.unload(&dir).unwrap();
+        for length in [7, 40] {
+            let prompt = prompt_of(length);
+            let logits_path = root.path().join(format!("{name}-{length}.json"));
+            let ids_arg = prompt
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",");
+            mlx_lm_generate(
+                &python,
+                &dir,
+                &[
+                    "--prompt-ids",
+                    &ids_arg,
+                    "--max-tokens",
+                    "1",
+                    "--logits-out",
+                    logits_path.to_str().unwrap(),
+                ],
+            );
+            let reference: Vec<f32> =
+                serde_json::from_str(&std::fs::read_to_string(&logits_path).unwrap()).unwrap();
+            let ours = ondo_first_logprobs(&dir, &prompt, DEFAULT_PREFILL_STEP_SIZE);
+            let worst = largest_difference(&ours, &reference);
+            assert!(
+                worst <= 1e-4,
+                "gpt_oss {name}, prompt {length}: largest log-probability difference {worst}"
+            );
+        }
+    }
+    assert_eq!(compared, 2 * 4 * 2);
+}
+
 /// Runs mlx_lm_generate.py; returns its JSON.
 fn mlx_lm_generate(python: &Path, dir: &Path, args: &[&str]) -> serde_json::Value {
     let out = Command::new(python)

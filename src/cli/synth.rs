@@ -26,6 +26,7 @@ Examples:
   ondo synth tiny ./models/qwen-tiny --arch qwen3 --seed 7
   ondo synth tiny ./models/moe-tiny --arch qwen3_moe --bits 4   # 8 experts, 2 per token
   ondo synth tiny ./models/moe-mx --arch qwen3_moe --bits 8 --experts-mxfp4
+  ondo synth tiny ./models/oss-tiny --arch gpt_oss --bits 8 --experts-mxfp4   # like MXFP4-Q8
   ondo synth tiny ./models/gemma-tiny --arch gemma3_text --sliding-window 32
   ondo synth tiny ./models/phi-tiny --arch phi3 --bits 4
   python -m mlx_lm generate --model ./models/tiny --prompt hi   # mlx-lm loads it too")]
@@ -62,8 +63,8 @@ pub struct SynthArgs {
     /// Replace the folder's contents if it is not empty.
     #[arg(long)]
     force: bool,
-    /// Gemma 3 only: positions its sliding-window layers attend over (every
-    /// second layer attends to everything). Small windows let a short
+    /// Gemma 3 and gpt-oss only: positions their sliding-window layers
+    /// attend over (every second layer attends to everything). Small windows let a short
     /// prompt cross it.
     #[arg(long, default_value_t = synth::DEFAULT_SLIDING_WINDOW)]
     sliding_window: usize,

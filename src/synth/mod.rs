@@ -74,6 +74,17 @@ impl SynthOptions {
         if self.arch == Arch::Qwen3Moe && shape.experts.is_none() {
             shape.experts = Some(ExpertShape::eight_choose_two(&shape));
         }
+        if self.arch == Arch::GptOss {
+            let experts = shape
+                .experts
+                .unwrap_or_else(|| ExpertShape::eight_choose_two(&shape));
+            shape.experts = Some(experts);
+            // gpt-oss's experts are `intermediate_size` wide, and it has
+            // no dense MLP; its head is never tied.
+            shape.intermediate_size = experts.moe_intermediate_size;
+            shape.tie_word_embeddings = false;
+            shape.rope_theta = 150_000.0;
+        }
         shape
     }
 }
@@ -339,7 +350,34 @@ fn config_json(
             "original_max_position_embeddings": scaling.original_max_position_embeddings,
         });
     }
-    if let Some(experts) = shape.experts {
+    if options.arch == Arch::GptOss {
+        let layer_types: Vec<&str> = (0..shape.num_hidden_layers)
+            .map(|i| {
+                if i % 2 == 0 {
+                    "sliding_attention"
+                } else {
+                    "full_attention"
+                }
+            })
+            .collect();
+        config["layer_types"] = json!(layer_types);
+        config["sliding_window"] = json!(options.sliding_window);
+        config["attention_bias"] = json!(true);
+        config["swiglu_limit"] = json!(7.0);
+        // gpt-oss 20B's yarn, over the preset's context.
+        config["rope_scaling"] = json!({
+            "rope_type": "yarn",
+            "factor": 32.0,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "original_max_position_embeddings": (shape.max_position_embeddings / 32).max(1),
+            "truncate": false,
+        });
+        if let Some(experts) = shape.experts {
+            config["num_local_experts"] = json!(experts.num_experts);
+            config["num_experts_per_tok"] = json!(experts.experts_per_token);
+        }
+    } else if let Some(experts) = shape.experts {
         config["num_experts"] = json!(experts.num_experts);
         config["num_experts_per_tok"] = json!(experts.experts_per_token);
         config["moe_intermediate_size"] = json!(experts.moe_intermediate_size);

@@ -15,6 +15,11 @@ pub enum Arch {
     #[value(name = "qwen3_moe", alias = "qwen3-moe")]
     #[serde(rename = "qwen3_moe")]
     Qwen3Moe,
+    /// gpt-oss: attention sinks, alternating sliding windows, yarn rope,
+    /// experts with biases and a clamped SwiGLU.
+    #[value(name = "gpt_oss", alias = "gpt-oss")]
+    #[serde(rename = "gpt_oss")]
+    GptOss,
     /// Gemma 3's text model (`gemma3_text`).
     #[value(name = "gemma3_text")]
     #[serde(rename = "gemma3_text")]
@@ -33,6 +38,7 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Qwen3Moe => "qwen3_moe",
+            Arch::GptOss => "gpt_oss",
             Arch::Gemma3Text => "gemma3_text",
             Arch::Gemma3 => "gemma3",
             Arch::Phi3 => "phi3",
@@ -47,6 +53,7 @@ impl Arch {
             Arch::Qwen2 => "Qwen2ForCausalLM",
             Arch::Qwen3 => "Qwen3ForCausalLM",
             Arch::Qwen3Moe => "Qwen3MoeForCausalLM",
+            Arch::GptOss => "GptOssForCausalLM",
             Arch::Gemma3Text => "Gemma3ForCausalLM",
             Arch::Gemma3 => "Gemma3ForConditionalGeneration",
             Arch::Phi3 => "Phi3ForCausalLM",

@@ -173,7 +173,7 @@ pub fn tensor_plan(arch: Arch, shape: &Shape) -> Vec<PlannedTensor> {
                 vec![out, hidden],
                 TensorKind::Matrix,
             );
-            if arch == Arch::Qwen2 {
+            if matches!(arch, Arch::Qwen2 | Arch::GptOss) {
                 add(
                     format!("{p}.self_attn.{proj}.bias"),
                     vec![out],
@@ -186,6 +186,20 @@ pub fn tensor_plan(arch: Arch, shape: &Shape) -> Vec<PlannedTensor> {
             vec![hidden, q_out],
             TensorKind::Matrix,
         );
+        if arch == Arch::GptOss {
+            add(
+                format!("{p}.self_attn.o_proj.bias"),
+                vec![hidden],
+                TensorKind::Bias,
+            );
+            // One sink logit per head.
+            let heads = to_i32(shape.num_attention_heads);
+            add(
+                format!("{p}.self_attn.sinks"),
+                vec![heads],
+                TensorKind::Bias,
+            );
+        }
         if matches!(arch, Arch::Qwen3 | Arch::Qwen3Moe) || arch.is_gemma3() {
             for norm in ["q_norm", "k_norm"] {
                 add(
@@ -211,25 +225,46 @@ pub fn tensor_plan(arch: Arch, shape: &Shape) -> Vec<PlannedTensor> {
         }
         match shape.experts {
             // The router, then each projection of every expert stacked
-            // `[E, out, in]`, as mlx-community stores them.
+            // `[E, out, in]`, as mlx-community stores them; gpt-oss's with
+            // a bias each.
             Some(experts) => {
                 let count = to_i32(experts.num_experts);
                 let inter = to_i32(experts.moe_intermediate_size);
+                let gpt_oss = arch == Arch::GptOss;
+                let (router, switch) = if gpt_oss {
+                    ("router", "experts")
+                } else {
+                    ("gate", "switch_mlp")
+                };
                 add(
-                    format!("{p}.mlp.gate.weight"),
+                    format!("{p}.mlp.{router}.weight"),
                     vec![count, hidden],
                     TensorKind::Router,
                 );
+                if gpt_oss {
+                    add(
+                        format!("{p}.mlp.{router}.bias"),
+                        vec![count],
+                        TensorKind::Bias,
+                    );
+                }
                 for (proj, out, inp) in [
                     ("gate_proj", inter, hidden),
                     ("up_proj", inter, hidden),
                     ("down_proj", hidden, inter),
                 ] {
                     add(
-                        format!("{p}.mlp.switch_mlp.{proj}.weight"),
+                        format!("{p}.mlp.{switch}.{proj}.weight"),
                         vec![count, out, inp],
                         TensorKind::Experts,
                     );
+                    if gpt_oss {
+                        add(
+                            format!("{p}.mlp.{switch}.{proj}.bias"),
+                            vec![count, out],
+                            TensorKind::Bias,
+                        );
+                    }
                 }
             }
             None => {

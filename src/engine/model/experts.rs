@@ -25,7 +25,22 @@ use crate::engine::weights::WeightMap;
 /// few pairs would pay for two argsorts and gain nothing).
 const SORT_FROM_PAIRS: usize = 64;
 
-/// The experts keys of config.json (Qwen3-MoE's names).
+/// How a family routes tokens and what its experts compute.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum ExpertsKind {
+    /// Qwen3-MoE: the router `gate` has no bias; a softmax over every
+    /// expert, then the top k (rescaled to sum to one with
+    /// `norm_topk_prob`); SwiGLU experts under `switch_mlp`, without biases.
+    #[default]
+    Qwen3Moe,
+    /// gpt-oss: the router `router` has a bias; the top k logits, then a
+    /// softmax over those k; experts under `experts` with biases, and a
+    /// SwiGLU clamped at `swiglu_limit` (see `clamped_swiglu`).
+    GptOss { swiglu_limit: f32 },
+}
+
+/// The experts keys of config.json (Qwen3-MoE's names; other families
+/// fill this in from their own keys).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct ExpertsConfig {
     /// Experts per sparse layer.
@@ -43,6 +58,9 @@ pub struct ExpertsConfig {
     /// Layers that keep a dense MLP whatever the step says.
     #[serde(default)]
     pub mlp_only_layers: Vec<usize>,
+    /// Set by the family's config file, not read from config.json.
+    #[serde(skip)]
+    pub kind: ExpertsKind,
 }
 
 fn every_layer() -> usize {
@@ -62,14 +80,22 @@ impl ExpertsConfig {
 
 /// The experts' matrices of one projection, stacked `[E, out, in]`: in
 /// floats, or quantized (each expert's rows in groups, as one matrix's).
-enum StackedLinear {
+enum StackedMatrix {
     Dense { weight: Array },
     Quantized(QuantizedMatrix),
 }
 
+/// One projection of every expert, with each expert's bias `[E, out]` when
+/// the family has them.
+struct StackedLinear {
+    matrix: StackedMatrix,
+    bias: Option<Array>,
+}
+
 impl StackedLinear {
     /// Loads `{prefix}.weight` (and its scales, and biases for affine, when
-    /// the checkpoint quantized it; see `QuantConfig`).
+    /// the checkpoint quantized it; see `QuantConfig`), and `{prefix}.bias`
+    /// when `has_bias`.
     fn load(
         weights: &mut WeightMap,
         prefix: &str,
@@ -77,33 +103,40 @@ impl StackedLinear {
         out_features: i32,
         in_features: i32,
         quant: Option<&QuantConfig>,
+        has_bias: bool,
     ) -> Result<Self, LoadError> {
-        match stored_params(weights, prefix, in_features, quant)? {
-            Some(params) => Ok(StackedLinear::Quantized(QuantizedMatrix::take(
+        let bias = if has_bias {
+            Some(weights.take_float(&format!("{prefix}.bias"), &[experts, out_features])?)
+        } else {
+            None
+        };
+        let matrix = match stored_params(weights, prefix, in_features, quant)? {
+            Some(params) => StackedMatrix::Quantized(QuantizedMatrix::take(
                 weights,
                 prefix,
                 &[experts],
                 out_features,
                 in_features,
                 params,
-            )?)),
-            None => Ok(StackedLinear::Dense {
+            )?),
+            None => StackedMatrix::Dense {
                 weight: weights.take_float(
                     &format!("{prefix}.weight"),
                     &[experts, out_features, in_features],
                 )?,
-            }),
-        }
+            },
+        };
+        Ok(Self { matrix, bias })
     }
 
-    /// `x @ W[e].T` for each row's expert `e` in `indices`; `sorted` tells
-    /// MLX the indices ascend.
+    /// `x @ W[e].T (+ b[e])` for each row's expert `e` in `indices`;
+    /// `sorted` tells MLX the indices ascend.
     fn forward(&self, x: &Array, indices: &Array, sorted: bool) -> Result<Array, Exception> {
-        match self {
-            StackedLinear::Dense { weight } => {
-                ops::gather_mm(x, weight.swap_axes(-1, -2)?, None, indices, sorted)
+        let y = match &self.matrix {
+            StackedMatrix::Dense { weight } => {
+                ops::gather_mm(x, weight.swap_axes(-1, -2)?, None, indices, sorted)?
             }
-            StackedLinear::Quantized(matrix) => quantized::gather_qmm(
+            StackedMatrix::Quantized(matrix) => quantized::gather_qmm(
                 x,
                 &matrix.weight,
                 &matrix.scales,
@@ -111,15 +144,24 @@ impl StackedLinear {
                 indices,
                 matrix.params,
                 sorted,
+            )?,
+        };
+        match &self.bias {
+            Some(bias) => ops::add(
+                &y,
+                ops::expand_dims(ops::indexing::take_axis(bias, indices, 0)?, -2)?,
             ),
+            None => Ok(y),
         }
     }
 
     fn arrays(&self) -> Vec<&Array> {
-        match self {
-            StackedLinear::Dense { weight } => vec![weight],
-            StackedLinear::Quantized(matrix) => matrix.arrays(),
-        }
+        let mut out = match &self.matrix {
+            StackedMatrix::Dense { weight } => vec![weight],
+            StackedMatrix::Quantized(matrix) => matrix.arrays(),
+        };
+        out.extend(&self.bias);
+        out
     }
 }
 
@@ -132,11 +174,14 @@ pub struct SparseExperts {
     down_proj: StackedLinear,
     top_k: i32,
     norm_topk_prob: bool,
+    kind: ExpertsKind,
 }
 
 impl SparseExperts {
-    /// Loads `{prefix}.gate` (the router) and the stacked experts under
-    /// `{prefix}.switch_mlp`, the layout mlx-community checkpoints store.
+    /// Loads the router and the stacked experts, under the family's names
+    /// (Qwen3-MoE: `{prefix}.gate` and `{prefix}.switch_mlp`; gpt-oss:
+    /// `{prefix}.router` and `{prefix}.experts`), the layout mlx-community
+    /// checkpoints store.
     /// Per-expert tensors as transformers saves them
     /// (`{prefix}.experts.{e}.gate_proj.weight`, ...) are stacked here first,
     /// as mlx-lm's loader does.
@@ -149,59 +194,87 @@ impl SparseExperts {
     ) -> Result<Self, LoadError> {
         let experts = config.num_experts;
         let inter = config.moe_intermediate_size;
-        let switch = format!("{prefix}.switch_mlp");
-        stack_per_expert_tensors(weights, prefix, &switch, experts)?;
+        let (router_name, experts_name, biases) = match config.kind {
+            ExpertsKind::Qwen3Moe => ("gate", "switch_mlp", false),
+            ExpertsKind::GptOss { .. } => ("router", "experts", true),
+        };
+        let switch = format!("{prefix}.{experts_name}");
+        if config.kind == ExpertsKind::Qwen3Moe {
+            stack_per_expert_tensors(weights, prefix, &switch, experts)?;
+        }
+        let mut stacked = |name: &str, out: i32, inp: i32| {
+            StackedLinear::load(
+                weights,
+                &format!("{switch}.{name}"),
+                experts,
+                out,
+                inp,
+                quant,
+                biases,
+            )
+        };
+        let gate_proj = stacked("gate_proj", inter, hidden)?;
+        let up_proj = stacked("up_proj", inter, hidden)?;
+        let down_proj = stacked("down_proj", hidden, inter)?;
         Ok(Self {
             router: Linear::load(
                 weights,
-                &format!("{prefix}.gate"),
+                &format!("{prefix}.{router_name}"),
                 experts,
                 hidden,
                 quant,
-                false,
+                biases,
             )?,
-            gate_proj: StackedLinear::load(
-                weights,
-                &format!("{switch}.gate_proj"),
-                experts,
-                inter,
-                hidden,
-                quant,
-            )?,
-            up_proj: StackedLinear::load(
-                weights,
-                &format!("{switch}.up_proj"),
-                experts,
-                inter,
-                hidden,
-                quant,
-            )?,
-            down_proj: StackedLinear::load(
-                weights,
-                &format!("{switch}.down_proj"),
-                experts,
-                hidden,
-                inter,
-                quant,
-            )?,
+            gate_proj,
+            up_proj,
+            down_proj,
             top_k: config.num_experts_per_tok,
             norm_topk_prob: config.norm_topk_prob,
+            kind: config.kind,
         })
     }
 
     /// The block's output for `x` `[B, L, hidden]`.
     pub fn forward(&self, x: &Array) -> Result<Array, Exception> {
         let k = self.top_k;
-        let gates = ops::softmax_axis(self.router.forward(x)?, -1, true)?;
+        let logits = self.router.forward(x)?;
         // The k largest land in the last k places, in no particular order.
-        let indices = ops::argpartition_axis(&gates, -k, -1)?.index((Ellipsis, -k..));
-        let mut scores = ops::indexing::take_along_axis(&gates, &indices, -1)?;
-        if self.norm_topk_prob {
-            scores = ops::divide(&scores, ops::sum_axis(&scores, -1, true)?)?;
-        }
+        let top_k = |values: &Array| -> Result<Array, Exception> {
+            Ok(ops::argpartition_axis(values, -k, -1)?.index((Ellipsis, -k..)))
+        };
+        let (indices, scores) = match self.kind {
+            ExpertsKind::Qwen3Moe => {
+                let gates = ops::softmax_axis(&logits, -1, true)?;
+                let indices = top_k(&gates)?;
+                let mut scores = ops::indexing::take_along_axis(&gates, &indices, -1)?;
+                if self.norm_topk_prob {
+                    scores = ops::divide(&scores, ops::sum_axis(&scores, -1, true)?)?;
+                }
+                (indices, scores)
+            }
+            ExpertsKind::GptOss { .. } => {
+                let indices = top_k(&logits)?;
+                let chosen = ops::indexing::take_along_axis(&logits, &indices, -1)?;
+                (indices, ops::softmax_axis(&chosen, -1, true)?)
+            }
+        };
         let y = self.experts(x, &indices)?;
         let weighted = ops::multiply(&y, ops::expand_dims(&scores, -1)?)?;
-        ops::sum_axis(&weighted, -2, false)?.as_dtype(y.dtype())
+        let sum = ops::sum_axis(&weighted, -2, false)?;
+        match self.kind {
+            // mlx-lm casts Qwen3-MoE's sum back to the experts' dtype and
+            // leaves gpt-oss's as the product made it.
+            ExpertsKind::Qwen3Moe => sum.as_dtype(y.dtype()),
+            ExpertsKind::GptOss { .. } => Ok(sum),
+        }
+    }
+
+    /// The experts' activation of `gate` and `up`.
+    fn activation(&self, gate: &Array, up: &Array) -> Result<Array, Exception> {
+        match self.kind {
+            ExpertsKind::Qwen3Moe => swiglu(gate, up),
+            ExpertsKind::GptOss { swiglu_limit } => clamped_swiglu(gate, up, swiglu_limit),
+        }
     }
 
     /// Each token through each of its experts: `[B, L, k, hidden]`.
@@ -215,7 +288,7 @@ impl SparseExperts {
             let gate = self.gate_proj.forward(&x, indices, false)?;
             let y = self
                 .down_proj
-                .forward(&swiglu(&gate, &up)?, indices, false)?;
+                .forward(&self.activation(&gate, &up)?, indices, false)?;
             return ops::squeeze_axes(&y, &[-2]);
         }
         // One row per (token, expert) pair, ordered by expert.
@@ -230,7 +303,7 @@ impl SparseExperts {
         let gate = self.gate_proj.forward(&rows, &sorted, true)?;
         let y = self
             .down_proj
-            .forward(&swiglu(&gate, &up)?, &sorted, true)?;
+            .forward(&self.activation(&gate, &up)?, &sorted, true)?;
         // Back to token order, `[B, L, k, 1, hidden]`.
         let y = ops::indexing::take_axis(&y, &inverse, 0)?;
         let mut shape = index_shape;
@@ -251,6 +324,21 @@ impl SparseExperts {
 /// `silu(gate) * up`.
 fn swiglu(gate: &Array, up: &Array) -> Result<Array, Exception> {
     ops::multiply(mlx_rs::nn::silu(gate)?, up)
+}
+
+/// gpt-oss's SwiGLU: the gate clipped from above at `limit` and weighted
+/// by `sigmoid(1.702 gate)`, the linear part clipped both ways with 1
+/// added, with mlx-lm's operations in its order and every constant in the
+/// activations' dtype.
+fn clamped_swiglu(gate: &Array, up: &Array, limit: f32) -> Result<Array, Exception> {
+    let constant = |value: f32| Array::from_f32(value).as_dtype(gate.dtype());
+    let gate = ops::minimum(gate, constant(limit)?)?;
+    let up = ops::minimum(ops::maximum(up, constant(-limit)?)?, constant(limit)?)?;
+    let glu = ops::multiply(
+        &gate,
+        ops::sigmoid(ops::multiply(constant(1.702)?, &gate)?)?,
+    )?;
+    ops::multiply(ops::add(&up, constant(1.0)?)?, &glu)
 }
 
 /// Replaces per-expert tensors `{prefix}.experts.{e}.{proj}.weight` (and
@@ -292,6 +380,25 @@ mod tests {
             norm_topk_prob: true,
             decoder_sparse_step: step,
             mlp_only_layers: mlp_only,
+            kind: ExpertsKind::default(),
+        }
+    }
+
+    /// gpt-oss's activation clips the gate from above only, the linear
+    /// part both ways, and adds one to it.
+    #[test]
+    fn the_clamped_swiglu_clips_as_gpt_oss_does() {
+        let gate = Array::from_slice(&[10.0f32, -10.0, 1.0], &[3]);
+        let up = Array::from_slice(&[-10.0f32, 10.0, 0.5], &[3]);
+        let out = clamped_swiglu(&gate, &up, 7.0).unwrap();
+        let sigmoid = |x: f32| 1.0 / (1.0 + (-x).exp());
+        let expected = [
+            (-7.0 + 1.0) * 7.0 * sigmoid(1.702 * 7.0),
+            (7.0 + 1.0) * -10.0 * sigmoid(1.702 * -10.0),
+            (0.5 + 1.0) * 1.0 * sigmoid(1.702),
+        ];
+        for (ours, expected) in out.as_slice::<f32>().iter().zip(expected) {
+            assert!((ours - expected).abs() < 1e-5, "{ours} against {expected}");
         }
     }
 

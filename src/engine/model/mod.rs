@@ -5,6 +5,7 @@
 pub mod decoder;
 pub mod experts;
 pub mod gemma3;
+pub mod gpt_oss;
 pub mod llama;
 pub mod mistral;
 pub mod phi3;
@@ -361,6 +362,7 @@ pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
     "qwen2",
     "qwen3",
     "qwen3_moe",
+    "gpt_oss",
     "gemma3_text",
     "gemma3",
     "phi3",
@@ -378,6 +380,7 @@ pub fn decoder_config(
         "qwen2" => qwen2::config(value, path),
         "qwen3" => qwen3::config(value, path),
         "qwen3_moe" => qwen3_moe::config(value, path),
+        "gpt_oss" => gpt_oss::config(value, path),
         "gemma3_text" => gemma3::text_config(value, path),
         "gemma3" => gemma3::multimodal_config(value, path),
         "phi3" => phi3::config(value, path),
