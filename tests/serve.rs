@@ -558,6 +558,28 @@ fn templates_get_thinking_and_tools_from_the_request() {
         "{thinking}"
     );
     assert_eq!(message["content"], "");
+    // Every generated token was reasoning but an end of sequence, which
+    // writes no text; all of them are counted and timed.
+    let usage = &thinking["usage"];
+    let end_of_sequence = u64::from(thinking["choices"][0]["finish_reason"] == "stop");
+    let reasoning_tokens = usage["completion_tokens_details"]["reasoning_tokens"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(
+        reasoning_tokens,
+        usage["completion_tokens"].as_u64().unwrap() - end_of_sequence,
+        "{thinking}"
+    );
+    let ondo = &thinking["ondo"];
+    assert_eq!(ondo["reasoning_tokens"], reasoning_tokens);
+    let (reasoning_ms, decode_ms) = (
+        ondo["reasoning_ms"].as_f64().unwrap(),
+        ondo["decode_ms"].as_f64().unwrap(),
+    );
+    assert!(
+        reasoning_ms > 0.0 && reasoning_ms <= decode_ms,
+        "reasoning {reasoning_ms} ms of {decode_ms} ms decoding"
+    );
     let plain = served
         .post("/v1/chat/completions", &sampled(json!({})))
         .json();
@@ -566,6 +588,11 @@ fn templates_get_thinking_and_tools_from_the_request() {
             .get("reasoning_content")
             .is_none()
     );
+    assert_eq!(
+        plain["usage"]["completion_tokens_details"]["reasoning_tokens"],
+        0
+    );
+    assert_eq!(plain["ondo"]["reasoning_ms"], 0.0);
     assert!(plain["usage"]["prompt_tokens"].as_u64() < thinking["usage"]["prompt_tokens"].as_u64());
     // Streamed, the reasoning comes as reasoning_content deltas.
     let streamed = served.post(
@@ -601,6 +628,42 @@ fn templates_get_thinking_and_tools_from_the_request() {
         !ollama["message"]["thinking"].as_str().unwrap().is_empty(),
         "{ollama}"
     );
+    // The history keeps the count for each of those runs.
+    let recorded: Vec<(u64, u64)> = home
+        .api_runs()
+        .iter()
+        .map(|r| (r.generated_tokens, r.reasoning_tokens))
+        .collect();
+    assert!(recorded.contains(&(
+        usage["completion_tokens"].as_u64().unwrap(),
+        reasoning_tokens
+    )));
+    assert!(
+        recorded
+            .iter()
+            .any(|&(generated, reasoning)| generated > 0 && reasoning == 0)
+    );
+
+    // The official clients read the reasoning where their servers put it.
+    let args = json!({
+        "model": THINKER, "system": SYSTEM, "user": USER, "max_tokens": MAX_TOKENS, "seed": 7,
+    });
+    if let Some(got) = python_client("openai_client.py", &served, "thinking", args.clone()) {
+        for way in ["whole", "streamed"] {
+            let answer = &got[way];
+            assert!(!answer["reasoning"].as_str().unwrap().is_empty(), "{got}");
+            assert_eq!(answer["text"].as_str().unwrap_or(""), "", "{got}");
+            assert!(
+                answer["usage"]["reasoning_tokens"].as_u64().unwrap() > 0,
+                "{got}"
+            );
+        }
+        let got = python_client("ollama_client.py", &served, "thinking", args).unwrap();
+        for way in ["whole", "streamed"] {
+            assert!(!got[way]["thinking"].as_str().unwrap().is_empty(), "{got}");
+            assert_eq!(got[way]["text"], "", "{got}");
+        }
+    }
     // Tools reach the template.
     let tools = json!([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]);
     let with_tools = served
