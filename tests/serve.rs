@@ -675,6 +675,79 @@ fn templates_get_thinking_and_tools_from_the_request() {
     );
 }
 
+/// `ondo run` on a model whose template always opens `<think>`: the
+/// reasoning goes to stderr (plain, not a terminal) or nowhere with
+/// `--hide-thinking`, stdout keeps the answer alone, and the record counts
+/// the reasoning tokens.
+#[test]
+fn ondo_run_prints_the_reasoning_apart_or_hides_it() {
+    let home = Home::new();
+    let thinker = home.path().join("always-thinks");
+    std::fs::create_dir_all(&thinker).unwrap();
+    let source = home.cache_model("ondo-test/source", &[]);
+    for entry in std::fs::read_dir(&source).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), thinker.join(entry.file_name())).unwrap();
+    }
+    std::fs::write(
+        thinker.join("chat_template.jinja"),
+        THINKING_TEMPLATE.replace("{% if enable_thinking %}<think>\n{% endif %}", "<think>\n"),
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        let output = home
+            .ondo()
+            .arg("run")
+            .arg(&thinker)
+            .args([USER, "--no-history", "--temp", "1", "--seed", "7"])
+            .args(["--max-tokens", &MAX_TOKENS.to_string()])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        (
+            String::from_utf8(output.stdout).unwrap(),
+            String::from_utf8(output.stderr).unwrap(),
+        )
+    };
+    let recorded = home.ondo_run(
+        thinker.to_str().unwrap(),
+        USER,
+        &["--temp", "1", "--seed", "7"],
+    );
+    let reasoning = recorded["reasoning"].as_str().unwrap();
+    assert!(!reasoning.trim().is_empty(), "{recorded}");
+    assert_eq!(recorded["text"], "");
+    let generated = recorded["generated_tokens"].as_u64().unwrap();
+    let end_of_sequence = u64::from(recorded["stop_reason"] == "eos");
+    assert_eq!(recorded["reasoning_tokens"], generated - end_of_sequence);
+
+    let (stdout, stderr) = run(&[]);
+    assert_eq!(stdout.trim(), "", "the answer is empty: it only thought");
+    assert!(stderr.contains(reasoning.trim()), "{stderr}");
+    assert!(
+        !stderr.contains("\x1b["),
+        "no escape codes off a terminal: {stderr:?}"
+    );
+    assert!(
+        stderr.contains("tokens of those"),
+        "the footer counts it: {stderr}"
+    );
+
+    let (stdout, stderr) = run(&["--hide-thinking"]);
+    assert_eq!(stdout.trim(), "");
+    assert!(!stderr.contains(reasoning.trim()), "{stderr}");
+    assert!(
+        stderr.contains("tokens of those"),
+        "still counted: {stderr}"
+    );
+
+    let help = home.ondo().args(["run", "--help"]).output().unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    assert!(help.contains("--hide-thinking"), "{help}");
+    assert!(help.contains("dimmed"), "{help}");
+}
+
 #[test]
 fn twelve_streams_at_once_each_get_their_own_answer() {
     let home = Home::new();

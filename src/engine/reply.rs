@@ -873,10 +873,14 @@ mod tests {
     /// with `expected`.
     /// The reasoning spans also agree however the text was cut.
     fn check(format: ReplyFormat, text: &str, expected: &[ReplySegment]) {
+        assert_eq!(
+            normalised(split_reply(format, text)),
+            expected,
+            "whole text {text:?}"
+        );
         let mut whole = ReplySplitter::new(format);
-        let mut segments = whole.push(text);
-        segments.extend(whole.finish());
-        assert_eq!(normalised(segments), expected, "whole text {text:?}");
+        whole.push(text);
+        whole.finish();
         let spans = whole.reasoning_spans();
         for at in (0..=text.len()).filter(|&at| text.is_char_boundary(at)) {
             let mut splitter = ReplySplitter::new(format);
