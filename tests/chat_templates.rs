@@ -386,3 +386,20 @@ fn real_templates_render_like_transformers() {
         }
     }
 }
+
+/// The app offers its Think switch for the templates that read
+/// `enable_thinking`: Qwen3's, not Llama 3.1's.
+#[test]
+fn the_thinking_switch_is_read_from_the_template() {
+    let compile = |name: &str| {
+        let (bos, eos) = special_tokens(name);
+        ChatTemplate::from_source(
+            fixture(name),
+            bos.map(str::to_owned),
+            eos.map(str::to_owned),
+        )
+        .expect("the fixture compiles")
+    };
+    assert!(compile("qwen3.jinja").takes_enable_thinking());
+    assert!(!compile("llama3.1.jinja").takes_enable_thinking());
+}

@@ -558,6 +558,28 @@ fn templates_get_thinking_and_tools_from_the_request() {
         "{thinking}"
     );
     assert_eq!(message["content"], "");
+    // Every generated token was reasoning but an end of sequence, which
+    // writes no text; all of them are counted and timed.
+    let usage = &thinking["usage"];
+    let end_of_sequence = u64::from(thinking["choices"][0]["finish_reason"] == "stop");
+    let reasoning_tokens = usage["completion_tokens_details"]["reasoning_tokens"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(
+        reasoning_tokens,
+        usage["completion_tokens"].as_u64().unwrap() - end_of_sequence,
+        "{thinking}"
+    );
+    let ondo = &thinking["ondo"];
+    assert_eq!(ondo["reasoning_tokens"], reasoning_tokens);
+    let (reasoning_ms, decode_ms) = (
+        ondo["reasoning_ms"].as_f64().unwrap(),
+        ondo["decode_ms"].as_f64().unwrap(),
+    );
+    assert!(
+        reasoning_ms > 0.0 && reasoning_ms <= decode_ms,
+        "reasoning {reasoning_ms} ms of {decode_ms} ms decoding"
+    );
     let plain = served
         .post("/v1/chat/completions", &sampled(json!({})))
         .json();
@@ -566,6 +588,11 @@ fn templates_get_thinking_and_tools_from_the_request() {
             .get("reasoning_content")
             .is_none()
     );
+    assert_eq!(
+        plain["usage"]["completion_tokens_details"]["reasoning_tokens"],
+        0
+    );
+    assert_eq!(plain["ondo"]["reasoning_ms"], 0.0);
     assert!(plain["usage"]["prompt_tokens"].as_u64() < thinking["usage"]["prompt_tokens"].as_u64());
     // Streamed, the reasoning comes as reasoning_content deltas.
     let streamed = served.post(
@@ -601,6 +628,42 @@ fn templates_get_thinking_and_tools_from_the_request() {
         !ollama["message"]["thinking"].as_str().unwrap().is_empty(),
         "{ollama}"
     );
+    // The history keeps the count for each of those runs.
+    let recorded: Vec<(u64, u64)> = home
+        .api_runs()
+        .iter()
+        .map(|r| (r.generated_tokens, r.reasoning_tokens))
+        .collect();
+    assert!(recorded.contains(&(
+        usage["completion_tokens"].as_u64().unwrap(),
+        reasoning_tokens
+    )));
+    assert!(
+        recorded
+            .iter()
+            .any(|&(generated, reasoning)| generated > 0 && reasoning == 0)
+    );
+
+    // The official clients read the reasoning where their servers put it.
+    let args = json!({
+        "model": THINKER, "system": SYSTEM, "user": USER, "max_tokens": MAX_TOKENS, "seed": 7,
+    });
+    if let Some(got) = python_client("openai_client.py", &served, "thinking", args.clone()) {
+        for way in ["whole", "streamed"] {
+            let answer = &got[way];
+            assert!(!answer["reasoning"].as_str().unwrap().is_empty(), "{got}");
+            assert_eq!(answer["text"].as_str().unwrap_or(""), "", "{got}");
+            assert!(
+                answer["usage"]["reasoning_tokens"].as_u64().unwrap() > 0,
+                "{got}"
+            );
+        }
+        let got = python_client("ollama_client.py", &served, "thinking", args).unwrap();
+        for way in ["whole", "streamed"] {
+            assert!(!got[way]["thinking"].as_str().unwrap().is_empty(), "{got}");
+            assert_eq!(got[way]["text"], "", "{got}");
+        }
+    }
     // Tools reach the template.
     let tools = json!([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]);
     let with_tools = served
@@ -610,6 +673,79 @@ fn templates_get_thinking_and_tools_from_the_request() {
         with_tools["usage"]["prompt_tokens"].as_u64().unwrap()
             > plain["usage"]["prompt_tokens"].as_u64().unwrap() + 10
     );
+}
+
+/// `ondo run` on a model whose template always opens `<think>`: the
+/// reasoning goes to stderr (plain, not a terminal) or nowhere with
+/// `--hide-thinking`, stdout keeps the answer alone, and the record counts
+/// the reasoning tokens.
+#[test]
+fn ondo_run_prints_the_reasoning_apart_or_hides_it() {
+    let home = Home::new();
+    let thinker = home.path().join("always-thinks");
+    std::fs::create_dir_all(&thinker).unwrap();
+    let source = home.cache_model("ondo-test/source", &[]);
+    for entry in std::fs::read_dir(&source).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), thinker.join(entry.file_name())).unwrap();
+    }
+    std::fs::write(
+        thinker.join("chat_template.jinja"),
+        THINKING_TEMPLATE.replace("{% if enable_thinking %}<think>\n{% endif %}", "<think>\n"),
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        let output = home
+            .ondo()
+            .arg("run")
+            .arg(&thinker)
+            .args([USER, "--no-history", "--temp", "1", "--seed", "7"])
+            .args(["--max-tokens", &MAX_TOKENS.to_string()])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        (
+            String::from_utf8(output.stdout).unwrap(),
+            String::from_utf8(output.stderr).unwrap(),
+        )
+    };
+    let recorded = home.ondo_run(
+        thinker.to_str().unwrap(),
+        USER,
+        &["--temp", "1", "--seed", "7"],
+    );
+    let reasoning = recorded["reasoning"].as_str().unwrap();
+    assert!(!reasoning.trim().is_empty(), "{recorded}");
+    assert_eq!(recorded["text"], "");
+    let generated = recorded["generated_tokens"].as_u64().unwrap();
+    let end_of_sequence = u64::from(recorded["stop_reason"] == "eos");
+    assert_eq!(recorded["reasoning_tokens"], generated - end_of_sequence);
+
+    let (stdout, stderr) = run(&[]);
+    assert_eq!(stdout.trim(), "", "the answer is empty: it only thought");
+    assert!(stderr.contains(reasoning.trim()), "{stderr}");
+    assert!(
+        !stderr.contains("\x1b["),
+        "no escape codes off a terminal: {stderr:?}"
+    );
+    assert!(
+        stderr.contains("tokens of those"),
+        "the footer counts it: {stderr}"
+    );
+
+    let (stdout, stderr) = run(&["--hide-thinking"]);
+    assert_eq!(stdout.trim(), "");
+    assert!(!stderr.contains(reasoning.trim()), "{stderr}");
+    assert!(
+        stderr.contains("tokens of those"),
+        "still counted: {stderr}"
+    );
+
+    let help = home.ondo().args(["run", "--help"]).output().unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    assert!(help.contains("--hide-thinking"), "{help}");
+    assert!(help.contains("dimmed"), "{help}");
 }
 
 #[test]

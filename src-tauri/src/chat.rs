@@ -4,7 +4,7 @@
 
 use ondo::engine::chat_template::ChatMessage;
 use ondo::engine::{CancelToken, Prompt};
-use ondo::session::chat::{ChatEvent, GenerationSettings};
+use ondo::session::chat::{ChatEvent, ChatFeatures, GenerationSettings};
 use ondo::session::record::RunContext;
 use ondo::store::{RunKind, RunRecord};
 use tauri::ipc::Channel;
@@ -15,7 +15,9 @@ use crate::state::AppState;
 
 /// Answers the last user message of `messages` with `model` ("tiny", a
 /// folder, or a repo id in the cache), streaming the text to `on_event`;
-/// returns the run's record (the footer's numbers).
+/// returns the run's record (the footer's numbers). `think` is the chat's
+/// Think switch where the model has one (`chat_features`): whether it
+/// reasons before answering; `None` leaves that to the template.
 #[tauri::command]
 #[specta::specta]
 #[allow(clippy::too_many_arguments)] // the command's arguments are the UI's form
@@ -27,6 +29,7 @@ pub async fn chat_send<R: tauri::Runtime>(
     system_prompt: Option<String>,
     messages: Vec<ChatMessage>,
     settings: GenerationSettings,
+    think: Option<bool>,
     on_event: Channel<ChatEvent>,
 ) -> Result<RunRecord, CommandError> {
     settings.check().map_err(CommandError::InvalidInput)?;
@@ -49,11 +52,11 @@ pub async fn chat_send<R: tauri::Runtime>(
         .iter()
         .find(|m| m.role == "user")
         .map(|m| m.content.chars().take(60).collect());
-    let request = settings.turn_request(
-        &model.dir,
-        &conversation_id,
-        Prompt::chat(system_prompt, messages),
-    );
+    let mut prompt = Prompt::chat(system_prompt, messages);
+    if let Some(think) = think {
+        prompt = prompt.with_thinking(think);
+    }
+    let request = settings.turn_request(&model.dir, &conversation_id, prompt);
     let context = RunContext {
         conversation_id: Some(conversation_id.clone()),
         conversation_title: title,
@@ -79,6 +82,23 @@ pub async fn chat_send<R: tauri::Runtime>(
         crate::events::runs_changed(&app, &record.run_id);
     }
     result
+}
+
+/// What the chat offers for `model`: a Think switch where its chat template
+/// reads `enable_thinking`.
+#[tauri::command]
+#[specta::specta]
+pub async fn chat_features(
+    state: tauri::State<'_, AppState>,
+    model: String,
+) -> Result<ChatFeatures, CommandError> {
+    // The built-in tiny model's template takes no options, and resolving it
+    // here would write it before anyone chats with it.
+    if model.trim().eq_ignore_ascii_case(ondo::resolve::TINY) {
+        return Ok(ChatFeatures::default());
+    }
+    let model = crate::models::resolve(&state, &model).await?;
+    on_blocking_thread(move || Ok(ChatFeatures::of_model_dir(&model.dir))).await
 }
 
 /// Stops the answer being written in a conversation; true if one was.

@@ -47,6 +47,7 @@ macro_rules! with_commands {
             chat::chat_send<tauri::Wry>,
             chat::chat_stop,
             chat::chat_forget,
+            chat::chat_features,
             runs::list_runs,
             runs::run_benchmark<tauri::Wry>,
             runs::cancel_benchmark,

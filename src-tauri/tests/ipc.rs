@@ -469,6 +469,72 @@ fn a_chat_turn_streams_is_recorded_and_the_next_turn_is_warm() {
     assert!(message.contains("acme/not-downloaded"), "{message}");
 }
 
+/// The tiny model's chat format with a generation prompt that opens
+/// `<think>` unless `enable_thinking` is false, as Qwen3's template does.
+const THINKING_TEMPLATE: &str = "{{- bos_token -}}\
+{%- for message in messages -%}\
+{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] + '<|eot_id|>' -}}\
+{%- endfor -%}\
+{%- if add_generation_prompt -%}\
+{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}\
+{%- if enable_thinking is not defined or enable_thinking -%}{{- '<think>\n' -}}{%- endif -%}\
+{%- endif -%}";
+
+#[test]
+fn the_think_switch_is_offered_where_the_template_reads_it_and_decides_the_reasoning() {
+    let popover = popover();
+    assert_eq!(
+        invoke(&popover, "chat_features", json!({ "model": "tiny" })).unwrap(),
+        json!({ "thinking_switch": false })
+    );
+    let tiny = invoke(&popover, "prepare_builtin_model", Value::Null).unwrap();
+    let source = std::path::PathBuf::from(tiny["model_dir"].as_str().unwrap());
+    let thinker = DATA_ROOT.path().join("thinking-model");
+    std::fs::create_dir_all(&thinker).unwrap();
+    for entry in std::fs::read_dir(&source).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), thinker.join(entry.file_name())).unwrap();
+    }
+    std::fs::write(thinker.join("chat_template.jinja"), THINKING_TEMPLATE).unwrap();
+    assert_eq!(
+        invoke(&popover, "chat_features", json!({ "model": thinker })).unwrap(),
+        json!({ "thinking_switch": true })
+    );
+
+    let turn = |think: bool, channel: u32| {
+        let request = json!({
+            "model": thinker,
+            "conversationId": format!("think-{think}"),
+            "systemPrompt": null,
+            "messages": [{ "role": "user", "content": "What is two and two?" }],
+            // Sampled: greedy random weights may repeat one blank token.
+            "settings": { "max_tokens": 6, "temperature": 1.0, "seed": 7 },
+            "think": think,
+            "onEvent": format!("__CHANNEL__:{channel}"),
+        });
+        invoke(&popover, "chat_send", request).unwrap()
+    };
+    // Switched on, the template opens <think>: every token the model writes
+    // is reasoning (an end of sequence writes none), and all are counted.
+    let thought = turn(true, 41);
+    let generated = thought["generated_tokens"].as_u64().unwrap();
+    let end_of_sequence = u64::from(thought["stop_reason"] == "eos");
+    assert!(generated > end_of_sequence, "{thought}");
+    assert_eq!(
+        thought["reasoning_tokens"].as_u64().unwrap(),
+        generated - end_of_sequence,
+        "{thought}"
+    );
+    // Switched off, the model answers at once.
+    let answered = turn(false, 42);
+    assert_eq!(answered["reasoning_tokens"], 0, "{answered}");
+    assert_eq!(answered["reasoning_ms"], 0.0, "{answered}");
+    assert!(
+        answered["prompt_tokens"].as_u64() < thought["prompt_tokens"].as_u64(),
+        "no <think> in the prompt: {answered}"
+    );
+}
+
 #[test]
 fn a_damaged_model_folder_is_explained_without_cli_words_or_source_paths() {
     let popover = popover();

@@ -135,6 +135,8 @@ impl JobResult {
             cached_tokens: r.cached_tokens,
             prefill_tokens: r.prefill_tokens,
             generated_tokens: r.generated_tokens,
+            reasoning_tokens: r.reasoning_tokens,
+            reasoning_ms: r.reasoning_ms,
             mlx_peak_bytes: r.mlx_peak_bytes,
             kv_cache_bytes: r.kv_cache_bytes,
             pressure_start: r.pressure_start.clone(),
@@ -187,6 +189,9 @@ pub struct OndoRecord {
     pub cached_tokens: u64,
     pub prefill_tokens: u64,
     pub generated_tokens: u64,
+    /// Generated tokens that were reasoning, and their part of `decode_ms`.
+    pub reasoning_tokens: u64,
+    pub reasoning_ms: f64,
     pub mlx_peak_bytes: u64,
     pub kv_cache_bytes: u64,
     /// Memory pressure at the start, the worst during, and at the end.

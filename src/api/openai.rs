@@ -357,13 +357,15 @@ impl CompletionRequest {
     }
 }
 
-/// `usage`, with the prompt tokens the KV cache already held.
+/// `usage`, with the prompt tokens the KV cache already held and the
+/// generated tokens that were reasoning (OpenAI's `completion_tokens_details`).
 fn usage(record: &RunRecord) -> Value {
     json!({
         "prompt_tokens": record.prompt_tokens,
         "completion_tokens": record.generated_tokens,
         "total_tokens": record.prompt_tokens + record.generated_tokens,
         "prompt_tokens_details": {"cached_tokens": record.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": record.reasoning_tokens},
     })
 }
 

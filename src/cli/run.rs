@@ -1,7 +1,7 @@
 //! `ondo run` and `ondo chat`: clients of the engine thread that stream the
 //! answer and print where the time went.
 
-use std::io::{BufRead, Write};
+use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -46,9 +46,25 @@ pub struct GenerationArgs {
     /// Do not record this run in the history (`ondo runs`).
     #[arg(long)]
     no_history: bool,
+    /// Print only the answer of a model that thinks first (Qwen3,
+    /// DeepSeek-R1, gpt-oss), not its reasoning. The reasoning is still
+    /// generated, timed and counted in the footer.
+    #[arg(long)]
+    hide_thinking: bool,
 }
 
 impl GenerationArgs {
+    /// How the reply is printed: the reasoning shown or not, dimmed where
+    /// it goes to a terminal (and `NO_COLOR` is not set).
+    fn terminal_reply(&self) -> TerminalReply {
+        TerminalReply {
+            show_reasoning: !self.hide_thinking,
+            dim_reasoning: std::io::stderr().is_terminal()
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+            reasoning_shown: false,
+        }
+    }
+
     fn request(&self, model_dir: &Path, prompt: Prompt) -> GenerateRequest {
         GenerateRequest {
             stop_strings: self.stop_strings.clone(),
@@ -77,6 +93,11 @@ The answer streams to stdout; the timings follow on stderr:
   load     reading the weights (cold runs only; 0 when the model was warm)
   TTFT     time to first token: prefill, one pass over the whole prompt
   decode   every later token, one pass each, while the KV cache grows
+           (a thinking model's reasoning tokens included, counted apart)
+
+A model that thinks before answering (Qwen3, DeepSeek-R1, gpt-oss) has its
+reasoning printed on stderr before the answer, dimmed on a terminal;
+--hide-thinking leaves it out. Either way stdout holds only the answer.
 
 Examples:
   ondo run tiny \"Why is the sky blue?\"
@@ -105,7 +126,8 @@ pub struct RunArgs {
 #[command(after_help = "\
 Type a message and press Enter. The model stays loaded and the conversation's
 KV cache stays warm, so each later turn only prefills the new tokens (see
-`cached` in the footer).
+`cached` in the footer). A thinking model's reasoning is printed dimmed
+before its answer; --hide-thinking leaves it out.
   /reset   start a new conversation     /exit   quit (or Ctrl-D)")]
 pub struct ChatArgs {
     #[command(flatten)]
@@ -173,6 +195,12 @@ pub fn footer(stats: &RunStats) -> String {
         "decode   {:>5} tokens {:>9.1} tok/s  {:>8.1} ms  loop {}",
         stats.generated_tokens, stats.decode_tps, stats.decode_ms, stats.loop_shape
     ));
+    if stats.reasoning_tokens > 0 {
+        lines.push(format!(
+            "thinking {:>5} tokens of those {:>20.1} ms",
+            stats.reasoning_tokens, stats.reasoning_ms
+        ));
+    }
     lines.push(format!(
         "memory   peak {} · KV cache {} · weights {}",
         human_bytes(stats.mlx_peak_bytes),
@@ -205,13 +233,13 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         .ok()
         .and_then(|v| v.parse::<u128>().ok());
     let mut first_token_at = None;
-    let mut terminal = TerminalReply::default();
+    let mut terminal = args.generation.terminal_reply();
     let (outcome, record) = pool
         .run(request, context, CancelToken::new(), |event| {
             if let RunEvent::Delta { .. } = event {
                 first_token_at.get_or_insert_with(crate::bench::peer::wall_clock_ns);
                 if !args.json {
-                    terminal.show(event);
+                    terminal.show(event, &mut std::io::stdout(), &mut std::io::stderr());
                 }
             }
         })
@@ -238,31 +266,51 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
 
 /// Streams a reply to the terminal: the answer on stdout, the reasoning on
 /// stderr, so `ondo run ... > answer.txt` keeps only the answer.
-#[derive(Default)]
 struct TerminalReply {
+    /// Print the reasoning (not `--hide-thinking`).
+    show_reasoning: bool,
+    /// Wrap it in ANSI dim: only for a terminal, where the codes are read
+    /// rather than stored.
+    dim_reasoning: bool,
     /// Reasoning was shown and the answer has not started yet.
     reasoning_shown: bool,
 }
 
+const ANSI_DIM: &str = "\x1b[2m";
+const ANSI_RESET: &str = "\x1b[0m";
+
 impl TerminalReply {
-    fn show(&mut self, event: &RunEvent) {
+    /// Prints one event's answer to `answer_out` and its reasoning to
+    /// `reasoning_out`. Every piece of reasoning closes its own dim, so a
+    /// run stopped mid-thought leaves the terminal as it was.
+    fn show(
+        &mut self,
+        event: &RunEvent,
+        answer_out: &mut dyn Write,
+        reasoning_out: &mut dyn Write,
+    ) {
         let RunEvent::Delta {
             text, reasoning, ..
         } = event
         else {
             return;
         };
-        if !reasoning.is_empty() {
-            eprint!("{reasoning}");
+        if !reasoning.is_empty() && self.show_reasoning {
+            let _ = if self.dim_reasoning {
+                write!(reasoning_out, "{ANSI_DIM}{reasoning}{ANSI_RESET}")
+            } else {
+                write!(reasoning_out, "{reasoning}")
+            };
+            let _ = reasoning_out.flush();
             self.reasoning_shown = true;
         }
         if !text.is_empty() {
             if std::mem::take(&mut self.reasoning_shown) {
-                eprintln!("\n");
+                let _ = write!(reasoning_out, "\n\n");
+                let _ = reasoning_out.flush();
             }
-            let mut stdout = std::io::stdout();
-            let _ = stdout.write_all(text.as_bytes());
-            let _ = stdout.flush();
+            let _ = answer_out.write_all(text.as_bytes());
+            let _ = answer_out.flush();
         }
     }
 }
@@ -336,10 +384,10 @@ pub fn chat(args: ChatArgs) -> Result<ExitCode, CliError> {
             conversation_title: (messages.len() == 1).then(|| line.chars().take(60).collect()),
             ..model.run_context(RunKind::Chat)
         };
-        let mut terminal = TerminalReply::default();
+        let mut terminal = args.generation.terminal_reply();
         let streamed = pool
             .run(request, context, CancelToken::new(), |event| {
-                terminal.show(event)
+                terminal.show(event, &mut std::io::stdout(), &mut std::io::stderr())
             })
             .map(|(outcome, _)| outcome)
             .map_err(|e| {
@@ -363,4 +411,82 @@ pub fn chat(args: ChatArgs) -> Result<ExitCode, CliError> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delta(reasoning: &str, text: &str) -> RunEvent {
+        RunEvent::Delta {
+            text: text.into(),
+            reasoning: reasoning.into(),
+            tool_calls: Vec::new(),
+            token_ids: Vec::new(),
+        }
+    }
+
+    /// What a terminal shows of a thinking model's reply: (stdout, stderr).
+    fn printed(show_reasoning: bool, dim_reasoning: bool) -> (String, String) {
+        let mut terminal = TerminalReply {
+            show_reasoning,
+            dim_reasoning,
+            reasoning_shown: false,
+        };
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        for event in [
+            delta("The user ", ""),
+            delta("greets me.", ""),
+            delta("", "Hello"),
+            delta("", "!"),
+        ] {
+            terminal.show(&event, &mut out, &mut err);
+        }
+        (
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(err).unwrap(),
+        )
+    }
+
+    #[test]
+    fn the_reasoning_goes_to_stderr_dimmed_only_on_a_terminal() {
+        assert_eq!(
+            printed(true, true),
+            (
+                "Hello!".to_owned(),
+                "\x1b[2mThe user \x1b[0m\x1b[2mgreets me.\x1b[0m\n\n".to_owned()
+            )
+        );
+        assert_eq!(
+            printed(true, false),
+            ("Hello!".to_owned(), "The user greets me.\n\n".to_owned())
+        );
+    }
+
+    #[test]
+    fn hide_thinking_prints_the_answer_alone() {
+        assert_eq!(printed(false, true), ("Hello!".to_owned(), String::new()));
+    }
+
+    #[test]
+    fn the_footer_counts_the_reasoning_apart() {
+        let stats = RunStats {
+            generated_tokens: 120,
+            reasoning_tokens: 80,
+            reasoning_ms: 1234.5,
+            ..RunStats::default()
+        };
+        let printed = footer(&stats);
+        assert!(printed.contains("decode     120 tokens"), "{printed}");
+        assert!(
+            printed.contains("thinking    80 tokens of those"),
+            "{printed}"
+        );
+        assert!(printed.contains("1234.5 ms"), "{printed}");
+        let plain = footer(&RunStats {
+            generated_tokens: 12,
+            ..RunStats::default()
+        });
+        assert!(!plain.contains("thinking"), "{plain}");
+    }
 }

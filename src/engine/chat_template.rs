@@ -148,6 +148,10 @@ fn template_value_of_map(map: &serde_json::Map<String, serde_json::Value>) -> Va
 }
 
 /// Template variables Ondo sets itself; a request's template options may not.
+/// The template option that turns a thinking model's reasoning on or off,
+/// as transformers' `apply_chat_template(enable_thinking=...)` passes it.
+pub const ENABLE_THINKING: &str = "enable_thinking";
+
 const RESERVED_VARIABLES: [&str; 4] = ["messages", "tools", "documents", "add_generation_prompt"];
 
 /// Why a chat template could not be loaded or rendered.
@@ -355,6 +359,17 @@ impl ChatTemplate {
             (Some(tool_use), true) => &tool_use.source,
             _ => &self.source,
         }
+    }
+
+    /// Whether the template reads `enable_thinking` (Qwen3 and its kin): a
+    /// request can then turn the model's reasoning on or off with that
+    /// template option ([`ENABLE_THINKING`]).
+    pub fn takes_enable_thinking(&self) -> bool {
+        self.source.contains(ENABLE_THINKING)
+            || self
+                .tool_use
+                .as_ref()
+                .is_some_and(|t| t.source.contains(ENABLE_THINKING))
     }
 
     /// The BOS token the template is rendered with, if the tokenizer has one.

@@ -11,6 +11,7 @@
 //! lost, and the raw text is kept beside the split.
 
 use std::hash::{BuildHasher, Hasher};
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
@@ -260,6 +261,13 @@ pub struct ReplySplitter {
     answer_started: bool,
     /// Bare JSON calls can still start here (false once the answer is text).
     bare_calls_possible: bool,
+    /// Bytes of text pushed so far.
+    received: usize,
+    /// Where the reasoning was in the text pushed, markers included (byte
+    /// ranges), so the stream can tell which tokens were reasoning.
+    reasoning_spans: Vec<Range<usize>>,
+    /// The start of a reasoning part not closed yet.
+    reasoning_from: Option<usize>,
 }
 
 impl ReplySplitter {
@@ -281,6 +289,9 @@ impl ReplySplitter {
                     ..
                 }
             ),
+            received: 0,
+            reasoning_spans: Vec::new(),
+            reasoning_from: None,
         }
     }
 
@@ -288,8 +299,35 @@ impl ReplySplitter {
         self.format
     }
 
+    /// Where the reasoning was in the text pushed so far: byte ranges, with
+    /// the markers around it (`<think>`, `</think>`, a harmony header and its
+    /// end) counted in, since the tokens that wrote them were part of the
+    /// thinking. A part still open reaches to the end of the text.
+    pub fn reasoning_spans(&self) -> Vec<Range<usize>> {
+        let mut spans = self.reasoning_spans.clone();
+        spans.extend(self.reasoning_from.map(|from| from..self.received));
+        spans
+    }
+
+    /// Bytes of the text pushed that the state machine has gone past: the
+    /// next byte it reads is at this offset.
+    fn read_upto(&self) -> usize {
+        self.received - self.pending.len()
+    }
+
+    fn open_reasoning(&mut self, from: usize) {
+        self.reasoning_from.get_or_insert(from);
+    }
+
+    fn close_reasoning(&mut self, upto: usize) {
+        if let Some(from) = self.reasoning_from.take() {
+            self.reasoning_spans.push(from..upto);
+        }
+    }
+
     /// Adds the next text of the reply; returns what became certain.
     pub fn push(&mut self, text: &str) -> Vec<ReplySegment> {
+        self.received += text.len();
         self.pending.push_str(text);
         let mut out = Vec::new();
         while self.step(&mut out, false) {}
@@ -329,7 +367,9 @@ impl ReplySplitter {
             }
         );
         if let Some(after) = rest.strip_prefix(THINK_OPEN) {
-            self.pending = after.to_owned();
+            let after = after.to_owned();
+            self.open_reasoning(self.read_upto());
+            self.pending = after;
             self.state = State::Reasoning { started: false };
             return true;
         }
@@ -339,6 +379,7 @@ impl ReplySplitter {
             return false;
         }
         self.state = if prompt_opened {
+            self.open_reasoning(self.read_upto());
             State::Reasoning { started: false }
         } else {
             State::Answer { skip_space: false }
@@ -352,6 +393,7 @@ impl ReplySplitter {
             let text = if started { text } else { text.trim_start() };
             push_segment(out, ReplySegment::Reasoning(text.to_owned()));
             self.pending.drain(..at + THINK_CLOSE.len());
+            self.close_reasoning(self.read_upto());
             self.state = State::Answer { skip_space: true };
             return true;
         }
@@ -373,6 +415,7 @@ impl ReplySplitter {
         self.pending.drain(..cut);
         if end {
             self.pending.clear();
+            self.close_reasoning(self.received);
         }
         self.state = State::Reasoning { started };
         false
@@ -554,6 +597,10 @@ impl ReplySplitter {
     fn harmony_header(&mut self, end: bool) -> bool {
         if let Some(at) = self.pending.find(HARMONY_MESSAGE) {
             let body = self.harmony_body_kind(&self.pending[..at]);
+            if body == HarmonyBody::Reasoning {
+                // The header is still all pending: the part starts with it.
+                self.open_reasoning(self.read_upto());
+            }
             self.pending.drain(..at + HARMONY_MESSAGE.len());
             self.state = State::HarmonyBody(body);
             return true;
@@ -631,6 +678,9 @@ impl ReplySplitter {
         if !closed {
             self.state = State::HarmonyBody(body);
             return false;
+        }
+        if body == HarmonyBody::Reasoning {
+            self.close_reasoning(self.read_upto());
         }
         if let HarmonyBody::Call { name, arguments } = body {
             match serde_json::from_str::<Value>(arguments.trim()) {
@@ -821,12 +871,17 @@ mod tests {
     /// Splits `text` fed whole, in two pieces at every byte position that is
     /// a character boundary, and one character at a time; all must agree
     /// with `expected`.
+    /// The reasoning spans also agree however the text was cut.
     fn check(format: ReplyFormat, text: &str, expected: &[ReplySegment]) {
         assert_eq!(
             normalised(split_reply(format, text)),
             expected,
             "whole text {text:?}"
         );
+        let mut whole = ReplySplitter::new(format);
+        whole.push(text);
+        whole.finish();
+        let spans = whole.reasoning_spans();
         for at in (0..=text.len()).filter(|&at| text.is_char_boundary(at)) {
             let mut splitter = ReplySplitter::new(format);
             let mut segments = splitter.push(&text[..at]);
@@ -839,6 +894,13 @@ mod tests {
                 &text[..at],
                 &text[at..]
             );
+            assert_eq!(
+                splitter.reasoning_spans(),
+                spans,
+                "reasoning spans when split into {:?} + {:?}",
+                &text[..at],
+                &text[at..]
+            );
         }
         let mut splitter = ReplySplitter::new(format);
         let mut segments = Vec::new();
@@ -847,6 +909,19 @@ mod tests {
         }
         segments.extend(splitter.finish());
         assert_eq!(normalised(segments), expected, "one character at a time");
+        assert_eq!(splitter.reasoning_spans(), spans, "one character at a time");
+    }
+
+    /// The text of each reasoning span of a whole reply.
+    fn reasoning_texts(format: ReplyFormat, text: &str) -> Vec<&str> {
+        let mut splitter = ReplySplitter::new(format);
+        splitter.push(text);
+        splitter.finish();
+        splitter
+            .reasoning_spans()
+            .into_iter()
+            .map(|span| &text[span])
+            .collect()
     }
 
     #[test]
@@ -1007,6 +1082,43 @@ mod tests {
             HARMONY,
             "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{broken<|call|>",
             &[answer("{broken")],
+        );
+    }
+
+    #[test]
+    fn reasoning_spans_cover_the_thinking_with_its_markers() {
+        assert_eq!(
+            reasoning_texts(THINK, "\n<think>\nHm.\n</think>\n\nYes."),
+            ["\n<think>\nHm.\n</think>"]
+        );
+        assert_eq!(
+            reasoning_texts(THINK_OPENED, "Hm, 2+2.\n</think>4"),
+            ["Hm, 2+2.\n</think>"]
+        );
+        // Cut off while thinking: the whole reply.
+        assert_eq!(
+            reasoning_texts(THINK_OPENED, "Still </thi"),
+            ["Still </thi"]
+        );
+        assert!(reasoning_texts(THINK, "No thinking <think>here</think>").is_empty());
+        assert!(reasoning_texts(ReplyFormat::PLAIN, "<think>x</think>").is_empty());
+        assert_eq!(
+            reasoning_texts(
+                HARMONY,
+                "<|channel|>analysis<|message|>A.<|end|><|start|>assistant<|channel|>final<|message|>B<|return|>"
+            ),
+            ["<|channel|>analysis<|message|>A.<|end|>"]
+        );
+        // Two analysis messages around a commentary one; one cut off.
+        assert_eq!(
+            reasoning_texts(
+                HARMONY,
+                "<|channel|>analysis<|message|>A<|end|><|start|>assistant<|channel|>commentary<|message|>c<|end|><|start|>assistant<|channel|>analysis<|message|>B"
+            ),
+            [
+                "<|channel|>analysis<|message|>A<|end|>",
+                "<|start|>assistant<|channel|>analysis<|message|>B"
+            ]
         );
     }
 

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::LoadError;
 use super::anatomy::StepAnatomy;
-use super::chat_template::{ChatMessage, ChatTemplateError};
+use super::chat_template::{ChatMessage, ChatTemplateError, ENABLE_THINKING};
 use super::generate::{DEFAULT_PREFILL_STEP_SIZE, LoopShape};
 use super::reply::ToolCall;
 use super::sample::{SamplerError, SamplerSettings};
@@ -59,6 +59,19 @@ impl Prompt {
             tools: None,
             template_options: serde_json::Map::new(),
         }
+    }
+
+    /// Asks a thinking model to reason first or not (the chat template's
+    /// `enable_thinking`, which templates that do not read it ignore); only
+    /// a chat has a template to ask.
+    pub fn with_thinking(mut self, think: bool) -> Self {
+        if let Prompt::Chat {
+            template_options, ..
+        } = &mut self
+        {
+            template_options.insert(ENABLE_THINKING.into(), serde_json::Value::Bool(think));
+        }
+        self
     }
 }
 

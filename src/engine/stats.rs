@@ -91,6 +91,13 @@ pub struct RunStats {
     /// Prompt tokens run through the model by this request.
     pub prefill_tokens: usize,
     pub generated_tokens: usize,
+    /// Generated tokens that were reasoning (a `<think>` block, gpt-oss's
+    /// analysis channel), markers included; counted in `generated_tokens`
+    /// and in every rate too.
+    pub reasoning_tokens: usize,
+    /// The decode time of the reasoning tokens: each one's time since the
+    /// token before it (what "thought for" means in the app).
+    pub reasoning_ms: f64,
     /// `prefill_tokens / prefill_s`.
     pub prefill_tps: f64,
     /// `(generated_tokens - 1) / decode_s`: the first token belongs to prefill.

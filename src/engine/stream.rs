@@ -173,6 +173,24 @@ fn held_back(text: &str, stops: &[String]) -> usize {
         .unwrap_or(0)
 }
 
+/// How many generated tokens were reasoning and their share of the decode
+/// time: each reasoning token's time since the token before it (the first
+/// token's time is prefill's, so it adds nothing).
+fn reasoning_share(is_reasoning: &[bool], token_times: &[Instant]) -> (usize, f64) {
+    let mut count = 0;
+    let mut ms = 0.0;
+    for (at, _) in is_reasoning.iter().enumerate().filter(|(_, r)| **r) {
+        count += 1;
+        if let (Some(before), Some(now)) = (
+            at.checked_sub(1).and_then(|b| token_times.get(b)),
+            token_times.get(at),
+        ) {
+            ms += (*now - *before).as_secs_f64() * 1e3;
+        }
+    }
+    (count, ms)
+}
+
 /// Deltas after the first are merged over this long (one display frame).
 const DELTA_INTERVAL: Duration = Duration::from_millis(16);
 
@@ -239,6 +257,8 @@ pub struct ReplyStream<'t> {
     stop_strings: Vec<String>,
     /// Everything decoded so far.
     raw: String,
+    /// Where in `raw` each token's text starts, in the order they came.
+    token_starts: Vec<usize>,
     /// Bytes of `raw` handed to the splitter.
     split_upto: usize,
     answer: String,
@@ -260,6 +280,9 @@ pub struct FinishedReply {
     pub raw_text: String,
     /// The reply ended with tool calls (nothing after the last one).
     pub ends_with_call: bool,
+    /// For each token pushed, in order: whether it was part of the
+    /// reasoning (its text starts inside it, markers included).
+    pub reasoning_tokens: Vec<bool>,
 }
 
 impl<'t> ReplyStream<'t> {
@@ -282,6 +305,7 @@ impl<'t> ReplyStream<'t> {
                 .cloned()
                 .collect(),
             raw: String::new(),
+            token_starts: Vec::new(),
             split_upto: 0,
             answer: String::new(),
             reasoning: String::new(),
@@ -299,6 +323,7 @@ impl<'t> ReplyStream<'t> {
             .detokenizer
             .push(id)
             .map_err(|e| RunError::Tokenizer(e.to_string()))?;
+        self.token_starts.push(self.raw.len());
         self.raw.push_str(&text);
         let unsplit = &self.raw[self.split_upto..];
         if let Some(at) = self
@@ -402,7 +427,14 @@ impl<'t> ReplyStream<'t> {
 
     /// The reply, split, and the raw text.
     pub fn into_reply(self) -> FinishedReply {
+        let spans = self.splitter.reasoning_spans();
+        let reasoning_tokens = self
+            .token_starts
+            .iter()
+            .map(|start| spans.iter().any(|span| span.contains(start)))
+            .collect();
         FinishedReply {
+            reasoning_tokens,
             answer: self.answer,
             reasoning: self.reasoning,
             tool_calls: self.tool_calls,
@@ -480,6 +512,9 @@ pub fn run(
         .with_graph_count(request.count_graph_nodes);
     let mut reply = ReplyStream::new(&model.tokenizer, format, &request.stop_strings);
     let mut generated: Vec<u32> = Vec::with_capacity(request.max_tokens);
+    // When each generated token was on the host, for the reasoning's share
+    // of the decode time.
+    let mut token_times: Vec<Instant> = Vec::with_capacity(request.max_tokens);
     let mut pending_ids: Vec<u32> = Vec::new();
     let prefill_started = Instant::now();
     let mut first_token_at = None;
@@ -504,6 +539,7 @@ pub fn run(
         last_token_at = Instant::now();
         first_token_at.get_or_insert(last_token_at);
         generated.push(token);
+        token_times.push(last_token_at);
         if !request.ignore_eos && model.eos_token_ids.contains(&token) {
             stop_reason = StopReason::Eos;
             break;
@@ -563,6 +599,7 @@ pub fn run(
     };
     let ttft_ms = (first - accepted_at).as_secs_f64() * 1e3;
     let decode_ms = (last_token_at - first).as_secs_f64() * 1e3;
+    let (reasoning_tokens, reasoning_ms) = reasoning_share(&reply.reasoning_tokens, &token_times);
     let stats = RunStats {
         model_dir: model.dir.display().to_string(),
         model_type: model.model_type.clone(),
@@ -577,6 +614,8 @@ pub fn run(
         cached_tokens: cached,
         prefill_tokens,
         generated_tokens: generated.len(),
+        reasoning_tokens,
+        reasoning_ms,
         prefill_tps: per_second(prefill_tokens, prefill_ms),
         decode_tps: per_second(generated.len().saturating_sub(1), decode_ms),
         // mlx-lm counts the tokens it was given: those not already cached.
@@ -711,6 +750,91 @@ mod tests {
                 .iter()
                 .any(|d| matches!(d, RunEvent::Delta { reasoning, .. } if !reasoning.is_empty()))
         );
+    }
+
+    /// The text of the tokens the stream counted as reasoning, and of the rest.
+    fn reasoning_and_rest(
+        tokenizer: &tokenizers::Tokenizer,
+        ids: &[u32],
+        reply: &FinishedReply,
+    ) -> (String, String) {
+        assert_eq!(reply.reasoning_tokens.len(), ids.len());
+        let pick = |reasoning: bool| -> String {
+            let picked: Vec<u32> = ids
+                .iter()
+                .zip(&reply.reasoning_tokens)
+                .filter(|(_, r)| **r == reasoning)
+                .map(|(id, _)| *id)
+                .collect();
+            tokenizer.decode(&picked, false).unwrap()
+        };
+        (pick(true), pick(false))
+    }
+
+    #[test]
+    fn the_tokens_that_wrote_the_reasoning_are_counted_as_reasoning() {
+        let (_dir, tokenizer) = tokenizer();
+        let text = "<think>\nThe user wants 온도.\n</think>\n\nIt is 31°C.";
+        let (_, reply, ids) = stream_tokens(&tokenizer, QWEN_TOOLS, &[], text);
+        let (reasoning, rest) = reasoning_and_rest(&tokenizer, &ids, &reply);
+        // The tokens up to the one that completes `</think>`, and no more
+        // (the next may carry the blank line after it).
+        assert!(
+            reasoning.starts_with("<think>") && reasoning.contains("</think>"),
+            "{reasoning:?}"
+        );
+        let closing = reasoning.find("</think>").unwrap() + "</think>".len();
+        assert!(reasoning[closing..].trim().is_empty(), "{reasoning:?}");
+        assert!(rest.trim_start().starts_with("It is 31°C."), "{rest:?}");
+        let first_answer = reply.reasoning_tokens.iter().position(|r| !r).unwrap();
+        assert!(reply.reasoning_tokens[first_answer..].iter().all(|r| !r));
+
+        // Opened by the prompt and never closed: every token.
+        let opened = ReplyFormat::Marked {
+            think: Some(ThinkStart::PromptOpened),
+            tool_calls: None,
+        };
+        let (_, reply, _) = stream_tokens(&tokenizer, opened, &[], "Still weighing 2 + 2 </thi");
+        assert!(reply.reasoning_tokens.iter().all(|r| *r));
+        // Not a thinking model: none.
+        let (_, reply, _) = stream_tokens(&tokenizer, ReplyFormat::PLAIN, &[], text);
+        assert!(reply.reasoning_tokens.iter().all(|r| !r));
+    }
+
+    #[test]
+    fn harmony_analysis_tokens_are_reasoning_and_the_final_channel_is_not() {
+        let (_dir, tokenizer) = tokenizer();
+        let text = "<|channel|>analysis<|message|>Easy sum.<|end|><|start|>assistant<|channel|>final<|message|>4.";
+        let format = ReplyFormat::Harmony { tool_calls: false };
+        let (_, reply, ids) = stream_tokens(&tokenizer, format, &[], text);
+        assert_eq!(reply.reasoning, "Easy sum.");
+        assert_eq!(reply.answer, "4.");
+        let (reasoning, rest) = reasoning_and_rest(&tokenizer, &ids, &reply);
+        assert!(
+            reasoning.starts_with("<|channel|>analysis<|message|>Easy sum.<|end|>"),
+            "{reasoning:?}"
+        );
+        assert!(rest.ends_with("final<|message|>4."), "{rest:?}");
+        assert!(!rest.contains("Easy"), "{rest:?}");
+    }
+
+    #[test]
+    fn the_reasoning_share_counts_each_reasoning_tokens_time_since_the_one_before() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let times = [at(0), at(10), at(30), at(60), at(100)];
+        // The first token's time is prefill's: it adds nothing.
+        assert_eq!(
+            reasoning_share(&[true, true, true, false, false], &times),
+            (3, 30.0)
+        );
+        assert_eq!(
+            reasoning_share(&[false, false, false, true, true], &times),
+            (2, 70.0)
+        );
+        assert_eq!(reasoning_share(&[false; 5], &times), (0, 0.0));
+        // An end-of-sequence token has a time and no text, so no flag.
+        assert_eq!(reasoning_share(&[true, true], &times), (2, 10.0));
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::engine::chat_template::ChatTemplate;
 use crate::engine::generate::{DEFAULT_PREFILL_STEP_SIZE, LoopShape};
 use crate::engine::sample::SamplerSettings;
 use crate::engine::{GenerateRequest, LoadKind, Prompt, RunEvent};
@@ -191,6 +192,28 @@ impl GenerationSettings {
     }
 }
 
+/// What the app's chat offers for a model, read from its folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+pub struct ChatFeatures {
+    /// The chat template reads `enable_thinking` (Qwen3 and its kin): the
+    /// chat shows a Think switch, and each turn tells the template whether
+    /// the model should reason before it answers.
+    pub thinking_switch: bool,
+}
+
+impl ChatFeatures {
+    /// Reads the folder's chat template. A folder without one offers
+    /// nothing, and so does one whose template is unreadable: the first
+    /// turn names that error.
+    pub fn of_model_dir(dir: &Path) -> Self {
+        let template = ChatTemplate::from_model_dir(dir).ok().flatten();
+        Self {
+            thinking_switch: template.is_some_and(|t| t.takes_enable_thinking()),
+        }
+    }
+}
+
 /// What a chat window hears while an answer streams; the finished run's
 /// record comes back as the command's result.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -295,5 +318,47 @@ mod tests {
                 reasoning: "Let me see".into()
             })
         );
+    }
+
+    #[test]
+    fn the_think_switch_is_offered_where_the_template_reads_enable_thinking() {
+        let folder = |template: Option<&str>| {
+            let dir = tempfile::tempdir().unwrap();
+            if let Some(template) = template {
+                let config = serde_json::json!({"chat_template": template});
+                std::fs::write(dir.path().join("tokenizer_config.json"), config.to_string())
+                    .unwrap();
+            }
+            dir
+        };
+        let qwen3_like = folder(Some(
+            "{%- if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>{% endif %}",
+        ));
+        assert!(ChatFeatures::of_model_dir(qwen3_like.path()).thinking_switch);
+        let plain = folder(Some("{{ messages[0]['content'] }}"));
+        assert!(!ChatFeatures::of_model_dir(plain.path()).thinking_switch);
+        let none = folder(None);
+        assert_eq!(
+            ChatFeatures::of_model_dir(none.path()),
+            ChatFeatures::default()
+        );
+        let broken = folder(Some("{% if enable_thinking %}"));
+        assert!(!ChatFeatures::of_model_dir(broken.path()).thinking_switch);
+    }
+
+    #[test]
+    fn the_think_switch_becomes_the_templates_option() {
+        let Prompt::Chat {
+            template_options, ..
+        } = Prompt::user("hi").with_thinking(false)
+        else {
+            panic!("a chat prompt");
+        };
+        assert_eq!(
+            template_options["enable_thinking"],
+            serde_json::json!(false)
+        );
+        let raw = Prompt::Raw { text: "hi".into() };
+        assert_eq!(raw.clone().with_thinking(true), raw);
     }
 }

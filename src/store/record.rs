@@ -143,6 +143,9 @@ pub struct RunRecord {
     pub ttft_ms: f64,
     pub prefill_ms: f64,
     pub decode_ms: f64,
+    /// The part of `decode_ms` spent on reasoning tokens (0 when the model
+    /// did not think).
+    pub reasoning_ms: f64,
     /// Process start (or request, when warm) to first token; fresh-process runs.
     pub cold_start_ms: Option<f64>,
     pub prefill_tps: f64,
@@ -156,6 +159,9 @@ pub struct RunRecord {
     pub cached_tokens: u64,
     pub prefill_tokens: u64,
     pub generated_tokens: u64,
+    /// Generated tokens that were reasoning (`<think>`, gpt-oss's analysis
+    /// channel), markers included; part of `generated_tokens`.
+    pub reasoning_tokens: u64,
 
     // Memory.
     pub mlx_peak_bytes: u64,

@@ -6,6 +6,8 @@ Ollama client would, and prints what it got as one JSON object.
 Scenarios:
   basics      list, show, chat and generate (whole and streamed), ps
   keep_alive  a model loaded ahead, kept for a while, forever, then unloaded
+  thinking    a chat with `think` (whole and streamed, sampled): the
+              reasoning as the client reads it (`message.thinking`)
 """
 
 import json
@@ -115,7 +117,25 @@ def keep_alive(client, args):
     return seen
 
 
-SCENARIOS = {"basics": basics, "keep_alive": keep_alive}
+def thinking(client, args):
+    asked = dict(
+        model=args["model"],
+        messages=messages(args),
+        options={"num_predict": args["max_tokens"], "temperature": 1.0, "seed": args["seed"]},
+        think=True,
+    )
+    whole = client.chat(**asked, stream=False)
+    thoughts, content = [], []
+    for part in client.chat(**asked, stream=True):
+        thoughts.append(part.message.thinking or "")
+        content.append(part.message.content or "")
+    return {
+        "whole": {"thinking": whole.message.thinking, "text": whole.message.content},
+        "streamed": {"thinking": "".join(thoughts), "text": "".join(content)},
+    }
+
+
+SCENARIOS = {"basics": basics, "keep_alive": keep_alive, "thinking": thinking}
 
 
 def main():

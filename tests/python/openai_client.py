@@ -10,6 +10,9 @@ Scenarios:
   drop        a long stream closed after a few chunks, then a short request
               timed to its first token (and one before, for comparison)
   wrong_key   a request with a wrong API key: the status and error it got
+  thinking    a chat with `enable_thinking` (whole and streamed, sampled):
+              the reasoning as the client reads it (`reasoning_content`, an
+              extra field) beside the answer, and usage's reasoning tokens
 """
 
 import json
@@ -193,11 +196,55 @@ def wrong_key(client, args):
     return {"status": 200}
 
 
+def usage_with_reasoning(usage):
+    details = usage.completion_tokens_details
+    return {
+        "completion_tokens": usage.completion_tokens,
+        "reasoning_tokens": details.reasoning_tokens if details else None,
+    }
+
+
+def thinking(client, args):
+    asked = dict(
+        model=args["model"],
+        messages=messages(args),
+        max_tokens=args["max_tokens"],
+        temperature=1.0,
+        seed=args["seed"],
+        extra_body={"chat_template_kwargs": {"enable_thinking": True}},
+    )
+    whole = client.chat.completions.create(**asked)
+    message = whole.choices[0].message
+    stream = client.chat.completions.create(
+        **asked, stream=True, stream_options={"include_usage": True}
+    )
+    reasoning, content, usage = [], [], None
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = usage_with_reasoning(chunk.usage)
+        for choice in chunk.choices:
+            extra = choice.delta.model_extra or {}
+            if extra.get("reasoning_content"):
+                reasoning.append(extra["reasoning_content"])
+            if choice.delta.content:
+                content.append(choice.delta.content)
+    return {
+        "whole": {
+            "reasoning": (message.model_extra or {}).get("reasoning_content"),
+            "text": message.content,
+            "finish_reason": whole.choices[0].finish_reason,
+            "usage": usage_with_reasoning(whole.usage),
+        },
+        "streamed": {"reasoning": "".join(reasoning), "text": "".join(content), "usage": usage},
+    }
+
+
 SCENARIOS = {
     "basics": basics,
     "concurrent": concurrent,
     "drop": drop,
     "wrong_key": wrong_key,
+    "thinking": thinking,
 }
 
 

@@ -326,6 +326,74 @@ test('keyboard only: chat twice; the second answer is warm and reuses the KV cac
   await page.close();
 });
 
+test('a thinking model: the Think switch, reasoning folded with its time, the answer as Markdown', async () => {
+  const { page, problems } = await openPopover({ scenario: 'thinking' });
+  const chat = page.getByRole('region', { name: 'Chat' });
+  const picker = chat.getByRole('combobox', { name: 'Model' });
+  await picker.getByRole('option', { name: 'mlx-community/Qwen3-0.6B-4bit' }).waitFor({ state: 'attached' });
+  await picker.focus();
+  await picker.selectOption('mlx-community/Qwen3-0.6B-4bit');
+  const think = chat.getByRole('switch', { name: /Think/ });
+  await think.waitFor();
+  assert.ok(await think.isChecked(), 'a new conversation thinks');
+
+  const message = chat.getByRole('textbox', { name: 'Message' });
+  await message.focus();
+  await page.keyboard.type('How do I list my files?');
+  await page.keyboard.press('Enter');
+  const reasoning = chat.getByTestId('chat-reasoning');
+  const toggle = reasoning.getByRole('button');
+  // Open while the model thinks, folded once the answer starts.
+  await toggle.getByText('Thinking…').waitFor();
+  assert.equal(await toggle.getAttribute('aria-expanded'), 'true');
+  await chat.getByTestId('chat-footer').waitFor();
+  assert.equal(await toggle.getAttribute('aria-expanded'), 'false');
+  assert.match(await text(toggle), /Thought for 3\.2 s · 48 tokens/);
+  assert.match(await text(chat.getByTestId('chat-footer')), /118 tok \(48 thinking\) · decode 38\.4 tok\/s/);
+
+  const answer = chat.getByTestId('chat-answer');
+  await answer.getByRole('heading', { name: 'Listing files' }).waitFor();
+  assert.equal(await answer.locator('table tr').count(), 3);
+  assert.equal((await answer.locator('pre code').innerText()).trim(), 'ls -la ~/Documents');
+  // What the model wrote as HTML is text on the page, and nothing ran.
+  assert.match(await text(answer), /<img src=x onerror=alert\(1\)>/);
+  assert.equal(await answer.locator('img, script').count(), 0);
+
+  const sends = await page.evaluate(() => window.__ondoIpcCalls.filter((call) => call.cmd === 'chat_send'));
+  assert.equal(sends[0].payload.think, true);
+
+  await chat.evaluate((section) => section.scrollIntoView({ block: 'start' }));
+  await chat.getByRole('log', { name: 'Conversation' }).evaluate((log) => (log.scrollTop = 0));
+  await page.waitForTimeout(200);
+  await browser.screenshot(page, 'popover-chat-thinking.png');
+
+  // The code block's Copy button, then the reasoning, from the keyboard.
+  const copy = answer.getByRole('button', { name: 'Copy sh code' });
+  await copy.focus();
+  await page.keyboard.press('Enter');
+  await copy.getByText('Copied').waitFor();
+  await toggle.focus();
+  await page.keyboard.press('Enter');
+  assert.equal(await toggle.getAttribute('aria-expanded'), 'true');
+  assert.match(await text(chat.getByTestId('chat-reasoning-text')), /explain the flags in a table\./);
+  await page.keyboard.press('Space');
+  assert.equal(await toggle.getAttribute('aria-expanded'), 'false');
+
+  // Switched off, the next turn asks the template not to think.
+  await think.focus();
+  await page.keyboard.press('Space');
+  assert.ok(!(await think.isChecked()));
+  await message.focus();
+  await page.keyboard.type('Shorter, please.');
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid="chat-footer"]').length === 2);
+  const calls = await page.evaluate(() => window.__ondoIpcCalls.filter((call) => call.cmd === 'chat_send'));
+  assert.equal(calls[1].payload.think, false);
+  assert.equal(await chat.getByTestId('chat-reasoning').count(), 1, 'the second answer did not think');
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
 test('the local server line: address, requests, the client answered, and Copy from the keyboard', async () => {
   const { page, problems } = await openPopover({ scenario: 'server' });
   const line = page.getByTestId('local-server');

@@ -37,6 +37,7 @@ function fakeBackend(overrides: Partial<Backend> = {}): Backend {
     chatSend: vi.fn(notUsedHere),
     chatStop: vi.fn(notUsedHere),
     chatForget: vi.fn(notUsedHere),
+    chatFeatures: vi.fn(async () => ({ thinking_switch: false })),
     getSettings: vi.fn(notUsedHere),
     setSettings: vi.fn(notUsedHere),
     listRuns: vi.fn(notUsedHere),

@@ -7,6 +7,8 @@ import ChatSection from './ChatSection.svelte';
 
 afterEach(cleanup);
 
+const QWEN = 'mlx-community/Qwen3-0.6B-4bit';
+
 /** One `chat_send` the test drives: stream events, then finish or fail it. */
 interface PendingChat {
   messages: ChatMessage[];
@@ -31,6 +33,7 @@ function fakeApi({ settingsFail = false } = {}) {
         _system: string | null,
         messages: ChatMessage[],
         _settings: unknown,
+        _think: boolean | null,
         onEvent: (event: ChatEvent) => void,
       ) =>
         new Promise<RunRecord>((resolve, reject) => {
@@ -39,6 +42,8 @@ function fakeApi({ settingsFail = false } = {}) {
     ),
     chatStop: vi.fn(async () => true),
     chatForget: vi.fn(async () => null),
+    // Qwen3's template reads enable_thinking; the tiny model's does not.
+    chatFeatures: vi.fn(async (model: string) => ({ thinking_switch: model === QWEN })),
   };
   const latest = (): PendingChat => {
     const chat = pending.at(-1);
@@ -96,6 +101,7 @@ describe('ChatSection', () => {
       null,
       [{ role: 'user', content: 'Hello there' }],
       chatSettings.generation,
+      null,
       expect.any(Function),
     );
     expect(message().value).toBe('');
@@ -228,19 +234,41 @@ describe('ChatSection', () => {
     expect((screen.getByRole('button', { name: 'Send' }) as HTMLButtonElement).disabled).toBe(true);
   });
 
-  it('renders messages and answers as plain text, never as HTML', async () => {
+  it('renders what the user and the model write as text, never as HTML', async () => {
     const { api, latest, makeId } = fakeApi();
     render(ChatSection, { api, makeId });
     await type('<b>x</b>');
     await pressEnter();
     await waitFor(() => expect(api.chatSend).toHaveBeenCalledOnce());
-    latest().send({ event: 'delta', text: '<img src=x onerror=alert(1)>', reasoning: '' });
+    latest().send({ event: 'delta', text: '<img src=x onerror=alert(1)> and <script>alert(2)</script>', reasoning: '' });
+    latest().send({ event: 'delta', text: '', reasoning: '' });
     latest().finish(chatRunCold);
     await screen.findByTestId('chat-footer');
     expect(screen.getByTestId('chat-user').textContent).toContain('<b>x</b>');
-    expect(log().querySelector('b')).toBeNull();
-    expect(log().querySelector('img')).toBeNull();
-    expect(screen.getByTestId('chat-assistant').textContent).toContain('<img src=x onerror=alert(1)>');
+    expect(log().querySelector('b, img, script, [onerror]')).toBeNull();
+    const answer = screen.getByTestId('chat-answer').textContent;
+    expect(answer).toContain('<img src=x onerror=alert(1)>');
+    expect(answer).toContain('<script>alert(2)</script>');
+  });
+
+  it('shows the answer as Markdown, with a Copy button on each code block', async () => {
+    const writeText = vi.fn(async (_text: string) => {});
+    Object.defineProperty(navigator, 'clipboard', { value: { writeText }, configurable: true });
+    const { api, latest, makeId } = fakeApi();
+    render(ChatSection, { api, makeId });
+    await type('How do I list files?');
+    await pressEnter();
+    await waitFor(() => expect(api.chatSend).toHaveBeenCalledOnce());
+    latest().send({ event: 'delta', text: '## Listing\n\n- use **ls**\n\n```sh\nls -la\n```\n', reasoning: '' });
+    latest().finish(chatRunCold);
+    await screen.findByTestId('chat-footer');
+    const answer = screen.getByTestId('chat-answer');
+    expect(within(answer).getByRole('heading', { name: 'Listing' })).toBeTruthy();
+    expect(answer.querySelector('li strong')?.textContent).toBe('ls');
+    const copy = within(answer).getByRole('button', { name: 'Copy sh code' });
+    await fireEvent.click(copy);
+    await waitFor(() => expect(writeText).toHaveBeenCalledWith('ls -la\n'));
+    await waitFor(() => expect(copy.textContent).toBe('Copied'));
   });
 
   it("shows a thinking model's reasoning folded apart from the answer, which the history keeps alone", async () => {
@@ -250,16 +278,27 @@ describe('ChatSection', () => {
     await pressEnter();
     await waitFor(() => expect(api.chatSend).toHaveBeenCalledOnce());
     latest().send({ event: 'delta', text: '', reasoning: 'A greeting; answer briefly.' });
-    const reasoning = (await screen.findByTestId('chat-reasoning')) as HTMLDetailsElement;
-    expect(reasoning.open).toBe(true);
-    expect(reasoning.textContent).toContain('Thinking…');
-    expect(reasoning.textContent).toContain('A greeting; answer briefly.');
+    const reasoning = await screen.findByTestId('chat-reasoning');
+    const toggle = within(reasoning).getByRole('button');
+    expect(toggle.getAttribute('aria-expanded')).toBe('true');
+    expect(toggle.textContent).toContain('Thinking…');
+    expect(screen.getByTestId('chat-reasoning-text').textContent).toBe('A greeting; answer briefly.');
     expect(screen.getByTestId('chat-live').textContent).toContain('thinking… 1 tok');
     latest().send({ event: 'delta', text: 'Hello!', reasoning: '' });
-    await waitFor(() => expect(reasoning.open).toBe(false));
-    expect(reasoning.textContent).toContain('Thought first');
-    latest().finish(chatRunCold);
+    await waitFor(() => expect(toggle.getAttribute('aria-expanded')).toBe('false'));
+    expect(screen.queryByTestId('chat-reasoning-text')).toBeNull();
+    expect(toggle.textContent).toMatch(/Thought for \d+\.\d s · 27 characters/);
+    latest().finish({ ...chatRunCold, reasoning_tokens: 6, reasoning_ms: 3240 });
     await screen.findByTestId('chat-footer');
+    expect(toggle.textContent).toContain('Thought for 3.2 s · 6 tokens');
+    expect(screen.getByTestId('chat-footer').textContent).toContain('16 tok (6 thinking) · decode');
+    // A button: Enter and Space open it from the keyboard as a click does.
+    toggle.focus();
+    await fireEvent.click(toggle);
+    expect(toggle.getAttribute('aria-expanded')).toBe('true');
+    expect(screen.getByTestId('chat-reasoning-text').id).toBe(toggle.getAttribute('aria-controls'));
+    await fireEvent.click(toggle);
+    expect(screen.queryByTestId('chat-reasoning-text')).toBeNull();
     await type('Again');
     await pressEnter();
     await waitFor(() => expect(api.chatSend).toHaveBeenCalledTimes(2));
@@ -268,6 +307,46 @@ describe('ChatSection', () => {
       { role: 'assistant', content: 'Hello!' },
       { role: 'user', content: 'Again' },
     ]);
+  });
+
+  it('offers the Think switch where the template reads it, per conversation', async () => {
+    const { api, latest, makeId } = fakeApi();
+    render(ChatSection, { api, makeId });
+    await waitFor(() => expect(api.chatFeatures).toHaveBeenCalledWith('tiny'));
+    expect(screen.queryByRole('switch', { name: /Think/ })).toBeNull();
+    const picker = screen.getByRole('combobox', { name: 'Model' }) as HTMLSelectElement;
+    await waitFor(() => expect(picker.options.length).toBe(2));
+    await fireEvent.change(picker, { target: { value: QWEN } });
+    const think = (await screen.findByRole('switch', { name: /Think/ })) as HTMLInputElement;
+    expect(think.checked).toBe(true);
+
+    await type('Hi');
+    await pressEnter();
+    await waitFor(() => expect(api.chatSend).toHaveBeenCalledOnce());
+    expect(api.chatSend.mock.calls[0]?.[5]).toBe(true);
+    expect(think.disabled).toBe(true);
+    latest().finish(chatRunCold);
+    await waitFor(() => expect(think.disabled).toBe(false));
+
+    await fireEvent.click(think);
+    expect(think.checked).toBe(false);
+    await type('Quick one');
+    await pressEnter();
+    await waitFor(() => expect(api.chatSend).toHaveBeenCalledTimes(2));
+    expect(api.chatSend.mock.calls[1]?.[5]).toBe(false);
+    latest().finish(chatRunWarm);
+
+    // A new conversation starts with the switch on again.
+    await fireEvent.click(screen.getByRole('button', { name: 'New conversation' }));
+    expect(((await screen.findByRole('switch', { name: /Think/ })) as HTMLInputElement).checked).toBe(true);
+
+    // Back to a model without the switch: none is shown and none is sent.
+    await fireEvent.change(picker, { target: { value: 'tiny' } });
+    await waitFor(() => expect(screen.queryByRole('switch', { name: /Think/ })).toBeNull());
+    await type('Plain');
+    await pressEnter();
+    await waitFor(() => expect(api.chatSend).toHaveBeenCalledTimes(3));
+    expect(api.chatSend.mock.calls[2]?.[5]).toBeNull();
   });
 
   it('sends the system prompt, and empty settings when they cannot be read', async () => {

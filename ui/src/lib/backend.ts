@@ -33,6 +33,7 @@ export type {
   CatalogEntry,
   CatalogOffer,
   ChatEvent,
+  ChatFeatures,
   ChatMessage,
   Check,
   ClientInFlight,
@@ -143,8 +144,10 @@ export const backend = {
     systemPrompt: string | null,
     messages: ChatMessage[],
     settings: GenerationSettingsSent,
+    /** The Think switch where the model has one (`chatFeatures`); null otherwise. */
+    think: boolean | null,
     onEvent: (event: ChatEvent) => void,
-  ) => commands.chatSend(model, conversationId, systemPrompt, messages, settings, channelTo(onEvent)),
+  ) => commands.chatSend(model, conversationId, systemPrompt, messages, settings, think, channelTo(onEvent)),
   /** Every field is present in what the backend sends (see AppSettings). */
   getSettings: () => commands.getSettings() as Promise<AppSettings>,
   /** The Settings screen always sends every field. */

@@ -61,13 +61,20 @@ export const commands = {
 	/**
 	 *  Answers the last user message of `messages` with `model` ("tiny", a
 	 *  folder, or a repo id in the cache), streaming the text to `on_event`;
-	 *  returns the run's record (the footer's numbers).
+	 *  returns the run's record (the footer's numbers). `think` is the chat's
+	 *  Think switch where the model has one (`chat_features`): whether it
+	 *  reasons before answering; `None` leaves that to the template.
 	 */
-	chatSend: (model: string, conversationId: string, systemPrompt: string | null, messages: ChatMessage[], settings: GenerationSettings, onEvent: Channel<ChatEvent>) => __TAURI_INVOKE<RunRecord>("chat_send", { model, conversationId, systemPrompt, messages, settings, onEvent }),
+	chatSend: (model: string, conversationId: string, systemPrompt: string | null, messages: ChatMessage[], settings: GenerationSettings, think: boolean | null, onEvent: Channel<ChatEvent>) => __TAURI_INVOKE<RunRecord>("chat_send", { model, conversationId, systemPrompt, messages, settings, think, onEvent }),
 	/**  Stops the answer being written in a conversation; true if one was. */
 	chatStop: (conversationId: string) => __TAURI_INVOKE<boolean>("chat_stop", { conversationId }),
 	/**  Lets a conversation's KV cache go (New conversation). */
 	chatForget: (conversationId: string) => __TAURI_INVOKE<null>("chat_forget", { conversationId }),
+	/**
+	 *  What the chat offers for `model`: a Think switch where its chat template
+	 *  reads `enable_thinking`.
+	 */
+	chatFeatures: (model: string) => __TAURI_INVOKE<ChatFeatures>("chat_features", { model }),
 	/**  Recorded runs, oldest first. */
 	listRuns: (filter: RunFilter) => __TAURI_INVOKE<RunRecord[]>("list_runs", { filter }),
 	/**
@@ -297,6 +304,16 @@ export type ChatEvent =
  *  writes before it (shown apart, folded away); either may be empty.
  */
 { event: "delta"; text: string; reasoning: string };
+
+/**  What the app's chat offers for a model, read from its folder. */
+export type ChatFeatures = {
+	/**
+	 *  The chat template reads `enable_thinking` (Qwen3 and its kin): the
+	 *  chat shows a Think switch, and each turn tells the template whether
+	 *  the model should reason before it answers.
+	 */
+	thinking_switch: boolean,
+};
 
 /**
  *  One turn of a conversation, as the template sees it in `messages`: the
@@ -1080,6 +1097,11 @@ export type RunRecord = {
 	ttft_ms: number | null,
 	prefill_ms: number | null,
 	decode_ms: number | null,
+	/**
+	 *  The part of `decode_ms` spent on reasoning tokens (0 when the model
+	 *  did not think).
+	 */
+	reasoning_ms: number | null,
 	/**  Process start (or request, when warm) to first token; fresh-process runs. */
 	cold_start_ms: number | null,
 	prefill_tps: number | null,
@@ -1091,6 +1113,11 @@ export type RunRecord = {
 	cached_tokens: number,
 	prefill_tokens: number,
 	generated_tokens: number,
+	/**
+	 *  Generated tokens that were reasoning (`<think>`, gpt-oss's analysis
+	 *  channel), markers included; part of `generated_tokens`.
+	 */
+	reasoning_tokens: number,
 	mlx_peak_bytes: number,
 	mlx_active_bytes: number,
 	mlx_cache_bytes: number,

@@ -1,6 +1,15 @@
 import { describe, expect, it } from 'vitest';
 import { cachedQwen, chatRunCold, chatRunWarm, partialLlama } from '../../test/fixtures';
-import { applyChatEvent, chatFooterParts, chatLiveState, chatModelOptions, historyOf, type ChatTurn } from './chat';
+import {
+  applyChatEvent,
+  chatFooterParts,
+  chatLiveState,
+  chatModelOptions,
+  formatThinkingTime,
+  historyOf,
+  reasoningSummary,
+  type ChatTurn,
+} from './chat';
 
 describe('chat helpers', () => {
   it('offers the tiny model first, then only complete library models', () => {
@@ -58,6 +67,32 @@ describe('chat helpers', () => {
     expect(answer.content).toBe('Hello!');
     expect(answer.reasoning).toBe('The user greets me.');
     expect(chatLiveState(answer)).toBe('warm · decoding… 3 tok');
+  });
+
+  it('says how long the model thought and how much: the page clock first, then the record', () => {
+    const answer: ChatTurn = { role: 'assistant', content: '', phase: 'prefilling', deltas: 0 };
+    applyChatEvent(answer, { event: 'delta', text: '', reasoning: 'Hm, ' }, 1_000);
+    applyChatEvent(answer, { event: 'delta', text: '', reasoning: 'two and two.' }, 2_000);
+    expect(reasoningSummary(answer)).toBe('Thinking…');
+    applyChatEvent(answer, { event: 'delta', text: 'Four.', reasoning: '' }, 3_400);
+    expect(reasoningSummary(answer)).toBe('Thought for 2.4 s · 16 characters');
+    answer.record = { ...chatRunCold, reasoning_tokens: 1_234, reasoning_ms: 65_400 };
+    expect(reasoningSummary(answer)).toBe('Thought for 1 min 5 s · 1,234 tokens');
+    expect(chatFooterParts(answer.record)[3]).toBe('16 tok (1,234 thinking) · decode 383 tok/s');
+  });
+
+  it('an answer stopped while thinking still says it thought', () => {
+    const answer: ChatTurn = { role: 'assistant', content: '', phase: 'prefilling', deltas: 0 };
+    applyChatEvent(answer, { event: 'delta', text: '', reasoning: 'Let me see' }, 0);
+    answer.phase = 'stopped';
+    expect(reasoningSummary(answer)).toBe('Thought first · 10 characters');
+  });
+
+  it('writes thinking times as people read them', () => {
+    expect(formatThinkingTime(420)).toBe('0.4 s');
+    expect(formatThinkingTime(3_240)).toBe('3.2 s');
+    expect(formatThinkingTime(12_600)).toBe('13 s');
+    expect(formatThinkingTime(125_000)).toBe('2 min 5 s');
   });
 
   it('sends every message with text, as plain role and content', () => {

@@ -20,6 +20,10 @@ export interface ChatTurn {
   started?: Extract<ChatEvent, { event: 'started' }> | null;
   /** Assistant only: what a thinking model reasoned before answering. */
   reasoning?: string;
+  /** Assistant only: when the first reasoning and the first answer text
+   * arrived (ms, the page's clock), for "Thought for" before the record. */
+  reasoningFrom?: number;
+  reasoningUntil?: number;
   /** Assistant only: text pieces received so far (about one per token). */
   deltas?: number;
   /** Assistant only: the run's record once the answer is finished. */
@@ -50,16 +54,52 @@ export function historyOf(turns: ChatTurn[]): ChatMessage[] {
     .map((turn) => ({ role: turn.role, content: turn.content }));
 }
 
-/** Applies one streamed event to the answer being written. */
-export function applyChatEvent(answer: ChatTurn, event: ChatEvent): void {
+/** Applies one streamed event, received at `now` (ms), to the answer being written. */
+export function applyChatEvent(answer: ChatTurn, event: ChatEvent, now: number = Date.now()): void {
   if (event.event === 'started') {
     answer.started = event;
   } else {
+    if (event.reasoning) {
+      answer.reasoning = (answer.reasoning ?? '') + event.reasoning;
+      answer.reasoningFrom ??= now;
+    }
+    if (event.text && answer.reasoningFrom !== undefined) answer.reasoningUntil ??= now;
     answer.content += event.text;
-    if (event.reasoning) answer.reasoning = (answer.reasoning ?? '') + event.reasoning;
     answer.deltas = (answer.deltas ?? 0) + 1;
     answer.phase = 'decoding';
   }
+}
+
+/** Whether the answer is still in its reasoning: thinking, nothing answered yet. */
+export function isThinking(answer: ChatTurn): boolean {
+  return answer.phase === 'decoding' && answer.content === '' && (answer.reasoning ?? '') !== '';
+}
+
+/** Seconds as "Thought for" says them: "0.4 s", "12 s", "2 min 5 s". */
+export function formatThinkingTime(ms: number): string {
+  const seconds = ms / 1000;
+  if (seconds < 10) return `${seconds.toFixed(1)} s`;
+  if (seconds < 60) return `${Math.round(seconds)} s`;
+  const whole = Math.round(seconds);
+  return `${Math.floor(whole / 60)} min ${whole % 60} s`;
+}
+
+/** The reasoning's one-line summary: "Thinking…" while it lasts, then how
+ * long it took and how long it is. The run's record has the engine's own
+ * figures (the reasoning tokens' decode time and count); until it arrives,
+ * the page's clock and the text's length stand in. */
+export function reasoningSummary(answer: ChatTurn): string {
+  if (isThinking(answer)) return 'Thinking…';
+  const record = answer.record;
+  if (record && record.reasoning_tokens > 0) {
+    const time = record.reasoning_ms ?? 0;
+    return `Thought for ${formatThinkingTime(time)} · ${formatCount(record.reasoning_tokens)} tokens`;
+  }
+  const characters = `${formatCount((answer.reasoning ?? '').length)} characters`;
+  if (answer.reasoningFrom !== undefined && answer.reasoningUntil !== undefined) {
+    return `Thought for ${formatThinkingTime(answer.reasoningUntil - answer.reasoningFrom)} · ${characters}`;
+  }
+  return `Thought first · ${characters}`;
 }
 
 function loadPart(kind: string, loadMs: number | null): string {
@@ -71,13 +111,19 @@ function promptPart(promptTokens: number, cachedTokens: number): string {
   return `prompt ${formatCount(promptTokens)} tok${cached}`;
 }
 
+/** The generated tokens that were thinking, when some were: every one is
+ * decoded and timed like the answer's. */
+function reasoningPart(record: RunRecord): string {
+  return record.reasoning_tokens > 0 ? ` (${formatCount(record.reasoning_tokens)} thinking)` : '';
+}
+
 /** The footer under a finished answer, one entry per cost. */
 export function chatFooterParts(record: RunRecord): string[] {
   return [
     loadPart(record.load_kind, record.load_ms),
     `TTFT ${formatMs(record.ttft_ms)}`,
     `${promptPart(record.prompt_tokens, record.cached_tokens)} · prefill ${formatTps(record.prefill_tps)}`,
-    `${formatCount(record.generated_tokens)} tok · decode ${formatTps(record.decode_tps)}`,
+    `${formatCount(record.generated_tokens)} tok${reasoningPart(record)} · decode ${formatTps(record.decode_tps)}`,
     `peak ${formatBytes(record.mlx_peak_bytes)}`,
   ];
 }
@@ -89,8 +135,7 @@ export function chatLiveState(answer: ChatTurn): string {
   if (started) parts.push(loadPart(started.load_kind, started.load_ms));
   if (answer.phase === 'decoding') {
     const count = answer.deltas ?? 0;
-    const thinking = answer.content === '' && (answer.reasoning ?? '') !== '';
-    parts.push(`${thinking ? 'thinking' : 'decoding'}… ${formatCount(count)} tok`);
+    parts.push(`${isThinking(answer) ? 'thinking' : 'decoding'}… ${formatCount(count)} tok`);
   } else {
     parts.push(started ? `prefilling… ${promptPart(started.prompt_tokens, started.cached_tokens)}` : 'prefilling…');
   }

@@ -1,6 +1,8 @@
 // Stands in for the Tauri shell in the browser test: answers the popover's
 // commands from fixtures, then mounts the real app. `?scenario=` picks how the
-// backend behaves; every call is recorded in `window.__ondoIpcCalls`.
+// backend behaves; every call is recorded in `window.__ondoIpcCalls`. In
+// 'thinking', Qwen3 is downloaded, its template has the Think switch, and it
+// reasons before an answer in Markdown.
 import type { Channel } from '@tauri-apps/api/core';
 import { mockIPC, mockWindows } from '@tauri-apps/api/mocks';
 import type {
@@ -14,6 +16,7 @@ import type {
   RunRecord,
 } from '../../src/lib/backend';
 import {
+  cachedQwen,
   chatRunCold,
   demoRun,
   doctorReport,
@@ -28,7 +31,7 @@ import {
 } from '../fixtures';
 import { chatSettings } from '../fixtures-settings';
 
-type Scenario = 'ok' | 'generation-fails' | 'no-kernels' | 'server';
+type Scenario = 'ok' | 'generation-fails' | 'no-kernels' | 'server' | 'thinking';
 
 declare global {
   interface Window {
@@ -109,6 +112,50 @@ const chat = {
 const tokens = (messages: ChatMessage[]) =>
   messages.reduce((sum, message) => sum + 4 + Math.ceil(message.content.length / 4), 0);
 
+/** What the thinking model reasons, then answers (with HTML in it that
+ * must stay text), a piece at a time. */
+const thinkingReply = {
+  reasoning: ['The user wants a file listing.', ' Show the command,', ' then explain the flags in a table.'],
+  answer: [
+    '## Listing files\n\n',
+    'Use **ls** with two flags:\n\n',
+    '```sh\nls -la ~/Documents\n```\n\n',
+    '| Flag | Shows |\n|:--|:--|\n| `-l` | sizes and dates |\n| `-a` | hidden files |\n\n',
+    'Never paste `<script>` tags or <img src=x onerror=alert(1)> into a shell.',
+  ],
+};
+
+async function chatSendThinking(think: boolean, channel: Channel<ChatEvent>): Promise<RunRecord> {
+  const send = (event: ChatEvent) => channel.onmessage(event);
+  await pause(50);
+  send({ event: 'started', load_kind: 'warm', load_ms: 0, prompt_tokens: 31, cached_tokens: 0 });
+  await pause(50);
+  if (think) {
+    for (const reasoning of thinkingReply.reasoning) {
+      send({ event: 'delta', text: '', reasoning });
+      await pause(80);
+    }
+  }
+  for (const text of thinkingReply.answer) {
+    send({ event: 'delta', text, reasoning: '' });
+    await pause(40);
+  }
+  return {
+    ...chatRunCold,
+    run_id: 'run-chat-thinking',
+    model_id: cachedQwen.id,
+    load_kind: 'warm',
+    load_ms: 0,
+    ttft_ms: 41.2,
+    prompt_tokens: 31,
+    prefill_tokens: 31,
+    generated_tokens: think ? 118 : 70,
+    reasoning_tokens: think ? 48 : 0,
+    reasoning_ms: think ? 3_240 : 0,
+    decode_tps: 38.4,
+  };
+}
+
 async function chatSend(conversationId: string, messages: ChatMessage[], channel: Channel<ChatEvent>): Promise<RunRecord> {
   const send = (event: ChatEvent) => channel.onmessage(event);
   const cold = !chat.loaded;
@@ -180,7 +227,11 @@ mockIPC(async (cmd, payload) => {
     case 'doctor_report':
       return scenario === 'no-kernels' ? doctorReportWithoutKernels : doctorReport;
     case 'list_models':
-      return download.complete ? modelsViewWithQwen : emptyModelsView;
+      return download.complete || scenario === 'thinking' ? modelsViewWithQwen : emptyModelsView;
+    case 'chat_features': {
+      const { model } = payload as { model: string };
+      return { thinking_switch: model === cachedQwen.id };
+    }
     case 'memory_now':
       return memorySnapshot;
     case 'pool_status':
@@ -216,11 +267,14 @@ mockIPC(async (cmd, payload) => {
     case 'get_settings':
       return chatSettings;
     case 'chat_send': {
-      const { conversationId, messages, onEvent } = payload as {
+      const { model, conversationId, messages, think, onEvent } = payload as {
+        model: string;
         conversationId: string;
         messages: ChatMessage[];
+        think: boolean | null;
         onEvent: Channel<ChatEvent>;
       };
+      if (model === cachedQwen.id) return chatSendThinking(think === true, onEvent);
       return chatSend(conversationId, messages, onEvent);
     }
     case 'chat_stop': {
