@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use super::LoadError;
 use super::chat_template::ChatTemplate;
 use super::model::decoder::{Decoder, DecoderConfig};
-use super::model::decoder_config;
+use super::model::{QuantMode, decoder_config};
 use super::weights::load_weight_map;
 
 pub use super::model::SUPPORTED_MODEL_TYPES;
@@ -118,10 +118,23 @@ impl LoadedModel {
     }
 
     /// "4bit", "8bit", or the float dtype when the weights are not quantized.
+    /// With per-module formats, each distinct one, the default's first:
+    /// "8bit+mxfp4" for 8-bit affine with experts in mxfp4.
     pub fn quantization_label(&self) -> String {
-        match &self.config.quantization {
-            Some(q) => format!("{}bit", q.bits),
-            None => self.float_dtype.clone(),
+        let Some(q) = &self.config.quantization else {
+            return self.float_dtype.clone();
+        };
+        let label = |mode: Option<QuantMode>, bits: i32| match mode {
+            Some(QuantMode::Affine) | None => format!("{bits}bit"),
+            Some(other) => format!("{other:?}").to_lowercase(),
+        };
+        let mut labels = vec![label(q.mode, q.bits)];
+        for params in q.modules.values().flatten() {
+            let module = label(Some(params.mode), params.bits);
+            if !labels.contains(&module) {
+                labels.push(module);
+            }
         }
+        labels.join("+")
     }
 }

@@ -42,15 +42,44 @@ pub fn text_model_type(config: &Value) -> Option<&str> {
 }
 
 /// A model the engine cannot run, named before it is downloaded.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "not supported yet: {} (Ondo runs: {})",
-    describe(.model_type.as_deref()),
-    runnable_model_types().join(", ")
-)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unsupported {
     /// The config's top-level `model_type`; `None` when it names none.
     pub model_type: Option<String>,
+    /// Set when the type runs but this checkpoint's layout does not: what
+    /// the layout is and which checkpoint to take instead.
+    pub layout: Option<&'static str>,
+}
+
+impl std::fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.layout {
+            Some(layout) => write!(f, "not supported yet: {layout}"),
+            None => write!(
+                f,
+                "not supported yet: {} (Ondo runs: {})",
+                describe(self.model_type.as_deref()),
+                runnable_model_types().join(", ")
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Unsupported {}
+
+/// OpenAI's own gpt-oss repos keep the experts as `*_blocks`/`*_scales`
+/// tensors (`quantization_config.quant_method: mxfp4`, no MLX
+/// `quantization`); the engine reads the layout MLX's conversion writes.
+const OPENAI_GPT_OSS_LAYOUT: &str = "OpenAI's original gpt-oss checkpoint (its experts in \
+    `_blocks` and `_scales` tensors, not MLX's layout); take the MLX conversion instead, \
+    e.g. mlx-community/gpt-oss-20b-MXFP4-Q8";
+
+/// A checkpoint of a runnable type in a layout the engine does not read.
+fn unsupported_layout(config: &Value) -> Option<&'static str> {
+    let original_gpt_oss = model_type(config) == Some("gpt_oss")
+        && config.get("quantization").is_none()
+        && config["quantization_config"]["quant_method"].as_str() == Some("mxfp4");
+    original_gpt_oss.then_some(OPENAI_GPT_OSS_LAYOUT)
 }
 
 fn describe(model_type: Option<&str>) -> String {
@@ -66,13 +95,31 @@ pub fn check_model_type(model_type: Option<&str>) -> Result<(), Unsupported> {
         Some(name) if runnable_model_types().contains(&name) => Ok(()),
         _ => Err(Unsupported {
             model_type: model_type.map(str::to_owned),
+            layout: None,
         }),
     }
 }
 
-/// Whether the engine runs the model a parsed config.json describes.
+/// Whether the engine runs the model a parsed config.json describes: its
+/// type, and for a type that runs, the layout of its tensors where the
+/// config tells it.
 pub fn check_config(config: &Value) -> Result<(), Unsupported> {
-    check_model_type(model_type(config))
+    check_model_type(model_type(config))?;
+    match unsupported_layout(config) {
+        Some(layout) => Err(Unsupported {
+            model_type: model_type(config).map(str::to_owned),
+            layout: Some(layout),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The reason the model a parsed config.json describes cannot run, or
+/// `None` when it can.
+pub fn unsupported_config_reason(config: &Value) -> Option<String> {
+    check_config(config)
+        .err()
+        .map(|unsupported| unsupported.to_string())
 }
 
 /// The reason a model cannot run, as the app and `ondo ls` show it, or
@@ -102,7 +149,8 @@ mod tests {
         assert_eq!(
             check_config(&wrapper),
             Err(Unsupported {
-                model_type: Some("llava_next".into())
+                model_type: Some("llava_next".into()),
+                layout: None,
             })
         );
     }
@@ -126,6 +174,26 @@ mod tests {
             format!("not supported yet: config.json names no model_type (Ondo runs: {runnable})")
         );
         assert_eq!(unsupported_reason(Some("qwen3")), None);
+    }
+
+    #[test]
+    fn openai_s_own_gpt_oss_layout_is_named_with_what_to_take_instead() {
+        let original = json!({
+            "model_type": "gpt_oss",
+            "quantization_config": { "quant_method": "mxfp4" }
+        });
+        let reason = unsupported_config_reason(&original).unwrap();
+        assert!(reason.contains("OpenAI's original gpt-oss"), "{reason}");
+        assert!(
+            reason.contains("mlx-community/gpt-oss-20b-MXFP4-Q8"),
+            "{reason}"
+        );
+        let converted = json!({
+            "model_type": "gpt_oss",
+            "quantization": { "group_size": 64, "bits": 8 },
+            "quantization_config": { "quant_method": "mxfp4" }
+        });
+        assert_eq!(unsupported_config_reason(&converted), None);
     }
 
     #[test]

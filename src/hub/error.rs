@@ -334,6 +334,7 @@ mod tests {
                 model: "mlx-community/Mamba-2.8B-4bit".into(),
                 unsupported: super::super::architecture::Unsupported {
                     model_type: Some("mamba".into()),
+                    layout: None,
                 },
             },
             HubError::Http {
@@ -364,6 +365,7 @@ mod tests {
             model: "org/Mamba".into(),
             unsupported: super::super::architecture::Unsupported {
                 model_type: Some("mamba".into()),
+                layout: None,
             },
         };
         let message = error.to_string();

@@ -243,7 +243,7 @@ pub fn describe_folder(id: String, source: ModelSource, dir: &Path) -> LibraryMo
         .sum();
     let unsupported = config
         .as_ref()
-        .and_then(|config| architecture::unsupported_reason(architecture::model_type(config)));
+        .and_then(architecture::unsupported_config_reason);
     let config = config.unwrap_or_default();
     LibraryModel {
         id,

@@ -210,7 +210,7 @@ export const qwen30bMoe: CatalogOffer = {
     experts_note: 'all 128 experts stay in memory; 8 of them work on each token',
   },
   downloaded: false,
-  unsupported: 'not supported yet: model_type qwen3_moe (Ondo runs: llama, mistral, qwen2, qwen3)',
+  unsupported: null,
 };
 
 /** Gemma 3 1B: most layers keep a 512-token window. */

@@ -232,14 +232,18 @@ describe('ModelsSection', () => {
   });
 
   it('disables the download of a model Ondo cannot run yet and says why', async () => {
-    const view: ModelsView = { ...emptyModelsView, catalog: [...emptyModelsView.catalog, qwen30bMoe] };
+    // As an offer reads in an Ondo whose engine does not run its family.
+    const reason = 'not supported yet: model_type qwen3_moe (Ondo runs: llama, mistral, qwen2, qwen3)';
+    const view: ModelsView = {
+      ...emptyModelsView,
+      catalog: [...emptyModelsView.catalog, { ...qwen30bMoe, unsupported: reason }],
+    };
     const { api } = fakeApi([view]);
     render(ModelsSection, { ...base, api });
     await screen.findByRole('list', { name: 'Download a model' });
     const moe = card('Qwen3 30B-A3B');
     const button = within(moe).getByRole('button', { name: 'Download Qwen3 30B-A3B 4-bit' }) as HTMLButtonElement;
     expect(button.disabled).toBe(true);
-    const reason = 'not supported yet: model_type qwen3_moe (Ondo runs: llama, mistral, qwen2, qwen3)';
     expect(within(moe).getByTestId('unsupported-reason').textContent).toBe(reason);
     // The reason is the button's description, so a screen reader says it too.
     const describedBy = button.getAttribute('aria-describedby') ?? '';
