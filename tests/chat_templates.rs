@@ -36,6 +36,7 @@ fn special_tokens(template: &str) -> (Option<&'static str>, Option<&'static str>
         "llama3.1.jinja" => (Some("<|begin_of_text|>"), Some("<|eot_id|>")),
         "gemma3.jinja" => (Some("<bos>"), Some("<eos>")),
         "phi4-mini.jinja" => (None, Some("<|endoftext|>")),
+        "gpt-oss.jinja" => (Some("<|startoftext|>"), Some("<|return|>")),
         other => panic!("no special tokens known for {other}"),
     }
 }
@@ -206,6 +207,54 @@ fn cases() -> Vec<Case> {
             options: json!({}),
             expect: &["<|system|>Be brief.<|end|><|user|>What is 2+2?<|end|><|assistant|>"],
             absent: &["<|tool|>"],
+        },
+        Case {
+            name: "gpt-oss: the system prompt becomes the developer's instructions",
+            template: "gpt-oss.jinja",
+            messages: json!([
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "What is 2+2?"},
+                {"role": "assistant", "content": "4", "reasoning_content": "Two and two."},
+                {"role": "user", "content": "And 3+3?"}
+            ]),
+            tools: None,
+            options: json!({"reasoning_effort": "low"}),
+            expect: &[
+                "Reasoning: low\n\n# Valid channels: analysis, commentary, final.",
+                "<|start|>developer<|message|># Instructions\n\nBe brief.\n\n<|end|>",
+                "<|start|>user<|message|>What is 2+2?<|end|><|start|>assistant<|channel|>final<|message|>4<|end|><|start|>user<|message|>And 3+3?<|end|><|start|>assistant",
+            ],
+            absent: &["Two and two"],
+        },
+        Case {
+            name: "gpt-oss: tools as a TypeScript namespace, a call and its result",
+            template: "gpt-oss.jinja",
+            messages: json!([
+                {"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": "", "tool_calls": [weather_call()]},
+                {"role": "tool", "content": "{\"temperature\": 21}", "tool_call_id": "call_1", "name": "get_weather"}
+            ]),
+            tools: Some(json!([weather_tool(), time_tool()])),
+            options: json!({}),
+            expect: &[
+                "Calls to these tools must go to the commentary channel: 'functions'.",
+                "namespace functions {\n\n// The current weather in a city, <in> degrees & words.\ntype get_weather = (_: {\n// City name, e.g. Zürich\ncity: string,\nunit?: \"celsius\" | \"fahrenheit\",\n}) => any;\n\n// Local time.\ntype get_time = () => any;\n\n} // namespace functions",
+                "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>",
+                "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>",
+            ],
+            absent: &[],
+        },
+        Case {
+            name: "gpt-oss: a tool result without a call is refused",
+            template: "gpt-oss.jinja",
+            messages: json!([
+                {"role": "user", "content": "Hi"},
+                {"role": "tool", "content": "42", "tool_call_id": "call_9", "name": "f"}
+            ]),
+            tools: None,
+            options: json!({}),
+            expect: &[],
+            absent: &[],
         },
         Case {
             name: "llama3.1: a system prompt",
