@@ -178,17 +178,20 @@ fn held_back(text: &str, stops: &[String]) -> usize {
 /// token's time is prefill's, so it adds nothing).
 fn reasoning_share(is_reasoning: &[bool], token_times: &[Instant]) -> (usize, f64) {
     let mut count = 0;
-    let mut ms = 0.0;
+    // Summed as whole nanoseconds and converted once: a sum of per-token
+    // milliseconds in floating point can exceed the decode time it is a
+    // part of (every token reasoning: 8.033070000000002 of 8.03307 ms).
+    let mut spent = Duration::ZERO;
     for (at, _) in is_reasoning.iter().enumerate().filter(|(_, r)| **r) {
         count += 1;
         if let (Some(before), Some(now)) = (
             at.checked_sub(1).and_then(|b| token_times.get(b)),
             token_times.get(at),
         ) {
-            ms += (*now - *before).as_secs_f64() * 1e3;
+            spent += *now - *before;
         }
     }
-    (count, ms)
+    (count, spent.as_secs_f64() * 1e3)
 }
 
 /// Deltas after the first are merged over this long (one display frame).
@@ -835,6 +838,22 @@ mod tests {
         assert_eq!(reasoning_share(&[false; 5], &times), (0, 0.0));
         // An end-of-sequence token has a time and no text, so no flag.
         assert_eq!(reasoning_share(&[true, true], &times), (2, 10.0));
+    }
+
+    #[test]
+    fn a_reply_that_is_all_reasoning_spent_exactly_the_decode_time() {
+        // Intervals in odd nanoseconds, whose milliseconds do not add up
+        // exactly in floating point.
+        let start = Instant::now();
+        let mut times = vec![start];
+        for step in 0..64u64 {
+            let last = times[times.len() - 1];
+            times.push(last + Duration::from_nanos(123_457 + step * 7_919));
+        }
+        let decode_ms = (times[times.len() - 1] - times[0]).as_secs_f64() * 1e3;
+        let (count, reasoning_ms) = reasoning_share(&vec![true; times.len()], &times);
+        assert_eq!(count, times.len());
+        assert_eq!(reasoning_ms, decode_ms);
     }
 
     #[test]
