@@ -403,25 +403,7 @@ fn gpt_oss_equals_mlx_lm() {
         for length in [7, 40] {
             let prompt = prompt_of(length);
             let logits_path = root.path().join(format!("{name}-{length}.json"));
-            let ids_arg = prompt
-                .iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(",");
-            mlx_lm_generate(
-                &python,
-                &dir,
-                &[
-                    "--prompt-ids",
-                    &ids_arg,
-                    "--max-tokens",
-                    "1",
-                    "--logits-out",
-                    logits_path.to_str().unwrap(),
-                ],
-            );
-            let reference: Vec<f32> =
-                serde_json::from_str(&std::fs::read_to_string(&logits_path).unwrap()).unwrap();
+            let reference = mlx_lm_first_logprobs(&python, &dir, &prompt, &logits_path);
             let ours = ondo_first_logprobs(&dir, &prompt, DEFAULT_PREFILL_STEP_SIZE);
             let worst = largest_difference(&ours, &reference);
             assert!(
@@ -431,6 +413,29 @@ fn gpt_oss_equals_mlx_lm() {
         }
     }
     assert_eq!(compared, 2 * 4 * 2);
+}
+
+/// mlx-lm's log-probabilities over the vocabulary for the first token
+/// after `prompt` (written through `path`).
+fn mlx_lm_first_logprobs(python: &Path, dir: &Path, prompt: &[u32], path: &Path) -> Vec<f32> {
+    let ids_arg = prompt
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    mlx_lm_generate(
+        python,
+        dir,
+        &[
+            "--prompt-ids",
+            &ids_arg,
+            "--max-tokens",
+            "1",
+            "--logits-out",
+            path.to_str().unwrap(),
+        ],
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 /// Runs mlx_lm_generate.py; returns its JSON.
@@ -507,25 +512,7 @@ fn first_step_log_probabilities_match_mlx_lm() {
         for &length in lengths {
             let prompt = prompt_of(length);
             let logits_path = root.path().join(format!("{name}-{length}.json"));
-            let ids_arg = prompt
-                .iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(",");
-            mlx_lm_generate(
-                &python,
-                &dir,
-                &[
-                    "--prompt-ids",
-                    &ids_arg,
-                    "--max-tokens",
-                    "1",
-                    "--logits-out",
-                    logits_path.to_str().unwrap(),
-                ],
-            );
-            let reference: Vec<f32> =
-                serde_json::from_str(&std::fs::read_to_string(&logits_path).unwrap()).unwrap();
+            let reference = mlx_lm_first_logprobs(&python, &dir, &prompt, &logits_path);
 
             let ours = ondo_first_logprobs(&dir, &prompt, DEFAULT_PREFILL_STEP_SIZE);
             let worst = largest_difference(&ours, &reference);

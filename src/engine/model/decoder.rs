@@ -110,6 +110,16 @@ impl ConfigKeys {
         Ok(keys)
     }
 
+    /// `tie_word_embeddings`, or a named error when an architecture
+    /// requires it (mlx-lm has no default for the Qwen3 families).
+    pub fn require_tie_word_embeddings(&self, path: &Path) -> Result<bool, LoadError> {
+        self.tie_word_embeddings
+            .ok_or_else(|| LoadError::ConfigInvalid {
+                path: path.to_owned(),
+                message: "tie_word_embeddings is missing".into(),
+            })
+    }
+
     /// `rope_theta`, or a named error when an architecture requires it.
     pub fn require_rope_theta(&self, path: &Path) -> Result<f32, LoadError> {
         self.rope_theta.ok_or_else(|| LoadError::ConfigInvalid {

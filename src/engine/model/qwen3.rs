@@ -11,12 +11,7 @@ use crate::engine::LoadError;
 pub fn config(value: &serde_json::Value, path: &Path) -> Result<DecoderConfig, LoadError> {
     let keys = ConfigKeys::parse(value, path)?;
     let rope_theta = keys.require_rope_theta(path)?;
-    let tie = keys
-        .tie_word_embeddings
-        .ok_or_else(|| LoadError::ConfigInvalid {
-            path: path.to_owned(),
-            message: "tie_word_embeddings is missing".into(),
-        })?;
+    let tie = keys.require_tie_word_embeddings(path)?;
     let bias = keys.attention_bias.unwrap_or(false);
     let mut config = DecoderConfig::from_keys("qwen3", keys, rope_theta, tie);
     config.qkv_bias = bias;

@@ -13,12 +13,7 @@ use crate::engine::LoadError;
 pub fn config(value: &serde_json::Value, path: &Path) -> Result<DecoderConfig, LoadError> {
     let mut keys = ConfigKeys::parse(value, path)?;
     let rope_theta = keys.require_rope_theta(path)?;
-    let tie = keys
-        .tie_word_embeddings
-        .ok_or_else(|| LoadError::ConfigInvalid {
-            path: path.to_owned(),
-            message: "tie_word_embeddings is missing".into(),
-        })?;
+    let tie = keys.require_tie_word_embeddings(path)?;
     // mlx-lm's qwen3_moe builds plain rope from rope_theta and never reads
     // rope_scaling; the same here, so both rotate alike.
     keys.rope_scaling = None;
