@@ -14,6 +14,7 @@ use mlx_rs::ops::indexing::{Ellipsis, IndexOp};
 use mlx_rs::{Array, ops};
 use serde::Deserialize;
 
+use super::activation;
 use super::experts::{ExpertsConfig, SparseExperts};
 use super::{Linear, QuantConfig};
 use crate::engine::LoadError;
@@ -333,7 +334,11 @@ impl Rope {
         Ok(rope)
     }
 
-    fn apply(&self, x: &Array, offset: i32) -> Result<Array, Exception> {
+    /// Rotates `x` for positions starting at `offset` (an int32 scalar
+    /// array shared by every layer of a step: one upload per step, where an
+    /// integer offset makes MLX create and upload a scalar per call, two per
+    /// layer).
+    fn apply(&self, x: &Array, offset: &Array) -> Result<Array, Exception> {
         let scaled;
         let x = match self.input_scale {
             None => x,
@@ -343,8 +348,10 @@ impl Rope {
             }
         };
         match &self.freqs {
-            Some(freqs) => fast::rope(x, self.dims, self.traditional, None, 1.0, offset, freqs),
-            None => fast::rope(
+            Some(freqs) => {
+                fast::rope_dynamic(x, self.dims, self.traditional, None, 1.0, offset, freqs)
+            }
+            None => fast::rope_dynamic(
                 x,
                 self.dims,
                 self.traditional,
@@ -841,6 +848,14 @@ impl Decoder {
                 masks.push((layer.window, kv.mask(length)?));
             }
         }
+        // The rope offset of each cache, as arrays: every layer holds the
+        // same positions, so this is one scalar per step.
+        let mut offsets: Vec<(i32, Array)> = Vec::with_capacity(1);
+        for kv in cache.iter() {
+            if !offsets.iter().any(|(at, _)| *at == kv.offset()) {
+                offsets.push((kv.offset(), Array::from_int(kv.offset())));
+            }
+        }
         let mut h = self.embed_tokens.embed(tokens)?;
         if let Some(scale) = &self.embed_scale {
             h = ops::multiply(&h, scale)?;
@@ -850,27 +865,15 @@ impl Decoder {
                 .iter()
                 .find(|(window, _)| *window == layer.window)
                 .map_or(&AttentionMask::None, |(_, mask)| mask);
+            let offset = offsets
+                .iter()
+                .find(|(at, _)| *at == kv.offset())
+                .map(|(_, offset)| offset)
+                .ok_or_else(|| Exception::custom("a cache's rope offset was not prepared"))?;
             let normed = fast::rms_norm(&h, Some(&layer.input_layernorm), self.eps)?;
-            let attn = layer.self_attn.forward(&normed, kv, mask)?;
-            h = match &layer.pre_feedforward_layernorm {
-                None => {
-                    let h = ops::add(&h, &attn)?;
-                    let normed =
-                        fast::rms_norm(&h, Some(&layer.post_attention_layernorm), self.eps)?;
-                    ops::add(&h, &layer.mlp.forward(&normed)?)?
-                }
-                Some(pre_feedforward) => {
-                    let attn =
-                        fast::rms_norm(&attn, Some(&layer.post_attention_layernorm), self.eps)?;
-                    let h = residual_add(&h, &attn)?;
-                    let normed = fast::rms_norm(&h, Some(pre_feedforward), self.eps)?;
-                    let mut out = layer.mlp.forward(&normed)?;
-                    if let Some(post) = &layer.post_feedforward_layernorm {
-                        out = fast::rms_norm(&out, Some(post), self.eps)?;
-                    }
-                    residual_add(&h, &out)?
-                }
-            };
+            let (q, k, v) = layer.self_attn.project(&normed, offset)?;
+            let heads = layer.self_attn.attend(q, k, v, kv, mask)?;
+            h = layer.finish(&h, &heads, self.eps)?;
         }
         fast::rms_norm(&h, Some(&self.norm), self.eps)
     }
@@ -880,6 +883,31 @@ impl Decoder {
         match &self.lm_head {
             Some(head) => head.forward(hidden),
             None => self.embed_tokens.forward(hidden),
+        }
+    }
+}
+
+impl Layer {
+    /// The rest of the layer after attention: the output projection of the
+    /// attention's `heads`, the residual adds, the MLP and its norms.
+    fn finish(&self, h: &Array, heads: &Array, eps: f32) -> Result<Array, Exception> {
+        let attn = self.self_attn.o_proj.forward(heads)?;
+        match &self.pre_feedforward_layernorm {
+            None => {
+                let h = ops::add(h, &attn)?;
+                let normed = fast::rms_norm(&h, Some(&self.post_attention_layernorm), eps)?;
+                ops::add(&h, &self.mlp.forward(&normed)?)
+            }
+            Some(pre_feedforward) => {
+                let attn = fast::rms_norm(&attn, Some(&self.post_attention_layernorm), eps)?;
+                let h = residual_add(h, &attn)?;
+                let normed = fast::rms_norm(&h, Some(pre_feedforward), eps)?;
+                let mut out = self.mlp.forward(&normed)?;
+                if let Some(post) = &self.post_feedforward_layernorm {
+                    out = fast::rms_norm(&out, Some(post), eps)?;
+                }
+                residual_add(&h, &out)
+            }
         }
     }
 }
@@ -900,12 +928,9 @@ fn residual_add(x: &Array, y: &Array) -> Result<Array, Exception> {
 }
 
 impl Attention {
-    fn forward(
-        &self,
-        x: &Array,
-        kv: &mut LayerCache,
-        mask: &AttentionMask,
-    ) -> Result<Array, Exception> {
+    /// Queries, keys and values of `x` as heads, `[B, heads, L, D]`, with
+    /// the queries and keys rotated for positions from `offset`.
+    fn project(&self, x: &Array, offset: &Array) -> Result<(Array, Array, Array), Exception> {
         let shape = x.shape();
         let (b, l) = (shape[0], shape[1]);
         // A decode step has one position, and then `[B, 1, H, D]` and
@@ -950,8 +975,24 @@ impl Attention {
         }
         // Rope positions count every token seen, also those a rotating
         // cache has dropped.
-        let q = self.rope.apply(&q, kv.offset())?;
-        let k = self.rope.apply(&k, kv.offset())?;
+        let q = self.rope.apply(&q, offset)?;
+        let k = self.rope.apply(&k, offset)?;
+        Ok((q, k, v))
+    }
+
+    /// Writes `k` and `v` into the cache and attends `q` over every cached
+    /// position; the heads come back joined, `[B, L, heads * D]`, for the
+    /// output projection.
+    fn attend(
+        &self,
+        q: Array,
+        k: Array,
+        v: Array,
+        kv: &mut LayerCache,
+        mask: &AttentionMask,
+    ) -> Result<Array, Exception> {
+        let shape = q.shape();
+        let (b, l) = (shape[0], shape[2]);
         let (k, v) = kv.update_and_fetch(&k, &v)?;
         let mask = match mask {
             AttentionMask::None => None,
@@ -966,7 +1007,7 @@ impl Attention {
             o.transpose_axes(&[0, 2, 1, 3])?
                 .reshape(&[b, l, self.heads * self.head_dim])?
         };
-        self.o_proj.forward(&o)
+        Ok(o)
     }
 }
 
@@ -1052,11 +1093,11 @@ impl Mlp {
                 }
             }
         };
-        let gate = match self.activation {
-            Activation::Silu => mlx_rs::nn::silu(gate)?,
-            Activation::GeluApprox => gelu_approx(&gate)?,
+        let activated = match self.activation {
+            Activation::Silu => activation::swiglu(&gate, &up)?,
+            Activation::GeluApprox => activation::geglu_approx(&gate, &up)?,
         };
-        self.down_proj.forward(&ops::multiply(&gate, &up)?)
+        self.down_proj.forward(&activated)
     }
 }
 
@@ -1074,24 +1115,4 @@ impl FeedForward {
             FeedForward::Experts(experts) => experts.arrays(),
         }
     }
-}
-
-/// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))` with every constant in
-/// x's dtype, compiled as MLX's own `gelu_approx` is, so the fused kernel
-/// computes what mlx-lm's does. (mlx-rs's `gelu_approximate` makes its
-/// constants float32 arrays, which turns bfloat16 activations into float32.)
-fn gelu_approx(x: &Array) -> Result<Array, Exception> {
-    let formula = |x: &Array| -> Result<Array, Exception> {
-        let constant = |v: f32| Array::from_f32(v).as_dtype(x.dtype());
-        let cubed = ops::power(x, constant(3.0)?)?;
-        let inner = ops::add(x, ops::multiply(constant(0.044715)?, &cubed)?)?;
-        let scaled = ops::multiply(
-            constant((2.0f64 / std::f64::consts::PI).sqrt() as f32)?,
-            &inner,
-        )?;
-        let half_x = ops::multiply(constant(0.5)?, x)?;
-        ops::multiply(&half_x, ops::add(constant(1.0)?, ops::tanh(&scaled)?)?)
-    };
-    let mut compiled = mlx_rs::transforms::compile::compile(formula, true);
-    compiled(x)
 }

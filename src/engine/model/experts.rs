@@ -16,7 +16,7 @@ use mlx_rs::ops::indexing::{Ellipsis, IndexOp};
 use mlx_rs::{Array, ops};
 use serde::Deserialize;
 
-use super::{Linear, QuantConfig, QuantizedMatrix, quantized, stored_params};
+use super::{Linear, QuantConfig, QuantizedMatrix, activation, quantized, stored_params};
 use crate::engine::LoadError;
 use crate::engine::weights::WeightMap;
 
@@ -35,7 +35,7 @@ pub enum ExpertsKind {
     Qwen3Moe,
     /// gpt-oss: the router `router` has a bias; the top k logits, then a
     /// softmax over those k; experts under `experts` with biases, and a
-    /// SwiGLU clamped at `swiglu_limit` (see `clamped_swiglu`).
+    /// SwiGLU clamped at `swiglu_limit` (see `activation::clamped_swiglu`).
     GptOss { swiglu_limit: f32 },
 }
 
@@ -272,8 +272,10 @@ impl SparseExperts {
     /// The experts' activation of `gate` and `up`.
     fn activation(&self, gate: &Array, up: &Array) -> Result<Array, Exception> {
         match self.kind {
-            ExpertsKind::Qwen3Moe => swiglu(gate, up),
-            ExpertsKind::GptOss { swiglu_limit } => clamped_swiglu(gate, up, swiglu_limit),
+            ExpertsKind::Qwen3Moe => activation::swiglu(gate, up),
+            ExpertsKind::GptOss { swiglu_limit } => {
+                activation::clamped_swiglu(gate, up, swiglu_limit)
+            }
         }
     }
 
@@ -321,26 +323,6 @@ impl SparseExperts {
     }
 }
 
-/// `silu(gate) * up`.
-fn swiglu(gate: &Array, up: &Array) -> Result<Array, Exception> {
-    ops::multiply(mlx_rs::nn::silu(gate)?, up)
-}
-
-/// gpt-oss's SwiGLU: the gate clipped from above at `limit` and weighted
-/// by `sigmoid(1.702 gate)`, the linear part clipped both ways with 1
-/// added, with mlx-lm's operations in its order and every constant in the
-/// activations' dtype.
-fn clamped_swiglu(gate: &Array, up: &Array, limit: f32) -> Result<Array, Exception> {
-    let constant = |value: f32| Array::from_f32(value).as_dtype(gate.dtype());
-    let gate = ops::minimum(gate, constant(limit)?)?;
-    let up = ops::minimum(ops::maximum(up, constant(-limit)?)?, constant(limit)?)?;
-    let glu = ops::multiply(
-        &gate,
-        ops::sigmoid(ops::multiply(constant(1.702)?, &gate)?)?,
-    )?;
-    ops::multiply(ops::add(&up, constant(1.0)?)?, &glu)
-}
-
 /// Replaces per-expert tensors `{prefix}.experts.{e}.{proj}.weight` (and
 /// their `.scales`/`.biases`) with one stacked `{switch}.{proj}.*` each, so a
 /// checkpoint saved expert by expert loads like a stacked one.
@@ -381,24 +363,6 @@ mod tests {
             decoder_sparse_step: step,
             mlp_only_layers: mlp_only,
             kind: ExpertsKind::default(),
-        }
-    }
-
-    /// gpt-oss's activation clips the gate from above only, the linear
-    /// part both ways, and adds one to it.
-    #[test]
-    fn the_clamped_swiglu_clips_as_gpt_oss_does() {
-        let gate = Array::from_slice(&[10.0f32, -10.0, 1.0], &[3]);
-        let up = Array::from_slice(&[-10.0f32, 10.0, 0.5], &[3]);
-        let out = clamped_swiglu(&gate, &up, 7.0).unwrap();
-        let sigmoid = |x: f32| 1.0 / (1.0 + (-x).exp());
-        let expected = [
-            (-7.0 + 1.0) * 7.0 * sigmoid(1.702 * 7.0),
-            (7.0 + 1.0) * -10.0 * sigmoid(1.702 * -10.0),
-            (0.5 + 1.0) * 1.0 * sigmoid(1.702),
-        ];
-        for (ours, expected) in out.as_slice::<f32>().iter().zip(expected) {
-            assert!((ours - expected).abs() < 1e-5, "{ours} against {expected}");
         }
     }
 

@@ -2,6 +2,7 @@
 //! Field names follow the checkpoint's tensor names, so loading needs no
 //! rename table; loading is strict (see `weights::WeightMap`).
 
+pub mod activation;
 pub mod decoder;
 pub mod experts;
 pub mod gemma3;
