@@ -848,14 +848,10 @@ impl Decoder {
                 masks.push((layer.window, kv.mask(length)?));
             }
         }
-        // The rope offset of each cache, as arrays: every layer holds the
-        // same positions, so this is one scalar per step.
-        let mut offsets: Vec<(i32, Array)> = Vec::with_capacity(1);
-        for kv in cache.iter() {
-            if !offsets.iter().any(|(at, _)| *at == kv.offset()) {
-                offsets.push((kv.offset(), Array::from_int(kv.offset())));
-            }
-        }
+        // Every layer has seen the same tokens, so one rope offset serves
+        // them all: one scalar per step.
+        let position = cache.first().map_or(0, LayerCache::offset);
+        let offset = Array::from_int(position);
         let mut h = self.embed_tokens.embed(tokens)?;
         if let Some(scale) = &self.embed_scale {
             h = ops::multiply(&h, scale)?;
@@ -865,13 +861,14 @@ impl Decoder {
                 .iter()
                 .find(|(window, _)| *window == layer.window)
                 .map_or(&AttentionMask::None, |(_, mask)| mask);
-            let offset = offsets
-                .iter()
-                .find(|(at, _)| *at == kv.offset())
-                .map(|(_, offset)| offset)
-                .ok_or_else(|| Exception::custom("a cache's rope offset was not prepared"))?;
+            if kv.offset() != position {
+                return Err(Exception::custom(format!(
+                    "the layers' caches are out of step: {} and {position} positions",
+                    kv.offset()
+                )));
+            }
             let normed = fast::rms_norm(&h, Some(&layer.input_layernorm), self.eps)?;
-            let (q, k, v) = layer.self_attn.project(&normed, offset)?;
+            let (q, k, v) = layer.self_attn.project(&normed, &offset)?;
             let heads = layer.self_attn.attend(q, k, v, kv, mask)?;
             h = layer.finish(&h, &heads, self.eps)?;
         }
