@@ -658,10 +658,23 @@ impl Decoder {
                         qkv_bias,
                     )
                 };
-                QkvProjection::Separate {
-                    q_proj: proj("q_proj", heads * head_dim)?,
-                    k_proj: proj("k_proj", kv_heads * head_dim)?,
-                    v_proj: proj("v_proj", kv_heads * head_dim)?,
+                let parts = [
+                    proj("q_proj", heads * head_dim)?,
+                    proj("k_proj", kv_heads * head_dim)?,
+                    proj("v_proj", kv_heads * head_dim)?,
+                ];
+                // One matmul instead of three where they are stored alike:
+                // on a GPU each matmul is a kernel the host queues per step.
+                match Linear::concatenate(&parts)? {
+                    Some(fused) => QkvProjection::Fused(fused),
+                    None => {
+                        let [q_proj, k_proj, v_proj] = parts;
+                        QkvProjection::Separate {
+                            q_proj,
+                            k_proj,
+                            v_proj,
+                        }
+                    }
                 }
             };
             let mlp =
@@ -943,6 +956,27 @@ impl Attention {
                     .transpose_axes(&[0, 2, 1, 3])
             }
         };
+        // One position through a fused projection without q/k norms: the
+        // output `[B, 1, (H + 2 KV) D]` is already `[B, H + 2 KV, 1, D]`,
+        // heads of q, then k, then v. One rope call rotates the q and k heads
+        // together (the same positions, the same frequencies), and q, k and
+        // v are views into it: one kernel fewer per layer than roping q and
+        // k apart.
+        if let (1, QkvProjection::Fused(qkv_proj), None, None) =
+            (l, &self.qkv, &self.q_norm, &self.k_norm)
+        {
+            let rotated = self.heads + self.kv_heads;
+            let heads =
+                qkv_proj
+                    .forward(x)?
+                    .reshape(&[b, rotated + self.kv_heads, 1, self.head_dim])?;
+            let qk = self.rope.apply(&heads.index((.., ..rotated)), offset)?;
+            return Ok((
+                qk.index((.., ..self.heads)),
+                qk.index((.., self.heads..)),
+                heads.index((.., rotated..)),
+            ));
+        }
         let (q, k, v) = match &self.qkv {
             QkvProjection::Separate {
                 q_proj,
@@ -1031,8 +1065,8 @@ impl Mlp {
                 mlp_bias,
             )?)
         } else {
-            GateUpProjection::Separate {
-                gate_proj: Linear::load(
+            let parts = [
+                Linear::load(
                     w,
                     &format!("{p}.mlp.gate_proj"),
                     inter,
@@ -1040,7 +1074,7 @@ impl Mlp {
                     quant,
                     mlp_bias,
                 )?,
-                up_proj: Linear::load(
+                Linear::load(
                     w,
                     &format!("{p}.mlp.up_proj"),
                     inter,
@@ -1048,6 +1082,13 @@ impl Mlp {
                     quant,
                     mlp_bias,
                 )?,
+            ];
+            match Linear::concatenate(&parts)? {
+                Some(fused) => GateUpProjection::Fused(fused),
+                None => {
+                    let [gate_proj, up_proj] = parts;
+                    GateUpProjection::Separate { gate_proj, up_proj }
+                }
             }
         };
         Ok(Mlp {

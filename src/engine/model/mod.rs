@@ -325,6 +325,84 @@ impl Linear {
         }
     }
 
+    /// One layer computing all of `parts` of the same input, their outputs
+    /// side by side in order, or `None` when they are not stored alike (one
+    /// quantized and one not, different quantization, a bias on some).
+    /// Quantized matrices are concatenated along the output axis (packed
+    /// weights, scales and biases alike): quantization groups run along the
+    /// input axis, so every output is computed from the same numbers as
+    /// before. The result is evaluated at once, so the parts' memory is
+    /// freed when the caller drops them.
+    pub fn concatenate(parts: &[Linear]) -> Result<Option<Linear>, Exception> {
+        let stack = |arrays: &[&Array]| ops::concatenate(arrays, 0);
+        let biases: Vec<&Array> = parts.iter().filter_map(Linear::bias).collect();
+        if parts.len() < 2 || (!biases.is_empty() && biases.len() != parts.len()) {
+            return Ok(None);
+        }
+        let bias = if biases.is_empty() {
+            None
+        } else {
+            Some(stack(&biases)?)
+        };
+        let fused = if let Some(weights) = parts
+            .iter()
+            .map(|p| match p {
+                Linear::Dense { weight, .. } => Some(weight),
+                Linear::Quantized { .. } => None,
+            })
+            .collect::<Option<Vec<&Array>>>()
+        {
+            Linear::Dense {
+                weight: stack(&weights)?,
+                bias,
+            }
+        } else {
+            let Some(matrices) = parts
+                .iter()
+                .map(|p| match p {
+                    Linear::Quantized { matrix, .. } => Some(matrix),
+                    Linear::Dense { .. } => None,
+                })
+                .collect::<Option<Vec<&QuantizedMatrix>>>()
+            else {
+                return Ok(None);
+            };
+            let params = matrices[0].params;
+            let has_biases = matrices[0].biases.is_some();
+            if matrices
+                .iter()
+                .any(|m| m.params != params || m.biases.is_some() != has_biases)
+            {
+                return Ok(None);
+            }
+            let each = |get: fn(&QuantizedMatrix) -> Option<&Array>| -> Vec<&Array> {
+                matrices.iter().filter_map(|m| get(m)).collect()
+            };
+            let group_biases = if has_biases {
+                Some(stack(&each(|m| m.biases.as_ref()))?)
+            } else {
+                None
+            };
+            Linear::Quantized {
+                matrix: QuantizedMatrix {
+                    weight: stack(&each(|m| Some(&m.weight)))?,
+                    scales: stack(&each(|m| Some(&m.scales)))?,
+                    biases: group_biases,
+                    params,
+                },
+                bias,
+            }
+        };
+        mlx_rs::transforms::eval(fused.arrays())?;
+        Ok(Some(fused))
+    }
+
+    fn bias(&self) -> Option<&Array> {
+        match self {
+            Linear::Dense { bias, .. } | Linear::Quantized { bias, .. } => bias.as_ref(),
+        }
+    }
+
     /// Rows of the matrix for token ids: the embedding lookup. Quantized
     /// rows are dequantized after the gather, so only they are expanded.
     pub fn embed(&self, ids: &Array) -> Result<Array, Exception> {
@@ -517,5 +595,119 @@ mod tests {
                 assert!(matches!(error, LoadError::UnsupportedQuantization { .. }));
             }
         }
+    }
+
+    use mlx_rs::ops::indexing::IndexOp;
+
+    fn random(shape: &[i32], seed: u64) -> Array {
+        let key = mlx_rs::random::key(seed).unwrap();
+        mlx_rs::random::normal::<f32>(shape, None, None, &key).unwrap()
+    }
+
+    fn quantized_linear(
+        out: i32,
+        input: i32,
+        seed: u64,
+        params: QuantParams,
+        bias: bool,
+    ) -> Linear {
+        let (weight, scales, biases) =
+            quantized::quantize(&random(&[out, input], seed), params).expect("quantizes");
+        Linear::Quantized {
+            matrix: QuantizedMatrix {
+                weight,
+                scales,
+                biases,
+                params,
+            },
+            bias: bias.then(|| random(&[out], seed + 100)),
+        }
+    }
+
+    /// Every output of the fused layer, split where the parts end, must be
+    /// bit for bit the separate layers' output: token parity rests on it.
+    fn assert_fused_equals_separate(parts: &[Linear], x: &Array) {
+        let fused = Linear::concatenate(parts)
+            .unwrap()
+            .expect("stored alike, so fused");
+        let whole = fused.forward(x).unwrap();
+        let mut at = 0;
+        for part in parts {
+            let separate = part.forward(x).unwrap();
+            let width = separate.shape()[2];
+            let slice = whole.index((.., .., at..at + width));
+            at += width;
+            let (a, b) = (
+                slice.reshape(&[-1]).unwrap(),
+                separate.reshape(&[-1]).unwrap(),
+            );
+            mlx_rs::transforms::eval([&a, &b]).unwrap();
+            let bits = |v: &Array| -> Vec<u32> {
+                v.as_slice::<f32>().iter().map(|f| f.to_bits()).collect()
+            };
+            assert_eq!(bits(&a), bits(&b));
+        }
+        assert_eq!(at, whole.shape()[2]);
+    }
+
+    #[test]
+    fn projections_stored_alike_fuse_into_one_with_the_same_outputs() {
+        let x = random(&[1, 3, 128], 1);
+        let affine4 = QuantParams {
+            group_size: 64,
+            bits: 4,
+            mode: QuantMode::Affine,
+        };
+        let mxfp4 = QuantParams {
+            group_size: 32,
+            bits: 4,
+            mode: QuantMode::Mxfp4,
+        };
+        for params in [affine4, mxfp4] {
+            for bias in [false, true] {
+                let parts = [
+                    quantized_linear(96, 128, 2, params, bias),
+                    quantized_linear(32, 128, 3, params, bias),
+                    quantized_linear(32, 128, 4, params, bias),
+                ];
+                assert_fused_equals_separate(&parts, &x);
+            }
+        }
+        let dense = [
+            Linear::Dense {
+                weight: random(&[40, 128], 5),
+                bias: None,
+            },
+            Linear::Dense {
+                weight: random(&[24, 128], 6),
+                bias: None,
+            },
+        ];
+        assert_fused_equals_separate(&dense, &x);
+    }
+
+    #[test]
+    fn projections_stored_differently_stay_apart() {
+        let affine = |bits| QuantParams {
+            group_size: 64,
+            bits,
+            mode: QuantMode::Affine,
+        };
+        let dense = Linear::Dense {
+            weight: random(&[32, 128], 3),
+            bias: None,
+        };
+        let mixed = [quantized_linear(32, 128, 2, affine(4), false), dense];
+        assert!(Linear::concatenate(&mixed).unwrap().is_none());
+        let bits = [
+            quantized_linear(32, 128, 2, affine(4), false),
+            quantized_linear(32, 128, 3, affine(8), false),
+        ];
+        assert!(Linear::concatenate(&bits).unwrap().is_none());
+        let some_bias = [
+            quantized_linear(32, 128, 2, affine(4), true),
+            quantized_linear(32, 128, 3, affine(4), false),
+        ];
+        assert!(Linear::concatenate(&some_bias).unwrap().is_none());
     }
 }
