@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 use super::activation;
 use super::experts::{ExpertsConfig, SparseExperts};
-use super::{Linear, QuantConfig};
+use super::{JointProjection, Linear, QuantConfig};
 use crate::engine::LoadError;
 use crate::engine::cache::{AttentionMask, LayerCache};
 use crate::engine::weights::WeightMap;
@@ -501,18 +501,9 @@ fn llama3_freqs(dims: i32, base: f32, s: &RopeScaling) -> Result<Array, Exceptio
     Ok(out)
 }
 
-/// q, k and v as three matrices, or as one (phi3's `qkv_proj`) split after.
-enum QkvProjection {
-    Separate {
-        q_proj: Linear,
-        k_proj: Linear,
-        v_proj: Linear,
-    },
-    Fused(Linear),
-}
-
 struct Attention {
-    qkv: QkvProjection,
+    /// q, k and v.
+    qkv: JointProjection<3>,
     o_proj: Linear,
     heads: i32,
     kv_heads: i32,
@@ -529,14 +520,9 @@ struct Attention {
     sinks: Option<Array>,
 }
 
-/// gate and up as two matrices, or as one (phi3's `gate_up_proj`).
-enum GateUpProjection {
-    Separate { gate_proj: Linear, up_proj: Linear },
-    Fused(Linear),
-}
-
 struct Mlp {
-    gate_up: GateUpProjection,
+    /// gate and up.
+    gate_up: JointProjection<2>,
     down_proj: Linear,
     activation: Activation,
 }
@@ -638,15 +624,19 @@ impl Decoder {
             } else {
                 (None, None)
             };
+            let (q_width, kv_width) = (heads * head_dim, kv_heads * head_dim);
             let qkv = if config.fused_projections {
-                QkvProjection::Fused(Linear::load(
-                    w,
-                    &format!("{p}.self_attn.qkv_proj"),
-                    (heads + 2 * kv_heads) * head_dim,
-                    hidden,
-                    quant,
-                    qkv_bias,
-                )?)
+                JointProjection::split(
+                    Linear::load(
+                        w,
+                        &format!("{p}.self_attn.qkv_proj"),
+                        q_width + 2 * kv_width,
+                        hidden,
+                        quant,
+                        qkv_bias,
+                    )?,
+                    [q_width, kv_width, kv_width],
+                )?
             } else {
                 let mut proj = |name: &str, out: i32| {
                     Linear::load(
@@ -658,24 +648,11 @@ impl Decoder {
                         qkv_bias,
                     )
                 };
-                let parts = [
-                    proj("q_proj", heads * head_dim)?,
-                    proj("k_proj", kv_heads * head_dim)?,
-                    proj("v_proj", kv_heads * head_dim)?,
-                ];
-                // One matmul instead of three where they are stored alike:
-                // on a GPU each matmul is a kernel the host queues per step.
-                match Linear::concatenate(&parts)? {
-                    Some(fused) => QkvProjection::Fused(fused),
-                    None => {
-                        let [q_proj, k_proj, v_proj] = parts;
-                        QkvProjection::Separate {
-                            q_proj,
-                            k_proj,
-                            v_proj,
-                        }
-                    }
-                }
+                JointProjection::join([
+                    proj("q_proj", q_width)?,
+                    proj("k_proj", kv_width)?,
+                    proj("v_proj", kv_width)?,
+                ])?
             };
             let mlp =
                 match &config.experts {
@@ -826,18 +803,7 @@ impl Decoder {
             out.extend(attn.q_norm.iter());
             out.extend(attn.k_norm.iter());
             out.extend(attn.sinks.iter());
-            match &attn.qkv {
-                QkvProjection::Separate {
-                    q_proj,
-                    k_proj,
-                    v_proj,
-                } => {
-                    for linear in [q_proj, k_proj, v_proj] {
-                        out.extend(linear.arrays());
-                    }
-                }
-                QkvProjection::Fused(linear) => out.extend(linear.arrays()),
-            }
+            out.extend(attn.qkv.arrays());
             out.extend(attn.o_proj.arrays());
             out.extend(layer.mlp.arrays());
         }
@@ -962,8 +928,7 @@ impl Attention {
         // together (the same positions, the same frequencies), and q, k and
         // v are views into it: one kernel fewer per layer than roping q and
         // k apart.
-        if let (1, QkvProjection::Fused(qkv_proj), None, None) =
-            (l, &self.qkv, &self.q_norm, &self.k_norm)
+        if let (1, Some(qkv_proj), None, None) = (l, self.qkv.joined(), &self.q_norm, &self.k_norm)
         {
             let rotated = self.heads + self.kv_heads;
             let heads =
@@ -977,24 +942,7 @@ impl Attention {
                 heads.index((.., rotated..)),
             ));
         }
-        let (q, k, v) = match &self.qkv {
-            QkvProjection::Separate {
-                q_proj,
-                k_proj,
-                v_proj,
-            } => (q_proj.forward(x)?, k_proj.forward(x)?, v_proj.forward(x)?),
-            QkvProjection::Fused(qkv_proj) => {
-                let queries = self.heads * self.head_dim;
-                let keys = self.kv_heads * self.head_dim;
-                let mut parts =
-                    ops::split_at_indices(qkv_proj.forward(x)?, &[queries, queries + keys], -1)?
-                        .into_iter();
-                match (parts.next(), parts.next(), parts.next()) {
-                    (Some(q), Some(k), Some(v)) => (q, k, v),
-                    _ => return Err(Exception::custom("qkv_proj did not split in three")),
-                }
-            }
-        };
+        let [q, k, v] = self.qkv.forward(x)?;
         let mut q = split(q, self.heads)?;
         let mut k = split(k, self.kv_heads)?;
         let v = split(v, self.kv_heads)?;
@@ -1056,16 +1004,19 @@ impl Mlp {
             config.mlp_bias,
         );
         let gate_up = if config.fused_projections {
-            GateUpProjection::Fused(Linear::load(
-                w,
-                &format!("{p}.mlp.gate_up_proj"),
-                2 * inter,
-                hidden,
-                quant,
-                mlp_bias,
-            )?)
+            JointProjection::split(
+                Linear::load(
+                    w,
+                    &format!("{p}.mlp.gate_up_proj"),
+                    2 * inter,
+                    hidden,
+                    quant,
+                    mlp_bias,
+                )?,
+                [inter, inter],
+            )?
         } else {
-            let parts = [
+            JointProjection::join([
                 Linear::load(
                     w,
                     &format!("{p}.mlp.gate_proj"),
@@ -1082,14 +1033,7 @@ impl Mlp {
                     quant,
                     mlp_bias,
                 )?,
-            ];
-            match Linear::concatenate(&parts)? {
-                Some(fused) => GateUpProjection::Fused(fused),
-                None => {
-                    let [gate_proj, up_proj] = parts;
-                    GateUpProjection::Separate { gate_proj, up_proj }
-                }
-            }
+            ])?
         };
         Ok(Mlp {
             gate_up,
@@ -1106,31 +1050,13 @@ impl Mlp {
     }
 
     fn arrays(&self) -> Vec<&Array> {
-        let mut out = match &self.gate_up {
-            GateUpProjection::Separate { gate_proj, up_proj } => {
-                let mut both = gate_proj.arrays();
-                both.extend(up_proj.arrays());
-                both
-            }
-            GateUpProjection::Fused(linear) => linear.arrays(),
-        };
+        let mut out = self.gate_up.arrays();
         out.extend(self.down_proj.arrays());
         out
     }
 
     fn forward(&self, x: &Array) -> Result<Array, Exception> {
-        let (gate, up) = match &self.gate_up {
-            GateUpProjection::Separate { gate_proj, up_proj } => {
-                (gate_proj.forward(x)?, up_proj.forward(x)?)
-            }
-            GateUpProjection::Fused(gate_up_proj) => {
-                let mut halves = gate_up_proj.forward(x)?.split_equal(2, -1)?.into_iter();
-                match (halves.next(), halves.next()) {
-                    (Some(gate), Some(up)) => (gate, up),
-                    _ => return Err(Exception::custom("gate_up_proj did not split in two")),
-                }
-            }
-        };
+        let [gate, up] = self.gate_up.forward(x)?;
         let activated = match self.activation {
             Activation::Silu => activation::swiglu(&gate, &up)?,
             Activation::GeluApprox => activation::geglu_approx(&gate, &up)?,
