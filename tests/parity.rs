@@ -5,8 +5,10 @@
 //! first-step log-probabilities within a tolerance; a
 //! follow-up turn on a kept cache equal to recomputing from scratch; and
 //! Llama 3.2's scaled rope over a long prompt; Gemma 3 (text and
-//! multimodal) across its sliding window and Phi-3 with longrope. The
-//! reference is Python mlx-lm 0.32.2 (on MLX 0.32.4) from the project venv.
+//! multimodal) across its sliding window and Phi-3 with longrope; the joined
+//! projections a GPU runs, and a 2048-token prompt's peak memory against
+//! mlx-lm's. The reference is Python mlx-lm 0.32.2 (on MLX 0.32.4) from the
+//! project venv.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -201,51 +203,99 @@ fn greedy_tokens_equal_mlx_lm_across_the_matrix() {
     assert_eq!(compared, 8 * 4 * 2 * 2);
 }
 
-/// A long prompt costs no more memory than in mlx-lm: the peak of a
-/// 2048-token prompt prefilled in one chunk, on a model whose MLP is wide
-/// enough that its activations dominate the peak. (Ondo runs gate and up as
-/// one matmul in a decode step; a prefill that ran them that way too peaked
-/// at 1.11x mlx-lm's here, and at 1.29x on the 8B shape on a GPU.)
+/// `ondo bench --peer mlx-lm` on `dir` in a child process made to join the
+/// projections (as on a GPU): its JSON report.
+fn bench_joined(
+    python: &Path,
+    dir: &Path,
+    home: &Path,
+    prompts: &str,
+    tokens: &str,
+) -> serde_json::Value {
+    let output = Command::new(env!("CARGO_BIN_EXE_ondo"))
+        .args([
+            "bench",
+            dir.to_str().unwrap(),
+            "--peer",
+            "mlx-lm",
+            "--python",
+        ])
+        .arg(python)
+        .args(["--prompt-tokens", prompts, "--gen", tokens, "--reps", "1"])
+        .args([
+            "--warmup",
+            "0",
+            "--cold",
+            "0",
+            "--loop",
+            "pipelined,sync",
+            "--json",
+        ])
+        .env("ONDO_JOIN_PROJECTIONS", "1")
+        .env("ONDO_HOME", home)
+        .output()
+        .expect("ondo runs");
+    assert!(
+        output.status.success(),
+        "{}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("bench prints JSON")
+}
+
+/// The joined projections (one matmul for q, k and v, one for gate and up,
+/// one rope over the q and k heads) run on a GPU only, so the tests above,
+/// on the CPU, run the parts. Here a child `ondo bench --peer mlx-lm` is made
+/// to join them on the CPU: its tokens must be mlx-lm's, with q/k norms
+/// (qwen3) and without (llama), through a prefill and 32 decode steps.
+#[test]
+fn joined_projections_give_mlx_lm_tokens() {
+    let Some(python) = python() else { return };
+    let root = tempfile::tempdir().unwrap();
+    for (name, options) in [
+        ("llama-q4", variant(Arch::Llama, Some(4), WeightDtype::F32)),
+        ("qwen3-q4", variant(Arch::Qwen3, Some(4), WeightDtype::Bf16)),
+    ] {
+        let dir = root.path().join(name);
+        synth::write_model(&options, &dir, &mut |_| {}).unwrap();
+        let report = bench_joined(&python, &dir, &root.path().join("home"), "7,300", "32");
+        assert_eq!(report["token_verdict"], "identical", "{name}: {report}");
+    }
+}
+
+/// A long prompt costs no more memory than in mlx-lm with the projections
+/// joined: the peak of a 2048-token prompt prefilled in one chunk, on a
+/// model whose MLP is wide enough that its activations dominate the peak.
+/// (A prefill through the joined matmul, its outputs views of one array,
+/// peaked at 1.11x mlx-lm's here and at 1.29x on the 8B shape on a GPU; the
+/// prefill runs the parts since.)
 #[test]
 fn a_long_prompt_peaks_no_higher_than_in_mlx_lm() {
     let Some(python) = python() else { return };
     let root = tempfile::tempdir().unwrap();
-    let engine = EngineHandle::spawn().unwrap();
     let mut options = variant(Arch::Llama, None, WeightDtype::F32);
     options.preset.shape.intermediate_size = 2048;
     let dir = root.path().join("wide-mlp");
     synth::write_model(&options, &dir, &mut |_| {}).unwrap();
-    let prompt = prompt_of(2048);
-    let mut peer = Peer::start(&python, &dir);
-    let reference = peer.run(&prompt, 4, 2048, None);
-    let theirs = reference["peak_memory_bytes"]
-        .as_u64()
-        .expect("mlx-lm's peak");
-    for shape in [LoopShape::Pipelined, LoopShape::Sync] {
-        let request = GenerateRequest {
-            max_tokens: 4,
-            prefill_step_size: 2048,
-            loop_shape: shape,
-            ignore_eos: true,
-            ..GenerateRequest::new(
-                &dir,
-                Prompt::Tokens {
-                    ids: prompt.clone(),
-                },
-            )
-        };
-        let ours = engine
-            .generate_blocking(request, CancelToken::new(), |_| {})
-            .expect("Ondo generates");
-        assert_eq!(
-            ours.token_ids,
-            ids(&reference["generated_ids"]),
-            "loop {shape}"
-        );
-        let peak = ours.stats.mlx_peak_bytes;
+    let report = bench_joined(&python, &dir, &root.path().join("home"), "2048", "4");
+    assert_eq!(report["token_verdict"], "identical", "{report}");
+    let results = report["results"].as_array().expect("results");
+    let peak =
+        |side: &serde_json::Value| side["mlx_peak_bytes"]["median"].as_f64().expect("a peak");
+    let theirs = results
+        .iter()
+        .find(|r| r["side"] == "mlx-lm")
+        .map(peak)
+        .expect("mlx-lm's side");
+    let ours: Vec<_> = results.iter().filter(|r| r["side"] != "mlx-lm").collect();
+    assert_eq!(ours.len(), 2, "both loop shapes");
+    for side in ours {
         assert!(
-            peak as f64 <= theirs as f64 * 1.03,
-            "loop {shape}: Ondo peaked at {peak} bytes, mlx-lm at {theirs}"
+            peak(side) <= theirs * 1.03,
+            "{}: Ondo peaked at {} bytes, mlx-lm at {theirs}",
+            side["side"],
+            peak(side)
         );
     }
 }

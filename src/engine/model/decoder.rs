@@ -613,6 +613,7 @@ impl Decoder {
             norm_scale(w.take_float(&name, &[size])?, adds_one)
         };
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
+        let join = join_projections();
         for i in 0..config.num_hidden_layers {
             let p = format!("{root}.layers.{i}");
             let (qkv_bias, o_bias) = (config.qkv_bias, config.o_bias);
@@ -648,11 +649,16 @@ impl Decoder {
                         qkv_bias,
                     )
                 };
-                JointProjection::join([
+                let parts = [
                     proj("q_proj", q_width)?,
                     proj("k_proj", kv_width)?,
                     proj("v_proj", kv_width)?,
-                ])?
+                ];
+                if join {
+                    JointProjection::join(parts)?
+                } else {
+                    JointProjection::apart(parts)
+                }
             };
             let mlp =
                 match &config.experts {
@@ -903,6 +909,23 @@ fn residual_add(x: &Array, y: &Array) -> Result<Array, Exception> {
     ops::clip(&sum, (-bound, bound))?.as_dtype(mlx_rs::Dtype::Float16)
 }
 
+/// Whether projections stored apart but alike (q, k and v; gate and up) are
+/// joined for decode steps. On a GPU every matmul is a kernel the host
+/// queues, and the joined ones made a 3B decode step 1.00-1.23x as fast on
+/// the H200; on the CPU they made `small`'s fp32 decode about 0.9x as fast,
+/// so there the parts run. `ONDO_JOIN_PROJECTIONS=1` or `=0` decides
+/// instead, for measurements and for the parity test of the joined path.
+pub fn join_projections() -> bool {
+    match std::env::var("ONDO_JOIN_PROJECTIONS").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => matches!(
+            mlx_rs::Device::try_default().and_then(|d| d.get_type()),
+            Ok(mlx_rs::DeviceType::Gpu)
+        ),
+    }
+}
+
 impl Attention {
     /// Queries, keys and values of `x` as heads, `[B, heads, L, D]`, with
     /// the queries and keys rotated for positions from `offset`.
@@ -922,7 +945,7 @@ impl Attention {
                     .transpose_axes(&[0, 2, 1, 3])
             }
         };
-        // One position through a fused projection without q/k norms: the
+        // One position through the joined projection, without q/k norms: the
         // output `[B, 1, (H + 2 KV) D]` is already `[B, H + 2 KV, 1, D]`,
         // heads of q, then k, then v. One rope call rotates the q and k heads
         // together (the same positions, the same frequencies), and q, k and
@@ -1016,7 +1039,7 @@ impl Mlp {
                 [inter, inter],
             )?
         } else {
-            JointProjection::join([
+            let parts = [
                 Linear::load(
                     w,
                     &format!("{p}.mlp.gate_proj"),
@@ -1033,7 +1056,12 @@ impl Mlp {
                     quant,
                     mlp_bias,
                 )?,
-            ])?
+            ];
+            if join_projections() {
+                JointProjection::join(parts)?
+            } else {
+                JointProjection::apart(parts)
+            }
         };
         Ok(Mlp {
             gate_up,

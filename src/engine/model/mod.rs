@@ -468,8 +468,9 @@ impl Linear {
 }
 
 /// Projections of one input (q, k and v; gate and up), each its own layer,
-/// and, where they are stored alike, also one layer whose rows are theirs
-/// side by side: the parts are then views into it, so nothing is held twice.
+/// and, where they are stored alike and the decoder joins them (on a GPU:
+/// `decoder::join_projections`), also one layer whose rows are theirs side
+/// by side: the parts are then views into it, so nothing is held twice.
 ///
 /// A one-position step (decode) runs the joined layer: one matmul where the
 /// parts would be N, and on a GPU every matmul is a kernel the host queues
@@ -483,6 +484,14 @@ pub struct JointProjection<const N: usize> {
 }
 
 impl<const N: usize> JointProjection<N> {
+    /// Parts run apart at every length.
+    pub fn apart(parts: [Linear; N]) -> Self {
+        Self {
+            parts,
+            joined: None,
+        }
+    }
+
     /// From parts stored apart; joined when they are stored alike.
     pub fn join(parts: [Linear; N]) -> Result<Self, Exception> {
         let Some(joined) = Linear::concatenate(&parts)? else {
