@@ -665,7 +665,7 @@ impl Decoder {
                     Some(experts) if experts.is_sparse(i) => FeedForward::Experts(
                         SparseExperts::load(w, &format!("{p}.mlp"), hidden, experts, quant)?,
                     ),
-                    _ => FeedForward::Dense(Mlp::load(w, &p, config, quant)?),
+                    _ => FeedForward::Dense(Mlp::load(w, &p, config, quant, join)?),
                 };
             let window = config.window_of(i);
             let sinks = if config.attention_sinks {
@@ -1014,12 +1014,14 @@ impl Attention {
 }
 
 impl Mlp {
-    /// Loads `{p}.mlp`'s gate and up (apart or fused) and down projections.
+    /// Loads `{p}.mlp`'s gate and up (stored apart or as one; joined for
+    /// decode steps when `join`) and down projections.
     fn load(
         w: &mut WeightMap,
         p: &str,
         config: &DecoderConfig,
         quant: Option<&QuantConfig>,
+        join: bool,
     ) -> Result<Self, LoadError> {
         let (hidden, inter, mlp_bias) = (
             config.hidden_size,
@@ -1057,7 +1059,7 @@ impl Mlp {
                     mlp_bias,
                 )?,
             ];
-            if join_projections() {
+            if join {
                 JointProjection::join(parts)?
             } else {
                 JointProjection::apart(parts)
