@@ -267,7 +267,40 @@ pub struct Rope {
     /// When set, `base` is unused.
     freqs: Option<Array>,
     /// Multiplies the rotated dimensions before rotating (longrope, yarn).
-    input_scale: Option<f32>,
+    input_scale: Option<InputScale>,
+}
+
+/// Rope's input scale, and that factor as a scalar of each dtype it has
+/// been applied in: made once, where a scalar made per call is an array MLX
+/// creates and uploads, twice per layer per step.
+struct InputScale {
+    factor: f32,
+    scalars: std::sync::Mutex<Vec<(mlx_rs::Dtype, Array)>>,
+}
+
+impl InputScale {
+    fn new(factor: f32) -> Self {
+        Self {
+            factor,
+            scalars: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The factor as a scalar of `dtype` (so multiplying keeps x's dtype, as
+    /// mlx-lm's Python float does).
+    fn scalar(&self, dtype: mlx_rs::Dtype) -> Result<Array, Exception> {
+        let mut made = self
+            .scalars
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, scalar)) = made.iter().find(|(d, _)| *d == dtype) {
+            return Ok(scalar.clone());
+        }
+        let scalar = Array::from_f32(self.factor).as_dtype(dtype)?;
+        scalar.eval()?;
+        made.push((dtype, scalar.clone()));
+        Ok(scalar)
+    }
 }
 
 impl Rope {
@@ -318,12 +351,12 @@ impl Rope {
                 let longest = config.max_position_embeddings.unwrap_or(131_072) as f32;
                 let (freqs, scale) = longrope(dims, config.rope_theta, long, longest, original)?;
                 rope.freqs = Some(freqs);
-                rope.input_scale = Some(scale);
+                rope.input_scale = Some(InputScale::new(scale));
             }
             Some("yarn") => {
                 let (freqs, mscale) = yarn(dims, config.rope_theta, s)?;
                 rope.freqs = Some(freqs);
-                rope.input_scale = (mscale != 1.0).then_some(mscale);
+                rope.input_scale = (mscale != 1.0).then(|| InputScale::new(mscale));
             }
             Some(other) => {
                 return Err(invalid(format!(
@@ -340,10 +373,10 @@ impl Rope {
     /// layer).
     fn apply(&self, x: &Array, offset: &Array) -> Result<Array, Exception> {
         let scaled;
-        let x = match self.input_scale {
+        let x = match &self.input_scale {
             None => x,
             Some(scale) => {
-                scaled = scale_leading_dims(x, self.dims, scale)?;
+                scaled = scale_leading_dims(x, self.dims, &scale.scalar(x.dtype())?)?;
                 &scaled
             }
         };
@@ -364,19 +397,18 @@ impl Rope {
     }
 }
 
-/// `x` with its first `dims` features (last axis) multiplied by `scale` in
-/// x's dtype, the rest unchanged: what mlx-lm's `x.at[..., :dims].multiply`
-/// computes.
-fn scale_leading_dims(x: &Array, dims: i32, scale: f32) -> Result<Array, Exception> {
-    let factor = Array::from_f32(scale).as_dtype(x.dtype())?;
+/// `x` with its first `dims` features (last axis) multiplied by `factor`, a
+/// scalar of x's dtype, the rest unchanged: what mlx-lm's
+/// `x.at[..., :dims].multiply` computes.
+fn scale_leading_dims(x: &Array, dims: i32, factor: &Array) -> Result<Array, Exception> {
     let width = x.shape().last().copied().unwrap_or(0);
     if dims >= width {
-        return ops::multiply(x, &factor);
+        return ops::multiply(x, factor);
     }
     let rank = x.ndim();
     let head = x.index((Ellipsis, ..dims));
     let tail = x.index((Ellipsis, dims..));
-    ops::concatenate(&[ops::multiply(&head, &factor)?, tail], rank as i32 - 1)
+    ops::concatenate(&[ops::multiply(&head, factor)?, tail], rank as i32 - 1)
 }
 
 /// Frequencies `base^(2i/dims)` in f32, as mlx-lm computes them.
@@ -1108,5 +1140,41 @@ impl FeedForward {
             FeedForward::Dense(mlp) => mlp.arrays(),
             FeedForward::Experts(experts) => experts.arrays(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rope_input_scale_is_made_once_per_dtype_in_that_dtype() {
+        let scale = InputScale::new(1.25);
+        let bf16 = scale.scalar(mlx_rs::Dtype::Bfloat16).unwrap();
+        assert_eq!(bf16.dtype(), mlx_rs::Dtype::Bfloat16);
+        assert_eq!(
+            bf16.as_dtype(mlx_rs::Dtype::Float32)
+                .unwrap()
+                .try_item_exact::<f32>()
+                .unwrap(),
+            1.25
+        );
+        scale.scalar(mlx_rs::Dtype::Bfloat16).unwrap();
+        assert_eq!(
+            scale.scalars.lock().unwrap().len(),
+            1,
+            "made once per dtype"
+        );
+        let f32 = scale.scalar(mlx_rs::Dtype::Float32).unwrap();
+        assert_eq!(f32.dtype(), mlx_rs::Dtype::Float32);
+        assert_eq!(scale.scalars.lock().unwrap().len(), 2);
+        // Multiplying keeps x's dtype, as mlx-lm's Python float does.
+        let x = Array::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[1, 4])
+            .as_dtype(mlx_rs::Dtype::Bfloat16)
+            .unwrap();
+        let scaled = scale_leading_dims(&x, 2, &bf16).unwrap();
+        assert_eq!(scaled.dtype(), mlx_rs::Dtype::Bfloat16);
+        let values = scaled.as_dtype(mlx_rs::Dtype::Float32).unwrap();
+        assert_eq!(values.as_slice::<f32>(), &[1.25, 2.5, 3.0, 4.0]);
     }
 }
