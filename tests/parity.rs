@@ -71,17 +71,6 @@ impl Peer {
         step: usize,
         max_kv: Option<usize>,
     ) -> Vec<u32> {
-        ids(&self.run(prompt, tokens, step, max_kv)["generated_ids"])
-    }
-
-    /// The peer's whole answer: ids, timings, peak memory.
-    fn run(
-        &mut self,
-        prompt: &[u32],
-        tokens: usize,
-        step: usize,
-        max_kv: Option<usize>,
-    ) -> serde_json::Value {
         let request = serde_json::json!({
             "prompt_ids": prompt,
             "max_tokens": tokens,
@@ -93,7 +82,7 @@ impl Peer {
         self.stdout.read_line(&mut line).unwrap();
         let value: serde_json::Value = serde_json::from_str(&line).expect("peer answers JSON");
         assert_eq!(value["event"], "result", "mlx-lm peer: {line}");
-        value
+        ids(&value["generated_ids"])
     }
 }
 

@@ -272,7 +272,7 @@ pub struct Rope {
 
 /// Rope's input scale, and that factor as a scalar of each dtype it has
 /// been applied in: made once, where a scalar made per call is an array MLX
-/// creates and uploads, twice per layer per step.
+/// creates and casts (an AsType primitive) on every rope call of a step.
 struct InputScale {
     factor: f32,
     scalars: std::sync::Mutex<Vec<(mlx_rs::Dtype, Array)>>,
