@@ -193,7 +193,8 @@ fn greedy_tokens_equal_mlx_lm_across_the_matrix() {
 }
 
 /// `ondo bench --peer mlx-lm` on `dir` in a child process made to join the
-/// projections (as on a GPU): its JSON report.
+/// projections (as on a GPU) and asking for Ondo's CUDA matrix-vector
+/// kernel (which the CPU must ignore): its JSON report.
 fn bench_joined(
     python: &Path,
     dir: &Path,
@@ -221,6 +222,9 @@ fn bench_joined(
             "--json",
         ])
         .env("ONDO_JOIN_PROJECTIONS", "1")
+        // Ondo's CUDA matrix-vector kernel asked for too: without CUDA it
+        // must change nothing (the tokens below are checked against mlx-lm).
+        .env("ONDO_CUDA_MATVEC", "1")
         .env("ONDO_HOME", home)
         .output()
         .expect("ondo runs");

@@ -3,6 +3,7 @@
 //! rename table; loading is strict (see `weights::WeightMap`).
 
 pub mod activation;
+pub mod cuda_matvec;
 pub mod decoder;
 pub mod experts;
 pub mod gemma3;
@@ -308,16 +309,17 @@ impl Linear {
     pub fn forward(&self, x: &Array) -> Result<Array, Exception> {
         let (y, bias) = match self {
             Linear::Dense { weight, bias } => (ops::matmul(x, weight.transpose()?)?, bias),
-            Linear::Quantized { matrix, bias } => (
-                quantized::quantized_matmul(
-                    x,
-                    &matrix.weight,
-                    &matrix.scales,
-                    matrix.biases.as_ref(),
-                    matrix.params,
-                )?,
-                bias,
-            ),
+            Linear::Quantized { matrix, bias } => {
+                let (weight, scales, biases) =
+                    (&matrix.weight, &matrix.scales, matrix.biases.as_ref());
+                let y = match biases {
+                    Some(b) if cuda_matvec::applies(x, weight, scales, biases, matrix.params) => {
+                        cuda_matvec::matvec(x, weight, scales, b, matrix.params)?
+                    }
+                    _ => quantized::quantized_matmul(x, weight, scales, biases, matrix.params)?,
+                };
+                (y, bias)
+            }
         };
         match bias {
             Some(b) => ops::add(&y, b),

@@ -51,9 +51,11 @@ fn no_array() -> mlx_sys::mlx_array {
     unsafe { mlx_sys::mlx_array_new() }
 }
 
-/// Runs one mlx-c operation that writes an array, naming `what` on failure.
+/// Runs one mlx-c operation that writes an array, naming `what` on failure
+/// (a closure: the description is only formatted then, not on every
+/// decode step's matmul).
 fn array_op(
-    what: &str,
+    what: impl FnOnce() -> String,
     op: impl FnOnce(*mut mlx_sys::mlx_array, mlx_sys::mlx_stream) -> std::os::raw::c_int,
 ) -> Result<Array, Exception> {
     let stream = Stream::thread_local_or_default();
@@ -64,7 +66,7 @@ fn array_op(
         let status = op(&mut result, stream.as_ptr());
         if status != 0 {
             mlx_sys::mlx_array_free(result);
-            return Err(Exception::custom(format!("MLX could not build {what}")));
+            return Err(Exception::custom(format!("MLX could not build {}", what())));
         }
         Ok(Array::from_ptr(result))
     }
@@ -79,12 +81,14 @@ pub fn quantized_matmul(
     params: QuantParams,
 ) -> Result<Array, Exception> {
     array_op(
-        &format!(
-            "a {:?} quantized matmul of {:?} by {:?}",
-            params.mode,
-            x.shape(),
-            weight.shape()
-        ),
+        || {
+            format!(
+                "a {:?} quantized matmul of {:?} by {:?}",
+                params.mode,
+                x.shape(),
+                weight.shape()
+            )
+        },
         |result, stream| unsafe {
             mlx_sys::mlx_quantized_matmul(
                 result,
@@ -114,12 +118,14 @@ pub fn gather_qmm(
     sorted: bool,
 ) -> Result<Array, Exception> {
     array_op(
-        &format!(
-            "a {:?} gathered quantized matmul of {:?} by {:?}",
-            params.mode,
-            x.shape(),
-            weight.shape()
-        ),
+        || {
+            format!(
+                "a {:?} gathered quantized matmul of {:?} by {:?}",
+                params.mode,
+                x.shape(),
+                weight.shape()
+            )
+        },
         |result, stream| unsafe {
             mlx_sys::mlx_gather_qmm(
                 result,
@@ -149,7 +155,7 @@ pub fn dequantize(
     params: QuantParams,
 ) -> Result<Array, Exception> {
     array_op(
-        &format!("a {:?} dequantize of {:?}", params.mode, weight.shape()),
+        || format!("a {:?} dequantize of {:?}", params.mode, weight.shape()),
         |result, stream| unsafe {
             mlx_sys::mlx_dequantize(
                 result,

@@ -1,0 +1,131 @@
+// Ondo's matrix-vector product for 4-bit affine quantized weights, for one
+// position on MLX's CUDA backend (a decode step). MLX's own kernel for this
+// shape reads the weights at about a quarter of the H200's bandwidth; this
+// one is written for the bandwidth: each lane reads 16 bytes of a row per
+// load, a warp reads 512 contiguous bytes, and every warp keeps ROWS rows and
+// CHUNKS chunks of each in flight before it does any arithmetic.
+//
+// Layout (MLX's affine mode): row r of the packed weight holds K/8 words,
+// value k in bits 4*(k%8) of word k/8; scales and biases are [N, K/GROUP] in
+// the activations' type; y[r] = sum over groups g of
+//   scale[r,g] * sum(x*q) + bias[r,g] * sum(x)   (accumulated in fp32).
+//
+// Unpacking without conversions: a nibble masked in place (bits 4i..4i+3,
+// value q*16^i) and OR'd into the mantissa of 2^23, whose last place is 1,
+// gives 2^23 + q*16^i; subtracting 2^23 leaves q*16^i exactly, and an x
+// pre-scaled by 16^-i makes the product x*q exactly: one LOP3, one FADD and
+// one FFMA per value. Nibbles 5-7 would reach the exponent and are shifted
+// down by 12 bits first.
+
+__device__ __forceinline__ float ondo_nibble(uint32_t word, uint32_t mask) {
+  return __uint_as_float((word & mask) | 0x4B000000u) - 8388608.0f;
+}
+
+// Dot product of one word's 8 values with 8 pre-scaled activations.
+__device__ __forceinline__ float ondo_dot8(uint32_t word, const float* xs) {
+  const uint32_t high = word >> 12;
+  float d = xs[0] * ondo_nibble(word, 0x0000Fu);
+  d = fmaf(xs[1], ondo_nibble(word, 0x000F0u), d);
+  d = fmaf(xs[2], ondo_nibble(word, 0x00F00u), d);
+  d = fmaf(xs[3], ondo_nibble(word, 0x0F000u), d);
+  d = fmaf(xs[4], ondo_nibble(word, 0xF0000u), d);
+  d = fmaf(xs[5], ondo_nibble(high, 0x00F00u), d);
+  d = fmaf(xs[6], ondo_nibble(high, 0x0F000u), d);
+  d = fmaf(xs[7], ondo_nibble(high, 0xF0000u), d);
+  return d;
+}
+// The power of two each of a word's 8 activations is pre-scaled by.
+__device__ __forceinline__ constexpr float ondo_nibble_scale(int i) {
+  return i == 0 ? 1.0f
+      : i == 1 ? 0.0625f
+      : (i == 2 || i == 5) ? 0.00390625f
+      : (i == 3 || i == 6) ? 0.000244140625f
+      : 0.0000152587890625f;
+}
+
+// One warp computes ROWS consecutive outputs; lane l reads the 16-byte
+// chunks l, l+32, ... of each (32 values per chunk, all in one group since
+// GROUP is a multiple of 32), CHUNKS of them per round.
+template <typename T, int GROUP, int ROWS, int CHUNKS>
+__device__ __forceinline__ void ondo_qmv4(
+    const T* x,
+    const uint32_t* w,
+    const T* scales,
+    const T* biases,
+    T* y,
+    int n,
+    int k) {
+  const int lane = threadIdx.x & 31;
+  const int row0 = static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) >> 5) * ROWS;
+  if (row0 >= n) {
+    return;
+  }
+  const int chunks = k >> 5;
+  const int groups = k / GROUP;
+  const uint4* packed = reinterpret_cast<const uint4*>(w);
+  constexpr int XLOADS = 32 * sizeof(T) / 16;
+
+  float acc[ROWS];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    acc[r] = 0.0f;
+  }
+  for (int base = lane; base < chunks; base += 32 * CHUNKS) {
+    uint4 q[CHUNKS][ROWS];
+    float scale[CHUNKS][ROWS];
+    float bias[CHUNKS][ROWS];
+    uint4 raw[CHUNKS][XLOADS];
+#pragma unroll
+    for (int u = 0; u < CHUNKS; ++u) {
+      // A chunk past the row's end (the last round of a row whose chunk
+      // count is not a multiple of 32 * CHUNKS) rereads the row's first
+      // chunk and is multiplied by zero below.
+      const int c = base + 32 * u < chunks ? base + 32 * u : lane;
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        const size_t row = static_cast<size_t>(min(row0 + r, n - 1));
+        const size_t group = row * groups + (c * 32) / GROUP;
+        q[u][r] = packed[row * chunks + c];
+        scale[u][r] = static_cast<float>(scales[group]);
+        bias[u][r] = static_cast<float>(biases[group]);
+      }
+      const uint4* xchunk = reinterpret_cast<const uint4*>(x + c * 32);
+#pragma unroll
+      for (int i = 0; i < XLOADS; ++i) {
+        raw[u][i] = xchunk[i];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < CHUNKS; ++u) {
+      const float live = base + 32 * u < chunks ? 1.0f : 0.0f;
+      const T* xt = reinterpret_cast<const T*>(raw[u]);
+      float xs[32];
+      float xsum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const float v = static_cast<float>(xt[i]) * live;
+        xsum += v;
+        xs[i] = v * ondo_nibble_scale(i & 7);
+      }
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        float d = ondo_dot8(q[u][r].x, xs);
+        d += ondo_dot8(q[u][r].y, xs + 8);
+        d += ondo_dot8(q[u][r].z, xs + 16);
+        d += ondo_dot8(q[u][r].w, xs + 24);
+        acc[r] = fmaf(scale[u][r], d, fmaf(bias[u][r], xsum, acc[r]));
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    float v = acc[r];
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      v += __shfl_xor_sync(0xffffffffu, v, offset);
+    }
+    if (lane == 0 && row0 + r < n) {
+      y[row0 + r] = static_cast<T>(v);
+    }
+  }
+}
