@@ -24,7 +24,7 @@
 //! prefill included, and every Mac (Metal has its own kernels) runs MLX's
 //! `quantized_matmul`.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::sync::OnceLock;
 
 use mlx_rs::error::Exception;
@@ -92,24 +92,18 @@ fn kernel() -> Option<&'static Kernel> {
     static KERNEL: OnceLock<Option<Kernel>> = OnceLock::new();
     KERNEL
         .get_or_init(|| {
-            let inputs = ["x", "w", "scales", "biases"].map(|n| CString::new(n).ok());
-            let name = CString::new("ondo_qmv4").ok()?;
+            let mut inputs = [c"x", c"w", c"scales", c"biases"].map(CStr::as_ptr);
+            let mut output = c"y".as_ptr();
             let source = CString::new(BODY).ok()?;
             let header = CString::new(SOURCE).ok()?;
-            let output = CString::new("y").ok()?;
-            let input_ptrs: Vec<*const std::os::raw::c_char> = inputs
-                .iter()
-                .map(|n| n.as_ref().map(|n| n.as_ptr()))
-                .collect::<Option<_>>()?;
             // SAFETY: the strings outlive the calls; mlx-c copies them into
             // its own vectors and kernel object; the vectors are freed here.
             unsafe {
                 let input_names =
-                    mlx_sys::mlx_vector_string_new_data(input_ptrs.as_ptr() as *mut _, 4);
-                let mut output_ptr = output.as_ptr();
-                let output_names = mlx_sys::mlx_vector_string_new_data(&mut output_ptr, 1);
+                    mlx_sys::mlx_vector_string_new_data(inputs.as_mut_ptr(), inputs.len());
+                let output_names = mlx_sys::mlx_vector_string_new_data(&mut output, 1);
                 let handle = mlx_sys::mlx_fast_cuda_kernel_new(
-                    name.as_ptr(),
+                    c"ondo_qmv4".as_ptr(),
                     input_names,
                     output_names,
                     source.as_ptr(),
@@ -125,7 +119,8 @@ fn kernel() -> Option<&'static Kernel> {
         .as_ref()
 }
 
-/// Whether `x @ W.T` for this matrix and input is one the kernel computes.
+/// Whether `x @ W.T` for this matrix and input is one the kernel computes
+/// (the cached switch first: every matmul of a CPU run asks).
 pub fn applies(
     x: &Array,
     weight: &Array,
@@ -133,11 +128,13 @@ pub fn applies(
     biases: Option<&Array>,
     params: QuantParams,
 ) -> bool {
+    if !enabled() {
+        return false;
+    }
     let k = x.shape().last().copied().unwrap_or(0);
     params.mode == QuantMode::Affine
         && params.bits == 4
         && matches!(params.group_size, 32 | 64 | 128)
-        && biases.is_some()
         && k > 0
         && x.size() == k as usize
         && weight.ndim() == 2
@@ -147,7 +144,6 @@ pub fn applies(
         && scales.dtype() == x.dtype()
         && biases.is_some_and(|b| b.dtype() == x.dtype())
         && i64::from(weight.shape()[0]) * i64::from(k) >= min_weights()
-        && enabled()
 }
 
 /// `MIN_WEIGHTS`, or `ONDO_CUDA_MATVEC_MIN` for measurements.
