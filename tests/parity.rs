@@ -254,6 +254,11 @@ fn joined_projections_give_mlx_lm_tokens() {
         synth::write_model(&options, &dir, &mut |_| {}).unwrap();
         let report = bench_joined(&python, &dir, &root.path().join("home"), "7,300", "32");
         assert_eq!(report["token_verdict"], "identical", "{name}: {report}");
+        // Asked for, Ondo's CUDA kernel is not taken without CUDA.
+        assert_eq!(
+            report["token_check"]["own_cuda_kernel"], false,
+            "{name}: {report}"
+        );
     }
 }
 

@@ -376,7 +376,10 @@ pub fn compare_with_mlx_lm(
     let total = shape.prompt_tokens.len() * rounds * sides + shape.cold_repetitions * 2;
     let mut done = 0;
     let mut results = Vec::new();
-    let mut token_check = TokenCheck::default();
+    let mut token_check = TokenCheck {
+        own_cuda_kernel: crate::engine::model::cuda_matvec::enabled(),
+        ..TokenCheck::default()
+    };
     let mut described: Option<RunRecord> = None;
     for &length in &shape.prompt_tokens {
         let test = format!("pp{length}+tg{}", shape.generate_tokens);

@@ -6,7 +6,9 @@
 //! logits are nearly tied. So when Ondo's tokens differ, the benchmark asks
 //! mlx-lm for the same prompt again: if mlx-lm repeats itself, the
 //! difference is Ondo's (a bug); if it does not, there is no verdict, only
-//! where each side first departed.
+//! where each side first departed. Nor is there one when Ondo decoded with
+//! its own CUDA matrix-vector kernel (`ONDO_CUDA_MATVEC=1`), which sums in
+//! another order than MLX's by design.
 
 use serde::{Deserialize, Serialize};
 
@@ -72,6 +74,12 @@ pub struct TokenCheck {
     pub rounds: usize,
     /// The repetitions whose tokens differed.
     pub departures: Vec<Departure>,
+    /// Ondo decoded with its own CUDA matrix-vector kernel
+    /// (`engine::model::cuda_matvec`), whose sums round differently from
+    /// MLX's: its tokens may part from mlx-lm's at any near-tie, so a
+    /// difference is no verdict.
+    #[serde(default)]
+    pub own_cuda_kernel: bool,
 }
 
 /// What the check concludes.
@@ -86,6 +94,9 @@ pub enum TokenVerdict {
     /// Every difference came where mlx-lm disagreed with itself too: no
     /// verdict (a GPU's non-deterministic reductions at a near-tie).
     ReferenceUnstable,
+    /// Tokens differed while Ondo ran its own CUDA matrix-vector kernel,
+    /// which rounds differently from mlx-lm's by design: no verdict.
+    OwnKernel,
 }
 
 impl TokenCheck {
@@ -131,6 +142,8 @@ impl TokenCheck {
     pub fn verdict(&self) -> TokenVerdict {
         if self.departures.is_empty() {
             TokenVerdict::Identical
+        } else if self.own_cuda_kernel {
+            TokenVerdict::OwnKernel
         } else if self.first_bug().is_some() {
             TokenVerdict::Different
         } else {
@@ -146,7 +159,7 @@ impl TokenCheck {
                 self.rounds
             );
         }
-        if let Some(d) = self.first_bug() {
+        if let Some(d) = self.first_bug().filter(|_| !self.own_cuda_kernel) {
             return format!(
                 "tokens: DIFFERENT from mlx-lm's at prompt {} (repetition {}) from token {}, \
                  where mlx-lm repeats itself: a correctness bug",
@@ -168,9 +181,15 @@ impl TokenCheck {
                 ),
             })
             .collect();
+        let why = if self.own_cuda_kernel {
+            "Ondo ran its own CUDA matrix-vector kernel (ONDO_CUDA_MATVEC=1), which rounds \
+             differently from MLX's, so greedy tokens part at near-ties; without it the check \
+             is strict"
+        } else {
+            "mlx-lm disagrees with itself there (near-tied logits on this device)"
+        };
         format!(
-            "tokens: no verdict in {} of {} runs, mlx-lm disagrees with itself there \
-             (near-tied logits on this device); {}",
+            "tokens: no verdict in {} of {} runs, {why}; {}",
             self.departures.len(),
             self.rounds,
             parts.join("; ")
@@ -200,6 +219,32 @@ mod tests {
         assert_eq!(all.verdict(), TokenVerdict::Different);
         assert!(all.describe().contains("a correctness bug"));
         assert!(all.describe().contains("prompt 2048"));
+    }
+
+    #[test]
+    fn with_ondos_own_cuda_kernel_a_difference_is_no_verdict_but_is_shown() {
+        let mut all = TokenCheck {
+            own_cuda_kernel: true,
+            ..TokenCheck::default()
+        };
+        all.add(128, 0, RoundCheck::Same);
+        all.add(128, 1, RoundCheck::Different { ondo_departs_at: 4 });
+        assert_eq!(all.verdict(), TokenVerdict::OwnKernel);
+        let line = all.describe();
+        assert!(line.contains("no verdict in 1 of 2"), "{line}");
+        assert!(line.contains("ONDO_CUDA_MATVEC=1"), "{line}");
+        assert!(line.contains("departs at token 4"), "{line}");
+        assert!(!line.contains("bug"), "{line}");
+        // Identical tokens are still identical with the kernel.
+        let same = TokenCheck {
+            own_cuda_kernel: true,
+            rounds: 1,
+            departures: Vec::new(),
+        };
+        assert_eq!(same.verdict(), TokenVerdict::Identical);
+        // A report written before the field existed reads as without it.
+        let old: TokenCheck = serde_json::from_str(r#"{"rounds": 1, "departures": []}"#).unwrap();
+        assert!(!old.own_cuda_kernel);
     }
 
     #[test]
