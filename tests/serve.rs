@@ -748,6 +748,44 @@ fn ondo_run_prints_the_reasoning_apart_or_hides_it() {
     assert!(help.contains("dimmed"), "{help}");
 }
 
+/// `ondo run --think on|off` becomes the template's `enable_thinking`: on,
+/// the prompt opens `<think>` (one more prompt token at least) and all the
+/// model says is reasoning; off, it answers. A model whose template has no
+/// switch runs as before, with a note; a value other than on/off is refused
+/// with what to say.
+#[test]
+fn ondo_run_think_switch_reaches_the_template() {
+    let home = Home::new();
+    let sampled = ["--temp", "1", "--seed", "7"];
+    let on = home.ondo_run(THINKER, USER, &[&sampled[..], &["--think", "on"]].concat());
+    let off = home.ondo_run(THINKER, USER, &[&sampled[..], &["--think", "off"]].concat());
+    let prompt_tokens = |v: &Value| v["prompt_tokens"].as_u64().unwrap();
+    assert!(prompt_tokens(&on) > prompt_tokens(&off), "{on}\n{off}");
+    assert!(!on["reasoning"].as_str().unwrap().trim().is_empty(), "{on}");
+    assert_eq!(on["text"], "", "{on}");
+    assert_eq!(off["reasoning"], "", "{off}");
+    assert!(!off["text"].as_str().unwrap().trim().is_empty(), "{off}");
+
+    let plain = home
+        .ondo()
+        .args(["run", VARIED, USER, "--no-history", "--max-tokens", "2"])
+        .args(["--think", "off"])
+        .output()
+        .unwrap();
+    assert!(plain.status.success(), "{plain:?}");
+    let stderr = String::from_utf8(plain.stderr).unwrap();
+    assert!(stderr.contains("no thinking switch"), "{stderr}");
+
+    let wrong = home
+        .ondo()
+        .args(["run", THINKER, USER, "--think", "maybe"])
+        .output()
+        .unwrap();
+    assert!(!wrong.status.success());
+    let stderr = String::from_utf8(wrong.stderr).unwrap();
+    assert!(stderr.contains("say `on` or `off`"), "{stderr}");
+}
+
 #[test]
 fn twelve_streams_at_once_each_get_their_own_answer() {
     let home = Home::new();

@@ -13,7 +13,7 @@ use crate::engine::chat_template::ChatMessage;
 use crate::engine::{CancelToken, GenerateRequest, Prompt, RunEvent, RunStats};
 use crate::paths::DataDirs;
 use crate::resolve::{NamedBy, ResolvedModel, resolve_model};
-use crate::session::chat::GenerationSettings;
+use crate::session::chat::{ChatFeatures, GenerationSettings};
 use crate::session::{PoolSettings, SessionPool};
 use crate::store::{RunKind, Store};
 use crate::units::human_bytes;
@@ -51,6 +51,21 @@ pub struct GenerationArgs {
     /// generated, timed and counted in the footer.
     #[arg(long)]
     hide_thinking: bool,
+    /// Ask a model whose chat template has a thinking switch (Qwen3 and its
+    /// kin read `enable_thinking`) to reason before answering (`on`) or to
+    /// answer at once (`off`). Unset, the template's own default. Models
+    /// without the switch ignore it (a note says so).
+    #[arg(long, value_name = "on|off", value_parser = on_or_off)]
+    think: Option<bool>,
+}
+
+/// `--think`'s value.
+fn on_or_off(value: &str) -> Result<bool, String> {
+    match value {
+        "on" | "true" | "yes" => Ok(true),
+        "off" | "false" | "no" => Ok(false),
+        other => Err(format!("`{other}`: say `on` or `off`")),
+    }
 }
 
 impl GenerationArgs {
@@ -66,6 +81,10 @@ impl GenerationArgs {
     }
 
     fn request(&self, model_dir: &Path, prompt: Prompt) -> GenerateRequest {
+        let prompt = match self.think {
+            Some(think) => prompt.with_thinking(think),
+            None => prompt,
+        };
         GenerateRequest {
             stop_strings: self.stop_strings.clone(),
             ignore_eos: self.ignore_eos,
@@ -83,6 +102,12 @@ impl GenerationArgs {
         let model = resolve_model(&pool, &self.model, NamedBy::Local)
             .map_err(|e| CliError::from(e).about(&self.model))?;
         check_fit(&model.dir, self)?;
+        if self.think.is_some() && !ChatFeatures::of_model_dir(&model.dir).thinking_switch {
+            eprintln!(
+                "note: this model's chat template has no thinking switch (it does not read \
+                 enable_thinking), so --think changes nothing"
+            );
+        }
         Ok((pool, model))
     }
 }
@@ -98,10 +123,13 @@ The answer streams to stdout; the timings follow on stderr:
 A model that thinks before answering (Qwen3, DeepSeek-R1, gpt-oss) has its
 reasoning printed on stderr before the answer, dimmed on a terminal;
 --hide-thinking leaves it out. Either way stdout holds only the answer.
+--think off asks a model with a thinking switch (Qwen3) not to reason at all:
+a shorter answer, no reasoning tokens to wait for.
 
 Examples:
   ondo run tiny \"Why is the sky blue?\"
   ondo run ./my-model \"Summarise:\" --max-tokens 64 --loop sync
+  ondo run mlx-community/Qwen3-0.6B-4bit \"hi\" --think off
   ondo run mlx-community/Qwen3-0.6B-4bit \"hi\" --json")]
 pub struct RunArgs {
     #[command(flatten)]
@@ -127,7 +155,8 @@ pub struct RunArgs {
 Type a message and press Enter. The model stays loaded and the conversation's
 KV cache stays warm, so each later turn only prefills the new tokens (see
 `cached` in the footer). A thinking model's reasoning is printed dimmed
-before its answer; --hide-thinking leaves it out.
+before its answer; --hide-thinking leaves it out, and --think off asks a model
+with a thinking switch (Qwen3) not to reason at all.
   /reset   start a new conversation     /exit   quit (or Ctrl-D)")]
 pub struct ChatArgs {
     #[command(flatten)]
