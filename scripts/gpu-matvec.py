@@ -98,9 +98,9 @@ def copies_for(nbytes):
 
 
 def bandwidth(weights, make_call):
-    nbytes = sum(a.nbytes for w in weights for a in (w if isinstance(w, (list, tuple)) else [w]))
-    t = median_seconds(lambda: [make_call(w) for w in weights])
-    return t / len(weights), nbytes / t / 1e9
+    """GB/s of the weights (each a tuple of arrays) read by one call each."""
+    nbytes = sum(a.nbytes for w in weights for a in w)
+    return nbytes / median_seconds(lambda: [make_call(w) for w in weights]) / 1e9
 
 
 def main():
@@ -121,17 +121,17 @@ def main():
                 for _ in range(copies)
             ]
             mx.eval(weights)
-            _, gbs = bandwidth(weights, lambda w: mx.quantized_matmul(x, *w, transpose=True, group_size=64, bits=bits))
+            gbs = bandwidth(weights, lambda w: mx.quantized_matmul(x, *w, transpose=True, group_size=64, bits=bits))
             line.append(f"MLX {bits}-bit {gbs:5.0f}")
             if bits == 4:
-                _, gbs = bandwidth(weights, lambda w: ondo_qmv4(x, *w, 64))
+                gbs = bandwidth(weights, lambda w: ondo_qmv4(x, *w, 64))
                 line.append(f"Ondo 4-bit {gbs:5.0f}")
             del weights
             mx.clear_cache()
         if rows * cols * 2 <= (1 << 30):
-            weights = [mx.random.normal((rows, cols)).astype(mx.bfloat16) for _ in range(copies_for(rows * cols * 2))]
+            weights = [(mx.random.normal((rows, cols)).astype(mx.bfloat16),) for _ in range(copies_for(rows * cols * 2))]
             mx.eval(weights)
-            _, gbs = bandwidth(weights, lambda w: x @ w.T)
+            gbs = bandwidth(weights, lambda w: x @ w[0].T)
             line.append(f"dense bf16 {gbs:5.0f}")
             del weights
             mx.clear_cache()

@@ -3,7 +3,7 @@
 //! Off unless `ONDO_CUDA_MATVEC=1`.
 //!
 //! Why it exists: on the H200, MLX's CUDA kernel for a 4-bit matrix times
-//! one vector reads the weights at 0.4-0.85 TB/s of the card's 3.4 TB/s,
+//! one vector reads the weights at 0.4-0.86 TB/s of the card's 3.4 TB/s,
 //! which held an 8B decode step at a quarter of the bandwidth roofline (MLX's
 //! 8-bit and dense kernels reach two to three times that). Ondo's kernel
 //! keeps more bytes in flight per warp and unpacks without conversions; with
@@ -80,12 +80,7 @@ fn cuda_is_default() -> bool {
     let mut cuda = false;
     // SAFETY: the probe writes one bool through a valid pointer.
     let status = unsafe { mlx_sys::mlx_cuda_is_available(&mut cuda) };
-    status == 0
-        && cuda
-        && matches!(
-            mlx_rs::Device::try_default().and_then(|d| d.get_type()),
-            Ok(mlx_rs::DeviceType::Gpu)
-        )
+    status == 0 && cuda && super::default_device_is_gpu()
 }
 
 fn kernel() -> Option<&'static Kernel> {
@@ -119,13 +114,14 @@ fn kernel() -> Option<&'static Kernel> {
         .as_ref()
 }
 
-/// Whether `x @ W.T` for this matrix and input is one the kernel computes
+/// Whether `x @ W.T` for this matrix (with its affine biases) and input is
+/// one the kernel computes
 /// (the cached switch first: every matmul of a CPU run asks).
 pub fn applies(
     x: &Array,
     weight: &Array,
     scales: &Array,
-    biases: Option<&Array>,
+    biases: &Array,
     params: QuantParams,
 ) -> bool {
     if !enabled() {
@@ -142,7 +138,7 @@ pub fn applies(
         && weight.dtype() == Dtype::Uint32
         && matches!(x.dtype(), Dtype::Bfloat16 | Dtype::Float16 | Dtype::Float32)
         && scales.dtype() == x.dtype()
-        && biases.is_some_and(|b| b.dtype() == x.dtype())
+        && biases.dtype() == x.dtype()
         && i64::from(weight.shape()[0]) * i64::from(k) >= min_weights()
 }
 

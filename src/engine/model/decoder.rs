@@ -951,10 +951,7 @@ pub fn join_projections() -> bool {
     match std::env::var("ONDO_JOIN_PROJECTIONS").as_deref() {
         Ok("1") => true,
         Ok("0") => false,
-        _ => matches!(
-            mlx_rs::Device::try_default().and_then(|d| d.get_type()),
-            Ok(mlx_rs::DeviceType::Gpu)
-        ),
+        _ => super::default_device_is_gpu(),
     }
 }
 

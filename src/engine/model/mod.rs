@@ -257,6 +257,15 @@ pub fn stored_params(
     }
 }
 
+/// Whether MLX's default device is a GPU (Metal or CUDA), where the engine
+/// picks the shapes of work that suit a GPU.
+pub fn default_device_is_gpu() -> bool {
+    matches!(
+        mlx_rs::Device::try_default().and_then(|d| d.get_type()),
+        Ok(mlx_rs::DeviceType::Gpu)
+    )
+}
+
 /// A dense or quantized matrix `[out, in]` with an optional bias.
 pub enum Linear {
     Dense {
@@ -313,7 +322,7 @@ impl Linear {
                 let (weight, scales, biases) =
                     (&matrix.weight, &matrix.scales, matrix.biases.as_ref());
                 let y = match biases {
-                    Some(b) if cuda_matvec::applies(x, weight, scales, biases, matrix.params) => {
+                    Some(b) if cuda_matvec::applies(x, weight, scales, b, matrix.params) => {
                         cuda_matvec::matvec(x, weight, scales, b, matrix.params)?
                     }
                     _ => quantized::quantized_matmul(x, weight, scales, biases, matrix.params)?,
