@@ -1,20 +1,27 @@
 """Bandwidth of the matrix-vector kernels a one-position decode step runs, at
 the shapes of Llama 3.1 8B and 3.2 3B layers: MLX's own (4-bit, 8-bit, dense
 bf16) and Ondo's 4-bit kernel (src/engine/model/qmv4.cuh, the source the
-engine ships, compiled here by MLX the same way).
+engine ships, launched here as src/engine/model/cuda_matvec.rs launches it:
+one kernel per dtype, group size and matrix shape, with the shape and the
+launch written into the kernel's body).
 
 First a correctness check of Ondo's kernel against MLX's quantized_matmul in
 fp32 (bf16, fp16 and fp32 activations; groups of 32, 64 and 128; shapes with
-a partial last round and a row count no multiple of the rows per warp): its
-error must be at most twice MLX's own at the same dtype. Then each shape is
-benchmarked as many distinct weight copies (about 1 GiB, more than the L2
-cache) multiplied by one input vector in one `eval`, so every call reads its
-weights from device memory; median of 7. Small shapes are bound by the
-host's cost per kernel here, not by the GPU.
+a partial last round and a row count no multiple of the rows per warp; the
+engine's launch and every split of a row set over warps): its error must be
+at most twice MLX's own at the same dtype. Then the host's cost per call,
+MLX's kernel against Ondo's, on a matrix small enough that the GPU is not
+the bound. Then each shape is benchmarked as many distinct weight copies
+(about 1 GiB, more than the L2 cache) multiplied by one input vector in one
+`eval`, so every call reads its weights from device memory; median of 7.
 
-    python scripts/gpu-matvec.py        # on the device, with MLX's CUDA wheel
+    python scripts/gpu-matvec.py           # on the device, with MLX's CUDA wheel
+    python scripts/gpu-matvec.py --sweep   # and every launch shape per matrix
+    python scripts/gpu-matvec.py --check   # the correctness check alone
 """
 
+import hashlib
+import os
 import pathlib
 import sys
 import time
@@ -29,29 +36,64 @@ SHAPES = [
     ("down, 4096x14336", 4096, 14336),
     ("lm_head, 128256x4096", 128256, 4096),
     ("3B q, k, v joined, 5120x3072", 5120, 3072),
+    ("3B o, 3072x3072", 3072, 3072),
+    ("3B gate and up joined, 16384x3072", 16384, 3072),
     ("3B down, 3072x8192", 3072, 8192),
 ]
 
-# What src/engine/model/cuda_matvec.rs launches.
-ROWS, CHUNKS, WARPS = 4, 2, 4
-HEADER = (pathlib.Path(__file__).resolve().parent.parent / "src/engine/model/qmv4.cuh").read_text()
-KERNEL = mx.fast.cuda_kernel(
-    name="ondo_qmv4",
-    input_names=["x", "w", "scales", "biases"],
-    output_names=["y"],
-    source="ondo_qmv4<T, GROUP, ROWS, CHUNKS>(x, w, scales, biases, y, w_shape[0], w_shape[1] * 8);",
-    header=HEADER,
-    ensure_row_contiguous=True,
-)
+SOURCE = (pathlib.Path(__file__).resolve().parent.parent / "src/engine/model/qmv4.cuh").read_text()
+# MLX caches compiled kernels on disk by name, so the name carries the source's hash.
+SOURCE_HASH = hashlib.sha256(SOURCE.encode()).hexdigest()[:12]
+DTYPE_TAG = {mx.bfloat16: "bf16", mx.float16: "f16", mx.float32: "f32"}
+ROWS, CHUNKS, WARPS = 8, 1, 4
+if os.environ.get("ONDO_CUDA_MATVEC_LAUNCH"):  # as the engine reads it
+    ROWS, CHUNKS = (int(v) for v in os.environ["ONDO_CUDA_MATVEC_LAUNCH"].split("x"))
+# Launch shapes for --sweep: (rows per warp, chunks in flight, warps per row set, warps per block).
+SWEEP = [(4, 2, 1, 4), (4, 2, 2, 4), (4, 2, 4, 4), (8, 1, 1, 4), (8, 2, 1, 4), (4, 4, 1, 4)]
 
 
-def ondo_qmv4(x, w, scales, biases, group):
-    n = w.shape[0]
-    return KERNEL(
+def split_for(n, k, rows=ROWS, chunks=CHUNKS):
+    """What cuda_matvec.rs's `split_for` picks: see its comment."""
+    sets = -(-n // rows)
+    rounds = max(1, k // (32 * 32 * chunks))
+    split = 1
+    while split < 4 and split * 2 <= rounds and sets * split < TARGET_WARPS:
+        split *= 2
+    return split
+
+
+TARGET_WARPS = 4096
+_kernels = {}
+
+
+def kernel_for(dtype, group, n, k, launch):
+    key = (dtype, group, n, k, launch)
+    if key not in _kernels:
+        rows, chunks, split, warps = launch
+        name = f"ondo_qmv4_{SOURCE_HASH}_{DTYPE_TAG[dtype]}_g{group}_{n}x{k}_r{rows}c{chunks}s{split}w{warps}"
+        body = f"ondo_qmv4<{group}, {rows}, {chunks}, {split}, {warps}>(x, w, scales, biases, y, {n}, {k});"
+        _kernels[key] = mx.fast.cuda_kernel(
+            name=name,
+            input_names=["x", "w", "scales", "biases"],
+            output_names=["y"],
+            source=body,
+            header=SOURCE,
+            ensure_row_contiguous=True,
+        )
+    return _kernels[key]
+
+
+def ondo_qmv4(x, w, scales, biases, group, launch=None):
+    n, k = w.shape[0], w.shape[1] * 8
+    if launch is None:
+        launch = (ROWS, CHUNKS, split_for(n, k), WARPS)
+    rows, _, split, warps = launch
+    sets = -(-n // rows)
+    blocks = -(-sets * split // warps)
+    return kernel_for(x.dtype, group, n, k, launch)(
         inputs=[x, w, scales, biases],
-        template=[("T", x.dtype), ("GROUP", group), ("ROWS", ROWS), ("CHUNKS", CHUNKS)],
-        grid=(((n + ROWS - 1) // ROWS) * 32, 1, 1),
-        threadgroup=(32 * WARPS, 1, 1),
+        grid=(blocks * 32 * warps, 1, 1),
+        threadgroup=(32 * warps, 1, 1),
         output_shapes=[(*x.shape[:-1], n)],
         output_dtypes=[x.dtype],
     )[0]
@@ -69,17 +111,45 @@ def check():
                 exact = mx.quantized_matmul(x.astype(f32), w, s.astype(f32), b.astype(f32), transpose=True, group_size=group, bits=4)
                 scale = mx.abs(exact).max()
                 mlx = mx.quantized_matmul(x, w, s, b, transpose=True, group_size=group, bits=4).astype(f32)
-                ondo = ondo_qmv4(x, w, s, b, group).astype(f32)
                 mlx_error = (mx.abs(mlx - exact).max() / scale).item()
-                ondo_error = (mx.abs(ondo - exact).max() / scale).item()
-                total += 1
-                if ondo_error > max(2 * mlx_error, 1e-5):
-                    failed += 1
-                    print(f"WRONG {dtype} group {group} {n}x{k}: error {ondo_error:.2e}, MLX's {mlx_error:.2e}")
-                elif group == 64 and n == 4096:
-                    print(f"{str(dtype):14s} group {group} {n}x{k}: error {ondo_error:.2e}, MLX's {mlx_error:.2e}")
-    print(f"Ondo's kernel: {total - failed} of {total} shapes within twice MLX's error", flush=True)
+                # The engine's launch, and a row set split over 4 warps (2 for bf16 too).
+                splits = [None, (ROWS, CHUNKS, 4, WARPS)] + ([(ROWS, CHUNKS, 2, WARPS)] if dtype == mx.bfloat16 else [])
+                for launch in splits:
+                    ondo = ondo_qmv4(x, w, s, b, group, launch).astype(f32)
+                    ondo_error = (mx.abs(ondo - exact).max() / scale).item()
+                    total += 1
+                    if ondo_error > max(2 * mlx_error, 1e-5):
+                        failed += 1
+                        print(f"WRONG {dtype} group {group} {n}x{k} launch {launch}: error {ondo_error:.2e}, MLX's {mlx_error:.2e}")
+                    elif group == 64 and n == 4096 and launch is None:
+                        print(f"{str(dtype):14s} group {group} {n}x{k}: error {ondo_error:.2e}, MLX's {mlx_error:.2e}")
+    print(f"Ondo's kernel: {total - failed} of {total} cases within twice MLX's error", flush=True)
     return failed == 0
+
+
+def host_cost():
+    """Microseconds per call to build and to evaluate 2000 independent calls
+    on one small matrix (a few microseconds of GPU work each)."""
+    n, k, calls = 512, 2048, 2000
+    w, s, b = mx.quantize(mx.random.normal((n, k)).astype(mx.bfloat16), group_size=64, bits=4)
+    x = mx.random.normal((1, 1, k)).astype(mx.bfloat16)
+    mx.eval(w, s, b, x, ondo_qmv4(x, w, s, b, 64))
+    for name, call in [
+        ("MLX quantized_matmul", lambda: mx.quantized_matmul(x, w, s, b, transpose=True, group_size=64, bits=4)),
+        ("Ondo's kernel", lambda: ondo_qmv4(x, w, s, b, 64)),
+        ("MLX add (for scale)", lambda: x + x),
+    ]:
+        builds, evals = [], []
+        for _ in range(5):
+            mx.synchronize()
+            start = time.perf_counter()
+            outs = [call() for _ in range(calls)]
+            built = time.perf_counter()
+            mx.eval(outs)
+            mx.synchronize()
+            builds.append((built - start) / calls * 1e6)
+            evals.append((time.perf_counter() - built) / calls * 1e6)
+        print(f"host per call, {name:22s}: build {sorted(builds)[2]:5.2f} us, eval {sorted(evals)[2]:5.2f} us", flush=True)
 
 
 def median_seconds(make, reps=7):
@@ -104,8 +174,12 @@ def bandwidth(weights, make_call):
 
 
 def main():
+    sweep = "--sweep" in sys.argv
     mx.random.seed(0)
     ok = check()
+    if "--check" in sys.argv:
+        sys.exit(0 if ok else 1)
+    host_cost()
     big = mx.random.normal((1 << 28,)).astype(mx.bfloat16)
     mx.eval(big)
     t = median_seconds(lambda: mx.sum(big))
@@ -113,7 +187,7 @@ def main():
     del big
     for name, rows, cols in SHAPES:
         x = mx.random.normal((1, 1, cols)).astype(mx.bfloat16)
-        line = [f"{name:32s}"]
+        line = [f"{name:34s}"]
         for bits in [4, 8]:
             copies = copies_for(rows * cols * bits // 8)
             weights = [
@@ -125,10 +199,14 @@ def main():
             line.append(f"MLX {bits}-bit {gbs:5.0f}")
             if bits == 4:
                 gbs = bandwidth(weights, lambda w: ondo_qmv4(x, *w, 64))
-                line.append(f"Ondo 4-bit {gbs:5.0f}")
+                line.append(f"Ondo 4-bit {gbs:5.0f} (split {split_for(rows, cols)})")
+                if sweep:
+                    for launch in SWEEP:
+                        gbs = bandwidth(weights, lambda w: ondo_qmv4(x, *w, 64, launch))
+                        line.append(f"{'/'.join(map(str, launch))} {gbs:5.0f}")
             del weights
             mx.clear_cache()
-        if rows * cols * 2 <= (1 << 30):
+        if rows * cols * 2 <= (1 << 30) and not sweep:
             weights = [(mx.random.normal((rows, cols)).astype(mx.bfloat16),) for _ in range(copies_for(rows * cols * 2))]
             mx.eval(weights)
             gbs = bandwidth(weights, lambda w: x @ w[0].T)

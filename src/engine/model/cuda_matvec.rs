@@ -6,9 +6,11 @@
 //! one vector reads the weights at 0.4-0.86 TB/s of the card's 3.4 TB/s,
 //! which held an 8B decode step at a quarter of the bandwidth roofline (MLX's
 //! 8-bit and dense kernels reach two to three times that). Ondo's kernel
-//! keeps more bytes in flight per warp and unpacks without conversions; with
-//! it, 8B decodes 1.25x as fast (docs/BENCHMARKS.md, "Ondo's own 4-bit
-//! matrix-vector kernel on CUDA").
+//! keeps more bytes in flight per warp, splits the rows of a narrow matrix
+//! over several warps, and unpacks without conversions; with it, 8B decodes
+//! at 1.54x mlx-lm's rate and a third of the roofline, against a quarter
+//! without (docs/BENCHMARKS.md, "Ondo's own 4-bit matrix-vector kernel on
+//! CUDA" and "One kernel per shape, 8 rows per warp, split rows").
 //!
 //! Why it is off by default: it sums in another order than MLX's kernel (its
 //! error against an fp32 reference is about half of MLX's), so greedy tokens
@@ -19,13 +21,20 @@
 //! Where it applies: MLX's CUDA backend with the GPU as default device,
 //! affine 4-bit weights in groups of 32, 64 or 128 with biases, one position
 //! (a decode step), scales in the activations' dtype, and a matrix of at
-//! least `MIN_WEIGHTS` (MLX's graph takes a custom kernel at a higher host
-//! cost than its own, which only the large matrices repay). Everything else,
-//! prefill included, and every Mac (Metal has its own kernels) runs MLX's
-//! `quantized_matmul`.
+//! least `MIN_WEIGHTS` (MLX takes a custom kernel at a higher host cost than
+//! its own, about 11 microseconds a call against 4, which only the large
+//! matrices repay). Everything else, prefill included, and every Mac (Metal
+//! has its own kernels) runs MLX's `quantized_matmul`.
+//!
+//! Each dtype, group size and matrix shape is its own kernel, which MLX
+//! compiles with NVRTC at its first call (about 1.6 s each on the H200; a
+//! model has two to four) and caches on disk. For measurements,
+//! `ONDO_CUDA_MATVEC_MIN`, `ONDO_CUDA_MATVEC_LAUNCH` and
+//! `ONDO_CUDA_MATVEC_SPLIT` override the threshold and the launch.
 
+use std::collections::HashMap;
 use std::ffi::{CStr, CString};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, Dtype, Stream};
@@ -35,25 +44,69 @@ use super::quantized::QuantParams;
 
 /// The kernel's source, shared with `scripts/gpu-matvec.py`.
 const SOURCE: &str = include_str!("qmv4.cuh");
-/// The kernel's body: MLX writes the signature (one pointer per input and
-/// output, `w_shape` because the body names it).
-const BODY: &str =
-    "ondo_qmv4<T, GROUP, ROWS, CHUNKS>(x, w, scales, biases, y, w_shape[0], w_shape[1] * 8);";
+/// MLX caches a compiled kernel on disk by its name alone (under the system's
+/// temporary folder), so the name carries the source's hash: a new Ondo with
+/// a changed kernel must not run the old one's cached code.
+const SOURCE_HASH: u64 = fnv1a(SOURCE.as_bytes());
 /// Rows per warp and 16-byte chunks per row a lane loads before any
-/// arithmetic, and warps per block: the best of the shapes measured on the
-/// H200 (docs/BENCHMARKS.md).
-const ROWS: i32 = 4;
-const CHUNKS: i32 = 2;
+/// arithmetic, and warps per block. On the H200, 8 rows of one chunk beat 4
+/// rows of two (the same 4 KB in flight per warp, with each activation
+/// converted once for 8 rows): 8B decode 241.4 and 231.3/267.9 tok/s against
+/// 217.3/249.9 (docs/BENCHMARKS.md).
+const ROWS: i32 = 8;
+const CHUNKS: i32 = 1;
 const WARPS: i32 = 4;
+/// Rows per warp and chunks in flight: `ROWS` and `CHUNKS`, or
+/// `ONDO_CUDA_MATVEC_LAUNCH=ROWSxCHUNKS` (as `8x1`) for measurements.
+fn rows_and_chunks() -> (i32, i32) {
+    static LAUNCH: OnceLock<(i32, i32)> = OnceLock::new();
+    *LAUNCH.get_or_init(|| {
+        std::env::var("ONDO_CUDA_MATVEC_LAUNCH")
+            .ok()
+            .and_then(|v| {
+                let (rows, chunks) = v.split_once('x')?;
+                Some((rows.trim().parse().ok()?, chunks.trim().parse().ok()?))
+            })
+            .filter(|&(rows, chunks)| matches!(rows, 1 | 2 | 4 | 8) && matches!(chunks, 1 | 2 | 4))
+            .unwrap_or((ROWS, CHUNKS))
+    })
+}
 
-/// MLX's handle to the kernel, made once; MLX compiles it per dtype and
-/// group size at first use and keeps the module.
+/// Warps a launch should have to keep the H200's 132 SMs reading: fewer row
+/// sets than this get their rows split over 2 or 4 warps each.
+const TARGET_WARPS: i32 = 4096;
+
+const fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut hash = 0xcbf2_9ce4_8422_2325_u64;
+    let mut i = 0;
+    while i < bytes.len() {
+        hash = (hash ^ bytes[i] as u64).wrapping_mul(0x0100_0000_01b3);
+        i += 1;
+    }
+    hash
+}
+
+/// MLX's handle to one instance of the kernel: one per activation dtype,
+/// group size and matrix shape, with the numbers written into its body so
+/// that a call passes no template arguments or shapes for MLX to format and
+/// the compiler sees every loop bound. MLX compiles each at first use and
+/// keeps the module; a model has a handful of shapes.
+#[derive(Clone, Copy)]
 struct Kernel(mlx_sys::mlx_fast_cuda_kernel);
 
 // SAFETY: the handle is an immutable description (name, source, argument
 // names) that MLX only reads when a call builds a primitive from it.
 unsafe impl Send for Kernel {}
 unsafe impl Sync for Kernel {}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct Instance {
+    dtype: Dtype,
+    group: i32,
+    n: i32,
+    k: i32,
+    split: i32,
+}
 
 /// The smallest matrix the kernel takes, in weights (out x in). On the H200,
 /// 8B decode was 1.25x as fast with the kernel for the MLP's gate/up and down
@@ -70,9 +123,17 @@ pub fn enabled() -> bool {
 }
 
 /// Whether the kernel can run here: MLX's backend is CUDA, its default
-/// device the GPU, and MLX took the kernel's source.
+/// device the GPU, and MLX takes the kernel's source.
 fn available() -> bool {
-    cuda_is_default() && kernel().is_some()
+    cuda_is_default()
+        && kernel_for(Instance {
+            dtype: Dtype::Bfloat16,
+            group: 64,
+            n: 32,
+            k: 1024,
+            split: 1,
+        })
+        .is_some()
 }
 
 /// True when MLX's backend is CUDA and its default device the GPU.
@@ -83,35 +144,86 @@ fn cuda_is_default() -> bool {
     status == 0 && cuda && super::default_device_is_gpu()
 }
 
-fn kernel() -> Option<&'static Kernel> {
-    static KERNEL: OnceLock<Option<Kernel>> = OnceLock::new();
-    KERNEL
-        .get_or_init(|| {
-            let mut inputs = [c"x", c"w", c"scales", c"biases"].map(CStr::as_ptr);
-            let mut output = c"y".as_ptr();
-            let source = CString::new(BODY).ok()?;
-            let header = CString::new(SOURCE).ok()?;
-            // SAFETY: the strings outlive the calls; mlx-c copies them into
-            // its own vectors and kernel object; the vectors are freed here.
-            unsafe {
-                let input_names =
-                    mlx_sys::mlx_vector_string_new_data(inputs.as_mut_ptr(), inputs.len());
-                let output_names = mlx_sys::mlx_vector_string_new_data(&mut output, 1);
-                let handle = mlx_sys::mlx_fast_cuda_kernel_new(
-                    c"ondo_qmv4".as_ptr(),
-                    input_names,
-                    output_names,
-                    source.as_ptr(),
-                    header.as_ptr(),
-                    true,
-                    0,
-                );
-                mlx_sys::mlx_vector_string_free(input_names);
-                mlx_sys::mlx_vector_string_free(output_names);
-                (!handle.ctx.is_null()).then_some(Kernel(handle))
-            }
-        })
-        .as_ref()
+/// How many warps share a row set of an `n` x `k` matrix: enough for about
+/// `TARGET_WARPS` in all, at most 4, and no more than the row has rounds of
+/// `32 * 32 * CHUNKS` weights to share. `ONDO_CUDA_MATVEC_SPLIT` fixes it
+/// (1, 2 or 4) for measurements.
+fn split_for(n: i32, k: i32) -> i32 {
+    static FIXED: OnceLock<Option<i32>> = OnceLock::new();
+    let fixed = *FIXED.get_or_init(|| {
+        std::env::var("ONDO_CUDA_MATVEC_SPLIT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|v| matches!(v, 1 | 2 | 4))
+    });
+    if let Some(split) = fixed {
+        return split;
+    }
+    let (rows, chunks) = rows_and_chunks();
+    let sets = (n + rows - 1) / rows;
+    let rounds = (k / (32 * 32 * chunks)).max(1);
+    let mut split = 1;
+    while split < 4 && split * 2 <= rounds && sets * split < TARGET_WARPS {
+        split *= 2;
+    }
+    split
+}
+
+fn dtype_tag(dtype: Dtype) -> &'static str {
+    match dtype {
+        Dtype::Bfloat16 => "bf16",
+        Dtype::Float16 => "f16",
+        _ => "f32",
+    }
+}
+
+fn kernel_for(instance: Instance) -> Option<Kernel> {
+    static KERNELS: OnceLock<Mutex<HashMap<Instance, Option<Kernel>>>> = OnceLock::new();
+    let mut kernels = KERNELS.get_or_init(Default::default).lock().ok()?;
+    *kernels
+        .entry(instance)
+        .or_insert_with(|| make_kernel(instance))
+}
+
+fn make_kernel(instance: Instance) -> Option<Kernel> {
+    let Instance {
+        dtype,
+        group,
+        n,
+        k,
+        split,
+    } = instance;
+    let (rows, chunks) = rows_and_chunks();
+    let name = CString::new(format!(
+        "ondo_qmv4_{SOURCE_HASH:016x}_{}_g{group}_{n}x{k}_r{rows}c{chunks}s{split}",
+        dtype_tag(dtype)
+    ))
+    .ok()?;
+    let body = CString::new(format!(
+        "ondo_qmv4<{group}, {rows}, {chunks}, {split}, {WARPS}>(x, w, scales, biases, y, {n}, {k});"
+    ))
+    .ok()?;
+    let header = CString::new(SOURCE).ok()?;
+    let mut inputs = [c"x", c"w", c"scales", c"biases"].map(CStr::as_ptr);
+    let mut output = c"y".as_ptr();
+    // SAFETY: the strings outlive the calls; mlx-c copies them into its own
+    // vectors and kernel object; the vectors are freed here.
+    unsafe {
+        let input_names = mlx_sys::mlx_vector_string_new_data(inputs.as_mut_ptr(), inputs.len());
+        let output_names = mlx_sys::mlx_vector_string_new_data(&mut output, 1);
+        let handle = mlx_sys::mlx_fast_cuda_kernel_new(
+            name.as_ptr(),
+            input_names,
+            output_names,
+            body.as_ptr(),
+            header.as_ptr(),
+            true,
+            0,
+        );
+        mlx_sys::mlx_vector_string_free(input_names);
+        mlx_sys::mlx_vector_string_free(output_names);
+        (!handle.ctx.is_null()).then_some(Kernel(handle))
+    }
 }
 
 /// Whether `x @ W.T` for this matrix (with its affine biases) and input is
@@ -162,14 +274,25 @@ pub fn matvec(
     biases: &Array,
     params: QuantParams,
 ) -> Result<Array, Exception> {
-    let kernel =
-        kernel().ok_or_else(|| Exception::custom("Ondo's CUDA kernel is not available"))?;
     let n = weight.shape()[0];
+    let k = weight.shape()[1] * 8;
+    let split = split_for(n, k);
+    let instance = Instance {
+        dtype: x.dtype(),
+        group: params.group_size,
+        n,
+        k,
+        split,
+    };
+    let kernel = kernel_for(instance)
+        .ok_or_else(|| Exception::custom("Ondo's CUDA kernel is not available"))?;
     let mut out_shape = x.shape().to_vec();
     if let Some(last) = out_shape.last_mut() {
         *last = n;
     }
     let dtype = x.dtype() as mlx_sys::mlx_dtype;
+    let sets = (n + rows_and_chunks().0 - 1) / rows_and_chunks().0;
+    let blocks = (sets * split + WARPS - 1) / WARPS;
     let stream = Stream::thread_local_or_default();
     // SAFETY: the config and the vectors are made and freed here; the input
     // arrays are borrowed for the call; the output taken from the vector is
@@ -182,25 +305,8 @@ pub fn matvec(
             out_shape.len(),
             dtype,
         );
-        let threads = ((n + ROWS - 1) / ROWS) * 32;
-        status |= mlx_sys::mlx_fast_cuda_kernel_config_set_grid(config, threads, 1, 1);
+        status |= mlx_sys::mlx_fast_cuda_kernel_config_set_grid(config, blocks * 32 * WARPS, 1, 1);
         status |= mlx_sys::mlx_fast_cuda_kernel_config_set_thread_group(config, 32 * WARPS, 1, 1);
-        status |= mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_dtype(
-            config,
-            c"T".as_ptr(),
-            dtype,
-        );
-        for (name, value) in [
-            (c"GROUP", params.group_size),
-            (c"ROWS", ROWS),
-            (c"CHUNKS", CHUNKS),
-        ] {
-            status |= mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_int(
-                config,
-                name.as_ptr(),
-                value,
-            );
-        }
         let inputs = [
             x.as_ptr(),
             weight.as_ptr(),
@@ -247,5 +353,31 @@ mod tests {
     #[test]
     fn without_cuda_the_kernel_is_not_available() {
         assert!(!super::available());
+    }
+
+    /// Matrices with few rows get their rows shared by more warps, as far as
+    /// their rows have rounds to share; wide ones keep one warp per row set.
+    #[test]
+    fn few_rows_are_split_over_more_warps() {
+        use super::split_for;
+        // Llama 3.1 8B: down (4096 x 14336), q or o, joined gate and up, head.
+        assert_eq!(split_for(4096, 14336), 4);
+        assert_eq!(split_for(4096, 4096), 4);
+        assert_eq!(split_for(28672, 4096), 2);
+        assert_eq!(split_for(128256, 4096), 1);
+        // 3B: joined q, k, v has three rounds of 1024 weights per row.
+        assert_eq!(split_for(5120, 3072), 2);
+        assert_eq!(split_for(3072, 8192), 4);
+    }
+
+    /// The kernel's name changes with its source, so MLX's on-disk cache of
+    /// compiled kernels, keyed by name, cannot hand a new Ondo an old kernel.
+    #[test]
+    fn the_kernel_name_carries_the_source() {
+        assert_ne!(
+            super::fnv1a(b"a kernel"),
+            super::fnv1a(b"a kernel, changed")
+        );
+        assert_eq!(super::SOURCE_HASH, super::fnv1a(super::SOURCE.as_bytes()));
     }
 }

@@ -43,10 +43,15 @@ __device__ __forceinline__ constexpr float ondo_nibble_scale(int i) {
       : 0.0000152587890625f;
 }
 
-// One warp computes ROWS consecutive outputs; lane l reads the 16-byte
-// chunks l, l+32, ... of each (32 values per chunk, all in one group since
-// GROUP is a multiple of 32), CHUNKS of them per round.
-template <typename T, int GROUP, int ROWS, int CHUNKS>
+// A set of SPLIT warps computes ROWS consecutive outputs; lane l of the
+// set's warp p reads the 16-byte chunks l + 32 * (CHUNKS * p + j) of each
+// row (32 values per chunk, all in one group since GROUP is a multiple of
+// 32), CHUNKS of them per round, and the set's warps add their sums through
+// shared memory. SPLIT > 1 is for matrices with few rows, whose one warp
+// per row set would leave the GPU short of loads in flight. A block is
+// WARPS warps, WARPS / SPLIT row sets. T, the activations' type, is
+// deduced from the pointers, so a caller names only the numbers.
+template <int GROUP, int ROWS, int CHUNKS, int SPLIT, int WARPS, typename T>
 __device__ __forceinline__ void ondo_qmv4(
     const T* x,
     const uint32_t* w,
@@ -55,11 +60,11 @@ __device__ __forceinline__ void ondo_qmv4(
     T* y,
     int n,
     int k) {
+  static_assert(WARPS % SPLIT == 0, "a block holds whole row sets");
   const int lane = threadIdx.x & 31;
-  const int row0 = static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) >> 5) * ROWS;
-  if (row0 >= n) {
-    return;
-  }
+  const int warp = threadIdx.x >> 5;
+  const int part = warp % SPLIT;
+  const int row0 = (blockIdx.x * (WARPS / SPLIT) + warp / SPLIT) * ROWS;
   const int chunks = k >> 5;
   const int groups = k / GROUP;
   const uint4* packed = reinterpret_cast<const uint4*>(w);
@@ -70,7 +75,10 @@ __device__ __forceinline__ void ondo_qmv4(
   for (int r = 0; r < ROWS; ++r) {
     acc[r] = 0.0f;
   }
-  for (int base = lane; base < chunks; base += 32 * CHUNKS) {
+  // A row set past the last row (the grid is whole blocks) computes nothing
+  // but still meets the block's barrier below.
+  const int first = row0 < n ? lane + 32 * CHUNKS * part : chunks;
+  for (int base = first; base < chunks; base += 32 * CHUNKS * SPLIT) {
     uint4 q[CHUNKS][ROWS];
     float scale[CHUNKS][ROWS];
     float bias[CHUNKS][ROWS];
@@ -78,8 +86,8 @@ __device__ __forceinline__ void ondo_qmv4(
 #pragma unroll
     for (int u = 0; u < CHUNKS; ++u) {
       // A chunk past the row's end (the last round of a row whose chunk
-      // count is not a multiple of 32 * CHUNKS) rereads the row's first
-      // chunk and is multiplied by zero below.
+      // count is not a multiple of the round) rereads chunk `lane`, which
+      // exists since base > lane, and is multiplied by zero below.
       const int c = base + 32 * u < chunks ? base + 32 * u : lane;
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
@@ -119,13 +127,34 @@ __device__ __forceinline__ void ondo_qmv4(
   }
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
-    float v = acc[r];
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) {
-      v += __shfl_xor_sync(0xffffffffu, v, offset);
+      acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], offset);
     }
-    if (lane == 0 && row0 + r < n) {
-      y[row0 + r] = static_cast<T>(v);
+  }
+  if constexpr (SPLIT > 1) {
+    __shared__ float partial[WARPS][ROWS];
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        partial[warp][r] = acc[r];
+      }
+    }
+    __syncthreads();
+    if (part == 0 && lane < ROWS && row0 + lane < n) {
+      float v = 0.0f;
+#pragma unroll
+      for (int p = 0; p < SPLIT; ++p) {
+        v += partial[warp + p][lane];
+      }
+      y[row0 + lane] = static_cast<T>(v);
+    }
+  } else if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      if (row0 + r < n) {
+        y[row0 + r] = static_cast<T>(acc[r]);
+      }
     }
   }
 }
