@@ -443,6 +443,8 @@ fn real_openai_and_ollama_clients_get_what_ondo_run_says() {
     assert_eq!(ollama["chat_streamed"]["parts"], MAX_TOKENS + 1, "{ollama}");
     assert_eq!(ollama["generate_streamed"], expected_text);
     assert_eq!(ollama["show"]["family"], "qwen3");
+    // The synthetic template reads neither tools nor a thinking switch.
+    assert_eq!(ollama["show"]["capabilities"], json!(["completion"]));
     assert_eq!(ollama["show"]["quantization_level"], "F32");
     assert!(ollama["show"]["context_length"].as_u64().unwrap() > 0);
     assert_eq!(ollama["ps"], json!([VARIED]));
@@ -664,6 +666,14 @@ fn templates_get_thinking_and_tools_from_the_request() {
             assert_eq!(got[way]["text"], "", "{got}");
         }
     }
+    // Ollama's clients learn from /api/show that this model takes tools and
+    // thinks (its template reads both).
+    let shown = served.post("/api/show", &json!({"model": THINKER})).json();
+    assert_eq!(
+        shown["capabilities"],
+        json!(["completion", "tools", "thinking"]),
+        "{shown}"
+    );
     // Tools reach the template.
     let tools = json!([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]);
     let with_tools = served

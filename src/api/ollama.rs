@@ -763,18 +763,15 @@ pub(super) async fn show(
             .ok()
             .and_then(|bytes| serde_json::from_slice(&bytes).ok())
             .unwrap_or_default();
-        let template = ChatTemplate::from_model_dir(&dir)
-            .ok()
-            .flatten()
-            .map(|t| t.source().to_owned())
-            .unwrap_or_default();
+        let template = ChatTemplate::from_model_dir(&dir).ok().flatten();
         let mut capabilities = vec!["completion"];
-        if template.contains("tools") {
+        if template.as_ref().is_some_and(ChatTemplate::takes_tools) {
             capabilities.push("tools");
         }
-        if template.contains("</think>") || template.contains("enable_thinking") {
+        if template.as_ref().is_some_and(ChatTemplate::thinks) {
             capabilities.push("thinking");
         }
+        let template = template.map(|t| t.source().to_owned()).unwrap_or_default();
         let family = described.model_type.clone().unwrap_or_default();
         let mut info = Map::new();
         info.insert("general.architecture".into(), family.clone().into());

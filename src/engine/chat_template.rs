@@ -372,6 +372,19 @@ impl ChatTemplate {
                 .is_some_and(|t| t.source.contains(ENABLE_THINKING))
     }
 
+    /// Whether tools offered with a request reach the model: its template
+    /// reads `tools`, or it has a "tool_use" template for such requests.
+    pub fn takes_tools(&self) -> bool {
+        self.tool_use.is_some() || self.source.contains("tools")
+    }
+
+    /// Whether the model reasons before it answers: the template reads
+    /// `enable_thinking`, or it closes a `<think>` block (a model that always
+    /// thinks, such as DeepSeek-R1's distillations).
+    pub fn thinks(&self) -> bool {
+        self.takes_enable_thinking() || self.source.contains("</think>")
+    }
+
     /// The BOS token the template is rendered with, if the tokenizer has one.
     pub fn bos_token(&self) -> Option<&str> {
         self.tokens.bos.as_deref()
@@ -1422,6 +1435,37 @@ quotes={{ "it's" }} {{ 'say "x"' }} {{ '\x41\101' }}
         );
         assert!(template.source_for(true).starts_with("tools:"));
         assert!(template.source_for(false).starts_with("plain:"));
+        // The default template never names tools, yet the model takes them.
+        assert!(template.takes_tools());
+    }
+
+    /// What Ollama's `/api/show` lists as a model's capabilities.
+    #[test]
+    fn tools_and_thinking_are_read_from_the_templates() {
+        let plain = ChatTemplate::from_source("{{ messages[0].content }}", None, None).unwrap();
+        assert!(!plain.takes_tools());
+        assert!(!plain.thinks());
+        let tools = ChatTemplate::from_source(
+            "{% if tools %}{{ tools | length }}{% endif %}{{ messages[0].content }}",
+            None,
+            None,
+        )
+        .unwrap();
+        assert!(tools.takes_tools());
+        let switch = ChatTemplate::from_source(
+            "{% if enable_thinking %}<think>{% endif %}{{ messages[0].content }}",
+            None,
+            None,
+        )
+        .unwrap();
+        assert!(switch.thinks() && switch.takes_enable_thinking());
+        let always = ChatTemplate::from_source(
+            "{{ messages[0].content.split('</think>')[-1] }}<think>",
+            None,
+            None,
+        )
+        .unwrap();
+        assert!(always.thinks() && !always.takes_enable_thinking());
     }
 
     #[test]
