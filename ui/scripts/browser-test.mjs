@@ -354,7 +354,10 @@ test('a thinking model: the Think switch, reasoning folded with its time, the an
   const answer = chat.getByTestId('chat-answer');
   await answer.getByRole('heading', { name: 'Listing files' }).waitFor();
   assert.equal(await answer.locator('table tr').count(), 3);
-  assert.equal((await answer.locator('pre code').innerText()).trim(), 'ls -la ~/Documents');
+  assert.equal(
+    (await answer.locator('pre code').innerText()).trim(),
+    'ls -la ~/Documents  # every file, the hidden ones too, with sizes and dates\nls -la ~/Downloads',
+  );
   // What the model wrote as HTML is text on the page, and nothing ran.
   assert.match(await text(answer), /<img src=x onerror=alert\(1\)>/);
   assert.equal(await answer.locator('img, script').count(), 0);
@@ -369,6 +372,13 @@ test('a thinking model: the Think switch, reasoning folded with its time, the an
 
   // The code block's Copy button, then the reasoning, from the keyboard.
   const copy = answer.getByRole('button', { name: 'Copy sh code' });
+  // The button sits above the code: the long first line never runs under it.
+  const button = await copy.boundingBox();
+  const code = await answer.locator('pre code').boundingBox();
+  assert.ok(code.y >= button.y + button.height, `code at ${code.y}, Copy ends at ${button.y + button.height}`);
+  // and in view: the long line scrolls inside its block, not the answer out of the log.
+  const log = await chat.getByRole('log', { name: 'Conversation' }).boundingBox();
+  assert.ok(button.x + button.width <= log.x + log.width, `Copy ends at ${button.x + button.width}, the log at ${log.x + log.width}`);
   await copy.focus();
   await page.keyboard.press('Enter');
   await copy.getByText('Copied').waitFor();

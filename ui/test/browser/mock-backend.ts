@@ -119,7 +119,7 @@ const thinkingReply = {
   answer: [
     '## Listing files\n\n',
     'Use **ls** with two flags:\n\n',
-    '```sh\nls -la ~/Documents\n```\n\n',
+    '```sh\nls -la ~/Documents  # every file, the hidden ones too, with sizes and dates\nls -la ~/Downloads\n```\n\n',
     '| Flag | Shows |\n|:--|:--|\n| `-l` | sizes and dates |\n| `-a` | hidden files |\n\n',
     'Never paste `<script>` tags or <img src=x onerror=alert(1)> into a shell.',
   ],
