@@ -52,17 +52,19 @@ if os.environ.get("ONDO_CUDA_MATVEC_LAUNCH"):  # as the engine reads it
 SWEEP = [(4, 2, 1, 4), (4, 2, 2, 4), (4, 2, 4, 4), (8, 1, 1, 4), (8, 2, 1, 4), (4, 4, 1, 4)]
 
 
-def split_for(n, k, rows=ROWS, chunks=CHUNKS):
+TARGET_WARPS = 4096
+
+
+def split_for(n, k):
     """What cuda_matvec.rs's `split_for` picks: see its comment."""
-    sets = -(-n // rows)
-    rounds = max(1, k // (32 * 32 * chunks))
+    sets = -(-n // ROWS)
+    rounds = max(1, k // (32 * 32 * CHUNKS))
     split = 1
     while split < 4 and split * 2 <= rounds and sets * split < TARGET_WARPS:
         split *= 2
     return split
 
 
-TARGET_WARPS = 4096
 _kernels = {}
 
 

@@ -10,7 +10,8 @@
 //! over several warps, and unpacks without conversions; with it, 8B decodes
 //! at 1.54x mlx-lm's rate and a third of the roofline, against a quarter
 //! without (docs/BENCHMARKS.md, "Ondo's own 4-bit matrix-vector kernel on
-//! CUDA" and "One kernel per shape, 8 rows per warp, split rows").
+//! CUDA" and "One kernel per shape, 8 rows per warp, narrow matrices split
+//! over warps").
 //!
 //! Why it is off by default: it sums in another order than MLX's kernel (its
 //! error against an fp32 reference is about half of MLX's), so greedy tokens
@@ -22,7 +23,8 @@
 //! affine 4-bit weights in groups of 32, 64 or 128 with biases, one position
 //! (a decode step), scales in the activations' dtype, and a matrix of at
 //! least `MIN_WEIGHTS` (MLX takes a custom kernel at a higher host cost than
-//! its own, about 11 microseconds a call against 4, which only the large
+//! its own, about 11 microseconds a call against 4 measured from Python,
+//! which only the large
 //! matrices repay). Everything else, prefill included, and every Mac (Metal
 //! has its own kernels) runs MLX's `quantized_matmul`.
 //!
@@ -51,8 +53,8 @@ const SOURCE_HASH: u64 = fnv1a(SOURCE.as_bytes());
 /// Rows per warp and 16-byte chunks per row a lane loads before any
 /// arithmetic, and warps per block. On the H200, 8 rows of one chunk beat 4
 /// rows of two (the same 4 KB in flight per warp, with each activation
-/// converted once for 8 rows): 8B decode 241.4 and 231.3/267.9 tok/s against
-/// 217.3/249.9 (docs/BENCHMARKS.md).
+/// converted once for 8 rows): 8B decode 231.3 and 267.9 tok/s against 217.3
+/// and 249.9 in the same two rounds (docs/BENCHMARKS.md).
 const ROWS: i32 = 8;
 const CHUNKS: i32 = 1;
 const WARPS: i32 = 4;
@@ -182,6 +184,16 @@ fn dtype_tag(dtype: Dtype) -> &'static str {
     }
 }
 
+/// The name MLX compiles and caches an instance under: the source's hash,
+/// then everything that is written into the kernel's body.
+fn kernel_name(source_hash: u64, instance: Instance, rows: i32, chunks: i32, split: i32) -> String {
+    let Instance { dtype, group, n, k } = instance;
+    format!(
+        "ondo_qmv4_{source_hash:016x}_{}_g{group}_{n}x{k}_r{rows}c{chunks}s{split}",
+        dtype_tag(dtype)
+    )
+}
+
 fn kernel_for(instance: Instance) -> Option<Kernel> {
     static KERNELS: OnceLock<Mutex<HashMap<Instance, Option<Kernel>>>> = OnceLock::new();
     let mut kernels = KERNELS.get_or_init(Default::default).lock().ok()?;
@@ -195,11 +207,7 @@ fn make_kernel(instance: Instance) -> Option<Kernel> {
     let (rows, chunks) = rows_and_chunks();
     let split = split_for(n, k);
     let blocks = ((n + rows - 1) / rows * split + WARPS - 1) / WARPS;
-    let name = CString::new(format!(
-        "ondo_qmv4_{SOURCE_HASH:016x}_{}_g{group}_{n}x{k}_r{rows}c{chunks}s{split}",
-        dtype_tag(dtype)
-    ))
-    .ok()?;
+    let name = CString::new(kernel_name(SOURCE_HASH, instance, rows, chunks, split)).ok()?;
     let body = CString::new(format!(
         "ondo_qmv4<{group}, {rows}, {chunks}, {split}, {WARPS}>(x, w, scales, biases, y, {n}, {k});"
     ))
@@ -370,13 +378,44 @@ mod tests {
     }
 
     /// The kernel's name changes with its source, so MLX's on-disk cache of
-    /// compiled kernels, keyed by name, cannot hand a new Ondo an old kernel.
+    /// compiled kernels, keyed by name, cannot hand a new Ondo an old kernel;
+    /// and with every number its body is built from.
     #[test]
-    fn the_kernel_name_carries_the_source() {
-        assert_ne!(
-            super::fnv1a(b"a kernel"),
-            super::fnv1a(b"a kernel, changed")
-        );
-        assert_eq!(super::SOURCE_HASH, super::fnv1a(super::SOURCE.as_bytes()));
+    fn the_kernel_name_carries_the_source_and_the_launch() {
+        use super::{Instance, kernel_name};
+        let instance = Instance {
+            dtype: mlx_rs::Dtype::Bfloat16,
+            group: 64,
+            n: 4096,
+            k: 14336,
+        };
+        let name = |source: &str, instance, split| {
+            kernel_name(super::fnv1a(source.as_bytes()), instance, 8, 1, split)
+        };
+        let shipped = name(super::SOURCE, instance, 4);
+        assert_eq!(shipped, name(super::SOURCE, instance, 4));
+        let edited = format!("{}\n// edited", super::SOURCE);
+        assert_ne!(shipped, name(&edited, instance, 4));
+        assert_ne!(shipped, name(super::SOURCE, instance, 2));
+        for other in [
+            Instance {
+                dtype: mlx_rs::Dtype::Float16,
+                ..instance
+            },
+            Instance {
+                group: 32,
+                ..instance
+            },
+            Instance {
+                n: 4097,
+                ..instance
+            },
+            Instance {
+                k: 4096,
+                ..instance
+            },
+        ] {
+            assert_ne!(shipped, name(super::SOURCE, other, 4));
+        }
     }
 }
