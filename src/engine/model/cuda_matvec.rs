@@ -203,7 +203,7 @@ fn kernel_for(instance: Instance) -> Option<Kernel> {
 }
 
 fn make_kernel(instance: Instance) -> Option<Kernel> {
-    let Instance { dtype, group, n, k } = instance;
+    let Instance { group, n, k, .. } = instance;
     let (rows, chunks) = rows_and_chunks();
     let split = split_for(n, k);
     let blocks = ((n + rows - 1) / rows * split + WARPS - 1) / WARPS;
