@@ -47,12 +47,18 @@ def token_line(result):
     parts = []
     for d in check["departures"]:
         if d["reference_departs_at"] is None:
-            parts.append(f"prompt {d['prompt_tokens']} rep {d['repetition']}: mlx-lm repeated itself, "
-                         f"Ondo departs at token {d['ondo_departs_at']}")
+            part = (f"prompt {d['prompt_tokens']} rep {d['repetition']}: mlx-lm repeated itself, "
+                    f"Ondo departs at token {d['ondo_departs_at']}")
         else:
-            parts.append(f"prompt {d['prompt_tokens']} rep {d['repetition']}: mlx-lm's own two runs "
-                         f"part at token {d['reference_departs_at']}, Ondo's from its first at "
-                         f"{d['ondo_departs_at']}")
+            part = (f"prompt {d['prompt_tokens']} rep {d['repetition']}: mlx-lm's own two runs "
+                    f"part at token {d['reference_departs_at']}, Ondo's from its first at "
+                    f"{d['ondo_departs_at']}")
+        # mlx-lm's float32 gap between its token and Ondo's, in roundings
+        # of its own dtype (bench::token_check; negative: float32 prefers Ondo's).
+        score = d.get("score")
+        if score and score["rounding"] > 0:
+            part += f" (gap {score['gap_f32'] / score['rounding']:+.2f} roundings)"
+        parts.append(part)
     return f"{verdict.replace('_', ' ')} in {len(check['departures'])} of {check['rounds']} runs: " + "; ".join(parts)
 
 

@@ -872,3 +872,62 @@ fn llama3_rope_scaling_equals_mlx_lm_on_the_real_llama_3_2_rope() {
     );
     eprintln!("llama3 rope: {worst:e} from mlx-lm; {apart:e} without the scaling");
 }
+
+/// The benchmark's near-tie check (`bench::token_check`) rests on mlx-lm's
+/// own scores at the token where Ondo's greedy tokens would leave its: the
+/// two candidates' logits with the model in float32, and how far rounding in
+/// the model's dtype moves a logit there. On a bfloat16 model that rounding
+/// is above zero and the least likely token lies far beyond it, so a kernel
+/// that picked it would be reported as a bug; on a float32 model nothing
+/// rounds, so the check is as strict as token equality.
+#[test]
+fn mlx_lm_scores_a_departure_against_float32() {
+    use ondo::bench::peer::MlxLmPeer;
+    use ondo::bench::token_check::TieScore;
+    let Some(python) = python() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let prompt = prompt_of(7);
+    for (name, options) in [
+        (
+            "llama-q4-bf16",
+            variant(Arch::Llama, Some(4), WeightDtype::Bf16),
+        ),
+        ("llama-f32", variant(Arch::Llama, None, WeightDtype::F32)),
+    ] {
+        let dir = root.path().join(name);
+        synth::write_model(&options, &dir, &mut |_| {}).unwrap();
+        let logprobs =
+            mlx_lm_first_logprobs(&python, &dir, &prompt, &root.path().join("logits.json"));
+        let least = (0..logprobs.len())
+            .min_by(|&a, &b| logprobs[a].total_cmp(&logprobs[b]))
+            .unwrap() as u32;
+        let mut peer = MlxLmPeer::start(&python, &dir).unwrap();
+        let greedy = peer.generate(&prompt, 1, 2048, None).unwrap().generated_ids[0];
+        let tie = |tokens: [u32; 2], peer: &mut MlxLmPeer| {
+            let score = peer.score(&prompt, tokens).unwrap();
+            assert!(score.logits[0] >= score.logits[1], "{name}: {score:?}");
+            TieScore {
+                reference_token: tokens[0],
+                ondo_token: tokens[1],
+                gap_f32: score.logits_f32[0] - score.logits_f32[1],
+                rounding: score.rounding,
+            }
+        };
+        let same = tie([greedy, greedy], &mut peer);
+        assert_eq!(same.gap_f32, 0.0, "{name}");
+        assert!(same.is_near_tie(), "{name}");
+        let far = tie([greedy, least], &mut peer);
+        assert!(!far.is_near_tie(), "{name}: {far:?}");
+        if name.ends_with("f32") {
+            assert_eq!(far.rounding, 0.0, "{name}: float32 rounds nothing more");
+        } else {
+            assert!(far.rounding > 0.0, "{name}: {far:?}");
+            assert!(far.gap_f32 > 100.0 * far.rounding, "{name}: {far:?}");
+        }
+        // The model scored in float32 is back in its own dtype afterwards:
+        // the same question gets the same rounding, and generation goes on.
+        assert_eq!(tie([greedy, least], &mut peer), far, "{name}");
+        let again = peer.generate(&prompt, 1, 2048, None).unwrap().generated_ids[0];
+        assert_eq!(again, greedy, "{name}");
+    }
+}

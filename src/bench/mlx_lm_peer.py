@@ -13,8 +13,15 @@ then answers each stdin line
   {"event":"result","generated_ids","prompt_tokens","generated_tokens",
    "ttft_ms","decode_ms","decode_tps","prefill_tps",
    "prompt_tps","generation_tps","peak_memory_bytes","kv_cache"}
-or {"event":"error","message":...}, and keeps serving. An empty line or EOF
-exits. --cold answers the one request given on the command line with the
+or {"event":"error","message":...}, and keeps serving. A line
+  {"score_ids":[...],"tokens":[A,B]}
+asks, not timed, how the model scores tokens A and B as the next token after
+score_ids, in its own dtype and again with every floating-point weight in
+float32, answering
+  {"event":"score","logits":[a,b],"logits_f32":[a,b],"rounding":R}
+where R is the root mean square, over the whole vocabulary, of the model's
+own logits minus the float32 ones: how far rounding moves a logit there. An
+empty line or EOF exits. --cold answers the one request given on the command line with the
 same fields plus "event":"cold", load_ms, process_to_loaded_ms and
 process_to_first_token_ms, then exits.
 
@@ -54,6 +61,7 @@ import mlx_lm
 from mlx_lm import load, stream_generate
 from mlx_lm.models.cache import KVCache, RotatingKVCache, make_prompt_cache
 from mlx_lm.sample_utils import greedy_sampler
+from mlx.utils import tree_map
 
 
 def make_cache(model, max_kv_size):
@@ -126,6 +134,46 @@ def run(model, tokenizer, request: dict, received: float):
     if "id" in request:
         result["id"] = request["id"]
     return result, first, first_ns
+
+
+def next_logits(model, ids: list[int]) -> mx.array:
+    """The logits for the token after `ids`, as float32, the prefix fed in
+    chunks as generation feeds a prompt (no [L, vocab] array at once)."""
+    cache = make_prompt_cache(model)
+    tokens = mx.array(ids)
+    for start in range(0, len(ids) - 1, 512):
+        model(tokens[None, start : min(start + 512, len(ids) - 1)], cache=cache)
+        mx.eval([c.state for c in cache])
+    logits = model(tokens[None, -1:], cache=cache)[0, -1].astype(mx.float32)
+    mx.eval(logits)
+    return logits
+
+
+def score(model, request: dict) -> dict:
+    """How the model ranks two candidate next tokens, and how much rounding
+    in its own dtype moves a logit at that position (see the module doc)."""
+    ids = [int(t) for t in request["score_ids"]]
+    tokens = [int(t) for t in request["tokens"]]
+    if not ids:
+        raise ValueError("score_ids is empty")
+    native = next_logits(model, ids)
+    params = model.parameters()
+    widen = lambda p: p.astype(mx.float32) if mx.issubdtype(p.dtype, mx.floating) else p
+    model.update(tree_map(widen, params))
+    try:
+        exact = next_logits(model, ids)
+    finally:
+        model.update(params)
+    rounding = mx.sqrt(mx.mean(mx.square(native - exact))).item()
+    result = {
+        "event": "score",
+        "logits": [native[t].item() for t in tokens],
+        "logits_f32": [exact[t].item() for t in tokens],
+        "rounding": rounding,
+    }
+    if "id" in request:
+        result["id"] = request["id"]
+    return result
 
 
 def parse_ids(text: str) -> list[int]:
@@ -202,7 +250,11 @@ def main() -> int:
         if not line.strip():  # "" at EOF, "\n" for an empty line
             break
         try:
-            result, _, _ = run(model, tokenizer, json.loads(line), received)
+            request = json.loads(line)
+            if "score_ids" in request:
+                emit(score(model, request))
+                continue
+            result, _, _ = run(model, tokenizer, request, received)
             emit(result)
         except Exception as error:  # one bad request must not end the worker
             emit({"event": "error", "message": f"{type(error).__name__}: {error}"})

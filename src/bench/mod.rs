@@ -483,10 +483,12 @@ pub fn compare_with_mlx_lm(
                         .generated_ids,
                     )
                 };
+                let score = score_departure(&mut peer, &prompt, &ondo, &reference)?;
                 token_check.add(
                     length,
                     round - shape.warmup,
                     token_check::judge(&ondo, &reference, again.as_deref()),
+                    score,
                 );
             }
         }
@@ -571,6 +573,31 @@ pub const SPAWNED_AT_ENV: &str = "ONDO_SPAWNED_AT_NS";
 /// `ours / theirs`, or 0 when there is nothing to divide by.
 pub fn ratio(ours: f64, theirs: f64) -> f64 {
     if theirs != 0.0 { ours / theirs } else { 0.0 }
+}
+
+/// mlx-lm's scores for the two tokens where Ondo's greedy tokens first left
+/// its own (`token_check::TieScore`), or `None` where they did not or one
+/// side simply ended. Not timed: asked only when the sides differ.
+fn score_departure(
+    peer: &mut MlxLmPeer,
+    prompt: &[u32],
+    ondo: &[u32],
+    reference: &[u32],
+) -> Result<Option<token_check::TieScore>, BenchError> {
+    let Some(at) = token_check::first_departure(ondo, reference) else {
+        return Ok(None);
+    };
+    let (Some(&ondo_token), Some(&reference_token)) = (ondo.get(at), reference.get(at)) else {
+        return Ok(None);
+    };
+    let context: Vec<u32> = prompt.iter().chain(&reference[..at]).copied().collect();
+    let score = peer.score(&context, [reference_token, ondo_token])?;
+    Ok(Some(token_check::TieScore {
+        reference_token,
+        ondo_token,
+        gap_f32: score.logits_f32[0] - score.logits_f32[1],
+        rounding: score.rounding,
+    }))
 }
 
 #[cfg(test)]

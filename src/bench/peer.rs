@@ -40,6 +40,18 @@ pub struct PeerRun {
     pub process_to_first_token_ms: Option<f64>,
 }
 
+/// How mlx-lm scores two candidate next tokens (`MlxLmPeer::score`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PeerScore {
+    /// The two tokens' logits in the model's own dtype.
+    pub logits: [f64; 2],
+    /// The same with every floating-point weight in float32.
+    pub logits_f32: [f64; 2],
+    /// Root mean square over the vocabulary of the model's own logits minus
+    /// the float32 ones at that position: how far rounding moves a logit.
+    pub rounding: f64,
+}
+
 /// Versions the worker reports once loaded.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "specta", derive(specta::Type))]
@@ -156,6 +168,18 @@ impl MlxLmPeer {
         writeln!(self.stdin, "{request}").map_err(|e| PeerError::Failed(e.to_string()))?;
         let answer = self.read_line()?;
         if answer["event"] != "result" {
+            return Err(PeerError::Failed(answer.to_string()));
+        }
+        serde_json::from_value(answer).map_err(|e| PeerError::Failed(e.to_string()))
+    }
+
+    /// How the model scores `tokens` as the next token after `ids`, in its
+    /// own dtype and in float32 (not timed; two forward passes).
+    pub fn score(&mut self, ids: &[u32], tokens: [u32; 2]) -> Result<PeerScore, PeerError> {
+        let request = serde_json::json!({ "score_ids": ids, "tokens": tokens });
+        writeln!(self.stdin, "{request}").map_err(|e| PeerError::Failed(e.to_string()))?;
+        let answer = self.read_line()?;
+        if answer["event"] != "score" {
             return Err(PeerError::Failed(answer.to_string()));
         }
         serde_json::from_value(answer).map_err(|e| PeerError::Failed(e.to_string()))
