@@ -1,6 +1,6 @@
 //! A decode step's 4-bit matrix-vector products on MLX's CUDA backend,
-//! through Ondo's own kernel (`qmv4.cuh`), which MLX compiles at first use.
-//! Off unless `ONDO_CUDA_MATVEC=1`.
+//! through Ondo's own kernel (`qmv4.cuh`), which MLX compiles with NVRTC.
+//! On wherever MLX runs on a CUDA GPU; `ONDO_CUDA_MATVEC=0` turns it off.
 //!
 //! Why it exists: on the H200, MLX's CUDA kernel for a 4-bit matrix times
 //! one vector reads the weights at 0.4-0.86 TB/s of the card's 3.4 TB/s,
@@ -13,25 +13,27 @@
 //! CUDA" and "One kernel per shape, 8 rows per warp, narrow matrices split
 //! over warps").
 //!
-//! Why it is off by default: it sums in another order than MLX's kernel (its
-//! error against an fp32 reference is about half of MLX's), so greedy tokens
-//! part from mlx-lm's at the first near-tie, within the first ten tokens on
-//! the random-weight benchmark models, and the benchmark's token check could
-//! no longer tell a rounding difference from a bug.
+//! What it changes: it sums in another order than MLX's kernel (its error
+//! against an fp32 reference is about half of MLX's), so greedy tokens can
+//! part from mlx-lm's at a near-tie. The benchmark's token check scores each
+//! such departure against the model in float32 (`bench::token_check`): a
+//! departure within what rounding explains is a near tie, one beyond it a
+//! bug.
 //!
 //! Where it applies: MLX's CUDA backend with the GPU as default device,
 //! affine 4-bit weights in groups of 32, 64 or 128 with biases, one position
 //! (a decode step), scales in the activations' dtype, and a matrix of at
 //! least `MIN_WEIGHTS` (MLX takes a custom kernel at a higher host cost than
 //! its own, about 11 microseconds a call against 4 measured from Python,
-//! which only the large
-//! matrices repay). Everything else, prefill included, and every Mac (Metal
-//! has its own kernels) runs MLX's `quantized_matmul`.
+//! which only the large matrices repay). Everything else, prefill included,
+//! and every Mac (Metal has its own kernels) runs MLX's `quantized_matmul`.
 //!
-//! Each dtype, group size and matrix shape is its own kernel, which MLX
-//! compiles with NVRTC at its first call (about 1.6 s each on the H200; a
-//! model has two to four) and caches on disk. For measurements,
-//! `ONDO_CUDA_MATVEC_MIN`, `ONDO_CUDA_MATVEC_LAUNCH` and
+//! Each activation dtype and group size is its own kernel (a model has one),
+//! with a branch for each matrix shape the model's decode step takes. MLX
+//! compiles it with NVRTC at its first call, 2-3 s on the H200, in every
+//! process (MLX keeps custom kernels in memory only); `prepare` builds and
+//! compiles it as the model loads, so the first answer does not pay for it.
+//! For measurements, `ONDO_CUDA_MATVEC_MIN`, `ONDO_CUDA_MATVEC_LAUNCH` and
 //! `ONDO_CUDA_MATVEC_SPLIT` override the threshold and the launch.
 
 use std::collections::HashMap;
@@ -46,9 +48,9 @@ use super::quantized::QuantParams;
 
 /// The kernel's source, shared with `scripts/gpu-matvec.py`.
 const SOURCE: &str = include_str!("qmv4.cuh");
-/// MLX caches a compiled kernel on disk by its name alone (under the system's
-/// temporary folder), so the name carries the source's hash: a new Ondo with
-/// a changed kernel must not run the old one's cached code.
+/// MLX keeps compiled kernels by name alone (its own also on disk, under the
+/// system's temporary folder), so the name carries the source's hash: a
+/// changed kernel must never run under an old one's name.
 const SOURCE_HASH: u64 = fnv1a(SOURCE.as_bytes());
 /// Rows per warp and 16-byte chunks per row a lane loads before any
 /// arithmetic, and warps per block. On the H200, 8 rows of one chunk beat 4
@@ -88,24 +90,32 @@ const fn fnv1a(bytes: &[u8]) -> u64 {
     hash
 }
 
-/// One instance of the kernel: one per activation dtype, group size and
-/// matrix shape, with the numbers written into its body so that a call
-/// passes no template arguments or shapes for MLX to format and the compiler
-/// sees every loop bound. MLX compiles each at first use and keeps the
-/// module; a model has a handful of shapes.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+/// One compiled instance of the kernel per activation dtype and group size
+/// (a model has one), specialised for the matrix shapes its model's decode
+/// step takes: NVRTC costs about 2.7 s an instance on the H200, in every
+/// process, since MLX keeps custom kernels in memory only. One instance per
+/// shape, as before, made an 8B model's load 6.7-8.2 s against 1.4 s without
+/// the kernel; one instance with a run-time shape compiled once but decoded
+/// 8B 0.86x as fast, its rounds no longer unrolled.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 struct Instance {
     dtype: Dtype,
     group: i32,
-    n: i32,
-    k: i32,
 }
 
-/// MLX's handle to an instance, and the threads its launch needs.
-#[derive(Clone, Copy)]
+/// A shape an instance is specialised for: the row's length and the warps
+/// that share a row set. The rows come with each call (`w_shape[0]`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+struct Spec {
+    k: i32,
+    split: i32,
+}
+
+/// MLX's handle to an instance, and the shapes it was built for.
+#[derive(Clone)]
 struct Kernel {
     handle: mlx_sys::mlx_fast_cuda_kernel,
-    threads: i32,
+    specs: Vec<Spec>,
 }
 
 // SAFETY: the handle is an immutable description (name, source, argument
@@ -122,11 +132,11 @@ unsafe impl Sync for Kernel {}
 /// with the kernel for every matrix.
 const MIN_WEIGHTS: i64 = 1 << 25;
 
-/// Whether decode steps use Ondo's kernel in this process: asked for with
-/// `ONDO_CUDA_MATVEC=1`, and MLX runs on a CUDA GPU.
+/// Whether decode steps use Ondo's kernel in this process: MLX runs on a
+/// CUDA GPU, and `ONDO_CUDA_MATVEC=0` did not turn it off.
 pub fn enabled() -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
-    *ENABLED.get_or_init(|| std::env::var("ONDO_CUDA_MATVEC").as_deref() == Ok("1") && available())
+    *ENABLED.get_or_init(|| std::env::var("ONDO_CUDA_MATVEC").as_deref() != Ok("0") && available())
 }
 
 /// Whether the kernel can run here: MLX's backend is CUDA, its default
@@ -134,12 +144,13 @@ pub fn enabled() -> bool {
 /// instance; making a handle compiles nothing).
 fn available() -> bool {
     cuda_is_default()
-        && kernel_for(Instance {
-            dtype: Dtype::Bfloat16,
-            group: 64,
-            n: 32,
-            k: 1024,
-        })
+        && make_kernel(
+            Instance {
+                dtype: Dtype::Bfloat16,
+                group: 64,
+            },
+            vec![Spec { k: 1024, split: 1 }],
+        )
         .is_some()
 }
 
@@ -184,34 +195,80 @@ fn dtype_tag(dtype: Dtype) -> &'static str {
     }
 }
 
-/// The name MLX compiles and caches an instance under: the source's hash,
+/// The name MLX compiles and keeps an instance under: the source's hash,
 /// then everything that is written into the kernel's body.
-fn kernel_name(source_hash: u64, instance: Instance, rows: i32, chunks: i32, split: i32) -> String {
-    let Instance { dtype, group, n, k } = instance;
-    format!(
-        "ondo_qmv4_{source_hash:016x}_{}_g{group}_{n}x{k}_r{rows}c{chunks}s{split}",
-        dtype_tag(dtype)
-    )
-}
-
-fn kernel_for(instance: Instance) -> Option<Kernel> {
-    static KERNELS: OnceLock<Mutex<HashMap<Instance, Option<Kernel>>>> = OnceLock::new();
-    let mut kernels = KERNELS.get_or_init(Default::default).lock().ok()?;
-    *kernels
-        .entry(instance)
-        .or_insert_with(|| make_kernel(instance))
-}
-
-fn make_kernel(instance: Instance) -> Option<Kernel> {
-    let Instance { group, n, k, .. } = instance;
+fn kernel_name(source_hash: u64, instance: Instance, specs: &[Spec]) -> String {
+    let Instance { dtype, group } = instance;
     let (rows, chunks) = rows_and_chunks();
+    let mut name = format!(
+        "ondo_qmv4_{source_hash:016x}_{}_g{group}_r{rows}c{chunks}w{WARPS}",
+        dtype_tag(dtype)
+    );
+    for Spec { k, split } in specs {
+        name.push_str(&format!("_{k}s{split}"));
+    }
+    name
+}
+
+/// The kernel's body: the specialisation for the call's row length and
+/// split (the block's y size), chosen by branches every thread of a launch
+/// takes alike.
+fn kernel_body(group: i32, specs: &[Spec]) -> String {
+    let (rows, chunks) = rows_and_chunks();
+    let mut body = String::from("const int n = w_shape[0];\nconst int k = w_shape[1] * 8;\n");
+    for (i, Spec { k, split }) in specs.iter().enumerate() {
+        let branch = if i == 0 { "if" } else { "else if" };
+        body.push_str(&format!(
+            "{branch} (k == {k} && blockDim.y == {split}) {{\n  \
+             ondo_qmv4<{group}, {rows}, {chunks}, {split}, {WARPS}, {k}>(x, w, scales, biases, y, \
+             n);\n}}\n"
+        ));
+    }
+    body
+}
+
+/// A call's launch for an `n` x `k` matrix, in MLX's terms (the grid in
+/// threads): blocks of 32 lanes x `split` warps per row set x the row sets
+/// that fill `WARPS` warps, laid along z, which allows 65535 blocks (at
+/// least 2 million rows, more than any vocabulary).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Launch {
+    grid: [i32; 3],
+    block: [i32; 3],
+}
+
+fn launch_for(n: i32, k: i32) -> Launch {
+    let (rows, _) = rows_and_chunks();
     let split = split_for(n, k);
-    let blocks = ((n + rows - 1) / rows * split + WARPS - 1) / WARPS;
-    let name = CString::new(kernel_name(SOURCE_HASH, instance, rows, chunks, split)).ok()?;
-    let body = CString::new(format!(
-        "ondo_qmv4<{group}, {rows}, {chunks}, {split}, {WARPS}>(x, w, scales, biases, y, {n}, {k});"
-    ))
-    .ok()?;
+    let sets_per_block = WARPS / split;
+    let blocks = ((n + rows - 1) / rows + sets_per_block - 1) / sets_per_block;
+    Launch {
+        grid: [32, split, blocks * sets_per_block],
+        block: [32, split, sets_per_block],
+    }
+}
+
+/// CUDA's limit on a grid's z size, in blocks.
+const MAX_BLOCKS_Z: i32 = 65535;
+
+/// The instances made so far, each with the shapes it was built for.
+fn kernels() -> &'static Mutex<HashMap<Instance, Kernel>> {
+    static KERNELS: OnceLock<Mutex<HashMap<Instance, Kernel>>> = OnceLock::new();
+    KERNELS.get_or_init(Default::default)
+}
+
+/// The instance for this dtype and group if it was built for `spec`.
+fn kernel_for(instance: Instance, spec: Spec) -> Option<mlx_sys::mlx_fast_cuda_kernel> {
+    let kernels = kernels().lock().ok()?;
+    let kernel = kernels.get(&instance)?;
+    kernel.specs.contains(&spec).then_some(kernel.handle)
+}
+
+fn make_kernel(instance: Instance, mut specs: Vec<Spec>) -> Option<Kernel> {
+    specs.sort();
+    specs.dedup();
+    let name = CString::new(kernel_name(SOURCE_HASH, instance, &specs)).ok()?;
+    let body = CString::new(kernel_body(instance.group, &specs)).ok()?;
     let header = CString::new(SOURCE).ok()?;
     let mut inputs = [c"x", c"w", c"scales", c"biases"].map(CStr::as_ptr);
     let mut output = c"y".as_ptr();
@@ -231,16 +288,52 @@ fn make_kernel(instance: Instance) -> Option<Kernel> {
         );
         mlx_sys::mlx_vector_string_free(input_names);
         mlx_sys::mlx_vector_string_free(output_names);
-        (!handle.ctx.is_null()).then_some(Kernel {
-            handle,
-            threads: blocks * 32 * WARPS,
-        })
+        (!handle.ctx.is_null()).then_some(Kernel { handle, specs })
     }
 }
 
+/// The instance and shape the kernel would compute `x @ W.T` with for one
+/// position, for this matrix with its affine biases, whether or not an
+/// instance was built for it yet.
+fn candidate(
+    weight: &Array,
+    scales: &Array,
+    biases: &Array,
+    params: QuantParams,
+) -> Option<(Instance, Spec)> {
+    let dtype = scales.dtype();
+    let n = *weight.shape().first()?;
+    let k = weight.shape().get(1)? * 8;
+    let takes = params.mode == QuantMode::Affine
+        && params.bits == 4
+        && matches!(params.group_size, 32 | 64 | 128)
+        && weight.ndim() == 2
+        && k > 0
+        && k % 32 == 0
+        && weight.dtype() == Dtype::Uint32
+        && matches!(dtype, Dtype::Bfloat16 | Dtype::Float16 | Dtype::Float32)
+        && biases.dtype() == dtype
+        && i64::from(n) * i64::from(k) >= min_weights()
+        && {
+            let launch = launch_for(n, k);
+            launch.grid[2] / launch.block[2] <= MAX_BLOCKS_Z
+        };
+    takes.then_some((
+        Instance {
+            dtype,
+            group: params.group_size,
+        },
+        Spec {
+            k,
+            split: split_for(n, k),
+        },
+    ))
+}
+
 /// Whether `x @ W.T` for this matrix (with its affine biases) and input is
-/// one the kernel computes
-/// (the cached switch first: every matmul of a CPU run asks).
+/// one the kernel computes: one position, and an instance built for the
+/// matrix's shape as its model loaded (`prepare`). The cached switch comes
+/// first: every matmul of a CPU run asks.
 pub fn applies(
     x: &Array,
     weight: &Array,
@@ -252,18 +345,101 @@ pub fn applies(
         return false;
     }
     let k = x.shape().last().copied().unwrap_or(0);
-    params.mode == QuantMode::Affine
-        && params.bits == 4
-        && matches!(params.group_size, 32 | 64 | 128)
-        && k > 0
-        && x.size() == k as usize
-        && weight.ndim() == 2
-        && weight.shape()[1] * 8 == k
-        && weight.dtype() == Dtype::Uint32
-        && matches!(x.dtype(), Dtype::Bfloat16 | Dtype::Float16 | Dtype::Float32)
-        && scales.dtype() == x.dtype()
-        && biases.dtype() == x.dtype()
-        && i64::from(weight.shape()[0]) * i64::from(k) >= min_weights()
+    x.size() == k as usize
+        && x.dtype() == scales.dtype()
+        && weight.shape().get(1).is_some_and(|&packed| packed * 8 == k)
+        && candidate(weight, scales, biases, params)
+            .is_some_and(|(instance, spec)| kernel_for(instance, spec).is_some())
+}
+
+/// Builds and compiles, as a model loads, the kernel for every matrix of
+/// its decode step that takes it (`matrices`: weight, scales, biases and
+/// quantization of each): one instance per activation dtype and group size,
+/// specialised for the shapes among them, widened if an earlier model in
+/// this process built it for others. NVRTC runs at an instance's first call,
+/// so one call per shape on a zero vector, evaluated, moves that cost out of
+/// the first answer and checks each specialisation runs. A kernel that does
+/// not build costs the model nothing but the speed: its matmuls stay on
+/// MLX's kernel, and one line on stderr says why.
+pub fn prepare<'a>(
+    matrices: impl IntoIterator<Item = (&'a Array, &'a Array, &'a Array, QuantParams)>,
+) {
+    if !enabled() {
+        return;
+    }
+    let mut wanted: HashMap<Instance, Vec<Matrix<'a>>> = HashMap::new();
+    for (weight, scales, biases, params) in matrices {
+        if let Some((instance, spec)) = candidate(weight, scales, biases, params) {
+            let shapes = wanted.entry(instance).or_default();
+            if !shapes.iter().any(|m| m.spec == spec) {
+                shapes.push(Matrix {
+                    spec,
+                    weight,
+                    scales,
+                    biases,
+                    params,
+                });
+            }
+        }
+    }
+    for (instance, shapes) in wanted {
+        let Ok(mut built_kernels) = kernels().lock() else {
+            return;
+        };
+        let before = built_kernels.get(&instance).cloned();
+        let built = before.as_ref().map(|k| k.specs.clone()).unwrap_or_default();
+        if shapes.iter().all(|m| built.contains(&m.spec)) {
+            continue;
+        }
+        let specs = built
+            .into_iter()
+            .chain(shapes.iter().map(|m| m.spec))
+            .collect();
+        match make_kernel(instance, specs) {
+            Some(kernel) => built_kernels.insert(instance, kernel),
+            None => continue,
+        };
+        drop(built_kernels);
+        let compiled = shapes.iter().try_for_each(Matrix::compile);
+        if compiled.is_ok() {
+            if let Some(replaced) = before {
+                // SAFETY: the map no longer holds this handle; graphs built
+                // with it keep their own copy of the kernel's description.
+                unsafe { mlx_sys::mlx_fast_cuda_kernel_free(replaced.handle) };
+            }
+            continue;
+        }
+        if let Err(error) = compiled {
+            if let Ok(mut kernels) = kernels().lock() {
+                match before {
+                    Some(kernel) => kernels.insert(instance, kernel),
+                    None => kernels.remove(&instance),
+                };
+            }
+            eprintln!(
+                "ondo: Ondo's CUDA matrix-vector kernel did not build ({error}); decode steps \
+                 use MLX's own kernel"
+            );
+        }
+    }
+}
+
+/// One shape a model's instance is built for, with a matrix of that shape.
+struct Matrix<'a> {
+    spec: Spec,
+    weight: &'a Array,
+    scales: &'a Array,
+    biases: &'a Array,
+    params: QuantParams,
+}
+
+impl Matrix<'_> {
+    /// One call on a zero vector, evaluated: compiles the instance at its
+    /// first call, and runs this shape's branch once.
+    fn compile(&self) -> Result<(), Exception> {
+        let x = mlx_rs::ops::zeros_dtype(&[1, 1, self.spec.k], self.scales.dtype())?;
+        matvec(&x, self.weight, self.scales, self.biases, self.params)?.eval()
+    }
 }
 
 /// `MIN_WEIGHTS`, or `ONDO_CUDA_MATVEC_MIN` for measurements.
@@ -286,15 +462,18 @@ pub fn matvec(
     biases: &Array,
     params: QuantParams,
 ) -> Result<Array, Exception> {
-    let n = weight.shape()[0];
+    let (n, k) = (weight.shape()[0], weight.shape()[1] * 8);
+    let launch = launch_for(n, k);
     let instance = Instance {
         dtype: x.dtype(),
         group: params.group_size,
-        n,
-        k: weight.shape()[1] * 8,
     };
-    let kernel = kernel_for(instance)
-        .ok_or_else(|| Exception::custom("Ondo's CUDA kernel is not available"))?;
+    let spec = Spec {
+        k,
+        split: launch.block[1],
+    };
+    let handle = kernel_for(instance, spec)
+        .ok_or_else(|| Exception::custom("Ondo's CUDA kernel was not built for this matrix"))?;
     let mut out_shape = x.shape().to_vec();
     if let Some(last) = out_shape.last_mut() {
         *last = n;
@@ -312,8 +491,9 @@ pub fn matvec(
             out_shape.len(),
             dtype,
         );
-        status |= mlx_sys::mlx_fast_cuda_kernel_config_set_grid(config, kernel.threads, 1, 1);
-        status |= mlx_sys::mlx_fast_cuda_kernel_config_set_thread_group(config, 32 * WARPS, 1, 1);
+        let ([gx, gy, gz], [bx, by, bz]) = (launch.grid, launch.block);
+        status |= mlx_sys::mlx_fast_cuda_kernel_config_set_grid(config, gx, gy, gz);
+        status |= mlx_sys::mlx_fast_cuda_kernel_config_set_thread_group(config, bx, by, bz);
         let inputs = [
             x.as_ptr(),
             weight.as_ptr(),
@@ -325,7 +505,7 @@ pub fn matvec(
         if status == 0 {
             status = mlx_sys::mlx_fast_cuda_kernel_apply(
                 &mut outputs,
-                kernel.handle,
+                handle,
                 input_vector,
                 config,
                 stream.as_ptr(),
@@ -377,26 +557,58 @@ mod tests {
         assert_eq!(split_for(3072, 8192), 4);
     }
 
-    /// The kernel's name changes with its source, so MLX's on-disk cache of
-    /// compiled kernels, keyed by name, cannot hand a new Ondo an old kernel;
-    /// and with every number its body is built from.
+    /// A launch covers every row exactly once per warp of a split: whole
+    /// row sets of `WARPS` warps per block, the split along y.
+    #[test]
+    fn a_launch_covers_every_row_set() {
+        use super::{Launch, WARPS, launch_for};
+        for (n, k) in [
+            (4096, 14336),
+            (28672, 4096),
+            (128256, 4096),
+            (5120, 3072),
+            (1000, 4096),
+        ] {
+            let Launch { grid, block } = launch_for(n, k);
+            let split = super::split_for(n, k);
+            assert_eq!(block, [32, split, WARPS / split], "{n}x{k}");
+            assert_eq!(grid[..2], block[..2], "{n}x{k}");
+            let sets = grid[2];
+            assert_eq!(sets % block[2], 0, "whole blocks: {n}x{k}");
+            assert!(
+                sets * 8 >= n && (sets - block[2]) * 8 < n,
+                "{n}x{k}: {sets} sets"
+            );
+        }
+    }
+
+    /// The kernel's name changes with its source, so a changed kernel never
+    /// runs under an old one's name in MLX's cache of compiled kernels; and
+    /// with every number its body is built from, the shapes included.
     #[test]
     fn the_kernel_name_carries_the_source_and_the_launch() {
-        use super::{Instance, kernel_name};
+        use super::{Instance, Spec, kernel_name};
         let instance = Instance {
             dtype: mlx_rs::Dtype::Bfloat16,
             group: 64,
-            n: 4096,
-            k: 14336,
         };
-        let name = |source: &str, instance, split| {
-            kernel_name(super::fnv1a(source.as_bytes()), instance, 8, 1, split)
+        let specs = [Spec { k: 4096, split: 2 }, Spec { k: 14336, split: 4 }];
+        let name = |source: &str, instance, specs: &[Spec]| {
+            kernel_name(super::fnv1a(source.as_bytes()), instance, specs)
         };
-        let shipped = name(super::SOURCE, instance, 4);
-        assert_eq!(shipped, name(super::SOURCE, instance, 4));
+        let shipped = name(super::SOURCE, instance, &specs);
+        assert_eq!(shipped, name(super::SOURCE, instance, &specs));
         let edited = format!("{}\n// edited", super::SOURCE);
-        assert_ne!(shipped, name(&edited, instance, 4));
-        assert_ne!(shipped, name(super::SOURCE, instance, 2));
+        assert_ne!(shipped, name(&edited, instance, &specs));
+        assert_ne!(shipped, name(super::SOURCE, instance, &specs[..1]));
+        assert_ne!(
+            shipped,
+            name(
+                super::SOURCE,
+                instance,
+                &[specs[0], Spec { k: 14336, split: 2 }]
+            )
+        );
         for other in [
             Instance {
                 dtype: mlx_rs::Dtype::Float16,
@@ -406,16 +618,45 @@ mod tests {
                 group: 32,
                 ..instance
             },
-            Instance {
-                n: 4097,
-                ..instance
-            },
-            Instance {
-                k: 4096,
-                ..instance
-            },
         ] {
-            assert_ne!(shipped, name(super::SOURCE, other, 4));
+            assert_ne!(shipped, name(super::SOURCE, other, &specs));
         }
+    }
+
+    /// One instance holds a specialisation per shape of its model, each
+    /// taken by the calls of that row length and split, with the numbers
+    /// written in (8B's gate and up, down and head).
+    #[test]
+    fn an_instance_has_a_branch_per_shape() {
+        use super::{Spec, kernel_body};
+        let body = kernel_body(
+            64,
+            &[
+                Spec { k: 4096, split: 1 },
+                Spec { k: 4096, split: 2 },
+                Spec { k: 14336, split: 4 },
+            ],
+        );
+        assert!(body.contains("const int n = w_shape[0];"), "{body}");
+        for (condition, call) in [
+            (
+                "if (k == 4096 && blockDim.y == 1)",
+                "ondo_qmv4<64, 8, 1, 1, 4, 4096>(",
+            ),
+            (
+                "else if (k == 4096 && blockDim.y == 2)",
+                "ondo_qmv4<64, 8, 1, 2, 4, 4096>(",
+            ),
+            (
+                "else if (k == 14336 && blockDim.y == 4)",
+                "ondo_qmv4<64, 8, 1, 4, 4, 14336>(",
+            ),
+        ] {
+            let at = body
+                .find(condition)
+                .unwrap_or_else(|| panic!("{condition}: {body}"));
+            assert!(body[at..].contains(call), "{call}: {body}");
+        }
+        assert_eq!(body.matches("ondo_qmv4<").count(), 3, "{body}");
     }
 }

@@ -795,14 +795,48 @@ impl Decoder {
             }
             None => None,
         };
-        Ok(Self {
+        let decoder = Self {
             embed_tokens,
             layers,
             norm: final_norm,
             lm_head,
             eps: config.rms_norm_eps,
             embed_scale,
-        })
+        };
+        decoder.prepare_decode();
+        Ok(decoder)
+    }
+
+    /// The matrices a one-position step multiplies by: each layer's joined
+    /// projections (or their parts), output projection and down projection,
+    /// and the head.
+    fn decode_matrices(&self) -> Vec<&Linear> {
+        let mut matrices = Vec::new();
+        for layer in &self.layers {
+            matrices.extend(layer.self_attn.qkv.decode_layers());
+            matrices.push(&layer.self_attn.o_proj);
+            if let FeedForward::Dense(mlp) = &layer.mlp {
+                matrices.extend(mlp.gate_up.decode_layers());
+                matrices.push(&mlp.down_proj);
+            }
+        }
+        matrices.push(self.lm_head.as_ref().unwrap_or(&self.embed_tokens));
+        matrices
+    }
+
+    /// Builds and compiles, at load, Ondo's CUDA kernel for the matrices of
+    /// a decode step that take it (`cuda_matvec::prepare`: about 2.7 s of
+    /// NVRTC on the H200), so the cost is counted in the load, where a cold
+    /// start expects it, and not in the first answer. Nothing to do on the
+    /// CPU or Metal; a kernel that does not build leaves the model on MLX's.
+    fn prepare_decode(&self) {
+        if super::cuda_matvec::enabled() {
+            super::cuda_matvec::prepare(
+                self.decode_matrices()
+                    .into_iter()
+                    .filter_map(Linear::affine_quantized),
+            );
+        }
     }
 
     /// The dtype of the norm weights: the model's compute dtype.

@@ -336,6 +336,24 @@ impl Linear {
         }
     }
 
+    /// The packed weight, scales, biases and quantization of an affine
+    /// quantized layer with biases: what Ondo's CUDA kernel can take.
+    pub fn affine_quantized(&self) -> Option<(&Array, &Array, &Array, QuantParams)> {
+        match self {
+            Linear::Quantized {
+                matrix:
+                    QuantizedMatrix {
+                        weight,
+                        scales,
+                        biases: Some(biases),
+                        params,
+                    },
+                ..
+            } => Some((weight, scales, biases, *params)),
+            _ => None,
+        }
+    }
+
     /// One layer computing all of `parts` of the same input, their outputs
     /// side by side in order, or `None` when they are not stored alike (one
     /// quantized and one not, different quantization, a bias on some).
@@ -542,6 +560,14 @@ impl<const N: usize> JointProjection<N> {
             joined: Some(joined),
             bounds,
         })
+    }
+
+    /// The layers a one-position input runs: the joined one, or the parts.
+    pub fn decode_layers(&self) -> Vec<&Linear> {
+        match &self.joined {
+            Some(joined) => vec![joined],
+            None => self.parts.iter().collect(),
+        }
     }
 
     /// The joined layer, where there is one.
