@@ -401,25 +401,28 @@ pub fn prepare<'a>(
         };
         drop(built_kernels);
         let compiled = shapes.iter().try_for_each(Matrix::compile);
-        if compiled.is_ok() {
-            if let Some(replaced) = before {
-                // SAFETY: the map no longer holds this handle; graphs built
-                // with it keep their own copy of the kernel's description.
-                unsafe { mlx_sys::mlx_fast_cuda_kernel_free(replaced.handle) };
-            }
-            continue;
-        }
-        if let Err(error) = compiled {
-            if let Ok(mut kernels) = kernels().lock() {
+        let Ok(mut built_kernels) = kernels().lock() else {
+            return;
+        };
+        // The handle no longer kept: the one replaced, or on failure the new
+        // one, with the one before put back.
+        let discarded = match compiled {
+            Ok(()) => before,
+            Err(error) => {
+                eprintln!(
+                    "ondo: Ondo's CUDA matrix-vector kernel did not build ({error}); decode \
+                     steps use MLX's own kernel"
+                );
                 match before {
-                    Some(kernel) => kernels.insert(instance, kernel),
-                    None => kernels.remove(&instance),
-                };
+                    Some(kernel) => built_kernels.insert(instance, kernel),
+                    None => built_kernels.remove(&instance),
+                }
             }
-            eprintln!(
-                "ondo: Ondo's CUDA matrix-vector kernel did not build ({error}); decode steps \
-                 use MLX's own kernel"
-            );
+        };
+        if let Some(kernel) = discarded {
+            // SAFETY: the map no longer holds this handle, and graphs built
+            // with it keep their own copy of the kernel's name and source.
+            unsafe { mlx_sys::mlx_fast_cuda_kernel_free(kernel.handle) };
         }
     }
 }
