@@ -92,9 +92,9 @@ const fn fnv1a(bytes: &[u8]) -> u64 {
 
 /// One compiled instance of the kernel per activation dtype and group size
 /// (a model has one), specialised for the matrix shapes its model's decode
-/// step takes: NVRTC costs about 2.7 s an instance on the H200, in every
+/// step takes: NVRTC costs 2-3 s an instance on the H200, in every
 /// process, since MLX keeps custom kernels in memory only. One instance per
-/// shape, as before, made an 8B model's load 6.7-8.2 s against 1.4 s without
+/// shape, as before, made an 8B model's load 6.7-9.6 s against 1.4-1.7 s without
 /// the kernel; one instance with a run-time shape compiled once but decoded
 /// 8B 0.86x as fast, its rounds no longer unrolled.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -143,15 +143,21 @@ pub fn enabled() -> bool {
 /// device the GPU, and MLX takes the kernel's source (asked with a small
 /// instance; making a handle compiles nothing).
 fn available() -> bool {
-    cuda_is_default()
-        && make_kernel(
-            Instance {
-                dtype: Dtype::Bfloat16,
-                group: 64,
-            },
-            vec![Spec { k: 1024, split: 1 }],
-        )
-        .is_some()
+    if !cuda_is_default() {
+        return false;
+    }
+    let probe = Instance {
+        dtype: Dtype::Bfloat16,
+        group: 64,
+    };
+    match make_kernel(probe, vec![Spec { k: 1024, split: 1 }]) {
+        Some(kernel) => {
+            // SAFETY: the probe's handle was made here and is used nowhere else.
+            unsafe { mlx_sys::mlx_fast_cuda_kernel_free(kernel.handle) };
+            true
+        }
+        None => false,
+    }
 }
 
 /// True when MLX's backend is CUDA and its default device the GPU.
@@ -313,19 +319,16 @@ fn candidate(
         && weight.dtype() == Dtype::Uint32
         && matches!(dtype, Dtype::Bfloat16 | Dtype::Float16 | Dtype::Float32)
         && biases.dtype() == dtype
-        && i64::from(n) * i64::from(k) >= min_weights()
-        && {
-            let launch = launch_for(n, k);
-            launch.grid[2] / launch.block[2] <= MAX_BLOCKS_Z
-        };
-    takes.then_some((
+        && i64::from(n) * i64::from(k) >= min_weights();
+    let launch = launch_for(n, k);
+    (takes && launch.grid[2] / launch.block[2] <= MAX_BLOCKS_Z).then_some((
         Instance {
             dtype,
             group: params.group_size,
         },
         Spec {
             k,
-            split: split_for(n, k),
+            split: launch.block[1],
         },
     ))
 }

@@ -825,7 +825,7 @@ impl Decoder {
     }
 
     /// Builds and compiles, at load, Ondo's CUDA kernel for the matrices of
-    /// a decode step that take it (`cuda_matvec::prepare`: about 2.7 s of
+    /// a decode step that take it (`cuda_matvec::prepare`: 2-3 s of
     /// NVRTC on the H200), so the cost is counted in the load, where a cold
     /// start expects it, and not in the first answer. Nothing to do on the
     /// CPU or Metal; a kernel that does not build leaves the model on MLX's.
