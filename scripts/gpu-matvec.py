@@ -1,33 +1,33 @@
-"""Bandwidth of the matrix-vector kernels a one-position decode step runs, at
-the shapes of Llama 3.1 8B and 3.2 3B layers: MLX's own (4-bit, 8-bit, dense
-bf16) and Ondo's 4-bit kernel (src/engine/model/qmv4.cuh, the source the
-engine ships, launched here as src/engine/model/cuda_matvec.rs launches it:
-the row length and the split over warps compiled in, the rows from
-`w_shape`, the split also the block's y size; the engine puts all of a
-model's shapes in one kernel, branching on them, and here each is its own).
+"""Ondo's 4-bit matrix-vector kernel through MLX, as the engine runs it: the
+kernel compiled by NVRTC from src/engine/model/qmv4.cuh with the shape and
+layout compiled in (scripts/qmv4_build.py mirrors cuda_matvec.rs), and run by
+MLX's `precompiled_cuda_kernel`, which loads the binary under the kernel's
+name at the first call and keeps it (later calls hand it an empty binary,
+as the engine does once MLX has shown it keeps the kernel).
 
 First a correctness check of Ondo's kernel against MLX's quantized_matmul in
 fp32 (bf16, fp16 and fp32 activations; groups of 32, 64 and 128; shapes with
 a partial last round and a row count no multiple of the rows per warp; the
-engine's launch and every split of a row set over warps): its error must be
-at most twice MLX's own at the same dtype. Then the host's cost per call,
-MLX's kernel against Ondo's, on a matrix small enough that the GPU is not
-the bound. Then each shape is benchmarked as many distinct weight copies
-(about 1 GiB, more than the L2 cache) multiplied by one input vector in one
-`eval`, so every call reads its weights from device memory; median of 7.
+engine's layout and a row set split over 4 and 2 warps): its error must be at
+most twice MLX's own at the same dtype. Then the host's cost per call, MLX's
+kernel against Ondo's, on a matrix small enough that the GPU is not the
+bound. Then each shape is benchmarked as many distinct weight copies (about
+1 GiB, more than the L2 cache) multiplied by one input vector in one `eval`,
+median of 7; for the small shapes that measures MLX's host more than the GPU
+(scripts/gpu-qmv-lab.py times the GPU alone).
 
     python scripts/gpu-matvec.py           # on the device, with MLX's CUDA wheel
-    python scripts/gpu-matvec.py --sweep   # and every launch shape per matrix
     python scripts/gpu-matvec.py --check   # the correctness check alone
+    python scripts/gpu-matvec.py --host    # the check and the host's cost
 """
 
-import hashlib
-import os
-import pathlib
+import ctypes
 import sys
 import time
 
 import mlx.core as mx
+
+from qmv4_build import compile_cubin, kernel_name, kernel_source, launch_for, layout_for
 
 SHAPES = [
     ("q or o, 4096x4096", 4096, 4096),
@@ -41,66 +41,58 @@ SHAPES = [
     ("3B gate and up joined, 16384x3072", 16384, 3072),
     ("3B down, 3072x8192", 3072, 8192),
 ]
-
-SOURCE = (pathlib.Path(__file__).resolve().parent.parent / "src/engine/model/qmv4.cuh").read_text()
-# MLX keeps compiled kernels by name, so the name carries the source's hash.
-SOURCE_HASH = hashlib.sha256(SOURCE.encode()).hexdigest()[:12]
 DTYPE_TAG = {mx.bfloat16: "bf16", mx.float16: "f16", mx.float32: "f32"}
-ROWS, CHUNKS, WARPS = 8, 1, 4
-if os.environ.get("ONDO_CUDA_MATVEC_LAUNCH"):  # as the engine reads it
-    ROWS, CHUNKS = (int(v) for v in os.environ["ONDO_CUDA_MATVEC_LAUNCH"].split("x"))
-# Launch shapes for --sweep: (rows per warp, chunks in flight, warps per row set, warps per block).
-SWEEP = [(4, 2, 1, 4), (4, 2, 2, 4), (4, 2, 4, 4), (8, 1, 1, 4), (8, 2, 1, 4), (4, 4, 1, 4)]
 
 
-TARGET_WARPS = 4096
+def architecture():
+    """The GPU's compute capability as NVRTC names it, from the driver."""
+    cuda = ctypes.CDLL("libcuda.so.1")
+    cuda.cuInit(0)
+    dev, major, minor = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    cuda.cuDeviceGet(ctypes.byref(dev), 0)
+    cuda.cuDeviceGetAttribute(ctypes.byref(major), 75, dev)
+    cuda.cuDeviceGetAttribute(ctypes.byref(minor), 76, dev)
+    return f"sm_{major.value}{minor.value}"
 
 
-def split_for(n, k):
-    """What cuda_matvec.rs's `split_for` picks: see its comment."""
-    sets = -(-n // ROWS)
-    rounds = max(1, k // (32 * 32 * CHUNKS))
-    split = 1
-    while split < 4 and split * 2 <= rounds and sets * split < TARGET_WARPS:
-        split *= 2
-    return split
+ARCH = None
+_kernels = {}  # key -> [name, cubin, loaded by MLX yet]
+NVRTC_SECONDS = []
 
 
-_kernels = {}
-
-
-def kernel_for(dtype, group, k, launch):
-    key = (dtype, group, k, launch)
+def kernel_for(dtype, group, n, k, layout):
+    global ARCH
+    ARCH = ARCH or architecture()
+    key = (DTYPE_TAG[dtype], group, n, k, layout)
     if key not in _kernels:
-        rows, chunks, split, warps = launch
-        name = f"ondo_qmv4_{SOURCE_HASH}_{DTYPE_TAG[dtype]}_g{group}_r{rows}c{chunks}w{warps}_{k}s{split}"
-        body = f"ondo_qmv4<{group}, {rows}, {chunks}, {split}, {warps}, {k}>(x, w, scales, biases, y, w_shape[0]);"
-        _kernels[key] = mx.fast.cuda_kernel(
-            name=name,
-            input_names=["x", "w", "scales", "biases"],
-            output_names=["y"],
-            source=body,
-            header=SOURCE,
-            ensure_row_contiguous=True,
-        )
+        cubin, seconds = compile_cubin(kernel_source([key]), ARCH)
+        NVRTC_SECONDS.append(seconds)
+        _kernels[key] = [kernel_name(*key), cubin, False]
     return _kernels[key]
 
 
-def ondo_qmv4(x, w, scales, biases, group, launch=None):
+def ondo_qmv4(x, w, scales, biases, group, layout=None, keep=True):
+    """keep: hand MLX the binary only at a kernel's first call, as the engine does."""
     n, k = w.shape[0], w.shape[1] * 8
-    if launch is None:
-        launch = (ROWS, CHUNKS, split_for(n, k), WARPS)
-    rows, chunks, split, warps = launch
-    sets = -(-n // rows)
-    per_block = warps // split
-    blocks = -(-sets // per_block)
-    return kernel_for(x.dtype, group, k, launch)(
+    layout = layout or layout_for(n, k)
+    entry = kernel_for(x.dtype, group, n, k, layout)
+    name, cubin, loaded = entry
+    grid, block = launch_for(n, layout)
+    out = mx.fast.precompiled_cuda_kernel(
+        name=name,
+        compiled_source=b"" if (keep and loaded) else cubin,
         inputs=[x, w, scales, biases],
-        grid=(32, split, blocks * per_block),
-        threadgroup=(32, split, per_block),
         output_shapes=[(*x.shape[:-1], n)],
         output_dtypes=[x.dtype],
+        scalars=[],
+        grid=grid,
+        threadgroup=block,
+        ensure_row_contiguous=True,
     )[0]
+    if not loaded:
+        mx.eval(out)
+        entry[2] = True
+    return out
 
 
 def check():
@@ -116,8 +108,9 @@ def check():
                 scale = mx.abs(exact).max()
                 mlx = mx.quantized_matmul(x, w, s, b, transpose=True, group_size=group, bits=4).astype(f32)
                 mlx_error = (mx.abs(mlx - exact).max() / scale).item()
-                # The engine's launch, and a row set split over 4 warps (2 for bf16 too).
-                splits = [None, (ROWS, CHUNKS, 4, WARPS)] + ([(ROWS, CHUNKS, 2, WARPS)] if dtype == mx.bfloat16 else [])
+                # The engine's layout, and a row set split over 4 warps (2 for bf16 too).
+                rows, chunks, _ = layout_for(n, k)
+                splits = [None, (rows, chunks, 4)] + ([(rows, chunks, 2)] if dtype == mx.bfloat16 else [])
                 for launch in splits:
                     ondo = ondo_qmv4(x, w, s, b, group, launch).astype(f32)
                     ondo_error = (mx.abs(ondo - exact).max() / scale).item()
@@ -141,6 +134,7 @@ def host_cost():
     for name, call in [
         ("MLX quantized_matmul", lambda: mx.quantized_matmul(x, w, s, b, transpose=True, group_size=64, bits=4)),
         ("Ondo's kernel", lambda: ondo_qmv4(x, w, s, b, 64)),
+        ("Ondo's, binary each call", lambda: ondo_qmv4(x, w, s, b, 64, keep=False)),
         ("MLX add (for scale)", lambda: x + x),
     ]:
         builds, evals = [], []
@@ -178,20 +172,20 @@ def bandwidth(weights, make_call):
 
 
 def main():
-    sweep = "--sweep" in sys.argv
     mx.random.seed(0)
-    # The first call of an instance runs NVRTC (in every process: MLX keeps
-    # custom kernels in memory only); the engine pays it while a model loads.
     w, s, b = mx.quantize(mx.random.normal((512, 2048)).astype(mx.bfloat16), group_size=64, bits=4)
     x = mx.random.normal((1, 1, 2048)).astype(mx.bfloat16)
     mx.eval(w, s, b, x)
     start = time.perf_counter()
     mx.eval(ondo_qmv4(x, w, s, b, 64))
-    print(f"first call of a bf16 group-64 kernel (NVRTC): {time.perf_counter() - start:.2f} s", flush=True)
+    print(f"first call of a kernel (NVRTC {NVRTC_SECONDS[0]:.2f} s, and MLX's load): "
+          f"{time.perf_counter() - start:.2f} s", flush=True)
     ok = check()
     if "--check" in sys.argv:
         sys.exit(0 if ok else 1)
     host_cost()
+    if "--host" in sys.argv:
+        sys.exit(0 if ok else 1)
     big = mx.random.normal((1 << 28,)).astype(mx.bfloat16)
     mx.eval(big)
     t = median_seconds(lambda: mx.sum(big))
@@ -211,14 +205,10 @@ def main():
             line.append(f"MLX {bits}-bit {gbs:5.0f}")
             if bits == 4:
                 gbs = bandwidth(weights, lambda w: ondo_qmv4(x, *w, 64))
-                line.append(f"Ondo 4-bit {gbs:5.0f} (split {split_for(rows, cols)})")
-                if sweep:
-                    for launch in SWEEP:
-                        gbs = bandwidth(weights, lambda w: ondo_qmv4(x, *w, 64, launch))
-                        line.append(f"{'/'.join(map(str, launch))} {gbs:5.0f}")
+                line.append(f"Ondo 4-bit {gbs:5.0f} ({'/'.join(map(str, layout_for(rows, cols)))})")
             del weights
             mx.clear_cache()
-        if rows * cols * 2 <= (1 << 30) and not sweep:
+        if rows * cols * 2 <= (1 << 30):
             weights = [(mx.random.normal((rows, cols)).astype(mx.bfloat16),) for _ in range(copies_for(rows * cols * 2))]
             mx.eval(weights)
             gbs = bandwidth(weights, lambda w: x @ w[0].T)

@@ -16,6 +16,7 @@ fn main() {
     // uses the checked-in bindings and builds nothing (see PATCHES.md).
     if system_mlx::is_apple_target() && system_mlx::is_check_only() {
         let out_path = PathBuf::from(env::var("OUT_DIR").unwrap());
+        println!("cargo:rerun-if-changed=linux/check-only-bindings.rs");
         fs::copy("linux/check-only-bindings.rs", out_path.join("bindings.rs"))
             .expect("Couldn't copy the check-only bindings");
         return;

@@ -1,6 +1,7 @@
 //! A decode step's 4-bit matrix-vector products on MLX's CUDA backend,
-//! through Ondo's own kernel (`qmv4.cuh`), which MLX compiles with NVRTC.
-//! On wherever MLX runs on a CUDA GPU; `ONDO_CUDA_MATVEC=0` turns it off.
+//! through Ondo's own kernel (`qmv4.cuh`), which Ondo compiles with NVRTC and
+//! MLX runs as a precompiled kernel. On wherever MLX runs on a CUDA GPU;
+//! `ONDO_CUDA_MATVEC=0` turns it off.
 //!
 //! Why it exists: on the H200, MLX's CUDA kernel for a 4-bit matrix times
 //! one vector reads the weights at 0.4-0.86 TB/s of the card's 3.4 TB/s,
@@ -23,22 +24,29 @@
 //! Where it applies: MLX's CUDA backend with the GPU as default device,
 //! affine 4-bit weights in groups of 32, 64 or 128 with biases, one position
 //! (a decode step), scales in the activations' dtype, and a matrix of at
-//! least `MIN_WEIGHTS` (MLX takes a custom kernel at a higher host cost than
-//! its own, about 11 microseconds a call against 4 measured from Python,
-//! which only the large matrices repay). Everything else, prefill included,
-//! and every Mac (Metal has its own kernels) runs MLX's `quantized_matmul`.
+//! least `MIN_WEIGHTS` (a custom kernel costs MLX's host more per call than
+//! its own, which only the large matrices repay). Everything else, prefill
+//! included, and every Mac (Metal has its own kernels) runs MLX's
+//! `quantized_matmul`.
 //!
-//! Each activation dtype and group size is its own kernel (a model has one),
-//! with a branch for each matrix shape the model's decode step takes. MLX
-//! compiles it with NVRTC at its first call, 2-3 s on the H200, in every
-//! process (MLX keeps custom kernels in memory only); `prepare` builds and
-//! compiles it as the model loads, so the first answer does not pay for it.
-//! For measurements, `ONDO_CUDA_MATVEC_MIN`, `ONDO_CUDA_MATVEC_LAUNCH` and
+//! How it is built: `prepare`, as a model loads, writes one `extern "C"`
+//! kernel per matrix shape of the model's decode step (dtype, group size,
+//! rows, row length and launch all compiled in), compiles them with NVRTC
+//! (MLX's CUDA build links it, so it is in the process) for the GPU's own
+//! architecture, and runs each once. MLX then takes the binary through
+//! `precompiled_cuda_kernel` (an mlx-c function Ondo adds, third_party/
+//! mlx-sys/PATCHES.md): it loads it under the kernel's name at the first call
+//! and keeps it, and builds no source per call. MLX's own way in for custom
+//! kernels (`cuda_kernel`) compiled the source behind MLX's device header,
+//! 2-3 s per instance in every process (it keeps custom kernels in memory
+//! only), and rebuilt the whole source on every call. For measurements,
+//! `ONDO_CUDA_MATVEC_MIN`, `ONDO_CUDA_MATVEC_LAUNCH` and
 //! `ONDO_CUDA_MATVEC_SPLIT` override the threshold and the launch.
 
 use std::collections::HashMap;
-use std::ffi::{CStr, CString};
-use std::sync::{Mutex, OnceLock};
+use std::ffi::CString;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, Dtype, Stream};
@@ -46,39 +54,73 @@ use mlx_rs::{Array, Dtype, Stream};
 use super::QuantMode;
 use super::quantized::QuantParams;
 
-/// The kernel's source, shared with `scripts/gpu-matvec.py`.
+/// The kernel's source, shared with `scripts/gpu-qmv-lab.py`.
 const SOURCE: &str = include_str!("qmv4.cuh");
-/// MLX keeps compiled kernels by name alone (its own also on disk, under the
-/// system's temporary folder), so the name carries the source's hash: a
-/// changed kernel must never run under an old one's name.
+/// MLX keeps loaded kernels by name for the life of the process, so the name
+/// carries the source's hash: a changed kernel must never run under an old
+/// one's name.
 const SOURCE_HASH: u64 = fnv1a(SOURCE.as_bytes());
-/// Rows per warp and 16-byte chunks per row a lane loads before any
-/// arithmetic, and warps per block. On the H200, 8 rows of one chunk beat 4
-/// rows of two (the same 4 KB in flight per warp, with each activation
-/// converted once for 8 rows): 8B decode 231.3 and 267.9 tok/s against 217.3
-/// and 249.9 in the same two rounds (docs/BENCHMARKS.md).
-const ROWS: i32 = 8;
-const CHUNKS: i32 = 1;
+/// Warps per block.
 const WARPS: i32 = 4;
-/// Rows per warp and chunks in flight: `ROWS` and `CHUNKS`, or
-/// `ONDO_CUDA_MATVEC_LAUNCH=ROWSxCHUNKS` (as `8x1`) for measurements.
-fn rows_and_chunks() -> (i32, i32) {
-    static LAUNCH: OnceLock<(i32, i32)> = OnceLock::new();
-    *LAUNCH.get_or_init(|| {
-        std::env::var("ONDO_CUDA_MATVEC_LAUNCH")
+
+/// How the kernel reads an `n` x `k` matrix: rows per warp, 16-byte chunks
+/// of each row a lane loads per round before any arithmetic, and warps that
+/// share a row set (each taking every `split`-th round, their sums added
+/// through shared memory).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+struct Layout {
+    rows: i32,
+    chunks: i32,
+    split: i32,
+}
+
+/// The layout for an `n` x `k` matrix, chosen from the GPU's own time of
+/// every layout on the 8B and 3B shapes (`scripts/gpu-qmv-lab.py --sweep`
+/// on the H200, docs/BENCHMARKS.md), where it is within 2% of the best on
+/// every shape: 4 rows per warp; 2 chunks where a row is whole rounds of
+/// 2048 weights, else 1 (3B's 3072); a row set split over as many warps as
+/// it has rounds, up to 4, unless the matrix has rows enough to fill the GPU
+/// without (the heads of 128256 rows). 8B's matrix-vector products per step
+/// take 2.25 ms of GPU time this way against 2.56 ms with the earlier fixed
+/// 8 rows of one chunk; 3B's 1.30 against 1.76. `ONDO_CUDA_MATVEC_LAUNCH=
+/// ROWSxCHUNKS` (as `8x1`) and `ONDO_CUDA_MATVEC_SPLIT` (1, 2 or 4) fix them
+/// for measurements.
+fn layout_for(n: i32, k: i32) -> Layout {
+    /// `ONDO_CUDA_MATVEC_LAUNCH` as (rows, chunks), `ONDO_CUDA_MATVEC_SPLIT`.
+    type Fixed = (Option<(i32, i32)>, Option<i32>);
+    static FIXED: OnceLock<Fixed> = OnceLock::new();
+    let (fixed_launch, fixed_split) = *FIXED.get_or_init(|| {
+        let launch = std::env::var("ONDO_CUDA_MATVEC_LAUNCH")
             .ok()
             .and_then(|v| {
                 let (rows, chunks) = v.split_once('x')?;
                 Some((rows.trim().parse().ok()?, chunks.trim().parse().ok()?))
             })
-            .filter(|&(rows, chunks)| matches!(rows, 1 | 2 | 4 | 8) && matches!(chunks, 1 | 2 | 4))
-            .unwrap_or((ROWS, CHUNKS))
-    })
+            .filter(|&(rows, chunks)| matches!(rows, 1 | 2 | 4 | 8) && matches!(chunks, 1 | 2 | 4));
+        let split = std::env::var("ONDO_CUDA_MATVEC_SPLIT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|v| matches!(v, 1 | 2 | 4));
+        (launch, split)
+    });
+    let (rows, chunks) = fixed_launch.unwrap_or((4, if k % 2048 == 0 { 2 } else { 1 }));
+    let sets = (n + rows - 1) / rows;
+    let rounds = (k / (32 * 32 * chunks)).max(1);
+    let mut split = 1;
+    while split < 4 && split * 2 <= rounds && sets * split < FULL_GPU_WARPS {
+        split *= 2;
+    }
+    Layout {
+        rows,
+        chunks,
+        split: fixed_split.unwrap_or(split),
+    }
 }
 
-/// Warps a launch should have to keep the H200's 132 SMs reading: fewer row
-/// sets than this get their rows split over 2 or 4 warps each.
-const TARGET_WARPS: i32 = 4096;
+/// Row sets past which a matrix fills the H200 without a split: 8B's and
+/// 3B's heads (32064 sets of 4 rows) ran 0-10% slower split, the 28672-row
+/// gate and up (7168 sets) 3% faster.
+const FULL_GPU_WARPS: i32 = 16384;
 
 const fn fnv1a(bytes: &[u8]) -> u64 {
     let mut hash = 0xcbf2_9ce4_8422_2325_u64;
@@ -90,38 +132,32 @@ const fn fnv1a(bytes: &[u8]) -> u64 {
     hash
 }
 
-/// One compiled instance of the kernel per activation dtype and group size
-/// (a model has one), specialised for the matrix shapes its model's decode
-/// step takes: NVRTC costs 2-3 s an instance on the H200, in every
-/// process, since MLX keeps custom kernels in memory only. One instance per
-/// shape, as before, made an 8B model's load 6.7-9.6 s against 1.4-1.7 s without
-/// the kernel; one instance with a run-time shape compiled once but decoded
-/// 8B 0.86x as fast, its rounds no longer unrolled.
+/// What a kernel is compiled for besides its shape: the activations' dtype
+/// (scales and biases share it) and the quantization group size.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 struct Instance {
     dtype: Dtype,
     group: i32,
 }
 
-/// A shape an instance is specialised for: the row's length and the warps
-/// that share a row set. The rows come with each call (`w_shape[0]`).
+/// A matrix shape a kernel is compiled for, rows and row length, and how
+/// it reads it.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 struct Spec {
+    n: i32,
     k: i32,
-    split: i32,
+    layout: Layout,
 }
 
-/// MLX's handle to an instance, and the shapes it was built for.
-#[derive(Clone)]
+/// A compiled kernel: its name (the `extern "C"` function's and MLX's key
+/// for the loaded module), the binary it is in, and whether MLX has shown
+/// it keeps the loaded module, so later calls need not hand it the binary
+/// again (MLX copies what it is given into every call's primitive).
 struct Kernel {
-    handle: mlx_sys::mlx_fast_cuda_kernel,
-    specs: Vec<Spec>,
+    name: CString,
+    image: Arc<Vec<u8>>,
+    kept_by_mlx: AtomicBool,
 }
-
-// SAFETY: the handle is an immutable description (name, source, argument
-// names) that MLX only reads when a call builds a primitive from it.
-unsafe impl Send for Kernel {}
-unsafe impl Sync for Kernel {}
 
 /// The smallest matrix the kernel takes, in weights (out x in). On the H200,
 /// 8B decode was 1.25x as fast with the kernel for the MLP's gate/up and down
@@ -133,31 +169,15 @@ unsafe impl Sync for Kernel {}
 const MIN_WEIGHTS: i64 = 1 << 25;
 
 /// Whether decode steps use Ondo's kernel in this process: MLX runs on a
-/// CUDA GPU, and `ONDO_CUDA_MATVEC=0` did not turn it off.
+/// CUDA GPU, NVRTC and the GPU's architecture are at hand, and
+/// `ONDO_CUDA_MATVEC=0` did not turn it off.
 pub fn enabled() -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
-    *ENABLED.get_or_init(|| std::env::var("ONDO_CUDA_MATVEC").as_deref() != Ok("0") && available())
-}
-
-/// Whether the kernel can run here: MLX's backend is CUDA, its default
-/// device the GPU, and MLX takes the kernel's source (asked with a small
-/// instance; making a handle compiles nothing).
-fn available() -> bool {
-    if !cuda_is_default() {
-        return false;
-    }
-    let probe = Instance {
-        dtype: Dtype::Bfloat16,
-        group: 64,
-    };
-    match make_kernel(probe, vec![Spec { k: 1024, split: 1 }]) {
-        Some(kernel) => {
-            // SAFETY: the probe's handle was made here and is used nowhere else.
-            unsafe { mlx_sys::mlx_fast_cuda_kernel_free(kernel.handle) };
-            true
-        }
-        None => false,
-    }
+    *ENABLED.get_or_init(|| {
+        std::env::var("ONDO_CUDA_MATVEC").as_deref() != Ok("0")
+            && cuda_is_default()
+            && nvrtc::architecture().is_some()
+    })
 }
 
 /// True when MLX's backend is CUDA and its default device the GPU.
@@ -168,31 +188,6 @@ fn cuda_is_default() -> bool {
     status == 0 && cuda && super::default_device_is_gpu()
 }
 
-/// How many warps share a row set of an `n` x `k` matrix: enough for about
-/// `TARGET_WARPS` in all, at most 4, and no more than the row has rounds of
-/// `32 * 32 * CHUNKS` weights to share. `ONDO_CUDA_MATVEC_SPLIT` fixes it
-/// (1, 2 or 4) for measurements.
-fn split_for(n: i32, k: i32) -> i32 {
-    static FIXED: OnceLock<Option<i32>> = OnceLock::new();
-    let fixed = *FIXED.get_or_init(|| {
-        std::env::var("ONDO_CUDA_MATVEC_SPLIT")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|v| matches!(v, 1 | 2 | 4))
-    });
-    if let Some(split) = fixed {
-        return split;
-    }
-    let (rows, chunks) = rows_and_chunks();
-    let sets = (n + rows - 1) / rows;
-    let rounds = (k / (32 * 32 * chunks)).max(1);
-    let mut split = 1;
-    while split < 4 && split * 2 <= rounds && sets * split < TARGET_WARPS {
-        split *= 2;
-    }
-    split
-}
-
 fn dtype_tag(dtype: Dtype) -> &'static str {
     match dtype {
         Dtype::Bfloat16 => "bf16",
@@ -201,36 +196,53 @@ fn dtype_tag(dtype: Dtype) -> &'static str {
     }
 }
 
-/// The name MLX compiles and keeps an instance under: the source's hash,
-/// then everything that is written into the kernel's body.
-fn kernel_name(source_hash: u64, instance: Instance, specs: &[Spec]) -> String {
-    let Instance { dtype, group } = instance;
-    let (rows, chunks) = rows_and_chunks();
-    let mut name = format!(
-        "ondo_qmv4_{source_hash:016x}_{}_g{group}_r{rows}c{chunks}w{WARPS}",
-        dtype_tag(dtype)
-    );
-    for Spec { k, split } in specs {
-        name.push_str(&format!("_{k}s{split}"));
+/// The kernel's type for the activations' dtype (qmv4.cuh).
+fn cuda_type(dtype: Dtype) -> &'static str {
+    match dtype {
+        Dtype::Bfloat16 => "ondo_bf16",
+        Dtype::Float16 => "ondo_f16",
+        _ => "float",
     }
-    name
 }
 
-/// The kernel's body: the specialisation for the call's row length and
-/// split (the block's y size), chosen by branches every thread of a launch
-/// takes alike.
-fn kernel_body(group: i32, specs: &[Spec]) -> String {
-    let (rows, chunks) = rows_and_chunks();
-    let mut body = String::from("const int n = w_shape[0];\nconst int k = w_shape[1] * 8;\n");
-    for (i, Spec { k, split }) in specs.iter().enumerate() {
-        let branch = if i == 0 { "if" } else { "else if" };
-        body.push_str(&format!(
-            "{branch} (k == {k} && blockDim.y == {split}) {{\n  \
-             ondo_qmv4<{group}, {rows}, {chunks}, {split}, {WARPS}, {k}>(x, w, scales, biases, y, \
-             n);\n}}\n"
+/// A kernel's name: the source's hash, then everything compiled into it.
+fn kernel_name(source_hash: u64, instance: Instance, spec: Spec) -> String {
+    let Instance { dtype, group } = instance;
+    let Spec { n, k, layout } = spec;
+    let Layout {
+        rows,
+        chunks,
+        split,
+    } = layout;
+    format!(
+        "ondo_qmv4_{source_hash:016x}_{}_g{group}_{n}x{k}_r{rows}c{chunks}s{split}w{WARPS}",
+        dtype_tag(dtype)
+    )
+}
+
+/// The source NVRTC compiles: qmv4.cuh and one `extern "C"` kernel per
+/// shape, every number written in.
+fn kernel_source(kernels: &[(Instance, Spec)]) -> String {
+    let mut source = String::from(SOURCE);
+    for &(instance, spec) in kernels {
+        let Spec { n, k, layout } = spec;
+        let Layout {
+            rows,
+            chunks,
+            split,
+        } = layout;
+        let t = cuda_type(instance.dtype);
+        source.push_str(&format!(
+            "\nextern \"C\" __global__ void __launch_bounds__({threads}) {name}(\n    const {t}* \
+             x, const ondo_u32* w, const {t}* scales, const {t}* biases, {t}* y) {{\n  \
+             ondo_qmv4<{group}, {rows}, {chunks}, {split}, {WARPS}, {k}, {n}>(x, w, scales, \
+             biases, y);\n}}\n",
+            threads = 32 * WARPS,
+            name = kernel_name(SOURCE_HASH, instance, spec),
+            group = instance.group,
         ));
     }
-    body
+    source
 }
 
 /// A call's launch for an `n` x `k` matrix, in MLX's terms (the grid in
@@ -243,9 +255,8 @@ struct Launch {
     block: [i32; 3],
 }
 
-fn launch_for(n: i32, k: i32) -> Launch {
-    let (rows, _) = rows_and_chunks();
-    let split = split_for(n, k);
+fn launch_for(n: i32, layout: Layout) -> Launch {
+    let Layout { rows, split, .. } = layout;
     let sets_per_block = WARPS / split;
     let blocks = ((n + rows - 1) / rows + sets_per_block - 1) / sets_per_block;
     Launch {
@@ -257,50 +268,20 @@ fn launch_for(n: i32, k: i32) -> Launch {
 /// CUDA's limit on a grid's z size, in blocks.
 const MAX_BLOCKS_Z: i32 = 65535;
 
-/// The instances made so far, each with the shapes it was built for.
-fn kernels() -> &'static Mutex<HashMap<Instance, Kernel>> {
-    static KERNELS: OnceLock<Mutex<HashMap<Instance, Kernel>>> = OnceLock::new();
+/// The kernels compiled so far in this process, by what they compute.
+type Compiled = Mutex<HashMap<(Instance, Spec), Arc<Kernel>>>;
+
+fn kernels() -> &'static Compiled {
+    static KERNELS: OnceLock<Compiled> = OnceLock::new();
     KERNELS.get_or_init(Default::default)
 }
 
-/// The instance for this dtype and group if it was built for `spec`.
-fn kernel_for(instance: Instance, spec: Spec) -> Option<mlx_sys::mlx_fast_cuda_kernel> {
-    let kernels = kernels().lock().ok()?;
-    let kernel = kernels.get(&instance)?;
-    kernel.specs.contains(&spec).then_some(kernel.handle)
+fn kernel_for(instance: Instance, spec: Spec) -> Option<Arc<Kernel>> {
+    kernels().lock().ok()?.get(&(instance, spec)).cloned()
 }
 
-fn make_kernel(instance: Instance, mut specs: Vec<Spec>) -> Option<Kernel> {
-    specs.sort();
-    specs.dedup();
-    let name = CString::new(kernel_name(SOURCE_HASH, instance, &specs)).ok()?;
-    let body = CString::new(kernel_body(instance.group, &specs)).ok()?;
-    let header = CString::new(SOURCE).ok()?;
-    let mut inputs = [c"x", c"w", c"scales", c"biases"].map(CStr::as_ptr);
-    let mut output = c"y".as_ptr();
-    // SAFETY: the strings outlive the calls; mlx-c copies them into its own
-    // vectors and kernel object; the vectors are freed here.
-    unsafe {
-        let input_names = mlx_sys::mlx_vector_string_new_data(inputs.as_mut_ptr(), inputs.len());
-        let output_names = mlx_sys::mlx_vector_string_new_data(&mut output, 1);
-        let handle = mlx_sys::mlx_fast_cuda_kernel_new(
-            name.as_ptr(),
-            input_names,
-            output_names,
-            body.as_ptr(),
-            header.as_ptr(),
-            true,
-            0,
-        );
-        mlx_sys::mlx_vector_string_free(input_names);
-        mlx_sys::mlx_vector_string_free(output_names);
-        (!handle.ctx.is_null()).then_some(Kernel { handle, specs })
-    }
-}
-
-/// The instance and shape the kernel would compute `x @ W.T` with for one
-/// position, for this matrix with its affine biases, whether or not an
-/// instance was built for it yet.
+/// The kernel and shape that would compute `x @ W.T` with for one position,
+/// for this matrix with its affine biases, whether or not it was compiled.
 fn candidate(
     weight: &Array,
     scales: &Array,
@@ -314,27 +295,26 @@ fn candidate(
         && params.bits == 4
         && matches!(params.group_size, 32 | 64 | 128)
         && weight.ndim() == 2
+        && n > 0
         && k > 0
         && k % 32 == 0
         && weight.dtype() == Dtype::Uint32
         && matches!(dtype, Dtype::Bfloat16 | Dtype::Float16 | Dtype::Float32)
         && biases.dtype() == dtype
         && i64::from(n) * i64::from(k) >= min_weights();
-    let launch = launch_for(n, k);
+    let layout = layout_for(n, k);
+    let launch = launch_for(n, layout);
     (takes && launch.grid[2] / launch.block[2] <= MAX_BLOCKS_Z).then_some((
         Instance {
             dtype,
             group: params.group_size,
         },
-        Spec {
-            k,
-            split: launch.block[1],
-        },
+        Spec { n, k, layout },
     ))
 }
 
 /// Whether `x @ W.T` for this matrix (with its affine biases) and input is
-/// one the kernel computes: one position, and an instance built for the
+/// one the kernel computes: one position, and a kernel compiled for the
 /// matrix's shape as its model loaded (`prepare`). The cached switch comes
 /// first: every matmul of a CPU run asks.
 pub fn applies(
@@ -355,14 +335,13 @@ pub fn applies(
             .is_some_and(|(instance, spec)| kernel_for(instance, spec).is_some())
 }
 
-/// Builds and compiles, as a model loads, the kernel for every matrix of
-/// its decode step that takes it (`matrices`: weight, scales, biases and
-/// quantization of each): one instance per activation dtype and group size,
-/// specialised for the shapes among them, widened if an earlier model in
-/// this process built it for others. NVRTC runs at an instance's first call,
-/// so one call per shape on a zero vector, evaluated, moves that cost out of
-/// the first answer and checks each specialisation runs. A kernel that does
-/// not build costs the model nothing but the speed: its matmuls stay on
+/// Compiles, as a model loads, the kernel for every matrix of its decode
+/// step that takes it (`matrices`: weight, scales, biases and quantization
+/// of each) and not compiled yet in this process: one NVRTC program, a
+/// fraction of a second. Each kernel then runs once on a zero vector,
+/// evaluated, which has MLX load it, and once more without the binary, which
+/// shows MLX kept it (later calls then hand it none). A kernel that does not
+/// build or run costs the model nothing but the speed: its matmuls stay on
 /// MLX's kernel, and one line on stderr says why.
 pub fn prepare<'a>(
     matrices: impl IntoIterator<Item = (&'a Array, &'a Array, &'a Array, QuantParams)>,
@@ -370,81 +349,75 @@ pub fn prepare<'a>(
     if !enabled() {
         return;
     }
-    let mut wanted: HashMap<Instance, Vec<Matrix<'a>>> = HashMap::new();
+    let mut wanted: Vec<((Instance, Spec), Matrix<'a>)> = Vec::new();
     for (weight, scales, biases, params) in matrices {
-        if let Some((instance, spec)) = candidate(weight, scales, biases, params) {
-            let shapes = wanted.entry(instance).or_default();
-            if !shapes.iter().any(|m| m.spec == spec) {
-                shapes.push(Matrix {
-                    spec,
+        if let Some(key) = candidate(weight, scales, biases, params)
+            && kernel_for(key.0, key.1).is_none()
+            && !wanted.iter().any(|(k, _)| *k == key)
+        {
+            wanted.push((
+                key,
+                Matrix {
                     weight,
                     scales,
                     biases,
-                    params,
-                });
-            }
+                },
+            ));
         }
     }
-    for (instance, shapes) in wanted {
-        let Ok(mut built_kernels) = kernels().lock() else {
-            return;
+    if wanted.is_empty() {
+        return;
+    }
+    let keys: Vec<(Instance, Spec)> = wanted.iter().map(|(key, _)| *key).collect();
+    let failed = |why: String| {
+        eprintln!(
+            "ondo: Ondo's CUDA matrix-vector kernel did not build ({why}); decode steps use \
+             MLX's own kernel"
+        );
+    };
+    let image = match nvrtc::architecture()
+        .ok_or_else(|| "no GPU architecture".to_string())
+        .and_then(|arch| nvrtc::compile(&kernel_source(&keys), arch))
+    {
+        Ok(image) => Arc::new(image),
+        Err(why) => return failed(why),
+    };
+    for ((instance, spec), matrix) in wanted {
+        let Ok(name) = CString::new(kernel_name(SOURCE_HASH, instance, spec)) else {
+            continue;
         };
-        let before = built_kernels.get(&instance).cloned();
-        let built = before.as_ref().map(|k| k.specs.clone()).unwrap_or_default();
-        if shapes.iter().all(|m| built.contains(&m.spec)) {
+        let kernel = Kernel {
+            name,
+            image: Arc::clone(&image),
+            kept_by_mlx: AtomicBool::new(false),
+        };
+        if let Err(error) = matrix.run(&kernel, spec) {
+            failed(error.to_string());
             continue;
         }
-        let specs = built
-            .into_iter()
-            .chain(shapes.iter().map(|m| m.spec))
-            .collect();
-        match make_kernel(instance, specs) {
-            Some(kernel) => built_kernels.insert(instance, kernel),
-            None => continue,
-        };
-        drop(built_kernels);
-        let compiled = shapes.iter().try_for_each(Matrix::compile);
-        let Ok(mut built_kernels) = kernels().lock() else {
-            return;
-        };
-        // The handle no longer kept: the one replaced, or on failure the new
-        // one, with the one before put back.
-        let discarded = match compiled {
-            Ok(()) => before,
-            Err(error) => {
-                eprintln!(
-                    "ondo: Ondo's CUDA matrix-vector kernel did not build ({error}); decode \
-                     steps use MLX's own kernel"
-                );
-                match before {
-                    Some(kernel) => built_kernels.insert(instance, kernel),
-                    None => built_kernels.remove(&instance),
-                }
-            }
-        };
-        if let Some(kernel) = discarded {
-            // SAFETY: the map no longer holds this handle, and graphs built
-            // with it keep their own copy of the kernel's name and source.
-            unsafe { mlx_sys::mlx_fast_cuda_kernel_free(kernel.handle) };
+        // Once more without the binary: MLX finds the module it loaded.
+        kernel.kept_by_mlx.store(true, Ordering::Relaxed);
+        if matrix.run(&kernel, spec).is_err() {
+            kernel.kept_by_mlx.store(false, Ordering::Relaxed);
+        }
+        if let Ok(mut compiled) = kernels().lock() {
+            compiled.insert((instance, spec), Arc::new(kernel));
         }
     }
 }
 
-/// One shape a model's instance is built for, with a matrix of that shape.
+/// A matrix of a shape `prepare` compiles a kernel for.
 struct Matrix<'a> {
-    spec: Spec,
     weight: &'a Array,
     scales: &'a Array,
     biases: &'a Array,
-    params: QuantParams,
 }
 
 impl Matrix<'_> {
-    /// One call on a zero vector, evaluated: compiles the instance at its
-    /// first call, and runs this shape's branch once.
-    fn compile(&self) -> Result<(), Exception> {
-        let x = mlx_rs::ops::zeros_dtype(&[1, 1, self.spec.k], self.scales.dtype())?;
-        matvec(&x, self.weight, self.scales, self.biases, self.params)?.eval()
+    /// One call on a zero vector, evaluated.
+    fn run(&self, kernel: &Kernel, spec: Spec) -> Result<(), Exception> {
+        let x = mlx_rs::ops::zeros_dtype(&[1, 1, spec.k], self.scales.dtype())?;
+        call(kernel, spec, &x, self.weight, self.scales, self.biases)?.eval()
     }
 }
 
@@ -468,73 +441,183 @@ pub fn matvec(
     biases: &Array,
     params: QuantParams,
 ) -> Result<Array, Exception> {
-    let (n, k) = (weight.shape()[0], weight.shape()[1] * 8);
-    let launch = launch_for(n, k);
-    let instance = Instance {
-        dtype: x.dtype(),
-        group: params.group_size,
-    };
-    let spec = Spec {
-        k,
-        split: launch.block[1],
-    };
-    let handle = kernel_for(instance, spec)
+    let (instance, spec) = candidate(weight, scales, biases, params)
+        .ok_or_else(|| Exception::custom("Ondo's CUDA kernel does not take this matrix"))?;
+    let kernel = kernel_for(instance, spec)
         .ok_or_else(|| Exception::custom("Ondo's CUDA kernel was not built for this matrix"))?;
+    call(&kernel, spec, x, weight, scales, biases)
+}
+
+/// One call of a compiled kernel, as one MLX primitive.
+fn call(
+    kernel: &Kernel,
+    spec: Spec,
+    x: &Array,
+    weight: &Array,
+    scales: &Array,
+    biases: &Array,
+) -> Result<Array, Exception> {
+    let n = spec.n;
+    let Launch { grid, block } = launch_for(n, spec.layout);
     let mut out_shape = x.shape().to_vec();
     if let Some(last) = out_shape.last_mut() {
         *last = n;
     }
-    let dtype = x.dtype() as mlx_sys::mlx_dtype;
+    let image: &[u8] = if kernel.kept_by_mlx.load(Ordering::Relaxed) {
+        &[]
+    } else {
+        &kernel.image
+    };
+    let inputs = [
+        x.as_ptr(),
+        weight.as_ptr(),
+        scales.as_ptr(),
+        biases.as_ptr(),
+    ];
     let stream = Stream::thread_local_or_default();
-    // SAFETY: the config and the vectors are made and freed here; the input
-    // arrays are borrowed for the call; the output taken from the vector is
-    // handed to an `Array`, which frees it.
+    // SAFETY: the name, the image and the inputs are borrowed for the call
+    // (mlx-c copies what it keeps); the output is handed to an `Array`,
+    // which frees it.
     unsafe {
-        let config = mlx_sys::mlx_fast_cuda_kernel_config_new();
-        let mut status = mlx_sys::mlx_fast_cuda_kernel_config_add_output_arg(
-            config,
+        let mut result = mlx_sys::mlx_array_new();
+        let status = mlx_sys::mlx_fast_cuda_precompiled_kernel(
+            &mut result,
+            kernel.name.as_ptr(),
+            image.as_ptr().cast(),
+            image.len(),
+            inputs.as_ptr(),
+            inputs.len(),
             out_shape.as_ptr(),
             out_shape.len(),
-            dtype,
+            x.dtype() as mlx_sys::mlx_dtype,
+            grid[0],
+            grid[1],
+            grid[2],
+            block[0],
+            block[1],
+            block[2],
+            stream.as_ptr(),
         );
-        let ([gx, gy, gz], [bx, by, bz]) = (launch.grid, launch.block);
-        status |= mlx_sys::mlx_fast_cuda_kernel_config_set_grid(config, gx, gy, gz);
-        status |= mlx_sys::mlx_fast_cuda_kernel_config_set_thread_group(config, bx, by, bz);
-        let inputs = [
-            x.as_ptr(),
-            weight.as_ptr(),
-            scales.as_ptr(),
-            biases.as_ptr(),
-        ];
-        let input_vector = mlx_sys::mlx_vector_array_new_data(inputs.as_ptr(), inputs.len());
-        let mut outputs = mlx_sys::mlx_vector_array_new();
-        if status == 0 {
-            status = mlx_sys::mlx_fast_cuda_kernel_apply(
-                &mut outputs,
-                handle,
-                input_vector,
-                config,
-                stream.as_ptr(),
-            );
-        }
-        let mut result = mlx_sys::mlx_array_new();
-        if status == 0 && mlx_sys::mlx_vector_array_size(outputs) == 1 {
-            status = mlx_sys::mlx_vector_array_get(&mut result, outputs, 0);
-        } else {
-            status = 1;
-        }
-        mlx_sys::mlx_vector_array_free(outputs);
-        mlx_sys::mlx_vector_array_free(input_vector);
-        mlx_sys::mlx_fast_cuda_kernel_config_free(config);
         if status != 0 {
             mlx_sys::mlx_array_free(result);
             return Err(Exception::custom(format!(
-                "MLX could not build Ondo's 4-bit matrix-vector kernel for {:?} by {:?}",
+                "MLX could not run Ondo's 4-bit matrix-vector kernel for {:?} by {:?}",
                 x.shape(),
                 weight.shape()
             )));
         }
         Ok(Array::from_ptr(result))
+    }
+}
+
+/// NVRTC and the GPU's architecture, from the libraries MLX's CUDA build
+/// links (libnvrtc, libcuda): wherever MLX runs on CUDA they are in the
+/// process, and elsewhere the kernel is off.
+mod nvrtc {
+    use std::ffi::{CStr, c_char, c_int, c_void};
+    use std::sync::OnceLock;
+
+    /// Looks a function up among the libraries loaded in the process.
+    fn symbol(name: &CStr) -> Option<*mut c_void> {
+        // SAFETY: dlsym with RTLD_DEFAULT reads the loaded libraries' tables.
+        let found = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+        (!found.is_null()).then_some(found)
+    }
+
+    /// The default GPU's compute capability as NVRTC names it (`sm_90`).
+    pub(super) fn architecture() -> Option<&'static str> {
+        static ARCH: OnceLock<Option<String>> = OnceLock::new();
+        ARCH.get_or_init(|| {
+            type Init = unsafe extern "C" fn(u32) -> c_int;
+            type Get = unsafe extern "C" fn(*mut c_int, c_int) -> c_int;
+            type Attribute = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> c_int;
+            // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR and _MINOR.
+            const MAJOR: c_int = 75;
+            const MINOR: c_int = 76;
+            // SAFETY: the three driver functions have these C signatures;
+            // cuInit is idempotent (MLX has already called it).
+            unsafe {
+                let init: Init = std::mem::transmute(symbol(c"cuInit")?);
+                let get: Get = std::mem::transmute(symbol(c"cuDeviceGet")?);
+                let attribute: Attribute = std::mem::transmute(symbol(c"cuDeviceGetAttribute")?);
+                symbol(c"nvrtcCompileProgram")?;
+                let (mut device, mut major, mut minor) = (0, 0, 0);
+                (init(0) == 0
+                    && get(&mut device, 0) == 0
+                    && attribute(&mut major, MAJOR, device) == 0
+                    && attribute(&mut minor, MINOR, device) == 0)
+                    .then(|| format!("sm_{major}{minor}"))
+            }
+        })
+        .as_deref()
+    }
+
+    /// Compiles `source` to a CUBIN for `arch`; the error is NVRTC's log.
+    pub(super) fn compile(source: &str, arch: &str) -> Result<Vec<u8>, String> {
+        type Program = *mut c_void;
+        type Create = unsafe extern "C" fn(
+            *mut Program,
+            *const c_char,
+            *const c_char,
+            c_int,
+            *const *const c_char,
+            *const *const c_char,
+        ) -> c_int;
+        type Compile = unsafe extern "C" fn(Program, c_int, *const *const c_char) -> c_int;
+        type Size = unsafe extern "C" fn(Program, *mut usize) -> c_int;
+        type Read = unsafe extern "C" fn(Program, *mut c_char) -> c_int;
+        type Destroy = unsafe extern "C" fn(*mut Program) -> c_int;
+        let lookup =
+            |name: &CStr| symbol(name).ok_or_else(|| format!("no {name:?} in the process"));
+        let source = std::ffi::CString::new(source).map_err(|e| e.to_string())?;
+        let option = std::ffi::CString::new(format!("--gpu-architecture={arch}"))
+            .map_err(|e| e.to_string())?;
+        // SAFETY: the NVRTC functions have these C signatures; the program
+        // is destroyed on every path after it was made; the buffers are
+        // sized by NVRTC's own answers.
+        unsafe {
+            let create: Create = std::mem::transmute(lookup(c"nvrtcCreateProgram")?);
+            let compile: Compile = std::mem::transmute(lookup(c"nvrtcCompileProgram")?);
+            let log_size: Size = std::mem::transmute(lookup(c"nvrtcGetProgramLogSize")?);
+            let log: Read = std::mem::transmute(lookup(c"nvrtcGetProgramLog")?);
+            let cubin_size: Size = std::mem::transmute(lookup(c"nvrtcGetCUBINSize")?);
+            let cubin: Read = std::mem::transmute(lookup(c"nvrtcGetCUBIN")?);
+            let destroy: Destroy = std::mem::transmute(lookup(c"nvrtcDestroyProgram")?);
+            let mut program: Program = std::ptr::null_mut();
+            let status = create(
+                &mut program,
+                source.as_ptr(),
+                c"ondo_qmv4.cu".as_ptr(),
+                0,
+                std::ptr::null(),
+                std::ptr::null(),
+            );
+            if status != 0 {
+                return Err(format!("nvrtcCreateProgram returned {status}"));
+            }
+            let options = [option.as_ptr()];
+            let result = if compile(program, 1, options.as_ptr()) == 0 {
+                let mut size = 0;
+                let mut image = Vec::new();
+                if cubin_size(program, &mut size) == 0 {
+                    image.resize(size, 0u8);
+                }
+                (!image.is_empty() && cubin(program, image.as_mut_ptr().cast()) == 0)
+                    .then_some(image)
+                    .ok_or_else(|| "NVRTC gave no binary".to_string())
+            } else {
+                let mut size = 0;
+                log_size(program, &mut size);
+                let mut text = vec![0u8; size.max(1)];
+                log(program, text.as_mut_ptr().cast());
+                Err(String::from_utf8_lossy(&text)
+                    .trim_end_matches('\0')
+                    .trim()
+                    .to_string())
+            };
+            destroy(&mut program);
+            result
+        }
     }
 }
 
@@ -545,76 +628,101 @@ mod tests {
     /// (`tests/parity.rs` runs a whole generation so asked, against mlx-lm).
     #[test]
     fn without_cuda_the_kernel_is_not_available() {
-        assert!(!super::available());
+        assert!(!super::enabled());
+        assert!(super::nvrtc::architecture().is_none());
     }
 
-    /// Matrices with few rows get their rows shared by more warps, as far as
-    /// their rows have rounds to share; wide ones keep one warp per row set.
+    /// The layouts the lab chose for the 8B and 3B shapes: 4 rows per warp,
+    /// 2 chunks where rows are whole 2048-weight rounds, a row set split
+    /// over as many warps as it has rounds (at most 4) unless the matrix
+    /// fills the GPU without.
     #[test]
-    fn few_rows_are_split_over_more_warps() {
-        use super::split_for;
-        // Llama 3.1 8B: down (4096 x 14336), q or o, joined gate and up, head.
-        assert_eq!(split_for(4096, 14336), 4);
-        assert_eq!(split_for(4096, 4096), 4);
-        assert_eq!(split_for(28672, 4096), 2);
-        assert_eq!(split_for(128256, 4096), 1);
-        // 3B: joined q, k, v has three rounds of 1024 weights per row.
-        assert_eq!(split_for(5120, 3072), 2);
-        assert_eq!(split_for(3072, 8192), 4);
+    fn each_shape_gets_the_layout_measured_best() {
+        use super::{Layout, layout_for};
+        let layout = |rows, chunks, split| Layout {
+            rows,
+            chunks,
+            split,
+        };
+        // Llama 3.1 8B: q, k and v joined; o; gate and up joined; down; head.
+        assert_eq!(layout_for(6144, 4096), layout(4, 2, 2));
+        assert_eq!(layout_for(4096, 4096), layout(4, 2, 2));
+        assert_eq!(layout_for(28672, 4096), layout(4, 2, 2));
+        assert_eq!(layout_for(4096, 14336), layout(4, 2, 4));
+        assert_eq!(layout_for(128256, 4096), layout(4, 2, 1));
+        // 3B: rows of 3072 weights are three rounds of one chunk.
+        assert_eq!(layout_for(5120, 3072), layout(4, 1, 2));
+        assert_eq!(layout_for(3072, 3072), layout(4, 1, 2));
+        assert_eq!(layout_for(16384, 3072), layout(4, 1, 2));
+        assert_eq!(layout_for(3072, 8192), layout(4, 2, 4));
+        assert_eq!(layout_for(128256, 3072), layout(4, 1, 1));
     }
 
     /// A launch covers every row exactly once per warp of a split: whole
     /// row sets of `WARPS` warps per block, the split along y.
     #[test]
     fn a_launch_covers_every_row_set() {
-        use super::{Launch, WARPS, launch_for};
+        use super::{Launch, WARPS, launch_for, layout_for};
         for (n, k) in [
             (4096, 14336),
             (28672, 4096),
             (128256, 4096),
             (5120, 3072),
             (1000, 4096),
+            (1001, 3072),
         ] {
-            let Launch { grid, block } = launch_for(n, k);
-            let split = super::split_for(n, k);
-            assert_eq!(block, [32, split, WARPS / split], "{n}x{k}");
+            let layout = layout_for(n, k);
+            let Launch { grid, block } = launch_for(n, layout);
+            assert_eq!(block, [32, layout.split, WARPS / layout.split], "{n}x{k}");
             assert_eq!(grid[..2], block[..2], "{n}x{k}");
             let sets = grid[2];
             assert_eq!(sets % block[2], 0, "whole blocks: {n}x{k}");
             assert!(
-                sets * 8 >= n && (sets - block[2]) * 8 < n,
+                sets * layout.rows >= n && (sets - block[2]) * layout.rows < n,
                 "{n}x{k}: {sets} sets"
             );
         }
     }
 
     /// The kernel's name changes with its source, so a changed kernel never
-    /// runs under an old one's name in MLX's cache of compiled kernels; and
-    /// with every number its body is built from, the shapes included.
+    /// runs under an old one's name in MLX's table of loaded kernels; and
+    /// with every number compiled into it.
     #[test]
-    fn the_kernel_name_carries_the_source_and_the_launch() {
+    fn the_kernel_name_carries_the_source_and_the_shape() {
         use super::{Instance, Spec, kernel_name};
         let instance = Instance {
             dtype: mlx_rs::Dtype::Bfloat16,
             group: 64,
         };
-        let specs = [Spec { k: 4096, split: 2 }, Spec { k: 14336, split: 4 }];
-        let name = |source: &str, instance, specs: &[Spec]| {
-            kernel_name(super::fnv1a(source.as_bytes()), instance, specs)
+        let spec = Spec {
+            n: 4096,
+            k: 14336,
+            layout: super::layout_for(4096, 14336),
         };
-        let shipped = name(super::SOURCE, instance, &specs);
-        assert_eq!(shipped, name(super::SOURCE, instance, &specs));
-        let edited = format!("{}\n// edited", super::SOURCE);
-        assert_ne!(shipped, name(&edited, instance, &specs));
-        assert_ne!(shipped, name(super::SOURCE, instance, &specs[..1]));
-        assert_ne!(
-            shipped,
-            name(
-                super::SOURCE,
-                instance,
-                &[specs[0], Spec { k: 14336, split: 2 }]
-            )
+        let name = |source: &str, instance, spec| {
+            kernel_name(super::fnv1a(source.as_bytes()), instance, spec)
+        };
+        let shipped = name(super::SOURCE, instance, spec);
+        assert_eq!(shipped, name(super::SOURCE, instance, spec));
+        assert!(
+            shipped.ends_with("_bf16_g64_4096x14336_r4c2s4w4"),
+            "{shipped}"
         );
+        let edited = format!("{}\n// edited", super::SOURCE);
+        assert_ne!(shipped, name(&edited, instance, spec));
+        for other in [
+            Spec { n: 4095, ..spec },
+            Spec { k: 4096, ..spec },
+            Spec {
+                layout: super::Layout {
+                    split: 2,
+                    ..spec.layout
+                },
+                ..spec
+            },
+        ] {
+            assert_ne!(shipped, name(super::SOURCE, instance, other));
+        }
         for other in [
             Instance {
                 dtype: mlx_rs::Dtype::Float16,
@@ -625,44 +733,58 @@ mod tests {
                 ..instance
             },
         ] {
-            assert_ne!(shipped, name(super::SOURCE, other, &specs));
+            assert_ne!(shipped, name(super::SOURCE, other, spec));
         }
     }
 
-    /// One instance holds a specialisation per shape of its model, each
-    /// taken by the calls of that row length and split, with the numbers
-    /// written in (8B's gate and up, down and head).
+    /// The source NVRTC compiles has one `extern "C"` kernel per shape,
+    /// named as MLX is asked for it, with the activations' type and every
+    /// number written in (8B's gate and up, down and head in bf16, and one
+    /// fp16 matrix), and no `#include`: it needs no header.
     #[test]
-    fn an_instance_has_a_branch_per_shape() {
-        use super::{Spec, kernel_body};
-        let body = kernel_body(
-            64,
-            &[
-                Spec { k: 4096, split: 1 },
-                Spec { k: 4096, split: 2 },
-                Spec { k: 14336, split: 4 },
-            ],
-        );
-        assert!(body.contains("const int n = w_shape[0];"), "{body}");
-        for (condition, call) in [
-            (
-                "if (k == 4096 && blockDim.y == 1)",
-                "ondo_qmv4<64, 8, 1, 1, 4, 4096>(",
-            ),
-            (
-                "else if (k == 4096 && blockDim.y == 2)",
-                "ondo_qmv4<64, 8, 1, 2, 4, 4096>(",
-            ),
-            (
-                "else if (k == 14336 && blockDim.y == 4)",
-                "ondo_qmv4<64, 8, 1, 4, 4, 14336>(",
-            ),
-        ] {
-            let at = body
-                .find(condition)
-                .unwrap_or_else(|| panic!("{condition}: {body}"));
-            assert!(body[at..].contains(call), "{call}: {body}");
+    fn the_source_has_a_kernel_per_shape() {
+        use super::{Instance, Spec, kernel_name, kernel_source, layout_for};
+        let bf16 = Instance {
+            dtype: mlx_rs::Dtype::Bfloat16,
+            group: 64,
+        };
+        let f16 = Instance {
+            dtype: mlx_rs::Dtype::Float16,
+            group: 32,
+        };
+        let spec = |n, k| Spec {
+            n,
+            k,
+            layout: layout_for(n, k),
+        };
+        let kernels = [
+            (bf16, spec(28672, 4096)),
+            (bf16, spec(4096, 14336)),
+            (bf16, spec(128256, 4096)),
+            (f16, spec(1000, 3072)),
+        ];
+        let source = kernel_source(&kernels);
+        assert!(!source.contains("#include"));
+        for ((instance, spec), (t, call)) in kernels.iter().zip([
+            ("ondo_bf16", "ondo_qmv4<64, 4, 2, 2, 4, 4096, 28672>("),
+            ("ondo_bf16", "ondo_qmv4<64, 4, 2, 4, 4, 14336, 4096>("),
+            ("ondo_bf16", "ondo_qmv4<64, 4, 2, 1, 4, 4096, 128256>("),
+            ("ondo_f16", "ondo_qmv4<32, 4, 1, 2, 4, 3072, 1000>("),
+        ]) {
+            let name = kernel_name(super::SOURCE_HASH, *instance, *spec);
+            let head = format!(
+                "extern \"C\" __global__ void __launch_bounds__(128) {name}(\n    const {t}* x,"
+            );
+            let at = source
+                .find(&head)
+                .unwrap_or_else(|| panic!("{head}: {source}"));
+            let end = at + source[at..].find("\n}\n").expect("the kernel ends");
+            assert!(
+                source[at..end].contains(call),
+                "{call}: {}",
+                &source[at..end]
+            );
         }
-        assert_eq!(body.matches("ondo_qmv4<").count(), 3, "{body}");
+        assert_eq!(source.matches("extern \"C\"").count(), 4);
     }
 }

@@ -16,14 +16,55 @@
 // pre-scaled by 16^-i makes the product x*q exactly: one LOP3, one FADD and
 // one FFMA per value. Nibbles 5-7 would reach the exponent and are shifted
 // down by 12 bits first.
+//
+// The source needs no header: Ondo compiles it with NVRTC itself and hands
+// MLX the binary (cuda_matvec.rs), so it names its own 16-bit float types
+// and converts them by their bits, as MLX's kernels round (to nearest, ties
+// to even). Without MLX's header NVRTC takes a fraction of a second where it
+// took 2-3 s.
 
-__device__ __forceinline__ float ondo_nibble(uint32_t word, uint32_t mask) {
+typedef unsigned int ondo_u32;
+struct ondo_bf16 {
+  unsigned short bits;
+};
+struct ondo_f16 {
+  unsigned short bits;
+};
+
+__device__ __forceinline__ float ondo_float(float v) {
+  return v;
+}
+__device__ __forceinline__ float ondo_float(ondo_bf16 v) {
+  return __uint_as_float(static_cast<ondo_u32>(v.bits) << 16);
+}
+__device__ __forceinline__ float ondo_float(ondo_f16 v) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
+  return f;
+}
+__device__ __forceinline__ void ondo_store(float* y, float v) {
+  *y = v;
+}
+__device__ __forceinline__ void ondo_store(ondo_bf16* y, float v) {
+  const ondo_u32 u = __float_as_uint(v);
+  // A NaN stays a NaN (rounding could carry it into infinity).
+  y->bits = (u & 0x7FFFFFFFu) > 0x7F800000u
+      ? static_cast<unsigned short>((u >> 16) | 0x40u)
+      : static_cast<unsigned short>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+__device__ __forceinline__ void ondo_store(ondo_f16* y, float v) {
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+  y->bits = h;
+}
+
+__device__ __forceinline__ float ondo_nibble(ondo_u32 word, ondo_u32 mask) {
   return __uint_as_float((word & mask) | 0x4B000000u) - 8388608.0f;
 }
 
 // Dot product of one word's 8 values with 8 pre-scaled activations.
-__device__ __forceinline__ float ondo_dot8(uint32_t word, const float* xs) {
-  const uint32_t high = word >> 12;
+__device__ __forceinline__ float ondo_dot8(ondo_u32 word, const float* xs) {
+  const ondo_u32 high = word >> 12;
   float d = xs[0] * ondo_nibble(word, 0x0000Fu);
   d = fmaf(xs[1], ondo_nibble(word, 0x000F0u), d);
   d = fmaf(xs[2], ondo_nibble(word, 0x00F00u), d);
@@ -50,19 +91,20 @@ __device__ __forceinline__ constexpr float ondo_nibble_scale(int i) {
 // shared memory. A block is 32 x SPLIT x (WARPS / SPLIT) threads: lanes, the
 // warps that share a row set, and row sets; blocks run along z. SPLIT > 1 is
 // for matrices with few rows, whose one warp per row set would leave the GPU
-// short of loads in flight. K, the row's length, is a compile-time number:
-// with the rounds per row known (two to four on 8B's matrices) the compiler
-// unrolls them and issues every round's loads up front, which a run-time
-// length lost (8B decode 0.86x as fast). T, the activations' type, is
-// deduced from the pointers, so a caller names only the numbers.
-template <int GROUP, int ROWS, int CHUNKS, int SPLIT, int WARPS, int K, typename T>
+// short of loads in flight. K and N, the row's length and the row count, are
+// compile-time numbers: with the rounds per row known (two to four on 8B's
+// matrices) the compiler unrolls them and issues every round's loads up
+// front, which a run-time length lost (8B decode 0.86x as fast). T, the
+// activations' type, is deduced from the pointers, so a caller names only
+// the numbers.
+template <int GROUP, int ROWS, int CHUNKS, int SPLIT, int WARPS, int K, int N, typename T>
 __device__ __forceinline__ void ondo_qmv4(
     const T* x,
-    const uint32_t* w,
+    const ondo_u32* w,
     const T* scales,
     const T* biases,
-    T* y,
-    int n) {
+    T* y) {
+  constexpr int n = N;
   static_assert(WARPS % SPLIT == 0, "a block holds whole row sets");
   const int lane = threadIdx.x;
   const int part = threadIdx.y;
@@ -94,11 +136,11 @@ __device__ __forceinline__ void ondo_qmv4(
       const int c = base + 32 * u < chunks ? base + 32 * u : lane;
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
-        const size_t row = static_cast<size_t>(min(row0 + r, n - 1));
-        const size_t group = row * groups + (c * 32) / GROUP;
+        const unsigned long long row = min(row0 + r, n - 1);
+        const unsigned long long group = row * groups + (c * 32) / GROUP;
         q[u][r] = packed[row * chunks + c];
-        scale[u][r] = static_cast<float>(scales[group]);
-        bias[u][r] = static_cast<float>(biases[group]);
+        scale[u][r] = ondo_float(scales[group]);
+        bias[u][r] = ondo_float(biases[group]);
       }
       const uint4* xchunk = reinterpret_cast<const uint4*>(x + c * 32);
 #pragma unroll
@@ -114,7 +156,7 @@ __device__ __forceinline__ void ondo_qmv4(
       float xsum = 0.0f;
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
-        const float v = static_cast<float>(xt[i]) * live;
+        const float v = ondo_float(xt[i]) * live;
         xsum += v;
         xs[i] = v * ondo_nibble_scale(i & 7);
       }
@@ -150,13 +192,13 @@ __device__ __forceinline__ void ondo_qmv4(
       for (int p = 0; p < SPLIT; ++p) {
         v += partial[warp + p][lane];
       }
-      y[row0 + lane] = static_cast<T>(v);
+      ondo_store(&y[row0 + lane], v);
     }
   } else if (lane == 0) {
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
       if (row0 + r < n) {
-        y[row0 + r] = static_cast<T>(acc[r]);
+        ondo_store(&y[row0 + r], acc[r]);
       }
     }
   }

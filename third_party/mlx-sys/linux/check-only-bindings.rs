@@ -5809,6 +5809,26 @@ extern "C" {
     ) -> ::std::os::raw::c_int;
 }
 extern "C" {
+    pub fn mlx_fast_cuda_precompiled_kernel(
+        res: *mut mlx_array,
+        name: *const ::std::os::raw::c_char,
+        image: *const ::std::os::raw::c_char,
+        image_size: usize,
+        inputs: *const mlx_array,
+        num_inputs: usize,
+        output_shape: *const ::std::os::raw::c_int,
+        output_ndim: usize,
+        output_dtype: mlx_dtype,
+        grid_x: ::std::os::raw::c_int,
+        grid_y: ::std::os::raw::c_int,
+        grid_z: ::std::os::raw::c_int,
+        block_x: ::std::os::raw::c_int,
+        block_y: ::std::os::raw::c_int,
+        block_z: ::std::os::raw::c_int,
+        s: mlx_stream,
+    ) -> ::std::os::raw::c_int;
+}
+extern "C" {
     pub fn mlx_fast_layer_norm(
         res: *mut mlx_array,
         x: mlx_array,

@@ -270,6 +270,50 @@ extern "C" int mlx_fast_cuda_kernel_apply(
   return 0;
 }
 
+extern "C" int mlx_fast_cuda_precompiled_kernel(
+    mlx_array* res,
+    const char* name,
+    const char* image,
+    size_t image_size,
+    const mlx_array* inputs,
+    size_t num_inputs,
+    const int* output_shape,
+    size_t output_ndim,
+    mlx_dtype output_dtype,
+    int grid_x,
+    int grid_y,
+    int grid_z,
+    int block_x,
+    int block_y,
+    int block_z,
+    const mlx_stream s) {
+  try {
+    std::vector<mlx::core::array> arrays;
+    arrays.reserve(num_inputs);
+    for (size_t i = 0; i < num_inputs; ++i) {
+      arrays.push_back(mlx_array_get_(inputs[i]));
+    }
+    auto outputs = mlx::core::fast::precompiled_cuda_kernel(
+        name,
+        std::string(image, image_size),
+        arrays,
+        {mlx::core::Shape(output_shape, output_shape + output_ndim)},
+        {mlx_dtype_to_cpp(output_dtype)},
+        {},
+        {grid_x, grid_y, grid_z},
+        {block_x, block_y, block_z},
+        0,
+        std::nullopt,
+        true,
+        mlx_stream_get_(s));
+    mlx_array_set_(*res, outputs.at(0));
+  } catch (std::exception& e) {
+    mlx_error(e.what());
+    return 1;
+  }
+  return 0;
+}
+
 extern "C" int mlx_fast_layer_norm(
     mlx_array* res,
     const mlx_array x,

@@ -96,6 +96,28 @@ int mlx_fast_cuda_kernel_apply(
     const mlx_fast_cuda_kernel_config config,
     const mlx_stream stream);
 
+/* Ondo: one call of a kernel compiled outside MLX (a CUBIN or PTX image whose
+ * `extern "C"` kernel is named `name`), with one output; the grid counts
+ * threads, as mlx_fast_cuda_kernel's does. MLX loads the image under `name`
+ * at the first call and keeps it, so later calls may pass `image_size` 0. */
+int mlx_fast_cuda_precompiled_kernel(
+    mlx_array* res,
+    const char* name,
+    const char* image,
+    size_t image_size,
+    const mlx_array* inputs,
+    size_t num_inputs,
+    const int* output_shape,
+    size_t output_ndim,
+    mlx_dtype output_dtype,
+    int grid_x,
+    int grid_y,
+    int grid_z,
+    int block_x,
+    int block_y,
+    int block_z,
+    const mlx_stream s);
+
 int mlx_fast_layer_norm(
     mlx_array* res,
     const mlx_array x,
