@@ -34,18 +34,18 @@
 //! rows, row length and launch all compiled in), compiles them with NVRTC
 //! (MLX's CUDA build links it, so it is in the process) for the GPU's own
 //! architecture, and runs each once. MLX then takes the binary through
-//! `precompiled_cuda_kernel` (an mlx-c function Ondo adds, third_party/
-//! mlx-sys/PATCHES.md): it loads it under the kernel's name at the first call
-//! and keeps it, and builds no source per call. MLX's own way in for custom
-//! kernels (`cuda_kernel`) compiled the source behind MLX's device header,
-//! 2-3 s per instance in every process (it keeps custom kernels in memory
-//! only), and rebuilt the whole source on every call. For measurements,
+//! `precompiled_cuda_kernel` (mlx-c functions Ondo adds, third_party/
+//! mlx-sys/PATCHES.md): it loads it at the first call and keeps it. MLX's
+//! own way in for custom kernels (`cuda_kernel`) compiled the source behind
+//! MLX's device header, 2-3 s per instance in every process (it keeps custom
+//! kernels in memory only). Either way MLX copies the source or binary into
+//! every call's primitive and hashes it to find the loaded module, so each
+//! kernel is its own NVRTC program and binary (about 30 KB). For measurements,
 //! `ONDO_CUDA_MATVEC_MIN`, `ONDO_CUDA_MATVEC_LAUNCH` and
 //! `ONDO_CUDA_MATVEC_SPLIT` override the threshold and the launch.
 
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use mlx_rs::error::Exception;
@@ -149,14 +149,38 @@ struct Spec {
     layout: Layout,
 }
 
-/// A compiled kernel: its name (the `extern "C"` function's and MLX's key
-/// for the loaded module), the binary it is in, and whether MLX has shown
-/// it keeps the loaded module, so later calls need not hand it the binary
-/// again (MLX copies what it is given into every call's primitive).
+/// A compiled kernel as mlx-c holds it: its name (the `extern "C"`
+/// function's) and its binary.
 struct Kernel {
-    name: CString,
-    image: Arc<Vec<u8>>,
-    kept_by_mlx: AtomicBool,
+    handle: mlx_sys::mlx_fast_cuda_precompiled,
+}
+
+// SAFETY: the handle holds two immutable strings, which MLX only reads when
+// a call copies them into a primitive.
+unsafe impl Send for Kernel {}
+unsafe impl Sync for Kernel {}
+
+impl Kernel {
+    fn new(name: &str, image: &[u8]) -> Option<Kernel> {
+        let name = CString::new(name).ok()?;
+        // SAFETY: mlx-c copies the name and the image into its own strings.
+        let handle = unsafe {
+            mlx_sys::mlx_fast_cuda_precompiled_new(
+                name.as_ptr(),
+                image.as_ptr().cast(),
+                image.len(),
+            )
+        };
+        (!handle.ctx.is_null()).then_some(Kernel { handle })
+    }
+}
+
+impl Drop for Kernel {
+    fn drop(&mut self) {
+        // SAFETY: the handle was made by `new` and is freed once; primitives
+        // built from it hold their own copies of its strings.
+        unsafe { mlx_sys::mlx_fast_cuda_precompiled_free(self.handle) };
+    }
 }
 
 /// The smallest matrix the kernel takes, in weights (out x in). On the H200,
@@ -337,18 +361,20 @@ pub fn applies(
 
 /// Compiles, as a model loads, the kernel for every matrix of its decode
 /// step that takes it (`matrices`: weight, scales, biases and quantization
-/// of each) and not compiled yet in this process: one NVRTC program, a
-/// fraction of a second. Each kernel then runs once on a zero vector,
-/// evaluated, which has MLX load it, and once more without the binary, which
-/// shows MLX kept it (later calls then hand it none). A kernel that does not
-/// build or run costs the model nothing but the speed: its matmuls stay on
-/// MLX's kernel, and one line on stderr says why.
+/// of each) and was not compiled yet in this process: NVRTC, about a tenth
+/// of a second a shape. Each kernel then runs once on a zero vector,
+/// evaluated, which has MLX load it. A kernel that does not build or run
+/// costs the model nothing but the speed: its matmuls stay on MLX's kernel,
+/// and one line on stderr says why.
 pub fn prepare<'a>(
     matrices: impl IntoIterator<Item = (&'a Array, &'a Array, &'a Array, QuantParams)>,
 ) {
     if !enabled() {
         return;
     }
+    let Some(arch) = nvrtc::architecture() else {
+        return;
+    };
     let mut wanted: Vec<((Instance, Spec), Matrix<'a>)> = Vec::new();
     for (weight, scales, biases, params) in matrices {
         if let Some(key) = candidate(weight, scales, biases, params)
@@ -365,43 +391,29 @@ pub fn prepare<'a>(
             ));
         }
     }
-    if wanted.is_empty() {
-        return;
-    }
-    let keys: Vec<(Instance, Spec)> = wanted.iter().map(|(key, _)| *key).collect();
-    let failed = |why: String| {
-        eprintln!(
-            "ondo: Ondo's CUDA matrix-vector kernel did not build ({why}); decode steps use \
-             MLX's own kernel"
-        );
-    };
-    let image = match nvrtc::architecture()
-        .ok_or_else(|| "no GPU architecture".to_string())
-        .and_then(|arch| nvrtc::compile(&kernel_source(&keys), arch))
-    {
-        Ok(image) => Arc::new(image),
-        Err(why) => return failed(why),
-    };
     for ((instance, spec), matrix) in wanted {
-        let Ok(name) = CString::new(kernel_name(SOURCE_HASH, instance, spec)) else {
-            continue;
-        };
-        let kernel = Kernel {
-            name,
-            image: Arc::clone(&image),
-            kept_by_mlx: AtomicBool::new(false),
-        };
-        if let Err(error) = matrix.run(&kernel, spec) {
-            failed(error.to_string());
-            continue;
-        }
-        // Once more without the binary: MLX finds the module it loaded.
-        kernel.kept_by_mlx.store(true, Ordering::Relaxed);
-        if matrix.run(&kernel, spec).is_err() {
-            kernel.kept_by_mlx.store(false, Ordering::Relaxed);
-        }
-        if let Ok(mut compiled) = kernels().lock() {
-            compiled.insert((instance, spec), Arc::new(kernel));
+        let name = kernel_name(SOURCE_HASH, instance, spec);
+        let built = nvrtc::compile(&kernel_source(&[(instance, spec)]), arch)
+            .and_then(|image| {
+                Kernel::new(&name, &image).ok_or_else(|| "mlx-c refused it".to_string())
+            })
+            .and_then(|kernel| {
+                matrix
+                    .run(&kernel, spec)
+                    .map(|()| kernel)
+                    .map_err(|error| error.to_string())
+            });
+        match built {
+            Ok(kernel) => {
+                if let Ok(mut compiled) = kernels().lock() {
+                    compiled.insert((instance, spec), Arc::new(kernel));
+                }
+            }
+            Err(why) => eprintln!(
+                "ondo: Ondo's CUDA matrix-vector kernel did not build for {} x {} ({why}); \
+                 those matmuls use MLX's own kernel",
+                spec.n, spec.k
+            ),
         }
     }
 }
@@ -463,11 +475,6 @@ fn call(
     if let Some(last) = out_shape.last_mut() {
         *last = n;
     }
-    let image: &[u8] = if kernel.kept_by_mlx.load(Ordering::Relaxed) {
-        &[]
-    } else {
-        &kernel.image
-    };
     let inputs = [
         x.as_ptr(),
         weight.as_ptr(),
@@ -475,16 +482,14 @@ fn call(
         biases.as_ptr(),
     ];
     let stream = Stream::thread_local_or_default();
-    // SAFETY: the name, the image and the inputs are borrowed for the call
-    // (mlx-c copies what it keeps); the output is handed to an `Array`,
-    // which frees it.
+    // SAFETY: the kernel's handle and the inputs are borrowed for the call
+    // (MLX copies what it keeps); the output is handed to an `Array`, which
+    // frees it.
     unsafe {
         let mut result = mlx_sys::mlx_array_new();
-        let status = mlx_sys::mlx_fast_cuda_precompiled_kernel(
+        let status = mlx_sys::mlx_fast_cuda_precompiled_apply(
             &mut result,
-            kernel.name.as_ptr(),
-            image.as_ptr().cast(),
-            image.len(),
+            kernel.handle,
             inputs.as_ptr(),
             inputs.len(),
             out_shape.as_ptr(),

@@ -270,11 +270,33 @@ extern "C" int mlx_fast_cuda_kernel_apply(
   return 0;
 }
 
-extern "C" int mlx_fast_cuda_precompiled_kernel(
-    mlx_array* res,
+namespace {
+struct mlx_fast_cuda_precompiled_cpp_ {
+  std::string name;
+  std::string image;
+};
+} // namespace
+
+extern "C" mlx_fast_cuda_precompiled mlx_fast_cuda_precompiled_new(
     const char* name,
     const char* image,
-    size_t image_size,
+    size_t image_size) {
+  try {
+    return mlx_fast_cuda_precompiled{new mlx_fast_cuda_precompiled_cpp_{
+        std::string(name), std::string(image, image_size)}};
+  } catch (std::exception& e) {
+    mlx_error(e.what());
+    return mlx_fast_cuda_precompiled{nullptr};
+  }
+}
+
+extern "C" void mlx_fast_cuda_precompiled_free(mlx_fast_cuda_precompiled cls) {
+  delete static_cast<mlx_fast_cuda_precompiled_cpp_*>(cls.ctx);
+}
+
+extern "C" int mlx_fast_cuda_precompiled_apply(
+    mlx_array* res,
+    mlx_fast_cuda_precompiled cls,
     const mlx_array* inputs,
     size_t num_inputs,
     const int* output_shape,
@@ -288,14 +310,15 @@ extern "C" int mlx_fast_cuda_precompiled_kernel(
     int block_z,
     const mlx_stream s) {
   try {
+    const auto& kernel = *static_cast<mlx_fast_cuda_precompiled_cpp_*>(cls.ctx);
     std::vector<mlx::core::array> arrays;
     arrays.reserve(num_inputs);
     for (size_t i = 0; i < num_inputs; ++i) {
       arrays.push_back(mlx_array_get_(inputs[i]));
     }
     auto outputs = mlx::core::fast::precompiled_cuda_kernel(
-        name,
-        std::string(image, image_size),
+        kernel.name,
+        kernel.image,
         arrays,
         {mlx::core::Shape(output_shape, output_shape + output_ndim)},
         {mlx_dtype_to_cpp(output_dtype)},

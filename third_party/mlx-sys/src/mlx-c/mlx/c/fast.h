@@ -96,15 +96,26 @@ int mlx_fast_cuda_kernel_apply(
     const mlx_fast_cuda_kernel_config config,
     const mlx_stream stream);
 
-/* Ondo: one call of a kernel compiled outside MLX (a CUBIN or PTX image whose
- * `extern "C"` kernel is named `name`), with one output; the grid counts
- * threads, as mlx_fast_cuda_kernel's does. MLX loads the image under `name`
- * at the first call and keeps it, so later calls may pass `image_size` 0. */
-int mlx_fast_cuda_precompiled_kernel(
-    mlx_array* res,
+/* Ondo: a kernel compiled outside MLX (a CUBIN or PTX image whose
+ * `extern "C"` kernel is named `name`), kept as C++ strings so a call copies
+ * the image once (into MLX's primitive, which hashes it on every call to find
+ * the loaded module). */
+typedef struct mlx_fast_cuda_precompiled_ {
+  void* ctx;
+} mlx_fast_cuda_precompiled;
+
+mlx_fast_cuda_precompiled mlx_fast_cuda_precompiled_new(
     const char* name,
     const char* image,
-    size_t image_size,
+    size_t image_size);
+
+void mlx_fast_cuda_precompiled_free(mlx_fast_cuda_precompiled cls);
+
+/* One call, with one output; the grid counts threads, as mlx_fast_cuda_kernel's
+ * does; no scalars or shared memory; inputs made row-contiguous. */
+int mlx_fast_cuda_precompiled_apply(
+    mlx_array* res,
+    mlx_fast_cuda_precompiled cls,
     const mlx_array* inputs,
     size_t num_inputs,
     const int* output_shape,
