@@ -1,9 +1,9 @@
-"""Ondo's 4-bit matrix-vector kernel as src/engine/model/cuda_matvec.rs builds
-it, for the scripts that measure it (gpu-qmv-lab.py, gpu-matvec.py): the
-layout it picks for a matrix, the source it writes (qmv4.cuh and one
-`extern "C"` kernel per shape, every number compiled in, no header), the
-launch, and NVRTC, found among the NVIDIA libraries MLX's CUDA wheel
-depends on.
+"""Ondo's 4-bit matrix-vector kernel for the scripts that measure it
+(gpu-qmv-lab.py, gpu-matvec.py): the layout and launch
+src/engine/model/cuda_matvec.rs picks for a matrix, and, for the lab, which
+times the kernel without MLX, a standalone source (qmv4.cuh needs no header;
+one `extern "C"` kernel per shape, every number compiled in) and NVRTC,
+found among the NVIDIA libraries MLX's CUDA wheel depends on.
 """
 
 import ctypes

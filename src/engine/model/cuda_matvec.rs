@@ -1,7 +1,6 @@
 //! A decode step's 4-bit matrix-vector products on MLX's CUDA backend,
-//! through Ondo's own kernel (`qmv4.cuh`), which Ondo compiles with NVRTC and
-//! MLX runs as a precompiled kernel. On wherever MLX runs on a CUDA GPU;
-//! `ONDO_CUDA_MATVEC=0` turns it off.
+//! through Ondo's own kernel (`qmv4.cuh`), which MLX compiles with NVRTC.
+//! On wherever MLX runs on a CUDA GPU; `ONDO_CUDA_MATVEC=0` turns it off.
 //!
 //! Why it exists: on the H200, MLX's CUDA kernel for a 4-bit matrix times
 //! one vector reads the weights at 0.4-0.86 TB/s of the card's 3.4 TB/s,
@@ -29,24 +28,25 @@
 //! included, and every Mac (Metal has its own kernels) runs MLX's
 //! `quantized_matmul`.
 //!
-//! How it is built: `prepare`, as a model loads, writes one `extern "C"`
-//! kernel per matrix shape of the model's decode step (dtype, group size,
-//! rows, row length and launch all compiled in), compiles them with NVRTC
-//! (MLX's CUDA build links it, so it is in the process) for the GPU's own
-//! architecture, and runs each once. MLX then takes the binary through
-//! `precompiled_cuda_kernel` (mlx-c functions Ondo adds, third_party/
-//! mlx-sys/PATCHES.md): it loads it at the first call and keeps it. MLX's
-//! own way in for custom kernels (`cuda_kernel`) compiled the source behind
-//! MLX's device header, 2-3 s per instance in every process (it keeps custom
-//! kernels in memory only). Either way MLX copies the source or binary into
-//! every call's primitive and hashes it to find the loaded module, so each
-//! kernel is its own NVRTC program and binary (about 30 KB). For measurements,
+//! How it is built: one MLX custom kernel per activation dtype and group
+//! size (a model has one), with a branch for each matrix shape the model's
+//! decode step takes, rows, row length and layout compiled into each. MLX
+//! compiles it with NVRTC behind its device header at the first call, 2-3 s
+//! on the H200 in every process (it keeps custom kernels in memory only);
+//! `prepare` builds it and runs each shape once as the model loads, so the
+//! first answer does not pay for it. MLX copies the kernel's source into
+//! every call and hashes it there, so the source MLX gets is the kernel
+//! without its comments. Handing MLX a binary that Ondo compiled without the
+//! header (`precompiled_cuda_kernel`) made the load 2.5 s shorter but cost
+//! the host 6 microseconds more a call, the binary being about 30 KB to copy
+//! and hash, and an 8B step on the H200 is bound by the host
+//! (docs/BENCHMARKS.md). For measurements,
 //! `ONDO_CUDA_MATVEC_MIN`, `ONDO_CUDA_MATVEC_LAUNCH` and
 //! `ONDO_CUDA_MATVEC_SPLIT` override the threshold and the launch.
 
 use std::collections::HashMap;
-use std::ffi::CString;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::ffi::{CStr, CString};
+use std::sync::{Mutex, OnceLock};
 
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, Dtype, Stream};
@@ -54,12 +54,28 @@ use mlx_rs::{Array, Dtype, Stream};
 use super::QuantMode;
 use super::quantized::QuantParams;
 
-/// The kernel's source, shared with `scripts/gpu-qmv-lab.py`.
+/// The kernel's source, shared with `scripts/gpu-qmv-lab.py` (which compiles
+/// it without MLX to time it on the GPU alone).
 const SOURCE: &str = include_str!("qmv4.cuh");
-/// MLX keeps loaded kernels by name for the life of the process, so the name
-/// carries the source's hash: a changed kernel must never run under an old
-/// one's name.
+/// MLX keeps compiled kernels by name for the life of the process, so the
+/// name carries the source's hash: a changed kernel must never run under an
+/// old one's name.
 const SOURCE_HASH: u64 = fnv1a(SOURCE.as_bytes());
+
+/// `SOURCE` without comments, blank lines and indentation: what MLX gets as
+/// the kernel's header, which it copies into every call's source and hashes
+/// (8.6 KB with the comments, 4.5 KB without).
+fn compact_source() -> &'static str {
+    static COMPACT: OnceLock<String> = OnceLock::new();
+    COMPACT.get_or_init(|| {
+        SOURCE
+            .lines()
+            .map(str::trim)
+            .filter(|line| !line.is_empty() && !line.starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    })
+}
 /// Warps per block.
 const WARPS: i32 = 4;
 
@@ -149,39 +165,17 @@ struct Spec {
     layout: Layout,
 }
 
-/// A compiled kernel as mlx-c holds it: its name (the `extern "C"`
-/// function's) and its binary.
+/// MLX's handle to an instance, and the shapes it was built for.
+#[derive(Clone)]
 struct Kernel {
-    handle: mlx_sys::mlx_fast_cuda_precompiled,
+    handle: mlx_sys::mlx_fast_cuda_kernel,
+    specs: Vec<Spec>,
 }
 
-// SAFETY: the handle holds two immutable strings, which MLX only reads when
-// a call copies them into a primitive.
+// SAFETY: the handle is an immutable description (name, source, argument
+// names) that MLX only reads when a call builds a primitive from it.
 unsafe impl Send for Kernel {}
 unsafe impl Sync for Kernel {}
-
-impl Kernel {
-    fn new(name: &str, image: &[u8]) -> Option<Kernel> {
-        let name = CString::new(name).ok()?;
-        // SAFETY: mlx-c copies the name and the image into its own strings.
-        let handle = unsafe {
-            mlx_sys::mlx_fast_cuda_precompiled_new(
-                name.as_ptr(),
-                image.as_ptr().cast(),
-                image.len(),
-            )
-        };
-        (!handle.ctx.is_null()).then_some(Kernel { handle })
-    }
-}
-
-impl Drop for Kernel {
-    fn drop(&mut self) {
-        // SAFETY: the handle was made by `new` and is freed once; primitives
-        // built from it hold their own copies of its strings.
-        unsafe { mlx_sys::mlx_fast_cuda_precompiled_free(self.handle) };
-    }
-}
 
 /// The smallest matrix the kernel takes, in weights (out x in). On the H200,
 /// 8B decode was 1.25x as fast with the kernel for the MLP's gate/up and down
@@ -193,15 +187,36 @@ impl Drop for Kernel {
 const MIN_WEIGHTS: i64 = 1 << 25;
 
 /// Whether decode steps use Ondo's kernel in this process: MLX runs on a
-/// CUDA GPU, NVRTC and the GPU's architecture are at hand, and
-/// `ONDO_CUDA_MATVEC=0` did not turn it off.
+/// CUDA GPU, and `ONDO_CUDA_MATVEC=0` did not turn it off.
 pub fn enabled() -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
-    *ENABLED.get_or_init(|| {
-        std::env::var("ONDO_CUDA_MATVEC").as_deref() != Ok("0")
-            && cuda_is_default()
-            && nvrtc::architecture().is_some()
-    })
+    *ENABLED.get_or_init(|| std::env::var("ONDO_CUDA_MATVEC").as_deref() != Ok("0") && available())
+}
+
+/// Whether the kernel can run here: MLX's backend is CUDA, its default
+/// device the GPU, and MLX takes the kernel's source (asked with a small
+/// instance; making a handle compiles nothing).
+fn available() -> bool {
+    if !cuda_is_default() {
+        return false;
+    }
+    let probe = Instance {
+        dtype: Dtype::Bfloat16,
+        group: 64,
+    };
+    let spec = Spec {
+        n: 1024,
+        k: 1024,
+        layout: layout_for(1024, 1024),
+    };
+    match make_kernel(probe, vec![spec]) {
+        Some(kernel) => {
+            // SAFETY: the probe's handle was made here and is used nowhere else.
+            unsafe { mlx_sys::mlx_fast_cuda_kernel_free(kernel.handle) };
+            true
+        }
+        None => false,
+    }
 }
 
 /// True when MLX's backend is CUDA and its default device the GPU.
@@ -229,44 +244,47 @@ fn cuda_type(dtype: Dtype) -> &'static str {
     }
 }
 
-/// A kernel's name: the source's hash, then everything compiled into it.
-fn kernel_name(source_hash: u64, instance: Instance, spec: Spec) -> String {
+/// The name MLX compiles and keeps an instance under: the source's hash,
+/// then everything that is written into the kernel's body.
+fn kernel_name(source_hash: u64, instance: Instance, specs: &[Spec]) -> String {
     let Instance { dtype, group } = instance;
-    let Spec { n, k, layout } = spec;
-    let Layout {
-        rows,
-        chunks,
-        split,
-    } = layout;
-    format!(
-        "ondo_qmv4_{source_hash:016x}_{}_g{group}_{n}x{k}_r{rows}c{chunks}s{split}w{WARPS}",
+    let mut name = format!(
+        "ondo_qmv4_{source_hash:016x}_{}_g{group}_w{WARPS}",
         dtype_tag(dtype)
-    )
-}
-
-/// The source NVRTC compiles: qmv4.cuh and one `extern "C"` kernel per
-/// shape, every number written in.
-fn kernel_source(kernels: &[(Instance, Spec)]) -> String {
-    let mut source = String::from(SOURCE);
-    for &(instance, spec) in kernels {
-        let Spec { n, k, layout } = spec;
+    );
+    for Spec { n, k, layout } in specs {
         let Layout {
             rows,
             chunks,
             split,
         } = layout;
-        let t = cuda_type(instance.dtype);
-        source.push_str(&format!(
-            "\nextern \"C\" __global__ void __launch_bounds__({threads}) {name}(\n    const {t}* \
-             x, const ondo_u32* w, const {t}* scales, const {t}* biases, {t}* y) {{\n  \
-             ondo_qmv4<{group}, {rows}, {chunks}, {split}, {WARPS}, {k}, {n}>(x, w, scales, \
-             biases, y);\n}}\n",
-            threads = 32 * WARPS,
-            name = kernel_name(SOURCE_HASH, instance, spec),
+        name.push_str(&format!("_{n}x{k}r{rows}c{chunks}s{split}"));
+    }
+    name
+}
+
+/// The kernel's body: a branch per shape, each taken by the calls of that
+/// matrix (every thread of a launch alike), with the numbers written in.
+/// MLX's signature has its own 16-bit float types; qmv4.cuh names its own,
+/// of the same bits.
+fn kernel_body(instance: Instance, specs: &[Spec]) -> String {
+    let t = cuda_type(instance.dtype);
+    let mut body = String::from("const int n = w_shape[0];\nconst int k = w_shape[1] * 8;\n");
+    for (i, Spec { n, k, layout }) in specs.iter().enumerate() {
+        let Layout {
+            rows,
+            chunks,
+            split,
+        } = layout;
+        let branch = if i == 0 { "if" } else { "else if" };
+        body.push_str(&format!(
+            "{branch} (n == {n} && k == {k}) {{\n  ondo_qmv4<{group}, {rows}, {chunks}, {split}, \
+             {WARPS}, {k}, {n}>(reinterpret_cast<const {t}*>(x), w, reinterpret_cast<const \
+             {t}*>(scales), reinterpret_cast<const {t}*>(biases), reinterpret_cast<{t}*>(y));\n}}\n",
             group = instance.group,
         ));
     }
-    source
+    body
 }
 
 /// A call's launch for an `n` x `k` matrix, in MLX's terms (the grid in
@@ -292,16 +310,45 @@ fn launch_for(n: i32, layout: Layout) -> Launch {
 /// CUDA's limit on a grid's z size, in blocks.
 const MAX_BLOCKS_Z: i32 = 65535;
 
-/// The kernels compiled so far in this process, by what they compute.
-type Compiled = Mutex<HashMap<(Instance, Spec), Arc<Kernel>>>;
-
-fn kernels() -> &'static Compiled {
-    static KERNELS: OnceLock<Compiled> = OnceLock::new();
+/// The instances made so far, each with the shapes it was built for.
+fn kernels() -> &'static Mutex<HashMap<Instance, Kernel>> {
+    static KERNELS: OnceLock<Mutex<HashMap<Instance, Kernel>>> = OnceLock::new();
     KERNELS.get_or_init(Default::default)
 }
 
-fn kernel_for(instance: Instance, spec: Spec) -> Option<Arc<Kernel>> {
-    kernels().lock().ok()?.get(&(instance, spec)).cloned()
+/// The instance for this dtype and group if it was built for `spec`.
+fn kernel_for(instance: Instance, spec: Spec) -> Option<mlx_sys::mlx_fast_cuda_kernel> {
+    let kernels = kernels().lock().ok()?;
+    let kernel = kernels.get(&instance)?;
+    kernel.specs.contains(&spec).then_some(kernel.handle)
+}
+
+fn make_kernel(instance: Instance, mut specs: Vec<Spec>) -> Option<Kernel> {
+    specs.sort();
+    specs.dedup();
+    let name = CString::new(kernel_name(SOURCE_HASH, instance, &specs)).ok()?;
+    let body = CString::new(kernel_body(instance, &specs)).ok()?;
+    let header = CString::new(compact_source()).ok()?;
+    let mut inputs = [c"x", c"w", c"scales", c"biases"].map(CStr::as_ptr);
+    let mut output = c"y".as_ptr();
+    // SAFETY: the strings outlive the calls; mlx-c copies them into its own
+    // vectors and kernel object; the vectors are freed here.
+    unsafe {
+        let input_names = mlx_sys::mlx_vector_string_new_data(inputs.as_mut_ptr(), inputs.len());
+        let output_names = mlx_sys::mlx_vector_string_new_data(&mut output, 1);
+        let handle = mlx_sys::mlx_fast_cuda_kernel_new(
+            name.as_ptr(),
+            input_names,
+            output_names,
+            body.as_ptr(),
+            header.as_ptr(),
+            true,
+            0,
+        );
+        mlx_sys::mlx_vector_string_free(input_names);
+        mlx_sys::mlx_vector_string_free(output_names);
+        (!handle.ctx.is_null()).then_some(Kernel { handle, specs })
+    }
 }
 
 /// The kernel and shape that would compute `x @ W.T` with for one position,
@@ -359,61 +406,80 @@ pub fn applies(
             .is_some_and(|(instance, spec)| kernel_for(instance, spec).is_some())
 }
 
-/// Compiles, as a model loads, the kernel for every matrix of its decode
-/// step that takes it (`matrices`: weight, scales, biases and quantization
-/// of each) and was not compiled yet in this process: NVRTC, about a tenth
-/// of a second a shape. Each kernel then runs once on a zero vector,
-/// evaluated, which has MLX load it. A kernel that does not build or run
-/// costs the model nothing but the speed: its matmuls stay on MLX's kernel,
-/// and one line on stderr says why.
+/// Builds and compiles, as a model loads, the kernel for every matrix of
+/// its decode step that takes it (`matrices`: weight, scales, biases and
+/// quantization of each): one instance per activation dtype and group size,
+/// with a branch for each shape among them, widened if an earlier model in
+/// this process built it for others. NVRTC runs at an instance's first call,
+/// so one call per shape on a zero vector, evaluated, moves that cost out of
+/// the first answer and checks each branch runs. A kernel that does not
+/// build costs the model nothing but the speed: its matmuls stay on MLX's
+/// kernel, and one line on stderr says why.
 pub fn prepare<'a>(
     matrices: impl IntoIterator<Item = (&'a Array, &'a Array, &'a Array, QuantParams)>,
 ) {
     if !enabled() {
         return;
     }
-    let Some(arch) = nvrtc::architecture() else {
-        return;
-    };
-    let mut wanted: Vec<((Instance, Spec), Matrix<'a>)> = Vec::new();
+    let mut wanted: HashMap<Instance, Vec<(Spec, Matrix<'a>)>> = HashMap::new();
     for (weight, scales, biases, params) in matrices {
-        if let Some(key) = candidate(weight, scales, biases, params)
-            && kernel_for(key.0, key.1).is_none()
-            && !wanted.iter().any(|(k, _)| *k == key)
-        {
-            wanted.push((
-                key,
-                Matrix {
-                    weight,
-                    scales,
-                    biases,
-                },
-            ));
+        if let Some((instance, spec)) = candidate(weight, scales, biases, params) {
+            let shapes = wanted.entry(instance).or_default();
+            if !shapes.iter().any(|(s, _)| *s == spec) {
+                shapes.push((
+                    spec,
+                    Matrix {
+                        weight,
+                        scales,
+                        biases,
+                    },
+                ));
+            }
         }
     }
-    for ((instance, spec), matrix) in wanted {
-        let name = kernel_name(SOURCE_HASH, instance, spec);
-        let built = nvrtc::compile(&kernel_source(&[(instance, spec)]), arch)
-            .and_then(|image| {
-                Kernel::new(&name, &image).ok_or_else(|| "mlx-c refused it".to_string())
-            })
-            .and_then(|kernel| {
-                matrix
-                    .run(&kernel, spec)
-                    .map(|()| kernel)
-                    .map_err(|error| error.to_string())
-            });
-        match built {
-            Ok(kernel) => {
-                if let Ok(mut compiled) = kernels().lock() {
-                    compiled.insert((instance, spec), Arc::new(kernel));
+    for (instance, shapes) in wanted {
+        let Ok(mut built_kernels) = kernels().lock() else {
+            return;
+        };
+        let before = built_kernels.get(&instance).cloned();
+        let built = before.as_ref().map(|k| k.specs.clone()).unwrap_or_default();
+        if shapes.iter().all(|(spec, _)| built.contains(spec)) {
+            continue;
+        }
+        let specs = built
+            .into_iter()
+            .chain(shapes.iter().map(|(spec, _)| *spec))
+            .collect();
+        match make_kernel(instance, specs) {
+            Some(kernel) => built_kernels.insert(instance, kernel),
+            None => continue,
+        };
+        drop(built_kernels);
+        let compiled = shapes
+            .iter()
+            .try_for_each(|(spec, matrix)| matrix.compile(instance, *spec));
+        let Ok(mut built_kernels) = kernels().lock() else {
+            return;
+        };
+        // The handle no longer kept: the one replaced, or on failure the new
+        // one, with the one before put back.
+        let discarded = match compiled {
+            Ok(()) => before,
+            Err(error) => {
+                eprintln!(
+                    "ondo: Ondo's CUDA matrix-vector kernel did not build ({error}); decode \
+                     steps use MLX's own kernel"
+                );
+                match before {
+                    Some(kernel) => built_kernels.insert(instance, kernel),
+                    None => built_kernels.remove(&instance),
                 }
             }
-            Err(why) => eprintln!(
-                "ondo: Ondo's CUDA matrix-vector kernel did not build for {} x {} ({why}); \
-                 those matmuls use MLX's own kernel",
-                spec.n, spec.k
-            ),
+        };
+        if let Some(kernel) = discarded {
+            // SAFETY: the map no longer holds this handle, and graphs built
+            // with it keep their own copy of the kernel's name and source.
+            unsafe { mlx_sys::mlx_fast_cuda_kernel_free(kernel.handle) };
         }
     }
 }
@@ -426,10 +492,13 @@ struct Matrix<'a> {
 }
 
 impl Matrix<'_> {
-    /// One call on a zero vector, evaluated.
-    fn run(&self, kernel: &Kernel, spec: Spec) -> Result<(), Exception> {
+    /// One call on a zero vector, evaluated: compiles the instance at its
+    /// first call, and runs this shape's branch once.
+    fn compile(&self, instance: Instance, spec: Spec) -> Result<(), Exception> {
         let x = mlx_rs::ops::zeros_dtype(&[1, 1, spec.k], self.scales.dtype())?;
-        call(kernel, spec, &x, self.weight, self.scales, self.biases)?.eval()
+        let handle = kernel_for(instance, spec)
+            .ok_or_else(|| Exception::custom("the instance was not built"))?;
+        call(handle, spec, &x, self.weight, self.scales, self.biases)?.eval()
     }
 }
 
@@ -455,174 +524,77 @@ pub fn matvec(
 ) -> Result<Array, Exception> {
     let (instance, spec) = candidate(weight, scales, biases, params)
         .ok_or_else(|| Exception::custom("Ondo's CUDA kernel does not take this matrix"))?;
-    let kernel = kernel_for(instance, spec)
+    let handle = kernel_for(instance, spec)
         .ok_or_else(|| Exception::custom("Ondo's CUDA kernel was not built for this matrix"))?;
-    call(&kernel, spec, x, weight, scales, biases)
+    call(handle, spec, x, weight, scales, biases)
 }
 
-/// One call of a compiled kernel, as one MLX primitive.
+/// One call of an instance, for the shape `spec`, as one MLX primitive.
 fn call(
-    kernel: &Kernel,
+    handle: mlx_sys::mlx_fast_cuda_kernel,
     spec: Spec,
     x: &Array,
     weight: &Array,
     scales: &Array,
     biases: &Array,
 ) -> Result<Array, Exception> {
-    let n = spec.n;
-    let Launch { grid, block } = launch_for(n, spec.layout);
+    let Launch { grid, block } = launch_for(spec.n, spec.layout);
     let mut out_shape = x.shape().to_vec();
     if let Some(last) = out_shape.last_mut() {
-        *last = n;
+        *last = spec.n;
     }
-    let inputs = [
-        x.as_ptr(),
-        weight.as_ptr(),
-        scales.as_ptr(),
-        biases.as_ptr(),
-    ];
+    let dtype = x.dtype() as mlx_sys::mlx_dtype;
     let stream = Stream::thread_local_or_default();
-    // SAFETY: the kernel's handle and the inputs are borrowed for the call
-    // (MLX copies what it keeps); the output is handed to an `Array`, which
-    // frees it.
+    // SAFETY: the config and the vectors are made and freed here; the input
+    // arrays are borrowed for the call; the output taken from the vector is
+    // handed to an `Array`, which frees it.
     unsafe {
-        let mut result = mlx_sys::mlx_array_new();
-        let status = mlx_sys::mlx_fast_cuda_precompiled_apply(
-            &mut result,
-            kernel.handle,
-            inputs.as_ptr(),
-            inputs.len(),
+        let config = mlx_sys::mlx_fast_cuda_kernel_config_new();
+        let mut status = mlx_sys::mlx_fast_cuda_kernel_config_add_output_arg(
+            config,
             out_shape.as_ptr(),
             out_shape.len(),
-            x.dtype() as mlx_sys::mlx_dtype,
-            grid[0],
-            grid[1],
-            grid[2],
-            block[0],
-            block[1],
-            block[2],
-            stream.as_ptr(),
+            dtype,
         );
+        status |= mlx_sys::mlx_fast_cuda_kernel_config_set_grid(config, grid[0], grid[1], grid[2]);
+        status |= mlx_sys::mlx_fast_cuda_kernel_config_set_thread_group(
+            config, block[0], block[1], block[2],
+        );
+        let inputs = [
+            x.as_ptr(),
+            weight.as_ptr(),
+            scales.as_ptr(),
+            biases.as_ptr(),
+        ];
+        let input_vector = mlx_sys::mlx_vector_array_new_data(inputs.as_ptr(), inputs.len());
+        let mut outputs = mlx_sys::mlx_vector_array_new();
+        if status == 0 {
+            status = mlx_sys::mlx_fast_cuda_kernel_apply(
+                &mut outputs,
+                handle,
+                input_vector,
+                config,
+                stream.as_ptr(),
+            );
+        }
+        let mut result = mlx_sys::mlx_array_new();
+        if status == 0 && mlx_sys::mlx_vector_array_size(outputs) == 1 {
+            status = mlx_sys::mlx_vector_array_get(&mut result, outputs, 0);
+        } else {
+            status = 1;
+        }
+        mlx_sys::mlx_vector_array_free(outputs);
+        mlx_sys::mlx_vector_array_free(input_vector);
+        mlx_sys::mlx_fast_cuda_kernel_config_free(config);
         if status != 0 {
             mlx_sys::mlx_array_free(result);
             return Err(Exception::custom(format!(
-                "MLX could not run Ondo's 4-bit matrix-vector kernel for {:?} by {:?}",
+                "MLX could not build Ondo's 4-bit matrix-vector kernel for {:?} by {:?}",
                 x.shape(),
                 weight.shape()
             )));
         }
         Ok(Array::from_ptr(result))
-    }
-}
-
-/// NVRTC and the GPU's architecture, from the libraries MLX's CUDA build
-/// links (libnvrtc, libcuda): wherever MLX runs on CUDA they are in the
-/// process, and elsewhere the kernel is off.
-mod nvrtc {
-    use std::ffi::{CStr, c_char, c_int, c_void};
-    use std::sync::OnceLock;
-
-    /// Looks a function up among the libraries loaded in the process.
-    fn symbol(name: &CStr) -> Option<*mut c_void> {
-        // SAFETY: dlsym with RTLD_DEFAULT reads the loaded libraries' tables.
-        let found = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
-        (!found.is_null()).then_some(found)
-    }
-
-    /// The default GPU's compute capability as NVRTC names it (`sm_90`).
-    pub(super) fn architecture() -> Option<&'static str> {
-        static ARCH: OnceLock<Option<String>> = OnceLock::new();
-        ARCH.get_or_init(|| {
-            type Init = unsafe extern "C" fn(u32) -> c_int;
-            type Get = unsafe extern "C" fn(*mut c_int, c_int) -> c_int;
-            type Attribute = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> c_int;
-            // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR and _MINOR.
-            const MAJOR: c_int = 75;
-            const MINOR: c_int = 76;
-            // SAFETY: the three driver functions have these C signatures;
-            // cuInit is idempotent (MLX has already called it).
-            unsafe {
-                let init: Init = std::mem::transmute(symbol(c"cuInit")?);
-                let get: Get = std::mem::transmute(symbol(c"cuDeviceGet")?);
-                let attribute: Attribute = std::mem::transmute(symbol(c"cuDeviceGetAttribute")?);
-                symbol(c"nvrtcCompileProgram")?;
-                let (mut device, mut major, mut minor) = (0, 0, 0);
-                (init(0) == 0
-                    && get(&mut device, 0) == 0
-                    && attribute(&mut major, MAJOR, device) == 0
-                    && attribute(&mut minor, MINOR, device) == 0)
-                    .then(|| format!("sm_{major}{minor}"))
-            }
-        })
-        .as_deref()
-    }
-
-    /// Compiles `source` to a CUBIN for `arch`; the error is NVRTC's log.
-    pub(super) fn compile(source: &str, arch: &str) -> Result<Vec<u8>, String> {
-        type Program = *mut c_void;
-        type Create = unsafe extern "C" fn(
-            *mut Program,
-            *const c_char,
-            *const c_char,
-            c_int,
-            *const *const c_char,
-            *const *const c_char,
-        ) -> c_int;
-        type Compile = unsafe extern "C" fn(Program, c_int, *const *const c_char) -> c_int;
-        type Size = unsafe extern "C" fn(Program, *mut usize) -> c_int;
-        type Read = unsafe extern "C" fn(Program, *mut c_char) -> c_int;
-        type Destroy = unsafe extern "C" fn(*mut Program) -> c_int;
-        let lookup =
-            |name: &CStr| symbol(name).ok_or_else(|| format!("no {name:?} in the process"));
-        let source = std::ffi::CString::new(source).map_err(|e| e.to_string())?;
-        let option = std::ffi::CString::new(format!("--gpu-architecture={arch}"))
-            .map_err(|e| e.to_string())?;
-        // SAFETY: the NVRTC functions have these C signatures; the program
-        // is destroyed on every path after it was made; the buffers are
-        // sized by NVRTC's own answers.
-        unsafe {
-            let create: Create = std::mem::transmute(lookup(c"nvrtcCreateProgram")?);
-            let compile: Compile = std::mem::transmute(lookup(c"nvrtcCompileProgram")?);
-            let log_size: Size = std::mem::transmute(lookup(c"nvrtcGetProgramLogSize")?);
-            let log: Read = std::mem::transmute(lookup(c"nvrtcGetProgramLog")?);
-            let cubin_size: Size = std::mem::transmute(lookup(c"nvrtcGetCUBINSize")?);
-            let cubin: Read = std::mem::transmute(lookup(c"nvrtcGetCUBIN")?);
-            let destroy: Destroy = std::mem::transmute(lookup(c"nvrtcDestroyProgram")?);
-            let mut program: Program = std::ptr::null_mut();
-            let status = create(
-                &mut program,
-                source.as_ptr(),
-                c"ondo_qmv4.cu".as_ptr(),
-                0,
-                std::ptr::null(),
-                std::ptr::null(),
-            );
-            if status != 0 {
-                return Err(format!("nvrtcCreateProgram returned {status}"));
-            }
-            let options = [option.as_ptr()];
-            let result = if compile(program, 1, options.as_ptr()) == 0 {
-                let mut size = 0;
-                let mut image = Vec::new();
-                if cubin_size(program, &mut size) == 0 {
-                    image.resize(size, 0u8);
-                }
-                (!image.is_empty() && cubin(program, image.as_mut_ptr().cast()) == 0)
-                    .then_some(image)
-                    .ok_or_else(|| "NVRTC gave no binary".to_string())
-            } else {
-                let mut size = 0;
-                log_size(program, &mut size);
-                let mut text = vec![0u8; size.max(1)];
-                log(program, text.as_mut_ptr().cast());
-                Err(String::from_utf8_lossy(&text)
-                    .trim_end_matches('\0')
-                    .trim()
-                    .to_string())
-            };
-            destroy(&mut program);
-            result
-        }
     }
 }
 
@@ -633,8 +605,8 @@ mod tests {
     /// (`tests/parity.rs` runs a whole generation so asked, against mlx-lm).
     #[test]
     fn without_cuda_the_kernel_is_not_available() {
+        assert!(!super::available());
         assert!(!super::enabled());
-        assert!(super::nvrtc::architecture().is_none());
     }
 
     /// The layouts the lab chose for the 8B and 3B shapes: 4 rows per warp,
@@ -690,44 +662,44 @@ mod tests {
     }
 
     /// The kernel's name changes with its source, so a changed kernel never
-    /// runs under an old one's name in MLX's table of loaded kernels; and
-    /// with every number compiled into it.
+    /// runs under an old one's name in MLX's cache of compiled kernels; and
+    /// with every number its body is built from, the shapes included.
     #[test]
-    fn the_kernel_name_carries_the_source_and_the_shape() {
-        use super::{Instance, Spec, kernel_name};
+    fn the_kernel_name_carries_the_source_and_the_shapes() {
+        use super::{Instance, Spec, kernel_name, layout_for};
         let instance = Instance {
             dtype: mlx_rs::Dtype::Bfloat16,
             group: 64,
         };
-        let spec = Spec {
-            n: 4096,
-            k: 14336,
-            layout: super::layout_for(4096, 14336),
+        let spec = |n, k| Spec {
+            n,
+            k,
+            layout: layout_for(n, k),
         };
-        let name = |source: &str, instance, spec| {
-            kernel_name(super::fnv1a(source.as_bytes()), instance, spec)
+        let specs = [spec(28672, 4096), spec(4096, 14336)];
+        let name = |source: &str, instance, specs: &[Spec]| {
+            kernel_name(super::fnv1a(source.as_bytes()), instance, specs)
         };
-        let shipped = name(super::SOURCE, instance, spec);
-        assert_eq!(shipped, name(super::SOURCE, instance, spec));
+        let shipped = name(super::SOURCE, instance, &specs);
+        assert_eq!(shipped, name(super::SOURCE, instance, &specs));
         assert!(
-            shipped.ends_with("_bf16_g64_4096x14336_r4c2s4w4"),
+            shipped.ends_with("_bf16_g64_w4_28672x4096r4c2s2_4096x14336r4c2s4"),
             "{shipped}"
         );
         let edited = format!("{}\n// edited", super::SOURCE);
-        assert_ne!(shipped, name(&edited, instance, spec));
-        for other in [
-            Spec { n: 4095, ..spec },
-            Spec { k: 4096, ..spec },
-            Spec {
-                layout: super::Layout {
-                    split: 2,
-                    ..spec.layout
-                },
-                ..spec
+        assert_ne!(shipped, name(&edited, instance, &specs));
+        assert_ne!(shipped, name(super::SOURCE, instance, &specs[..1]));
+        let split_other = Spec {
+            layout: super::Layout {
+                split: 1,
+                ..specs[1].layout
             },
-        ] {
-            assert_ne!(shipped, name(super::SOURCE, instance, other));
-        }
+            ..specs[1]
+        };
+        assert_ne!(
+            shipped,
+            name(super::SOURCE, instance, &[specs[0], split_other])
+        );
         for other in [
             Instance {
                 dtype: mlx_rs::Dtype::Float16,
@@ -738,58 +710,79 @@ mod tests {
                 ..instance
             },
         ] {
-            assert_ne!(shipped, name(super::SOURCE, other, spec));
+            assert_ne!(shipped, name(super::SOURCE, other, &specs));
         }
     }
 
-    /// The source NVRTC compiles has one `extern "C"` kernel per shape,
-    /// named as MLX is asked for it, with the activations' type and every
-    /// number written in (8B's gate and up, down and head in bf16, and one
-    /// fp16 matrix), and no `#include`: it needs no header.
+    /// One instance holds a branch per shape of its model, each taken by the
+    /// calls of that matrix, with the activations' type and every number
+    /// written in (8B's gate and up, down and head in bf16, and an fp16
+    /// instance with 3B's row length).
     #[test]
-    fn the_source_has_a_kernel_per_shape() {
-        use super::{Instance, Spec, kernel_name, kernel_source, layout_for};
-        let bf16 = Instance {
-            dtype: mlx_rs::Dtype::Bfloat16,
-            group: 64,
-        };
-        let f16 = Instance {
-            dtype: mlx_rs::Dtype::Float16,
-            group: 32,
-        };
+    fn an_instance_has_a_branch_per_shape() {
+        use super::{Instance, Spec, kernel_body, layout_for};
         let spec = |n, k| Spec {
             n,
             k,
             layout: layout_for(n, k),
         };
-        let kernels = [
-            (bf16, spec(28672, 4096)),
-            (bf16, spec(4096, 14336)),
-            (bf16, spec(128256, 4096)),
-            (f16, spec(1000, 3072)),
-        ];
-        let source = kernel_source(&kernels);
-        assert!(!source.contains("#include"));
-        for ((instance, spec), (t, call)) in kernels.iter().zip([
-            ("ondo_bf16", "ondo_qmv4<64, 4, 2, 2, 4, 4096, 28672>("),
-            ("ondo_bf16", "ondo_qmv4<64, 4, 2, 4, 4, 14336, 4096>("),
-            ("ondo_bf16", "ondo_qmv4<64, 4, 2, 1, 4, 4096, 128256>("),
-            ("ondo_f16", "ondo_qmv4<32, 4, 1, 2, 4, 3072, 1000>("),
-        ]) {
-            let name = kernel_name(super::SOURCE_HASH, *instance, *spec);
-            let head = format!(
-                "extern \"C\" __global__ void __launch_bounds__(128) {name}(\n    const {t}* x,"
-            );
-            let at = source
-                .find(&head)
-                .unwrap_or_else(|| panic!("{head}: {source}"));
-            let end = at + source[at..].find("\n}\n").expect("the kernel ends");
-            assert!(
-                source[at..end].contains(call),
-                "{call}: {}",
-                &source[at..end]
-            );
+        let bf16 = Instance {
+            dtype: mlx_rs::Dtype::Bfloat16,
+            group: 64,
+        };
+        let body = kernel_body(
+            bf16,
+            &[spec(28672, 4096), spec(4096, 14336), spec(128256, 4096)],
+        );
+        assert!(body.contains("const int n = w_shape[0];"), "{body}");
+        for (condition, call) in [
+            (
+                "if (n == 28672 && k == 4096)",
+                "ondo_qmv4<64, 4, 2, 2, 4, 4096, 28672>(reinterpret_cast<const ondo_bf16*>(x), w,",
+            ),
+            (
+                "else if (n == 4096 && k == 14336)",
+                "ondo_qmv4<64, 4, 2, 4, 4, 14336, 4096>(",
+            ),
+            (
+                "else if (n == 128256 && k == 4096)",
+                "ondo_qmv4<64, 4, 2, 1, 4, 4096, 128256>(",
+            ),
+        ] {
+            let at = body
+                .find(condition)
+                .unwrap_or_else(|| panic!("{condition}: {body}"));
+            assert!(body[at..].contains(call), "{call}: {body}");
         }
-        assert_eq!(source.matches("extern \"C\"").count(), 4);
+        assert_eq!(body.matches("ondo_qmv4<").count(), 3, "{body}");
+        let f16 = Instance {
+            dtype: mlx_rs::Dtype::Float16,
+            group: 32,
+        };
+        let body = kernel_body(f16, &[spec(1000, 3072)]);
+        assert!(
+            body.contains(
+                "ondo_qmv4<32, 4, 1, 2, 4, 3072, 1000>(reinterpret_cast<const ondo_f16*>(x)"
+            ),
+            "{body}"
+        );
+    }
+
+    /// What MLX gets as the header is the kernel without its comments,
+    /// blank lines and indentation, and nothing of the code lost.
+    #[test]
+    fn the_header_is_the_source_without_comments() {
+        let compact = super::compact_source();
+        assert!(
+            compact.len() * 3 < super::SOURCE.len() * 2,
+            "{}",
+            compact.len()
+        );
+        assert!(!compact.contains("//"));
+        for line in super::SOURCE.lines().map(str::trim) {
+            if !line.is_empty() && !line.starts_with("//") {
+                assert!(compact.contains(line), "{line}");
+            }
+        }
     }
 }

@@ -989,6 +989,12 @@ pub fn join_projections() -> bool {
     }
 }
 
+/// The two parts of a split in two.
+fn two(parts: Vec<Array>) -> Result<[Array; 2], Exception> {
+    <[Array; 2]>::try_from(parts)
+        .map_err(|_| Exception::custom("a split in two gave another count"))
+}
+
 impl Attention {
     /// Queries, keys and values of `x` as heads, `[B, heads, L, D]`, with
     /// the queries and keys rotated for positions from `offset`.
@@ -1013,7 +1019,9 @@ impl Attention {
         // heads of q, then k, then v. One rope call rotates the q and k heads
         // together (the same positions, the same frequencies), and q, k and
         // v are views into it: one kernel fewer per layer than roping q and
-        // k apart.
+        // k apart. Each split is one primitive with two views, where two
+        // slices were two (the host's dispatch of primitives bounds an 8B
+        // decode step on the H200).
         if let (1, Some(qkv_proj), None, None) = (l, self.qkv.joined(), &self.q_norm, &self.k_norm)
         {
             let rotated = self.heads + self.kv_heads;
@@ -1021,12 +1029,12 @@ impl Attention {
                 qkv_proj
                     .forward(x)?
                     .reshape(&[b, rotated + self.kv_heads, 1, self.head_dim])?;
-            let qk = self.rope.apply(&heads.index((.., ..rotated)), offset)?;
-            return Ok((
-                qk.index((.., ..self.heads)),
-                qk.index((.., self.heads..)),
-                heads.index((.., rotated..)),
-            ));
+            let [qk, v] = two(heads.split_at_indices(&[rotated], 1)?)?;
+            let [q, k] = two(self
+                .rope
+                .apply(&qk, offset)?
+                .split_at_indices(&[self.heads], 1)?)?;
+            return Ok((q, k, v));
         }
         let [q, k, v] = self.qkv.forward(x)?;
         let mut q = split(q, self.heads)?;

@@ -5808,40 +5808,6 @@ extern "C" {
         stream: mlx_stream,
     ) -> ::std::os::raw::c_int;
 }
-#[repr(C)]
-#[derive(Debug, Copy, Clone)]
-pub struct mlx_fast_cuda_precompiled_ {
-    pub ctx: *mut ::std::os::raw::c_void,
-}
-pub type mlx_fast_cuda_precompiled = mlx_fast_cuda_precompiled_;
-extern "C" {
-    pub fn mlx_fast_cuda_precompiled_new(
-        name: *const ::std::os::raw::c_char,
-        image: *const ::std::os::raw::c_char,
-        image_size: usize,
-    ) -> mlx_fast_cuda_precompiled;
-}
-extern "C" {
-    pub fn mlx_fast_cuda_precompiled_free(cls: mlx_fast_cuda_precompiled);
-}
-extern "C" {
-    pub fn mlx_fast_cuda_precompiled_apply(
-        res: *mut mlx_array,
-        cls: mlx_fast_cuda_precompiled,
-        inputs: *const mlx_array,
-        num_inputs: usize,
-        output_shape: *const ::std::os::raw::c_int,
-        output_ndim: usize,
-        output_dtype: mlx_dtype,
-        grid_x: ::std::os::raw::c_int,
-        grid_y: ::std::os::raw::c_int,
-        grid_z: ::std::os::raw::c_int,
-        block_x: ::std::os::raw::c_int,
-        block_y: ::std::os::raw::c_int,
-        block_z: ::std::os::raw::c_int,
-        s: mlx_stream,
-    ) -> ::std::os::raw::c_int;
-}
 extern "C" {
     pub fn mlx_fast_layer_norm(
         res: *mut mlx_array,

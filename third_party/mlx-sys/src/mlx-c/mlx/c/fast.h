@@ -96,39 +96,6 @@ int mlx_fast_cuda_kernel_apply(
     const mlx_fast_cuda_kernel_config config,
     const mlx_stream stream);
 
-/* Ondo: a kernel compiled outside MLX (a CUBIN or PTX image whose
- * `extern "C"` kernel is named `name`), kept as C++ strings so a call copies
- * the image once (into MLX's primitive, which hashes it on every call to find
- * the loaded module). */
-typedef struct mlx_fast_cuda_precompiled_ {
-  void* ctx;
-} mlx_fast_cuda_precompiled;
-
-mlx_fast_cuda_precompiled mlx_fast_cuda_precompiled_new(
-    const char* name,
-    const char* image,
-    size_t image_size);
-
-void mlx_fast_cuda_precompiled_free(mlx_fast_cuda_precompiled cls);
-
-/* One call, with one output; the grid counts threads, as mlx_fast_cuda_kernel's
- * does; no scalars or shared memory; inputs made row-contiguous. */
-int mlx_fast_cuda_precompiled_apply(
-    mlx_array* res,
-    mlx_fast_cuda_precompiled cls,
-    const mlx_array* inputs,
-    size_t num_inputs,
-    const int* output_shape,
-    size_t output_ndim,
-    mlx_dtype output_dtype,
-    int grid_x,
-    int grid_y,
-    int grid_z,
-    int block_x,
-    int block_y,
-    int block_z,
-    const mlx_stream s);
-
 int mlx_fast_layer_norm(
     mlx_array* res,
     const mlx_array x,
