@@ -4,9 +4,10 @@
 costs the host more per call than the GPU (a custom kernel costs MLX about
 11 microseconds of host time a call), so its small shapes measure the host.
 This script drives the GPU through the CUDA driver API (ctypes), compiles
-src/engine/model/qmv4.cuh with NVRTC exactly as cuda_matvec.rs does (no
-header, the shape compiled in, one `extern "C"` kernel per shape), records
-each measurement as a CUDA graph and times replays of it with CUDA events:
+src/engine/model/qmv4.cuh with NVRTC (the source needs no header; one
+`extern "C"` kernel per shape, its numbers compiled in as the engine's
+branches have them, with the layout cuda_matvec.rs picks), records each
+measurement as a CUDA graph and times replays of it with CUDA events:
 nothing but the GPU is in the numbers.
 
 What it prints:

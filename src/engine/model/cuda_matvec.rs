@@ -133,9 +133,9 @@ fn layout_for(n: i32, k: i32) -> Layout {
     }
 }
 
-/// Row sets past which a matrix fills the H200 without a split: 8B's and
-/// 3B's heads (32064 sets of 4 rows) ran 0-10% slower split, the 28672-row
-/// gate and up (7168 sets) 3% faster.
+/// Warps (row sets times their split) past which a matrix fills the H200
+/// without more split: 8B's and 3B's heads (32064 sets of 4 rows) ran 0-10%
+/// slower split, the 28672-row gate and up (7168 sets) 3% faster split in two.
 const FULL_GPU_WARPS: i32 = 16384;
 
 const fn fnv1a(bytes: &[u8]) -> u64 {

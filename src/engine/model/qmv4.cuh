@@ -17,11 +17,11 @@
 // one FFMA per value. Nibbles 5-7 would reach the exponent and are shifted
 // down by 12 bits first.
 //
-// The source needs no header: Ondo compiles it with NVRTC itself and hands
-// MLX the binary (cuda_matvec.rs), so it names its own 16-bit float types
-// and converts them by their bits, as MLX's kernels round (to nearest, ties
-// to even). Without MLX's header NVRTC takes a fraction of a second where it
-// took 2-3 s.
+// The source needs no header, so scripts/gpu-qmv-lab.py can compile it
+// without MLX and time it on the GPU alone: it names its own 16-bit float
+// types and converts them by their bits, rounding as MLX's kernels do (to
+// nearest, ties to even); the engine's kernel body (cuda_matvec.rs) casts
+// MLX's pointers to them.
 
 typedef unsigned int ondo_u32;
 struct ondo_bf16 {
