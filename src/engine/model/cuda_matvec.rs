@@ -28,6 +28,12 @@
 //! included, and every Mac (Metal has its own kernels) runs MLX's
 //! `quantized_matmul`.
 //!
+//! Where a residual add follows the product (the attention's output
+//! projection and the MLP's down projection of a layer without norms after
+//! them), the kernel makes the add too, rounding as MLX's matmul and add
+//! would: one kernel fewer per product, and small matrices (3B's) then
+//! repay the call (`MIN_WEIGHTS_WITH_ADD`).
+//!
 //! How it is built: one MLX custom kernel per activation dtype and group
 //! size (a model has one), with a branch for each matrix shape the model's
 //! decode step takes, rows, row length and layout compiled into each. MLX
@@ -165,15 +171,18 @@ struct Spec {
     layout: Layout,
 }
 
-/// MLX's handle to an instance, and the shapes it was built for.
+/// MLX's handle to an instance, the shapes it was built for, and what a
+/// call without a residual passes in the residual's place.
 #[derive(Clone)]
 struct Kernel {
     handle: mlx_sys::mlx_fast_cuda_kernel,
     specs: Vec<Spec>,
+    no_residual: Array,
 }
 
 // SAFETY: the handle is an immutable description (name, source, argument
-// names) that MLX only reads when a call builds a primitive from it.
+// names) that MLX only reads when a call builds a primitive from it; the
+// placeholder is an evaluated one-element array that calls only read.
 unsafe impl Send for Kernel {}
 unsafe impl Sync for Kernel {}
 
@@ -185,6 +194,11 @@ unsafe impl Sync for Kernel {}
 /// (8 rows per warp, split rows): 8B 241.4 tok/s with this threshold, 220.4
 /// with the kernel for every matrix.
 const MIN_WEIGHTS: i64 = 1 << 25;
+
+/// The smallest matrix the kernel takes where a residual add follows the
+/// product (the attention's output projection, the MLP's down projection):
+/// there the kernel's call replaces MLX's matmul and its add, two kernels.
+const MIN_WEIGHTS_WITH_ADD: i64 = 0;
 
 /// Whether decode steps use Ondo's kernel in this process: MLX runs on a
 /// CUDA GPU, and `ONDO_CUDA_MATVEC=0` did not turn it off.
@@ -269,7 +283,10 @@ fn kernel_name(source_hash: u64, instance: Instance, specs: &[Spec]) -> String {
 /// of the same bits.
 fn kernel_body(instance: Instance, specs: &[Spec]) -> String {
     let t = cuda_type(instance.dtype);
-    let mut body = String::from("const int n = w_shape[0];\nconst int k = w_shape[1] * 8;\n");
+    let mut body = format!(
+        "const int n = w_shape[0];\nconst int k = w_shape[1] * 8;\nconst {t}* r = residual_ndim > 1 ? \
+         reinterpret_cast<const {t}*>(residual) : nullptr;\n"
+    );
     for (i, Spec { n, k, layout }) in specs.iter().enumerate() {
         let Layout {
             rows,
@@ -280,7 +297,8 @@ fn kernel_body(instance: Instance, specs: &[Spec]) -> String {
         body.push_str(&format!(
             "{branch} (n == {n} && k == {k}) {{\n  ondo_qmv4<{group}, {rows}, {chunks}, {split}, \
              {WARPS}, {k}, {n}>(reinterpret_cast<const {t}*>(x), w, reinterpret_cast<const \
-             {t}*>(scales), reinterpret_cast<const {t}*>(biases), reinterpret_cast<{t}*>(y));\n}}\n",
+             {t}*>(scales), reinterpret_cast<const {t}*>(biases), reinterpret_cast<{t}*>(y), \
+             r);\n}}\n",
             group = instance.group,
         ));
     }
@@ -316,11 +334,15 @@ fn kernels() -> &'static Mutex<HashMap<Instance, Kernel>> {
     KERNELS.get_or_init(Default::default)
 }
 
-/// The instance for this dtype and group if it was built for `spec`.
-fn kernel_for(instance: Instance, spec: Spec) -> Option<mlx_sys::mlx_fast_cuda_kernel> {
+/// The instance for this dtype and group if it was built for `spec`: its
+/// handle and its placeholder for a call without a residual.
+fn kernel_for(instance: Instance, spec: Spec) -> Option<(mlx_sys::mlx_fast_cuda_kernel, Array)> {
     let kernels = kernels().lock().ok()?;
     let kernel = kernels.get(&instance)?;
-    kernel.specs.contains(&spec).then_some(kernel.handle)
+    kernel
+        .specs
+        .contains(&spec)
+        .then(|| (kernel.handle, kernel.no_residual.clone()))
 }
 
 fn make_kernel(instance: Instance, mut specs: Vec<Spec>) -> Option<Kernel> {
@@ -329,7 +351,11 @@ fn make_kernel(instance: Instance, mut specs: Vec<Spec>) -> Option<Kernel> {
     let name = CString::new(kernel_name(SOURCE_HASH, instance, &specs)).ok()?;
     let body = CString::new(kernel_body(instance, &specs)).ok()?;
     let header = CString::new(compact_source()).ok()?;
-    let mut inputs = [c"x", c"w", c"scales", c"biases"].map(CStr::as_ptr);
+    // A call without a residual passes a one-dimensional placeholder, which
+    // the body tells from a residual stream ([.., n]) by its rank.
+    let no_residual = mlx_rs::ops::zeros_dtype(&[1], instance.dtype).ok()?;
+    no_residual.eval().ok()?;
+    let mut inputs = [c"x", c"w", c"scales", c"biases", c"residual"].map(CStr::as_ptr);
     let mut output = c"y".as_ptr();
     // SAFETY: the strings outlive the calls; mlx-c copies them into its own
     // vectors and kernel object; the vectors are freed here.
@@ -347,17 +373,24 @@ fn make_kernel(instance: Instance, mut specs: Vec<Spec>) -> Option<Kernel> {
         );
         mlx_sys::mlx_vector_string_free(input_names);
         mlx_sys::mlx_vector_string_free(output_names);
-        (!handle.ctx.is_null()).then_some(Kernel { handle, specs })
+        (!handle.ctx.is_null()).then_some(Kernel {
+            handle,
+            specs,
+            no_residual,
+        })
     }
 }
 
 /// The kernel and shape that would compute `x @ W.T` with for one position,
-/// for this matrix with its affine biases, whether or not it was compiled.
+/// for this matrix with its affine biases, whether or not it was compiled;
+/// `adds_residual` when a residual add follows the product (which the
+/// kernel then makes, so smaller matrices repay its call).
 fn candidate(
     weight: &Array,
     scales: &Array,
     biases: &Array,
     params: QuantParams,
+    adds_residual: bool,
 ) -> Option<(Instance, Spec)> {
     let dtype = scales.dtype();
     let n = *weight.shape().first()?;
@@ -372,7 +405,7 @@ fn candidate(
         && weight.dtype() == Dtype::Uint32
         && matches!(dtype, Dtype::Bfloat16 | Dtype::Float16 | Dtype::Float32)
         && biases.dtype() == dtype
-        && i64::from(n) * i64::from(k) >= min_weights();
+        && i64::from(n) * i64::from(k) >= min_weights(adds_residual);
     let layout = layout_for(n, k);
     let launch = launch_for(n, layout);
     (takes && launch.grid[2] / launch.block[2] <= MAX_BLOCKS_Z).then_some((
@@ -386,24 +419,44 @@ fn candidate(
 
 /// Whether `x @ W.T` for this matrix (with its affine biases) and input is
 /// one the kernel computes: one position, and a kernel compiled for the
-/// matrix's shape as its model loaded (`prepare`). The cached switch comes
-/// first: every matmul of a CPU run asks.
+/// matrix's shape as its model loaded (`prepare`); with `residual`,
+/// `residual + x @ W.T`, for a residual stream of the output's shape and
+/// dtype. The cached switch comes first: every matmul of a CPU run asks.
 pub fn applies(
     x: &Array,
     weight: &Array,
     scales: &Array,
     biases: &Array,
     params: QuantParams,
+    residual: Option<&Array>,
 ) -> bool {
     if !enabled() {
         return false;
     }
     let k = x.shape().last().copied().unwrap_or(0);
+    let n = weight.shape().first().copied().unwrap_or(0);
     x.size() == k as usize
         && x.dtype() == scales.dtype()
         && weight.shape().get(1).is_some_and(|&packed| packed * 8 == k)
-        && candidate(weight, scales, biases, params)
+        && residual.is_none_or(|r| fused_residual() && takes_residual(r, x, n))
+        && candidate(weight, scales, biases, params, residual.is_some())
             .is_some_and(|(instance, spec)| kernel_for(instance, spec).is_some())
+}
+
+/// A residual the kernel adds: one position of `n` values in `x`'s dtype,
+/// of rank 2 or more (a rank-1 input is what the body reads as none).
+fn takes_residual(residual: &Array, x: &Array, n: i32) -> bool {
+    residual.dtype() == x.dtype()
+        && residual.ndim() >= 2
+        && residual.size() == n as usize
+        && residual.shape().last() == Some(&n)
+}
+
+/// Whether the kernel makes the residual add that follows a product
+/// (`ONDO_CUDA_MATVEC_RESIDUAL=0` leaves it to MLX, for measurements).
+fn fused_residual() -> bool {
+    static FUSED: OnceLock<bool> = OnceLock::new();
+    *FUSED.get_or_init(|| std::env::var("ONDO_CUDA_MATVEC_RESIDUAL").as_deref() != Ok("0"))
 }
 
 /// Builds and compiles, as a model loads, the kernel for every matrix of
@@ -416,14 +469,15 @@ pub fn applies(
 /// build costs the model nothing but the speed: its matmuls stay on MLX's
 /// kernel, and one line on stderr says why.
 pub fn prepare<'a>(
-    matrices: impl IntoIterator<Item = (&'a Array, &'a Array, &'a Array, QuantParams)>,
+    matrices: impl IntoIterator<Item = (&'a Array, &'a Array, &'a Array, QuantParams, bool)>,
 ) {
     if !enabled() {
         return;
     }
     let mut wanted: HashMap<Instance, Vec<(Spec, Matrix<'a>)>> = HashMap::new();
-    for (weight, scales, biases, params) in matrices {
-        if let Some((instance, spec)) = candidate(weight, scales, biases, params) {
+    for (weight, scales, biases, params, adds_residual) in matrices {
+        let adds_residual = adds_residual && fused_residual();
+        if let Some((instance, spec)) = candidate(weight, scales, biases, params, adds_residual) {
             let shapes = wanted.entry(instance).or_default();
             if !shapes.iter().any(|(s, _)| *s == spec) {
                 shapes.push((
@@ -496,48 +550,63 @@ impl Matrix<'_> {
     /// first call, and runs this shape's branch once.
     fn compile(&self, instance: Instance, spec: Spec) -> Result<(), Exception> {
         let x = mlx_rs::ops::zeros_dtype(&[1, 1, spec.k], self.scales.dtype())?;
-        let handle = kernel_for(instance, spec)
+        let (handle, no_residual) = kernel_for(instance, spec)
             .ok_or_else(|| Exception::custom("the instance was not built"))?;
-        call(handle, spec, &x, self.weight, self.scales, self.biases)?.eval()
+        let matrix = [self.weight, self.scales, self.biases];
+        call(handle, spec, &x, matrix, &no_residual)?.eval()
     }
 }
 
-/// `MIN_WEIGHTS`, or `ONDO_CUDA_MATVEC_MIN` for measurements.
-fn min_weights() -> i64 {
-    static MIN: OnceLock<i64> = OnceLock::new();
-    *MIN.get_or_init(|| {
-        std::env::var("ONDO_CUDA_MATVEC_MIN")
+/// `MIN_WEIGHTS` (`MIN_WEIGHTS_WITH_ADD` for a product a residual add
+/// follows), or `ONDO_CUDA_MATVEC_MIN` (`ONDO_CUDA_MATVEC_MIN_ADD`) for
+/// measurements.
+fn min_weights(adds_residual: bool) -> i64 {
+    static MIN: OnceLock<[i64; 2]> = OnceLock::new();
+    let read = |name: &str, default: i64| {
+        std::env::var(name)
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(MIN_WEIGHTS)
-    })
+            .unwrap_or(default)
+    };
+    MIN.get_or_init(|| {
+        [
+            read("ONDO_CUDA_MATVEC_MIN", MIN_WEIGHTS),
+            read("ONDO_CUDA_MATVEC_MIN_ADD", MIN_WEIGHTS_WITH_ADD),
+        ]
+    })[usize::from(adds_residual)]
 }
 
 /// `x @ W.T` for one position `x` `[.., K]` and a 4-bit affine `W` `[N, K/8]`,
-/// as `[.., N]` in `x`'s dtype. Call only where `applies` said yes.
+/// as `[.., N]` in `x`'s dtype; with `residual`, `residual + x @ W.T`, each
+/// output rounded as MLX's matmul and add would. Call only where `applies`
+/// said yes.
 pub fn matvec(
     x: &Array,
     weight: &Array,
     scales: &Array,
     biases: &Array,
     params: QuantParams,
+    residual: Option<&Array>,
 ) -> Result<Array, Exception> {
-    let (instance, spec) = candidate(weight, scales, biases, params)
+    let (instance, spec) = candidate(weight, scales, biases, params, residual.is_some())
         .ok_or_else(|| Exception::custom("Ondo's CUDA kernel does not take this matrix"))?;
-    let handle = kernel_for(instance, spec)
+    let (handle, no_residual) = kernel_for(instance, spec)
         .ok_or_else(|| Exception::custom("Ondo's CUDA kernel was not built for this matrix"))?;
-    call(handle, spec, x, weight, scales, biases)
+    let residual = residual.unwrap_or(&no_residual);
+    call(handle, spec, x, [weight, scales, biases], residual)
 }
 
-/// One call of an instance, for the shape `spec`, as one MLX primitive.
+/// One call of an instance, for the shape `spec` (`matrix`: the packed
+/// weight, scales and biases), as one MLX primitive; `residual` is a
+/// residual stream to add or the instance's placeholder.
 fn call(
     handle: mlx_sys::mlx_fast_cuda_kernel,
     spec: Spec,
     x: &Array,
-    weight: &Array,
-    scales: &Array,
-    biases: &Array,
+    matrix: [&Array; 3],
+    residual: &Array,
 ) -> Result<Array, Exception> {
+    let [weight, scales, biases] = matrix;
     let Launch { grid, block } = launch_for(spec.n, spec.layout);
     let mut out_shape = x.shape().to_vec();
     if let Some(last) = out_shape.last_mut() {
@@ -565,6 +634,7 @@ fn call(
             weight.as_ptr(),
             scales.as_ptr(),
             biases.as_ptr(),
+            residual.as_ptr(),
         ];
         let input_vector = mlx_sys::mlx_vector_array_new_data(inputs.as_ptr(), inputs.len());
         let mut outputs = mlx_sys::mlx_vector_array_new();

@@ -810,17 +810,28 @@ impl Decoder {
     /// The matrices a one-position step multiplies by: each layer's joined
     /// projections (or their parts), output projection and down projection,
     /// and the head.
-    fn decode_matrices(&self) -> Vec<&Linear> {
+    fn decode_matrices(&self) -> Vec<(&Linear, bool)> {
         let mut matrices = Vec::new();
         for layer in &self.layers {
-            matrices.extend(layer.self_attn.qkv.decode_layers());
-            matrices.push(&layer.self_attn.o_proj);
+            // Without norms after the sublayers, the output projection and
+            // the MLP's down projection feed a residual add directly
+            // (`Layer::finish`).
+            let adds_residual = layer.pre_feedforward_layernorm.is_none();
+            matrices.extend(
+                layer
+                    .self_attn
+                    .qkv
+                    .decode_layers()
+                    .into_iter()
+                    .map(|m| (m, false)),
+            );
+            matrices.push((&layer.self_attn.o_proj, adds_residual));
             if let FeedForward::Dense(mlp) = &layer.mlp {
-                matrices.extend(mlp.gate_up.decode_layers());
-                matrices.push(&mlp.down_proj);
+                matrices.extend(mlp.gate_up.decode_layers().into_iter().map(|m| (m, false)));
+                matrices.push((&mlp.down_proj, adds_residual));
             }
         }
-        matrices.push(self.lm_head.as_ref().unwrap_or(&self.embed_tokens));
+        matrices.push((self.lm_head.as_ref().unwrap_or(&self.embed_tokens), false));
         matrices
     }
 
@@ -831,11 +842,12 @@ impl Decoder {
     /// CPU or Metal; a kernel that does not build leaves the model on MLX's.
     fn prepare_decode(&self) {
         if super::cuda_matvec::enabled() {
-            super::cuda_matvec::prepare(
-                self.decode_matrices()
-                    .into_iter()
-                    .filter_map(Linear::affine_quantized),
-            );
+            super::cuda_matvec::prepare(self.decode_matrices().into_iter().filter_map(
+                |(matrix, adds_residual)| {
+                    let (weight, scales, biases, params) = matrix.affine_quantized()?;
+                    Some((weight, scales, biases, params, adds_residual))
+                },
+            ));
         }
     }
 
@@ -939,14 +951,14 @@ impl Layer {
     /// The rest of the layer after attention: the output projection of the
     /// attention's `heads`, the residual adds, the MLP and its norms.
     fn finish(&self, h: &Array, heads: &Array, eps: f32) -> Result<Array, Exception> {
-        let attn = self.self_attn.o_proj.forward(heads)?;
         match &self.pre_feedforward_layernorm {
             None => {
-                let h = ops::add(h, &attn)?;
+                let h = self.self_attn.o_proj.forward_add(heads, h)?;
                 let normed = fast::rms_norm(&h, Some(&self.post_attention_layernorm), eps)?;
-                ops::add(&h, &self.mlp.forward(&normed)?)
+                self.mlp.forward_add(&normed, &h)
             }
             Some(pre_feedforward) => {
+                let attn = self.self_attn.o_proj.forward(heads)?;
                 let attn = fast::rms_norm(&attn, Some(&self.post_attention_layernorm), eps)?;
                 let h = residual_add(h, &attn)?;
                 let normed = fast::rms_norm(&h, Some(pre_feedforward), eps)?;
@@ -1157,12 +1169,20 @@ impl Mlp {
     }
 
     fn forward(&self, x: &Array) -> Result<Array, Exception> {
+        self.down_proj.forward(&self.activated(x)?)
+    }
+
+    /// `residual + forward(x)`, the add made by the down projection.
+    fn forward_add(&self, x: &Array, residual: &Array) -> Result<Array, Exception> {
+        self.down_proj.forward_add(&self.activated(x)?, residual)
+    }
+
+    fn activated(&self, x: &Array) -> Result<Array, Exception> {
         let [gate, up] = self.gate_up.forward(x)?;
-        let activated = match self.activation {
-            Activation::Silu => activation::swiglu(&gate, &up)?,
-            Activation::GeluApprox => activation::geglu_approx(&gate, &up)?,
-        };
-        self.down_proj.forward(&activated)
+        match self.activation {
+            Activation::Silu => activation::swiglu(&gate, &up),
+            Activation::GeluApprox => activation::geglu_approx(&gate, &up),
+        }
     }
 }
 
@@ -1171,6 +1191,14 @@ impl FeedForward {
         match self {
             FeedForward::Dense(mlp) => mlp.forward(x),
             FeedForward::Experts(experts) => experts.forward(x),
+        }
+    }
+
+    /// `residual + forward(x)`.
+    fn forward_add(&self, x: &Array, residual: &Array) -> Result<Array, Exception> {
+        match self {
+            FeedForward::Dense(mlp) => mlp.forward_add(x, residual),
+            FeedForward::Experts(experts) => ops::add(residual, &experts.forward(x)?),
         }
     }
 

@@ -322,8 +322,8 @@ impl Linear {
                 let (weight, scales, biases) =
                     (&matrix.weight, &matrix.scales, matrix.biases.as_ref());
                 let y = match biases {
-                    Some(b) if cuda_matvec::applies(x, weight, scales, b, matrix.params) => {
-                        cuda_matvec::matvec(x, weight, scales, b, matrix.params)?
+                    Some(b) if cuda_matvec::applies(x, weight, scales, b, matrix.params, None) => {
+                        cuda_matvec::matvec(x, weight, scales, b, matrix.params, None)?
                     }
                     _ => quantized::quantized_matmul(x, weight, scales, biases, matrix.params)?,
                 };
@@ -334,6 +334,27 @@ impl Linear {
             Some(b) => ops::add(&y, b),
             None => Ok(y),
         }
+    }
+
+    /// `residual + (x @ W.T (+ b))`: the sublayer's output added to the
+    /// residual stream. A decode step on CUDA makes both in Ondo's kernel
+    /// (one kernel fewer; the same bits as the matmul and the add).
+    pub fn forward_add(&self, x: &Array, residual: &Array) -> Result<Array, Exception> {
+        if let Linear::Quantized {
+            matrix:
+                QuantizedMatrix {
+                    weight,
+                    scales,
+                    biases: Some(b),
+                    params,
+                },
+            bias: None,
+        } = self
+            && cuda_matvec::applies(x, weight, scales, b, *params, Some(residual))
+        {
+            return cuda_matvec::matvec(x, weight, scales, b, *params, Some(residual));
+        }
+        ops::add(residual, &self.forward(x)?)
     }
 
     /// The packed weight, scales, biases and quantization of an affine

@@ -84,6 +84,20 @@ __device__ __forceinline__ constexpr float ondo_nibble_scale(int i) {
       : 0.0000152587890625f;
 }
 
+// Writes output `row`: the sum rounded to T, and with a residual stream the
+// sum so rounded plus the residual's value, rounded again: the bits MLX's
+// matmul followed by its add give (two 16-bit values' fp32 sum rounds to the
+// 16 bits their exact sum does), with one kernel fewer.
+template <typename T>
+__device__ __forceinline__ void ondo_finish(T* y, const T* residual, int row, float v) {
+  if (residual != nullptr) {
+    T rounded;
+    ondo_store(&rounded, v);
+    v = ondo_float(rounded) + ondo_float(residual[row]);
+  }
+  ondo_store(&y[row], v);
+}
+
 // A set of SPLIT warps computes ROWS consecutive outputs; lane l of the
 // set's warp p reads the 16-byte chunks l + 32 * (CHUNKS * p + j) of each
 // row (32 values per chunk, all in one group since GROUP is a multiple of
@@ -103,7 +117,8 @@ __device__ __forceinline__ void ondo_qmv4(
     const ondo_u32* w,
     const T* scales,
     const T* biases,
-    T* y) {
+    T* y,
+    const T* residual = nullptr) {
   constexpr int n = N;
   static_assert(WARPS % SPLIT == 0, "a block holds whole row sets");
   const int lane = threadIdx.x;
@@ -192,13 +207,13 @@ __device__ __forceinline__ void ondo_qmv4(
       for (int p = 0; p < SPLIT; ++p) {
         v += partial[warp + p][lane];
       }
-      ondo_store(&y[row0 + lane], v);
+      ondo_finish(y, residual, row0 + lane, v);
     }
   } else if (lane == 0) {
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
       if (row0 + r < n) {
-        ondo_store(&y[row0 + r], acc[r]);
+        ondo_finish(y, residual, row0 + r, acc[r]);
       }
     }
   }
