@@ -162,47 +162,13 @@ struct Instance {
     group: i32,
 }
 
-/// A matrix shape a kernel is compiled for, rows and row length, how it
-/// reads it, and whether the matrix is a gate and an up projection whose
-/// SwiGLU the kernel outputs.
+/// A matrix shape a kernel is compiled for, rows and row length, and how
+/// it reads it.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 struct Spec {
     n: i32,
     k: i32,
     layout: Layout,
-    gated: bool,
-}
-
-/// What a call outputs from `x @ W.T`.
-pub enum Output<'a> {
-    /// The product.
-    Product,
-    /// The product added to this residual stream: `residual + x @ W.T`.
-    PlusResidual(&'a Array),
-    /// For a gate projection and an up projection joined (rows
-    /// `[gate; up]`, halves alike), `silu(gate) * up`: half as many values.
-    SwiGlu,
-}
-
-/// What a matrix of a decode step is used for, as `prepare` compiles it.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Role {
-    /// A product alone.
-    Product,
-    /// A product a residual add follows.
-    AddsResidual,
-    /// A joined gate and up projection whose SwiGLU follows.
-    SwiGlu,
-}
-
-impl Output<'_> {
-    fn role(&self) -> Role {
-        match self {
-            Output::Product => Role::Product,
-            Output::PlusResidual(_) => Role::AddsResidual,
-            Output::SwiGlu => Role::SwiGlu,
-        }
-    }
 }
 
 /// MLX's handle to an instance, the shapes it was built for, and what a
@@ -211,33 +177,7 @@ impl Output<'_> {
 struct Kernel {
     handle: mlx_sys::mlx_fast_cuda_kernel,
     specs: Vec<Spec>,
-    placeholders: Placeholders,
-}
-
-/// What a call passes as its fifth input when it adds no residual: one
-/// value for the product, two for the SwiGLU (kernel_body).
-#[derive(Clone)]
-struct Placeholders {
-    product: Array,
-    swiglu: Array,
-}
-
-impl Placeholders {
-    fn new(dtype: Dtype) -> Option<Self> {
-        let product = mlx_rs::ops::zeros_dtype(&[1], dtype).ok()?;
-        let swiglu = mlx_rs::ops::zeros_dtype(&[2], dtype).ok()?;
-        mlx_rs::transforms::eval([&product, &swiglu]).ok()?;
-        Some(Self { product, swiglu })
-    }
-
-    /// The fifth input of a call with this output.
-    fn input<'a>(&'a self, output: &Output<'a>) -> &'a Array {
-        match output {
-            Output::Product => &self.product,
-            Output::PlusResidual(residual) => residual,
-            Output::SwiGlu => &self.swiglu,
-        }
-    }
+    no_residual: Array,
 }
 
 // SAFETY: the handle is an immutable description (name, source, argument
@@ -282,7 +222,6 @@ fn available() -> bool {
         n: 1024,
         k: 1024,
         layout: layout_for(1024, 1024),
-        gated: false,
     };
     match make_kernel(probe, vec![spec]) {
         Some(kernel) => {
@@ -327,63 +266,39 @@ fn kernel_name(source_hash: u64, instance: Instance, specs: &[Spec]) -> String {
         "ondo_qmv4_{source_hash:016x}_{}_g{group}_w{WARPS}",
         dtype_tag(dtype)
     );
-    for Spec {
-        n,
-        k,
-        layout,
-        gated,
-    } in specs
-    {
+    for Spec { n, k, layout } in specs {
         let Layout {
             rows,
             chunks,
             split,
         } = layout;
-        let gated = if *gated { "swiglu" } else { "" };
-        name.push_str(&format!("_{n}x{k}r{rows}c{chunks}s{split}{gated}"));
+        name.push_str(&format!("_{n}x{k}r{rows}c{chunks}s{split}"));
     }
     name
 }
 
 /// The kernel's body: a branch per shape, each taken by the calls of that
 /// matrix (every thread of a launch alike), with the numbers written in.
-/// The fifth input says what the call outputs: a residual stream to add
-/// (rank 2 or more), or the instance's placeholder for the product (one
-/// value) or for the SwiGLU (two values). MLX's signature has its own
-/// 16-bit float types; qmv4.cuh names its own, of the same bits.
+/// MLX's signature has its own 16-bit float types; qmv4.cuh names its own,
+/// of the same bits.
 fn kernel_body(instance: Instance, specs: &[Spec]) -> String {
     let t = cuda_type(instance.dtype);
     let mut body = format!(
         "const int n = w_shape[0];\nconst int k = w_shape[1] * 8;\nconst {t}* r = residual_ndim > 1 ? \
-         reinterpret_cast<const {t}*>(residual) : nullptr;\nconst bool gated = residual_ndim == 1 \
-         && residual_shape[0] == 2;\n"
+         reinterpret_cast<const {t}*>(residual) : nullptr;\n"
     );
-    for (
-        i,
-        Spec {
-            n,
-            k,
-            layout,
-            gated,
-        },
-    ) in specs.iter().enumerate()
-    {
+    for (i, Spec { n, k, layout }) in specs.iter().enumerate() {
         let Layout {
             rows,
             chunks,
             split,
         } = layout;
         let branch = if i == 0 { "if" } else { "else if" };
-        let (when, template, residual) = if *gated {
-            ("gated", ", true", "")
-        } else {
-            ("!gated", "", ", r")
-        };
         body.push_str(&format!(
-            "{branch} (n == {n} && k == {k} && {when}) {{\n  ondo_qmv4<{group}, {rows}, {chunks}, \
-             {split}, {WARPS}, {k}, {n}{template}>(reinterpret_cast<const {t}*>(x), w, \
-             reinterpret_cast<const {t}*>(scales), reinterpret_cast<const {t}*>(biases), \
-             reinterpret_cast<{t}*>(y){residual});\n}}\n",
+            "{branch} (n == {n} && k == {k}) {{\n  ondo_qmv4<{group}, {rows}, {chunks}, {split}, \
+             {WARPS}, {k}, {n}>(reinterpret_cast<const {t}*>(x), w, reinterpret_cast<const \
+             {t}*>(scales), reinterpret_cast<const {t}*>(biases), reinterpret_cast<{t}*>(y), \
+             r);\n}}\n",
             group = instance.group,
         ));
     }
@@ -420,17 +335,14 @@ fn kernels() -> &'static Mutex<HashMap<Instance, Kernel>> {
 }
 
 /// The instance for this dtype and group if it was built for `spec`: its
-/// handle and its placeholders.
-fn kernel_for(
-    instance: Instance,
-    spec: Spec,
-) -> Option<(mlx_sys::mlx_fast_cuda_kernel, Placeholders)> {
+/// handle and its placeholder for a call without a residual.
+fn kernel_for(instance: Instance, spec: Spec) -> Option<(mlx_sys::mlx_fast_cuda_kernel, Array)> {
     let kernels = kernels().lock().ok()?;
     let kernel = kernels.get(&instance)?;
     kernel
         .specs
         .contains(&spec)
-        .then(|| (kernel.handle, kernel.placeholders.clone()))
+        .then(|| (kernel.handle, kernel.no_residual.clone()))
 }
 
 fn make_kernel(instance: Instance, mut specs: Vec<Spec>) -> Option<Kernel> {
@@ -439,7 +351,10 @@ fn make_kernel(instance: Instance, mut specs: Vec<Spec>) -> Option<Kernel> {
     let name = CString::new(kernel_name(SOURCE_HASH, instance, &specs)).ok()?;
     let body = CString::new(kernel_body(instance, &specs)).ok()?;
     let header = CString::new(compact_source()).ok()?;
-    let placeholders = Placeholders::new(instance.dtype)?;
+    // A call without a residual passes a one-dimensional placeholder, which
+    // the body tells from a residual stream ([.., n]) by its rank.
+    let no_residual = mlx_rs::ops::zeros_dtype(&[1], instance.dtype).ok()?;
+    no_residual.eval().ok()?;
     let mut inputs = [c"x", c"w", c"scales", c"biases", c"residual"].map(CStr::as_ptr);
     let mut output = c"y".as_ptr();
     // SAFETY: the strings outlive the calls; mlx-c copies them into its own
@@ -461,22 +376,21 @@ fn make_kernel(instance: Instance, mut specs: Vec<Spec>) -> Option<Kernel> {
         (!handle.ctx.is_null()).then_some(Kernel {
             handle,
             specs,
-            placeholders,
+            no_residual,
         })
     }
 }
 
 /// The kernel and shape that would compute `x @ W.T` with for one position,
-/// for this matrix with its affine biases and this use of it, whether or
-/// not it was compiled. A product a residual add follows takes the kernel
-/// at any size (the kernel makes the add, so even small matrices repay its
-/// call).
+/// for this matrix with its affine biases, whether or not it was compiled;
+/// `adds_residual` when a residual add follows the product (which the
+/// kernel then makes, so smaller matrices repay its call).
 fn candidate(
     weight: &Array,
     scales: &Array,
     biases: &Array,
     params: QuantParams,
-    role: Role,
+    adds_residual: bool,
 ) -> Option<(Instance, Spec)> {
     let dtype = scales.dtype();
     let n = *weight.shape().first()?;
@@ -491,8 +405,7 @@ fn candidate(
         && weight.dtype() == Dtype::Uint32
         && matches!(dtype, Dtype::Bfloat16 | Dtype::Float16 | Dtype::Float32)
         && biases.dtype() == dtype
-        && (role != Role::SwiGlu || n % 2 == 0)
-        && i64::from(n) * i64::from(k) >= min_weights(role == Role::AddsResidual);
+        && i64::from(n) * i64::from(k) >= min_weights(adds_residual);
     let layout = layout_for(n, k);
     let launch = launch_for(n, layout);
     (takes && launch.grid[2] / launch.block[2] <= MAX_BLOCKS_Z).then_some((
@@ -500,27 +413,22 @@ fn candidate(
             dtype,
             group: params.group_size,
         },
-        Spec {
-            n,
-            k,
-            layout,
-            gated: role == Role::SwiGlu,
-        },
+        Spec { n, k, layout },
     ))
 }
 
-/// Whether `x @ W.T` for this matrix (with its affine biases) and input,
-/// with `output` made of it, is one the kernel computes: one position, a
-/// kernel compiled for the matrix's shape and use as its model loaded
-/// (`prepare`), and a residual stream of the output's shape and dtype. The
-/// cached switch comes first: every matmul of a CPU run asks.
+/// Whether `x @ W.T` for this matrix (with its affine biases) and input is
+/// one the kernel computes: one position, and a kernel compiled for the
+/// matrix's shape as its model loaded (`prepare`); with `residual`,
+/// `residual + x @ W.T`, for a residual stream of the output's shape and
+/// dtype. The cached switch comes first: every matmul of a CPU run asks.
 pub fn applies(
     x: &Array,
     weight: &Array,
     scales: &Array,
     biases: &Array,
     params: QuantParams,
-    output: &Output,
+    residual: Option<&Array>,
 ) -> bool {
     if !enabled() {
         return false;
@@ -530,12 +438,8 @@ pub fn applies(
     x.size() == k as usize
         && x.dtype() == scales.dtype()
         && weight.shape().get(1).is_some_and(|&packed| packed * 8 == k)
-        && match output {
-            Output::Product => true,
-            Output::PlusResidual(r) => fused(Role::AddsResidual) && takes_residual(r, x, n),
-            Output::SwiGlu => fused(Role::SwiGlu),
-        }
-        && candidate(weight, scales, biases, params, output.role())
+        && residual.is_none_or(|r| fused_residual() && takes_residual(r, x, n))
+        && candidate(weight, scales, biases, params, residual.is_some())
             .is_some_and(|(instance, spec)| kernel_for(instance, spec).is_some())
 }
 
@@ -548,23 +452,11 @@ fn takes_residual(residual: &Array, x: &Array, n: i32) -> bool {
         && residual.shape().last() == Some(&n)
 }
 
-/// Whether the kernel makes what follows a product in this role: the
-/// residual add (`ONDO_CUDA_MATVEC_RESIDUAL=0` leaves it to MLX, for
-/// measurements) or the SwiGLU (`ONDO_CUDA_MATVEC_SWIGLU=0`).
-fn fused(role: Role) -> bool {
-    static FUSED: OnceLock<[bool; 2]> = OnceLock::new();
-    let on = |name: &str| std::env::var(name).as_deref() != Ok("0");
-    let [residual, swiglu] = *FUSED.get_or_init(|| {
-        [
-            on("ONDO_CUDA_MATVEC_RESIDUAL"),
-            on("ONDO_CUDA_MATVEC_SWIGLU"),
-        ]
-    });
-    match role {
-        Role::Product => true,
-        Role::AddsResidual => residual,
-        Role::SwiGlu => swiglu,
-    }
+/// Whether the kernel makes the residual add that follows a product
+/// (`ONDO_CUDA_MATVEC_RESIDUAL=0` leaves it to MLX, for measurements).
+fn fused_residual() -> bool {
+    static FUSED: OnceLock<bool> = OnceLock::new();
+    *FUSED.get_or_init(|| std::env::var("ONDO_CUDA_MATVEC_RESIDUAL").as_deref() != Ok("0"))
 }
 
 /// Builds and compiles, as a model loads, the kernel for every matrix of
@@ -577,15 +469,15 @@ fn fused(role: Role) -> bool {
 /// build costs the model nothing but the speed: its matmuls stay on MLX's
 /// kernel, and one line on stderr says why.
 pub fn prepare<'a>(
-    matrices: impl IntoIterator<Item = (&'a Array, &'a Array, &'a Array, QuantParams, Role)>,
+    matrices: impl IntoIterator<Item = (&'a Array, &'a Array, &'a Array, QuantParams, bool)>,
 ) {
     if !enabled() {
         return;
     }
     let mut wanted: HashMap<Instance, Vec<(Spec, Matrix<'a>)>> = HashMap::new();
-    for (weight, scales, biases, params, role) in matrices {
-        let role = if fused(role) { role } else { Role::Product };
-        if let Some((instance, spec)) = candidate(weight, scales, biases, params, role) {
+    for (weight, scales, biases, params, adds_residual) in matrices {
+        let adds_residual = adds_residual && fused_residual();
+        if let Some((instance, spec)) = candidate(weight, scales, biases, params, adds_residual) {
             let shapes = wanted.entry(instance).or_default();
             if !shapes.iter().any(|(s, _)| *s == spec) {
                 shapes.push((
@@ -658,15 +550,10 @@ impl Matrix<'_> {
     /// first call, and runs this shape's branch once.
     fn compile(&self, instance: Instance, spec: Spec) -> Result<(), Exception> {
         let x = mlx_rs::ops::zeros_dtype(&[1, 1, spec.k], self.scales.dtype())?;
-        let (handle, placeholders) = kernel_for(instance, spec)
+        let (handle, no_residual) = kernel_for(instance, spec)
             .ok_or_else(|| Exception::custom("the instance was not built"))?;
         let matrix = [self.weight, self.scales, self.biases];
-        let output = if spec.gated {
-            Output::SwiGlu
-        } else {
-            Output::Product
-        };
-        call(handle, spec, &x, matrix, placeholders.input(&output))?.eval()
+        call(handle, spec, &x, matrix, &no_residual)?.eval()
     }
 }
 
@@ -690,33 +577,28 @@ fn min_weights(adds_residual: bool) -> i64 {
 }
 
 /// `x @ W.T` for one position `x` `[.., K]` and a 4-bit affine `W` `[N, K/8]`,
-/// as `[.., N]` in `x`'s dtype, or what `output` asks made of it
-/// (`[.., N/2]` for the SwiGLU), each output rounded as MLX's matmul and
-/// add would. Call only where `applies` said yes.
+/// as `[.., N]` in `x`'s dtype; with `residual`, `residual + x @ W.T`, each
+/// output rounded as MLX's matmul and add would. Call only where `applies`
+/// said yes.
 pub fn matvec(
     x: &Array,
     weight: &Array,
     scales: &Array,
     biases: &Array,
     params: QuantParams,
-    output: &Output,
+    residual: Option<&Array>,
 ) -> Result<Array, Exception> {
-    let (instance, spec) = candidate(weight, scales, biases, params, output.role())
+    let (instance, spec) = candidate(weight, scales, biases, params, residual.is_some())
         .ok_or_else(|| Exception::custom("Ondo's CUDA kernel does not take this matrix"))?;
-    let (handle, placeholders) = kernel_for(instance, spec)
+    let (handle, no_residual) = kernel_for(instance, spec)
         .ok_or_else(|| Exception::custom("Ondo's CUDA kernel was not built for this matrix"))?;
-    call(
-        handle,
-        spec,
-        x,
-        [weight, scales, biases],
-        placeholders.input(output),
-    )
+    let residual = residual.unwrap_or(&no_residual);
+    call(handle, spec, x, [weight, scales, biases], residual)
 }
 
 /// One call of an instance, for the shape `spec` (`matrix`: the packed
 /// weight, scales and biases), as one MLX primitive; `residual` is a
-/// residual stream to add or one of the instance's placeholders.
+/// residual stream to add or the instance's placeholder.
 fn call(
     handle: mlx_sys::mlx_fast_cuda_kernel,
     spec: Spec,
@@ -728,7 +610,7 @@ fn call(
     let Launch { grid, block } = launch_for(spec.n, spec.layout);
     let mut out_shape = x.shape().to_vec();
     if let Some(last) = out_shape.last_mut() {
-        *last = if spec.gated { spec.n / 2 } else { spec.n };
+        *last = spec.n;
     }
     let dtype = x.dtype() as mlx_sys::mlx_dtype;
     let stream = Stream::thread_local_or_default();
@@ -863,7 +745,6 @@ mod tests {
             n,
             k,
             layout: layout_for(n, k),
-            gated: false,
         };
         let specs = [spec(28672, 4096), spec(4096, 14336)];
         let name = |source: &str, instance, specs: &[Spec]| {
@@ -888,15 +769,6 @@ mod tests {
         assert_ne!(
             shipped,
             name(super::SOURCE, instance, &[specs[0], split_other])
-        );
-        let gated = Spec {
-            gated: true,
-            ..specs[0]
-        };
-        let gated_name = name(super::SOURCE, instance, &[gated, specs[1]]);
-        assert!(
-            gated_name.contains("_28672x4096r4c2s2swiglu_"),
-            "{gated_name}"
         );
         for other in [
             Instance {
@@ -923,7 +795,6 @@ mod tests {
             n,
             k,
             layout: layout_for(n, k),
-            gated: false,
         };
         let bf16 = Instance {
             dtype: mlx_rs::Dtype::Bfloat16,
@@ -936,15 +807,15 @@ mod tests {
         assert!(body.contains("const int n = w_shape[0];"), "{body}");
         for (condition, call) in [
             (
-                "if (n == 28672 && k == 4096 && !gated)",
+                "if (n == 28672 && k == 4096)",
                 "ondo_qmv4<64, 4, 2, 2, 4, 4096, 28672>(reinterpret_cast<const ondo_bf16*>(x), w,",
             ),
             (
-                "else if (n == 4096 && k == 14336 && !gated)",
+                "else if (n == 4096 && k == 14336)",
                 "ondo_qmv4<64, 4, 2, 4, 4, 14336, 4096>(",
             ),
             (
-                "else if (n == 128256 && k == 4096 && !gated)",
+                "else if (n == 128256 && k == 4096)",
                 "ondo_qmv4<64, 4, 2, 1, 4, 4096, 128256>(",
             ),
         ] {
@@ -958,37 +829,6 @@ mod tests {
             dtype: mlx_rs::Dtype::Float16,
             group: 32,
         };
-        // A call tells its output by the fifth input: a residual stream
-        // (rank 2 or more) or a placeholder of one value (the product) or
-        // two (the SwiGLU), whose branch passes no residual.
-        let swiglu = Spec {
-            gated: true,
-            ..spec(28672, 4096)
-        };
-        let body = kernel_body(bf16, &[swiglu, spec(28672, 4096)]);
-        assert!(
-            body.contains("const ondo_bf16* r = residual_ndim > 1 ?"),
-            "{body}"
-        );
-        assert!(
-            body.contains("const bool gated = residual_ndim == 1 && residual_shape[0] == 2;"),
-            "{body}"
-        );
-        let gated_at = body
-            .find("if (n == 28672 && k == 4096 && gated)")
-            .expect(&body);
-        let plain_at = body
-            .find("else if (n == 28672 && k == 4096 && !gated)")
-            .expect(&body);
-        assert!(
-            body[gated_at..plain_at].contains("ondo_qmv4<64, 4, 2, 2, 4, 4096, 28672, true>(")
-                && body[gated_at..plain_at].contains("reinterpret_cast<ondo_bf16*>(y));"),
-            "{body}"
-        );
-        assert!(
-            body[plain_at..].contains("reinterpret_cast<ondo_bf16*>(y), r);"),
-            "{body}"
-        );
         let body = kernel_body(f16, &[spec(1000, 3072)]);
         assert!(
             body.contains(

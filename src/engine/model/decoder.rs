@@ -15,7 +15,6 @@ use mlx_rs::{Array, ops};
 use serde::Deserialize;
 
 use super::activation;
-use super::cuda_matvec::Role;
 use super::experts::{ExpertsConfig, SparseExperts};
 use super::{JointProjection, Linear, QuantConfig};
 use crate::engine::LoadError;
@@ -811,31 +810,28 @@ impl Decoder {
     /// The matrices a one-position step multiplies by: each layer's joined
     /// projections (or their parts), output projection and down projection,
     /// and the head.
-    fn decode_matrices(&self) -> Vec<(&Linear, Role)> {
+    fn decode_matrices(&self) -> Vec<(&Linear, bool)> {
         let mut matrices = Vec::new();
         for layer in &self.layers {
             // Without norms after the sublayers, the output projection and
             // the MLP's down projection feed a residual add directly
             // (`Layer::finish`).
-            let after = if layer.pre_feedforward_layernorm.is_none() {
-                Role::AddsResidual
-            } else {
-                Role::Product
-            };
-            matrices.extend(products(layer.self_attn.qkv.decode_layers()));
-            matrices.push((&layer.self_attn.o_proj, after));
+            let adds_residual = layer.pre_feedforward_layernorm.is_none();
+            matrices.extend(
+                layer
+                    .self_attn
+                    .qkv
+                    .decode_layers()
+                    .into_iter()
+                    .map(|m| (m, false)),
+            );
+            matrices.push((&layer.self_attn.o_proj, adds_residual));
             if let FeedForward::Dense(mlp) = &layer.mlp {
-                match mlp.swiglu_joined() {
-                    Some(joined) => matrices.push((joined, Role::SwiGlu)),
-                    None => matrices.extend(products(mlp.gate_up.decode_layers())),
-                }
-                matrices.push((&mlp.down_proj, after));
+                matrices.extend(mlp.gate_up.decode_layers().into_iter().map(|m| (m, false)));
+                matrices.push((&mlp.down_proj, adds_residual));
             }
         }
-        matrices.push((
-            self.lm_head.as_ref().unwrap_or(&self.embed_tokens),
-            Role::Product,
-        ));
+        matrices.push((self.lm_head.as_ref().unwrap_or(&self.embed_tokens), false));
         matrices
     }
 
@@ -847,9 +843,9 @@ impl Decoder {
     fn prepare_decode(&self) {
         if super::cuda_matvec::enabled() {
             super::cuda_matvec::prepare(self.decode_matrices().into_iter().filter_map(
-                |(matrix, role)| {
+                |(matrix, adds_residual)| {
                     let (weight, scales, biases, params) = matrix.affine_quantized()?;
-                    Some((weight, scales, biases, params, role))
+                    Some((weight, scales, biases, params, adds_residual))
                 },
             ));
         }
@@ -1003,11 +999,6 @@ pub fn join_projections() -> bool {
         Ok("0") => false,
         _ => super::default_device_is_gpu(),
     }
-}
-
-/// Matrices of a decode step whose products are used as they are.
-fn products(layers: Vec<&Linear>) -> impl Iterator<Item = (&Linear, Role)> {
-    layers.into_iter().map(|m| (m, Role::Product))
 }
 
 /// The two parts of a split in two.
@@ -1181,25 +1172,12 @@ impl Mlp {
         self.down_proj.forward(&self.activated(x)?)
     }
 
-    /// The joined gate and up projection, where the activation is the
-    /// SwiGLU, which Ondo's CUDA kernel can make with the product.
-    fn swiglu_joined(&self) -> Option<&Linear> {
-        matches!(self.activation, Activation::Silu)
-            .then(|| self.gate_up.joined_halves())
-            .flatten()
-    }
-
     /// `residual + forward(x)`, the add made by the down projection.
     fn forward_add(&self, x: &Array, residual: &Array) -> Result<Array, Exception> {
         self.down_proj.forward_add(&self.activated(x)?, residual)
     }
 
     fn activated(&self, x: &Array) -> Result<Array, Exception> {
-        if let Some(joined) = self.swiglu_joined()
-            && let Some(activated) = joined.swiglu_on_cuda(x)?
-        {
-            return Ok(activated);
-        }
         let [gate, up] = self.gate_up.forward(x)?;
         match self.activation {
             Activation::Silu => activation::swiglu(&gate, &up),

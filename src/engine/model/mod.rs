@@ -266,9 +266,6 @@ pub fn default_device_is_gpu() -> bool {
     )
 }
 
-/// What `Linear::forward` asks of Ondo's CUDA kernel: the product alone.
-const PRODUCT: cuda_matvec::Output<'static> = cuda_matvec::Output::Product;
-
 /// A dense or quantized matrix `[out, in]` with an optional bias.
 pub enum Linear {
     Dense {
@@ -325,10 +322,8 @@ impl Linear {
                 let (weight, scales, biases) =
                     (&matrix.weight, &matrix.scales, matrix.biases.as_ref());
                 let y = match biases {
-                    Some(b)
-                        if cuda_matvec::applies(x, weight, scales, b, matrix.params, &PRODUCT) =>
-                    {
-                        cuda_matvec::matvec(x, weight, scales, b, matrix.params, &PRODUCT)?
+                    Some(b) if cuda_matvec::applies(x, weight, scales, b, matrix.params, None) => {
+                        cuda_matvec::matvec(x, weight, scales, b, matrix.params, None)?
                     }
                     _ => quantized::quantized_matmul(x, weight, scales, biases, matrix.params)?,
                 };
@@ -345,38 +340,21 @@ impl Linear {
     /// residual stream. A decode step on CUDA makes both in Ondo's kernel
     /// (one kernel fewer; the same bits as the matmul and the add).
     pub fn forward_add(&self, x: &Array, residual: &Array) -> Result<Array, Exception> {
-        match self.on_cuda(x, &cuda_matvec::Output::PlusResidual(residual))? {
-            Some(sum) => Ok(sum),
-            None => ops::add(residual, &self.forward(x)?),
+        if let Linear::Quantized {
+            matrix:
+                QuantizedMatrix {
+                    weight,
+                    scales,
+                    biases: Some(b),
+                    params,
+                },
+            bias: None,
+        } = self
+            && cuda_matvec::applies(x, weight, scales, b, *params, Some(residual))
+        {
+            return cuda_matvec::matvec(x, weight, scales, b, *params, Some(residual));
         }
-    }
-
-    /// For a gate and an up projection joined (rows `[gate; up]`), the
-    /// SwiGLU `silu(gate) * up` of a decode step's `x` made in Ondo's CUDA
-    /// kernel with the product, or `None` where that kernel does not apply
-    /// (the caller then runs the product and the activation).
-    pub fn swiglu_on_cuda(&self, x: &Array) -> Result<Option<Array>, Exception> {
-        self.on_cuda(x, &cuda_matvec::Output::SwiGlu)
-    }
-
-    /// `output` of `x @ W.T` from Ondo's CUDA kernel, where it applies: a
-    /// 4-bit affine matrix with biases and no bias vector of its own.
-    fn on_cuda(&self, x: &Array, output: &cuda_matvec::Output) -> Result<Option<Array>, Exception> {
-        match self {
-            Linear::Quantized {
-                matrix:
-                    QuantizedMatrix {
-                        weight,
-                        scales,
-                        biases: Some(b),
-                        params,
-                    },
-                bias: None,
-            } if cuda_matvec::applies(x, weight, scales, b, *params, output) => {
-                cuda_matvec::matvec(x, weight, scales, b, *params, output).map(Some)
-            }
-            _ => Ok(None),
-        }
+        ops::add(residual, &self.forward(x)?)
     }
 
     /// The packed weight, scales, biases and quantization of an affine
@@ -616,18 +594,6 @@ impl<const N: usize> JointProjection<N> {
     /// The joined layer, where there is one.
     pub fn joined(&self) -> Option<&Linear> {
         self.joined.as_ref()
-    }
-
-    /// The joined layer of two parts of the same width (a gate and an up
-    /// projection), where there is one.
-    pub fn joined_halves(&self) -> Option<&Linear> {
-        let joined = self.joined.as_ref()?;
-        (N == 2
-            && self
-                .bounds
-                .first()
-                .is_some_and(|&b| 2 * b == joined.out_features()))
-        .then_some(joined)
     }
 
     /// Each part's output for `x` (`[..., L, in]`), in order.

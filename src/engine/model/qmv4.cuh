@@ -98,19 +98,6 @@ __device__ __forceinline__ void ondo_finish(T* y, const T* residual, int row, fl
   ondo_store(&y[row], v);
 }
 
-// Writes output `o` of a gated product: silu(gate) * up, from the gate's and
-// the up projection's sums each rounded to T first, as the matmul's outputs
-// would be, and the activation in fp32 with MLX's sigmoid, 1 / (1 + e^-x).
-template <typename T>
-__device__ __forceinline__ void ondo_finish_gated(T* y, int o, float gate, float up) {
-  T g;
-  T u;
-  ondo_store(&g, gate);
-  ondo_store(&u, up);
-  const float gv = ondo_float(g);
-  ondo_store(&y[o], gv * (1.0f / (1.0f + expf(-gv))) * ondo_float(u));
-}
-
 // A set of SPLIT warps computes ROWS consecutive outputs; lane l of the
 // set's warp p reads the 16-byte chunks l + 32 * (CHUNKS * p + j) of each
 // row (32 values per chunk, all in one group since GROUP is a multiple of
@@ -124,22 +111,7 @@ __device__ __forceinline__ void ondo_finish_gated(T* y, int o, float gate, float
 // front, which a run-time length lost (8B decode 0.86x as fast). T, the
 // activations' type, is deduced from the pointers, so a caller names only
 // the numbers.
-//
-// GATED: the matrix is a gate projection and an up projection joined (rows
-// [0, N/2) and [N/2, N)), and the output is the SwiGLU, silu(gate) * up, N/2
-// values: a row set is ROWS/2 rows of the gate and the same rows of the up
-// projection, so each output's two sums meet in one warp and the decode
-// step needs no separate activation kernel.
-template <
-    int GROUP,
-    int ROWS,
-    int CHUNKS,
-    int SPLIT,
-    int WARPS,
-    int K,
-    int N,
-    bool GATED = false,
-    typename T>
+template <int GROUP, int ROWS, int CHUNKS, int SPLIT, int WARPS, int K, int N, typename T>
 __device__ __forceinline__ void ondo_qmv4(
     const T* x,
     const ondo_u32* w,
@@ -147,15 +119,12 @@ __device__ __forceinline__ void ondo_qmv4(
     const T* biases,
     T* y,
     const T* residual = nullptr) {
+  constexpr int n = N;
   static_assert(WARPS % SPLIT == 0, "a block holds whole row sets");
-  static_assert(!GATED || (N % 2 == 0 && ROWS % 2 == 0), "gate and up rows pair up");
-  // Outputs per row set, and outputs in all.
-  constexpr int HALF = GATED ? ROWS / 2 : ROWS;
-  constexpr int OUTS = GATED ? N / 2 : N;
   const int lane = threadIdx.x;
   const int part = threadIdx.y;
   const int warp = threadIdx.z * SPLIT + part;
-  const int out0 = (blockIdx.z * (WARPS / SPLIT) + threadIdx.z) * HALF;
+  const int row0 = (blockIdx.z * (WARPS / SPLIT) + threadIdx.z) * ROWS;
   constexpr int chunks = K >> 5;
   constexpr int groups = K / GROUP;
   const uint4* packed = reinterpret_cast<const uint4*>(w);
@@ -168,7 +137,7 @@ __device__ __forceinline__ void ondo_qmv4(
   }
   // A row set past the last row (the grid is whole blocks) computes nothing
   // but still meets the block's barrier below.
-  const int first = out0 < OUTS ? lane + 32 * CHUNKS * part : chunks;
+  const int first = row0 < n ? lane + 32 * CHUNKS * part : chunks;
   for (int base = first; base < chunks; base += 32 * CHUNKS * SPLIT) {
     uint4 q[CHUNKS][ROWS];
     float scale[CHUNKS][ROWS];
@@ -182,10 +151,7 @@ __device__ __forceinline__ void ondo_qmv4(
       const int c = base + 32 * u < chunks ? base + 32 * u : lane;
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
-        // Row r of the set (past the last output, the last row again); with
-        // GATED the second half of the set is the up projection's rows.
-        const int o = min(out0 + r % HALF, OUTS - 1);
-        const unsigned long long row = GATED && r >= HALF ? o + N / 2 : o;
+        const unsigned long long row = min(row0 + r, n - 1);
         const unsigned long long group = row * groups + (c * 32) / GROUP;
         q[u][r] = packed[row * chunks + c];
         scale[u][r] = ondo_float(scales[group]);
@@ -235,31 +201,19 @@ __device__ __forceinline__ void ondo_qmv4(
       }
     }
     __syncthreads();
-    if (part == 0 && lane < HALF && out0 + lane < OUTS) {
+    if (part == 0 && lane < ROWS && row0 + lane < n) {
       float v = 0.0f;
-      float up = 0.0f;
 #pragma unroll
       for (int p = 0; p < SPLIT; ++p) {
         v += partial[warp + p][lane];
-        if constexpr (GATED) {
-          up += partial[warp + p][lane + HALF];
-        }
       }
-      if constexpr (GATED) {
-        ondo_finish_gated(y, out0 + lane, v, up);
-      } else {
-        ondo_finish(y, residual, out0 + lane, v);
-      }
+      ondo_finish(y, residual, row0 + lane, v);
     }
   } else if (lane == 0) {
 #pragma unroll
-    for (int r = 0; r < HALF; ++r) {
-      if (out0 + r < OUTS) {
-        if constexpr (GATED) {
-          ondo_finish_gated(y, out0 + r, acc[r], acc[r + HALF]);
-        } else {
-          ondo_finish(y, residual, out0 + r, acc[r]);
-        }
+    for (int r = 0; r < ROWS; ++r) {
+      if (row0 + r < n) {
+        ondo_finish(y, residual, row0 + r, acc[r]);
       }
     }
   }
