@@ -245,6 +245,19 @@ fn a_chat_sent_during_a_benchmark_is_answered_between_its_runs_and_recorded() {
             "chat_send",
             chat_turn("during-bench", question, 6, 21),
         );
+        // The benchmark goes on after the answer. Its next run starts when
+        // its thread gets back to the engine, so wait for one to be
+        // recorded before stopping it (a stop between runs starts no more,
+        // and on a loaded machine the stop could otherwise come first).
+        if let Ok(answer) = &chat {
+            wait_until("a benchmark run recorded after the chat", || {
+                let history = runs(&window, json!({ "include_warmup": true, "last": 10000 }));
+                history
+                    .iter()
+                    .position(|r| r["run_id"] == answer["run_id"])
+                    .is_some_and(|at| history[at + 1..].iter().any(|r| r["bench_id"].is_string()))
+            });
+        }
         // The answer did not wait for the benchmark's end: it still runs.
         let still_running = invoke(&window, "cancel_benchmark", Value::Null).unwrap();
         assert_eq!(still_running, true, "the benchmark ended before the chat");

@@ -473,7 +473,8 @@ async function chooseOpen() {
 }
 
 test('the tray menu opens, and its Open item toggles the window', async () => {
-  assert.equal((await visibleOndoWindows()).length, 1, 'the popover is on screen');
+  // The save dialog of the test before may still be going away.
+  await waitFor('the popover on screen', async () => (await visibleOndoWindows()).length === 1, 10_000);
   await clickTrayIcon();
   await sleep(700); // the menu maps
   await screenshotRoot('app-tray.png');
