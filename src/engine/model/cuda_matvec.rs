@@ -805,6 +805,20 @@ mod tests {
             &[spec(28672, 4096), spec(4096, 14336), spec(128256, 4096)],
         );
         assert!(body.contains("const int n = w_shape[0];"), "{body}");
+        // The residual is read only when the fifth input is a residual
+        // stream (rank 2 or more), never from the one-value placeholder.
+        assert!(
+            body.contains(
+                "const ondo_bf16* r = residual_ndim > 1 ? reinterpret_cast<const \
+                 ondo_bf16*>(residual) : nullptr;"
+            ),
+            "{body}"
+        );
+        assert_eq!(
+            body.matches("reinterpret_cast<ondo_bf16*>(y), r);").count(),
+            3,
+            "{body}"
+        );
         for (condition, call) in [
             (
                 "if (n == 28672 && k == 4096)",
@@ -836,6 +850,23 @@ mod tests {
             ),
             "{body}"
         );
+    }
+
+    /// The kernel adds a residual stream of one position, the product's
+    /// width and the activations' dtype; anything else keeps MLX's add.
+    #[test]
+    fn only_a_residual_of_the_products_shape_is_added_in_the_kernel() {
+        use mlx_rs::Dtype;
+        let zeros = |shape: &[i32], dtype| mlx_rs::ops::zeros_dtype(shape, dtype).unwrap();
+        let x = zeros(&[1, 1, 256], Dtype::Bfloat16);
+        let takes = |r: &mlx_rs::Array| super::takes_residual(r, &x, 512);
+        assert!(takes(&zeros(&[1, 1, 512], Dtype::Bfloat16)));
+        assert!(takes(&zeros(&[1, 512], Dtype::Bfloat16)));
+        // The placeholder's rank, another width, more positions, another dtype.
+        assert!(!takes(&zeros(&[512], Dtype::Bfloat16)));
+        assert!(!takes(&zeros(&[1, 1, 256], Dtype::Bfloat16)));
+        assert!(!takes(&zeros(&[1, 2, 512], Dtype::Bfloat16)));
+        assert!(!takes(&zeros(&[1, 1, 512], Dtype::Float32)));
     }
 
     /// What MLX gets as the header is the kernel without its comments,
