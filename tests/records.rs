@@ -22,6 +22,7 @@ fn ondo(root: &Path, args: &[&str], stdin: &str) -> Output {
         .env("ONDO_HOME", root.join("ondo"))
         .env("HF_HOME", root.join("hf"))
         .env("ONDO_NO_KEYCHAIN", "1")
+        .env_remove("MLX_CUDA_GRAPH_CACHE_SIZE")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -99,6 +100,23 @@ fn ondos_side_of_the_mlx_lm_comparison_is_recorded_as_one_benchmark() {
         return;
     };
     let root = tempfile::tempdir().unwrap();
+    // mlx-lm runs with the user's environment, not the MLX settings Ondo
+    // chose for itself (engine::mlx_settings): a Python that notes what it
+    // was given, then is the real one.
+    let seen = root.path().join("peer-env.txt");
+    let noting_python = root.path().join("python");
+    std::fs::write(
+        &noting_python,
+        format!(
+            "#!/bin/sh\necho \"run MLX_CUDA_GRAPH_CACHE_SIZE=${{MLX_CUDA_GRAPH_CACHE_SIZE-unset}}\" >> '{}'\nexec '{}' \"$@\"\n",
+            seen.display(),
+            python.display()
+        ),
+    )
+    .unwrap();
+    let mut permissions = std::fs::metadata(&noting_python).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+    std::fs::set_permissions(&noting_python, permissions).unwrap();
     ondo(
         root.path(),
         &[
@@ -107,7 +125,7 @@ fn ondos_side_of_the_mlx_lm_comparison_is_recorded_as_one_benchmark() {
             "--peer",
             "mlx-lm",
             "--python",
-            python.to_str().unwrap(),
+            noting_python.to_str().unwrap(),
             "--prompt-tokens",
             "16",
             "--gen",
@@ -147,6 +165,11 @@ fn ondos_side_of_the_mlx_lm_comparison_is_recorded_as_one_benchmark() {
     );
     // The cold start times process start to the first token only, as mlx-lm's does.
     assert_eq!(runs[3].test.as_deref(), Some("pp16+tg1"));
+    // The warm worker and the cold run, neither with Ondo's setting.
+    assert_eq!(
+        std::fs::read_to_string(&seen).unwrap(),
+        "run MLX_CUDA_GRAPH_CACHE_SIZE=unset\nrun MLX_CUDA_GRAPH_CACHE_SIZE=unset\n"
+    );
 }
 
 /// The comparison's JSON says whether the greedy tokens agreed, and how a

@@ -76,7 +76,9 @@ macro_rules! described_commands {
 
 /// Starts the desktop app and runs it until the user quits from the tray.
 pub fn run() {
-    // Before any MLX work: run from Ondo.app, MLX loads the bundle's kernels.
+    // Before any MLX work and any thread: the settings MLX reads once, and,
+    // run from Ondo.app, the bundle's kernels.
+    ondo::engine::mlx_settings::apply();
     ondo::metallib::use_bundled_kernels();
     #[cfg(target_os = "linux")]
     give_the_webview_a_language();

@@ -108,7 +108,11 @@ impl MlxLmPeer {
     /// Starts the worker and waits until the model is loaded.
     pub fn start(python: &Path, model_dir: &Path) -> Result<Self, PeerError> {
         let worker = worker_file()?;
-        let mut child = Command::new(python)
+        let mut command = Command::new(python);
+        for name in crate::engine::mlx_settings::set_by_ondo() {
+            command.env_remove(name);
+        }
+        let mut child = command
             .arg(worker.path())
             .arg(model_dir)
             .stdin(Stdio::piped())
@@ -203,7 +207,11 @@ pub fn cold_start(
     let worker = worker_file()?;
     let ids: Vec<String> = prompt_ids.iter().map(u32::to_string).collect();
     let spawned_at = wall_clock_ns();
-    let out = Command::new(python)
+    let mut command = Command::new(python);
+    for name in crate::engine::mlx_settings::set_by_ondo() {
+        command.env_remove(name);
+    }
+    let out = command
         .arg(worker.path())
         .arg(model_dir)
         .args([

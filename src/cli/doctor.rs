@@ -48,6 +48,9 @@ fn print_text(r: &DoctorReport) {
         human_bytes(r.available_memory_bytes)
     );
     println!("MLX limit    {}", human_bytes(r.mlx_memory_limit_bytes));
+    for (name, value) in crate::engine::mlx_settings::in_effect() {
+        println!("MLX setting  {name}={value}");
+    }
     if let Some(ws) = r.recommended_working_set_bytes {
         println!("GPU working set {}", human_bytes(ws));
     }

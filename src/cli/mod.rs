@@ -71,7 +71,9 @@ mod demo;
 /// Parses the command line, runs the command, and returns the exit code.
 /// A failure prints its message, then a hint in the terminal's words.
 pub fn main() -> std::process::ExitCode {
-    // Before any MLX work: run from Ondo.app, MLX loads the bundle's kernels.
+    // Before any MLX work and any thread: the settings MLX reads once, and,
+    // run from Ondo.app, the bundle's kernels.
+    crate::engine::mlx_settings::apply();
     crate::metallib::use_bundled_kernels();
     let cli = Cli::parse();
     let result = match cli.command {

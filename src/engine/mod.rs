@@ -8,6 +8,7 @@ pub mod chat_template;
 pub mod detokenize;
 pub mod generate;
 pub mod load;
+pub mod mlx_settings;
 pub mod model;
 pub mod reply;
 pub mod request;
