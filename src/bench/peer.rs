@@ -95,6 +95,17 @@ pub fn wall_clock_ns() -> u128 {
         .unwrap_or(0)
 }
 
+/// `python` as a command with the user's environment: without the MLX
+/// settings Ondo chose for its own process (`engine::mlx_settings`), so
+/// mlx-lm runs as users run it.
+fn peer_command(python: &Path) -> Command {
+    let mut command = Command::new(python);
+    for name in crate::engine::mlx_settings::set_by_ondo() {
+        command.env_remove(name);
+    }
+    command
+}
+
 /// A running mlx-lm worker with the model loaded.
 pub struct MlxLmPeer {
     child: Child,
@@ -108,11 +119,7 @@ impl MlxLmPeer {
     /// Starts the worker and waits until the model is loaded.
     pub fn start(python: &Path, model_dir: &Path) -> Result<Self, PeerError> {
         let worker = worker_file()?;
-        let mut command = Command::new(python);
-        for name in crate::engine::mlx_settings::set_by_ondo() {
-            command.env_remove(name);
-        }
-        let mut child = command
+        let mut child = peer_command(python)
             .arg(worker.path())
             .arg(model_dir)
             .stdin(Stdio::piped())
@@ -207,11 +214,7 @@ pub fn cold_start(
     let worker = worker_file()?;
     let ids: Vec<String> = prompt_ids.iter().map(u32::to_string).collect();
     let spawned_at = wall_clock_ns();
-    let mut command = Command::new(python);
-    for name in crate::engine::mlx_settings::set_by_ondo() {
-        command.env_remove(name);
-    }
-    let out = command
+    let out = peer_command(python)
         .arg(worker.path())
         .arg(model_dir)
         .args([
