@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 /// (median of the paired differences +3.7%; the sync loop within its noise;
 /// docs/BENCHMARKS.md). The variable means nothing to MLX on a Mac (Metal),
 /// so there Ondo sets nothing.
-pub const CUDA_GRAPH_CACHE: (&str, &str) = ("MLX_CUDA_GRAPH_CACHE_SIZE", "1000");
+const CUDA_GRAPH_CACHE: (&str, &str) = ("MLX_CUDA_GRAPH_CACHE_SIZE", "1000");
 
 /// Ondo's settings: none on a Mac, where MLX runs on Metal.
 const SETTINGS: &[(&str, &str)] = if cfg!(target_os = "macos") {
