@@ -51,6 +51,7 @@ fn print_text(r: &DoctorReport) {
     for (name, value) in crate::engine::mlx_settings::in_effect() {
         println!("MLX setting  {name}={value}");
     }
+    println!("allocator    {}", crate::allocator());
     if let Some(ws) = r.recommended_working_set_bytes {
         println!("GPU working set {}", human_bytes(ws));
     }

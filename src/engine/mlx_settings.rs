@@ -106,4 +106,11 @@ mod tests {
             vec![("MLX_CUDA_GRAPH_CACHE_SIZE", "1000")]
         );
     }
+
+    /// Metal reads none of these, so a Mac's process is left as it was.
+    #[test]
+    #[cfg(target_os = "macos")]
+    fn ondo_sets_nothing_on_a_mac() {
+        assert_eq!(with(&[]), vec![]);
+    }
 }
