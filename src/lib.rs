@@ -26,10 +26,10 @@ pub use error_kind::ErrorKind;
 /// libraries' (MLX's host code, the CUDA driver's), goes to mimalloc: its
 /// `override` feature defines `malloc` and `free` in the binary, which the
 /// dynamic linker prefers to glibc's. Each primitive of a decode step costs
-/// MLX's host code a few dozen small allocations and frees, and glibc's
-/// allocator (with its locks) was the largest share of the host's samples in
-/// a profile of an 8B step on CUDA; on the CPU backend a `tiny` decode ran
-/// about 1.25x as fast with mimalloc (docs/BENCHMARKS.md). Naming it here
+/// MLX's host code a few dozen small allocations and frees: in a profile of
+/// an 8B step on CUDA, glibc was the library with the most samples, its
+/// `malloc`, `free` and locks among its largest symbols; on the CPU backend
+/// a `tiny` decode ran about 1.25x as fast with mimalloc (docs/BENCHMARKS.md). Naming it here
 /// also keeps the linker from dropping it. A Mac keeps its system allocator.
 #[cfg(target_os = "linux")]
 #[global_allocator]
