@@ -25,12 +25,13 @@ pub use error_kind::ErrorKind;
 /// On Linux every allocation of the process, Rust's and the C and C++
 /// libraries' (MLX's host code, the CUDA driver's), goes to mimalloc: its
 /// `override` feature defines `malloc` and `free` in the binary, which the
-/// dynamic linker prefers to glibc's. Each primitive of a decode step costs
-/// MLX's host code a few dozen small allocations and frees: in a profile of
-/// an 8B step on CUDA, glibc was the library with the most samples, its
+/// dynamic linker prefers to glibc's. MLX's host code allocates and frees
+/// small blocks for every primitive it evaluates: in a profile of an 8B
+/// decode step on CUDA, glibc was the library with the most samples, its
 /// `malloc`, `free` and locks among its largest symbols; on the CPU backend
-/// a `tiny` decode ran about 1.25x as fast with mimalloc (docs/BENCHMARKS.md). Naming it here
-/// also keeps the linker from dropping it. A Mac keeps its system allocator.
+/// a `tiny` decode ran about 1.25x as fast with mimalloc
+/// (docs/BENCHMARKS.md). Naming it here also keeps the linker from dropping
+/// it. A Mac keeps its system allocator.
 #[cfg(target_os = "linux")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
