@@ -26,16 +26,19 @@ What it prints:
 
     python3 scripts/gpu-qmv-lab.py                # 8B shapes
     python3 scripts/gpu-qmv-lab.py --model 3b --sweep
+    python3 scripts/gpu-qmv-lab.py --source variant.cuh   # a changed kernel
 Needs an NVIDIA GPU, its driver, and NVRTC (the `nvidia-cuda-nvrtc` wheel
 MLX's CUDA build depends on).
 """
 
 import array
 import ctypes
+import pathlib
 import statistics
 import sys
 import time
 
+import qmv4_build
 from qmv4_build import compile_cubin, kernel_source, launch_for, layout_for
 from qmv4_build import kernel_name as build_name
 
@@ -276,6 +279,8 @@ def main():
     args = sys.argv[1:]
     model = args[args.index("--model") + 1] if "--model" in args else "8b"
     sweep = "--sweep" in args
+    if "--source" in args:  # a variant of qmv4.cuh, timed against the lines of a run without
+        qmv4_build.SOURCE = pathlib.Path(args[args.index("--source") + 1]).read_text()
     layer_shapes, head, layers = MODELS[model]
     if "--compile-only" in args:  # NVRTC alone, for sm_90: no GPU needed
         shapes = sorted({(n, k) for _, n, k in layer_shapes} | {(head[1], head[2])})

@@ -21,11 +21,11 @@ CUDA_TYPE = {"bf16": "ondo_bf16", "f16": "ondo_f16", "f32": "float"}
 
 def layout_for(n, k):
     """cuda_matvec.rs's `layout_for`: (rows, chunks, split)."""
-    rows, chunks = 4, (2 if k % 2048 == 0 else 1)
+    rows, chunks = 4, 1
     sets = -(-n // rows)
     rounds = max(1, k // (32 * 32 * chunks))
     split = 1
-    while split < 4 and split * 2 <= rounds and sets * split < FULL_GPU_WARPS:
+    while split < 4 and split * 2 <= rounds and sets * split * 2 <= FULL_GPU_WARPS:
         split *= 2
     return rows, chunks, split
 

@@ -48,7 +48,8 @@
 //! and hash, and an 8B step on the H200 is bound by the host
 //! (docs/BENCHMARKS.md). For measurements,
 //! `ONDO_CUDA_MATVEC_MIN`, `ONDO_CUDA_MATVEC_LAUNCH` and
-//! `ONDO_CUDA_MATVEC_SPLIT` override the threshold and the launch.
+//! `ONDO_CUDA_MATVEC_SPLIT` override the threshold and the launch, and
+//! `ONDO_CUDA_MATVEC_SOURCE` the kernel's source.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
@@ -63,18 +64,35 @@ use super::quantized::QuantParams;
 /// The kernel's source, shared with `scripts/gpu-qmv-lab.py` (which compiles
 /// it without MLX to time it on the GPU alone).
 const SOURCE: &str = include_str!("qmv4.cuh");
+
+/// The source this process builds: `SOURCE`, or for measurements the file
+/// `ONDO_CUDA_MATVEC_SOURCE` names (a variant of `qmv4.cuh` timed in the
+/// engine without a rebuild; one that cannot be read is an error there, not
+/// a silent fall back to the shipped kernel).
+fn source() -> &'static str {
+    static CHOSEN: OnceLock<String> = OnceLock::new();
+    CHOSEN.get_or_init(|| match std::env::var_os("ONDO_CUDA_MATVEC_SOURCE") {
+        Some(path) => std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("ONDO_CUDA_MATVEC_SOURCE={}: {e}", path.to_string_lossy())),
+        None => SOURCE.to_owned(),
+    })
+}
+
 /// MLX keeps compiled kernels by name for the life of the process, so the
 /// name carries the source's hash: a changed kernel must never run under an
 /// old one's name.
-const SOURCE_HASH: u64 = fnv1a(SOURCE.as_bytes());
+fn source_hash() -> u64 {
+    static HASH: OnceLock<u64> = OnceLock::new();
+    *HASH.get_or_init(|| fnv1a(source().as_bytes()))
+}
 
-/// `SOURCE` without comments, blank lines and indentation: what MLX gets as
-/// the kernel's header, which it copies into every call's source and hashes
-/// (8.0 KB with the comments, 4.5 KB without).
+/// The source without comments, blank lines and indentation: what MLX gets
+/// as the kernel's header, which it copies into every call's source and
+/// hashes (8.0 KB with the comments, 4.5 KB without).
 fn compact_source() -> &'static str {
     static COMPACT: OnceLock<String> = OnceLock::new();
     COMPACT.get_or_init(|| {
-        SOURCE
+        source()
             .lines()
             .map(str::trim)
             .filter(|line| !line.is_empty() && !line.starts_with("//"))
@@ -98,15 +116,14 @@ struct Layout {
 
 /// The layout for an `n` x `k` matrix, chosen from the GPU's own time of
 /// every layout on the 8B and 3B shapes (`scripts/gpu-qmv-lab.py --sweep`
-/// on the H200, docs/BENCHMARKS.md), where it is within 2% of the best on
-/// every shape: 4 rows per warp; 2 chunks where a row is whole rounds of
-/// 2048 weights, else 1 (3B's 3072); a row set split over as many warps as
-/// it has rounds, up to 4, unless the matrix has rows enough to fill the GPU
-/// without (the heads of 128256 rows). 8B's matrix-vector products per step
-/// take 2.25 ms of GPU time this way against 2.56 ms with the earlier fixed
-/// 8 rows of one chunk; 3B's 1.30 against 1.76. `ONDO_CUDA_MATVEC_LAUNCH=
-/// ROWSxCHUNKS` (as `8x1`) and `ONDO_CUDA_MATVEC_SPLIT` (1, 2 or 4) fix them
-/// for measurements.
+/// on the H200, docs/BENCHMARKS.md): 4 rows per warp; one chunk a round,
+/// since with every load of a round issued before its arithmetic (the
+/// kernel's comment says how) one chunk beat two on every 8B shape (gate and
+/// up 31.2 against 33.0 us, the head 124.7 against 132.3); a row set split
+/// over as many warps as it has rounds, up to 4, while the grid stays within
+/// `FULL_GPU_WARPS` (the heads of 128256 rows are not split, 8B's gate and
+/// up in two). `ONDO_CUDA_MATVEC_LAUNCH=ROWSxCHUNKS` (as `8x1`) and
+/// `ONDO_CUDA_MATVEC_SPLIT` (1, 2 or 4) fix them for measurements.
 fn layout_for(n: i32, k: i32) -> Layout {
     /// `ONDO_CUDA_MATVEC_LAUNCH` as (rows, chunks), `ONDO_CUDA_MATVEC_SPLIT`.
     type Fixed = (Option<(i32, i32)>, Option<i32>);
@@ -125,11 +142,11 @@ fn layout_for(n: i32, k: i32) -> Layout {
             .filter(|v| matches!(v, 1 | 2 | 4));
         (launch, split)
     });
-    let (rows, chunks) = fixed_launch.unwrap_or((4, if k % 2048 == 0 { 2 } else { 1 }));
+    let (rows, chunks) = fixed_launch.unwrap_or((4, 1));
     let sets = (n + rows - 1) / rows;
     let rounds = (k / (32 * 32 * chunks)).max(1);
     let mut split = 1;
-    while split < 4 && split * 2 <= rounds && sets * split < FULL_GPU_WARPS {
+    while split < 4 && split * 2 <= rounds && sets * split * 2 <= FULL_GPU_WARPS {
         split *= 2;
     }
     Layout {
@@ -139,9 +156,10 @@ fn layout_for(n: i32, k: i32) -> Layout {
     }
 }
 
-/// Warps (row sets times their split) past which a matrix fills the H200
-/// without more split: 8B's and 3B's heads (32064 sets of 4 rows) ran 0-10%
-/// slower split, the 28672-row gate and up (7168 sets) 3% faster split in two.
+/// Warps (row sets times their split) a split grid stays within: 8B's and
+/// 3B's heads (32064 sets of 4 rows) ran 0-10% slower split, the 28672-row
+/// gate and up (7168 sets) 3% faster split in two, and in four slower than
+/// in two.
 const FULL_GPU_WARPS: i32 = 16384;
 
 const fn fnv1a(bytes: &[u8]) -> u64 {
@@ -190,10 +208,14 @@ unsafe impl Sync for Kernel {}
 /// 8B decode was 1.25x as fast with the kernel for the MLP's gate/up and down
 /// and the head only, 1.20x with it for every matrix, and 3B slower with it
 /// for every matrix: the attention's projections save less GPU time than a
-/// custom kernel costs the host. The same held for the kernel as it is now
-/// (8 rows per warp, split rows): 8B 241.4 tok/s with this threshold, 220.4
-/// with the kernel for every matrix.
-const MIN_WEIGHTS: i64 = 1 << 25;
+/// custom kernel costs the host. The same held for an earlier form of the
+/// kernel (8 rows per warp, split rows): 8B 241.4 tok/s with this threshold, 220.4
+/// with the kernel for every matrix. Once the host's step had shrunk
+/// (mimalloc) and the 8B step was bound by the GPU, 8B's joined q, k and v
+/// (6144 x 4096, 25.2 M weights) repaid it: 267.4 tok/s against 259.9
+/// (medians of 4 alternating rounds, every round faster), while 3B's (5120 x
+/// 3072, 15.7 M) did not (one round, 379 against 406-481).
+const MIN_WEIGHTS: i64 = 1 << 24;
 
 /// The smallest matrix the kernel takes where a residual add follows the
 /// product (the attention's output projection, the MLP's down projection):
@@ -348,7 +370,7 @@ fn kernel_for(instance: Instance, spec: Spec) -> Option<(mlx_sys::mlx_fast_cuda_
 fn make_kernel(instance: Instance, mut specs: Vec<Spec>) -> Option<Kernel> {
     specs.sort();
     specs.dedup();
-    let name = CString::new(kernel_name(SOURCE_HASH, instance, &specs)).ok()?;
+    let name = CString::new(kernel_name(source_hash(), instance, &specs)).ok()?;
     let body = CString::new(kernel_body(instance, &specs)).ok()?;
     let header = CString::new(compact_source()).ok()?;
     // A call without a residual passes a one-dimensional placeholder, which
@@ -680,9 +702,8 @@ mod tests {
     }
 
     /// The layouts the lab chose for the 8B and 3B shapes: 4 rows per warp,
-    /// 2 chunks where rows are whole 2048-weight rounds, a row set split
-    /// over as many warps as it has rounds (at most 4) unless the matrix
-    /// fills the GPU without.
+    /// one chunk a round, a row set split over as many warps as it has
+    /// rounds (at most 4) while the grid stays within a full GPU.
     #[test]
     fn each_shape_gets_the_layout_measured_best() {
         use super::{Layout, layout_for};
@@ -692,16 +713,16 @@ mod tests {
             split,
         };
         // Llama 3.1 8B: q, k and v joined; o; gate and up joined; down; head.
-        assert_eq!(layout_for(6144, 4096), layout(4, 2, 2));
-        assert_eq!(layout_for(4096, 4096), layout(4, 2, 2));
-        assert_eq!(layout_for(28672, 4096), layout(4, 2, 2));
-        assert_eq!(layout_for(4096, 14336), layout(4, 2, 4));
-        assert_eq!(layout_for(128256, 4096), layout(4, 2, 1));
-        // 3B: rows of 3072 weights are three rounds of one chunk.
+        assert_eq!(layout_for(6144, 4096), layout(4, 1, 4));
+        assert_eq!(layout_for(4096, 4096), layout(4, 1, 4));
+        assert_eq!(layout_for(28672, 4096), layout(4, 1, 2));
+        assert_eq!(layout_for(4096, 14336), layout(4, 1, 4));
+        assert_eq!(layout_for(128256, 4096), layout(4, 1, 1));
+        // 3B: rows of 3072 weights are three rounds.
         assert_eq!(layout_for(5120, 3072), layout(4, 1, 2));
         assert_eq!(layout_for(3072, 3072), layout(4, 1, 2));
         assert_eq!(layout_for(16384, 3072), layout(4, 1, 2));
-        assert_eq!(layout_for(3072, 8192), layout(4, 2, 4));
+        assert_eq!(layout_for(3072, 8192), layout(4, 1, 4));
         assert_eq!(layout_for(128256, 3072), layout(4, 1, 1));
     }
 
@@ -753,7 +774,7 @@ mod tests {
         let shipped = name(super::SOURCE, instance, &specs);
         assert_eq!(shipped, name(super::SOURCE, instance, &specs));
         assert!(
-            shipped.ends_with("_bf16_g64_w4_28672x4096r4c2s2_4096x14336r4c2s4"),
+            shipped.ends_with("_bf16_g64_w4_28672x4096r4c1s2_4096x14336r4c1s4"),
             "{shipped}"
         );
         let edited = format!("{}\n// edited", super::SOURCE);
@@ -822,15 +843,15 @@ mod tests {
         for (condition, call) in [
             (
                 "if (n == 28672 && k == 4096)",
-                "ondo_qmv4<64, 4, 2, 2, 4, 4096, 28672>(reinterpret_cast<const ondo_bf16*>(x), w,",
+                "ondo_qmv4<64, 4, 1, 2, 4, 4096, 28672>(reinterpret_cast<const ondo_bf16*>(x), w,",
             ),
             (
                 "else if (n == 4096 && k == 14336)",
-                "ondo_qmv4<64, 4, 2, 4, 4, 14336, 4096>(",
+                "ondo_qmv4<64, 4, 1, 4, 4, 14336, 4096>(",
             ),
             (
                 "else if (n == 128256 && k == 4096)",
-                "ondo_qmv4<64, 4, 2, 1, 4, 4096, 128256>(",
+                "ondo_qmv4<64, 4, 1, 1, 4, 4096, 128256>(",
             ),
         ] {
             let at = body

@@ -106,9 +106,8 @@ __device__ __forceinline__ void ondo_finish(T* y, const T* residual, int row, fl
 // warps that share a row set, and row sets; blocks run along z. SPLIT > 1 is
 // for matrices with few rows, whose one warp per row set would leave the GPU
 // short of loads in flight. K and N, the row's length and the row count, are
-// compile-time numbers: with the rounds per row known (two to four on 8B's
-// matrices) the compiler unrolls them and issues every round's loads up
-// front, which a run-time length lost (8B decode 0.86x as fast). T, the
+// compile-time numbers: with the rounds per row known the compiler unrolls
+// them, which a run-time length lost (8B decode 0.86x as fast). T, the
 // activations' type, is deduced from the pointers, so a caller names only
 // the numbers.
 template <int GROUP, int ROWS, int CHUNKS, int SPLIT, int WARPS, int K, int N, typename T>
@@ -161,6 +160,29 @@ __device__ __forceinline__ void ondo_qmv4(
 #pragma unroll
       for (int i = 0; i < XLOADS; ++i) {
         raw[u][i] = xchunk[i];
+      }
+    }
+    // Without a use of every loaded word before the arithmetic, ptxas sinks
+    // each load to just before its first use: the SASS of a one-chunk round
+    // issued 6 of its 16 loads, computed, then issued the rest one by one,
+    // so a warp had about one row's 16 bytes in flight. A branch on a hash
+    // of all of them (its body a no-op, taken only for one value in 2^32)
+    // keeps every load of the round ahead of the first FFMA: 3B's products
+    // per step took 1.14 ms of GPU time against 1.32 without it. With two
+    // chunks the round holds twice the registers, fewer warps fit, and it
+    // was slower (8B 2.29 against 2.25 ms), so it is for one chunk only.
+    if constexpr (CHUNKS == 1) {
+      ondo_u32 seen = 0;
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        seen ^= q[0][r].x ^ __float_as_uint(scale[0][r]) ^ __float_as_uint(bias[0][r]);
+      }
+#pragma unroll
+      for (int i = 0; i < XLOADS; ++i) {
+        seen ^= raw[0][i].x;
+      }
+      if (seen == 0x9E3779B9u) {
+        asm volatile("nanosleep.u32 0;");
       }
     }
 #pragma unroll
