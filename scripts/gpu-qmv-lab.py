@@ -279,7 +279,7 @@ def main():
     args = sys.argv[1:]
     model = args[args.index("--model") + 1] if "--model" in args else "8b"
     sweep = "--sweep" in args
-    if "--source" in args:  # a variant of qmv4.cuh, timed against the lines of a run without
+    if "--source" in args:  # a variant of qmv4.cuh in place of the shipped one
         qmv4_build.SOURCE = pathlib.Path(args[args.index("--source") + 1]).read_text()
     layer_shapes, head, layers = MODELS[model]
     if "--compile-only" in args:  # NVRTC alone, for sm_90: no GPU needed

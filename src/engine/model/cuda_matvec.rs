@@ -209,8 +209,8 @@ unsafe impl Sync for Kernel {}
 /// and the head only, 1.20x with it for every matrix, and 3B slower with it
 /// for every matrix: the attention's projections save less GPU time than a
 /// custom kernel costs the host. The same held for an earlier form of the
-/// kernel (8 rows per warp, split rows): 8B 241.4 tok/s with this threshold, 220.4
-/// with the kernel for every matrix. Once the host's step had shrunk
+/// kernel (8 rows per warp, split rows): 8B 241.4 tok/s with the threshold
+/// at 2^25, 220.4 with the kernel for every matrix. Once the host's step had shrunk
 /// (mimalloc) and the 8B step was bound by the GPU, 8B's joined q, k and v
 /// (6144 x 4096, 25.2 M weights) repaid it: 267.4 tok/s against 259.9
 /// (medians of 4 alternating rounds, every round faster), while 3B's (5120 x
