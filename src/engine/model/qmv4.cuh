@@ -2,8 +2,9 @@
 // position on MLX's CUDA backend (a decode step). MLX's own kernel for this
 // shape reads the weights at about a quarter of the H200's bandwidth; this
 // one is written for the bandwidth: each lane reads 16 bytes of a row per
-// load, a warp reads 512 contiguous bytes, and every warp keeps ROWS rows and
-// CHUNKS chunks of each in flight before it does any arithmetic.
+// load, a warp reads 512 contiguous bytes, and with one chunk a round every
+// warp has all ROWS rows' loads in flight before it does any arithmetic
+// (the round's loop says what that took).
 //
 // Layout (MLX's affine mode): row r of the packed weight holds K/8 words,
 // value k in bits 4*(k%8) of word k/8; scales and biases are [N, K/GROUP] in
