@@ -163,12 +163,12 @@ __device__ __forceinline__ void ondo_qmv4(
         raw[u][i] = xchunk[i];
       }
     }
-    // Without a use of every loaded word before the arithmetic, ptxas sinks
-    // each load to just before its first use: the SASS of a one-chunk round
-    // issued 6 of its 16 loads, computed, then issued the rest one by one,
-    // so a warp had about one row's 16 bytes in flight. A branch on a hash
-    // of all of them (its body a no-op, taken only for one value in 2^32)
-    // keeps every load of the round ahead of the first FFMA: 3B's products
+    // Without a use of every load before the arithmetic, ptxas sinks each
+    // load to just before its first use: the SASS of a one-chunk round
+    // issued 6 of its 16 loads, computed, then issued the rest a few at a
+    // time between the arithmetic. A branch on the XOR of one word of each
+    // load (its body a no-op, taken only for one value in 2^32) keeps every
+    // load of the round ahead of the first FFMA: 3B's products
     // per step took 1.14 ms of GPU time against 1.32 without it. With two
     // chunks the round holds twice the registers, fewer warps fit, and it
     // was slower (8B 2.29 against 2.25 ms), so it is for one chunk only.
