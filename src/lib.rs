@@ -30,8 +30,9 @@ pub use error_kind::ErrorKind;
 /// decode step on CUDA, glibc was the library with the most samples, its
 /// `malloc`, `free` and locks among its largest symbols; on the CPU backend
 /// a `tiny` decode ran about 1.25x as fast with mimalloc
-/// (docs/BENCHMARKS.md). Naming it here also keeps the linker from dropping
-/// it. A Mac keeps its system allocator.
+/// (docs/benchmarks-log.md, "A profile of the host's step, a faster
+/// allocator"). Naming it here also keeps the linker from dropping it. A
+/// Mac keeps its system allocator.
 #[cfg(target_os = "linux")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

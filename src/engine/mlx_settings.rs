@@ -18,8 +18,9 @@ use std::sync::OnceLock;
 /// with room for 1000 graphs the pipelined loop decoded faster in 10 of 12
 /// rounds interleaved with MLX's default, over three device sessions
 /// (median of the paired differences +3.7%; the sync loop within its noise;
-/// docs/BENCHMARKS.md). The variable means nothing to MLX on a Mac (Metal),
-/// so there Ondo sets nothing.
+/// docs/benchmarks-log.md, "The whole gpu-bench again, MLX's CUDA graph
+/// cache"). The variable means nothing to MLX on a Mac (Metal), so there
+/// Ondo sets nothing.
 const CUDA_GRAPH_CACHE: (&str, &str) = ("MLX_CUDA_GRAPH_CACHE_SIZE", "1000");
 
 /// Ondo's settings: none on a Mac, where MLX runs on Metal.

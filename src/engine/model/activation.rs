@@ -5,9 +5,9 @@
 //! call, so every layer of every decode step paid for a trace, a graph
 //! simplification and a fusion pass on the host before the kernel was even
 //! queued; gemma's GELU was built the same way here. On a GPU the host's
-//! time per step is the decode rate (docs/BENCHMARKS.md, "On a GPU"). A
-//! compiled function that is kept is traced once per dtype and afterwards
-//! only replayed.
+//! time per step is the decode rate (docs/benchmarks-log.md, "The host's
+//! share of a step"). A compiled function that is kept is traced once per
+//! dtype and afterwards only replayed.
 //!
 //! What goes into one kernel is what mlx-lm compiles into one: SwiGLU with
 //! its multiply by `up` (mlx-lm's `swiglu`, and gpt-oss's clamped variant),

@@ -9,9 +9,9 @@
 //! keeps more bytes in flight per warp, splits the rows of a narrow matrix
 //! over several warps, and unpacks without conversions; with it, 8B decodes
 //! at 1.54x mlx-lm's rate and a third of the roofline, against a quarter
-//! without (docs/BENCHMARKS.md, "Ondo's own 4-bit matrix-vector kernel on
-//! CUDA" and "One kernel per shape, 8 rows per warp, narrow matrices split
-//! over warps").
+//! without (docs/benchmarks-log.md, "Ondo's own 4-bit matrix-vector kernel
+//! on CUDA" and "One kernel per shape, 8 rows per warp, narrow matrices
+//! split over warps").
 //!
 //! What it changes: it sums in another order than MLX's kernel (its error
 //! against an fp32 reference is about half of MLX's), so greedy tokens can
@@ -46,7 +46,7 @@
 //! header (`precompiled_cuda_kernel`) made the load 2.5 s shorter but cost
 //! the host 6 microseconds more a call, the binary being about 30 KB to copy
 //! and hash, and an 8B step on the H200 is bound by the host
-//! (docs/BENCHMARKS.md). For measurements,
+//! (docs/benchmarks-log.md, "The GPU's own time"). For measurements,
 //! `ONDO_CUDA_MATVEC_MIN`, `ONDO_CUDA_MATVEC_LAUNCH` and
 //! `ONDO_CUDA_MATVEC_SPLIT` override the threshold and the launch, and
 //! `ONDO_CUDA_MATVEC_SOURCE` the kernel's source.
@@ -116,7 +116,8 @@ struct Layout {
 
 /// The layout for an `n` x `k` matrix, chosen from the GPU's own time of
 /// every layout on the 8B and 3B shapes (`scripts/gpu-qmv-lab.py --sweep`
-/// on the H200, docs/BENCHMARKS.md): 4 rows per warp; one chunk a round,
+/// on the H200; docs/benchmarks-log.md, "Every load of a round before its
+/// arithmetic"): 4 rows per warp; one chunk a round,
 /// since with every load of a round issued before its arithmetic (the
 /// kernel's comment says how) one chunk beat two on every 8B shape (gate and
 /// up 31.2 against 33.0 us, the head 124.7 against 132.3); a row set split
