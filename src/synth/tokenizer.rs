@@ -694,7 +694,6 @@ fn code_document(rng: &mut SplitMix64, invented: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Instant;
     use tokenizers::Tokenizer;
 
     const SAMPLES: &[&str] = &[
@@ -903,25 +902,6 @@ mod tests {
         }
         // Every template slot was filled.
         assert!(!all.contains("{name}") && !all.contains("{noun}"));
-    }
-
-    /// Prints the training time; run with `--nocapture` to see it. Not asserted:
-    /// the build machines are shared and timing would make the test flaky.
-    #[test]
-    fn training_time_for_the_tiny_preset() {
-        let dir = tempfile::tempdir().unwrap();
-        let started = Instant::now();
-        let spec = TokenizerSpec {
-            vocab_size: 2048,
-            seed: 0,
-        };
-        write_tokenizer(&spec, dir.path()).unwrap();
-        let corpus_bytes: usize = corpus_documents(0).iter().map(String::len).sum();
-        eprintln!(
-            "write_tokenizer(vocab 2048): {} ms, corpus {} bytes",
-            started.elapsed().as_millis(),
-            corpus_bytes
-        );
     }
 
     /// Writes a tokenizer and the ids Rust gives for a few strings, then runs
