@@ -5,12 +5,13 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export MLX_PYTHON := $(CURDIR)/.venv/bin/python
 
-.PHONY: help setup app demo test test-rust test-python test-ui test-e2e lint check-macos release dmg
+.PHONY: help setup app demo test lint test-rust test-ui test-e2e check-macos release dmg
 
 help:
 	@echo "make app      build and launch the desktop app (offers a built-in tiny model offline)"
 	@echo "make demo     headless: make the tiny model, time one cold and one warm generation"
 	@echo "make test     everything CI runs: lint, Rust, mlx-lm parity, UI, macOS type-check, e2e"
+	@echo "               one part of it: make lint, test-rust, test-ui, test-e2e or check-macos"
 	@echo "make release  optimised CLI and app binaries under target/release"
 	@echo "make dmg      on a Mac: Ondo.app and its disk image, checked to start on a Mac that never built Ondo"
 
@@ -37,6 +38,27 @@ release:
 dmg:
 	@scripts/make-dmg.sh
 
-test:
-	@scripts/setup.sh test
+# `make test` runs every stage of scripts/test.sh; the targets after it run
+# some of them, defined there once.
+test: setup
 	@scripts/test.sh
+
+# rustfmt, clippy, and the UI's type check (svelte-check, tsc)
+lint: setup
+	@scripts/test.sh fmt clippy ui-check
+
+# every Rust test, the comparisons with mlx-lm and Python's clients included
+test-rust: setup
+	@scripts/test.sh cargo-test
+
+# the UI's unit tests (vitest) and its tests in a browser
+test-ui: setup
+	@scripts/test.sh ui-unit ui-browser
+
+# the desktop app driven end to end (tests/e2e)
+test-e2e: setup
+	@scripts/test.sh e2e
+
+# the macOS-only code, type-checked from Linux (scripts/check-macos.sh)
+check-macos: setup
+	@scripts/test.sh macos-check

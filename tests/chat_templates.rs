@@ -417,8 +417,12 @@ fn real_templates_render_like_transformers() {
             );
         }
     }
-    let Some(python) = python() else { return };
-    let theirs = render_in_python(&python, &cases);
+    // Without Python (ONDO_SKIP_PYTHON), the checks above are all there is.
+    if cfg!(ondo_skip_python) {
+        eprintln!("note: ONDO_SKIP_PYTHON: not compared with transformers");
+        return;
+    }
+    let theirs = render_in_python(&python(), &cases);
     assert_eq!(theirs.len(), cases.len());
     for ((case, ours), theirs) in cases.iter().zip(ours).zip(theirs) {
         match (ours, theirs.get("text").and_then(Value::as_str)) {

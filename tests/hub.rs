@@ -710,10 +710,9 @@ fn ls_and_rm_show_and_free_what_is_on_disk() {
 }
 
 #[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn python_tools_find_what_ondo_downloaded() {
-    let Some(python) = common::python() else {
-        return;
-    };
+    let python = common::python();
     let fx = Fixture::new();
     let summary = download(&fx.client(), REPO, &mut Vec::new()).unwrap();
     let output = Command::new(python)

@@ -145,8 +145,9 @@ fn ondo_tokens(
 }
 
 #[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn greedy_tokens_equal_mlx_lm_across_the_matrix() {
-    let Some(python) = python() else { return };
+    let python = python();
     let root = tempfile::tempdir().unwrap();
     let engine = EngineHandle::spawn().unwrap();
     let variants = [
@@ -243,8 +244,9 @@ fn bench_joined(
 /// to join them on the CPU: its tokens must be mlx-lm's, with q/k norms
 /// (qwen3) and without (llama), through a prefill and 32 decode steps.
 #[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn joined_projections_give_mlx_lm_tokens() {
-    let Some(python) = python() else { return };
+    let python = python();
     let root = tempfile::tempdir().unwrap();
     for (name, options) in [
         ("llama-q4", variant(Arch::Llama, Some(4), WeightDtype::F32)),
@@ -269,8 +271,9 @@ fn joined_projections_give_mlx_lm_tokens() {
 /// peaked at 1.11x mlx-lm's here and at 1.29x on the 8B shape on a GPU; the
 /// prefill runs the parts since.)
 #[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn a_long_prompt_peaks_no_higher_than_in_mlx_lm() {
-    let Some(python) = python() else { return };
+    let python = python();
     let root = tempfile::tempdir().unwrap();
     let mut options = variant(Arch::Llama, None, WeightDtype::F32);
     options.preset.shape.intermediate_size = 2048;
@@ -314,8 +317,9 @@ fn gemma(arch: Arch, bits: Option<u8>, dtype: WeightDtype) -> SynthOptions {
 /// partial rotary, longrope). A rotating cache only for phi3: mlx-lm gives
 /// Gemma its own per-layer caches and ignores `max_kv_size` there.
 #[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn greedy_tokens_of_gemma3_and_phi3_equal_mlx_lm() {
-    let Some(python) = python() else { return };
+    let python = python();
     let root = tempfile::tempdir().unwrap();
     let engine = EngineHandle::spawn().unwrap();
     let variants = [
@@ -378,8 +382,9 @@ const EXPERTS_GENERATE: usize = 32;
 /// pairs, taken unsorted), and a 300-token one in one pass and in 128-token
 /// chunks (hundreds of pairs, sorted by expert first), in both loop shapes.
 #[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn qwen3_moe_greedy_tokens_equal_mlx_lm() {
-    let Some(python) = python() else { return };
+    let python = python();
     let root = tempfile::tempdir().unwrap();
     let engine = EngineHandle::spawn().unwrap();
     let shapes = [(1, 2048), (7, 2048), (300, 2048), (300, SMALL_PREFILL_STEP)];
@@ -479,8 +484,9 @@ fn qwen3_moe_experts_saved_one_by_one_load_as_stacked() {
 /// tokens (across the window), one pass and in window-sized chunks, both
 /// loops; first-step log-probabilities at 7 and 40 within 1e-4.
 #[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn gpt_oss_equals_mlx_lm() {
-    let Some(python) = python() else { return };
+    let python = python();
     let root = tempfile::tempdir().unwrap();
     let engine = EngineHandle::spawn().unwrap();
     let oss = |bits, mxfp4| SynthOptions {
@@ -563,8 +569,9 @@ fn mlx_lm_generate(python: &Path, dir: &Path, args: &[&str]) -> serde_json::Valu
 }
 
 #[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn first_step_log_probabilities_match_mlx_lm() {
-    let Some(python) = python() else { return };
+    let python = python();
     let root = tempfile::tempdir().unwrap();
     for (name, options, tolerance) in [
         (
@@ -633,8 +640,9 @@ fn first_step_log_probabilities_match_mlx_lm() {
 }
 
 #[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn follow_up_turn_on_the_kept_cache_equals_mlx_lm_and_a_fresh_run() {
-    let Some(python) = python() else { return };
+    let python = python();
     let root = tempfile::tempdir().unwrap();
     let engine = EngineHandle::spawn().unwrap();
     for (name, options) in [
@@ -770,8 +778,9 @@ fn largest_difference(a: &[f32], b: &[f32]) -> f32 {
 /// ids of random weights repeat one token, which no rope changes: the
 /// log-probabilities are what tells.)
 #[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn llama3_rope_scaling_equals_mlx_lm_on_the_real_llama_3_2_rope() {
-    let Some(python) = python() else { return };
+    let python = python();
     let root = tempfile::tempdir().unwrap();
     let real = synth::preset_named("llama-3.2-1b").unwrap();
     let mut preset = real.clone();
@@ -881,10 +890,11 @@ fn llama3_rope_scaling_equals_mlx_lm_on_the_real_llama_3_2_rope() {
 /// that picked it would be reported as a bug; on a float32 model nothing
 /// rounds, so the check is as strict as token equality.
 #[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn mlx_lm_scores_a_departure_against_float32() {
     use ondo::bench::peer::MlxLmPeer;
     use ondo::bench::token_check::TieScore;
-    let Some(python) = python() else { return };
+    let python = python();
     let root = tempfile::tempdir().unwrap();
     let prompt = prompt_of(7);
     for (name, options) in [

@@ -95,10 +95,9 @@ fn a_demo_is_recorded_as_one_cold_and_one_warm_run() {
 }
 
 #[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn ondos_side_of_the_mlx_lm_comparison_is_recorded_as_one_benchmark() {
-    let Some(python) = common::python() else {
-        return;
-    };
+    let python = common::python();
     let root = tempfile::tempdir().unwrap();
     // mlx-lm runs with the user's environment, not the MLX settings Ondo
     // chose for itself (engine::mlx_settings): a Python that notes what it
@@ -175,10 +174,9 @@ fn ondos_side_of_the_mlx_lm_comparison_is_recorded_as_one_benchmark() {
 /// The comparison's JSON says whether the greedy tokens agreed, and how a
 /// decode step of Ondo's spent the host's time and how large its graph is.
 #[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn the_mlx_lm_comparison_checks_tokens_and_shows_a_decode_steps_anatomy() {
-    let Some(python) = common::python() else {
-        return;
-    };
+    let python = common::python();
     let root = tempfile::tempdir().unwrap();
     let output = ondo(
         root.path(),

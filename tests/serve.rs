@@ -279,9 +279,9 @@ fn dechunk(mut raw: &[u8]) -> Vec<u8> {
     body
 }
 
-/// Runs one of the client scripts under tests/python; `None` without a venv.
-fn python_client(script: &str, served: &Served, scenario: &str, args: Value) -> Option<Value> {
-    let python = common::python()?;
+/// Runs one of the client scripts under tests/python with `common::python()`.
+fn python_client(script: &str, served: &Served, scenario: &str, args: Value) -> Value {
+    let python = common::python();
     let output: Output = Command::new(python)
         .arg(
             Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -297,7 +297,7 @@ fn python_client(script: &str, served: &Served, scenario: &str, args: Value) -> 
         String::from_utf8_lossy(&output.stderr),
         served.log().join("\n")
     );
-    Some(serde_json::from_slice(&output.stdout).unwrap())
+    serde_json::from_slice(&output.stdout).unwrap()
 }
 
 fn chat_body(model: &str, extra: Value) -> Value {
@@ -321,6 +321,7 @@ fn sse_data(body: &str) -> Vec<String> {
 }
 
 #[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn real_openai_and_ollama_clients_get_what_ondo_run_says() {
     let home = Home::new();
     let expected = home.ondo_run(VARIED, USER, &["--system-prompt", SYSTEM]);
@@ -334,9 +335,7 @@ fn real_openai_and_ollama_clients_get_what_ondo_run_says() {
         "user": USER,
         "max_tokens": MAX_TOKENS,
     });
-    let Some(openai) = python_client("openai_client.py", &served, "basics", args.clone()) else {
-        return;
-    };
+    let openai = python_client("openai_client.py", &served, "basics", args.clone());
     let models: Vec<&str> = openai["models"]
         .as_array()
         .unwrap()
@@ -410,7 +409,7 @@ fn real_openai_and_ollama_clients_get_what_ondo_run_says() {
     assert_eq!(openai["completion"]["finish_reason"], "length");
 
     let args = json!({"model": VARIED, "system": SYSTEM, "user": USER, "max_tokens": MAX_TOKENS});
-    let ollama = python_client("ollama_client.py", &served, "basics", args).unwrap();
+    let ollama = python_client("ollama_client.py", &served, "basics", args);
     let models: Vec<&str> = ollama["models"]
         .as_array()
         .unwrap()
@@ -650,7 +649,9 @@ fn templates_get_thinking_and_tools_from_the_request() {
     let args = json!({
         "model": THINKER, "system": SYSTEM, "user": USER, "max_tokens": MAX_TOKENS, "seed": 7,
     });
-    if let Some(got) = python_client("openai_client.py", &served, "thinking", args.clone()) {
+    // Without Python (ONDO_SKIP_PYTHON), the checks above still ran.
+    if !cfg!(ondo_skip_python) {
+        let got = python_client("openai_client.py", &served, "thinking", args.clone());
         for way in ["whole", "streamed"] {
             let answer = &got[way];
             assert!(!answer["reasoning"].as_str().unwrap().is_empty(), "{got}");
@@ -660,7 +661,7 @@ fn templates_get_thinking_and_tools_from_the_request() {
                 "{got}"
             );
         }
-        let got = python_client("ollama_client.py", &served, "thinking", args).unwrap();
+        let got = python_client("ollama_client.py", &served, "thinking", args);
         for way in ["whole", "streamed"] {
             assert!(!got[way]["thinking"].as_str().unwrap().is_empty(), "{got}");
             assert_eq!(got[way]["text"], "", "{got}");
@@ -797,13 +798,12 @@ fn ondo_run_think_switch_reaches_the_template() {
 }
 
 #[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn twelve_streams_at_once_each_get_their_own_answer() {
     let home = Home::new();
     let served = Served::start(&home, &[]);
     let args = json!({"model": VARIED, "system": SYSTEM, "max_tokens": 16, "clients": 12});
-    let Some(got) = python_client("openai_client.py", &served, "concurrent", args) else {
-        return;
-    };
+    let got = python_client("openai_client.py", &served, "concurrent", args);
     let streamed = got["streamed"].as_array().unwrap();
     let alone = got["alone"].as_array().unwrap();
     assert_eq!(streamed.len(), 12);
@@ -821,6 +821,7 @@ fn twelve_streams_at_once_each_get_their_own_answer() {
 }
 
 #[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn a_client_that_drops_its_stream_frees_the_engine() {
     let home = Home::new();
     let served = Served::start(&home, &[]);
@@ -828,9 +829,7 @@ fn a_client_that_drops_its_stream_frees_the_engine() {
     let args = json!({
         "model": VARIED, "system": SYSTEM, "user": USER, "long_tokens": 30000,
     });
-    let Some(got) = python_client("openai_client.py", &served, "drop", args) else {
-        return;
-    };
+    let got = python_client("openai_client.py", &served, "drop", args);
     assert_eq!(got["received"], 5);
     let before = got["before"].as_f64().unwrap();
     let after = got["after"].as_f64().unwrap();
@@ -1082,7 +1081,9 @@ fn only_this_machine_allowed_origins_and_the_key_get_in() {
         assert_eq!(ollama.status, status, "{headers:?}");
     }
     let args = json!({"key": "not-the-key"});
-    if let Some(got) = python_client("openai_client.py", &keyed, "wrong_key", args) {
+    // Without Python (ONDO_SKIP_PYTHON), the checks above and below still run.
+    if !cfg!(ondo_skip_python) {
+        let got = python_client("openai_client.py", &keyed, "wrong_key", args);
         assert_eq!(got["status"], 401);
     }
     drop(keyed);
@@ -1193,13 +1194,12 @@ fn a_full_queue_and_a_long_wait_are_told_so() {
 }
 
 #[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn keep_alive_goes_through_the_pool() {
     let home = Home::new();
     let served = Served::start(&home, &[]);
     let args = json!({"model": VARIED, "system": SYSTEM, "user": USER, "max_tokens": 4});
-    let Some(seen) = python_client("ollama_client.py", &served, "keep_alive", args) else {
-        return;
-    };
+    let seen = python_client("ollama_client.py", &served, "keep_alive", args);
     assert_eq!(seen["load"]["done_reason"], "load");
     let (model, expires) = (&seen["load"]["ps"][0][0], &seen["load"]["ps"][0][1]);
     assert_eq!(model, VARIED);

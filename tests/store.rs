@@ -44,12 +44,15 @@ fn timeline() -> Vec<MemorySample> {
         .collect()
 }
 
-/// Not a test on its own: does nothing unless run as a writer child by the
-/// tests below. Inserts runs as fast as it can and prints each run id once
-/// its transaction has committed.
+/// Not a test on its own but the writer process of the tests below, which
+/// run it with `--ignored --exact writer_child`: ignored, it does not count
+/// among the tests of a normal run. Inserts runs as fast as it can and prints
+/// each run id once its transaction has committed.
 #[test]
+#[ignore = "the writer process of this file's tests, not a test on its own"]
 fn writer_child() {
     let Some(db) = std::env::var_os(WRITER_DB) else {
+        eprintln!("writer_child writes only when a test of this file runs it");
         return;
     };
     let prefix = std::env::var(WRITER_PREFIX).unwrap();
@@ -92,7 +95,13 @@ fn writer_child() {
 fn spawn_writer(db: &Path, prefix: &str, runs: Option<usize>, peers: &[&str]) -> Child {
     let mut command = Command::new(std::env::current_exe().unwrap());
     command
-        .args(["--exact", "writer_child", "--nocapture", "--test-threads=1"])
+        .args([
+            "--ignored",
+            "--exact",
+            "writer_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(WRITER_DB, db)
         .env(WRITER_PREFIX, prefix)
         .stdout(Stdio::piped())

@@ -82,8 +82,9 @@ fn ondo_generate(dir: &Path, prompt_ids: &[u32], tokens: usize) -> Vec<u32> {
 }
 
 #[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn tiny_presets_load_in_mlx_lm_and_ondo_generates_the_same_tokens() {
-    let Some(python) = python() else { return };
+    let python = python();
     let root = tempfile::tempdir().unwrap();
     let variants: Vec<(&str, SynthOptions)> = vec![
         ("tiny-f32", options("tiny")),
@@ -128,8 +129,9 @@ fn tiny_presets_load_in_mlx_lm_and_ondo_generates_the_same_tokens() {
 /// fill), and ~300 tokens (the cache grows past its first 256-position step
 /// during prefill and keeps growing while decoding).
 #[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn greedy_parity_holds_for_one_token_and_long_prompts() {
-    let Some(python) = python() else { return };
+    let python = python();
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("tiny");
     write(&options("tiny"), &dir);
@@ -172,8 +174,9 @@ fn greedy_parity_holds_for_one_token_and_long_prompts() {
 }
 
 #[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn small_preset_shards_and_loads_in_both() {
-    let Some(python) = python() else { return };
+    let python = python();
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("small");
     let summary = write(
@@ -196,8 +199,9 @@ fn small_preset_shards_and_loads_in_both() {
 /// The real Llama 3.2 shapes, 4-bit bf16, as mlx-community ships them. They
 /// are large for a CPU: two tokens each are enough to prove mlx-lm loads them.
 #[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn real_llama_shapes_load_in_mlx_lm() {
-    let Some(python) = python() else { return };
+    let python = python();
     let root = tempfile::tempdir().unwrap();
     for preset in ["llama-3.2-1b", "llama-3.2-3b"] {
         let dir = root.path().join(preset);

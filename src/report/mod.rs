@@ -220,8 +220,17 @@ mod tests {
         }
     }
 
+    /// A caller may pass a timeline whose run is not among the runs (filtered
+    /// out, or deleted since): the report is still written, the JSON keeps the
+    /// timeline under its run id, the page draws it named by that id, and the
+    /// formats that list runs list only the runs.
     #[test]
     fn a_timeline_without_its_run_still_writes() {
+        let runs = [RunRecord {
+            run_id: "r-kept".into(),
+            model_id: "ondo-test/tiny".into(),
+            ..RunRecord::default()
+        }];
         let timelines = vec![(
             "r-lost".to_owned(),
             vec![
@@ -233,13 +242,40 @@ mod tests {
             ],
         )];
         let report = Report {
-            runs: &[],
+            runs: &runs,
             timelines: &timelines,
             title: "t".into(),
             generated_at: "2025-01-01T00:00:00Z".into(),
         };
-        for format in ReportFormat::ALL {
-            write(&report, format, &mut Vec::new()).unwrap();
+        let written = |format| {
+            let mut out = Vec::new();
+            write(&report, format, &mut out).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+
+        let json: serde_json::Value = serde_json::from_str(&written(ReportFormat::Json)).unwrap();
+        assert_eq!(json["runs"].as_array().unwrap().len(), 1, "{json}");
+        assert_eq!(json["runs"][0]["run_id"], "r-kept");
+        let lost: Vec<f64> = json["timelines"]["r-lost"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|sample| sample["t_ms"].as_f64().unwrap())
+            .collect();
+        assert_eq!(lost, [0.0, 5.0], "{json}");
+
+        let page = written(ReportFormat::Html);
+        assert!(page.contains("run r-lost: memory in use"), "{page}");
+
+        for format in [ReportFormat::Jsonl, ReportFormat::Csv] {
+            let text = written(format);
+            let rows = if format == ReportFormat::Csv { 2 } else { 1 };
+            assert_eq!(text.lines().count(), rows, "{format}: {text}");
+            assert!(text.contains("r-kept"), "{format}: {text}");
+            assert!(!text.contains("r-lost"), "{format}: {text}");
         }
+        let markdown = written(ReportFormat::Markdown);
+        assert!(markdown.contains("1 runs in 1 groups"), "{markdown}");
+        assert!(!markdown.contains("r-lost"), "{markdown}");
     }
 }
