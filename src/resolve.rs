@@ -140,7 +140,19 @@ pub fn resolve_model(
 ) -> Result<ResolvedModel, ResolveError> {
     let dirs = DataDirs::from_env();
     let folders = model_folders(&saved_settings(pool, &dirs), &dirs);
-    match resolve_name(name, named_by, &folders)? {
+    resolve_model_in(pool, name, named_by, &folders)
+}
+
+/// As `resolve_model`, looking for downloaded models in `folders` (from
+/// `model_folders`), for a caller that has read the settings already.
+pub fn resolve_model_in(
+    pool: &SessionPool,
+    name: &str,
+    named_by: NamedBy,
+    folders: &[PathBuf],
+) -> Result<ResolvedModel, ResolveError> {
+    let dirs = DataDirs::from_env();
+    match resolve_name(name, named_by, folders)? {
         Resolved::Tiny => {
             let dir = pool
                 .call(move || crate::synth::builtin_tiny_model(&dirs))

@@ -3,8 +3,8 @@
 //! project venv) and by plain HTTP. Greedy answers equal `ondo run`'s;
 //! streamed answers equal whole ones; twelve streams at once all finish
 //! right; a client that hangs up frees the engine; every bad request gets its
-//! status and a JSON error and the server serves on; only this machine, an
-//! allowed origin and the right key get in; Ctrl-C answers what is in flight.
+//! status and a JSON error and the server serves on; only this machine, an allowed origin and the right key get in;
+//! Ctrl-C answers what is in flight.
 
 mod common;
 
@@ -15,6 +15,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ondo::session::chat::GenerationSettings;
+use ondo::session::settings::AppSettings;
 use ondo::store::{RunKind, RunQuery, Store};
 use serde_json::{Value, json};
 
@@ -1214,6 +1216,90 @@ fn keep_alive_goes_through_the_pool() {
     assert_eq!(seen["after_zero"], json!([]), "keep_alive 0 left it loaded");
     assert_eq!(seen["unload"]["done_reason"], "unload");
     assert_eq!(seen["unload"]["ps"], json!([]));
+}
+
+#[test]
+fn saved_settings_apply_from_the_next_request_and_no_history_leaves_the_history_alone() {
+    let home = Home::new();
+    let data = home.path().join("ondo");
+    let served = Served::start(&home, &[]);
+    // The app saves its settings while the server runs.
+    let save_max_tokens = |max_tokens: usize| {
+        let mut store = Store::open_default(&data).unwrap();
+        AppSettings {
+            generation: GenerationSettings {
+                max_tokens,
+                ..GenerationSettings::default()
+            },
+            ..AppSettings::default()
+        }
+        .save(&mut store)
+        .unwrap();
+    };
+    let generated = || {
+        let body = json!({
+            "model": "tiny", "ignore_eos": true,
+            "messages": [{"role": "user", "content": USER}],
+        });
+        let answer = served.post("/v1/chat/completions", &body);
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        answer.json()["usage"]["completion_tokens"]
+            .as_u64()
+            .unwrap()
+    };
+    save_max_tokens(3);
+    assert_eq!(generated(), 3);
+    save_max_tokens(5);
+    assert_eq!(generated(), 5);
+    drop(served);
+
+    // With --no-history, no request opens the history, so none makes it.
+    let history = data.join(ondo::store::DB_FILE_NAME);
+    for file in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{file}", history.display()));
+    }
+    let mut served = Served::start(&home, &["--no-history"]);
+    let chat = |model: &str| {
+        json!({"model": model, "max_tokens": 4, "stream": false,
+               "messages": [{"role": "user", "content": USER}]})
+    };
+    for (what, answer, status) in [
+        ("models", served.get("/v1/models"), 200),
+        ("model", served.get(&format!("/v1/models/{VARIED}")), 200),
+        ("tags", served.get("/api/tags"), 200),
+        ("ps", served.get("/api/ps"), 200),
+        (
+            "show",
+            served.post("/api/show", &json!({"model": VARIED})),
+            200,
+        ),
+        (
+            "chat",
+            served.post("/v1/chat/completions", &chat("tiny")),
+            200,
+        ),
+        ("Ollama chat", served.post("/api/chat", &chat(VARIED)), 200),
+        (
+            "load",
+            served.post("/api/generate", &json!({"model": VARIED})),
+            200,
+        ),
+        (
+            "unload",
+            served.post("/api/generate", &json!({"model": VARIED, "keep_alive": 0})),
+            200,
+        ),
+        (
+            "missing",
+            served.post("/api/chat", &chat("org/missing")),
+            404,
+        ),
+    ] {
+        assert_eq!(answer.status, status, "{what}: {}", answer.text());
+    }
+    served.interrupt();
+    assert!(wait_for_exit(&mut served).success());
+    assert!(!history.exists(), "--no-history made {}", history.display());
 }
 
 /// Reads a stream until `events` server-sent events have come: past the

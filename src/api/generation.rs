@@ -385,8 +385,9 @@ impl ServerState {
         let created_unix_s = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let (model, defaults) = self.resolve(&ask.model).await?;
-        let settings = ask.settings.over(&defaults)?;
+        let saved = self.saved_settings().await;
+        let model = self.resolve(&ask.model, &saved).await?;
+        let settings = ask.settings.over(&saved.generation)?;
         let conversation = self
             .conversations
             .lock()

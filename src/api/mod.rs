@@ -38,10 +38,13 @@ pub use error::{ApiError, ApiFailure, Dialect};
 pub use generation::{OndoRecord, RequestLog};
 
 use crate::engine::{CancelToken, RunError};
+use crate::hub::library::LibraryModel;
 use crate::paths::DataDirs;
-use crate::resolve::{NamedBy, ResolvedModel, TINY, resolve_model, saved_settings};
+use crate::resolve::{
+    NamedBy, ResolvedModel, TINY, downloaded_models, model_folders, resolve_model_in,
+};
 use crate::session::SessionPool;
-use crate::session::chat::GenerationSettings;
+use crate::session::settings::AppSettings;
 use conversations::ConversationIndex;
 use generation::Ask;
 use queue::EngineQueue;
@@ -232,26 +235,48 @@ pub(crate) struct ServerState {
 }
 
 impl ServerState {
-    /// The model a client names, and the generation defaults the app's
-    /// Settings keep (what a request leaves out).
-    async fn resolve(&self, name: &str) -> Result<(ResolvedModel, GenerationSettings), ApiError> {
+    /// The settings the app saved, read once for each request that needs
+    /// them and passed on (so a change the app saves applies from the next
+    /// request): from the pool's history, or the defaults when it keeps
+    /// none (`--no-history`), and then the history's file is never opened.
+    async fn saved_settings(&self) -> AppSettings {
+        let pool = self.pool.clone();
+        tokio::task::spawn_blocking(move || {
+            pool.with_store(|store| AppSettings::load(store))
+                .unwrap_or_default()
+        })
+        .await
+        .unwrap_or_default()
+    }
+
+    /// The model a client names, looked for where `settings` say.
+    async fn resolve(&self, name: &str, settings: &AppSettings) -> Result<ResolvedModel, ApiError> {
+        if name.trim().eq_ignore_ascii_case(TINY)
+            && let Some(tiny) = lock(&self.tiny).clone()
+        {
+            return Ok(tiny);
+        }
         let pool = self.pool.clone();
         let name = name.to_owned();
-        let known_tiny = lock(&self.tiny).clone();
-        let (model, defaults) = tokio::task::spawn_blocking(move || {
-            let defaults = saved_settings(&pool, &DataDirs::from_env()).generation;
-            let model = match known_tiny.filter(|_| name.trim().eq_ignore_ascii_case(TINY)) {
-                Some(tiny) => tiny,
-                None => resolve_model(&pool, &name, NamedBy::Client)?,
-            };
-            Ok::<_, ApiError>((model, defaults))
+        let folders = model_folders(settings, &DataDirs::from_env());
+        let model = tokio::task::spawn_blocking(move || {
+            resolve_model_in(&pool, &name, NamedBy::Client, &folders)
         })
         .await
         .map_err(|e| ApiError::Run(RunError::Internal(e.to_string())))??;
         if model.name == TINY {
             *lock(&self.tiny) = Some(model.clone());
         }
-        Ok((model, defaults))
+        Ok(model)
+    }
+
+    /// The downloaded models a client may name (`tiny` aside), in the
+    /// folders `settings` name.
+    async fn downloaded_models(&self, settings: &AppSettings) -> Vec<LibraryModel> {
+        let folders = model_folders(settings, &DataDirs::from_env());
+        tokio::task::spawn_blocking(move || downloaded_models(&folders))
+            .await
+            .unwrap_or_default()
     }
 }
 

@@ -51,7 +51,9 @@ pub struct ServeArgs {
     /// The longest a request waits for the engine, in seconds; longer gets 503.
     #[arg(long, default_value_t = ServerConfig::default().wait_limit_s)]
     wait_limit: u64,
-    /// Do not record the requests in the history (`ondo runs`).
+    /// Do not open the history at all: requests are not recorded (`ondo
+    /// runs`), and the app's saved settings (models folder, generation
+    /// defaults, keep-alive) are not read; the defaults apply.
     #[arg(long)]
     no_history: bool,
 }
