@@ -3,7 +3,8 @@
 //! project venv) and by plain HTTP. Greedy answers equal `ondo run`'s;
 //! streamed answers equal whole ones; twelve streams at once all finish
 //! right; a client that hangs up frees the engine; every bad request gets its
-//! status and a JSON error and the server serves on; only this machine, an allowed origin and the right key get in;
+//! status and a JSON error (naming no path on the server) and the server
+//! serves on; only this machine, an allowed origin and the right key get in;
 //! Ctrl-C answers what is in flight.
 
 mod common;
@@ -1216,6 +1217,145 @@ fn keep_alive_goes_through_the_pool() {
     assert_eq!(seen["after_zero"], json!([]), "keep_alive 0 left it loaded");
     assert_eq!(seen["unload"]["done_reason"], "unload");
     assert_eq!(seen["unload"]["ps"], json!([]));
+}
+
+/// Sets `key` of a cached model's config.json.
+fn edit_config(snapshot: &Path, key: &str, value: Value) {
+    let path = snapshot.join("config.json");
+    let mut config: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    config[key] = value;
+    std::fs::write(&path, config.to_string()).unwrap();
+}
+
+#[test]
+fn a_model_that_does_not_load_is_422_and_no_error_names_a_server_path() {
+    let home = Home::new();
+    let unsupported = home.cache_model("ondo-test/unsupported", &[]);
+    edit_config(&unsupported, "model_type", json!("mamba_of_the_future"));
+    let truncated = home.cache_model("ondo-test/truncated", &[]);
+    let weights = truncated.join("model.safetensors");
+    let bytes = std::fs::read(&weights).unwrap();
+    std::fs::write(&weights, &bytes[..bytes.len() / 2]).unwrap();
+    let short = home.cache_model("ondo-test/short", &[]);
+    edit_config(&short, "max_position_embeddings", json!(16));
+    let served = Served::start(&home, &[]);
+    let server_paths: Vec<String> = [
+        home.path().to_owned(),
+        std::fs::canonicalize(home.path()).unwrap(),
+    ]
+    .iter()
+    .map(|p| p.display().to_string())
+    .collect();
+    let check = |what: &str, answer: &Answer, status: u16, words: &[&str]| {
+        let text = answer.text();
+        assert_eq!(answer.status, status, "{what}: {text}");
+        for path in &server_paths {
+            assert!(!text.contains(path.as_str()), "{what} names {path}: {text}");
+        }
+        let body = answer.json();
+        let message = body["error"]["message"]
+            .as_str()
+            .or(body["error"].as_str())
+            .unwrap_or_else(|| panic!("{what}: no error message in {body}"));
+        for word in words {
+            assert!(message.contains(word), "{what}: {message}");
+        }
+    };
+    let cannot_load = [
+        "is on this server but cannot be loaded",
+        "Pick another model",
+    ];
+
+    // Present but not loadable: 422 in both dialects, streamed or not, and
+    // for a request that only loads.
+    let answer = served.post(
+        "/v1/chat/completions",
+        &chat_body("ondo-test/unsupported", json!({})),
+    );
+    check("unsupported", &answer, 422, &cannot_load);
+    assert_eq!(answer.json()["error"]["code"], "load");
+    check(
+        "unsupported's model_type",
+        &answer,
+        422,
+        &["ondo-test/unsupported", "mamba_of_the_future"],
+    );
+    let answer = served.post(
+        "/v1/chat/completions",
+        &chat_body("ondo-test/truncated", json!({"stream": true})),
+    );
+    check("truncated, streamed", &answer, 422, &cannot_load);
+    let answer = served.post(
+        "/api/chat",
+        &json!({"model": "ondo-test/truncated", "messages": [{"role": "user", "content": "hi"}]}),
+    );
+    check("truncated, Ollama", &answer, 422, &cannot_load);
+    let answer = served.post("/api/generate", &json!({"model": "ondo-test/unsupported"}));
+    check("unsupported, load only", &answer, 422, &cannot_load);
+
+    // Not here: named, with what there is, and not where it was looked for.
+    let answer = served.post("/v1/chat/completions", &chat_body("org/missing", json!({})));
+    check("missing", &answer, 404, &["org/missing", "tiny", VARIED]);
+    let answer = served.post(
+        "/api/chat",
+        &json!({"model": "org/missing", "messages": [{"role": "user", "content": "hi"}]}),
+    );
+    check("missing, Ollama", &answer, 404, &["org/missing"]);
+    check(
+        "missing, by id",
+        &served.get("/v1/models/org/missing"),
+        404,
+        &["org/missing"],
+    );
+
+    // Longer than the model reads, and a token it does not have: the
+    // model by its name.
+    let long = "word ".repeat(100);
+    let answer = served.post(
+        "/v1/chat/completions",
+        &json!({"model": "ondo-test/short", "messages": [{"role": "user", "content": long}]}),
+    );
+    check(
+        "too long",
+        &answer,
+        400,
+        &["ondo-test/short reads at most 16"],
+    );
+    let answer = served.post(
+        "/api/generate",
+        &json!({"model": "ondo-test/short", "prompt": long, "stream": false}),
+    );
+    check("too long, Ollama", &answer, 400, &["ondo-test/short"]);
+    let answer = served.post(
+        "/v1/completions",
+        &json!({"model": VARIED, "prompt": [99999999], "max_tokens": 1}),
+    );
+    check(
+        "token out of range",
+        &answer,
+        400,
+        &["outside the vocabulary of ondo-test/varied"],
+    );
+
+    // What a client reads of a model names no folder either.
+    for (what, answer) in [
+        ("show", served.post("/api/show", &json!({"model": VARIED}))),
+        ("tags", served.get("/api/tags")),
+        ("ps", served.get("/api/ps")),
+        ("models", served.get("/v1/models")),
+    ] {
+        assert_eq!(answer.status, 200, "{what}: {}", answer.text());
+        for path in &server_paths {
+            assert!(
+                !answer.text().contains(path.as_str()),
+                "{what}: {}",
+                answer.text()
+            );
+        }
+    }
+    // The server's own log keeps the paths, for the person running it.
+    let log = served.log().join("\n");
+    assert!(log.contains(&server_paths[0]), "{log}");
 }
 
 #[test]

@@ -496,7 +496,7 @@ impl ServerState {
                 (JobEvent::Done(Box::new(result)), log)
             }
             Err(error) => {
-                let error = ApiError::Run(error);
+                let error = ApiError::of_run(&model, error);
                 let log = RequestLog::of_failure(
                     ask.route,
                     Some(model.name.clone()),

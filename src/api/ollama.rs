@@ -577,7 +577,7 @@ async fn load_only(
                 .and_then(|_| pool.keep_model_alive(&held.dir, keep))
                 .map(|_| ())
         };
-        done
+        done.map_err(|error| ApiError::of_run(&held, error))
     })
     .await
     .map_err(|e| {
@@ -795,7 +795,9 @@ pub(super) async fn show(
             }
         }
         json!({
-            "modelfile": format!("# Served by Ondo from {}\nFROM {}\n", dir.display(), model.name),
+            // Named, never by its folder: a client does not learn where
+            // anything lives on the server.
+            "modelfile": format!("# Served by Ondo\nFROM {}\n", model.name),
             "parameters": "",
             "template": template,
             "details": details(&described),
