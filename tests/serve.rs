@@ -1154,14 +1154,14 @@ fn open_stream(address: &str, body: &Value) -> (TcpStream, Vec<u8>) {
 #[test]
 fn a_full_queue_and_a_long_wait_are_told_so() {
     let home = Home::new();
-    let served = Served::start(&home, &["--max-waiting", "1", "--wait-limit", "1"]);
+    let served = Served::start(&home, &["--max-waiting", "1", "--wait-limit", "2"]);
     let address = served.address();
     let long = chat_body(
         "tiny",
         json!({"stream": true, "max_tokens": 30000, "ignore_eos": true}),
     );
     let (running, _) = open_stream(&address, &long);
-    // One may wait; it waits a second at most.
+    // One may wait; it waits two seconds at most.
     let waiting = {
         let address = address.clone();
         std::thread::spawn(move || {
@@ -1184,15 +1184,42 @@ fn a_full_queue_and_a_long_wait_are_told_so() {
     assert_eq!(full.status, 503, "{}", full.text());
     assert!(full.json()["error"].as_str().unwrap().contains("waiting"));
     assert!(full.header("retry-after").unwrap().parse::<u64>().unwrap() >= 1);
+    // A request that only loads or unloads a model (tiny is loaded, so it
+    // has nothing to wait for but its turn) is refused the same way.
+    for (path, body) in [
+        ("/api/generate", json!({"model": "tiny"})),
+        ("/api/chat", json!({"model": "tiny", "keep_alive": 0})),
+    ] {
+        let refused = served.post(path, &body);
+        assert_eq!(refused.status, 503, "{path} {body}: {}", refused.text());
+        assert!(
+            refused.json()["error"]
+                .as_str()
+                .unwrap()
+                .contains("waiting")
+        );
+        assert!(refused.header("retry-after").is_some());
+    }
     let (waited, took) = waiting.join().unwrap();
     assert_eq!(waited.status, 503, "{}", waited.text());
     assert_eq!(waited.json()["error"]["code"], "queue_timeout");
     assert!(waited.header("retry-after").is_some());
-    assert!(took >= Duration::from_secs(1), "{took:?}");
+    assert!(took >= Duration::from_secs(2), "{took:?}");
+    // Now first in line, a load waits for its turn no longer than a
+    // generation does.
+    let started = Instant::now();
+    let load = served.post("/api/generate", &json!({"model": "tiny"}));
+    assert_eq!(load.status, 503, "{}", load.text());
+    assert!(load.json()["error"].as_str().unwrap().contains("waited"));
+    assert!(load.header("retry-after").is_some());
+    assert!(started.elapsed() >= Duration::from_secs(2));
     drop(running);
     // The dropped stream frees the engine; the next request is served.
     let fine = served.post("/v1/chat/completions", &chat_body("tiny", json!({})));
     assert_eq!(fine.status, 200, "{}", fine.text());
+    let loaded = served.post("/api/generate", &json!({"model": "tiny"}));
+    assert_eq!(loaded.status, 200, "{}", loaded.text());
+    assert_eq!(loaded.json()["done_reason"], "load");
 }
 
 #[test]

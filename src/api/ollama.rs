@@ -557,35 +557,10 @@ async fn load_only(
     keep_alive: KeepAliveAsked,
     endpoint: Endpoint,
 ) -> Result<Response, ApiFailure> {
-    let settings = state.saved_settings().await;
-    let model = state
-        .resolve(name, &settings)
+    let (model, unload) = state
+        .load_only(name, keep_alive)
         .await
         .map_err(ApiFailure::ollama)?;
-    let pool = state.pool.clone();
-    let unload = keep_alive == KeepAliveAsked::For(KeepAlive::For(Duration::ZERO));
-    let held = model.clone();
-    tokio::task::spawn_blocking(move || {
-        let done = if unload {
-            pool.unload(&held.dir).map(|_| ())
-        } else {
-            let keep = match keep_alive {
-                KeepAliveAsked::For(keep) => Some(keep),
-                KeepAliveAsked::PoolDefault | KeepAliveAsked::Unchanged => None,
-            };
-            pool.preload(&held.dir, &held.name)
-                .and_then(|_| pool.keep_model_alive(&held.dir, keep))
-                .map(|_| ())
-        };
-        done.map_err(|error| ApiError::of_run(&held, error))
-    })
-    .await
-    .map_err(|e| {
-        ApiFailure::ollama(ApiError::Run(crate::engine::RunError::Internal(
-            e.to_string(),
-        )))
-    })?
-    .map_err(ApiFailure::ollama)?;
     let mut answer = json!({
         "model": model.name,
         "created_at": now_rfc3339(),
