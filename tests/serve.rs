@@ -5,7 +5,8 @@
 //! right; a client that hangs up frees the engine; every bad request gets its
 //! status and a JSON error (naming no path on the server) and the server
 //! serves on; only this machine, an allowed origin and the right key get in;
-//! Ctrl-C answers what is in flight.
+//! a client that sends nothing loses its connection and connections are
+//! bounded; Ctrl-C answers what is in flight.
 
 mod common;
 
@@ -1244,6 +1245,115 @@ fn keep_alive_goes_through_the_pool() {
     assert_eq!(seen["after_zero"], json!([]), "keep_alive 0 left it loaded");
     assert_eq!(seen["unload"]["done_reason"], "unload");
     assert_eq!(seen["unload"]["ps"], json!([]));
+}
+
+/// Reads until the server closes the connection; how long that took.
+fn time_until_closed(stream: &mut TcpStream) -> Duration {
+    let started = Instant::now();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut buffer = [0u8; 4096];
+    loop {
+        match stream.read(&mut buffer) {
+            Ok(0) => return started.elapsed(),
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                panic!("still open after {:?}", started.elapsed())
+            }
+            Err(_) => return started.elapsed(),
+        }
+    }
+}
+
+#[test]
+fn a_client_that_sends_nothing_loses_its_connection_and_connections_are_bounded() {
+    let home = Home::new();
+    let served = Served::start(&home, &["--idle-timeout", "2"]);
+    let address = served.address();
+    let closed_in_time = |took: Duration| {
+        assert!(
+            (Duration::from_millis(1500)..Duration::from_secs(10)).contains(&took),
+            "closed after {took:?}, with an idle timeout of 2 s"
+        );
+    };
+    // A connection that sends nothing.
+    let mut silent = TcpStream::connect(&address).unwrap();
+    closed_in_time(time_until_closed(&mut silent));
+    // One that sends its head a line at a time (slowloris): bytes keep
+    // coming, but the head never ends.
+    let mut trickle = TcpStream::connect(&address).unwrap();
+    let mut writer = trickle.try_clone().unwrap();
+    let host = address.clone();
+    std::thread::spawn(move || {
+        let _ = write!(writer, "GET /api/version HTTP/1.1\r\nHost: {host}\r\n");
+        for n in 0..100 {
+            std::thread::sleep(Duration::from_millis(300));
+            if write!(writer, "X-Slow-{n}: 1\r\n").is_err() {
+                break;
+            }
+        }
+    });
+    closed_in_time(time_until_closed(&mut trickle));
+    // A kept-alive connection, answered, then idle.
+    let mut kept = TcpStream::connect(&address).unwrap();
+    write!(kept, "GET /api/version HTTP/1.1\r\nHost: {address}\r\n\r\n").unwrap();
+    let mut head = [0u8; 12];
+    kept.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    closed_in_time(time_until_closed(&mut kept));
+
+    // Waiting for the engine is not idle: a request queued behind a long
+    // answer for longer than the idle timeout is still answered.
+    let long = chat_body(
+        "tiny",
+        json!({"stream": true, "max_tokens": 30000, "ignore_eos": true}),
+    );
+    let (running, _) = open_stream(&address, &long);
+    let behind = {
+        let address = address.clone();
+        std::thread::spawn(move || {
+            http(
+                &address,
+                "POST",
+                "/v1/chat/completions",
+                &[],
+                chat_body("tiny", json!({})).to_string().as_bytes(),
+            )
+        })
+    };
+    std::thread::sleep(Duration::from_millis(3500));
+    drop(running);
+    let behind = behind.join().unwrap();
+    assert_eq!(behind.status, 200, "{}", behind.text());
+    assert!(behind.json()["ondo"]["queued_ms"].as_f64().unwrap() > 2000.0);
+    drop(served);
+
+    // Two places: a third connection waits to be accepted until one of the
+    // two closes.
+    let served = Served::start(&home, &["--max-connections", "2"]);
+    let address = served.address();
+    let first = TcpStream::connect(&address).unwrap();
+    let _second = TcpStream::connect(&address).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let (answered, answers) = std::sync::mpsc::channel();
+    {
+        let address = address.clone();
+        std::thread::spawn(move || {
+            let _ = answered.send(http(&address, "GET", "/api/version", &[], b"").status);
+        });
+    }
+    assert!(
+        answers.recv_timeout(Duration::from_secs(2)).is_err(),
+        "a third connection was served while two were open"
+    );
+    drop(first);
+    assert_eq!(answers.recv_timeout(Duration::from_secs(10)), Ok(200));
 }
 
 /// Sets `key` of a cached model's config.json.

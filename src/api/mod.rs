@@ -6,10 +6,13 @@
 //!
 //! The server listens on 127.0.0.1 unless told otherwise, and anywhere else
 //! only with an API key (see `access`). The engine runs one generation at a
-//! time: requests wait their turn in arrival order (`queue`). Each final
-//! response carries Ondo's own record of the request under `ondo`.
+//! time: requests wait their turn in arrival order (`queue`). Connections
+//! are bounded in number, and one whose client sends nothing is closed
+//! (`connections`). Each final response carries Ondo's own record of the
+//! request under `ondo`.
 
 mod access;
+mod connections;
 mod conversations;
 pub mod error;
 pub mod generation;
@@ -31,7 +34,6 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 use serde::{Deserialize, Serialize};
 
 pub use error::{ApiError, ApiFailure, Dialect};
@@ -78,6 +80,14 @@ pub struct ServerConfig {
     pub max_waiting: usize,
     /// The longest a request waits for the engine, in seconds.
     pub wait_limit_s: u64,
+    /// Connections open at once; the next waits to be accepted until one
+    /// closes.
+    pub max_connections: usize,
+    /// How long the server waits for a client that sends nothing, in
+    /// seconds: for a request's head from when it could come (a new or
+    /// idle connection), for the rest of a body since its last bytes. The
+    /// connection is then closed.
+    pub idle_timeout_s: u64,
 }
 
 impl Default for ServerConfig {
@@ -89,6 +99,14 @@ impl Default for ServerConfig {
             allowed_origins: Vec::new(),
             max_waiting: 64,
             wait_limit_s: 300,
+            // Room for every request the queue takes and the clients' idle
+            // connections besides, well under the 256 files a process may
+            // open by default on macOS (each connection is one).
+            max_connections: 128,
+            // Long enough for any client that means to send (they send at
+            // once); an idle connection in a client's pool is closed after
+            // it, which clients expect (they open another).
+            idle_timeout_s: 30,
         }
     }
 }
@@ -332,7 +350,13 @@ impl LocalServer {
                 .filter(|o| !o.is_empty())
                 .collect(),
         };
-        let app = router(state.clone(), rules);
+        let app = router(state.clone(), rules)
+            .into_make_service_with_connect_info::<connections::ConnectionWatch>();
+        let listener = connections::BoundedListener::new(
+            listener,
+            config.max_connections,
+            Duration::from_secs(config.idle_timeout_s.max(1)),
+        );
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("ondo-api-server".into())
@@ -341,11 +365,6 @@ impl LocalServer {
                     let shutdown = async move {
                         let _ = stopped.await;
                     };
-                    // Each token goes out as it comes, not held back to
-                    // fill a packet.
-                    let listener = listener.tap_io(|connection| {
-                        let _ = connection.set_nodelay(true);
-                    });
                     // Errors here are a single connection's: the server
                     // goes on until stopped.
                     let _ = axum::serve(listener, app)
@@ -459,6 +478,7 @@ fn router(state: Arc<ServerState>, rules: access::AccessRules) -> Router {
             access::enforce,
         ))
         .layer(middleware::from_fn_with_state(state.clone(), log_requests))
+        .layer(middleware::from_fn(connections::watch_requests))
         .with_state(state)
 }
 
