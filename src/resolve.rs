@@ -58,6 +58,8 @@ pub enum ResolveError {
         looked_in: PathBuf,
         available: Vec<String>,
     },
+    #[error("{name} is only partly downloaded: {problem}")]
+    Incomplete { name: String, problem: String },
     #[error("the built-in tiny model could not be written: {0}")]
     Tiny(String),
 }
@@ -67,7 +69,9 @@ impl ResolveError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             ResolveError::NotAModelName { .. } => ErrorKind::NotAModelName,
-            ResolveError::NotFound { .. } => ErrorKind::ModelNotFound,
+            ResolveError::NotFound { .. } | ResolveError::Incomplete { .. } => {
+                ErrorKind::ModelNotFound
+            }
             ResolveError::Tiny(_) => ErrorKind::ModelUnavailable,
         }
     }
@@ -136,7 +140,19 @@ pub fn resolve_model(
 ) -> Result<ResolvedModel, ResolveError> {
     let dirs = DataDirs::from_env();
     let folders = model_folders(&saved_settings(pool, &dirs), &dirs);
-    match resolve_name(name, named_by, &folders)? {
+    resolve_model_in(pool, name, named_by, &folders)
+}
+
+/// As `resolve_model`, looking for downloaded models in `folders` (from
+/// `model_folders`), for a caller that has read the settings already.
+pub fn resolve_model_in(
+    pool: &SessionPool,
+    name: &str,
+    named_by: NamedBy,
+    folders: &[PathBuf],
+) -> Result<ResolvedModel, ResolveError> {
+    let dirs = DataDirs::from_env();
+    match resolve_name(name, named_by, folders)? {
         Resolved::Tiny => {
             let dir = pool
                 .call(move || crate::synth::builtin_tiny_model(&dirs))
@@ -180,37 +196,70 @@ fn resolve_name(
         return Err(not_a_name());
     }
     let model = ModelRef::parse(name).map_err(|_| not_a_name())?;
+    // The name as spelled, then any other spelling of it: repo ids are
+    // case-insensitive on the hub, the cache's folders are not.
+    let mut incomplete = None;
     for folder in folders {
-        if let Some(dir) = library::cached_snapshot_dir(folder, &model) {
-            return Ok(Resolved::Model(ResolvedModel {
-                name: model.to_string(),
-                dir,
-            }));
+        match complete_snapshot(folder, &model) {
+            Snapshot::Complete(model) => return Ok(Resolved::Model(model)),
+            Snapshot::Incomplete(problem) => incomplete = incomplete.or(Some(problem)),
+            Snapshot::Absent => {}
         }
     }
-    // Repo ids are case-insensitive on the hub; the cache's folders are not.
     for folder in folders {
-        if let Some(found) = library::scan_hub_cache(folder)
+        for spelled in library::scan_hub_cache(folder)
             .into_iter()
-            .find(|m| m.complete && m.id.eq_ignore_ascii_case(&model.repo_id))
+            .filter(|m| m.id.eq_ignore_ascii_case(&model.repo_id) && m.id != model.repo_id)
         {
             let model = ModelRef {
-                repo_id: found.id.clone(),
+                repo_id: spelled.id,
                 ..model.clone()
             };
-            if let Some(dir) = library::cached_snapshot_dir(folder, &model) {
-                return Ok(Resolved::Model(ResolvedModel {
-                    name: model.to_string(),
-                    dir,
-                }));
+            match complete_snapshot(folder, &model) {
+                Snapshot::Complete(model) => return Ok(Resolved::Model(model)),
+                Snapshot::Incomplete(problem) => incomplete = incomplete.or(Some(problem)),
+                Snapshot::Absent => {}
             }
         }
     }
-    Err(ResolveError::NotFound {
-        name: model.to_string(),
-        looked_in: folders.first().cloned().unwrap_or_default(),
-        available: available_models(folders),
-    })
+    match incomplete {
+        Some(problem) => Err(ResolveError::Incomplete {
+            name: model.to_string(),
+            problem,
+        }),
+        None => Err(ResolveError::NotFound {
+            name: model.to_string(),
+            looked_in: folders.first().cloned().unwrap_or_default(),
+            available: available_models(folders),
+        }),
+    }
+}
+
+/// What the cache under `folder` holds of `model`'s revision.
+enum Snapshot {
+    Complete(ResolvedModel),
+    /// There, but missing what `problem` says.
+    Incomplete(String),
+    Absent,
+}
+
+/// The one rule for a cached snapshot, whichever spelling found it: it
+/// resolves only when complete as the library judges it (a config and
+/// every weight file), as `downloaded_models` lists it.
+fn complete_snapshot(folder: &Path, model: &ModelRef) -> Snapshot {
+    let Some(dir) = library::cached_snapshot_dir(folder, model) else {
+        return Snapshot::Absent;
+    };
+    let described =
+        library::describe_folder(model.repo_id.clone(), library::ModelSource::HubCache, &dir);
+    if described.complete {
+        Snapshot::Complete(ResolvedModel {
+            name: model.to_string(),
+            dir,
+        })
+    } else {
+        Snapshot::Incomplete(described.problem.unwrap_or_default())
+    }
 }
 
 #[cfg(test)]
@@ -227,6 +276,22 @@ mod tests {
         std::fs::create_dir_all(repo.join("refs")).unwrap();
         std::fs::write(repo.join("refs").join("main"), "abc123").unwrap();
         snapshot
+    }
+
+    /// Makes `snapshot` lack one of the two weight files its index names,
+    /// as an interrupted download leaves it.
+    fn lose_a_shard(snapshot: &Path) {
+        std::fs::remove_file(snapshot.join("model.safetensors")).unwrap();
+        let index = serde_json::json!({"weight_map": {
+            "a": "model-00001-of-00002.safetensors",
+            "b": "model-00002-of-00002.safetensors",
+        }});
+        std::fs::write(
+            snapshot.join("model.safetensors.index.json"),
+            index.to_string(),
+        )
+        .unwrap();
+        std::fs::write(snapshot.join("model-00001-of-00002.safetensors"), b"").unwrap();
     }
 
     fn resolved(result: Result<Resolved, ResolveError>) -> ResolvedModel {
@@ -264,6 +329,46 @@ mod tests {
         ));
         assert_eq!(model.dir, snapshot);
         assert_eq!(model.name, "mlx-community/Qwen3-0.6B-4bit");
+    }
+
+    #[test]
+    fn every_spelling_refuses_an_incomplete_snapshot_alike() {
+        let dir = tempfile::tempdir().unwrap();
+        let partial = dir.path().join("partial");
+        lose_a_shard(&cache_repo(&partial, "org/Model"));
+        let refused = |name: &str, folders: &[PathBuf]| {
+            let Err(error) = resolve_name(name, NamedBy::Client, folders) else {
+                panic!("{name} resolved to an incomplete snapshot");
+            };
+            assert_eq!(error.kind(), "model_not_found", "{name}");
+            let message = error.to_string();
+            assert!(message.contains("1 of 2 weight files missing"), "{message}");
+        };
+        for name in ["org/Model", "ORG/model"] {
+            refused(name, std::slice::from_ref(&partial));
+        }
+        // A complete copy in a later folder is the one found, either way.
+        let whole = dir.path().join("whole");
+        let complete = cache_repo(&whole, "org/Model");
+        for name in ["org/Model", "ORG/model"] {
+            let model = resolved(resolve_name(
+                name,
+                NamedBy::Client,
+                &[partial.clone(), whole.clone()],
+            ));
+            assert_eq!(model.dir, complete, "{name}");
+        }
+        // The revision asked for is the snapshot judged, not main's.
+        let repo = whole.join("models--org--Model");
+        let older = repo.join("snapshots").join("def456");
+        std::fs::create_dir_all(&older).unwrap();
+        std::fs::write(older.join("config.json"), r#"{"model_type": "llama"}"#).unwrap();
+        std::fs::write(older.join("model.safetensors"), b"").unwrap();
+        lose_a_shard(&older);
+        std::fs::write(repo.join("refs").join("v1"), "def456").unwrap();
+        for name in ["org/Model@v1", "ORG/model@v1"] {
+            refused(name, std::slice::from_ref(&whole));
+        }
     }
 
     #[test]

@@ -3,8 +3,10 @@
 //! project venv) and by plain HTTP. Greedy answers equal `ondo run`'s;
 //! streamed answers equal whole ones; twelve streams at once all finish
 //! right; a client that hangs up frees the engine; every bad request gets its
-//! status and a JSON error and the server serves on; only this machine, an
-//! allowed origin and the right key get in; Ctrl-C answers what is in flight.
+//! status and a JSON error (naming no path on the server) and the server
+//! serves on; only this machine, an allowed origin and the right key get in;
+//! a client that sends nothing loses its connection and connections are
+//! bounded; Ctrl-C answers what is in flight.
 
 mod common;
 
@@ -15,6 +17,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ondo::session::chat::GenerationSettings;
+use ondo::session::settings::AppSettings;
 use ondo::store::{RunKind, RunQuery, Store};
 use serde_json::{Value, json};
 
@@ -1152,14 +1156,14 @@ fn open_stream(address: &str, body: &Value) -> (TcpStream, Vec<u8>) {
 #[test]
 fn a_full_queue_and_a_long_wait_are_told_so() {
     let home = Home::new();
-    let served = Served::start(&home, &["--max-waiting", "1", "--wait-limit", "1"]);
+    let served = Served::start(&home, &["--max-waiting", "1", "--wait-limit", "2"]);
     let address = served.address();
     let long = chat_body(
         "tiny",
         json!({"stream": true, "max_tokens": 30000, "ignore_eos": true}),
     );
     let (running, _) = open_stream(&address, &long);
-    // One may wait; it waits a second at most.
+    // One may wait; it waits two seconds at most.
     let waiting = {
         let address = address.clone();
         std::thread::spawn(move || {
@@ -1182,15 +1186,42 @@ fn a_full_queue_and_a_long_wait_are_told_so() {
     assert_eq!(full.status, 503, "{}", full.text());
     assert!(full.json()["error"].as_str().unwrap().contains("waiting"));
     assert!(full.header("retry-after").unwrap().parse::<u64>().unwrap() >= 1);
+    // A request that only loads or unloads a model (tiny is loaded, so it
+    // has nothing to wait for but its turn) is refused the same way.
+    for (path, body) in [
+        ("/api/generate", json!({"model": "tiny"})),
+        ("/api/chat", json!({"model": "tiny", "keep_alive": 0})),
+    ] {
+        let refused = served.post(path, &body);
+        assert_eq!(refused.status, 503, "{path} {body}: {}", refused.text());
+        assert!(
+            refused.json()["error"]
+                .as_str()
+                .unwrap()
+                .contains("waiting")
+        );
+        assert!(refused.header("retry-after").is_some());
+    }
     let (waited, took) = waiting.join().unwrap();
     assert_eq!(waited.status, 503, "{}", waited.text());
     assert_eq!(waited.json()["error"]["code"], "queue_timeout");
     assert!(waited.header("retry-after").is_some());
-    assert!(took >= Duration::from_secs(1), "{took:?}");
+    assert!(took >= Duration::from_secs(2), "{took:?}");
+    // Now first in line, a load waits for its turn no longer than a
+    // generation does.
+    let started = Instant::now();
+    let load = served.post("/api/generate", &json!({"model": "tiny"}));
+    assert_eq!(load.status, 503, "{}", load.text());
+    assert!(load.json()["error"].as_str().unwrap().contains("waited"));
+    assert!(load.header("retry-after").is_some());
+    assert!(started.elapsed() >= Duration::from_secs(2));
     drop(running);
     // The dropped stream frees the engine; the next request is served.
     let fine = served.post("/v1/chat/completions", &chat_body("tiny", json!({})));
     assert_eq!(fine.status, 200, "{}", fine.text());
+    let loaded = served.post("/api/generate", &json!({"model": "tiny"}));
+    assert_eq!(loaded.status, 200, "{}", loaded.text());
+    assert_eq!(loaded.json()["done_reason"], "load");
 }
 
 #[test]
@@ -1214,6 +1245,338 @@ fn keep_alive_goes_through_the_pool() {
     assert_eq!(seen["after_zero"], json!([]), "keep_alive 0 left it loaded");
     assert_eq!(seen["unload"]["done_reason"], "unload");
     assert_eq!(seen["unload"]["ps"], json!([]));
+}
+
+/// Reads until the server closes the connection; how long that took.
+fn time_until_closed(stream: &mut TcpStream) -> Duration {
+    let started = Instant::now();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut buffer = [0u8; 4096];
+    loop {
+        match stream.read(&mut buffer) {
+            Ok(0) => return started.elapsed(),
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                panic!("still open after {:?}", started.elapsed())
+            }
+            Err(_) => return started.elapsed(),
+        }
+    }
+}
+
+#[test]
+fn a_client_that_sends_nothing_loses_its_connection_and_connections_are_bounded() {
+    let home = Home::new();
+    let served = Served::start(&home, &["--idle-timeout", "2"]);
+    let address = served.address();
+    let closed_in_time = |took: Duration| {
+        assert!(
+            (Duration::from_millis(1500)..Duration::from_secs(10)).contains(&took),
+            "closed after {took:?}, with an idle timeout of 2 s"
+        );
+    };
+    // A connection that sends nothing.
+    let mut silent = TcpStream::connect(&address).unwrap();
+    closed_in_time(time_until_closed(&mut silent));
+    // One that sends its head a line at a time (slowloris): bytes keep
+    // coming, but the head never ends.
+    let mut trickle = TcpStream::connect(&address).unwrap();
+    let mut writer = trickle.try_clone().unwrap();
+    let host = address.clone();
+    std::thread::spawn(move || {
+        let _ = write!(writer, "GET /api/version HTTP/1.1\r\nHost: {host}\r\n");
+        for n in 0..100 {
+            std::thread::sleep(Duration::from_millis(300));
+            if write!(writer, "X-Slow-{n}: 1\r\n").is_err() {
+                break;
+            }
+        }
+    });
+    closed_in_time(time_until_closed(&mut trickle));
+    // A kept-alive connection, answered, then idle.
+    let mut kept = TcpStream::connect(&address).unwrap();
+    write!(kept, "GET /api/version HTTP/1.1\r\nHost: {address}\r\n\r\n").unwrap();
+    let mut head = [0u8; 12];
+    kept.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    closed_in_time(time_until_closed(&mut kept));
+
+    // Waiting for the engine is not idle: a request queued behind a long
+    // answer for longer than the idle timeout is still answered.
+    let long = chat_body(
+        "tiny",
+        json!({"stream": true, "max_tokens": 30000, "ignore_eos": true}),
+    );
+    let (running, _) = open_stream(&address, &long);
+    let behind = {
+        let address = address.clone();
+        std::thread::spawn(move || {
+            http(
+                &address,
+                "POST",
+                "/v1/chat/completions",
+                &[],
+                chat_body("tiny", json!({})).to_string().as_bytes(),
+            )
+        })
+    };
+    std::thread::sleep(Duration::from_millis(3500));
+    drop(running);
+    let behind = behind.join().unwrap();
+    assert_eq!(behind.status, 200, "{}", behind.text());
+    assert!(behind.json()["ondo"]["queued_ms"].as_f64().unwrap() > 2000.0);
+    drop(served);
+
+    // Two places: a third connection waits to be accepted until one of the
+    // two closes.
+    let served = Served::start(&home, &["--max-connections", "2"]);
+    let address = served.address();
+    let first = TcpStream::connect(&address).unwrap();
+    let _second = TcpStream::connect(&address).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let (answered, answers) = std::sync::mpsc::channel();
+    {
+        let address = address.clone();
+        std::thread::spawn(move || {
+            let _ = answered.send(http(&address, "GET", "/api/version", &[], b"").status);
+        });
+    }
+    assert!(
+        answers.recv_timeout(Duration::from_secs(2)).is_err(),
+        "a third connection was served while two were open"
+    );
+    drop(first);
+    assert_eq!(answers.recv_timeout(Duration::from_secs(10)), Ok(200));
+}
+
+/// Sets `key` of a cached model's config.json.
+fn edit_config(snapshot: &Path, key: &str, value: Value) {
+    let path = snapshot.join("config.json");
+    let mut config: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    config[key] = value;
+    std::fs::write(&path, config.to_string()).unwrap();
+}
+
+#[test]
+fn a_model_that_does_not_load_is_422_and_no_error_names_a_server_path() {
+    let home = Home::new();
+    let unsupported = home.cache_model("ondo-test/unsupported", &[]);
+    edit_config(&unsupported, "model_type", json!("mamba_of_the_future"));
+    let truncated = home.cache_model("ondo-test/truncated", &[]);
+    let weights = truncated.join("model.safetensors");
+    let bytes = std::fs::read(&weights).unwrap();
+    std::fs::write(&weights, &bytes[..bytes.len() / 2]).unwrap();
+    let short = home.cache_model("ondo-test/short", &[]);
+    edit_config(&short, "max_position_embeddings", json!(16));
+    let served = Served::start(&home, &[]);
+    let server_paths: Vec<String> = [
+        home.path().to_owned(),
+        std::fs::canonicalize(home.path()).unwrap(),
+    ]
+    .iter()
+    .map(|p| p.display().to_string())
+    .collect();
+    let check = |what: &str, answer: &Answer, status: u16, words: &[&str]| {
+        let text = answer.text();
+        assert_eq!(answer.status, status, "{what}: {text}");
+        for path in &server_paths {
+            assert!(!text.contains(path.as_str()), "{what} names {path}: {text}");
+        }
+        let body = answer.json();
+        let message = body["error"]["message"]
+            .as_str()
+            .or(body["error"].as_str())
+            .unwrap_or_else(|| panic!("{what}: no error message in {body}"));
+        for word in words {
+            assert!(message.contains(word), "{what}: {message}");
+        }
+    };
+    let cannot_load = [
+        "is on this server but cannot be loaded",
+        "Pick another model",
+    ];
+
+    // Present but not loadable: 422 in both dialects, streamed or not, and
+    // for a request that only loads.
+    let answer = served.post(
+        "/v1/chat/completions",
+        &chat_body("ondo-test/unsupported", json!({})),
+    );
+    check("unsupported", &answer, 422, &cannot_load);
+    assert_eq!(answer.json()["error"]["code"], "load");
+    check(
+        "unsupported's model_type",
+        &answer,
+        422,
+        &["ondo-test/unsupported", "mamba_of_the_future"],
+    );
+    let answer = served.post(
+        "/v1/chat/completions",
+        &chat_body("ondo-test/truncated", json!({"stream": true})),
+    );
+    check("truncated, streamed", &answer, 422, &cannot_load);
+    let answer = served.post(
+        "/api/chat",
+        &json!({"model": "ondo-test/truncated", "messages": [{"role": "user", "content": "hi"}]}),
+    );
+    check("truncated, Ollama", &answer, 422, &cannot_load);
+    let answer = served.post("/api/generate", &json!({"model": "ondo-test/unsupported"}));
+    check("unsupported, load only", &answer, 422, &cannot_load);
+
+    // Not here: named, with what there is, and not where it was looked for.
+    let answer = served.post("/v1/chat/completions", &chat_body("org/missing", json!({})));
+    check("missing", &answer, 404, &["org/missing", "tiny", VARIED]);
+    let answer = served.post(
+        "/api/chat",
+        &json!({"model": "org/missing", "messages": [{"role": "user", "content": "hi"}]}),
+    );
+    check("missing, Ollama", &answer, 404, &["org/missing"]);
+    check(
+        "missing, by id",
+        &served.get("/v1/models/org/missing"),
+        404,
+        &["org/missing"],
+    );
+
+    // Longer than the model reads, and a token it does not have: the
+    // model by its name.
+    let long = "word ".repeat(100);
+    let answer = served.post(
+        "/v1/chat/completions",
+        &json!({"model": "ondo-test/short", "messages": [{"role": "user", "content": long}]}),
+    );
+    check(
+        "too long",
+        &answer,
+        400,
+        &["ondo-test/short reads at most 16"],
+    );
+    let answer = served.post(
+        "/api/generate",
+        &json!({"model": "ondo-test/short", "prompt": long, "stream": false}),
+    );
+    check("too long, Ollama", &answer, 400, &["ondo-test/short"]);
+    let answer = served.post(
+        "/v1/completions",
+        &json!({"model": VARIED, "prompt": [99999999], "max_tokens": 1}),
+    );
+    check(
+        "token out of range",
+        &answer,
+        400,
+        &["outside the vocabulary of ondo-test/varied"],
+    );
+
+    // What a client reads of a model names no folder either.
+    for (what, answer) in [
+        ("show", served.post("/api/show", &json!({"model": VARIED}))),
+        ("tags", served.get("/api/tags")),
+        ("ps", served.get("/api/ps")),
+        ("models", served.get("/v1/models")),
+    ] {
+        assert_eq!(answer.status, 200, "{what}: {}", answer.text());
+        for path in &server_paths {
+            assert!(
+                !answer.text().contains(path.as_str()),
+                "{what}: {}",
+                answer.text()
+            );
+        }
+    }
+    // The server's own log keeps the paths, for the person running it.
+    let log = served.log().join("\n");
+    assert!(log.contains(&server_paths[0]), "{log}");
+}
+
+#[test]
+fn saved_settings_apply_from_the_next_request_and_no_history_leaves_the_history_alone() {
+    let home = Home::new();
+    let data = home.path().join("ondo");
+    let served = Served::start(&home, &[]);
+    // The app saves its settings while the server runs.
+    let save_max_tokens = |max_tokens: usize| {
+        let mut store = Store::open_default(&data).unwrap();
+        AppSettings {
+            generation: GenerationSettings {
+                max_tokens,
+                ..GenerationSettings::default()
+            },
+            ..AppSettings::default()
+        }
+        .save(&mut store)
+        .unwrap();
+    };
+    let generated = || {
+        let body = json!({
+            "model": "tiny", "ignore_eos": true,
+            "messages": [{"role": "user", "content": USER}],
+        });
+        let answer = served.post("/v1/chat/completions", &body);
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        answer.json()["usage"]["completion_tokens"]
+            .as_u64()
+            .unwrap()
+    };
+    save_max_tokens(3);
+    assert_eq!(generated(), 3);
+    save_max_tokens(5);
+    assert_eq!(generated(), 5);
+    drop(served);
+
+    // With --no-history, no request opens the history, so none makes it.
+    let history = data.join(ondo::store::DB_FILE_NAME);
+    for file in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{file}", history.display()));
+    }
+    let mut served = Served::start(&home, &["--no-history"]);
+    let chat = |model: &str| {
+        json!({"model": model, "max_tokens": 4, "stream": false,
+               "messages": [{"role": "user", "content": USER}]})
+    };
+    for (what, answer, status) in [
+        ("models", served.get("/v1/models"), 200),
+        ("model", served.get(&format!("/v1/models/{VARIED}")), 200),
+        ("tags", served.get("/api/tags"), 200),
+        ("ps", served.get("/api/ps"), 200),
+        (
+            "show",
+            served.post("/api/show", &json!({"model": VARIED})),
+            200,
+        ),
+        (
+            "chat",
+            served.post("/v1/chat/completions", &chat("tiny")),
+            200,
+        ),
+        ("Ollama chat", served.post("/api/chat", &chat(VARIED)), 200),
+        (
+            "load",
+            served.post("/api/generate", &json!({"model": VARIED})),
+            200,
+        ),
+        (
+            "unload",
+            served.post("/api/generate", &json!({"model": VARIED, "keep_alive": 0})),
+            200,
+        ),
+        (
+            "missing",
+            served.post("/api/chat", &chat("org/missing")),
+            404,
+        ),
+    ] {
+        assert_eq!(answer.status, status, "{what}: {}", answer.text());
+    }
+    served.interrupt();
+    assert!(wait_for_exit(&mut served).success());
+    assert!(!history.exists(), "--no-history made {}", history.display());
 }
 
 /// Reads a stream until `events` server-sent events have come: past the

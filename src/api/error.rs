@@ -1,9 +1,13 @@
 //! What the local server refuses and why: one error type for the layer,
 //! one table from an error's kind to its HTTP status, and the body each
 //! dialect expects (`{"error": {"message", "type", "param", "code"}}` for
-//! OpenAI clients, `{"error": "message"}` for Ollama's).
+//! OpenAI clients, `{"error": "message"}` for Ollama's). The server's log
+//! gets each error's whole message; a client gets it without the server's
+//! paths (`client_message`), since a client must not learn where anything
+//! lives on the server.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use axum::http::{HeaderValue, StatusCode, header};
@@ -11,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::ErrorKind;
 use crate::engine::RunError;
-use crate::resolve::ResolveError;
+use crate::resolve::{ResolveError, ResolvedModel};
 
 /// Why the server did not start, or did not answer a request as asked.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +78,22 @@ pub enum ApiError {
     Resolve(#[from] ResolveError),
     #[error(transparent)]
     Run(#[from] RunError),
+    /// A run of a model the server found failed; `folder` is where the
+    /// model is, which the engine's words may name.
+    #[error("{error}")]
+    ModelRun {
+        model: String,
+        folder: PathBuf,
+        error: RunError,
+    },
+    /// The model is there but its folder does not load (damaged or missing
+    /// files, an architecture or quantization Ondo does not run).
+    #[error("{model} cannot be loaded: {reason}")]
+    ModelUnloadable {
+        model: String,
+        folder: PathBuf,
+        reason: String,
+    },
 }
 
 impl ApiError {
@@ -94,7 +114,66 @@ impl ApiError {
             ApiError::QueueTimeout { .. } => ErrorKind::QueueTimeout,
             ApiError::Stopping => ErrorKind::EngineStopped,
             ApiError::Resolve(error) => error.kind(),
-            ApiError::Run(error) => error.kind(),
+            ApiError::Run(error) | ApiError::ModelRun { error, .. } => error.kind(),
+            ApiError::ModelUnloadable { .. } => ErrorKind::Load,
+        }
+    }
+
+    /// A run of `model` that failed with `error`.
+    pub(crate) fn of_run(model: &ResolvedModel, error: RunError) -> Self {
+        match error {
+            RunError::Load(reason) => ApiError::ModelUnloadable {
+                model: model.name.clone(),
+                folder: model.dir.clone(),
+                reason,
+            },
+            error => ApiError::ModelRun {
+                model: model.name.clone(),
+                folder: model.dir.clone(),
+                error,
+            },
+        }
+    }
+
+    /// What a client is told: the message without the server's paths (a
+    /// model's folder is named by the model's name, any other path not at
+    /// all), and for a model that is not here or does not load, words for
+    /// someone who can only pick another model or ask the server's owner.
+    pub fn client_message(&self) -> String {
+        match self {
+            ApiError::Resolve(ResolveError::NotFound {
+                name, available, ..
+            }) => format!(
+                "{name} is not downloaded on this server; the models it serves: {}",
+                available.join(", ")
+            ),
+            ApiError::Resolve(error @ ResolveError::Tiny(_)) => {
+                without_paths(&error.to_string(), None)
+            }
+            ApiError::Run(error) => without_paths(&error.to_string(), None),
+            ApiError::ModelRun {
+                model,
+                folder,
+                error,
+            } => without_paths(&error.to_string(), Some((folder, model))),
+            ApiError::ModelUnloadable {
+                model,
+                folder,
+                reason,
+            } => {
+                let reason = without_paths(reason, Some((folder, model)));
+                let end = if reason.ends_with(['.', '?', '!']) {
+                    ""
+                } else {
+                    "."
+                };
+                format!(
+                    "{model} is on this server but cannot be loaded: {reason}{end} Pick another \
+                     model, or ask whoever runs the server to download it again (or to update \
+                     Ondo, if it does not run this kind of model yet)"
+                )
+            }
+            other => other.to_string(),
         }
     }
 
@@ -122,6 +201,79 @@ impl ApiError {
     }
 }
 
+/// What a client reads where the server's words named a path.
+const HIDDEN_PATH: &str = "a path on this server";
+
+/// `text` with `model`'s folder (and, in the Hugging Face cache, its repo
+/// folder) named by the model's name, and every other absolute path
+/// replaced by words.
+fn without_paths(text: &str, model: Option<(&PathBuf, &String)>) -> String {
+    let mut text = text.to_owned();
+    if let Some((folder, name)) = model {
+        for place in spellings_of(folder) {
+            text = text.replace(&place, name);
+        }
+    }
+    hide_absolute_paths(&text)
+}
+
+/// A model folder as the server's words may spell it: as resolved and as
+/// the engine opened it (symbolic links resolved), with the cache's repo
+/// folder around a snapshot; the longest first, so a folder is replaced
+/// before the folder that holds it.
+fn spellings_of(folder: &Path) -> Vec<String> {
+    let mut folders = vec![folder.to_owned()];
+    folders.extend(std::fs::canonicalize(folder));
+    let repos: Vec<PathBuf> = folders
+        .iter()
+        .filter_map(|f| {
+            let snapshots = f.parent()?;
+            let repo = snapshots.parent()?;
+            (snapshots.file_name()? == "snapshots").then(|| repo.to_owned())
+        })
+        .collect();
+    folders.extend(repos);
+    let mut spellings: Vec<String> = folders
+        .iter()
+        .map(|f| f.display().to_string())
+        .filter(|f| f.len() > 1)
+        .collect();
+    spellings.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    spellings.dedup();
+    spellings
+}
+
+/// `text` with each absolute path (a word that starts with `/`) replaced
+/// by words: for paths the server's words name that no folder above
+/// covers (a file MLX could not open, the data folder).
+fn hide_absolute_paths(text: &str) -> String {
+    let ends_path = |c: char| c.is_whitespace() || "'\"`)]},".contains(c);
+    let mut hidden = String::with_capacity(text.len());
+    let mut rest = text;
+    let mut at_word_start = true;
+    while let Some(c) = rest.chars().next() {
+        let after = &rest[c.len_utf8()..];
+        let starts_path = c == '/'
+            && at_word_start
+            && after
+                .chars()
+                .next()
+                .is_some_and(|n| !ends_path(n) && n != '/');
+        if starts_path {
+            let end = rest.find(ends_path).unwrap_or(rest.len());
+            let path = rest[..end].trim_end_matches(['.', ':', ';']);
+            hidden.push_str(HIDDEN_PATH);
+            rest = &rest[path.len()..];
+            at_word_start = false;
+            continue;
+        }
+        hidden.push(c);
+        at_word_start = c.is_whitespace() || "('\"`[{=".contains(c);
+        rest = after;
+    }
+    hidden
+}
+
 /// The one table of HTTP statuses: each kind the server can meet, by what
 /// the client did wrong (4xx) or what went wrong here (5xx).
 pub fn http_status(kind: ErrorKind) -> StatusCode {
@@ -139,6 +291,15 @@ pub fn http_status(kind: ErrorKind) -> StatusCode {
         ErrorKind::QueueFull | ErrorKind::QueueTimeout | ErrorKind::EngineStopped => {
             StatusCode::SERVICE_UNAVAILABLE
         }
+        // A model that is there but does not load stays so until someone at
+        // the server mends its folder. Servers answer 503 for a model still
+        // loading (llama.cpp's server, Hugging Face's Inference API), which
+        // passes with time; this does not, and clients retry a 5xx (OpenAI's
+        // SDKs do, twice), each retry loading the model again for nothing.
+        // Not 404 either, which says the model is not there. 422: the
+        // request is well formed but asks for what this server cannot do;
+        // OpenAI's SDKs raise it as its own exception and do not retry it.
+        ErrorKind::Load => StatusCode::UNPROCESSABLE_ENTITY,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -202,7 +363,7 @@ impl ApiFailure {
 /// An error as a dialect writes it: in a response body, or in a stream that
 /// had begun when it failed.
 pub fn error_body(dialect: Dialect, error: &ApiError) -> serde_json::Value {
-    let message = error.to_string();
+    let message = error.client_message();
     match dialect {
         Dialect::OpenAi => serde_json::json!({
             "error": {
@@ -284,6 +445,8 @@ mod tests {
             ApiError::Stopping => "engine_stopped",
             ApiError::Resolve(_) => "model_not_found",
             ApiError::Run(_) => "empty_prompt",
+            ApiError::ModelRun { .. } => "prompt_too_long",
+            ApiError::ModelUnloadable { .. } => "load",
         }
     }
 
@@ -363,6 +526,24 @@ mod tests {
                 404,
             ),
             (ApiError::Run(RunError::EmptyPrompt), 400),
+            (
+                ApiError::ModelRun {
+                    model: "org/model".into(),
+                    folder: "/cache/models--org--model/snapshots/abc".into(),
+                    error: RunError::PromptTooLong(
+                        "the prompt has 9000 tokens but /cache/models--org--model/snapshots/abc reads at most 4096".into(),
+                    ),
+                },
+                400,
+            ),
+            (
+                ApiError::ModelUnloadable {
+                    model: "org/model".into(),
+                    folder: "/cache/models--org--model/snapshots/abc".into(),
+                    reason: "model_type `mamba` in /cache/models--org--model/snapshots/abc/config.json is not supported yet".into(),
+                },
+                422,
+            ),
         ]
     }
 
@@ -396,6 +577,89 @@ mod tests {
         assert_eq!(Dialect::of_path("/v1/models"), Dialect::OpenAi);
         assert_eq!(Dialect::of_path("/api/tags"), Dialect::Ollama);
         assert_eq!(Dialect::of_path("/v10"), Dialect::Ollama);
+    }
+
+    #[test]
+    fn a_client_never_reads_a_server_path() {
+        let folder = PathBuf::from("/srv/hf hub/models--org--model/snapshots/abc");
+        let model = ResolvedModel {
+            name: "org/model".into(),
+            dir: folder.clone(),
+        };
+        let run = |error: RunError| ApiError::of_run(&model, error);
+        for (error, says) in [
+            (
+                run(RunError::PromptTooLong(
+                    "the prompt has 9000 tokens but /srv/hf hub/models--org--model/snapshots/abc reads at most 4096".into(),
+                )),
+                "but org/model reads at most 4096",
+            ),
+            (
+                run(RunError::InvalidSettings(
+                    "token id 99999 is outside the vocabulary of /srv/hf hub/models--org--model/snapshots/abc (512 ids)".into(),
+                )),
+                "vocabulary of org/model (512 ids)",
+            ),
+            (
+                run(RunError::Load(
+                    "could not read /srv/hf hub/models--org--model/blobs/e3b0c4: unexpected end of file".into(),
+                )),
+                "could not read org/model/blobs/e3b0c4: unexpected end",
+            ),
+            (
+                run(RunError::Mlx("[load] Failed to open /tmp/x.safetensors.".into())),
+                "Failed to open a path on this server.",
+            ),
+            (
+                ApiError::Resolve(ResolveError::Tiny(
+                    "cannot write (/home/me/.ondo/models/tiny): disk full".into(),
+                )),
+                "cannot write (a path on this server): disk full",
+            ),
+            (
+                ApiError::Resolve(ResolveError::NotFound {
+                    name: "org/missing".into(),
+                    looked_in: "/srv/hf hub".into(),
+                    available: vec!["tiny".into(), "org/model".into()],
+                }),
+                "the models it serves: tiny, org/model",
+            ),
+        ] {
+            let told = error.client_message();
+            assert!(told.contains(says), "{told}");
+            assert!(!told.contains("/srv") && !told.contains("/tmp"), "{told}");
+            assert!(!told.contains("/home"), "{told}");
+            for dialect in [Dialect::OpenAi, Dialect::Ollama] {
+                let body = error_body(dialect, &error).to_string();
+                assert!(!body.contains("/srv") && !body.contains("/home"), "{body}");
+            }
+        }
+        // The server's log keeps the whole message.
+        let unloadable = run(RunError::Load(format!(
+            "{}/config.json is not a valid model config: EOF",
+            folder.display()
+        )));
+        assert!(
+            unloadable
+                .to_string()
+                .contains("/srv/hf hub/models--org--model")
+        );
+        let told = unloadable.client_message();
+        assert!(told.starts_with("org/model is on this server but cannot be loaded: org/model/config.json is not a valid model config"), "{told}");
+        assert!(told.contains("EOF. Pick another model"), "{told}");
+        let asked = run(RunError::Load("is this a model?".into())).client_message();
+        assert!(asked.contains("model? Pick"), "{asked}");
+        assert_eq!(unloadable.status().as_u16(), 422);
+        // A client's own words are its own: a route or a name it sent.
+        let route = ApiError::NoSuchRoute {
+            method: "GET".into(),
+            path: "/v2/chat".into(),
+        };
+        assert!(route.client_message().contains("/v2/chat"));
+        let name = ApiError::Resolve(ResolveError::NotAModelName {
+            name: "/etc/passwd".into(),
+        });
+        assert!(name.client_message().contains("'/etc/passwd'"));
     }
 
     #[test]

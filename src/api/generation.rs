@@ -2,7 +2,8 @@
 //! settings checked, the conversation whose cache it continues, a turn at
 //! the engine, then `SessionPool::run` on a blocking thread whose events
 //! reach the async side through a channel. Dropping the [`Job`] (the client
-//! went away) cancels the generation at its next step.
+//! went away) cancels the generation at its next step. A request that only
+//! loads or unloads a model takes the same turns.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -385,8 +386,9 @@ impl ServerState {
         let created_unix_s = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let (model, defaults) = self.resolve(&ask.model).await?;
-        let settings = ask.settings.over(&defaults)?;
+        let saved = self.saved_settings().await;
+        let model = self.resolve(&ask.model, &saved).await?;
+        let settings = ask.settings.over(&saved.generation)?;
         let conversation = self
             .conversations
             .lock()
@@ -495,7 +497,7 @@ impl ServerState {
                 (JobEvent::Done(Box::new(result)), log)
             }
             Err(error) => {
-                let error = ApiError::Run(error);
+                let error = ApiError::of_run(&model, error);
                 let log = RequestLog::of_failure(
                     ask.route,
                     Some(model.name.clone()),
@@ -511,6 +513,47 @@ impl ServerState {
         let _ = events.send(event);
         // The next request may have the engine.
         drop(turn);
+    }
+
+    /// Has `name` loaded (kept as `keep_alive` asks) or, with a keep-alive
+    /// of zero, unloaded: a request with nothing to answer (Ollama's way).
+    /// It takes its turn at the engine like a generation, so a full queue or
+    /// a long wait refuses it the same way, and it holds a blocking thread
+    /// only once its turn has come. Returns the model and whether it was
+    /// unloaded.
+    pub(crate) async fn load_only(
+        self: &Arc<Self>,
+        name: &str,
+        keep_alive: KeepAliveAsked,
+    ) -> Result<(ResolvedModel, bool), ApiError> {
+        let model = self.resolve(name, &self.saved_settings().await).await?;
+        let turn = self.queue.wait_turn().await?;
+        let unload = keep_alive == KeepAliveAsked::For(KeepAlive::For(Duration::ZERO));
+        let state = self.clone();
+        let held = model.clone();
+        tokio::task::spawn_blocking(move || {
+            let at_engine = Instant::now();
+            let done = if unload {
+                state.pool.unload(&held.dir).map(|_| ())
+            } else {
+                let keep = match keep_alive {
+                    KeepAliveAsked::For(keep) => Some(keep),
+                    KeepAliveAsked::PoolDefault | KeepAliveAsked::Unchanged => None,
+                };
+                state
+                    .pool
+                    .preload(&held.dir, &held.name)
+                    .and_then(|_| state.pool.keep_model_alive(&held.dir, keep))
+                    .map(|_| ())
+            };
+            state.queue.note_run(at_engine.elapsed());
+            // The next request may have the engine.
+            drop(turn);
+            done.map_err(|error| ApiError::of_run(&held, error))
+        })
+        .await
+        .map_err(|e| ApiError::Run(crate::engine::RunError::Internal(e.to_string())))??;
+        Ok((model, unload))
     }
 }
 

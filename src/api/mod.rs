@@ -6,10 +6,13 @@
 //!
 //! The server listens on 127.0.0.1 unless told otherwise, and anywhere else
 //! only with an API key (see `access`). The engine runs one generation at a
-//! time: requests wait their turn in arrival order (`queue`). Each final
-//! response carries Ondo's own record of the request under `ondo`.
+//! time: requests wait their turn in arrival order (`queue`). Connections
+//! are bounded in number, and one whose client sends nothing is closed
+//! (`connections`). Each final response carries Ondo's own record of the
+//! request under `ondo`.
 
 mod access;
+mod connections;
 mod conversations;
 pub mod error;
 pub mod generation;
@@ -31,17 +34,19 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 use serde::{Deserialize, Serialize};
 
 pub use error::{ApiError, ApiFailure, Dialect};
 pub use generation::{OndoRecord, RequestLog};
 
 use crate::engine::{CancelToken, RunError};
+use crate::hub::library::LibraryModel;
 use crate::paths::DataDirs;
-use crate::resolve::{NamedBy, ResolvedModel, TINY, resolve_model, saved_settings};
+use crate::resolve::{
+    NamedBy, ResolvedModel, TINY, downloaded_models, model_folders, resolve_model_in,
+};
 use crate::session::SessionPool;
-use crate::session::chat::GenerationSettings;
+use crate::session::settings::AppSettings;
 use conversations::ConversationIndex;
 use generation::Ask;
 use queue::EngineQueue;
@@ -75,6 +80,14 @@ pub struct ServerConfig {
     pub max_waiting: usize,
     /// The longest a request waits for the engine, in seconds.
     pub wait_limit_s: u64,
+    /// Connections open at once; the next waits to be accepted until one
+    /// closes.
+    pub max_connections: usize,
+    /// How long the server waits for a client that sends nothing, in
+    /// seconds: for a request's head from when it could come (a new or
+    /// idle connection), for the rest of a body since its last bytes. The
+    /// connection is then closed.
+    pub idle_timeout_s: u64,
 }
 
 impl Default for ServerConfig {
@@ -86,6 +99,14 @@ impl Default for ServerConfig {
             allowed_origins: Vec::new(),
             max_waiting: 64,
             wait_limit_s: 300,
+            // Room for every request the queue takes and the clients' idle
+            // connections besides, well under the 256 files a process may
+            // open by default on macOS (each connection is one).
+            max_connections: 128,
+            // Long enough for any client that means to send (they send at
+            // once); an idle connection in a client's pool is closed after
+            // it, which clients expect (they open another).
+            idle_timeout_s: 30,
         }
     }
 }
@@ -232,26 +253,48 @@ pub(crate) struct ServerState {
 }
 
 impl ServerState {
-    /// The model a client names, and the generation defaults the app's
-    /// Settings keep (what a request leaves out).
-    async fn resolve(&self, name: &str) -> Result<(ResolvedModel, GenerationSettings), ApiError> {
+    /// The settings the app saved, read once for each request that needs
+    /// them and passed on (so a change the app saves applies from the next
+    /// request): from the pool's history, or the defaults when it keeps
+    /// none (`--no-history`), and then the history's file is never opened.
+    async fn saved_settings(&self) -> AppSettings {
+        let pool = self.pool.clone();
+        tokio::task::spawn_blocking(move || {
+            pool.with_store(|store| AppSettings::load(store))
+                .unwrap_or_default()
+        })
+        .await
+        .unwrap_or_default()
+    }
+
+    /// The model a client names, looked for where `settings` say.
+    async fn resolve(&self, name: &str, settings: &AppSettings) -> Result<ResolvedModel, ApiError> {
+        if name.trim().eq_ignore_ascii_case(TINY)
+            && let Some(tiny) = lock(&self.tiny).clone()
+        {
+            return Ok(tiny);
+        }
         let pool = self.pool.clone();
         let name = name.to_owned();
-        let known_tiny = lock(&self.tiny).clone();
-        let (model, defaults) = tokio::task::spawn_blocking(move || {
-            let defaults = saved_settings(&pool, &DataDirs::from_env()).generation;
-            let model = match known_tiny.filter(|_| name.trim().eq_ignore_ascii_case(TINY)) {
-                Some(tiny) => tiny,
-                None => resolve_model(&pool, &name, NamedBy::Client)?,
-            };
-            Ok::<_, ApiError>((model, defaults))
+        let folders = model_folders(settings, &DataDirs::from_env());
+        let model = tokio::task::spawn_blocking(move || {
+            resolve_model_in(&pool, &name, NamedBy::Client, &folders)
         })
         .await
         .map_err(|e| ApiError::Run(RunError::Internal(e.to_string())))??;
         if model.name == TINY {
             *lock(&self.tiny) = Some(model.clone());
         }
-        Ok((model, defaults))
+        Ok(model)
+    }
+
+    /// The downloaded models a client may name (`tiny` aside), in the
+    /// folders `settings` name.
+    async fn downloaded_models(&self, settings: &AppSettings) -> Vec<LibraryModel> {
+        let folders = model_folders(settings, &DataDirs::from_env());
+        tokio::task::spawn_blocking(move || downloaded_models(&folders))
+            .await
+            .unwrap_or_default()
     }
 }
 
@@ -307,7 +350,13 @@ impl LocalServer {
                 .filter(|o| !o.is_empty())
                 .collect(),
         };
-        let app = router(state.clone(), rules);
+        let app = router(state.clone(), rules)
+            .into_make_service_with_connect_info::<connections::ConnectionWatch>();
+        let listener = connections::BoundedListener::new(
+            listener,
+            config.max_connections,
+            Duration::from_secs(config.idle_timeout_s.max(1)),
+        );
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("ondo-api-server".into())
@@ -316,11 +365,6 @@ impl LocalServer {
                     let shutdown = async move {
                         let _ = stopped.await;
                     };
-                    // Each token goes out as it comes, not held back to
-                    // fill a packet.
-                    let listener = listener.tap_io(|connection| {
-                        let _ = connection.set_nodelay(true);
-                    });
                     // Errors here are a single connection's: the server
                     // goes on until stopped.
                     let _ = axum::serve(listener, app)
@@ -434,6 +478,7 @@ fn router(state: Arc<ServerState>, rules: access::AccessRules) -> Router {
             access::enforce,
         ))
         .layer(middleware::from_fn_with_state(state.clone(), log_requests))
+        .layer(middleware::from_fn(connections::watch_requests))
         .with_state(state)
 }
 

@@ -27,8 +27,7 @@ use crate::engine::chat_template::{ChatMessage, ChatTemplate};
 use crate::engine::reply::{FunctionCall, ToolCallKind};
 use crate::engine::{Prompt, ToolCall};
 use crate::hub::library::{self, LibraryModel, ModelSource};
-use crate::paths::DataDirs;
-use crate::resolve::{TINY, downloaded_models, model_folders, saved_settings};
+use crate::resolve::TINY;
 use crate::session::KeepAlive;
 use crate::session::chat::GenerationSettings;
 
@@ -558,30 +557,10 @@ async fn load_only(
     keep_alive: KeepAliveAsked,
     endpoint: Endpoint,
 ) -> Result<Response, ApiFailure> {
-    let (model, _) = state.resolve(name).await.map_err(ApiFailure::ollama)?;
-    let pool = state.pool.clone();
-    let unload = keep_alive == KeepAliveAsked::For(KeepAlive::For(Duration::ZERO));
-    let dir = model.dir.clone();
-    let name_for_pool = model.name.clone();
-    tokio::task::spawn_blocking(move || {
-        if unload {
-            pool.unload(&dir).map(|_| ())
-        } else {
-            pool.preload(&dir, &name_for_pool)?;
-            let keep = match keep_alive {
-                KeepAliveAsked::For(keep) => Some(keep),
-                KeepAliveAsked::PoolDefault | KeepAliveAsked::Unchanged => None,
-            };
-            pool.keep_model_alive(&dir, keep).map(|_| ())
-        }
-    })
-    .await
-    .map_err(|e| {
-        ApiFailure::ollama(ApiError::Run(crate::engine::RunError::Internal(
-            e.to_string(),
-        )))
-    })?
-    .map_err(ApiFailure::ollama)?;
+    let (model, unload) = state
+        .load_only(name, keep_alive)
+        .await
+        .map_err(ApiFailure::ollama)?;
     let mut answer = json!({
         "model": model.name,
         "created_at": now_rfc3339(),
@@ -683,14 +662,9 @@ fn tag(name: &str, model: &LibraryModel) -> Value {
 
 /// The library as clients may name it: `tiny`, then downloaded repos.
 async fn library_models(state: &Arc<ServerState>) -> Result<Vec<LibraryModel>, ApiError> {
-    let (tiny, _) = state.resolve(TINY).await?;
-    let pool = state.pool.clone();
-    let downloaded = tokio::task::spawn_blocking(move || {
-        let dirs = DataDirs::from_env();
-        downloaded_models(&model_folders(&saved_settings(&pool, &dirs), &dirs))
-    })
-    .await
-    .unwrap_or_default();
+    let settings = state.saved_settings().await;
+    let tiny = state.resolve(TINY, &settings).await?;
+    let downloaded = state.downloaded_models(&settings).await;
     let tiny = library::describe_folder(TINY.to_owned(), ModelSource::Ondo, &tiny.dir);
     Ok(std::iter::once(tiny).chain(downloaded).collect())
 }
@@ -750,7 +724,11 @@ pub(super) async fn show(
     let name = request.model.or(request.name).ok_or_else(|| {
         ApiFailure::ollama(ApiError::InvalidField("name the model to show".into()))
     })?;
-    let (model, _) = state.resolve(&name).await.map_err(ApiFailure::ollama)?;
+    let settings = state.saved_settings().await;
+    let model = state
+        .resolve(&name, &settings)
+        .await
+        .map_err(ApiFailure::ollama)?;
     let dir = model.dir.clone();
     let shown = tokio::task::spawn_blocking(move || {
         let source = if model.name == TINY {
@@ -792,7 +770,9 @@ pub(super) async fn show(
             }
         }
         json!({
-            "modelfile": format!("# Served by Ondo from {}\nFROM {}\n", dir.display(), model.name),
+            // Named, never by its folder: a client does not learn where
+            // anything lives on the server.
+            "modelfile": format!("# Served by Ondo\nFROM {}\n", model.name),
             "parameters": "",
             "template": template,
             "details": details(&described),

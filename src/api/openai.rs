@@ -24,7 +24,7 @@ use super::{LoggedAtRunEnd, ServerState, parse_body, user_agent};
 use crate::engine::chat_template::ChatMessage;
 use crate::engine::reply::{FunctionCall, ToolCallKind};
 use crate::engine::{Prompt, ToolCall};
-use crate::resolve::{available_models, model_folders, saved_settings};
+use crate::resolve::TINY;
 use crate::store::RunRecord;
 
 /// `stop`: one string or a list.
@@ -685,13 +685,16 @@ pub(super) async fn completions(
 
 /// Every model a client may name: `tiny` and the downloaded repo ids.
 async fn model_names(state: &ServerState) -> Vec<String> {
-    let pool = state.pool.clone();
-    tokio::task::spawn_blocking(move || {
-        let dirs = crate::paths::DataDirs::from_env();
-        available_models(&model_folders(&saved_settings(&pool, &dirs), &dirs))
-    })
-    .await
-    .unwrap_or_else(|_| vec![crate::resolve::TINY.to_owned()])
+    let settings = state.saved_settings().await;
+    std::iter::once(TINY.to_owned())
+        .chain(
+            state
+                .downloaded_models(&settings)
+                .await
+                .into_iter()
+                .map(|m| m.id),
+        )
+        .collect()
 }
 
 fn model_object(name: &str) -> Value {

@@ -51,7 +51,17 @@ pub struct ServeArgs {
     /// The longest a request waits for the engine, in seconds; longer gets 503.
     #[arg(long, default_value_t = ServerConfig::default().wait_limit_s)]
     wait_limit: u64,
-    /// Do not record the requests in the history (`ondo runs`).
+    /// Connections open at once; the next waits to be accepted until one closes.
+    #[arg(long, default_value_t = ServerConfig::default().max_connections)]
+    max_connections: usize,
+    /// Seconds to wait for a client that sends nothing (a request's head on
+    /// a new or idle connection, the rest of a body) before closing its
+    /// connection.
+    #[arg(long, value_name = "SECONDS", default_value_t = ServerConfig::default().idle_timeout_s)]
+    idle_timeout: u64,
+    /// Do not open the history at all: requests are not recorded (`ondo
+    /// runs`), and the app's saved settings (models folder, generation
+    /// defaults, keep-alive) are not read; the defaults apply.
     #[arg(long)]
     no_history: bool,
 }
@@ -67,6 +77,8 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
         allowed_origins: args.allowed_origins,
         max_waiting: args.max_waiting,
         wait_limit_s: args.wait_limit,
+        max_connections: args.max_connections,
+        idle_timeout_s: args.idle_timeout,
     };
     // Refuse an open address before starting the engine.
     config.socket_address()?;
