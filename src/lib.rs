@@ -8,6 +8,7 @@ pub mod demo;
 pub mod doctor;
 pub mod engine;
 pub mod error_kind;
+pub mod family;
 pub mod hub;
 pub mod metallib;
 pub mod metrics;

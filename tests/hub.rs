@@ -1226,7 +1226,7 @@ fn weight_requests(fx: &Fixture) -> Vec<String> {
 fn an_architecture_the_engine_does_not_run_is_refused_before_any_weight_is_fetched() {
     let fx = Fixture::new();
     serve_an_unsupported_architecture(&fx);
-    let runnable = ondo::engine::model::SUPPORTED_MODEL_TYPES.join(", ");
+    let runnable = ondo::family::model_types().join(", ");
     let reason = format!("not supported yet: model_type mamba (Ondo runs: {runnable})");
 
     // `ondo fit` reads config.json and stops there: not even the header of

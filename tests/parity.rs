@@ -18,7 +18,8 @@ use ondo::engine::chat_template::ChatMessage;
 use ondo::engine::generate::{DEFAULT_PREFILL_STEP_SIZE, LoopShape, TokenSteps};
 use ondo::engine::load::LoadedModel;
 use ondo::engine::{CancelToken, EngineHandle, GenerateRequest, Prompt};
-use ondo::synth::{self, Arch, Shape, SynthOptions, WeightDtype};
+use ondo::family::{self, Family};
+use ondo::synth::{self, Shape, SynthOptions, WeightDtype};
 
 const GENERATE: usize = 64;
 /// Chunks of 128 make the 300-token prompt take three prefill passes.
@@ -107,7 +108,7 @@ fn prompt_of(n: usize) -> Vec<u32> {
     (0..n as u32).map(|i| (i * 7919 + 13) % 1900).collect()
 }
 
-fn variant(arch: Arch, bits: Option<u8>, dtype: WeightDtype) -> SynthOptions {
+fn variant(arch: &'static Family, bits: Option<u8>, dtype: WeightDtype) -> SynthOptions {
     SynthOptions {
         arch,
         bits,
@@ -151,19 +152,28 @@ fn greedy_tokens_equal_mlx_lm_across_the_matrix() {
     let root = tempfile::tempdir().unwrap();
     let engine = EngineHandle::spawn().unwrap();
     let variants = [
-        ("llama-f32", variant(Arch::Llama, None, WeightDtype::F32)),
-        ("llama-q4", variant(Arch::Llama, Some(4), WeightDtype::F32)),
+        ("llama-f32", variant(&family::LLAMA, None, WeightDtype::F32)),
+        (
+            "llama-q4",
+            variant(&family::LLAMA, Some(4), WeightDtype::F32),
+        ),
         (
             "llama-q8-bf16",
-            variant(Arch::Llama, Some(8), WeightDtype::Bf16),
+            variant(&family::LLAMA, Some(8), WeightDtype::Bf16),
         ),
-        ("qwen3-f32", variant(Arch::Qwen3, None, WeightDtype::F32)),
-        ("qwen3-q4", variant(Arch::Qwen3, Some(4), WeightDtype::F32)),
-        ("qwen3-q8", variant(Arch::Qwen3, Some(8), WeightDtype::F32)),
-        ("qwen2-f32", variant(Arch::Qwen2, None, WeightDtype::F32)),
+        ("qwen3-f32", variant(&family::QWEN3, None, WeightDtype::F32)),
+        (
+            "qwen3-q4",
+            variant(&family::QWEN3, Some(4), WeightDtype::F32),
+        ),
+        (
+            "qwen3-q8",
+            variant(&family::QWEN3, Some(8), WeightDtype::F32),
+        ),
+        ("qwen2-f32", variant(&family::QWEN2, None, WeightDtype::F32)),
         (
             "mistral-q4",
-            variant(Arch::Mistral, Some(4), WeightDtype::F32),
+            variant(&family::MISTRAL, Some(4), WeightDtype::F32),
         ),
     ];
     // (prompt length, prefill step): 300 > 128 takes three prefill chunks.
@@ -249,8 +259,14 @@ fn joined_projections_give_mlx_lm_tokens() {
     let python = python();
     let root = tempfile::tempdir().unwrap();
     for (name, options) in [
-        ("llama-q4", variant(Arch::Llama, Some(4), WeightDtype::F32)),
-        ("qwen3-q4", variant(Arch::Qwen3, Some(4), WeightDtype::Bf16)),
+        (
+            "llama-q4",
+            variant(&family::LLAMA, Some(4), WeightDtype::F32),
+        ),
+        (
+            "qwen3-q4",
+            variant(&family::QWEN3, Some(4), WeightDtype::Bf16),
+        ),
     ] {
         let dir = root.path().join(name);
         synth::write_model(&options, &dir, &mut |_| {}).unwrap();
@@ -275,7 +291,7 @@ fn joined_projections_give_mlx_lm_tokens() {
 fn a_long_prompt_peaks_no_higher_than_in_mlx_lm() {
     let python = python();
     let root = tempfile::tempdir().unwrap();
-    let mut options = variant(Arch::Llama, None, WeightDtype::F32);
+    let mut options = variant(&family::LLAMA, None, WeightDtype::F32);
     options.preset.shape.intermediate_size = 2048;
     let dir = root.path().join("wide-mlp");
     synth::write_model(&options, &dir, &mut |_| {}).unwrap();
@@ -305,7 +321,7 @@ fn a_long_prompt_peaks_no_higher_than_in_mlx_lm() {
 /// cross it, and so do 64 generated tokens after any prompt.
 const GEMMA_WINDOW: usize = 16;
 
-fn gemma(arch: Arch, bits: Option<u8>, dtype: WeightDtype) -> SynthOptions {
+fn gemma(arch: &'static Family, bits: Option<u8>, dtype: WeightDtype) -> SynthOptions {
     SynthOptions {
         sliding_window: GEMMA_WINDOW,
         ..variant(arch, bits, dtype)
@@ -325,19 +341,19 @@ fn greedy_tokens_of_gemma3_and_phi3_equal_mlx_lm() {
     let variants = [
         (
             "gemma3-text-f32",
-            gemma(Arch::Gemma3Text, None, WeightDtype::F32),
+            gemma(&family::GEMMA3_TEXT, None, WeightDtype::F32),
         ),
         (
             "gemma3-text-q4",
-            gemma(Arch::Gemma3Text, Some(4), WeightDtype::F32),
+            gemma(&family::GEMMA3_TEXT, Some(4), WeightDtype::F32),
         ),
         (
             "gemma3-multimodal-q8-bf16",
-            gemma(Arch::Gemma3, Some(8), WeightDtype::Bf16),
+            gemma(&family::GEMMA3, Some(8), WeightDtype::Bf16),
         ),
-        ("phi3-f32", variant(Arch::Phi3, None, WeightDtype::F32)),
-        ("phi3-q4", variant(Arch::Phi3, Some(4), WeightDtype::F32)),
-        ("phi3-q8", variant(Arch::Phi3, Some(8), WeightDtype::F32)),
+        ("phi3-f32", variant(&family::PHI3, None, WeightDtype::F32)),
+        ("phi3-q4", variant(&family::PHI3, Some(4), WeightDtype::F32)),
+        ("phi3-q8", variant(&family::PHI3, Some(8), WeightDtype::F32)),
     ];
     // (prompt length, prefill step): 40 crosses Gemma's window, and in
     // chunks of 16 takes three prefill passes.
@@ -347,7 +363,7 @@ fn greedy_tokens_of_gemma3_and_phi3_equal_mlx_lm() {
         let dir = root.path().join(name);
         synth::write_model(&options, &dir, &mut |_| {}).unwrap();
         let mut peer = Peer::start(&python, &dir);
-        let rotating: &[Option<usize>] = if options.arch == Arch::Phi3 {
+        let rotating: &[Option<usize>] = if options.arch == &family::PHI3 {
             &[None, Some(ROTATING_SIZE)]
         } else {
             &[None]
@@ -416,14 +432,14 @@ fn qwen3_moe_greedy_tokens_equal_mlx_lm() {
 /// writes Qwen3-MoE; the last has mxfp4 experts and the rest affine 8-bit.
 fn moe_variants() -> [(&'static str, SynthOptions); 4] {
     [
-        ("f32", variant(Arch::Qwen3Moe, None, WeightDtype::F32)),
-        ("q4", variant(Arch::Qwen3Moe, Some(4), WeightDtype::F32)),
-        ("q8", variant(Arch::Qwen3Moe, Some(8), WeightDtype::F32)),
+        ("f32", variant(&family::QWEN3_MOE, None, WeightDtype::F32)),
+        ("q4", variant(&family::QWEN3_MOE, Some(4), WeightDtype::F32)),
+        ("q8", variant(&family::QWEN3_MOE, Some(8), WeightDtype::F32)),
         (
             "q8-mxfp4-experts",
             SynthOptions {
                 experts_mxfp4: true,
-                ..variant(Arch::Qwen3Moe, Some(8), WeightDtype::F32)
+                ..variant(&family::QWEN3_MOE, Some(8), WeightDtype::F32)
             },
         ),
     ]
@@ -437,7 +453,7 @@ fn qwen3_moe_experts_saved_one_by_one_load_as_stacked() {
     use mlx_rs::ops::indexing::IndexOp;
     let root = tempfile::tempdir().unwrap();
     let stacked = root.path().join("stacked");
-    let options = variant(Arch::Qwen3Moe, None, WeightDtype::F32);
+    let options = variant(&family::QWEN3_MOE, None, WeightDtype::F32);
     synth::write_model(&options, &stacked, &mut |_| {}).unwrap();
     let per_expert = root.path().join("per-expert");
     std::fs::create_dir_all(&per_expert).unwrap();
@@ -492,7 +508,7 @@ fn gpt_oss_equals_mlx_lm() {
     let oss = |bits, mxfp4| SynthOptions {
         sliding_window: GEMMA_WINDOW,
         experts_mxfp4: mxfp4,
-        ..variant(Arch::GptOss, bits, WeightDtype::F32)
+        ..variant(&family::GPT_OSS, bits, WeightDtype::F32)
     };
     let shapes = [(1, 2048), (7, 2048), (40, 2048), (40, GEMMA_WINDOW)];
     let mut compared = 0;
@@ -576,22 +592,22 @@ fn first_step_log_probabilities_match_mlx_lm() {
     for (name, options, tolerance) in [
         (
             "llama-f32",
-            variant(Arch::Llama, None, WeightDtype::F32),
+            variant(&family::LLAMA, None, WeightDtype::F32),
             1e-4,
         ),
         (
             "qwen3-q4",
-            variant(Arch::Qwen3, Some(4), WeightDtype::F32),
+            variant(&family::QWEN3, Some(4), WeightDtype::F32),
             1e-4,
         ),
         (
             "qwen3_moe-f32",
-            variant(Arch::Qwen3Moe, None, WeightDtype::F32),
+            variant(&family::QWEN3_MOE, None, WeightDtype::F32),
             1e-4,
         ),
         (
             "qwen3_moe-q4",
-            variant(Arch::Qwen3Moe, Some(4), WeightDtype::F32),
+            variant(&family::QWEN3_MOE, Some(4), WeightDtype::F32),
             1e-4,
         ),
         (
@@ -601,18 +617,18 @@ fn first_step_log_probabilities_match_mlx_lm() {
         ),
         (
             "gemma3-text-f32",
-            gemma(Arch::Gemma3Text, None, WeightDtype::F32),
+            gemma(&family::GEMMA3_TEXT, None, WeightDtype::F32),
             1e-4,
         ),
         (
             "phi3-q4",
-            variant(Arch::Phi3, Some(4), WeightDtype::F32),
+            variant(&family::PHI3, Some(4), WeightDtype::F32),
             1e-4,
         ),
         // bf16 rounds each layer's output: a looser bound.
         (
             "llama-q8-bf16",
-            variant(Arch::Llama, Some(8), WeightDtype::Bf16),
+            variant(&family::LLAMA, Some(8), WeightDtype::Bf16),
             5e-2,
         ),
     ] {
@@ -646,8 +662,11 @@ fn follow_up_turn_on_the_kept_cache_equals_mlx_lm_and_a_fresh_run() {
     let root = tempfile::tempdir().unwrap();
     let engine = EngineHandle::spawn().unwrap();
     for (name, options) in [
-        ("llama-f32", variant(Arch::Llama, None, WeightDtype::F32)),
-        ("qwen3-q4", variant(Arch::Qwen3, Some(4), WeightDtype::F32)),
+        ("llama-f32", variant(&family::LLAMA, None, WeightDtype::F32)),
+        (
+            "qwen3-q4",
+            variant(&family::QWEN3, Some(4), WeightDtype::F32),
+        ),
         // Gemma's own window (512): a cache that has not wrapped can drop
         // the first turn's diverging tail, in both programs. Seed 1: with
         // seed 0 this random model says the end-of-turn token mid-answer,
@@ -656,13 +675,13 @@ fn follow_up_turn_on_the_kept_cache_equals_mlx_lm_and_a_fresh_run() {
             "gemma3-text-q4",
             SynthOptions {
                 seed: 1,
-                ..variant(Arch::Gemma3Text, Some(4), WeightDtype::F32)
+                ..variant(&family::GEMMA3_TEXT, Some(4), WeightDtype::F32)
             },
         ),
-        ("phi3-f32", variant(Arch::Phi3, None, WeightDtype::F32)),
+        ("phi3-f32", variant(&family::PHI3, None, WeightDtype::F32)),
         (
             "qwen3_moe-q4",
-            variant(Arch::Qwen3Moe, Some(4), WeightDtype::F32),
+            variant(&family::QWEN3_MOE, Some(4), WeightDtype::F32),
         ),
     ] {
         let dir = root.path().join(name);
@@ -900,9 +919,9 @@ fn mlx_lm_scores_a_departure_against_float32() {
     for (name, options) in [
         (
             "llama-q4-bf16",
-            variant(Arch::Llama, Some(4), WeightDtype::Bf16),
+            variant(&family::LLAMA, Some(4), WeightDtype::Bf16),
         ),
-        ("llama-f32", variant(Arch::Llama, None, WeightDtype::F32)),
+        ("llama-f32", variant(&family::LLAMA, None, WeightDtype::F32)),
     ] {
         let dir = root.path().join(name);
         synth::write_model(&options, &dir, &mut |_| {}).unwrap();

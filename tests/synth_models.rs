@@ -7,7 +7,8 @@ use std::process::Command;
 use ondo::engine::LoadError;
 use ondo::engine::generate::LoopShape;
 use ondo::engine::load::LoadedModel;
-use ondo::synth::{self, Arch, SynthError, SynthOptions, WeightDtype};
+use ondo::family;
+use ondo::synth::{self, SynthError, SynthOptions, WeightDtype};
 
 fn options(preset: &str) -> SynthOptions {
     SynthOptions::for_preset(synth::preset_named(preset).expect("preset exists"))
@@ -107,7 +108,7 @@ fn tiny_presets_load_in_mlx_lm_and_ondo_generates_the_same_tokens() {
         (
             "tiny-qwen3",
             SynthOptions {
-                arch: Arch::Qwen3,
+                arch: &family::QWEN3,
                 ..options("tiny")
             },
         ),

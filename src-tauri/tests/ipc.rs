@@ -137,7 +137,7 @@ fn the_models_screen_gets_the_catalog_with_verdicts_and_offline_mode() {
         // A family the engine does not run yet is listed with the reason
         // the Download button shows; the others have none.
         let family = offer["entry"]["family"].as_str().unwrap();
-        let runs = ondo::engine::model::SUPPORTED_MODEL_TYPES.contains(&family);
+        let runs = ondo::family::find(family).is_some();
         match offer["unsupported"].as_str() {
             None => assert!(runs, "{offer}"),
             Some(reason) => {

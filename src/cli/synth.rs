@@ -8,7 +8,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::ErrorKind;
 use crate::cli::error::CliError;
-use crate::synth::{self, Arch, SynthOptions, WeightDtype};
+use crate::family::{self, Family};
+use crate::synth::{self, SynthOptions, WeightDtype};
 use crate::units::human_bytes;
 
 #[derive(Debug, Args)]
@@ -35,9 +36,10 @@ pub struct SynthArgs {
     preset: String,
     /// Folder to write; must be empty or new unless --force.
     out: PathBuf,
-    /// Architecture (decides model_type and weight names).
-    #[arg(long, value_enum, default_value = "llama")]
-    arch: Arch,
+    /// Model family: config.json's model_type, which decides the weight
+    /// names and the family's own config keys (`-` for `_` works too).
+    #[arg(long, value_parser = FamilyArg, default_value = "llama")]
+    arch: &'static Family,
     /// Quantize the matrices to 4 or 8 bits (affine), or `none` [default: the
     /// preset's usual format].
     #[arg(long, value_parser = parse_bits)]
@@ -71,6 +73,56 @@ pub struct SynthArgs {
     /// Print a JSON summary instead of text.
     #[arg(long)]
     json: bool,
+}
+
+/// `--arch`: a family by its model_type; `--help` lists them with what
+/// each covers.
+#[derive(Clone, Copy)]
+struct FamilyArg;
+
+impl clap::builder::TypedValueParser for FamilyArg {
+    type Value = &'static Family;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Self::Value, clap::Error> {
+        let name = value.to_string_lossy().replace('-', "_");
+        family::find(&name).ok_or_else(|| {
+            let mut error = clap::Error::new(clap::error::ErrorKind::InvalidValue).with_cmd(cmd);
+            use clap::error::{ContextKind, ContextValue};
+            if let Some(arg) = arg {
+                error.insert(
+                    ContextKind::InvalidArg,
+                    ContextValue::String(arg.to_string()),
+                );
+            }
+            error.insert(
+                ContextKind::InvalidValue,
+                ContextValue::String(value.to_string_lossy().into_owned()),
+            );
+            error.insert(
+                ContextKind::ValidValue,
+                ContextValue::Strings(
+                    family::model_types()
+                        .iter()
+                        .map(|t| t.to_string())
+                        .collect(),
+                ),
+            );
+            error
+        })
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(family::FAMILIES.iter().map(|f| {
+            clap::builder::PossibleValue::new(f.model_type).help(f.about)
+        })))
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -168,6 +220,32 @@ pub fn run(args: SynthArgs) -> Result<ExitCode, CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn arch_takes_every_family_by_its_model_type() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            synth: SynthArgs,
+        }
+        for family in family::FAMILIES {
+            let cli = Cli::try_parse_from(["ondo", "tiny", "/tmp/m", "--arch", family.model_type])
+                .unwrap();
+            assert_eq!(cli.synth.arch, family);
+        }
+        let hyphen =
+            Cli::try_parse_from(["ondo", "tiny", "/tmp/m", "--arch", "qwen3-moe"]).unwrap();
+        assert_eq!(hyphen.synth.arch.model_type, "qwen3_moe");
+        let error = Cli::try_parse_from(["ondo", "tiny", "/tmp/m", "--arch", "mamba"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            error.contains("mamba") && error.contains("gpt_oss"),
+            "{error}"
+        );
+    }
 
     #[test]
     fn sizes_parse_in_decimal_and_binary_units() {

@@ -5,17 +5,15 @@ use std::path::{Path, PathBuf};
 
 use super::LoadError;
 use super::chat_template::ChatTemplate;
-use super::model::decoder::{Decoder, DecoderConfig};
-use super::model::{QuantMode, decoder_config};
+use super::model::decoder::Decoder;
 use super::weights::load_weight_map;
-
-pub use super::model::SUPPORTED_MODEL_TYPES;
+use crate::family::{self, ModelConfig};
 
 /// A model ready to run: weights resident, tokenizer loaded.
 pub struct LoadedModel {
     pub dir: PathBuf,
     pub model_type: String,
-    pub config: DecoderConfig,
+    pub config: ModelConfig,
     pub model: Decoder,
     pub tokenizer: tokenizers::Tokenizer,
     /// Token ids that end an answer (from generation_config.json, config.json
@@ -62,7 +60,8 @@ impl LoadedModel {
             });
         }
         let config_value = read_json(&config_path)?;
-        let config = decoder_config(&config_value, &config_path)?;
+        let config = family::settle(&config_value)
+            .map_err(|error| LoadError::from_config(error, &config_path))?;
         let model_type = config.model_type.clone();
         let model = Decoder::load(&config, &config_path, load_weight_map(dir)?)?;
         let arrays = model.arrays();
@@ -121,20 +120,9 @@ impl LoadedModel {
     /// With per-module formats, each distinct one, the default's first:
     /// "8bit+mxfp4" for 8-bit affine with experts in mxfp4.
     pub fn quantization_label(&self) -> String {
-        let Some(q) = &self.config.quantization else {
-            return self.float_dtype.clone();
-        };
-        let label = |mode: Option<QuantMode>, bits: i32| match mode {
-            Some(QuantMode::Affine) | None => format!("{bits}bit"),
-            Some(other) => format!("{other:?}").to_lowercase(),
-        };
-        let mut labels = vec![label(q.mode, q.bits)];
-        for params in q.modules.values().flatten() {
-            let module = label(Some(params.mode), params.bits);
-            if !labels.contains(&module) {
-                labels.push(module);
-            }
+        match &self.config.quantization {
+            Some(q) => q.label(),
+            None => self.float_dtype.clone(),
         }
-        labels.join("+")
     }
 }

@@ -82,6 +82,31 @@ pub enum LoadError {
     Mlx(String),
 }
 
+impl LoadError {
+    /// A config.json its family cannot settle, named with its path.
+    pub fn from_config(error: crate::family::ConfigError, path: &std::path::Path) -> Self {
+        use crate::family::ConfigError;
+        match error {
+            ConfigError::UnsupportedModelType {
+                model_type,
+                supported,
+            } => LoadError::UnsupportedModelType {
+                model_type,
+                path: path.to_owned(),
+                supported,
+            },
+            ConfigError::UnsupportedQuantization { detail } => LoadError::UnsupportedQuantization {
+                detail,
+                path: path.to_owned(),
+            },
+            other => LoadError::ConfigInvalid {
+                path: path.to_owned(),
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
 impl From<mlx_rs::error::Exception> for LoadError {
     fn from(e: mlx_rs::error::Exception) -> Self {
         LoadError::Mlx(mlx_failure(&e))

@@ -106,17 +106,8 @@ pub enum ThinkStart {
     PromptOpened,
 }
 
-/// How a family writes tool calls in plain text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ToolCallSyntax {
-    /// `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, any number
-    /// of them, anywhere in the answer (Qwen2.5, Qwen3, Hermes).
-    Tagged,
-    /// The answer is one or more JSON objects `{"name": ..., "parameters":
-    /// {...}}` separated by `;`, optionally after `<|python_tag|>` (Llama
-    /// 3.1, 3.2): only at the start of the answer.
-    BareJson,
-}
+use crate::family::ReplyStyle;
+pub use crate::family::ToolCallSyntax;
 
 /// How a model marks reasoning and tool calls in what it says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,9 +135,10 @@ impl ReplyFormat {
         tool_calls: None,
     };
 
-    /// The format of a model's replies, from its `model_type`, its chat
-    /// template's text and the prompt this request rendered. Tool calls are
-    /// only read when the request offered tools: a model that was given
+    /// The format of a model's replies, from its chat template's text, the
+    /// prompt this request rendered, and where those do not say, its
+    /// family's reply style (`crate::family`, by `model_type`). Tool calls
+    /// are only read when the request offered tools: a model that was given
     /// none may still answer with JSON, and that JSON is its answer.
     pub fn detect(
         model_type: &str,
@@ -154,8 +146,9 @@ impl ReplyFormat {
         prompt: Option<&str>,
         tools_offered: bool,
     ) -> Self {
+        let style = crate::family::find(model_type).map_or(ReplyStyle::PLAIN, |f| f.reply);
         let mentions = |needle: &str| template.is_some_and(|t| t.contains(needle));
-        if model_type == "gpt_oss" || mentions("<|channel|>") {
+        if style.harmony || mentions("<|channel|>") {
             return ReplyFormat::Harmony {
                 tool_calls: tools_offered,
             };
@@ -163,7 +156,7 @@ impl ReplyFormat {
         // Only the very end of the prompt counts: a `<think>` the user typed
         // earlier must not turn the whole answer into reasoning.
         let prompt_opened = prompt.is_some_and(|p| p.trim_end().ends_with(THINK_OPEN));
-        let thinks = mentions(THINK_CLOSE) || matches!(model_type, "qwen3" | "qwen3_moe");
+        let thinks = mentions(THINK_CLOSE) || style.thinks;
         let think = if prompt_opened {
             Some(ThinkStart::PromptOpened)
         } else {
@@ -172,11 +165,10 @@ impl ReplyFormat {
         let tool_calls = tools_offered.then(|| {
             if mentions(TOOL_CALL_OPEN) {
                 ToolCallSyntax::Tagged
-            } else if mentions(PYTHON_TAG) || model_type == "llama" {
+            } else if mentions(PYTHON_TAG) {
                 ToolCallSyntax::BareJson
             } else {
-                // The most common convention among other families and fine-tunes.
-                ToolCallSyntax::Tagged
+                style.tool_calls
             }
         });
         ReplyFormat::Marked { think, tool_calls }

@@ -11,16 +11,16 @@
 
 use serde_json::Value;
 
-/// The `model_type`s the engine runs. The hub never calls the engine
-/// (docs/ARCHITECTURE.md); it reads this one plain list of the engine's, so
-/// that what the hub offers is what the engine loads, as families land.
-pub fn runnable_model_types() -> &'static [&'static str] {
-    crate::engine::model::SUPPORTED_MODEL_TYPES
+/// The `model_type`s the engine runs: one per family description
+/// (`crate::family`), which the engine builds from too, so what the hub
+/// offers is what the engine loads.
+pub fn runnable_model_types() -> Vec<&'static str> {
+    crate::family::model_types()
 }
 
 /// The `model_type` the engine picks the model's code by: the top-level one.
 pub fn model_type(config: &Value) -> Option<&str> {
-    config.get("model_type").and_then(Value::as_str)
+    crate::family::model_type(config)
 }
 
 /// The language model's part of a config: `text_config` in a multimodal
@@ -67,19 +67,11 @@ impl std::fmt::Display for Unsupported {
 
 impl std::error::Error for Unsupported {}
 
-/// OpenAI's own gpt-oss repos keep the experts as `*_blocks`/`*_scales`
-/// tensors (`quantization_config.quant_method: mxfp4`, no MLX
-/// `quantization`); the engine reads the layout MLX's conversion writes.
-const OPENAI_GPT_OSS_LAYOUT: &str = "OpenAI's original gpt-oss checkpoint (its experts in \
-    `_blocks` and `_scales` tensors, not MLX's layout); take the MLX conversion instead, \
-    e.g. mlx-community/gpt-oss-20b-MXFP4-Q8";
-
-/// A checkpoint of a runnable type in a layout the engine does not read.
+/// A checkpoint of a runnable type in a layout the engine does not read,
+/// as its family tells from the config.
 fn unsupported_layout(config: &Value) -> Option<&'static str> {
-    let original_gpt_oss = model_type(config) == Some("gpt_oss")
-        && config.get("quantization").is_none()
-        && config["quantization_config"]["quant_method"].as_str() == Some("mxfp4");
-    original_gpt_oss.then_some(OPENAI_GPT_OSS_LAYOUT)
+    let family = crate::family::find(model_type(config)?)?;
+    (family.unreadable_layout)(config)
 }
 
 fn describe(model_type: Option<&str>) -> String {
@@ -92,7 +84,7 @@ fn describe(model_type: Option<&str>) -> String {
 /// Whether the engine runs a model of this top-level `model_type`.
 pub fn check_model_type(model_type: Option<&str>) -> Result<(), Unsupported> {
     match model_type {
-        Some(name) if runnable_model_types().contains(&name) => Ok(()),
+        Some(name) if crate::family::find(name).is_some() => Ok(()),
         _ => Err(Unsupported {
             model_type: model_type.map(str::to_owned),
             layout: None,

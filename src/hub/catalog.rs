@@ -29,8 +29,9 @@ pub struct CatalogEntry {
     pub size_bytes: u64,
     /// One line for the user: what the model is good for.
     pub note: &'static str,
-    /// The keys of the repo's config.json that sizing reads, with the
-    /// published values, under the names mlx-lm's model file reads them by.
+    /// The keys of the repo's config.json that its family's description
+    /// reads (`crate::family`), with the published values: sizing settles
+    /// them as the engine would.
     #[serde(skip)]
     pub config: &'static str,
 }
@@ -47,7 +48,7 @@ static CATALOG: [CatalogEntry; 14] = [
         quantization: "4-bit",
         size_bytes: 1_800_000_000,
         note: "Quick and capable at chat and summaries; a good first model.",
-        config: r#"{"model_type": "llama", "hidden_size": 3072, "num_hidden_layers": 28,
+        config: r#"{"model_type": "llama", "hidden_size": 3072, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "num_hidden_layers": 28,
             "num_attention_heads": 24, "num_key_value_heads": 8, "head_dim": 128,
             "intermediate_size": 8192, "vocab_size": 128256, "tie_word_embeddings": true,
             "max_position_embeddings": 131072, "torch_dtype": "bfloat16"}"#,
@@ -60,7 +61,7 @@ static CATALOG: [CatalogEntry; 14] = [
         quantization: "4-bit",
         size_bytes: 700_000_000,
         note: "Very small and fast on any Mac; best for simple tasks.",
-        config: r#"{"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 16,
+        config: r#"{"model_type": "llama", "hidden_size": 2048, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "num_hidden_layers": 16,
             "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64,
             "intermediate_size": 8192, "vocab_size": 128256, "tie_word_embeddings": true,
             "max_position_embeddings": 131072, "torch_dtype": "bfloat16"}"#,
@@ -73,7 +74,7 @@ static CATALOG: [CatalogEntry; 14] = [
         quantization: "4-bit",
         size_bytes: 340_000_000,
         note: "Tiny and very fast; for trying Ondo out rather than for answers you rely on.",
-        config: r#"{"model_type": "qwen3", "hidden_size": 1024, "num_hidden_layers": 28,
+        config: r#"{"model_type": "qwen3", "hidden_size": 1024, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "num_hidden_layers": 28,
             "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
             "intermediate_size": 3072, "vocab_size": 151936, "tie_word_embeddings": true,
             "max_position_embeddings": 40960, "torch_dtype": "bfloat16"}"#,
@@ -86,7 +87,7 @@ static CATALOG: [CatalogEntry; 14] = [
         quantization: "4-bit",
         size_bytes: 970_000_000,
         note: "Small and quick; thinks step by step before it answers.",
-        config: r#"{"model_type": "qwen3", "hidden_size": 2048, "num_hidden_layers": 28,
+        config: r#"{"model_type": "qwen3", "hidden_size": 2048, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "num_hidden_layers": 28,
             "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
             "intermediate_size": 6144, "vocab_size": 151936, "tie_word_embeddings": true,
             "max_position_embeddings": 40960, "torch_dtype": "bfloat16"}"#,
@@ -99,7 +100,7 @@ static CATALOG: [CatalogEntry; 14] = [
         quantization: "4-bit",
         size_bytes: 2_300_000_000,
         note: "Strong for its size at reasoning and code; thinks before it answers.",
-        config: r#"{"model_type": "qwen3", "hidden_size": 2560, "num_hidden_layers": 36,
+        config: r#"{"model_type": "qwen3", "hidden_size": 2560, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "num_hidden_layers": 36,
             "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
             "intermediate_size": 9728, "vocab_size": 151936, "tie_word_embeddings": true,
             "max_position_embeddings": 40960, "torch_dtype": "bfloat16"}"#,
@@ -112,7 +113,7 @@ static CATALOG: [CatalogEntry; 14] = [
         quantization: "4-bit",
         size_bytes: 4_600_000_000,
         note: "The strongest dense reasoner here; best on a Mac with 16 GB or more.",
-        config: r#"{"model_type": "qwen3", "hidden_size": 4096, "num_hidden_layers": 36,
+        config: r#"{"model_type": "qwen3", "hidden_size": 4096, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "num_hidden_layers": 36,
             "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
             "intermediate_size": 12288, "vocab_size": 151936, "tie_word_embeddings": false,
             "max_position_embeddings": 40960, "torch_dtype": "bfloat16"}"#,
@@ -125,7 +126,7 @@ static CATALOG: [CatalogEntry; 14] = [
         quantization: "4-bit",
         size_bytes: 4_500_000_000,
         note: "A capable all-rounder for long documents; best on a Mac with 16 GB or more.",
-        config: r#"{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
+        config: r#"{"model_type": "llama", "hidden_size": 4096, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "num_hidden_layers": 32,
             "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
             "intermediate_size": 14336, "vocab_size": 128256, "tie_word_embeddings": false,
             "max_position_embeddings": 131072, "torch_dtype": "bfloat16"}"#,
@@ -138,7 +139,7 @@ static CATALOG: [CatalogEntry; 14] = [
         quantization: "4-bit",
         size_bytes: 4_100_000_000,
         note: "A widely used general chat model; best on a Mac with 16 GB or more.",
-        config: r#"{"model_type": "mistral", "hidden_size": 4096, "num_hidden_layers": 32,
+        config: r#"{"model_type": "mistral", "hidden_size": 4096, "rms_norm_eps": 1e-5, "rope_theta": 1000000.0, "num_hidden_layers": 32,
             "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
             "intermediate_size": 14336, "vocab_size": 32768, "tie_word_embeddings": false,
             "max_position_embeddings": 32768, "torch_dtype": "bfloat16"}"#,
@@ -151,7 +152,7 @@ static CATALOG: [CatalogEntry; 14] = [
         quantization: "4-bit",
         size_bytes: 4_300_000_000,
         note: "Good at code and structured output, with a small KV cache for its size.",
-        config: r#"{"model_type": "qwen2", "hidden_size": 3584, "num_hidden_layers": 28,
+        config: r#"{"model_type": "qwen2", "hidden_size": 3584, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "num_hidden_layers": 28,
             "num_attention_heads": 28, "num_key_value_heads": 4, "head_dim": 128,
             "intermediate_size": 18944, "vocab_size": 152064, "tie_word_embeddings": false,
             "max_position_embeddings": 32768, "torch_dtype": "bfloat16"}"#,
@@ -202,7 +203,7 @@ static CATALOG: [CatalogEntry; 14] = [
         quantization: "4-bit",
         size_bytes: 17_200_000_000,
         note: "A mixture of experts: answers at about the speed of a 3B model with the knowledge of a 30B one; needs a Mac with 32 GB or more.",
-        config: r#"{"model_type": "qwen3_moe", "hidden_size": 2048, "num_hidden_layers": 48,
+        config: r#"{"model_type": "qwen3_moe", "hidden_size": 2048, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "norm_topk_prob": true, "num_hidden_layers": 48,
             "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
             "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128,
             "num_experts_per_tok": 8, "decoder_sparse_step": 1, "mlp_only_layers": [],
@@ -219,7 +220,7 @@ static CATALOG: [CatalogEntry; 14] = [
         quantization: "mxfp4 experts, 8-bit",
         size_bytes: 12_100_000_000,
         note: "OpenAI's open-weight reasoning model, a mixture of experts; best on a Mac with 24 GB or more.",
-        config: r#"{"model_type": "gpt_oss", "hidden_size": 2880, "num_hidden_layers": 24,
+        config: r#"{"model_type": "gpt_oss", "hidden_size": 2880, "rms_norm_eps": 1e-5, "rope_theta": 150000.0, "num_hidden_layers": 24,
             "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
             "intermediate_size": 2880, "num_local_experts": 32, "num_experts_per_tok": 4,
             "vocab_size": 201088, "tie_word_embeddings": false, "sliding_window": 128,
@@ -240,7 +241,7 @@ static CATALOG: [CatalogEntry; 14] = [
         quantization: "4-bit",
         size_bytes: 2_160_000_000,
         note: "Microsoft's small model, strong at reasoning and math for its size, with a 128K context.",
-        config: r#"{"model_type": "phi3", "hidden_size": 3072, "num_hidden_layers": 32,
+        config: r#"{"model_type": "phi3", "hidden_size": 3072, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "num_hidden_layers": 32,
             "num_attention_heads": 24, "num_key_value_heads": 8, "intermediate_size": 8192,
             "vocab_size": 200064, "tie_word_embeddings": true, "partial_rotary_factor": 0.75,
             "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
@@ -324,7 +325,7 @@ mod tests {
 
     #[test]
     fn every_entry_says_whether_the_engine_runs_it() {
-        let runnable = crate::engine::model::SUPPORTED_MODEL_TYPES;
+        let runnable = crate::family::model_types();
         for entry in catalog() {
             // The family is the config's model_type, which is what decides.
             assert_eq!(
@@ -448,15 +449,16 @@ mod tests {
         let estimate = estimate_at("mlx-community/Qwen3-30B-A3B-4bit", 4096);
         // Attention: 2 * 2048 * 128 * (32 + 4) = 18,874,368 per layer.
         // Experts: 128 * 3 * 2048 * 768 = 603,979,776 per layer, router
-        // 2048 * 128 = 262,144. Embeddings and output: 2 * 151,936 * 2048.
-        let per_layer = 18_874_368 + 603_979_776 + 262_144;
-        let total = 48 * per_layer + 2 * 311_164_928;
+        // 2048 * 128 = 262,144, norms 2 * 2048 + 2 * 128 (q and k). Embeddings
+        // and output: 2 * 151,936 * 2048; the final norm 2048.
+        let per_layer = 18_874_368 + 603_979_776 + 262_144 + 4_352;
+        let total = 48 * per_layer + 2 * 311_164_928 + 2048;
         assert_eq!(estimate.parameters, Some(total));
-        assert_eq!(total, 30_531_911_680);
+        assert_eq!(total, 30_532_122_624);
         // 120 experts of 4,718,592 idle in each of 48 layers.
         let active = total - 48 * 120 * 4_718_592;
         assert_eq!(estimate.active_parameters, Some(active));
-        assert_eq!(active, 3_352_821_760);
+        assert_eq!(active, 3_353_032_704);
         assert_eq!(
             estimate.experts_note.as_deref(),
             Some("all 128 experts stay in memory; 8 of them work on each token")
@@ -481,8 +483,13 @@ mod tests {
             Some("12 of 24 layers keep at most 128 positions")
         );
         // Every layer's MLP is 32 experts of 3 * 2880 * 2880; 4 work per token.
+        // Each layer also has two norms, biases on q, k, v and o, a sink per
+        // head, and biases on the router and every expert's projections.
         let expert = 3 * 2880 * 2880;
-        let total = 201_088 * 2880 * 2 + 24 * (2 * 2880 * 64 * 72 + 32 * expert + 2880 * 32);
+        let extras = 2 * 2880 + (64 * 64 + 2 * 8 * 64 + 2880) + 64 + 32 + 3 * 32 * 2880;
+        let total = 201_088 * 2880 * 2
+            + 24 * (2 * 2880 * 64 * 72 + 32 * expert + 2880 * 32 + extras)
+            + 2880;
         assert_eq!(estimate.parameters, Some(total));
         assert_eq!(estimate.active_parameters, Some(total - 24 * 28 * expert));
     }

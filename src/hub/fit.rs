@@ -9,6 +9,7 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::family::{self, ConfigError, ModelConfig};
 use crate::units::human_bytes;
 
 /// Why config.json cannot be sized. Names the key, since that is what a user
@@ -18,11 +19,37 @@ pub enum FitError {
     #[error(
         "the model folder's config.json has no `{key}`, so it does not describe a decoder model Ondo can size; check that the folder holds a text-generation model"
     )]
-    ConfigKeyMissing { key: &'static str },
+    ConfigKeyMissing { key: String },
     #[error(
-        "the model folder's config.json has `{key}` = {found}, not a positive whole number, so it does not describe a decoder model Ondo can size"
+        "the model folder's config.json has `{key}` = {found}, {expected}, so it does not describe a decoder model Ondo can size"
     )]
-    ConfigKeyInvalid { key: &'static str, found: String },
+    ConfigKeyInvalid {
+        key: String,
+        found: String,
+        expected: String,
+    },
+    #[error("the model folder's config.json does not describe a model Ondo can build: {message}")]
+    ConfigInvalid { message: String },
+}
+
+impl From<ConfigError> for FitError {
+    fn from(error: ConfigError) -> Self {
+        match error {
+            ConfigError::Missing { key } => FitError::ConfigKeyMissing { key },
+            ConfigError::Invalid {
+                key,
+                found,
+                expected,
+            } => FitError::ConfigKeyInvalid {
+                key,
+                found,
+                expected: expected.to_owned(),
+            },
+            other => FitError::ConfigInvalid {
+                message: other.to_string(),
+            },
+        }
+    }
 }
 
 /// The element type of the KV cache: the model's compute dtype.
@@ -86,10 +113,11 @@ pub struct ModelShape {
     pub sliding_window: Option<SlidingWindowLayers>,
     /// A mixture-of-experts model's experts; `None` for a dense model.
     pub experts: Option<ExpertLayers>,
-    /// Parameters counted from the shapes: embeddings (and the output
-    /// matrix unless tied), attention, MLPs or experts and their routers.
-    /// Norms and biases are left out (well under 1%). `None` when the config
-    /// lacks `vocab_size` or `intermediate_size`.
+    /// Parameters counted from the shapes: for a family Ondo runs, every
+    /// tensor the engine loads (`family::tensors`); for another model type,
+    /// the embeddings (and the output matrix unless tied), attention and
+    /// MLPs, norms and biases left out (well under 1%). `None` when such a
+    /// config lacks `vocab_size` or `intermediate_size`.
     pub parameters: Option<u64>,
 }
 
@@ -115,100 +143,23 @@ pub struct ExpertLayers {
     pub parameters_per_expert: u64,
 }
 
-/// The families whose config.json needs reading beyond the shared keys,
-/// by top-level `model_type`, following what mlx-lm's model file for each
-/// reads (`models/gemma3_text.py`, `gemma3.py`, `gpt_oss.py`, `qwen3_moe.py`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Family {
-    /// `gemma3_text`: every `sliding_window_pattern`-th layer is global, the
-    /// others keep `sliding_window` positions.
-    Gemma3Text,
-    /// `gemma3`: a multimodal checkpoint around a Gemma 3 text model, whose
-    /// `text_config` often names only what differs from the defaults.
-    Gemma3,
-    /// `gpt_oss`: `layer_types` says which layers slide; every layer's MLP
-    /// is `num_local_experts` experts.
-    GptOss,
-    /// `qwen3_moe`: experts in every `decoder_sparse_step`-th layer not
-    /// listed in `mlp_only_layers`.
-    Qwen3Moe,
-    Other,
-}
-
-impl Family {
-    fn of(config: &Value) -> Self {
-        match super::architecture::model_type(config) {
-            Some("gemma3_text") => Family::Gemma3Text,
-            Some("gemma3") => Family::Gemma3,
-            Some("gpt_oss") => Family::GptOss,
-            Some("qwen3_moe") => Family::Qwen3Moe,
-            _ => Family::Other,
-        }
-    }
-
-    /// mlx-lm's default for a key the config leaves out (the defaults of
-    /// its `ModelArgs`; for `gemma3`, the heads its `__post_init__` fills in).
-    fn default(self, key: &str) -> Option<u64> {
-        let value = match (self, key) {
-            (Family::Gemma3Text, "num_attention_heads") => 4,
-            (Family::Gemma3Text, "num_key_value_heads") => 1,
-            (Family::Gemma3Text, "vocab_size") => 262_144,
-            (Family::Gemma3Text, "max_position_embeddings") => 32_768,
-            (Family::Gemma3, "num_attention_heads") => 8,
-            (Family::Gemma3, "num_key_value_heads") => 4,
-            (Family::Gemma3, "vocab_size") => 262_208,
-            // transformers' Gemma3TextConfig default: the 128K context the
-            // larger Gemma 3 models are trained for (their configs omit it).
-            (Family::Gemma3, "max_position_embeddings") => 131_072,
-            (Family::Gemma3Text | Family::Gemma3, "head_dim") => 256,
-            (Family::Gemma3Text | Family::Gemma3, "intermediate_size") => 6912,
-            (Family::Gemma3Text | Family::Gemma3, "sliding_window") => 512,
-            (Family::Gemma3Text | Family::Gemma3, "sliding_window_pattern") => 6,
-            (Family::GptOss, "sliding_window") => 128,
-            (Family::Qwen3Moe, "decoder_sparse_step") => 1,
-            _ => return None,
-        };
-        Some(value)
-    }
-}
-
 impl ModelShape {
     /// Reads a parsed config.json. `weights_float_dtype` is the dtype of the
     /// checkpoint's unquantized tensors ("BF16", "F16", "F32"; see
     /// [`safetensors_float_dtype`]), used when the config names no dtype.
     ///
+    /// A family Ondo runs is sized from the config its description settles,
+    /// the same one the engine builds (`crate::family`): its defaults, its
+    /// sliding windows, its experts, and the tensors it has. Any other
+    /// `model_type` is sized from the keys every decoder shares.
+    ///
     /// A quantized MLX checkpoint's config also carries a `quantization`
     /// object; it changes the weights, not the cache, which stays in the
-    /// compute dtype, so it is not read here.
+    /// compute dtype.
     pub fn from_config(
         config: &Value,
         weights_float_dtype: Option<&str>,
     ) -> Result<Self, FitError> {
-        let family = Family::of(config);
-        let read = |key: &'static str| -> Result<Option<u64>, FitError> {
-            Ok(positive(config, key)?.or_else(|| family.default(key)))
-        };
-        let num_hidden_layers = read("num_hidden_layers")?.ok_or(FitError::ConfigKeyMissing {
-            key: "num_hidden_layers",
-        })?;
-        let hidden_size =
-            read("hidden_size")?.ok_or(FitError::ConfigKeyMissing { key: "hidden_size" })?;
-        let attention_heads = read("num_attention_heads")?;
-        let attention_heads = || {
-            attention_heads.ok_or(FitError::ConfigKeyMissing {
-                key: "num_attention_heads",
-            })
-        };
-        // Without grouped-query attention every query head has its own K and V.
-        let num_key_value_heads = match read("num_key_value_heads")? {
-            Some(heads) => heads,
-            None => attention_heads()?,
-        };
-        let head_dim = match read("head_dim")? {
-            Some(dim) => dim,
-            None => hidden_size / attention_heads()?,
-        };
-        let max_position_embeddings = read("max_position_embeddings")?;
         // transformers 5 writes `dtype`, older versions `torch_dtype`. With
         // neither, the weights' float tensors say what MLX will compute in.
         // Both 16-bit types are 2 bytes, so the fallback only matters for
@@ -219,12 +170,69 @@ impl ModelShape {
             .find_map(KvDtype::parse)
             .or_else(|| weights_float_dtype.and_then(KvDtype::parse))
             .unwrap_or(KvDtype::F16);
-        let sliding_window = sliding_window_layers(config, family, num_hidden_layers, &read)?;
-        let experts = expert_layers(config, family, num_hidden_layers, hidden_size)?;
-        let parameters = match (read("vocab_size")?, attention_heads().ok()) {
-            (Some(vocab_size), Some(heads)) => {
-                let dense_layers = num_hidden_layers - experts.map_or(0, |e| e.moe_layers);
-                let intermediate_size = read("intermediate_size")?;
+        match family::of_config(config) {
+            Ok(family) => Ok(Self::of_settled(&(family.settle)(config)?, kv_dtype)),
+            Err(_) => Self::from_shared_keys(config, kv_dtype),
+        }
+    }
+
+    /// The shape of a config its family settled.
+    pub fn of_settled(config: &ModelConfig, kv_dtype: KvDtype) -> Self {
+        let hidden_size = config.hidden_size.max(0) as u64;
+        let experts = config.experts.as_ref().and_then(|experts| {
+            let moe_layers = config.expert_layers() as u64;
+            let num_experts = experts.num_experts.max(0) as u64;
+            (moe_layers > 0 && num_experts > 0).then(|| ExpertLayers {
+                num_experts,
+                experts_per_token: (experts.num_experts_per_tok.max(0) as u64).min(num_experts),
+                moe_layers,
+                parameters_per_expert: 3
+                    * hidden_size
+                    * experts.moe_intermediate_size.max(0) as u64,
+            })
+        });
+        ModelShape {
+            num_hidden_layers: config.num_hidden_layers as u64,
+            num_key_value_heads: config.num_key_value_heads.max(0) as u64,
+            head_dim: config.head_dim.max(0) as u64,
+            hidden_size,
+            max_position_embeddings: config.max_position_embeddings.map(|n| n as u64),
+            kv_dtype,
+            sliding_window: config
+                .sliding_layers()
+                .map(|(layers, window)| SlidingWindowLayers {
+                    layers: layers as u64,
+                    window_tokens: window.max(0) as u64,
+                }),
+            experts,
+            parameters: Some(family::tensors::parameters(config)),
+        }
+    }
+
+    /// A `model_type` Ondo does not run: the keys every decoder shares,
+    /// without any family's defaults; no sliding windows or experts.
+    fn from_shared_keys(config: &Value, kv_dtype: KvDtype) -> Result<Self, FitError> {
+        let read = |key: &'static str| positive(config, key);
+        let num_hidden_layers =
+            read("num_hidden_layers")?.ok_or_else(|| missing("num_hidden_layers"))?;
+        let hidden_size = read("hidden_size")?.ok_or_else(|| missing("hidden_size"))?;
+        let attention_heads = read("num_attention_heads")?;
+        let attention_heads = || attention_heads.ok_or_else(|| missing("num_attention_heads"));
+        // Without grouped-query attention every query head has its own K and V.
+        let num_key_value_heads = match read("num_key_value_heads")? {
+            Some(heads) => heads,
+            None => attention_heads()?,
+        };
+        let head_dim = match read("head_dim")? {
+            Some(dim) => dim,
+            None => hidden_size / attention_heads()?,
+        };
+        let parameters = match (
+            read("vocab_size")?,
+            attention_heads().ok(),
+            read("intermediate_size")?,
+        ) {
+            (Some(vocab_size), Some(heads), Some(intermediate_size)) => {
                 let tied = config_value(config, "tie_word_embeddings")
                     .and_then(Value::as_bool)
                     // transformers' default, which the configs rely on.
@@ -233,24 +241,12 @@ impl ModelShape {
                 let output = if tied { 0 } else { embeddings };
                 // q and o: heads * head_dim by hidden; k and v: kv heads * head_dim.
                 let attention = 2 * hidden_size * head_dim * (heads + num_key_value_heads);
-                let dense_mlp = intermediate_size.map(|size| 3 * hidden_size * size);
-                let dense = if dense_layers == 0 {
-                    Some(0)
-                } else {
-                    dense_mlp.map(|mlp| dense_layers.saturating_mul(mlp))
-                };
-                let moe = experts.map_or(0, |e| {
-                    let router = hidden_size * e.num_experts;
-                    e.moe_layers
-                        .saturating_mul(e.num_experts * e.parameters_per_expert + router)
-                });
-                dense.map(|dense| {
+                let mlp = 3 * hidden_size * intermediate_size;
+                Some(
                     embeddings
                         .saturating_add(output)
-                        .saturating_add(num_hidden_layers.saturating_mul(attention))
-                        .saturating_add(dense)
-                        .saturating_add(moe)
-                })
+                        .saturating_add(num_hidden_layers.saturating_mul(attention + mlp)),
+                )
             }
             _ => None,
         };
@@ -259,10 +255,10 @@ impl ModelShape {
             num_key_value_heads,
             head_dim,
             hidden_size,
-            max_position_embeddings,
+            max_position_embeddings: read("max_position_embeddings")?,
             kv_dtype,
-            sliding_window,
-            experts,
+            sliding_window: None,
+            experts: None,
             parameters,
         })
     }
@@ -327,81 +323,10 @@ impl ModelShape {
     }
 }
 
-/// The layers a sliding window bounds, as mlx-lm's `make_cache` builds them:
-/// Gemma 3's layer `i` is global when `(i + 1)` is a multiple of
-/// `sliding_window_pattern`; gpt-oss's `layer_types` entries other than
-/// `full_attention` slide (alternating, sliding first, when absent).
-fn sliding_window_layers(
-    config: &Value,
-    family: Family,
-    num_hidden_layers: u64,
-    read: &impl Fn(&'static str) -> Result<Option<u64>, FitError>,
-) -> Result<Option<SlidingWindowLayers>, FitError> {
-    let layers = match family {
-        Family::Gemma3Text | Family::Gemma3 => {
-            let pattern = read("sliding_window_pattern")?.unwrap_or(1);
-            num_hidden_layers - num_hidden_layers / pattern
-        }
-        Family::GptOss => match config_value(config, "layer_types").and_then(Value::as_array) {
-            Some(types) => types
-                .iter()
-                .take(num_hidden_layers as usize)
-                .filter(|kind| kind.as_str() != Some("full_attention"))
-                .count() as u64,
-            None => num_hidden_layers / 2,
-        },
-        Family::Qwen3Moe | Family::Other => return Ok(None),
-    };
-    let Some(window_tokens) = read("sliding_window")? else {
-        return Ok(None);
-    };
-    Ok(Some(SlidingWindowLayers {
-        layers,
-        window_tokens,
-    }))
-}
-
-/// The experts of a `qwen3_moe` or `gpt_oss` config; `None` for the others.
-fn expert_layers(
-    config: &Value,
-    family: Family,
-    num_hidden_layers: u64,
-    hidden_size: u64,
-) -> Result<Option<ExpertLayers>, FitError> {
-    let required =
-        |key: &'static str| positive(config, key)?.ok_or(FitError::ConfigKeyMissing { key });
-    let (num_experts, expert_size, moe_layers) = match family {
-        Family::Qwen3Moe => {
-            let num_experts = whole(config, "num_experts")?.unwrap_or(0);
-            if num_experts == 0 {
-                return Ok(None);
-            }
-            let step = positive(config, "decoder_sparse_step")?
-                .or_else(|| family.default("decoder_sparse_step"))
-                .unwrap_or(1);
-            let mlp_only: Vec<u64> = config_value(config, "mlp_only_layers")
-                .and_then(Value::as_array)
-                .map(|layers| layers.iter().filter_map(Value::as_u64).collect())
-                .unwrap_or_default();
-            let moe_layers = (0..num_hidden_layers)
-                .filter(|layer| !mlp_only.contains(layer) && (layer + 1) % step == 0)
-                .count() as u64;
-            (num_experts, required("moe_intermediate_size")?, moe_layers)
-        }
-        Family::GptOss => (
-            required("num_local_experts")?,
-            required("intermediate_size")?,
-            num_hidden_layers,
-        ),
-        Family::Gemma3Text | Family::Gemma3 | Family::Other => return Ok(None),
-    };
-    let experts_per_token = required("num_experts_per_tok")?.min(num_experts);
-    Ok(Some(ExpertLayers {
-        num_experts,
-        experts_per_token,
-        moe_layers,
-        parameters_per_expert: 3 * hidden_size * expert_size,
-    }))
+fn missing(key: &str) -> FitError {
+    FitError::ConfigKeyMissing {
+        key: key.to_owned(),
+    }
 }
 
 /// A key of the language model's config. Multimodal configs keep it under
@@ -422,24 +347,11 @@ fn positive(config: &Value, key: &'static str) -> Result<Option<u64>, FitError> 
     match value.as_u64() {
         Some(n) if n > 0 => Ok(Some(n)),
         _ => Err(FitError::ConfigKeyInvalid {
-            key,
+            key: key.to_owned(),
             found: value.to_string(),
+            expected: "not a positive whole number".to_owned(),
         }),
     }
-}
-
-/// A whole number that may be zero (`num_experts: 0` is a dense model).
-fn whole(config: &Value, key: &'static str) -> Result<Option<u64>, FitError> {
-    let Some(value) = config_value(config, key) else {
-        return Ok(None);
-    };
-    value
-        .as_u64()
-        .map(Some)
-        .ok_or_else(|| FitError::ConfigKeyInvalid {
-            key,
-            found: value.to_string(),
-        })
 }
 
 /// The safetensors format caps its JSON header at 100 MB; a larger length
@@ -790,6 +702,10 @@ mod tests {
             "head_dim": 128,
             "hidden_size": 3072,
             "max_position_embeddings": 131072,
+            "intermediate_size": 8192,
+            "vocab_size": 128256,
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 500000.0,
             "torch_dtype": "bfloat16"
         })
     }
@@ -859,8 +775,7 @@ mod tests {
                 "num_hidden_layers": 34,
                 "num_attention_heads": 8,
                 "num_key_value_heads": 4,
-                "head_dim": 256,
-                "max_position_embeddings": 131072
+                "head_dim": 256
             }
         });
         let shape = ModelShape::from_config(&config, Some("BF16")).unwrap();
@@ -868,6 +783,7 @@ mod tests {
         assert_eq!(shape.num_key_value_heads, 4);
         assert_eq!(shape.head_dim, 256);
         assert_eq!(shape.hidden_size, 2560);
+        // The larger Gemma 3 models' context, as the engine has it too.
         assert_eq!(shape.max_position_embeddings, Some(131072));
         // The top-level dtype still applies to the text model.
         assert_eq!(shape.kv_dtype, KvDtype::F32);
@@ -934,7 +850,7 @@ mod tests {
         assert_eq!(
             error,
             FitError::ConfigKeyMissing {
-                key: "num_hidden_layers"
+                key: "num_hidden_layers".into()
             }
         );
         let message = error.to_string();
@@ -945,12 +861,22 @@ mod tests {
             "{message}"
         );
 
-        // Attention heads are only needed to derive what is missing.
+        // A model type Ondo does not run is sized from the shared keys, and
+        // attention heads are only needed to derive what is missing.
         let config = json!({ "num_hidden_layers": 2, "hidden_size": 64 });
         assert_eq!(
             ModelShape::from_config(&config, None),
             Err(FitError::ConfigKeyMissing {
-                key: "num_attention_heads"
+                key: "num_attention_heads".into()
+            })
+        );
+        // A family Ondo runs needs what its engine needs.
+        let mut config = llama_3b_config();
+        config.as_object_mut().unwrap().remove("rms_norm_eps");
+        assert_eq!(
+            ModelShape::from_config(&config, None),
+            Err(FitError::ConfigKeyMissing {
+                key: "rms_norm_eps".into()
             })
         );
     }
@@ -963,8 +889,9 @@ mod tests {
         assert_eq!(
             error,
             FitError::ConfigKeyInvalid {
-                key: "num_key_value_heads",
-                found: "\"8\"".to_string()
+                key: "num_key_value_heads".into(),
+                found: "\"8\"".to_string(),
+                expected: "not a positive whole number".into(),
             }
         );
         config["num_key_value_heads"] = json!(0);
@@ -1169,6 +1096,8 @@ mod tests {
             "mlp_only_layers": [3],
             "vocab_size": 100,
             "tie_word_embeddings": false,
+            "rms_norm_eps": 1e-6,
+            "rope_theta": 1000000.0,
             "torch_dtype": "bfloat16"
         });
         let shape = ModelShape::from_config(&config, None).unwrap();
@@ -1177,8 +1106,10 @@ mod tests {
         assert_eq!(experts.parameters_per_expert, 3 * 64 * 32);
         // Embeddings and output 2 * 100 * 64 = 12,800; attention per layer
         // 2 * 64 * 16 * (4 + 2) = 12,288; three dense MLPs 3 * 64 * 128 =
-        // 24,576 each; one MoE layer of 8 experts of 6,144 and a 512 router.
-        let total = 12_800 + 4 * 12_288 + 3 * 24_576 + 8 * 6_144 + 512;
+        // 24,576 each; one MoE layer of 8 experts of 6,144 and a 512 router;
+        // norms: two of 64 and the q/k norms of 16 per layer, the final 64.
+        let norms = 4 * (2 * 64 + 2 * 16) + 64;
+        let total = 12_800 + 4 * 12_288 + 3 * 24_576 + 8 * 6_144 + 512 + norms;
         assert_eq!(shape.parameters, Some(total));
         assert_eq!(shape.active_parameters(), Some(total - 6 * 6_144));
         assert_eq!(shape.sliding_window, None);
@@ -1189,7 +1120,10 @@ mod tests {
         let shape = ModelShape::from_config(&dense, None).unwrap();
         assert_eq!(shape.experts, None);
         assert_eq!(shape.active_parameters(), None);
-        assert_eq!(shape.parameters, Some(12_800 + 4 * 12_288 + 4 * 24_576));
+        assert_eq!(
+            shape.parameters,
+            Some(12_800 + 4 * 12_288 + 4 * 24_576 + norms)
+        );
     }
 
     #[test]
@@ -1205,6 +1139,7 @@ mod tests {
             "num_local_experts": 4,
             "num_experts_per_tok": 2,
             "vocab_size": 100,
+            "rms_norm_eps": 1e-5,
             "torch_dtype": "bfloat16"
         });
         let shape = ModelShape::from_config(&config, None).unwrap();
@@ -1231,7 +1166,8 @@ mod tests {
             Some("all 4 experts stay in memory; 2 of them work on each token")
         );
 
-        // layer_types decides when given; a missing expert key is named.
+        // layer_types decides when given; a list that does not name every
+        // layer is refused by name.
         let mut listed = config.clone();
         listed["layer_types"] = json!([
             "full_attention",
@@ -1250,15 +1186,11 @@ mod tests {
                 window_tokens: 256
             })
         );
-        listed
-            .as_object_mut()
-            .unwrap()
-            .remove("num_experts_per_tok");
-        assert_eq!(
-            ModelShape::from_config(&listed, None),
-            Err(FitError::ConfigKeyMissing {
-                key: "num_experts_per_tok"
-            })
+        listed["layer_types"] = json!(["full_attention"]);
+        let error = ModelShape::from_config(&listed, None).unwrap_err();
+        assert!(
+            error.to_string().contains("layer_types names 1 layers"),
+            "{error}"
         );
     }
 
@@ -1275,6 +1207,8 @@ mod tests {
             "sliding_window": 512,
             "sliding_window_pattern": 6,
             "max_position_embeddings": 32768,
+            "intermediate_size": 6912,
+            "vocab_size": 262144,
             "torch_dtype": "bfloat16"
         });
         let input = |context_tokens, available_bytes| FitInput {

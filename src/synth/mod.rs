@@ -16,16 +16,20 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-pub use presets::{Arch, ExpertShape, Preset, Shape, WeightDtype};
+pub use presets::{ExpertShape, Preset, Shape, WeightDtype};
 
 use crate::ErrorKind;
+use crate::family::synth::SynthChoices;
+use crate::family::{self, Family};
 use crate::paths::DataDirs;
 
 /// Everything that decides what `ondo synth` writes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SynthOptions {
     pub preset: Preset,
-    pub arch: Arch,
+    /// The family whose folder is written (its `model_type` and weight
+    /// names).
+    pub arch: &'static Family,
     /// 4 or 8 for affine quantization; `None` leaves the weights unquantized.
     pub bits: Option<u8>,
     /// Quantize the routed experts to mxfp4 (4-bit floats sharing a
@@ -53,7 +57,7 @@ impl SynthOptions {
             bits: preset.default_bits,
             dtype: preset.default_dtype,
             preset,
-            arch: Arch::Llama,
+            arch: &family::LLAMA,
             experts_mxfp4: false,
             group_size: 64,
             seed: 0,
@@ -63,42 +67,22 @@ impl SynthOptions {
         }
     }
 
-    /// The shape after the architecture's own conventions are applied.
+    /// The shape after the family's own conventions are applied.
     pub fn shape(&self) -> Shape {
         let mut shape = self.preset.shape.clone();
-        if self.arch != Arch::Llama {
-            // Mistral and Qwen use plain rope with a larger base, no llama3 scaling.
-            shape.rope_theta = 1_000_000.0;
-            shape.rope_scaling = None;
-        }
-        if self.arch == Arch::Qwen3Moe && shape.experts.is_none() {
-            shape.experts = Some(ExpertShape::eight_choose_two(&shape));
-        }
-        if self.arch == Arch::GptOss {
-            let experts = shape
-                .experts
-                .unwrap_or_else(|| ExpertShape::eight_choose_two(&shape));
-            shape.experts = Some(experts);
-            // gpt-oss's experts are `intermediate_size` wide, and it has
-            // no dense MLP; its head is never tied.
-            shape.intermediate_size = experts.moe_intermediate_size;
-            shape.tie_word_embeddings = false;
-            shape.rope_theta = 150_000.0;
-        }
+        (self.arch.synth.adjust)(&mut shape);
         shape
+    }
+
+    fn choices(&self) -> SynthChoices {
+        SynthChoices {
+            sliding_window: self.sliding_window,
+        }
     }
 }
 
 /// Gemma 3 1B's window.
 pub const DEFAULT_SLIDING_WINDOW: usize = 512;
-
-/// longrope's stretch of a synthetic Phi folder: the preset's context is
-/// written as 32 times the original one (Phi-4-mini's 131072 over 4096), so
-/// the rotated dimensions are scaled as Phi-4-mini's are.
-const PHI_CONTEXT_STRETCH: usize = 32;
-
-/// Phi-4-mini rotates the first three quarters of each head.
-const PHI_PARTIAL_ROTARY: f64 = 0.75;
 
 /// What `ondo synth` wrote.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -137,6 +121,10 @@ pub enum SynthError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "the config.json Ondo wrote for {model_type} does not settle ({message}); this is a bug in Ondo's synth"
+    )]
+    Config { model_type: String, message: String },
     #[error("MLX failed while making tensor {tensor}: {message}")]
     Mlx { tensor: String, message: String },
     #[error(transparent)]
@@ -154,6 +142,7 @@ impl SynthError {
             SynthError::TargetNotEmpty { .. } => ErrorKind::FolderNotEmpty,
             SynthError::Io { .. } => ErrorKind::Io,
             SynthError::Mlx { .. } => ErrorKind::Mlx,
+            SynthError::Config { .. } => ErrorKind::Internal,
             SynthError::Tokenizer(tokenizer::TokenizerSynthError::VocabTooSmall { .. }) => {
                 ErrorKind::InvalidInput
             }
@@ -193,7 +182,7 @@ fn validate(options: &SynthOptions) -> Result<(), SynthError> {
     let shape = options.shape();
     if options.experts_mxfp4 && (shape.experts.is_none() || options.bits.is_none()) {
         return Err(SynthError::Mxfp4ExpertsUnavailable {
-            arch: options.arch.model_type().to_owned(),
+            arch: options.arch.model_type.to_owned(),
         });
     }
     let group = options.group_size as usize;
@@ -283,12 +272,8 @@ fn write_into(
         },
         dir,
     )?;
-    // The embedding must at least cover every id the tokenizer can produce.
-    let mut shape = shape;
-    shape.vocab_size = shape.vocab_size.max(tokenizer.vocab_size);
-    let written = weights::write_weights(options, &shape, dir, progress)?;
-
-    let config = config_json(options, &shape, &tokenizer);
+    let PlannedModel { config, plan } = plan_model(options, &tokenizer)?;
+    let written = weights::write_weights(options, &plan, dir, progress)?;
     write_json(&dir.join("config.json"), &config)?;
     let generation = json!({
         "bos_token_id": tokenizer.bos_token_id,
@@ -301,7 +286,7 @@ fn write_into(
     Ok(SynthSummary {
         dir: dir.to_owned(),
         preset: options.preset.name.to_owned(),
-        model_type: options.arch.model_type().to_owned(),
+        model_type: options.arch.model_type.to_owned(),
         parameters: written.parameters,
         bytes_on_disk,
         weight_files: written.files,
@@ -309,160 +294,81 @@ fn write_into(
     })
 }
 
-/// `config.json` as an mlx-community checkpoint of this shape writes it.
+/// A folder's config.json and its tensors, before anything is made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedModel {
+    pub config: serde_json::Value,
+    pub plan: Vec<family::tensors::PlannedTensor>,
+}
+
+/// What `write_model` will write for these options and a tokenizer of this
+/// vocabulary and these special ids: config.json as an mlx-community
+/// checkpoint of the family writes it, and the tensors of the config the
+/// family settles from it (what the engine and mlx-lm will read). Nothing is
+/// computed, so any preset can be planned on any machine.
+pub fn plan_model(
+    options: &SynthOptions,
+    tokenizer: &tokenizer::SynthTokenizer,
+) -> Result<PlannedModel, SynthError> {
+    validate(options)?;
+    let mut shape = options.shape();
+    // The embedding must at least cover every id the tokenizer can produce.
+    shape.vocab_size = shape.vocab_size.max(tokenizer.vocab_size);
+    let mut config = config_json(options, &shape, tokenizer);
+    let settled = family::settle(&config).map_err(|error| SynthError::Config {
+        model_type: options.arch.model_type.to_owned(),
+        message: error.to_string(),
+    })?;
+    let plan = family::tensors::plan(&settled);
+    if let Some(quantization) = quantization_json(options, &plan) {
+        config["quantization"] = quantization.clone();
+        config["quantization_config"] = quantization;
+    }
+    Ok(PlannedModel { config, plan })
+}
+
+/// `config.json` as an mlx-community checkpoint of this shape writes it,
+/// before its quantization block (`quantization_json`).
 fn config_json(
     options: &SynthOptions,
     shape: &Shape,
     tokenizer: &tokenizer::SynthTokenizer,
 ) -> serde_json::Value {
-    let mut config = json!({
-        "architectures": [options.arch.class_name()],
-        "model_type": options.arch.model_type(),
-        "hidden_size": shape.hidden_size,
-        "intermediate_size": shape.intermediate_size,
-        "num_hidden_layers": shape.num_hidden_layers,
-        "num_attention_heads": shape.num_attention_heads,
-        "num_key_value_heads": shape.num_key_value_heads,
-        "head_dim": shape.head_dim,
-        "vocab_size": shape.vocab_size,
-        "max_position_embeddings": shape.max_position_embeddings,
-        "rms_norm_eps": shape.rms_norm_eps,
-        "rope_theta": shape.rope_theta,
-        "tie_word_embeddings": shape.tie_word_embeddings,
-        "attention_bias": false,
-        "mlp_bias": false,
-        "hidden_act": "silu",
-        "bos_token_id": tokenizer.bos_token_id,
-        "eos_token_id": tokenizer.eos_token_ids,
-        "torch_dtype": options.dtype.torch_name(),
-        "ondo_synthetic": {
-            "preset": options.preset.name,
-            "seed": options.seed,
-            "note": "random weights written by `ondo synth`: for speed tests, not for answers",
-        },
+    let family = options.arch;
+    let mut config = family::synth::shared_config(family.model_type, family.class_name, shape);
+    config["bos_token_id"] = json!(tokenizer.bos_token_id);
+    config["eos_token_id"] = json!(tokenizer.eos_token_ids);
+    config["torch_dtype"] = json!(options.dtype.torch_name());
+    config["ondo_synthetic"] = json!({
+        "preset": options.preset.name,
+        "seed": options.seed,
+        "note": "random weights written by `ondo synth`: for speed tests, not for answers",
     });
-    if let Some(scaling) = shape.rope_scaling {
-        config["rope_scaling"] = json!({
-            "rope_type": "llama3",
-            "factor": scaling.factor,
-            "low_freq_factor": scaling.low_freq_factor,
-            "high_freq_factor": scaling.high_freq_factor,
-            "original_max_position_embeddings": scaling.original_max_position_embeddings,
-        });
-    }
-    if options.arch == Arch::GptOss {
-        let layer_types: Vec<&str> = (0..shape.num_hidden_layers)
-            .map(|i| {
-                if i % 2 == 0 {
-                    "sliding_attention"
-                } else {
-                    "full_attention"
-                }
-            })
-            .collect();
-        config["layer_types"] = json!(layer_types);
-        config["sliding_window"] = json!(options.sliding_window);
-        config["attention_bias"] = json!(true);
-        config["swiglu_limit"] = json!(7.0);
-        // gpt-oss 20B's yarn, over the preset's context.
-        config["rope_scaling"] = json!({
-            "rope_type": "yarn",
-            "factor": 32.0,
-            "beta_fast": 32.0,
-            "beta_slow": 1.0,
-            "original_max_position_embeddings": (shape.max_position_embeddings / 32).max(1),
-            "truncate": false,
-        });
-        if let Some(experts) = shape.experts {
-            config["num_local_experts"] = json!(experts.num_experts);
-            config["num_experts_per_tok"] = json!(experts.experts_per_token);
-        }
-    } else if let Some(experts) = shape.experts {
-        config["num_experts"] = json!(experts.num_experts);
-        config["num_experts_per_tok"] = json!(experts.experts_per_token);
-        config["moe_intermediate_size"] = json!(experts.moe_intermediate_size);
-        config["norm_topk_prob"] = json!(true);
-        config["decoder_sparse_step"] = json!(1);
-        config["mlp_only_layers"] = json!([]);
-    }
-    match options.arch {
-        arch if arch.is_gemma3() => {
-            let text = config
-                .as_object_mut()
-                .map(std::mem::take)
-                .unwrap_or_default();
-            let mut text = serde_json::Value::Object(text);
-            text["rope_local_base_freq"] = json!(10_000.0);
-            text["query_pre_attn_scalar"] = json!(shape.head_dim);
-            text["sliding_window"] = json!(options.sliding_window);
-            // Every second layer attends to everything: a two-layer preset
-            // still has one of each kind.
-            text["sliding_window_pattern"] = json!(2);
-            text["hidden_activation"] = json!("gelu_pytorch_tanh");
-            text["hidden_act"] = json!("gelu_pytorch_tanh");
-            text["final_logit_softcapping"] = serde_json::Value::Null;
-            text["attn_logit_softcapping"] = serde_json::Value::Null;
-            config = if arch == Arch::Gemma3 {
-                let synthetic = text["ondo_synthetic"].take();
-                let top = json!({
-                    "architectures": [arch.class_name()],
-                    "model_type": "gemma3",
-                    "vocab_size": shape.vocab_size,
-                    "eos_token_id": tokenizer.eos_token_ids,
-                    "bos_token_id": tokenizer.bos_token_id,
-                    "torch_dtype": options.dtype.torch_name(),
-                    "vision_config": {"model_type": "siglip_vision_model"},
-                    "ondo_synthetic": synthetic,
-                });
-                text["model_type"] = json!("gemma3_text");
-                if let Some(fields) = text.as_object_mut() {
-                    fields.remove("architectures");
-                    fields.remove("ondo_synthetic");
-                }
-                let mut top = top;
-                top["text_config"] = text;
-                top
-            } else {
-                text
-            };
-        }
-        Arch::Phi3 => {
-            let rotary = (shape.head_dim as f64 * PHI_PARTIAL_ROTARY) as usize;
-            // Factors that differ per frequency, as real long factors do.
-            let factors: Vec<f64> = (0..rotary / 2)
-                .map(|i| 1.0 + i as f64 / (rotary / 2) as f64)
-                .collect();
-            config["partial_rotary_factor"] = json!(PHI_PARTIAL_ROTARY);
-            config["original_max_position_embeddings"] =
-                json!((shape.max_position_embeddings / PHI_CONTEXT_STRETCH).max(1));
-            config["rope_scaling"] = json!({
-                "type": "longrope",
-                "long_factor": factors,
-                "short_factor": vec![1.0; rotary / 2],
-            });
-            config.as_object_mut().map(|c| c.remove("head_dim"));
-        }
-        _ => {}
-    }
-    if let Some(bits) = options.bits {
-        let mut quantization = json!({
-            "group_size": options.group_size,
-            "bits": bits,
-            "mode": "affine",
-        });
-        // Modules quantized otherwise than the default, by path, as
-        // mlx-lm's converter records them.
-        for (module, params) in weights::module_quantization(options, shape) {
-            quantization[module] = json!({
-                "group_size": params.group_size,
-                "bits": params.bits,
-                "mode": params.mode_name(),
-            });
-        }
-        config["quantization"] = quantization.clone();
-        config["quantization_config"] = quantization;
-    }
+    (family.synth.config)(&mut config, shape, &options.choices());
     config
+}
+
+/// The quantization block, with the modules quantized otherwise than the
+/// default by path, as mlx-lm's converter records them; `None` for an
+/// unquantized folder.
+fn quantization_json(
+    options: &SynthOptions,
+    plan: &[family::tensors::PlannedTensor],
+) -> Option<serde_json::Value> {
+    let bits = options.bits?;
+    let mut quantization = json!({
+        "group_size": options.group_size,
+        "bits": bits,
+        "mode": "affine",
+    });
+    for (module, params) in weights::module_quantization(options, plan) {
+        quantization[module] = json!({
+            "group_size": params.group_size,
+            "bits": params.bits,
+            "mode": params.mode_name(),
+        });
+    }
+    Some(quantization)
 }
 
 fn write_json(path: &Path, value: &serde_json::Value) -> Result<(), SynthError> {
@@ -519,6 +425,7 @@ mod tests {
             SynthError::GroupSizeMismatch { .. } => "invalid_input",
             SynthError::Io { .. } => "io",
             SynthError::Mlx { .. } => "mlx",
+            SynthError::Config { .. } => "internal",
             SynthError::Tokenizer(TokenizerSynthError::VocabTooSmall { .. }) => "invalid_input",
             SynthError::Tokenizer(TokenizerSynthError::Build { .. }) => "internal",
             SynthError::Tokenizer(TokenizerSynthError::CreateDir { .. }) => "io",
@@ -551,6 +458,10 @@ mod tests {
             SynthError::Mlx {
                 tensor: "model.embed_tokens.weight".into(),
                 message: "[random] out of memory".into(),
+            },
+            SynthError::Config {
+                model_type: "gemma3".into(),
+                message: "`text_config` is missing".into(),
             },
             SynthError::Tokenizer(TokenizerSynthError::VocabTooSmall {
                 requested: 10,

@@ -1,7 +1,11 @@
-//! The tensors of a synthetic checkpoint: names and shapes exactly as
-//! mlx-community writes them, random values from MLX's counter-based RNG keyed
-//! by (seed, tensor name), so a tensor's values do not depend on which other
-//! tensors were made before it.
+//! The tensors of a synthetic checkpoint: the family's tensor plan
+//! (`family::tensors`, names and shapes exactly as mlx-community writes
+//! them), filled with random values from MLX's counter-based RNG keyed by
+//! (seed, tensor name), so a tensor's values do not depend on which other
+//! tensors were made before it. Norm scales are ones; biases are drawn wider
+//! than matrices (normal(0, 0.1) against 0.02), so they visibly change an
+//! output. A quantized model's routers are 8-bit in groups of 64 whatever
+//! the rest, as mlx-lm's converter keeps Qwen3-MoE's.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
@@ -9,30 +13,11 @@ use std::path::Path;
 
 use mlx_rs::{Array, random};
 
-use crate::engine::model::QuantMode;
-use crate::engine::model::quantized::{self, QuantParams};
+use crate::engine::model::quantized;
+use crate::family::tensors::{PlannedTensor, TensorKind};
+use crate::family::{QuantMode, QuantParams};
 
-use super::{Arch, Shape, SynthError, SynthOptions, io_err};
-
-/// What a tensor is, which decides its values and whether it is quantized.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TensorKind {
-    /// A matrix of a Linear or Embedding layer: normal(0, 0.02); quantized
-    /// when the model is.
-    Matrix,
-    /// An RMSNorm scale: ones; never quantized.
-    NormScale,
-    /// A projection's bias (qwen2's q, k, v): normal(0, 0.1), so it
-    /// visibly changes the output; never quantized.
-    Bias,
-    /// A mixture-of-experts router `[E, hidden]`: normal(0, 0.02); when the
-    /// model is quantized, 8-bit in groups of 64 whatever the rest, as
-    /// mlx-lm's converter keeps routers of Qwen3-MoE.
-    Router,
-    /// The routed experts' stacked matrices `[E, out, in]`: normal(0, 0.02);
-    /// quantized like the rest, or mxfp4 when asked.
-    Experts,
-}
+use super::{SynthError, SynthOptions, io_err};
 
 /// How a synthetic tensor is quantized (the synth side of what the engine
 /// reads as `QuantParams`).
@@ -95,12 +80,14 @@ fn quant_of(options: &SynthOptions, kind: TensorKind) -> Option<SynthQuant> {
 
 /// The modules whose quantization differs from the default, by module path
 /// (the tensor name without `.weight`), for config.json.
-pub fn module_quantization(options: &SynthOptions, shape: &Shape) -> Vec<(String, SynthQuant)> {
+pub fn module_quantization(
+    options: &SynthOptions,
+    plan: &[PlannedTensor],
+) -> Vec<(String, SynthQuant)> {
     let Some(default) = quant_of(options, TensorKind::Matrix) else {
         return Vec::new();
     };
-    tensor_plan(options.arch, shape)
-        .into_iter()
+    plan.iter()
         .filter_map(|t| {
             let quant = quant_of(options, t.kind)?;
             let module = t.name.strip_suffix(".weight")?.to_owned();
@@ -109,218 +96,12 @@ pub fn module_quantization(options: &SynthOptions, shape: &Shape) -> Vec<(String
         .collect()
 }
 
-/// One tensor of the plan (before quantization).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlannedTensor {
-    /// The checkpoint name, e.g. `model.layers.0.self_attn.q_proj.weight`.
-    pub name: String,
-    pub shape: Vec<i32>,
-    pub kind: TensorKind,
-}
-
 /// Progress of `write_weights`, reported after each tensor.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Progress {
     pub tensors_done: usize,
     pub tensors_total: usize,
     pub current: String,
-}
-
-/// The tensors a model of this shape and architecture has, in file order.
-pub fn tensor_plan(arch: Arch, shape: &Shape) -> Vec<PlannedTensor> {
-    let to_i32 = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
-    let hidden = to_i32(shape.hidden_size);
-    let inter = to_i32(shape.intermediate_size);
-    let q_out = to_i32(shape.num_attention_heads * shape.head_dim);
-    let kv_out = to_i32(shape.num_key_value_heads * shape.head_dim);
-    let head_dim = to_i32(shape.head_dim);
-    let vocab = to_i32(shape.vocab_size);
-
-    let root = arch.weight_root();
-    let mut plan = Vec::new();
-    let mut add = |name: String, shape: Vec<i32>, kind| {
-        plan.push(PlannedTensor {
-            name: format!("{root}{name}"),
-            shape,
-            kind,
-        })
-    };
-    add(
-        "model.embed_tokens.weight".into(),
-        vec![vocab, hidden],
-        TensorKind::Matrix,
-    );
-    for layer in 0..shape.num_hidden_layers {
-        let p = format!("model.layers.{layer}");
-        add(
-            format!("{p}.input_layernorm.weight"),
-            vec![hidden],
-            TensorKind::NormScale,
-        );
-        let separate: &[(&str, i32)] = if arch == Arch::Phi3 {
-            add(
-                format!("{p}.self_attn.qkv_proj.weight"),
-                vec![q_out + 2 * kv_out, hidden],
-                TensorKind::Matrix,
-            );
-            &[]
-        } else {
-            &[("q_proj", q_out), ("k_proj", kv_out), ("v_proj", kv_out)]
-        };
-        for &(proj, out) in separate {
-            add(
-                format!("{p}.self_attn.{proj}.weight"),
-                vec![out, hidden],
-                TensorKind::Matrix,
-            );
-            if matches!(arch, Arch::Qwen2 | Arch::GptOss) {
-                add(
-                    format!("{p}.self_attn.{proj}.bias"),
-                    vec![out],
-                    TensorKind::Bias,
-                );
-            }
-        }
-        add(
-            format!("{p}.self_attn.o_proj.weight"),
-            vec![hidden, q_out],
-            TensorKind::Matrix,
-        );
-        if arch == Arch::GptOss {
-            add(
-                format!("{p}.self_attn.o_proj.bias"),
-                vec![hidden],
-                TensorKind::Bias,
-            );
-            // One sink logit per head.
-            let heads = to_i32(shape.num_attention_heads);
-            add(
-                format!("{p}.self_attn.sinks"),
-                vec![heads],
-                TensorKind::Bias,
-            );
-        }
-        if matches!(arch, Arch::Qwen3 | Arch::Qwen3Moe) || arch.is_gemma3() {
-            for norm in ["q_norm", "k_norm"] {
-                add(
-                    format!("{p}.self_attn.{norm}.weight"),
-                    vec![head_dim],
-                    TensorKind::NormScale,
-                );
-            }
-        }
-        add(
-            format!("{p}.post_attention_layernorm.weight"),
-            vec![hidden],
-            TensorKind::NormScale,
-        );
-        if arch.is_gemma3() {
-            for norm in ["pre_feedforward_layernorm", "post_feedforward_layernorm"] {
-                add(
-                    format!("{p}.{norm}.weight"),
-                    vec![hidden],
-                    TensorKind::NormScale,
-                );
-            }
-        }
-        match shape.experts {
-            // The router, then each projection of every expert stacked
-            // `[E, out, in]`, as mlx-community stores them; gpt-oss's with
-            // a bias each.
-            Some(experts) => {
-                let count = to_i32(experts.num_experts);
-                let inter = to_i32(experts.moe_intermediate_size);
-                let gpt_oss = arch == Arch::GptOss;
-                let (router, switch) = if gpt_oss {
-                    ("router", "experts")
-                } else {
-                    ("gate", "switch_mlp")
-                };
-                add(
-                    format!("{p}.mlp.{router}.weight"),
-                    vec![count, hidden],
-                    TensorKind::Router,
-                );
-                if gpt_oss {
-                    add(
-                        format!("{p}.mlp.{router}.bias"),
-                        vec![count],
-                        TensorKind::Bias,
-                    );
-                }
-                for (proj, out, inp) in [
-                    ("gate_proj", inter, hidden),
-                    ("up_proj", inter, hidden),
-                    ("down_proj", hidden, inter),
-                ] {
-                    add(
-                        format!("{p}.mlp.{switch}.{proj}.weight"),
-                        vec![count, out, inp],
-                        TensorKind::Experts,
-                    );
-                    if gpt_oss {
-                        add(
-                            format!("{p}.mlp.{switch}.{proj}.bias"),
-                            vec![count, out],
-                            TensorKind::Bias,
-                        );
-                    }
-                }
-            }
-            None => {
-                if arch == Arch::Phi3 {
-                    add(
-                        format!("{p}.mlp.gate_up_proj.weight"),
-                        vec![2 * inter, hidden],
-                        TensorKind::Matrix,
-                    );
-                } else {
-                    add(
-                        format!("{p}.mlp.gate_proj.weight"),
-                        vec![inter, hidden],
-                        TensorKind::Matrix,
-                    );
-                    add(
-                        format!("{p}.mlp.up_proj.weight"),
-                        vec![inter, hidden],
-                        TensorKind::Matrix,
-                    );
-                }
-                add(
-                    format!("{p}.mlp.down_proj.weight"),
-                    vec![hidden, inter],
-                    TensorKind::Matrix,
-                );
-            }
-        }
-    }
-    add(
-        "model.norm.weight".into(),
-        vec![hidden],
-        TensorKind::NormScale,
-    );
-    if !shape.tie_word_embeddings {
-        add(
-            "lm_head.weight".into(),
-            vec![vocab, hidden],
-            TensorKind::Matrix,
-        );
-    }
-    if arch == Arch::Gemma3 {
-        // A token vision tower and projector: present in every multimodal
-        // checkpoint, read by neither Ondo nor mlx-lm's text model.
-        for name in [
-            "vision_tower.vision_model.post_layernorm.weight",
-            "multi_modal_projector.mm_soft_emb_norm.weight",
-        ] {
-            plan.push(PlannedTensor {
-                name: name.into(),
-                shape: vec![16],
-                kind: TensorKind::NormScale,
-            });
-        }
-    }
-    plan
 }
 
 /// FNV-1a over the seed and the tensor name: a stable per-tensor RNG key.
@@ -376,25 +157,64 @@ fn make_tensor(
     Ok(out)
 }
 
+/// The arrays `make_tensor` stores for `tensor`, by name, shape and dtype,
+/// without making them: the matrix itself, or its packed weight (uint32,
+/// the input axis packed 32 / bits to a word) with per-group scales (the
+/// weights' dtype, or uint8 exponents for mxfp4) and, for affine, biases.
+pub fn stored_layout(
+    options: &SynthOptions,
+    tensor: &PlannedTensor,
+) -> Vec<(String, Vec<i32>, mlx_rs::Dtype)> {
+    let dtype = options.dtype.to_mlx();
+    let Some(quant) = quant_of(options, tensor.kind) else {
+        return vec![(tensor.name.clone(), tensor.shape.clone(), dtype)];
+    };
+    let (leading, inputs) = tensor.shape.split_at(tensor.shape.len().saturating_sub(1));
+    let inputs = inputs.first().copied().unwrap_or(0);
+    let with_last = |last: i32| -> Vec<i32> { leading.iter().copied().chain([last]).collect() };
+    let stem = tensor.name.strip_suffix(".weight").unwrap_or(&tensor.name);
+    let groups = with_last(inputs / quant.group_size);
+    let mut arrays = vec![(
+        tensor.name.clone(),
+        with_last(inputs * quant.bits / 32),
+        mlx_rs::Dtype::Uint32,
+    )];
+    if quant.mxfp4 {
+        arrays.push((format!("{stem}.scales"), groups, mlx_rs::Dtype::Uint8));
+    } else {
+        arrays.push((format!("{stem}.scales"), groups.clone(), dtype));
+        arrays.push((format!("{stem}.biases"), groups, dtype));
+    }
+    arrays
+}
+
 /// What `write_weights` produced.
 pub struct WrittenWeights {
     pub files: Vec<String>,
     pub parameters: u64,
 }
 
-/// Writes the safetensors file(s), plus `model.safetensors.index.json` when
-/// the tensors exceed one shard.
+/// Writes the safetensors file(s) of `plan` and the family's extra
+/// tensors, plus `model.safetensors.index.json` when the tensors exceed one
+/// shard.
 pub fn write_weights(
     options: &SynthOptions,
-    shape: &Shape,
+    plan: &[PlannedTensor],
     dir: &Path,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<WrittenWeights, SynthError> {
-    let plan = tensor_plan(options.arch, shape);
-    let parameters = plan
+    let extra = options
+        .arch
+        .synth
+        .extra_tensors
         .iter()
-        .map(|t| t.shape.iter().map(|&d| d as u64).product::<u64>())
-        .sum();
+        .map(|name| PlannedTensor {
+            name: (*name).to_owned(),
+            shape: vec![16],
+            kind: TensorKind::NormScale,
+        });
+    let plan: Vec<PlannedTensor> = plan.iter().cloned().chain(extra).collect();
+    let parameters = plan.iter().map(PlannedTensor::elements).sum();
     let metadata = HashMap::from([("format".to_owned(), "mlx".to_owned())]);
 
     let mut shards: Vec<Vec<String>> = Vec::new();
@@ -469,4 +289,46 @@ pub fn write_weights(
         fs::write(&path, text + "\n").map_err(io_err(&path))?;
     }
     Ok(WrittenWeights { files, parameters })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::presets;
+
+    /// What `stored_layout` says is what `make_tensor` makes, for a matrix
+    /// in floats, affine 4-bit and mxfp4 experts.
+    #[test]
+    fn the_stored_layout_is_what_is_made() {
+        let mut options = SynthOptions::for_preset(presets::find("tiny").unwrap());
+        let tensors = [
+            PlannedTensor {
+                name: "m.weight".into(),
+                shape: vec![64, 128],
+                kind: TensorKind::Matrix,
+            },
+            PlannedTensor {
+                name: "e.weight".into(),
+                shape: vec![4, 64, 128],
+                kind: TensorKind::Experts,
+            },
+            PlannedTensor {
+                name: "n.weight".into(),
+                shape: vec![128],
+                kind: TensorKind::NormScale,
+            },
+        ];
+        for (bits, mxfp4) in [(None, false), (Some(4), false), (Some(8), true)] {
+            options.bits = bits;
+            options.experts_mxfp4 = mxfp4;
+            for tensor in &tensors {
+                let made: Vec<_> = make_tensor(&options, tensor)
+                    .unwrap()
+                    .into_iter()
+                    .map(|(name, array)| (name, array.shape().to_vec(), array.dtype()))
+                    .collect();
+                assert_eq!(made, stored_layout(&options, tensor), "{tensor:?} {bits:?}");
+            }
+        }
+    }
 }

@@ -1,6 +1,6 @@
 //! The decoder every family shares: RMSNorm, grouped-query attention with
 //! rope, a gated MLP. What differs between families is a field of
-//! `DecoderConfig`, filled in by each `model_type`'s own file: projection
+//! `family::ModelConfig`, filled in by each family's description: projection
 //! biases, q/k norms, fused projections (phi3), norms that add one, scaled
 //! embeddings and norms around both sublayers (gemma3), sliding-window
 //! layers beside full ones, partial rotary dimensions, and rope scaling
@@ -12,247 +12,14 @@ use mlx_rs::error::Exception;
 use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
 use mlx_rs::ops::indexing::{Ellipsis, IndexOp};
 use mlx_rs::{Array, ops};
-use serde::Deserialize;
 
 use super::activation;
-use super::experts::{ExpertsConfig, SparseExperts};
+use super::experts::SparseExperts;
 use super::{JointProjection, Linear, QuantConfig};
 use crate::engine::LoadError;
 use crate::engine::cache::{AttentionMask, LayerCache};
 use crate::engine::weights::WeightMap;
-
-/// `rope_scaling` of config.json.
-#[derive(Debug, Clone, Deserialize)]
-pub struct RopeScaling {
-    #[serde(default)]
-    pub rope_type: Option<String>,
-    #[serde(default, rename = "type")]
-    pub legacy_type: Option<String>,
-    #[serde(default = "one")]
-    pub factor: f32,
-    #[serde(default)]
-    pub low_freq_factor: Option<f32>,
-    #[serde(default)]
-    pub high_freq_factor: Option<f32>,
-    #[serde(default)]
-    pub original_max_position_embeddings: Option<f32>,
-    /// longrope (`su`): per-frequency factors; mlx-lm applies the long ones
-    /// at every length, and so does Ondo.
-    #[serde(default)]
-    pub long_factor: Option<Vec<f32>>,
-    #[serde(default)]
-    pub short_factor: Option<Vec<f32>>,
-    /// yarn's correction range and attention scale.
-    #[serde(default)]
-    pub beta_fast: Option<f32>,
-    #[serde(default)]
-    pub beta_slow: Option<f32>,
-    #[serde(default)]
-    pub mscale: Option<f32>,
-    #[serde(default)]
-    pub mscale_all_dim: Option<f32>,
-}
-
-fn one() -> f32 {
-    1.0
-}
-
-/// The config.json keys the dense decoders share. Keys whose default differs
-/// between architectures are optional here and settled by each model file.
-#[derive(Debug, Clone, Deserialize)]
-pub struct ConfigKeys {
-    pub hidden_size: i32,
-    pub intermediate_size: i32,
-    pub num_hidden_layers: usize,
-    pub num_attention_heads: i32,
-    #[serde(default)]
-    pub num_key_value_heads: Option<i32>,
-    #[serde(default)]
-    pub head_dim: Option<i32>,
-    pub vocab_size: i32,
-    pub rms_norm_eps: f32,
-    #[serde(default)]
-    pub rope_theta: Option<f32>,
-    #[serde(default)]
-    pub rope_traditional: bool,
-    #[serde(default)]
-    pub rope_scaling: Option<RopeScaling>,
-    /// transformers 5 nests `rope_theta` and the scaling here.
-    #[serde(default)]
-    pub rope_parameters: Option<serde_json::Value>,
-    #[serde(default)]
-    pub tie_word_embeddings: Option<bool>,
-    #[serde(default)]
-    pub attention_bias: Option<bool>,
-    #[serde(default)]
-    pub mlp_bias: Option<bool>,
-    #[serde(default)]
-    pub max_position_embeddings: Option<usize>,
-    #[serde(default)]
-    pub quantization: Option<QuantConfig>,
-}
-
-impl ConfigKeys {
-    /// Parses config.json's value; a missing or mistyped key names the file.
-    pub fn parse(value: &serde_json::Value, path: &Path) -> Result<Self, LoadError> {
-        let mut keys: Self =
-            serde_json::from_value(value.clone()).map_err(|e| LoadError::ConfigInvalid {
-                path: path.to_owned(),
-                message: e.to_string(),
-            })?;
-        if let Some(params) = keys.rope_parameters.clone() {
-            if keys.rope_theta.is_none() {
-                keys.rope_theta = params["rope_theta"].as_f64().map(|v| v as f32);
-            }
-            if keys.rope_scaling.is_none() && params.get("rope_type").is_some() {
-                keys.rope_scaling = serde_json::from_value(params).ok();
-            }
-        }
-        Ok(keys)
-    }
-
-    /// `tie_word_embeddings`, or a named error when an architecture
-    /// requires it (mlx-lm has no default for the Qwen3 families).
-    pub fn require_tie_word_embeddings(&self, path: &Path) -> Result<bool, LoadError> {
-        self.tie_word_embeddings
-            .ok_or_else(|| LoadError::ConfigInvalid {
-                path: path.to_owned(),
-                message: "tie_word_embeddings is missing".into(),
-            })
-    }
-
-    /// `rope_theta`, or a named error when an architecture requires it.
-    pub fn require_rope_theta(&self, path: &Path) -> Result<f32, LoadError> {
-        self.rope_theta.ok_or_else(|| LoadError::ConfigInvalid {
-            path: path.to_owned(),
-            message: "rope_theta is missing".into(),
-        })
-    }
-}
-
-/// Everything that shapes a dense decoder's computation, settled.
-#[derive(Debug, Clone)]
-pub struct DecoderConfig {
-    pub model_type: String,
-    pub hidden_size: i32,
-    pub intermediate_size: i32,
-    pub num_hidden_layers: usize,
-    pub num_attention_heads: i32,
-    pub num_key_value_heads: i32,
-    pub head_dim: i32,
-    pub vocab_size: i32,
-    pub rms_norm_eps: f32,
-    pub rope_theta: f32,
-    pub rope_traditional: bool,
-    pub rope_scaling: Option<RopeScaling>,
-    pub tie_word_embeddings: bool,
-    /// Biases on the q, k and v projections.
-    pub qkv_bias: bool,
-    /// A bias on the output projection.
-    pub o_bias: bool,
-    pub mlp_bias: bool,
-    /// RMSNorm of each head's queries and keys before rope (qwen3).
-    pub qk_norm: bool,
-    pub quantization: Option<QuantConfig>,
-    /// The longest context the model was trained for, when config.json says.
-    pub max_position_embeddings: Option<usize>,
-    /// Where the text model's tensors are: `model`, or
-    /// `language_model.model` inside a multimodal checkpoint (gemma3).
-    pub weight_prefix: String,
-    /// The untied head's tensor prefix (`lm_head`).
-    pub head_prefix: String,
-    /// Tensors of other parts of the checkpoint that are not read (a vision
-    /// tower): every tensor whose name starts with one is dropped.
-    pub skipped_prefixes: Vec<String>,
-    /// q, k and v in one `qkv_proj`, gate and up in one `gate_up_proj` (phi3).
-    pub fused_projections: bool,
-    /// RMSNorm scales are stored minus one and applied as `1 + w` (gemma).
-    pub norms_add_one: bool,
-    /// Embeddings are multiplied by this before the first layer (gemma:
-    /// the square root of the hidden size, rounded to bfloat16 first).
-    pub embed_scale: Option<f32>,
-    /// Each sublayer's output is normed too before the residual add, and the
-    /// MLP has its own pre-norm (gemma's four norms per layer).
-    pub sandwich_norms: bool,
-    pub activation: Activation,
-    /// Attention's softmax scale; `head_dim^-0.5` unless a family says
-    /// otherwise (gemma's `query_pre_attn_scalar`).
-    pub attention_scale: f32,
-    /// Leading dimensions of each head that rope rotates (`partial_rotary_factor`).
-    pub rotary_dims: i32,
-    /// Per layer, the sliding window it attends over, `None` for full
-    /// attention. Empty means every layer is full.
-    pub layer_windows: Vec<Option<i32>>,
-    /// Rope base of the sliding-window layers, when it differs (gemma's
-    /// `rope_local_base_freq`; those layers take no rope scaling).
-    pub local_rope_theta: Option<f32>,
-    /// A learned logit per head that joins each softmax (gpt-oss's sinks).
-    pub attention_sinks: bool,
-    /// The head is tied to the embedding exactly when the checkpoint has no
-    /// head tensor (gemma), whatever `tie_word_embeddings` says.
-    pub tie_when_no_head: bool,
-    /// Routed experts in place of the dense MLP, in the layers they name.
-    pub experts: Option<ExpertsConfig>,
-}
-
-/// The gate's activation in the gated MLP.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Activation {
-    /// `silu(gate) * up` (SwiGLU).
-    Silu,
-    /// The tanh approximation of GELU (gemma's `gelu_pytorch_tanh`).
-    GeluApprox,
-}
-
-impl DecoderConfig {
-    /// The shared keys with an architecture's choices for the rest.
-    pub fn from_keys(model_type: &str, keys: ConfigKeys, rope_theta: f32, tie: bool) -> Self {
-        let head_dim = keys
-            .head_dim
-            .unwrap_or(keys.hidden_size / keys.num_attention_heads.max(1));
-        Self {
-            model_type: model_type.to_owned(),
-            hidden_size: keys.hidden_size,
-            intermediate_size: keys.intermediate_size,
-            num_hidden_layers: keys.num_hidden_layers,
-            num_attention_heads: keys.num_attention_heads,
-            num_key_value_heads: keys.num_key_value_heads.unwrap_or(keys.num_attention_heads),
-            head_dim,
-            vocab_size: keys.vocab_size,
-            rms_norm_eps: keys.rms_norm_eps,
-            rope_theta,
-            rope_traditional: keys.rope_traditional,
-            rope_scaling: keys.rope_scaling,
-            tie_word_embeddings: tie,
-            qkv_bias: false,
-            o_bias: false,
-            mlp_bias: keys.mlp_bias.unwrap_or(false),
-            qk_norm: false,
-            quantization: keys.quantization,
-            max_position_embeddings: keys.max_position_embeddings,
-            weight_prefix: "model".into(),
-            head_prefix: "lm_head".into(),
-            skipped_prefixes: Vec::new(),
-            fused_projections: false,
-            norms_add_one: false,
-            embed_scale: None,
-            sandwich_norms: false,
-            activation: Activation::Silu,
-            attention_scale: (head_dim as f32).powf(-0.5),
-            rotary_dims: head_dim,
-            layer_windows: Vec::new(),
-            local_rope_theta: None,
-            attention_sinks: false,
-            tie_when_no_head: false,
-            experts: None,
-        }
-    }
-
-    /// The sliding window of layer `index`, `None` for full attention.
-    pub fn window_of(&self, index: usize) -> Option<i32> {
-        self.layer_windows.get(index).copied().flatten()
-    }
-}
+use crate::family::{Activation, ModelConfig, RopeScaling};
 
 /// Rotary position embedding over a head's first `dims` dimensions: a base
 /// and a position scale, or precomputed frequencies (llama3, longrope,
@@ -307,7 +74,7 @@ impl Rope {
     /// The rope of `config`'s full-attention layers (`local: false`) or of
     /// its sliding-window layers, which use `local_rope_theta` unscaled
     /// when the family has one.
-    fn new(config: &DecoderConfig, config_path: &Path, local: bool) -> Result<Self, LoadError> {
+    fn new(config: &ModelConfig, config_path: &Path, local: bool) -> Result<Self, LoadError> {
         let dims = config.rotary_dims;
         let mut rope = Self {
             dims,
@@ -328,8 +95,7 @@ impl Rope {
             path: config_path.to_owned(),
             message,
         };
-        let kind = s.rope_type.as_deref().or(s.legacy_type.as_deref());
-        match kind {
+        match s.kind() {
             // "default" and linear scaling with factor 1 are plain rope.
             Some("default") | None => {}
             Some("linear") => rope.position_scale = 1.0 / s.factor,
@@ -605,13 +371,10 @@ impl Decoder {
     /// Builds the model from a config and takes exactly its tensors from
     /// `weights` (anything left over is an error).
     pub fn load(
-        config: &DecoderConfig,
+        config: &ModelConfig,
         config_path: &Path,
         mut weights: WeightMap,
     ) -> Result<Self, LoadError> {
-        if let Some(q) = &config.quantization {
-            q.validate(config_path)?;
-        }
         let quant = config.quantization.as_ref();
         let hidden = config.hidden_size;
         let (heads, kv_heads, head_dim) = (
@@ -756,10 +519,13 @@ impl Decoder {
         }
         let final_norm = norm(w, format!("{root}.norm.weight"), hidden)?;
         let head = config.head_prefix.as_str();
-        let tied = config.tie_word_embeddings
-            || (config.tie_when_no_head
-                && !w.contains(&format!("{head}.weight"))
-                && !w.contains(&format!("{head}.scales")));
+        // Gemma's head is tied exactly when the checkpoint has none, as
+        // mlx-lm decides; the other families say so in config.json.
+        let tied = if config.tie_when_no_head {
+            !w.contains(&format!("{head}.weight")) && !w.contains(&format!("{head}.scales"))
+        } else {
+            config.tie_word_embeddings
+        };
         let lm_head = if tied {
             // Some exports keep a copy of the tied head; mlx-lm drops it too.
             w.discard(&format!("{head}.weight"));
@@ -870,9 +636,53 @@ impl Decoder {
             .collect()
     }
 
-    /// Number of layers (one cache each).
-    pub fn num_layers(&self) -> usize {
-        self.layers.len()
+    /// Parameters as loaded: every matrix's elements before packing, norms,
+    /// biases and sinks (a quantized matrix's scales and biases not counted).
+    pub fn parameters(&self) -> u64 {
+        let size = |a: &Array| a.size() as u64;
+        let mut total = self.embed_tokens.parameters() + size(&self.norm);
+        total += self.lm_head.as_ref().map_or(0, Linear::parameters);
+        for layer in &self.layers {
+            let attn = &layer.self_attn;
+            total += size(&layer.input_layernorm) + size(&layer.post_attention_layernorm);
+            total += layer
+                .pre_feedforward_layernorm
+                .iter()
+                .map(size)
+                .sum::<u64>();
+            total += layer
+                .post_feedforward_layernorm
+                .iter()
+                .map(size)
+                .sum::<u64>();
+            total += attn.qkv.parameters() + attn.o_proj.parameters();
+            total += [&attn.q_norm, &attn.k_norm, &attn.sinks]
+                .into_iter()
+                .flatten()
+                .map(size)
+                .sum::<u64>();
+            total += match &layer.mlp {
+                FeedForward::Dense(mlp) => mlp.gate_up.parameters() + mlp.down_proj.parameters(),
+                FeedForward::Experts(experts) => experts.parameters(),
+            };
+        }
+        total
+    }
+
+    /// Each layer's sliding window as its cache is made (`None`: the layer
+    /// attends to everything), and the elements one position adds to its
+    /// cache (a key and a value vector per KV head).
+    pub fn layer_caches(&self) -> Vec<(Option<i32>, u64)> {
+        self.layers
+            .iter()
+            .map(|layer| {
+                let attn = &layer.self_attn;
+                (
+                    layer.window,
+                    2 * attn.kv_heads.max(0) as u64 * attn.head_dim.max(0) as u64,
+                )
+            })
+            .collect()
     }
 
     /// Every weight array, to evaluate (make resident) after loading.
@@ -1102,7 +912,7 @@ impl Mlp {
     fn load(
         w: &mut WeightMap,
         p: &str,
-        config: &DecoderConfig,
+        config: &ModelConfig,
         quant: Option<&QuantConfig>,
         join: bool,
     ) -> Result<Self, LoadError> {

@@ -14,69 +14,16 @@
 use mlx_rs::error::Exception;
 use mlx_rs::ops::indexing::{Ellipsis, IndexOp};
 use mlx_rs::{Array, ops};
-use serde::Deserialize;
 
 use super::{Linear, QuantConfig, QuantizedMatrix, activation, quantized, stored_params};
 use crate::engine::LoadError;
 use crate::engine::weights::WeightMap;
+use crate::family::{ExpertsConfig, ExpertsKind};
 
 /// From this many (token, expert) pairs on, tokens are sorted by expert
 /// before the gather matmuls (mlx-lm's threshold: below it a decode step's
 /// few pairs would pay for two argsorts and gain nothing).
 const SORT_FROM_PAIRS: usize = 64;
-
-/// How a family routes tokens and what its experts compute.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub enum ExpertsKind {
-    /// Qwen3-MoE: the router `gate` has no bias; a softmax over every
-    /// expert, then the top k (rescaled to sum to one with
-    /// `norm_topk_prob`); SwiGLU experts under `switch_mlp`, without biases.
-    #[default]
-    Qwen3Moe,
-    /// gpt-oss: the router `router` has a bias; the top k logits, then a
-    /// softmax over those k; experts under `experts` with biases, and a
-    /// SwiGLU clamped at `swiglu_limit` (see `activation::clamped_swiglu`).
-    GptOss { swiglu_limit: f32 },
-}
-
-/// The experts keys of config.json (Qwen3-MoE's names; other families
-/// fill this in from their own keys).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct ExpertsConfig {
-    /// Experts per sparse layer.
-    pub num_experts: i32,
-    /// Experts each token is routed to (top k).
-    pub num_experts_per_tok: i32,
-    /// Width of each expert's SwiGLU.
-    pub moe_intermediate_size: i32,
-    /// Rescale the top k scores to sum to one.
-    #[serde(default)]
-    pub norm_topk_prob: bool,
-    /// Every `decoder_sparse_step`-th layer is sparse (1: all of them).
-    #[serde(default = "every_layer")]
-    pub decoder_sparse_step: usize,
-    /// Layers that keep a dense MLP whatever the step says.
-    #[serde(default)]
-    pub mlp_only_layers: Vec<usize>,
-    /// Set by the family's config file, not read from config.json.
-    #[serde(skip)]
-    pub kind: ExpertsKind,
-}
-
-fn every_layer() -> usize {
-    1
-}
-
-impl ExpertsConfig {
-    /// Whether layer `index` routes to experts (mlx-lm's rule) or keeps a
-    /// dense MLP.
-    pub fn is_sparse(&self, index: usize) -> bool {
-        !self.mlp_only_layers.contains(&index)
-            && self.num_experts > 0
-            && self.decoder_sparse_step > 0
-            && (index + 1).is_multiple_of(self.decoder_sparse_step)
-    }
-}
 
 /// The experts' matrices of one projection, stacked `[E, out, in]`: in
 /// floats, or quantized (each expert's rows in groups, as one matrix's).
@@ -155,6 +102,14 @@ impl StackedLinear {
         }
     }
 
+    fn parameters(&self) -> u64 {
+        let matrix = match &self.matrix {
+            StackedMatrix::Dense { weight } => weight.size() as u64,
+            StackedMatrix::Quantized(matrix) => matrix.parameters(),
+        };
+        matrix + self.bias.as_ref().map_or(0, |b| b.size() as u64)
+    }
+
     fn arrays(&self) -> Vec<&Array> {
         let mut out = match &self.matrix {
             StackedMatrix::Dense { weight } => vec![weight],
@@ -194,10 +149,7 @@ impl SparseExperts {
     ) -> Result<Self, LoadError> {
         let experts = config.num_experts;
         let inter = config.moe_intermediate_size;
-        let (router_name, experts_name, biases) = match config.kind {
-            ExpertsKind::Qwen3Moe => ("gate", "switch_mlp", false),
-            ExpertsKind::GptOss { .. } => ("router", "experts", true),
-        };
+        let (router_name, experts_name, biases) = config.kind.tensor_names();
         let switch = format!("{prefix}.{experts_name}");
         if config.kind == ExpertsKind::Qwen3Moe {
             stack_per_expert_tensors(weights, prefix, &switch, experts)?;
@@ -311,6 +263,15 @@ impl SparseExperts {
         let mut shape = index_shape;
         shape.extend_from_slice(&y.shape()[1..]);
         ops::squeeze_axes(&y.reshape(&shape)?, &[-2])
+    }
+
+    /// Parameters of the router and of every expert.
+    pub fn parameters(&self) -> u64 {
+        self.router.parameters()
+            + [&self.gate_proj, &self.up_proj, &self.down_proj]
+                .iter()
+                .map(|stacked| stacked.parameters())
+                .sum::<u64>()
     }
 
     /// Every array, for evaluation after loading.

@@ -1,191 +1,23 @@
-//! Model architectures, one file per `model_type`, and the layers they share.
-//! Field names follow the checkpoint's tensor names, so loading needs no
-//! rename table; loading is strict (see `weights::WeightMap`).
+//! The layers every family's model is built from: linear layers in floats
+//! or quantized (with their joined forms for decode steps), the decoder, the
+//! routed experts and the activations. What a family is (its config keys,
+//! defaults and layer kinds) is `crate::family`'s; field names follow the
+//! checkpoint's tensor names, so loading needs no rename table; loading is
+//! strict (see `weights::WeightMap`).
 
 pub mod activation;
 pub mod cuda_matvec;
 pub mod decoder;
 pub mod experts;
-pub mod gemma3;
-pub mod gpt_oss;
-pub mod llama;
-pub mod mistral;
-pub mod phi3;
 pub mod quantized;
-pub mod qwen2;
-pub mod qwen3;
-pub mod qwen3_moe;
-
-use std::collections::BTreeMap;
-use std::path::Path;
 
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, Dtype, ops};
-use serde::Deserialize;
 
-pub use quantized::QuantParams;
+pub use crate::family::{QuantConfig, QuantMode, QuantParams};
 
 use super::LoadError;
 use super::weights::WeightMap;
-
-/// `quantization` in config.json (mlx-lm's format): the parameters most
-/// matrices were quantized with, and any module quantized otherwise, named
-/// by its path (`"model.layers.0.mlp.gate": {"group_size": 64, "bits": 8}`,
-/// or `false` for a module left in floats).
-#[derive(Debug, Clone, PartialEq)]
-pub struct QuantConfig {
-    pub group_size: i32,
-    pub bits: i32,
-    pub mode: Option<QuantMode>,
-    /// Per-module entries: their own parameters, or `None` for unquantized.
-    pub modules: BTreeMap<String, Option<QuantParams>>,
-}
-
-/// The quantization formats MLX has; which ones Ondo reads is
-/// `QuantParams::check`'s to say.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum QuantMode {
-    Affine,
-    Mxfp4,
-    Nvfp4,
-    Mxfp8,
-}
-
-/// One per-module entry as config.json writes it.
-#[derive(Deserialize)]
-struct ModuleEntry {
-    group_size: i32,
-    bits: i32,
-    #[serde(default)]
-    mode: Option<QuantMode>,
-}
-
-impl<'de> Deserialize<'de> for QuantConfig {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        use serde::de::Error;
-        let mut map = serde_json::Map::deserialize(deserializer)?;
-        let mut take = |key: &str| map.remove(key).unwrap_or(serde_json::Value::Null);
-        let group_size = serde_json::from_value(take("group_size")).map_err(D::Error::custom)?;
-        let bits = serde_json::from_value(take("bits")).map_err(D::Error::custom)?;
-        let mode = serde_json::from_value(take("mode")).map_err(D::Error::custom)?;
-        let mut modules = BTreeMap::new();
-        for (path, value) in map {
-            let entry = match value {
-                serde_json::Value::Bool(false) => None,
-                serde_json::Value::Object(_) => {
-                    let entry: ModuleEntry = serde_json::from_value(value)
-                        .map_err(|e| D::Error::custom(format!("quantization of {path}: {e}")))?;
-                    Some(QuantParams {
-                        group_size: entry.group_size,
-                        bits: entry.bits,
-                        mode: entry.mode.unwrap_or(QuantMode::Affine),
-                    })
-                }
-                // Other keys (`quant_method` and the like) describe the
-                // converter, not a module.
-                _ => continue,
-            };
-            modules.insert(path, entry);
-        }
-        Ok(Self {
-            group_size,
-            bits,
-            mode,
-            modules,
-        })
-    }
-}
-
-impl QuantConfig {
-    /// The parameters most matrices were quantized with.
-    pub fn default_params(&self) -> QuantParams {
-        QuantParams {
-            group_size: self.group_size,
-            bits: self.bits,
-            mode: self.mode.unwrap_or(QuantMode::Affine),
-        }
-    }
-
-    /// Rejects a default and per-module entries the layers below cannot
-    /// compute, before any tensor is read.
-    pub fn validate(&self, path: &Path) -> Result<(), LoadError> {
-        self.default_params().check(path)?;
-        for params in self.modules.values().flatten() {
-            params.check(path)?;
-        }
-        Ok(())
-    }
-
-    /// How the matrix of module `prefix` is stored, as mlx-lm decides: the
-    /// module's own entry when config.json names it; else, when the
-    /// checkpoint has its `.scales`, what the tensors' shapes and the scales'
-    /// dtype say (a converter may leave modules unnamed whose parameters
-    /// differ from the default); else unquantized.
-    fn params_for(
-        &self,
-        weights: &WeightMap,
-        prefix: &str,
-        in_features: i32,
-    ) -> Result<Option<QuantParams>, LoadError> {
-        if let Some(entry) = self.modules.get(prefix) {
-            return Ok(*entry);
-        }
-        let (Some(weight), Some(scales)) = (
-            weights.peek(&format!("{prefix}.weight")),
-            weights.peek(&format!("{prefix}.scales")),
-        ) else {
-            return Ok(None);
-        };
-        let groups = scales.shape().last().copied().unwrap_or(0);
-        let packed = weight.shape().last().copied().unwrap_or(0);
-        if groups <= 0 || in_features <= 0 {
-            return Ok(Some(self.default_params()));
-        }
-        let group_size = in_features / groups;
-        let bits = packed * 32 / in_features;
-        let mode = if scales.dtype() != Dtype::Uint8 {
-            QuantMode::Affine
-        } else {
-            match (bits, group_size) {
-                (4, 16) => QuantMode::Nvfp4,
-                (8, 32) => QuantMode::Mxfp8,
-                _ => QuantMode::Mxfp4,
-            }
-        };
-        let params = QuantParams {
-            group_size,
-            bits,
-            mode,
-        };
-        params.check(&weights.dir.join("config.json"))?;
-        Ok(Some(params))
-    }
-}
-
-impl QuantParams {
-    /// Rejects what the layers below cannot compute: affine 4- and 8-bit in
-    /// groups of 32, 64 or 128, and mxfp4 (4-bit, groups of 32).
-    pub fn check(&self, path: &Path) -> Result<(), LoadError> {
-        let ok = match self.mode {
-            QuantMode::Affine => {
-                matches!(self.bits, 4 | 8) && matches!(self.group_size, 32 | 64 | 128)
-            }
-            QuantMode::Mxfp4 => self.bits == 4 && self.group_size == 32,
-            QuantMode::Nvfp4 | QuantMode::Mxfp8 => false,
-        };
-        if ok {
-            return Ok(());
-        }
-        Err(LoadError::UnsupportedQuantization {
-            detail: format!(
-                "mode {:?}, bits {}, group size {}",
-                self.mode, self.bits, self.group_size
-            ),
-            path: path.to_owned(),
-        })
-    }
-}
 
 /// A quantized matrix `[.., out, packed in]`: packed weight, per-group scales
 /// and, for affine, per-group biases.
@@ -241,20 +73,69 @@ impl QuantizedMatrix {
             .chain(&self.biases)
             .collect()
     }
+
+    /// The matrix's parameters (its elements before packing), not counting
+    /// scales and biases.
+    pub fn parameters(&self) -> u64 {
+        let words = self.weight.size() as u64;
+        words * 32 / self.params.bits.max(1) as u64
+    }
 }
 
-/// How `Linear::load` and the experts find a module's matrix stored: in
-/// floats, or quantized with the parameters `QuantConfig` gives it.
+/// How `Linear::load` and the experts find a module's matrix stored, as
+/// mlx-lm decides: in floats without a quantization block; else the
+/// module's own entry when config.json names it; else, when the checkpoint
+/// has its `.scales`, what the tensors' shapes and the scales' dtype say (a
+/// converter may leave modules unnamed whose parameters differ from the
+/// default); else unquantized.
 pub fn stored_params(
     weights: &WeightMap,
     prefix: &str,
     in_features: i32,
     quant: Option<&QuantConfig>,
 ) -> Result<Option<QuantParams>, LoadError> {
-    match quant {
-        Some(q) => q.params_for(weights, prefix, in_features),
-        None => Ok(None),
+    let Some(quant) = quant else {
+        return Ok(None);
+    };
+    if let Some(entry) = quant.modules.get(prefix) {
+        return Ok(*entry);
     }
+    let (Some(weight), Some(scales)) = (
+        weights.peek(&format!("{prefix}.weight")),
+        weights.peek(&format!("{prefix}.scales")),
+    ) else {
+        return Ok(None);
+    };
+    let groups = scales.shape().last().copied().unwrap_or(0);
+    let packed = weight.shape().last().copied().unwrap_or(0);
+    if groups <= 0 || in_features <= 0 {
+        return Ok(Some(quant.default_params()));
+    }
+    let group_size = in_features / groups;
+    let bits = packed * 32 / in_features;
+    let mode = if scales.dtype() != Dtype::Uint8 {
+        QuantMode::Affine
+    } else {
+        match (bits, group_size) {
+            (4, 16) => QuantMode::Nvfp4,
+            (8, 32) => QuantMode::Mxfp8,
+            _ => QuantMode::Mxfp4,
+        }
+    };
+    let params = QuantParams {
+        group_size,
+        bits,
+        mode,
+    };
+    if params.check().is_err() {
+        return Err(LoadError::UnsupportedQuantization {
+            detail: format!(
+                "mode {mode:?}, bits {bits}, group size {group_size} (as the tensors of {prefix} say)"
+            ),
+            path: weights.dir.join("config.json"),
+        });
+    }
+    Ok(Some(params))
 }
 
 /// Whether MLX's default device is a GPU (Metal or CUDA), where the engine
@@ -503,6 +384,15 @@ impl Linear {
         }
     }
 
+    /// Parameters: the matrix's elements (before any packing) and the bias.
+    pub fn parameters(&self) -> u64 {
+        let (matrix, bias) = match self {
+            Linear::Dense { weight, bias } => (weight.size() as u64, bias),
+            Linear::Quantized { matrix, bias } => (matrix.parameters(), bias),
+        };
+        matrix + bias.as_ref().map_or(0, |b| b.size() as u64)
+    }
+
     /// Bytes the layer's arrays hold.
     pub fn nbytes(&self) -> usize {
         self.arrays().iter().map(|a| a.nbytes()).sum()
@@ -614,49 +504,17 @@ impl<const N: usize> JointProjection<N> {
             .map_err(|_| Exception::custom("a projection's output did not split as its parts"))
     }
 
+    /// Parameters of the parts (a joined layer holds the same ones).
+    pub fn parameters(&self) -> u64 {
+        self.parts.iter().map(Linear::parameters).sum()
+    }
+
     /// Every array once (the parts' are views into the joined layer's).
     pub fn arrays(&self) -> Vec<&Array> {
         match &self.joined {
             Some(joined) => joined.arrays(),
             None => self.parts.iter().flat_map(Linear::arrays).collect(),
         }
-    }
-}
-
-/// The architectures Ondo can run, by `model_type`.
-pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
-    "llama",
-    "mistral",
-    "qwen2",
-    "qwen3",
-    "qwen3_moe",
-    "gpt_oss",
-    "gemma3_text",
-    "gemma3",
-    "phi3",
-];
-
-/// Settles config.json for its `model_type`, or names what is unsupported.
-pub fn decoder_config(
-    value: &serde_json::Value,
-    path: &std::path::Path,
-) -> Result<decoder::DecoderConfig, LoadError> {
-    let model_type = value["model_type"].as_str().unwrap_or_default();
-    match model_type {
-        "llama" => llama::config(value, path),
-        "mistral" => mistral::config(value, path),
-        "qwen2" => qwen2::config(value, path),
-        "qwen3" => qwen3::config(value, path),
-        "qwen3_moe" => qwen3_moe::config(value, path),
-        "gpt_oss" => gpt_oss::config(value, path),
-        "gemma3_text" => gemma3::text_config(value, path),
-        "gemma3" => gemma3::multimodal_config(value, path),
-        "phi3" => phi3::config(value, path),
-        _ => Err(LoadError::UnsupportedModelType {
-            model_type: model_type.to_owned(),
-            path: path.to_owned(),
-            supported: SUPPORTED_MODEL_TYPES.join(", "),
-        }),
     }
 }
 
@@ -668,7 +526,7 @@ mod tests {
     use crate::engine::weights::StoredTensor;
 
     fn config(value: serde_json::Value) -> QuantConfig {
-        serde_json::from_value(value).expect("a quantization block")
+        QuantConfig::from_value(&value).expect("a quantization block")
     }
 
     fn weights(tensors: Vec<(&str, Array)>) -> WeightMap {
@@ -691,23 +549,21 @@ mod tests {
         Array::zeros::<f32>(shape).unwrap().as_dtype(dtype).unwrap()
     }
 
+    /// A module config.json names is read as named, whatever its tensors
+    /// hold; `false` means floats.
     #[test]
-    fn per_module_entries_are_read_and_other_keys_ignored() {
+    fn named_modules_are_read_as_named() {
         let q = config(serde_json::json!({
             "group_size": 64,
             "bits": 4,
-            "quant_method": "mlx",
             "model.layers.0.mlp.gate": {"group_size": 64, "bits": 8},
             "model.layers.0.mlp.switch_mlp.up_proj": {"group_size": 32, "bits": 4, "mode": "mxfp4"},
             "lm_head": false,
         }));
-        assert_eq!(q.default_params().mode, QuantMode::Affine);
-        assert_eq!(q.modules.len(), 3);
-        assert_eq!(q.modules["lm_head"], None);
         let empty = weights(vec![]);
+        let params = |prefix| stored_params(&empty, prefix, 256, Some(&q)).unwrap();
         assert_eq!(
-            q.params_for(&empty, "model.layers.0.mlp.gate", 256)
-                .unwrap(),
+            params("model.layers.0.mlp.gate"),
             Some(QuantParams {
                 group_size: 64,
                 bits: 8,
@@ -715,13 +571,11 @@ mod tests {
             })
         );
         assert_eq!(
-            q.params_for(&empty, "model.layers.0.mlp.switch_mlp.up_proj", 256)
-                .unwrap()
-                .map(|p| p.mode),
+            params("model.layers.0.mlp.switch_mlp.up_proj").map(|p| p.mode),
             Some(QuantMode::Mxfp4)
         );
-        // Named unquantized: floats, whatever the default says.
-        assert_eq!(q.params_for(&empty, "lm_head", 256).unwrap(), None);
+        assert_eq!(params("lm_head"), None);
+        assert_eq!(stored_params(&empty, "lm_head", 256, None).unwrap(), None);
     }
 
     /// A module config.json does not name is read as its tensors say, as
@@ -738,7 +592,7 @@ mod tests {
             ("b.scales", zeros(&[16, 8], Dtype::Uint8)),
             ("c.weight", zeros(&[16, 256], Dtype::Float32)),
         ]);
-        let params = |prefix| q.params_for(&w, prefix, 256).unwrap();
+        let params = |prefix| stored_params(&w, prefix, 256, Some(&q)).unwrap();
         assert_eq!(
             params("a"),
             Some(QuantParams {
@@ -756,34 +610,6 @@ mod tests {
             })
         );
         assert_eq!(params("c"), None);
-    }
-
-    #[test]
-    fn formats_the_layers_cannot_compute_are_refused_by_name() {
-        let path = Path::new("/models/m/config.json");
-        for (block, refused) in [
-            (serde_json::json!({"group_size": 64, "bits": 4}), false),
-            (
-                serde_json::json!({"group_size": 32, "bits": 4, "mode": "mxfp4"}),
-                false,
-            ),
-            (
-                serde_json::json!({"group_size": 16, "bits": 4, "mode": "nvfp4"}),
-                true,
-            ),
-            (serde_json::json!({"group_size": 64, "bits": 3}), true),
-            (
-                serde_json::json!({"group_size": 64, "bits": 4,
-                    "model.layers.0.mlp.gate": {"group_size": 32, "bits": 8, "mode": "mxfp8"}}),
-                true,
-            ),
-        ] {
-            let result = config(block.clone()).validate(path);
-            assert_eq!(result.is_err(), refused, "{block}");
-            if let Err(error) = result {
-                assert!(matches!(error, LoadError::UnsupportedQuantization { .. }));
-            }
-        }
     }
 
     use mlx_rs::ops::indexing::IndexOp;

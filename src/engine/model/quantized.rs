@@ -8,33 +8,15 @@ use std::ffi::CStr;
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, Stream};
 
-use super::QuantMode;
+pub use super::{QuantMode, QuantParams};
 
-/// How one matrix was quantized: what its packed weight and scales mean.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QuantParams {
-    pub group_size: i32,
-    pub bits: i32,
-    pub mode: QuantMode,
-}
-
-impl QuantParams {
-    /// Whether each group also has a bias (affine does; the microscaling
-    /// float formats have a shared exponent only).
-    pub fn has_biases(&self) -> bool {
-        self.mode == QuantMode::Affine
-    }
-}
-
-impl QuantMode {
-    /// The name MLX's C API takes.
-    fn c_name(self) -> &'static CStr {
-        match self {
-            QuantMode::Affine => c"affine",
-            QuantMode::Mxfp4 => c"mxfp4",
-            QuantMode::Nvfp4 => c"nvfp4",
-            QuantMode::Mxfp8 => c"mxfp8",
-        }
+/// The name MLX's C API takes for a mode.
+fn c_name(mode: QuantMode) -> &'static CStr {
+    match mode {
+        QuantMode::Affine => c"affine",
+        QuantMode::Mxfp4 => c"mxfp4",
+        QuantMode::Nvfp4 => c"nvfp4",
+        QuantMode::Mxfp8 => c"mxfp8",
     }
 }
 
@@ -99,7 +81,7 @@ pub fn quantized_matmul(
                 true,
                 optional_int(params.group_size),
                 optional_int(params.bits),
-                params.mode.c_name().as_ptr(),
+                c_name(params.mode).as_ptr(),
                 stream,
             )
         },
@@ -138,7 +120,7 @@ pub fn gather_qmm(
                 true,
                 optional_int(params.group_size),
                 optional_int(params.bits),
-                params.mode.c_name().as_ptr(),
+                c_name(params.mode).as_ptr(),
                 sorted,
                 stream,
             )
@@ -164,7 +146,7 @@ pub fn dequantize(
                 biases.map_or_else(no_array, Array::as_ptr),
                 optional_int(params.group_size),
                 optional_int(params.bits),
-                params.mode.c_name().as_ptr(),
+                c_name(params.mode).as_ptr(),
                 no_array(),
                 mlx_sys::mlx_optional_dtype {
                     value: mlx_sys::mlx_dtype__MLX_FLOAT32,
@@ -201,7 +183,7 @@ pub fn quantize(
             values.as_ptr(),
             optional_int(params.group_size),
             optional_int(params.bits),
-            params.mode.c_name().as_ptr(),
+            c_name(params.mode).as_ptr(),
             no_array(),
             stream.as_ptr(),
         );

@@ -1,0 +1,568 @@
+//! A family's config.json settled into what shapes the computation: the
+//! keys every decoder shares (`ConfigKeys`, read with their names in every
+//! error), and `ModelConfig`, where what differs between families is a
+//! field each family's `settle` fills in.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::quant::{QuantConfig, QuantError};
+
+/// Why a config.json does not describe a model Ondo can build. Names the
+/// key, since that is what a user can look for in the file.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("`{key}` is missing")]
+    Missing { key: String },
+    #[error("`{key}` is {found}, {expected}")]
+    Invalid {
+        key: String,
+        found: String,
+        expected: &'static str,
+    },
+    #[error("{0}")]
+    Inconsistent(String),
+    #[error("model_type `{model_type}` is not supported yet; Ondo runs: {supported}")]
+    UnsupportedModelType {
+        model_type: String,
+        supported: String,
+    },
+    #[error(
+        "quantization {detail} is not supported; Ondo reads affine 4- and 8-bit with group size 32, 64 or 128, and mxfp4"
+    )]
+    UnsupportedQuantization { detail: String },
+}
+
+impl From<QuantError> for ConfigError {
+    fn from(error: QuantError) -> Self {
+        match error {
+            QuantError::Unsupported { detail } => ConfigError::UnsupportedQuantization { detail },
+            QuantError::Invalid(message) => ConfigError::Invalid {
+                key: "quantization".into(),
+                found: message,
+                expected: "an MLX quantization block",
+            },
+        }
+    }
+}
+
+/// Reads typed keys of one config object, naming the key in every error.
+#[derive(Clone, Copy)]
+pub struct Keys<'a> {
+    value: &'a Value,
+}
+
+impl<'a> Keys<'a> {
+    pub fn of(value: &'a Value) -> Self {
+        Self { value }
+    }
+
+    /// The key's value, `None` when absent or null (configs write `null`
+    /// for "the default").
+    pub fn get(&self, key: &str) -> Option<&'a Value> {
+        self.value.get(key).filter(|v| !v.is_null())
+    }
+
+    fn invalid(&self, key: &str, expected: &'static str) -> ConfigError {
+        ConfigError::Invalid {
+            key: key.to_owned(),
+            found: self.get(key).map(Value::to_string).unwrap_or_default(),
+            expected,
+        }
+    }
+
+    /// A number, when present.
+    pub fn number(&self, key: &str) -> Result<Option<f64>, ConfigError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| self.invalid(key, "not a number")),
+        }
+    }
+
+    /// A whole number of at least one, when present.
+    pub fn count(&self, key: &str) -> Result<Option<u64>, ConfigError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .filter(|&n| n > 0)
+                .map(Some)
+                .ok_or_else(|| self.invalid(key, "not a positive whole number")),
+        }
+    }
+
+    /// A whole number that may be zero, when present.
+    pub fn whole(&self, key: &str) -> Result<Option<u64>, ConfigError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .map(Some)
+                .ok_or_else(|| self.invalid(key, "not a whole number")),
+        }
+    }
+
+    /// A true/false key, when present.
+    pub fn flag(&self, key: &str) -> Result<Option<bool>, ConfigError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_bool()
+                .map(Some)
+                .ok_or_else(|| self.invalid(key, "not true or false")),
+        }
+    }
+
+    /// A required positive whole number.
+    pub fn required_count(&self, key: &str) -> Result<u64, ConfigError> {
+        self.count(key)?.ok_or_else(|| missing(key))
+    }
+
+    /// A required number.
+    pub fn required_number(&self, key: &str) -> Result<f64, ConfigError> {
+        self.number(key)?.ok_or_else(|| missing(key))
+    }
+
+    /// A list of whole numbers (`mlp_only_layers`), empty when absent.
+    pub fn whole_list(&self, key: &str) -> Result<Vec<usize>, ConfigError> {
+        match self.get(key) {
+            None => Ok(Vec::new()),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| v.as_u64().map(|n| n as usize))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| self.invalid(key, "not a list of whole numbers")),
+            Some(_) => Err(self.invalid(key, "not a list of whole numbers")),
+        }
+    }
+
+    /// Deserializes a key into a typed value, when present.
+    pub fn parsed<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &str,
+        expected: &'static str,
+    ) -> Result<Option<T>, ConfigError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => serde_json::from_value(v.clone())
+                .map(Some)
+                .map_err(|_| self.invalid(key, expected)),
+        }
+    }
+}
+
+/// A required key that is absent.
+pub fn missing(key: &str) -> ConfigError {
+    ConfigError::Missing {
+        key: key.to_owned(),
+    }
+}
+
+/// `rope_scaling` of config.json.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct RopeScaling {
+    #[serde(default)]
+    pub rope_type: Option<String>,
+    #[serde(default, rename = "type")]
+    pub legacy_type: Option<String>,
+    #[serde(default = "one")]
+    pub factor: f32,
+    #[serde(default)]
+    pub low_freq_factor: Option<f32>,
+    #[serde(default)]
+    pub high_freq_factor: Option<f32>,
+    #[serde(default)]
+    pub original_max_position_embeddings: Option<f32>,
+    /// longrope (`su`): per-frequency factors; mlx-lm applies the long ones
+    /// at every length, and so does Ondo.
+    #[serde(default)]
+    pub long_factor: Option<Vec<f32>>,
+    #[serde(default)]
+    pub short_factor: Option<Vec<f32>>,
+    /// yarn's correction range and attention scale.
+    #[serde(default)]
+    pub beta_fast: Option<f32>,
+    #[serde(default)]
+    pub beta_slow: Option<f32>,
+    #[serde(default)]
+    pub mscale: Option<f32>,
+    #[serde(default)]
+    pub mscale_all_dim: Option<f32>,
+}
+
+impl RopeScaling {
+    /// The scaling's type: `rope_type`, or the older `type`.
+    pub fn kind(&self) -> Option<&str> {
+        self.rope_type.as_deref().or(self.legacy_type.as_deref())
+    }
+}
+
+fn one() -> f32 {
+    1.0
+}
+
+/// The config.json keys the decoders share. Keys whose default differs
+/// between families are optional here and settled by each family.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigKeys {
+    pub hidden_size: i32,
+    pub intermediate_size: i32,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: i32,
+    pub num_key_value_heads: Option<i32>,
+    pub head_dim: Option<i32>,
+    pub vocab_size: i32,
+    pub rms_norm_eps: f32,
+    pub rope_theta: Option<f32>,
+    pub rope_traditional: bool,
+    pub rope_scaling: Option<RopeScaling>,
+    pub tie_word_embeddings: Option<bool>,
+    pub attention_bias: Option<bool>,
+    pub mlp_bias: Option<bool>,
+    pub max_position_embeddings: Option<usize>,
+    pub quantization: Option<QuantConfig>,
+}
+
+/// A count as the engine's `i32` shapes hold it.
+fn shape(keys: &Keys, key: &str, value: u64) -> Result<i32, ConfigError> {
+    i32::try_from(value).map_err(|_| keys.invalid(key, "too large for a tensor dimension"))
+}
+
+impl ConfigKeys {
+    /// Reads the shared keys; a missing or mistyped one is named.
+    pub fn parse(value: &Value) -> Result<Self, ConfigError> {
+        let keys = Keys::of(value);
+        let dim = |key: &str| -> Result<i32, ConfigError> {
+            shape(&keys, key, keys.required_count(key)?)
+        };
+        let optional_dim = |key: &str| -> Result<Option<i32>, ConfigError> {
+            keys.count(key)?.map(|n| shape(&keys, key, n)).transpose()
+        };
+        let mut rope_theta = keys.number("rope_theta")?.map(|v| v as f32);
+        let mut rope_scaling: Option<RopeScaling> =
+            keys.parsed("rope_scaling", "not a rope scaling object")?;
+        // transformers 5 nests `rope_theta` and the scaling here.
+        if let Some(params) = keys.get("rope_parameters") {
+            if rope_theta.is_none() {
+                rope_theta = params["rope_theta"].as_f64().map(|v| v as f32);
+            }
+            if rope_scaling.is_none() && params.get("rope_type").is_some() {
+                rope_scaling = serde_json::from_value(params.clone()).ok();
+            }
+        }
+        let quantization = match keys.get("quantization") {
+            Some(block) => Some(QuantConfig::from_value(block)?),
+            None => None,
+        };
+        Ok(Self {
+            hidden_size: dim("hidden_size")?,
+            intermediate_size: dim("intermediate_size")?,
+            num_hidden_layers: keys.required_count("num_hidden_layers")? as usize,
+            num_attention_heads: dim("num_attention_heads")?,
+            num_key_value_heads: optional_dim("num_key_value_heads")?,
+            head_dim: optional_dim("head_dim")?,
+            vocab_size: dim("vocab_size")?,
+            rms_norm_eps: keys.required_number("rms_norm_eps")? as f32,
+            rope_theta,
+            rope_traditional: keys.flag("rope_traditional")?.unwrap_or(false),
+            rope_scaling,
+            tie_word_embeddings: keys.flag("tie_word_embeddings")?,
+            attention_bias: keys.flag("attention_bias")?,
+            mlp_bias: keys.flag("mlp_bias")?,
+            max_position_embeddings: keys.count("max_position_embeddings")?.map(|n| n as usize),
+            quantization,
+        })
+    }
+
+    /// `tie_word_embeddings`, for a family that has no default for it
+    /// (mlx-lm's Qwen3 families require it).
+    pub fn require_tie_word_embeddings(&self) -> Result<bool, ConfigError> {
+        self.tie_word_embeddings
+            .ok_or_else(|| missing("tie_word_embeddings"))
+    }
+
+    /// `rope_theta`, for a family that has no default for it.
+    pub fn require_rope_theta(&self) -> Result<f32, ConfigError> {
+        self.rope_theta.ok_or_else(|| missing("rope_theta"))
+    }
+}
+
+/// Everything that shapes a decoder's computation, settled from config.json
+/// by its family.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    pub model_type: String,
+    pub hidden_size: i32,
+    pub intermediate_size: i32,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: i32,
+    pub num_key_value_heads: i32,
+    pub head_dim: i32,
+    pub vocab_size: i32,
+    pub rms_norm_eps: f32,
+    pub rope_theta: f32,
+    pub rope_traditional: bool,
+    pub rope_scaling: Option<RopeScaling>,
+    /// The head is the embedding's matrix, not a tensor of its own.
+    pub tie_word_embeddings: bool,
+    /// Biases on the q, k and v projections.
+    pub qkv_bias: bool,
+    /// A bias on the output projection.
+    pub o_bias: bool,
+    pub mlp_bias: bool,
+    /// RMSNorm of each head's queries and keys before rope (qwen3).
+    pub qk_norm: bool,
+    pub quantization: Option<QuantConfig>,
+    /// The longest context the model was trained for: prompts beyond it are
+    /// refused, and the fit estimate caps the context there.
+    pub max_position_embeddings: Option<usize>,
+    /// Where the text model's tensors are: `model`, or
+    /// `language_model.model` inside a multimodal checkpoint (gemma3).
+    pub weight_prefix: String,
+    /// The untied head's tensor prefix (`lm_head`).
+    pub head_prefix: String,
+    /// Tensors of other parts of the checkpoint that are not read (a vision
+    /// tower): every tensor whose name starts with one is dropped.
+    pub skipped_prefixes: Vec<String>,
+    /// q, k and v in one `qkv_proj`, gate and up in one `gate_up_proj` (phi3).
+    pub fused_projections: bool,
+    /// RMSNorm scales are stored minus one and applied as `1 + w` (gemma).
+    pub norms_add_one: bool,
+    /// Embeddings are multiplied by this before the first layer (gemma:
+    /// the square root of the hidden size, rounded to bfloat16 first).
+    pub embed_scale: Option<f32>,
+    /// Each sublayer's output is normed too before the residual add, and the
+    /// MLP has its own pre-norm (gemma's four norms per layer).
+    pub sandwich_norms: bool,
+    pub activation: Activation,
+    /// Attention's softmax scale; `head_dim^-0.5` unless a family says
+    /// otherwise (gemma's `query_pre_attn_scalar`).
+    pub attention_scale: f32,
+    /// Leading dimensions of each head that rope rotates (`partial_rotary_factor`).
+    pub rotary_dims: i32,
+    /// Per layer, the sliding window it attends over, `None` for full
+    /// attention. Empty means every layer is full.
+    pub layer_windows: Vec<Option<i32>>,
+    /// Rope base of the sliding-window layers, when it differs (gemma's
+    /// `rope_local_base_freq`; those layers take no rope scaling).
+    pub local_rope_theta: Option<f32>,
+    /// A learned logit per head that joins each softmax (gpt-oss's sinks).
+    pub attention_sinks: bool,
+    /// The head is tied to the embedding exactly when the checkpoint has no
+    /// head tensor (gemma), whatever `tie_word_embeddings` says; the tensor
+    /// plan expects the layout `tie_word_embeddings` names.
+    pub tie_when_no_head: bool,
+    /// Routed experts in place of the dense MLP, in the layers they name.
+    pub experts: Option<ExpertsConfig>,
+}
+
+/// The gate's activation in the gated MLP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// `silu(gate) * up` (SwiGLU).
+    Silu,
+    /// The tanh approximation of GELU (gemma's `gelu_pytorch_tanh`).
+    GeluApprox,
+}
+
+impl ModelConfig {
+    /// The shared keys with a family's choices for the rest.
+    pub fn from_keys(model_type: &str, keys: ConfigKeys, rope_theta: f32, tie: bool) -> Self {
+        let head_dim = keys
+            .head_dim
+            .unwrap_or(keys.hidden_size / keys.num_attention_heads.max(1));
+        Self {
+            model_type: model_type.to_owned(),
+            hidden_size: keys.hidden_size,
+            intermediate_size: keys.intermediate_size,
+            num_hidden_layers: keys.num_hidden_layers,
+            num_attention_heads: keys.num_attention_heads,
+            num_key_value_heads: keys.num_key_value_heads.unwrap_or(keys.num_attention_heads),
+            head_dim,
+            vocab_size: keys.vocab_size,
+            rms_norm_eps: keys.rms_norm_eps,
+            rope_theta,
+            rope_traditional: keys.rope_traditional,
+            rope_scaling: keys.rope_scaling,
+            tie_word_embeddings: tie,
+            qkv_bias: false,
+            o_bias: false,
+            mlp_bias: keys.mlp_bias.unwrap_or(false),
+            qk_norm: false,
+            quantization: keys.quantization,
+            max_position_embeddings: keys.max_position_embeddings,
+            weight_prefix: "model".into(),
+            head_prefix: "lm_head".into(),
+            skipped_prefixes: Vec::new(),
+            fused_projections: false,
+            norms_add_one: false,
+            embed_scale: None,
+            sandwich_norms: false,
+            activation: Activation::Silu,
+            attention_scale: (head_dim as f32).powf(-0.5),
+            rotary_dims: head_dim,
+            layer_windows: Vec::new(),
+            local_rope_theta: None,
+            attention_sinks: false,
+            tie_when_no_head: false,
+            experts: None,
+        }
+    }
+
+    /// The sliding window of layer `index`, `None` for full attention.
+    pub fn window_of(&self, index: usize) -> Option<i32> {
+        self.layer_windows.get(index).copied().flatten()
+    }
+
+    /// Elements of one layer's KV cache per position: a key and a value
+    /// vector per KV head.
+    pub fn kv_elements_per_layer_position(&self) -> u64 {
+        2 * self.num_key_value_heads.max(0) as u64 * self.head_dim.max(0) as u64
+    }
+
+    /// The layers whose cache a sliding window bounds, and that window.
+    pub fn sliding_layers(&self) -> Option<(usize, i32)> {
+        let windows: Vec<i32> = (0..self.num_hidden_layers)
+            .filter_map(|i| self.window_of(i))
+            .collect();
+        let widest = windows.iter().copied().max()?;
+        Some((windows.len(), widest))
+    }
+
+    /// Layers whose feed-forward is routed experts.
+    pub fn expert_layers(&self) -> usize {
+        self.experts.as_ref().map_or(0, |experts| {
+            (0..self.num_hidden_layers)
+                .filter(|&i| experts.is_sparse(i))
+                .count()
+        })
+    }
+}
+
+/// How a family routes tokens and what its experts compute.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum ExpertsKind {
+    /// Qwen3-MoE: the router `gate` has no bias; a softmax over every
+    /// expert, then the top k (rescaled to sum to one with
+    /// `norm_topk_prob`); SwiGLU experts under `switch_mlp`, without biases.
+    #[default]
+    Qwen3Moe,
+    /// gpt-oss: the router `router` has a bias; the top k logits, then a
+    /// softmax over those k; experts under `experts` with biases, and a
+    /// SwiGLU clamped at `swiglu_limit`.
+    GptOss { swiglu_limit: f32 },
+}
+
+impl ExpertsKind {
+    /// The names of the router and of the experts' module under a layer's
+    /// `mlp`, and whether both have biases.
+    pub fn tensor_names(self) -> (&'static str, &'static str, bool) {
+        match self {
+            ExpertsKind::Qwen3Moe => ("gate", "switch_mlp", false),
+            ExpertsKind::GptOss { .. } => ("router", "experts", true),
+        }
+    }
+}
+
+/// A family's routed experts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExpertsConfig {
+    /// Experts per sparse layer.
+    pub num_experts: i32,
+    /// Experts each token is routed to (top k).
+    pub num_experts_per_tok: i32,
+    /// Width of each expert's SwiGLU.
+    pub moe_intermediate_size: i32,
+    /// Rescale the top k scores to sum to one.
+    pub norm_topk_prob: bool,
+    /// Every `decoder_sparse_step`-th layer is sparse (1: all of them).
+    pub decoder_sparse_step: usize,
+    /// Layers that keep a dense MLP whatever the step says.
+    pub mlp_only_layers: Vec<usize>,
+    pub kind: ExpertsKind,
+}
+
+impl ExpertsConfig {
+    /// Whether layer `index` routes to experts (mlx-lm's rule) or keeps a
+    /// dense MLP.
+    pub fn is_sparse(&self, index: usize) -> bool {
+        !self.mlp_only_layers.contains(&index)
+            && self.num_experts > 0
+            && self.decoder_sparse_step > 0
+            && (index + 1).is_multiple_of(self.decoder_sparse_step)
+    }
+}
+
+/// `base` with `overrides`' keys laid over it (both objects; a null in
+/// `overrides` keeps the base's value).
+pub fn merged(base: Value, overrides: &Value) -> Value {
+    let mut out = base;
+    if let (Some(out_map), Some(over)) = (out.as_object_mut(), overrides.as_object()) {
+        for (key, value) in over {
+            if !value.is_null() {
+                out_map.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn llama_like() -> Value {
+        json!({
+            "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "vocab_size": 100, "rms_norm_eps": 1e-5,
+        })
+    }
+
+    #[test]
+    fn a_missing_or_mistyped_key_is_named() {
+        let mut config = llama_like();
+        config.as_object_mut().unwrap().remove("vocab_size");
+        assert_eq!(
+            ConfigKeys::parse(&config).unwrap_err(),
+            missing("vocab_size")
+        );
+        let mut config = llama_like();
+        config["num_hidden_layers"] = json!("two");
+        let error = ConfigKeys::parse(&config).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "`num_hidden_layers` is \"two\", not a positive whole number"
+        );
+    }
+
+    #[test]
+    fn null_keys_count_as_absent_and_rope_parameters_are_read() {
+        let mut config = llama_like();
+        config["head_dim"] = Value::Null;
+        config["rope_parameters"] =
+            json!({"rope_theta": 5e5, "rope_type": "linear", "factor": 2.0});
+        let keys = ConfigKeys::parse(&config).unwrap();
+        assert_eq!(keys.head_dim, None);
+        assert_eq!(keys.rope_theta, Some(5e5));
+        assert_eq!(keys.rope_scaling.unwrap().kind(), Some("linear"));
+    }
+
+    #[test]
+    fn sparse_layers_follow_the_step_and_the_dense_list() {
+        let experts = ExpertsConfig {
+            num_experts: 8,
+            num_experts_per_tok: 2,
+            moe_intermediate_size: 16,
+            norm_topk_prob: true,
+            decoder_sparse_step: 2,
+            mlp_only_layers: vec![3],
+            kind: ExpertsKind::Qwen3Moe,
+        };
+        let sparse: Vec<usize> = (0..6).filter(|&i| experts.is_sparse(i)).collect();
+        assert_eq!(sparse, [1, 5]);
+    }
+}

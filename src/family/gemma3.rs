@@ -1,0 +1,189 @@
+//! `model_type: gemma3_text` (Gemma 3 1B and the text part of larger ones)
+//! and `gemma3` (the multimodal checkpoints: the text model's config is
+//! `text_config` and its tensors sit under `language_model.`; the vision
+//! tower is skipped, so the model answers text only).
+//!
+//! What Gemma does differently from the shared decoder: embeddings scaled by
+//! the square root of the hidden size (rounded to bfloat16 first), RMSNorm
+//! scales stored minus one, four norms per layer (before and after each of
+//! attention and MLP), q/k norms, a softmax scale from
+//! `query_pre_attn_scalar`, the tanh GELU, and five sliding-window layers
+//! (window `sliding_window`, rope base `rope_local_base_freq`) before each
+//! full one (`sliding_window_pattern`). Missing keys take mlx-lm's defaults,
+//! since the multimodal configs leave most of them out; the one exception is
+//! the multimodal models' context, 131,072 tokens as transformers has it
+//! (the 4B and larger models are trained for it; mlx-lm's dataclass default
+//! of 32,768 is the 1B model's).
+
+use serde_json::{Value, json};
+
+use super::config::{Activation, ConfigError, ConfigKeys, Keys, ModelConfig, merged, missing};
+use super::synth::{Shape, SynthChoices, SynthRecipe, plain_rope};
+use super::{Family, ReplyStyle, every_layout_readable};
+
+pub const GEMMA3_TEXT: Family = Family {
+    model_type: "gemma3_text",
+    class_name: "Gemma3ForCausalLM",
+    about: "Gemma 3 1B, and the text model of the larger Gemma 3 checkpoints",
+    settle: settle_text,
+    unreadable_layout: every_layout_readable,
+    reply: ReplyStyle::PLAIN,
+    synth: SynthRecipe {
+        adjust: plain_rope,
+        config: text_synth_config,
+        extra_tensors: &[],
+    },
+};
+
+pub const GEMMA3: Family = Family {
+    model_type: "gemma3",
+    class_name: "Gemma3ForConditionalGeneration",
+    about: "Gemma 3 4B, 12B and 27B (multimodal checkpoints; Ondo reads the text model)",
+    settle: settle_multimodal,
+    unreadable_layout: every_layout_readable,
+    reply: ReplyStyle::PLAIN,
+    synth: SynthRecipe {
+        adjust: plain_rope,
+        config: multimodal_synth_config,
+        // A vision tower and projector: present in every multimodal
+        // checkpoint, read by neither Ondo nor mlx-lm's text model.
+        extra_tensors: &[
+            "vision_tower.vision_model.post_layernorm.weight",
+            "multi_modal_projector.mm_soft_emb_norm.weight",
+        ],
+    },
+};
+
+/// mlx-lm's defaults for a Gemma 3 text config, for the keys a config may
+/// leave out.
+fn text_defaults() -> Value {
+    json!({
+        "hidden_size": 1152,
+        "num_hidden_layers": 26,
+        "intermediate_size": 6912,
+        "num_attention_heads": 4,
+        "head_dim": 256,
+        "rms_norm_eps": 1.0e-6,
+        "vocab_size": 262144,
+        "num_key_value_heads": 1,
+        "rope_theta": 1_000_000.0,
+        "rope_local_base_freq": 10_000.0,
+        "query_pre_attn_scalar": 256.0,
+        "sliding_window": 512,
+        "sliding_window_pattern": 6,
+        "max_position_embeddings": 32768,
+    })
+}
+
+/// Settles a `gemma3_text` config.
+pub fn settle_text(value: &Value) -> Result<ModelConfig, ConfigError> {
+    settle("gemma3_text", &merged(text_defaults(), value))
+}
+
+/// Settles a multimodal `gemma3` config: its `text_config`, with the
+/// top-level vocabulary size and quantization, read from `language_model.`.
+pub fn settle_multimodal(value: &Value) -> Result<ModelConfig, ConfigError> {
+    let Some(text) = value.get("text_config").filter(|t| t.is_object()) else {
+        return Err(missing("text_config"));
+    };
+    // mlx-lm's multimodal defaults differ from the text model's for the
+    // heads; the context is the larger models' (see the module comment).
+    let defaults = merged(
+        text_defaults(),
+        &json!({
+            "num_attention_heads": 8,
+            "num_key_value_heads": 4,
+            "max_position_embeddings": 131_072,
+        }),
+    );
+    let mut text = merged(defaults, text);
+    text["vocab_size"] = value.get("vocab_size").cloned().unwrap_or(json!(262_208));
+    if let Some(quantization) = value.get("quantization") {
+        text["quantization"] = quantization.clone();
+    }
+    let mut config = settle("gemma3", &text)?;
+    config.weight_prefix = "language_model.model".into();
+    config.head_prefix = "language_model.lm_head".into();
+    config.skipped_prefixes = vec!["vision_tower.".into(), "multi_modal_projector.".into()];
+    Ok(config)
+}
+
+fn settle(model_type: &str, value: &Value) -> Result<ModelConfig, ConfigError> {
+    let keys = ConfigKeys::parse(value)?;
+    let read = Keys::of(value);
+    let rope_theta = keys.require_rope_theta()?;
+    let window = read.required_count("sliding_window")? as i32;
+    let pattern = read.required_count("sliding_window_pattern")? as usize;
+    let scalar = read.required_number("query_pre_attn_scalar")? as f32;
+    let local_base = read.required_number("rope_local_base_freq")? as f32;
+    let hidden = keys.hidden_size;
+    let layers = keys.num_hidden_layers;
+    // The head is tied exactly when the checkpoint has none (mlx-lm decides
+    // the same way); the engine settles it from the tensors. Gemma 3's
+    // checkpoints have none, which is what the tensor plan expects unless
+    // the config says otherwise.
+    let tie = keys.tie_word_embeddings.unwrap_or(true);
+    let mut config = ModelConfig::from_keys(model_type, keys, rope_theta, tie);
+    config.tie_when_no_head = true;
+    config.qk_norm = true;
+    config.norms_add_one = true;
+    config.sandwich_norms = true;
+    config.embed_scale = Some((f64::from(hidden)).sqrt() as f32);
+    config.activation = Activation::GeluApprox;
+    config.attention_scale = scalar.powf(-0.5);
+    config.local_rope_theta = Some(local_base);
+    config.layer_windows = (0..layers)
+        .map(|i| ((i + 1) % pattern != 0).then_some(window))
+        .collect();
+    Ok(config)
+}
+
+/// Gemma's own keys: every second layer attends to everything, so a
+/// two-layer preset still has one layer of each kind.
+fn text_synth_config(config: &mut Value, shape: &Shape, choices: &SynthChoices) {
+    config["rope_local_base_freq"] = json!(10_000.0);
+    config["query_pre_attn_scalar"] = json!(shape.head_dim);
+    config["sliding_window"] = json!(choices.sliding_window);
+    config["sliding_window_pattern"] = json!(2);
+    config["hidden_activation"] = json!("gelu_pytorch_tanh");
+    config["hidden_act"] = json!("gelu_pytorch_tanh");
+    config["final_logit_softcapping"] = Value::Null;
+    config["attn_logit_softcapping"] = Value::Null;
+}
+
+/// The text model's keys under `text_config`, and at the top level what a
+/// multimodal checkpoint keeps there: its type and class, the vocabulary,
+/// the token ids, the dtype and a vision config.
+fn multimodal_synth_config(config: &mut Value, shape: &Shape, choices: &SynthChoices) {
+    text_synth_config(config, shape, choices);
+    let Some(text) = config.as_object_mut() else {
+        return;
+    };
+    let mut top = serde_json::Map::new();
+    let mut take = |key: &str, moved: bool| {
+        let value = if moved {
+            text.remove(key)
+        } else {
+            text.get(key).cloned()
+        };
+        if let Some(value) = value {
+            top.insert(key.to_owned(), value);
+        }
+    };
+    take("architectures", true);
+    for key in ["vocab_size", "eos_token_id", "bos_token_id", "torch_dtype"] {
+        take(key, false);
+    }
+    let synthetic = text.remove("ondo_synthetic");
+    text.insert("model_type".into(), json!("gemma3_text"));
+    top.insert("model_type".into(), json!("gemma3"));
+    top.insert(
+        "vision_config".into(),
+        json!({"model_type": "siglip_vision_model"}),
+    );
+    if let Some(synthetic) = synthetic {
+        top.insert("ondo_synthetic".into(), synthetic);
+    }
+    top.insert("text_config".into(), Value::Object(std::mem::take(text)));
+    *config = Value::Object(top);
+}

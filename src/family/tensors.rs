@@ -1,0 +1,212 @@
+//! The tensors a settled config has: names and shapes exactly as an
+//! mlx-community checkpoint stores them (before quantization), in file
+//! order. `ondo synth` writes them, the fit estimate counts them, and the
+//! engine's strict loader takes exactly these (a test loads every family
+//! from them and compares).
+
+use super::config::ModelConfig;
+
+/// What a tensor is, which decides how `ondo synth` fills it and whether it
+/// is quantized with the rest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TensorKind {
+    /// A matrix of a Linear or Embedding layer.
+    Matrix,
+    /// An RMSNorm scale.
+    NormScale,
+    /// A projection's bias, or gpt-oss's per-head sink logits.
+    Bias,
+    /// A mixture-of-experts router `[E, hidden]`.
+    Router,
+    /// The routed experts' stacked matrices `[E, out, in]`.
+    Experts,
+}
+
+/// One tensor of a model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedTensor {
+    /// The checkpoint name, e.g. `model.layers.0.self_attn.q_proj.weight`.
+    pub name: String,
+    pub shape: Vec<i32>,
+    pub kind: TensorKind,
+}
+
+impl PlannedTensor {
+    /// Elements (parameters) the tensor holds.
+    pub fn elements(&self) -> u64 {
+        self.shape.iter().map(|&d| d.max(0) as u64).product()
+    }
+}
+
+/// The tensors of a model of this config, in file order.
+pub fn plan(config: &ModelConfig) -> Vec<PlannedTensor> {
+    let hidden = config.hidden_size;
+    let q_out = config.num_attention_heads * config.head_dim;
+    let kv_out = config.num_key_value_heads * config.head_dim;
+    let root = config.weight_prefix.as_str();
+    let mut plan = Vec::new();
+    let mut add =
+        |name: String, shape: Vec<i32>, kind| plan.push(PlannedTensor { name, shape, kind });
+    add(
+        format!("{root}.embed_tokens.weight"),
+        vec![config.vocab_size, hidden],
+        TensorKind::Matrix,
+    );
+    for layer in 0..config.num_hidden_layers {
+        let p = format!("{root}.layers.{layer}");
+        add(
+            format!("{p}.input_layernorm.weight"),
+            vec![hidden],
+            TensorKind::NormScale,
+        );
+        if config.fused_projections {
+            linear(
+                &mut add,
+                format!("{p}.self_attn.qkv_proj"),
+                q_out + 2 * kv_out,
+                hidden,
+                config.qkv_bias,
+            );
+        } else {
+            for (proj, out) in [("q_proj", q_out), ("k_proj", kv_out), ("v_proj", kv_out)] {
+                linear(
+                    &mut add,
+                    format!("{p}.self_attn.{proj}"),
+                    out,
+                    hidden,
+                    config.qkv_bias,
+                );
+            }
+        }
+        linear(
+            &mut add,
+            format!("{p}.self_attn.o_proj"),
+            hidden,
+            q_out,
+            config.o_bias,
+        );
+        if config.attention_sinks {
+            add(
+                format!("{p}.self_attn.sinks"),
+                vec![config.num_attention_heads],
+                TensorKind::Bias,
+            );
+        }
+        if config.qk_norm {
+            for norm in ["q_norm", "k_norm"] {
+                add(
+                    format!("{p}.self_attn.{norm}.weight"),
+                    vec![config.head_dim],
+                    TensorKind::NormScale,
+                );
+            }
+        }
+        add(
+            format!("{p}.post_attention_layernorm.weight"),
+            vec![hidden],
+            TensorKind::NormScale,
+        );
+        if config.sandwich_norms {
+            for norm in ["pre_feedforward_layernorm", "post_feedforward_layernorm"] {
+                add(
+                    format!("{p}.{norm}.weight"),
+                    vec![hidden],
+                    TensorKind::NormScale,
+                );
+            }
+        }
+        match &config.experts {
+            // The router, then each projection of every expert stacked
+            // `[E, out, in]`, as mlx-community stores them.
+            Some(experts) if experts.is_sparse(layer) => {
+                let count = experts.num_experts;
+                let inter = experts.moe_intermediate_size;
+                let (router, switch, biases) = experts.kind.tensor_names();
+                add(
+                    format!("{p}.mlp.{router}.weight"),
+                    vec![count, hidden],
+                    TensorKind::Router,
+                );
+                if biases {
+                    add(
+                        format!("{p}.mlp.{router}.bias"),
+                        vec![count],
+                        TensorKind::Bias,
+                    );
+                }
+                for (proj, out, inp) in [
+                    ("gate_proj", inter, hidden),
+                    ("up_proj", inter, hidden),
+                    ("down_proj", hidden, inter),
+                ] {
+                    add(
+                        format!("{p}.mlp.{switch}.{proj}.weight"),
+                        vec![count, out, inp],
+                        TensorKind::Experts,
+                    );
+                    if biases {
+                        add(
+                            format!("{p}.mlp.{switch}.{proj}.bias"),
+                            vec![count, out],
+                            TensorKind::Bias,
+                        );
+                    }
+                }
+            }
+            _ => {
+                let inter = config.intermediate_size;
+                let bias = config.mlp_bias;
+                if config.fused_projections {
+                    linear(
+                        &mut add,
+                        format!("{p}.mlp.gate_up_proj"),
+                        2 * inter,
+                        hidden,
+                        bias,
+                    );
+                } else {
+                    linear(&mut add, format!("{p}.mlp.gate_proj"), inter, hidden, bias);
+                    linear(&mut add, format!("{p}.mlp.up_proj"), inter, hidden, bias);
+                }
+                linear(&mut add, format!("{p}.mlp.down_proj"), hidden, inter, bias);
+            }
+        }
+    }
+    add(
+        format!("{root}.norm.weight"),
+        vec![hidden],
+        TensorKind::NormScale,
+    );
+    if !config.tie_word_embeddings {
+        add(
+            format!("{}.weight", config.head_prefix),
+            vec![config.vocab_size, hidden],
+            TensorKind::Matrix,
+        );
+    }
+    plan
+}
+
+/// A Linear layer's matrix `[out, inp]`, and its bias when it has one.
+fn linear(
+    add: &mut impl FnMut(String, Vec<i32>, TensorKind),
+    prefix: String,
+    out: i32,
+    inp: i32,
+    bias: bool,
+) {
+    add(
+        format!("{prefix}.weight"),
+        vec![out, inp],
+        TensorKind::Matrix,
+    );
+    if bias {
+        add(format!("{prefix}.bias"), vec![out], TensorKind::Bias);
+    }
+}
+
+/// Parameters of a model of this config: every tensor's elements, the
+/// experts all counted (they all stay in memory).
+pub fn parameters(config: &ModelConfig) -> u64 {
+    plan(config).iter().map(PlannedTensor::elements).sum()
+}

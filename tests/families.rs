@@ -1,0 +1,168 @@
+//! One description per family (`ondo::family`), read alike by the engine and
+//! by the fit estimate. For every family and every `ondo synth` preset, the
+//! engine builds the model from the tensors synth would write (zeros, made
+//! lazily and never evaluated, so even the 8B shapes cost nothing), and what
+//! it built agrees with the fit estimate of the same config.json: the
+//! parameters, the KV cache per token, the layers a sliding window bounds,
+//! and the context. The tiny preset is also run, and its cache measured.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use mlx_rs::{Array, Dtype};
+use ondo::engine::cache::LayerCache;
+use ondo::engine::model::decoder::Decoder;
+use ondo::engine::weights::{StoredTensor, WeightMap};
+use ondo::family::{self, FAMILIES, Family};
+use ondo::hub::fit::ModelShape;
+use ondo::synth::tokenizer::SynthTokenizer;
+use ondo::synth::{self, SynthOptions, presets, weights};
+
+/// A stand-in for the trained tokenizer: only its vocabulary size shapes
+/// the model.
+fn tokenizer(vocab_size: usize) -> SynthTokenizer {
+    SynthTokenizer {
+        vocab_size,
+        bos_token_id: 0,
+        eos_token_ids: vec![1],
+        pad_token_id: 2,
+    }
+}
+
+fn zeros(shape: &[i32], dtype: Dtype) -> Array {
+    mlx_rs::ops::zeros_dtype(shape, dtype).expect("a lazy array")
+}
+
+/// The config.json synth would write, and the engine's model built from
+/// the tensors it would write beside it.
+fn built(options: &SynthOptions) -> (serde_json::Value, Decoder) {
+    let planned = synth::plan_model(
+        options,
+        &tokenizer(options.preset.shape.tokenizer_vocab_size),
+    )
+    .expect("a plan");
+    let mut tensors = HashMap::new();
+    let extra = options
+        .arch
+        .synth
+        .extra_tensors
+        .iter()
+        .map(|name| ((*name).to_owned(), vec![16], options.dtype.to_mlx()));
+    let stored = planned
+        .plan
+        .iter()
+        .flat_map(|tensor| weights::stored_layout(options, tensor))
+        .chain(extra);
+    for (name, shape, dtype) in stored {
+        let array = zeros(&shape, dtype);
+        let file = "model.safetensors".to_owned();
+        tensors.insert(name, StoredTensor { array, file });
+    }
+    let settled = family::settle(&planned.config).expect("synth's config settles");
+    let weights = WeightMap {
+        dir: "/synth".into(),
+        tensors,
+    };
+    let decoder = Decoder::load(&settled, Path::new("/synth/config.json"), weights)
+        .unwrap_or_else(|e| panic!("{} {}: {e}", options.arch.model_type, options.preset.name));
+    (planned.config, decoder)
+}
+
+fn options(family: &'static Family, preset: &presets::Preset) -> SynthOptions {
+    let mut options = SynthOptions::for_preset(preset.clone());
+    options.arch = family;
+    options.sliding_window = 64;
+    options
+}
+
+#[test]
+fn the_engine_and_the_fit_estimate_read_every_family_alike() {
+    for family in FAMILIES {
+        for preset in presets::all() {
+            let options = options(family, &preset);
+            let what = format!("{} at {}", family.model_type, preset.name);
+            let (config, decoder) = built(&options);
+            let shape = ModelShape::from_config(&config, None).expect("sizable");
+            assert_eq!(
+                Some(decoder.parameters()),
+                shape.parameters,
+                "{what}: parameters"
+            );
+            let caches = decoder.layer_caches();
+            assert_eq!(caches.len() as u64, shape.num_hidden_layers, "{what}");
+            let element_bytes = shape.kv_dtype.bytes();
+            let per_token: u64 = caches.iter().map(|(_, elements)| elements).sum();
+            assert_eq!(
+                per_token * element_bytes,
+                shape.kv_bytes_per_token(),
+                "{what}: KV bytes per token"
+            );
+            let windowed: Vec<i32> = caches.iter().filter_map(|(w, _)| *w).collect();
+            match shape.sliding_window {
+                Some(sliding) => {
+                    assert_eq!(
+                        windowed.len() as u64,
+                        sliding.layers,
+                        "{what}: sliding layers"
+                    );
+                    assert!(
+                        windowed.iter().all(|&w| w as u64 == sliding.window_tokens),
+                        "{what}: windows {windowed:?}"
+                    );
+                }
+                None => assert!(windowed.is_empty(), "{what}: windows {windowed:?}"),
+            }
+            // The context the engine refuses prompts beyond is the one fit
+            // caps the estimate at.
+            let settled = family::settle(&config).unwrap();
+            assert_eq!(
+                settled.max_position_embeddings.map(|n| n as u64),
+                shape.max_position_embeddings,
+                "{what}: context"
+            );
+        }
+    }
+}
+
+/// What the estimate says a cache holds is what the engine's caches hold
+/// once a conversation has run, for every family at the tiny shape: a
+/// prompt, then one token at a time past the sliding window, so the
+/// windowed layers stop at it while the others keep every position.
+#[test]
+fn the_cache_the_engine_fills_is_the_one_fit_estimates() {
+    let tiny = presets::find("tiny").unwrap();
+    for family in FAMILIES {
+        let options = options(family, &tiny);
+        let (config, decoder) = built(&options);
+        let shape = ModelShape::from_config(&config, None).unwrap();
+        let mut cache = decoder.make_cache(None);
+        let prompt = Array::from_slice(&[5i32; 40], &[1, 40]);
+        decoder.hidden(&prompt, &mut cache).unwrap().eval().unwrap();
+        let one = Array::from_slice(&[7i32], &[1, 1]);
+        for _ in 0..60 {
+            decoder.hidden(&one, &mut cache).unwrap().eval().unwrap();
+        }
+        let held: usize = cache.iter().map(LayerCache::nbytes).sum();
+        assert_eq!(
+            held as u64,
+            shape.kv_cache_bytes(100),
+            "{}: cache bytes after 100 positions",
+            family.model_type
+        );
+    }
+}
+
+/// The catalog's configs are what their families settle: each entry's
+/// estimate comes from the description the engine builds from.
+#[test]
+fn every_catalog_entry_settles_with_its_family() {
+    for entry in ondo::hub::catalog::catalog() {
+        let config = entry.config();
+        match family::find(entry.family) {
+            Some(found) => {
+                (found.settle)(&config).unwrap_or_else(|e| panic!("{}: {e}", entry.repo_id));
+            }
+            None => assert!(entry.unsupported().is_some(), "{}", entry.repo_id),
+        }
+    }
+}
