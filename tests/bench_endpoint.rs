@@ -32,8 +32,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::StreamExt;
+use ondo::run_kinds::RunKind;
 use ondo::store::record::EndpointDialect;
-use ondo::store::{RunKind, RunQuery, RunRecord, Store};
+use ondo::store::{RunQuery, RunRecord, Store};
 use serde_json::{Value, json};
 
 /// `ondo ARGS` with its own data folder; the output, whatever the status.

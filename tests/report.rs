@@ -15,8 +15,9 @@
 use std::path::PathBuf;
 
 use ondo::report::{self, Report, ReportFormat};
-use ondo::store::record::{EndpointDialect, LoadKind, LoopShape, StopReason};
-use ondo::store::{MemorySample, RECORD_SCHEMA_VERSION, RunKind, RunRecord};
+use ondo::run_kinds::{LoadKind, LoopShape, RunKind, StopReason};
+use ondo::store::record::EndpointDialect;
+use ondo::store::{MemorySample, RECORD_SCHEMA_VERSION, RunRecord};
 
 const GENERATED_AT: &str = "2025-01-01T12:00:00Z";
 const MIB: u64 = 1024 * 1024;

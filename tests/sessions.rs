@@ -11,10 +11,11 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use ondo::engine::chat_template::ChatMessage;
-use ondo::engine::{CancelToken, GenerateRequest, LoadKind, Prompt, RunEvent, StopReason};
+use ondo::engine::{CancelToken, GenerateRequest, Prompt, RunEvent};
+use ondo::run_kinds::{LoadKind, RunKind, StopReason};
 use ondo::session::record::RunContext;
 use ondo::session::{KeepAlive, PoolSettings, SessionPool};
-use ondo::store::{RunKind, RunQuery, Store};
+use ondo::store::{RunQuery, Store};
 use ondo::synth::{self, SynthOptions};
 use ondo_os::PressureLevel;
 
@@ -424,7 +425,7 @@ fn memory_pressure_trims_caches_then_unloads_idle_models() {
         )
         .unwrap();
     assert_eq!(second.stats.cached_tokens, 0);
-    assert_eq!(second.stats.load_kind, ondo::engine::LoadKind::Warm);
+    assert_eq!(second.stats.load_kind, ondo::run_kinds::LoadKind::Warm);
 
     level.store(2, Ordering::SeqCst);
     tick_until(&pool, "the unload and the MLX cache clear", |pool| {

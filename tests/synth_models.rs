@@ -5,8 +5,8 @@ use std::path::Path;
 use std::process::Command;
 
 use ondo::engine::LoadError;
-use ondo::engine::generate::LoopShape;
 use ondo::engine::load::LoadedModel;
+use ondo::run_kinds::LoopShape;
 use ondo::synth::{self, Arch, SynthError, SynthOptions, WeightDtype};
 
 fn options(preset: &str) -> SynthOptions {

@@ -37,6 +37,7 @@ use serde::{Deserialize, Serialize};
 pub use error::{ApiError, ApiFailure, Dialect};
 pub use generation::{OndoRecord, RequestLog};
 
+use crate::app_settings::DEFAULT_PORT;
 use crate::engine::{CancelToken, RunError};
 use crate::paths::DataDirs;
 use crate::resolve::{NamedBy, ResolvedModel, TINY, resolve_model, saved_settings};
@@ -45,11 +46,6 @@ use crate::session::chat::GenerationSettings;
 use conversations::ConversationIndex;
 use generation::Ask;
 use queue::EngineQueue;
-
-/// The port the server listens on unless told otherwise: not Ollama's
-/// (11434), LM Studio's (1234), mlx_lm.server's (8080) or Docker Model
-/// Runner's (12434), so Ondo can run beside any of them.
-pub const DEFAULT_PORT: u16 = 11480;
 
 /// The largest request body the server reads.
 pub const MAX_BODY_BYTES: usize = 4 << 20;

@@ -14,12 +14,12 @@ use super::{
     AnatomySummary, BenchError, BenchPlan, BenchShape, SPAWNED_AT_ENV, Summary, model_vocab, peer,
     synthetic_prompt,
 };
-use crate::engine::generate::LoopShape;
 use crate::engine::{CancelToken, GenerateRequest, Prompt, RunStats, StepAnatomy};
+use crate::run_kinds::{LoopShape, RunKind};
 use crate::session::SessionPool;
 use crate::session::record::{self, MemoryDuringRun, Provenance, RunContext};
 use crate::session::roofline;
-use crate::store::{RunKind, RunRecord};
+use crate::store::RunRecord;
 
 /// The one setting a plan varies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

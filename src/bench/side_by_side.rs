@@ -14,13 +14,13 @@ use serde::Serialize;
 use super::endpoint::{Endpoint, EndpointRun, EndpointSpec};
 use super::text_prompt::{TextPrompt, TextPrompts};
 use super::{BenchError, BenchPlan, BenchShape, Summary, plan, ratio};
-use crate::engine::generate::LoopShape;
 use crate::engine::{CancelToken, GenerateRequest, Prompt, RunEvent};
 use crate::resolve::{NamedBy, ResolvedModel, resolve_model};
+use crate::run_kinds::{LoadKind, LoopShape, RunKind, StopReason};
 use crate::session::SessionPool;
-use crate::session::record::{Provenance, RunContext, new_run_id, now_rfc3339};
-use crate::store::record::{EndpointDialect, LoadKind, StopReason};
-use crate::store::{RunKind, RunRecord};
+use crate::session::record::{Provenance, RunContext, new_run_id};
+use crate::store::record::EndpointDialect;
+use crate::store::{RunRecord, now_rfc3339};
 
 /// What runs: the shape, Ondo's engine on a model (optional), and the
 /// endpoints.

@@ -358,7 +358,7 @@ fn write_report(
             "ondo bench {} ({})",
             outcome.plan.model_id, outcome.bench_id
         ),
-        generated_at: crate::session::record::now_rfc3339(),
+        generated_at: crate::store::now_rfc3339(),
     };
     crate::whole_file::write_atomically_with(path, |file| {
         let mut out = std::io::BufWriter::new(file);

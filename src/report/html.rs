@@ -13,7 +13,7 @@ use super::summary::{Analysis, GROUP_FIELDS};
 use super::svg::{self, Bar, Segment, Series, StackedRow, TimelinePoint, colour};
 use super::table::{self, SummaryTable};
 use super::{REPORT_SCHEMA, Report};
-use crate::store::record::LoadKind;
+use crate::run_kinds::LoadKind;
 use crate::store::{MemorySample, RECORD_SCHEMA_VERSION, RunRecord};
 use crate::units::{human_bytes, mib};
 
@@ -556,7 +556,7 @@ fn runs_section(page: &mut String, runs: &[RunRecord], analysis: &Analysis, labe
             String::new()
         });
         // A server's load, prefill alone and memory are not seen from the client.
-        let endpoint = run.kind == crate::store::RunKind::Endpoint;
+        let endpoint = run.kind == crate::run_kinds::RunKind::Endpoint;
         let unseen = |text: String| if endpoint { "–".to_owned() } else { text };
         cells.push(unseen(human::fixed2(run.load_ms)));
         cells.push(human::fixed2(run.ttft_ms));

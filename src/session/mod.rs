@@ -8,7 +8,6 @@
 pub mod chat;
 pub mod record;
 pub mod roofline;
-pub mod settings;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -21,8 +20,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::stream::RunOutcome;
 use crate::engine::thread::EventDelivery;
-use crate::engine::{CancelToken, EngineHandle, GenerateRequest, LoadKind, RunError, RunEvent};
-use crate::store::{MemorySample, PoolEvent, RunRecord, Store};
+use crate::engine::{CancelToken, EngineHandle, GenerateRequest, RunError, RunEvent};
+use crate::run_kinds::LoadKind;
+use crate::store::{MemorySample, PoolEvent, RunRecord, Store, now_rfc3339};
 use record::{MemoryDuringRun, Provenance, RunContext};
 
 /// How long an idle model stays loaded.
@@ -460,7 +460,7 @@ fn reap(shared: &Shared) {
 impl Shared {
     fn note(&self, action: &str, model_id: &str, reason: &str, bytes: Option<u64>) {
         let event = PoolEvent {
-            at: record::now_rfc3339(),
+            at: now_rfc3339(),
             action: action.to_owned(),
             model_id: model_id.to_owned(),
             reason: reason.to_owned(),

@@ -5,7 +5,8 @@
 use std::sync::OnceLock;
 
 use crate::engine::{EngineHandle, RunStats};
-use crate::store::{MemorySample, RunKind, RunRecord};
+use crate::run_kinds::RunKind;
+use crate::store::{MemorySample, RunRecord, now_rfc3339};
 
 /// Where and with what a run happened; the same for every run of a process.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -37,7 +38,7 @@ impl Provenance {
             Provenance {
                 app_version: env!("CARGO_PKG_VERSION").to_owned(),
                 app_commit: env!("ONDO_GIT_COMMIT").to_owned(),
-                build_profile: crate::doctor::build_profile().to_owned(),
+                build_profile: build_profile().to_owned(),
                 mlx_version: runtime
                     .as_ref()
                     .map_or("unknown".into(), |r| r.mlx_version.clone()),
@@ -53,6 +54,16 @@ impl Provenance {
                 ram_bytes: ondo_os::memory_totals().map_or(0, |m| m.total_bytes),
             }
         })
+    }
+}
+
+/// "debug" or "release": debug builds are much slower and every timing from
+/// one says so.
+pub fn build_profile() -> &'static str {
+    if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
     }
 }
 
@@ -123,11 +134,6 @@ pub fn new_run_id() -> String {
         now.timestamp_millis(),
         hasher.finish() as u32
     )
-}
-
-/// RFC 3339 in UTC with milliseconds.
-pub fn now_rfc3339() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 /// The flat record of one finished run.

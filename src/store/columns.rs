@@ -142,10 +142,10 @@ macro_rules! text_enum_column {
 }
 
 text_enum_column!(
-    super::record::RunKind,
-    super::record::LoadKind,
-    super::record::LoopShape,
-    super::record::StopReason,
+    crate::run_kinds::RunKind,
+    crate::run_kinds::LoadKind,
+    crate::run_kinds::LoopShape,
+    crate::run_kinds::StopReason,
     super::record::EndpointDialect
 );
 

@@ -791,8 +791,8 @@ export type LoadKind =
 /**
  *  The local server as the app runs it: on this machine's loopback address
  *  only (the app offers no other, so a key is a choice, not a requirement),
- *  on a port the user picks. The rest of the server's configuration keeps
- *  `ServerConfig`'s defaults.
+ *  on a port the user picks. The app's shell starts the server with these,
+ *  the rest of its configuration as `ServerConfig`'s defaults have it.
  */
 export type LocalServerSettings = {
 	/**  Serve while the app runs (and start with it). */
