@@ -146,10 +146,16 @@ fn a_second_turn_is_warm_and_reuses_the_conversation_cache() {
     assert_eq!(runs.len(), 2);
     assert_eq!(runs[1].cached_tokens, second.stats.cached_tokens as u64);
     assert_eq!(runs[0].conversation_id.as_deref(), Some("c1"));
-    assert!(!runs[0].app_commit.is_empty() && runs[0].mlx_version.starts_with("0."));
+    let provenance = &runs[0].provenance;
+    assert!(!provenance.app_commit.is_empty() && provenance.mlx_version.starts_with("0."));
     assert_eq!(
-        runs[0].mlx_rs_version,
+        provenance.mlx_rs_version,
         ondo::session::record::MLX_RS_VERSION
+    );
+    assert_eq!(
+        provenance,
+        pool.provenance(),
+        "the pool's provenance, as recorded"
     );
     assert_eq!(runs[0].pressure_start, "normal");
     let timeline = pool

@@ -626,15 +626,26 @@ fn provenance_section(page: &mut String, report: &Report) {
         ),
         (
             "Ondo",
-            distinct(runs, |r| format!("{} ({})", r.app_version, r.app_commit)),
+            distinct(runs, |r| {
+                format!("{} ({})", r.provenance.app_version, r.provenance.app_commit)
+            }),
         ),
-        ("build profile", distinct(runs, |r| r.build_profile.clone())),
-        ("MLX", distinct(runs, |r| r.mlx_version.clone())),
-        ("mlx-rs", distinct(runs, |r| r.mlx_rs_version.clone())),
-        ("backend", distinct(runs, |r| r.backend.clone())),
-        ("OS", distinct(runs, |r| r.os.clone())),
-        ("CPU", distinct(runs, |r| r.cpu.clone())),
-        ("RAM", distinct(runs, |r| human_bytes(r.ram_bytes))),
+        (
+            "build profile",
+            distinct(runs, |r| r.provenance.build_profile.clone()),
+        ),
+        ("MLX", distinct(runs, |r| r.provenance.mlx_version.clone())),
+        (
+            "mlx-rs",
+            distinct(runs, |r| r.provenance.mlx_rs_version.clone()),
+        ),
+        ("backend", distinct(runs, |r| r.provenance.backend.clone())),
+        ("OS", distinct(runs, |r| r.provenance.os.clone())),
+        ("CPU", distinct(runs, |r| r.provenance.cpu.clone())),
+        (
+            "RAM",
+            distinct(runs, |r| human_bytes(r.provenance.ram_bytes)),
+        ),
     ];
     let models = distinct(runs, |r| {
         format!(

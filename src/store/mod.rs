@@ -21,7 +21,9 @@ use columns::{ColumnValue, RUN_COLUMN_LIST, read_column, run_from_row, run_value
 
 pub use columns::RUN_COLUMNS;
 pub use error::StoreError;
-pub use record::{MemorySample, PoolEvent, RECORD_SCHEMA_VERSION, RunRecord, now_rfc3339};
+pub use record::{
+    MemorySample, PoolEvent, Provenance, RECORD_SCHEMA_VERSION, RunRecord, now_rfc3339,
+};
 pub use schema::SCHEMA_VERSION;
 
 /// The history's file name inside Ondo's data folder.

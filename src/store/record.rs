@@ -157,7 +157,17 @@ pub struct RunRecord {
     pub server_prefill_tps: Option<f64>,
     pub server_decode_tps: Option<f64>,
 
-    // Provenance.
+    /// Where and with what the run happened; its fields are the record's
+    /// own (columns, report fields), not a nested object.
+    #[serde(flatten)]
+    pub provenance: Provenance,
+}
+
+/// Where and with what a run happened: Ondo's build, the MLX it ran on and
+/// the machine. The same for every run of a process.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+pub struct Provenance {
     pub app_version: String,
     pub app_commit: String,
     /// "debug" or "release".

@@ -82,15 +82,17 @@ fn full_record() -> RunRecord {
         server_decode_ms: Some(1990.5),
         server_prefill_tps: Some(1607.5),
         server_decode_tps: Some(64.25),
-        app_version: "0.1.0".into(),
-        app_commit: "abdad0c".into(),
-        build_profile: "release".into(),
-        mlx_version: "0.29.0".into(),
-        mlx_rs_version: "0.33.0".into(),
-        backend: "metal".into(),
-        os: "macOS 15.3".into(),
-        cpu: "Apple M3 Pro".into(),
-        ram_bytes: 36 * 1024 * 1024 * 1024,
+        provenance: Provenance {
+            app_version: "0.1.0".into(),
+            app_commit: "abdad0c".into(),
+            build_profile: "release".into(),
+            mlx_version: "0.29.0".into(),
+            mlx_rs_version: "0.33.0".into(),
+            backend: "metal".into(),
+            os: "macOS 15.3".into(),
+            cpu: "Apple M3 Pro".into(),
+            ram_bytes: 36 * 1024 * 1024 * 1024,
+        },
     }
 }
 

@@ -987,6 +987,24 @@ export type PressureLevel = "normal" | "warning" | "critical" |
 "unknown";
 
 /**
+ *  Where and with what a run happened: Ondo's build, the MLX it ran on and
+ *  the machine. The same for every run of a process.
+ */
+export type Provenance = {
+	app_version: string,
+	app_commit: string,
+	/**  "debug" or "release". */
+	build_profile: string,
+	mlx_version: string,
+	mlx_rs_version: string,
+	/**  "metal", "cpu" or "cuda". */
+	backend: string,
+	os: string,
+	cpu: string,
+	ram_bytes: number,
+};
+
+/**
  *  Linux pressure stall information for memory: the share of time in which
  *  some (or all non-idle) tasks waited for memory.
  */
@@ -1175,18 +1193,7 @@ export type RunRecord = {
 	 */
 	server_prefill_tps: number | null,
 	server_decode_tps: number | null,
-	app_version: string,
-	app_commit: string,
-	/**  "debug" or "release". */
-	build_profile: string,
-	mlx_version: string,
-	mlx_rs_version: string,
-	/**  "metal", "cpu" or "cuda". */
-	backend: string,
-	os: string,
-	cpu: string,
-	ram_bytes: number,
-};
+} & Provenance;
 
 /**
  *  Why the server is not serving although it is turned on, as the UI
