@@ -4,11 +4,10 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::engine::generate::LoopShape;
 use crate::engine::{CancelToken, GenerateRequest, Prompt, RunError};
 use crate::resolve::ResolvedModel;
+use crate::run_kinds::{LoopShape, RunKind};
 use crate::session::SessionPool;
-use crate::store::RunKind;
 
 /// The timings of one generation, with the run record's field names
 /// (docs/ARCHITECTURE.md, "What the timings mean").

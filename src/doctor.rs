@@ -9,6 +9,7 @@ use mlx_rs::{Array, ops};
 use crate::metallib::MetalReport;
 use crate::metrics::mlx_runtime::{Backend, MlxRuntime};
 use crate::paths::DataDirs;
+use crate::session::record::build_profile;
 
 /// The MLX release that the vendored mlx-c (mlx-sys 0.7.0) was written for.
 pub const EXPECTED_MLX_VERSION: &str = "0.32.4";
@@ -110,16 +111,6 @@ impl DoctorReport {
     /// True when every check passed.
     pub fn healthy(&self) -> bool {
         self.checks.iter().all(|c| c.passed)
-    }
-}
-
-/// "debug" or "release": debug builds are much slower and every timing from
-/// one says so.
-pub fn build_profile() -> &'static str {
-    if cfg!(debug_assertions) {
-        "debug"
-    } else {
-        "release"
     }
 }
 

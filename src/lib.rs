@@ -2,6 +2,7 @@
 //! local API are all clients of this library.
 
 pub mod api;
+pub mod app_settings;
 pub mod bench;
 pub mod cli;
 pub mod demo;
@@ -15,6 +16,7 @@ pub mod metrics;
 pub mod paths;
 pub mod report;
 pub mod resolve;
+pub mod run_kinds;
 pub mod session;
 pub mod store;
 pub mod synth;

@@ -7,12 +7,13 @@
 use std::path::{Path, PathBuf};
 
 use crate::ErrorKind;
+use crate::app_settings::AppSettings;
 use crate::hub::{ModelRef, library};
 use crate::paths::DataDirs;
+use crate::run_kinds::RunKind;
 use crate::session::SessionPool;
 use crate::session::record::RunContext;
-use crate::session::settings::AppSettings;
-use crate::store::{RunKind, Store};
+use crate::store::Store;
 
 /// The name of the built-in synthetic model.
 pub const TINY: &str = "tiny";

@@ -32,8 +32,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::StreamExt;
+use ondo::run_kinds::RunKind;
 use ondo::store::record::EndpointDialect;
-use ondo::store::{RunKind, RunQuery, RunRecord, Store};
+use ondo::store::{RunQuery, RunRecord, Store};
 use serde_json::{Value, json};
 
 /// `ondo ARGS` with its own data folder; the output, whatever the status.
@@ -619,6 +620,18 @@ fn ollamas_dialect_is_timed_at_the_client_beside_its_own_durations() {
     assert_eq!(measured.server_decode_tps, Some(50.0));
     assert_eq!(measured.generated_tokens, 5);
     assert!(measured.ttft_ms >= 150.0);
+    // Ondo's build and this machine, but no MLX: the server computed.
+    let provenance = &measured.provenance;
+    assert!(!provenance.app_version.is_empty() && !provenance.cpu.is_empty());
+    assert!(provenance.ram_bytes > 0, "{provenance:?}");
+    assert_eq!(
+        (
+            provenance.mlx_version.as_str(),
+            provenance.mlx_rs_version.as_str()
+        ),
+        ("", "")
+    );
+    assert_eq!(provenance.backend, "");
     // The pool watched this machine's memory during the request.
     let levels = ["normal", "warning", "critical", "unknown"];
     assert!(

@@ -6,9 +6,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use ondo::engine::sample::SamplerSettings;
-use ondo::engine::{
-    CancelToken, EngineHandle, GenerateRequest, LoadKind, Prompt, RunError, RunEvent, StopReason,
-};
+use ondo::engine::{CancelToken, EngineHandle, GenerateRequest, Prompt, RunError, RunEvent};
+use ondo::run_kinds::{LoadKind, StopReason};
 use ondo::synth::{self, SynthOptions};
 
 fn tiny(dir: &Path) {

@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ondo::api::{LocalServer, RequestLog, ServerConfig};
+use ondo::run_kinds::StopReason;
 use ondo::session::{PoolSettings, SessionPool};
 use ondo::store::Store;
-use ondo::store::record::StopReason;
 use ondo_os::PressureLevel;
 
 #[test]

@@ -15,10 +15,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use ondo::engine::chat_template::ChatMessage;
-use ondo::engine::generate::{DEFAULT_PREFILL_STEP_SIZE, LoopShape, TokenSteps};
+use ondo::engine::generate::{DEFAULT_PREFILL_STEP_SIZE, TokenSteps};
 use ondo::engine::load::LoadedModel;
 use ondo::engine::{CancelToken, EngineHandle, GenerateRequest, Prompt};
 use ondo::family::{self, Family};
+use ondo::run_kinds::LoopShape;
 use ondo::synth::{self, Shape, SynthOptions, WeightDtype};
 
 const GENERATE: usize = 64;

@@ -10,9 +10,9 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use ondo::session::settings::AppSettings;
-use ondo::store::record::LoadKind;
-use ondo::store::{RunKind, RunQuery, RunRecord, Store};
+use ondo::app_settings::AppSettings;
+use ondo::run_kinds::{LoadKind, RunKind};
+use ondo::store::{RunQuery, RunRecord, Store};
 
 /// `ondo ARGS` with its own data folder and Hugging Face cache, `stdin` fed
 /// in.

@@ -15,8 +15,9 @@
 use std::path::PathBuf;
 
 use ondo::report::{self, Report, ReportFormat};
-use ondo::store::record::{EndpointDialect, LoadKind, LoopShape, StopReason};
-use ondo::store::{MemorySample, RECORD_SCHEMA_VERSION, RunKind, RunRecord};
+use ondo::run_kinds::{LoadKind, LoopShape, RunKind, StopReason};
+use ondo::store::record::EndpointDialect;
+use ondo::store::{MemorySample, Provenance, RECORD_SCHEMA_VERSION, RunRecord};
 
 const GENERATED_AT: &str = "2025-01-01T12:00:00Z";
 const MIB: u64 = 1024 * 1024;
@@ -92,15 +93,17 @@ fn base() -> RunRecord {
         server_decode_ms: None,
         server_prefill_tps: None,
         server_decode_tps: None,
-        app_version: "0.1.0".into(),
-        app_commit: "abdad0c5e1f2".into(),
-        build_profile: "release".into(),
-        mlx_version: "0.32.2".into(),
-        mlx_rs_version: "0.33.0".into(),
-        backend: "cpu".into(),
-        os: "Debian GNU/Linux 13 (Linux 6.12)".into(),
-        cpu: "Intel Xeon Platinum 8488C, 2 cores".into(),
-        ram_bytes: 16 * GIB,
+        provenance: Provenance {
+            app_version: "0.1.0".into(),
+            app_commit: "abdad0c5e1f2".into(),
+            build_profile: "release".into(),
+            mlx_version: "0.32.2".into(),
+            mlx_rs_version: "0.33.0".into(),
+            backend: "cpu".into(),
+            os: "Debian GNU/Linux 13 (Linux 6.12)".into(),
+            cpu: "Intel Xeon Platinum 8488C, 2 cores".into(),
+            ram_bytes: 16 * GIB,
+        },
     }
 }
 
@@ -482,7 +485,7 @@ fn markdown_shows_what_varies_and_lists_what_does_not() {
     assert!(!text.contains("debug build"));
 
     let mut runs = fixture_runs();
-    runs[0].build_profile = "debug".into();
+    runs[0].provenance.build_profile = "debug".into();
     let text = write(&runs, &[], ReportFormat::Markdown);
     assert!(
         text.contains("> **Warning:** 1 of 9 runs ran in a debug build"),
@@ -540,9 +543,9 @@ fn endpoint_run(n: u64, ttft_ms: f64, decode_tps: f64) -> RunRecord {
     record.kind = RunKind::Endpoint;
     record.mlx_peak_bytes = 0;
     record.prefill_ms = f64::NAN;
-    record.mlx_version = String::new();
-    record.mlx_rs_version = String::new();
-    record.backend = String::new();
+    record.provenance.mlx_version = String::new();
+    record.provenance.mlx_rs_version = String::new();
+    record.provenance.backend = String::new();
     record.server_name = Some("mlx_lm.server".into());
     record.endpoint_url = Some("http://127.0.0.1:8080/v1/completions".into());
     record.endpoint_dialect = Some(EndpointDialect::OpenAi);

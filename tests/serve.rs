@@ -17,9 +17,10 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ondo::app_settings::AppSettings;
+use ondo::run_kinds::RunKind;
 use ondo::session::chat::GenerationSettings;
-use ondo::session::settings::AppSettings;
-use ondo::store::{RunKind, RunQuery, Store};
+use ondo::store::{RunQuery, Store};
 use serde_json::{Value, json};
 
 const SYSTEM: &str = "You answer briefly.";
@@ -855,7 +856,7 @@ fn a_client_that_drops_its_stream_frees_the_engine() {
     let dropped = home
         .api_runs()
         .into_iter()
-        .find(|r| r.stop_reason == ondo::store::record::StopReason::Cancelled)
+        .find(|r| r.stop_reason == ondo::run_kinds::StopReason::Cancelled)
         .unwrap();
     assert!(dropped.generated_tokens < 30000);
 }

@@ -11,10 +11,11 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use ondo::engine::chat_template::ChatMessage;
-use ondo::engine::{CancelToken, GenerateRequest, LoadKind, Prompt, RunEvent, StopReason};
+use ondo::engine::{CancelToken, GenerateRequest, Prompt, RunEvent};
+use ondo::run_kinds::{LoadKind, RunKind, StopReason};
 use ondo::session::record::RunContext;
 use ondo::session::{KeepAlive, PoolSettings, SessionPool};
-use ondo::store::{RunKind, RunQuery, Store};
+use ondo::store::{RunQuery, Store};
 use ondo::synth::{self, SynthOptions};
 use ondo_os::PressureLevel;
 
@@ -145,10 +146,16 @@ fn a_second_turn_is_warm_and_reuses_the_conversation_cache() {
     assert_eq!(runs.len(), 2);
     assert_eq!(runs[1].cached_tokens, second.stats.cached_tokens as u64);
     assert_eq!(runs[0].conversation_id.as_deref(), Some("c1"));
-    assert!(!runs[0].app_commit.is_empty() && runs[0].mlx_version.starts_with("0."));
+    let provenance = &runs[0].provenance;
+    assert!(!provenance.app_commit.is_empty() && provenance.mlx_version.starts_with("0."));
     assert_eq!(
-        runs[0].mlx_rs_version,
+        provenance.mlx_rs_version,
         ondo::session::record::MLX_RS_VERSION
+    );
+    assert_eq!(
+        provenance,
+        pool.provenance(),
+        "the pool's provenance, as recorded"
     );
     assert_eq!(runs[0].pressure_start, "normal");
     let timeline = pool
@@ -424,7 +431,7 @@ fn memory_pressure_trims_caches_then_unloads_idle_models() {
         )
         .unwrap();
     assert_eq!(second.stats.cached_tokens, 0);
-    assert_eq!(second.stats.load_kind, ondo::engine::LoadKind::Warm);
+    assert_eq!(second.stats.load_kind, ondo::run_kinds::LoadKind::Warm);
 
     level.store(2, Ordering::SeqCst);
     tick_until(&pool, "the unload and the MLX cache clear", |pool| {

@@ -11,7 +11,8 @@ use std::path::Path;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ondo::store::{MemorySample, RunKind, RunRecord, Store};
+use ondo::run_kinds::RunKind;
+use ondo::store::{MemorySample, RunRecord, Store};
 
 /// Set in a child: the database to write to.
 const WRITER_DB: &str = "ONDO_STORE_WRITER";

@@ -5,9 +5,9 @@ use std::path::Path;
 use std::process::Command;
 
 use ondo::engine::LoadError;
-use ondo::engine::generate::LoopShape;
 use ondo::engine::load::LoadedModel;
 use ondo::family;
+use ondo::run_kinds::LoopShape;
 use ondo::synth::{self, SynthError, SynthOptions, WeightDtype};
 
 fn options(preset: &str) -> SynthOptions {

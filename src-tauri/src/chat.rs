@@ -4,9 +4,10 @@
 
 use ondo::engine::chat_template::ChatMessage;
 use ondo::engine::{CancelToken, Prompt};
+use ondo::run_kinds::RunKind;
 use ondo::session::chat::{ChatEvent, ChatFeatures, GenerationSettings};
 use ondo::session::record::RunContext;
-use ondo::store::{RunKind, RunRecord};
+use ondo::store::RunRecord;
 use tauri::ipc::Channel;
 
 use crate::commands::on_blocking_thread;

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 
 use ondo::demo::{self, DemoRun};
 use ondo::doctor::DoctorReport;
-use ondo::engine::generate::LoopShape;
 use ondo::resolve::{NamedBy, TINY, resolve_model};
+use ondo::run_kinds::LoopShape;
 
 use crate::error::CommandError;
 use crate::state::AppState;

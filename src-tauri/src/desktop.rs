@@ -7,8 +7,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use ondo::app_settings::AppSettings;
 use ondo::report::ReportFormat;
-use ondo::session::settings::AppSettings;
 use tauri::{AppHandle, Manager, Runtime, WebviewUrl, WebviewWindowBuilder};
 use tauri_plugin_dialog::Dialog;
 use tauri_plugin_global_shortcut::{GlobalShortcut, Shortcut, ShortcutState};
@@ -98,7 +98,7 @@ pub async fn choose_export_path<R: Runtime>(
     app: AppHandle<R>,
     format: ReportFormat,
 ) -> Result<Option<PathBuf>, CommandError> {
-    let today = ondo::session::record::now_rfc3339();
+    let today = ondo::store::now_rfc3339();
     let name = crate::runs::suggested_report_name(format, today.get(..10).unwrap_or("report"));
     let dialog = file_dialog(&app)?
         .set_title("Export runs")

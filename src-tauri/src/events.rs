@@ -29,7 +29,7 @@ pub enum AppEvent {
     RunsChanged { run_id: String },
     /// The settings were saved (in any window).
     #[serde(rename = "ondo://settings-changed")]
-    SettingsChanged(ondo::session::settings::AppSettings),
+    SettingsChanged(ondo::app_settings::AppSettings),
     /// The local server started, stopped, failed to start, or its requests
     /// changed (served, waiting, the client in flight).
     #[serde(rename = "ondo://local-server")]
@@ -127,7 +127,7 @@ mod tests {
         assert_eq!(name, "ondo://navigate");
         assert_eq!(payload, serde_json::json!({ "view": "settings" }));
 
-        let settings = ondo::session::settings::AppSettings::default();
+        let settings = ondo::app_settings::AppSettings::default();
         let (name, payload) = AppEvent::SettingsChanged(settings.clone())
             .name_and_payload()
             .unwrap();

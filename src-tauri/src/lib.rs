@@ -154,7 +154,7 @@ fn set_up_desktop<R: Runtime>(app: &mut App<R>) -> tauri::Result<()> {
         if let Some(state) = app.try_state::<state::AppState>() {
             let settings = state
                 .pool
-                .with_store(|store| ondo::session::settings::AppSettings::load(store))
+                .with_store(|store| ondo::app_settings::AppSettings::load(store))
                 .unwrap_or_default();
             if let Err(problem) = desktop::apply(app.handle(), &settings) {
                 eprintln!("ondo-app: {problem}");
@@ -203,7 +203,7 @@ pub fn typescript_bindings() -> Result<String, String> {
         .dangerously_cast_bigints_to_number()
         // Defaults and limits are defined once, in the core; the forms read
         // these instead of writing the numbers again.
-        .constant("DEFAULT_SETTINGS", ondo::session::settings::AppSettings::default())
+        .constant("DEFAULT_SETTINGS", ondo::app_settings::AppSettings::default())
         .constant(
             "GENERATION_LIMITS",
             ondo::session::chat::GenerationSettings::LIMITS,
@@ -214,7 +214,7 @@ pub fn typescript_bindings() -> Result<String, String> {
         // DEFAULT_SETTINGS).
         .constant(
             "LOCAL_SERVER_PORTS",
-            ondo::session::settings::LOCAL_SERVER_PORTS,
+            ondo::app_settings::LOCAL_SERVER_PORTS,
         )
         // One TypeScript type per Rust type: split serialize/deserialize
         // types would put Channel payloads in the wrong half.

@@ -219,10 +219,10 @@ pub(crate) fn history<T>(
 /// The Settings screen's values (defaults until the user changes them).
 #[tauri::command]
 #[specta::specta]
-pub fn get_settings(state: State<'_>) -> ondo::session::settings::AppSettings {
+pub fn get_settings(state: State<'_>) -> ondo::app_settings::AppSettings {
     state
         .pool
-        .with_store(|store| ondo::session::settings::AppSettings::load(store))
+        .with_store(|store| ondo::app_settings::AppSettings::load(store))
         .unwrap_or_default()
 }
 
@@ -236,7 +236,7 @@ pub fn get_settings(state: State<'_>) -> ondo::session::settings::AppSettings {
 pub async fn set_settings<R: Runtime>(
     app: AppHandle<R>,
     state: State<'_>,
-    settings: ondo::session::settings::AppSettings,
+    settings: ondo::app_settings::AppSettings,
 ) -> Result<(), CommandError> {
     settings.check().map_err(CommandError::InvalidInput)?;
     crate::desktop::check(&settings)?;

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use ondo::ErrorKind;
 use ondo::api::{ApiError, LocalServer, RequestLogger, ServerConfig, ServerStatus};
+use ondo::app_settings::LocalServerSettings;
 use ondo::session::SessionPool;
-use ondo::session::settings::LocalServerSettings;
 use tauri::{AppHandle, Runtime};
 
 use crate::error::CommandError;
@@ -35,8 +35,30 @@ pub fn change_for(running: Option<&ServerConfig>, wanted: &LocalServerSettings) 
         (None, false) => ServerChange::Keep,
         (None, true) => ServerChange::Start,
         (Some(_), false) => ServerChange::Stop,
-        (Some(config), true) if *config == wanted.server_config() => ServerChange::Keep,
+        (Some(config), true) if *config == server_config(wanted) => ServerChange::Keep,
         (Some(_), true) => ServerChange::Restart,
+    }
+}
+
+/// What the server is started with: the settings' port, key and origins
+/// (blanks left out) on the loopback address, everything else as
+/// `ServerConfig` has it.
+fn server_config(wanted: &LocalServerSettings) -> ServerConfig {
+    ServerConfig {
+        port: wanted.port,
+        api_key: wanted
+            .api_key
+            .as_deref()
+            .map(str::trim)
+            .filter(|key| !key.is_empty())
+            .map(str::to_owned),
+        allowed_origins: wanted
+            .allowed_origins
+            .iter()
+            .map(|origin| origin.trim().to_owned())
+            .filter(|origin| !origin.is_empty())
+            .collect(),
+        ..ServerConfig::default()
     }
 }
 
@@ -107,7 +129,7 @@ impl AppServer {
         if !matches!(change, ServerChange::Start | ServerChange::Restart) {
             return Ok(());
         }
-        let config = wanted.server_config();
+        let config = server_config(wanted);
         match LocalServer::start(pool.clone(), config.clone(), log_request()) {
             Ok(server) => {
                 slot.running = Some((server, config));
@@ -204,7 +226,7 @@ mod tests {
     fn the_server_starts_stops_and_restarts_only_when_the_settings_ask() {
         let off = wanted(false, 11480);
         let on = wanted(true, 11480);
-        let running = on.server_config();
+        let running = server_config(&on);
         assert_eq!(change_for(None, &off), ServerChange::Keep);
         assert_eq!(change_for(None, &on), ServerChange::Start);
         assert_eq!(change_for(Some(&running), &on), ServerChange::Keep);
@@ -238,6 +260,31 @@ mod tests {
             ..on
         };
         assert_eq!(change_for(Some(&running), &blanks), ServerChange::Keep);
+    }
+
+    #[test]
+    fn by_default_the_server_is_the_cores_own_on_this_machine_only() {
+        let config = server_config(&LocalServerSettings::default());
+        assert_eq!(config.port, ServerConfig::default().port);
+        assert!(config.socket_address().unwrap().ip().is_loopback());
+        assert_eq!(config.api_key, None);
+    }
+
+    #[test]
+    fn the_server_starts_with_a_blank_key_and_blank_origins_left_out() {
+        let server = LocalServerSettings {
+            api_key: Some("  ".into()),
+            allowed_origins: vec![" https://app.example ".into(), "".into()],
+            ..LocalServerSettings::default()
+        };
+        let config = server_config(&server);
+        assert_eq!(config.api_key, None);
+        assert_eq!(config.allowed_origins, ["https://app.example"]);
+        let keyed = LocalServerSettings {
+            api_key: Some(" sk-ondo-1 ".into()),
+            ..LocalServerSettings::default()
+        };
+        assert_eq!(server_config(&keyed).api_key.as_deref(), Some("sk-ondo-1"));
     }
 
     #[test]

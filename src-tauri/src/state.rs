@@ -5,11 +5,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
+use ondo::app_settings::AppSettings;
 use ondo::engine::CancelToken;
 use ondo::hub::{DownloadCancel, Hub};
 use ondo::metallib::MetalError;
 use ondo::paths::DataDirs;
-use ondo::session::settings::AppSettings;
 use ondo::session::{PressureSource, SessionPool};
 use ondo::store::Store;
 

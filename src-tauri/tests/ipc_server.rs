@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use ondo::session::settings::{AppSettings, LocalServerSettings};
+use ondo::app_settings::{AppSettings, LocalServerSettings};
 use serde_json::{Value, json};
 use support::invoke;
 use tauri::WebviewWindow;

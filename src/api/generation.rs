@@ -16,14 +16,13 @@ use super::conversations::PromptParts;
 use super::error::ApiError;
 use super::queue::Turn;
 use crate::engine::stream::RunOutcome;
-use crate::engine::{
-    CancelToken, GenerateRequest, LoadKind, Prompt, RunEvent, StopReason, ToolCall,
-};
+use crate::engine::{CancelToken, GenerateRequest, Prompt, RunEvent, ToolCall};
 use crate::resolve::ResolvedModel;
+use crate::run_kinds::{LoadKind, RunKind, StopReason};
 use crate::session::KeepAlive;
 use crate::session::chat::GenerationSettings;
 use crate::session::record::RunContext;
-use crate::store::{RunKind, RunRecord};
+use crate::store::RunRecord;
 
 /// The settings a request sets; the rest come from the defaults the app's
 /// Settings keep (`GenerationSettings`), which also checks them all.

@@ -39,6 +39,7 @@ use serde::{Deserialize, Serialize};
 pub use error::{ApiError, ApiFailure, Dialect};
 pub use generation::{OndoRecord, RequestLog};
 
+use crate::app_settings::DEFAULT_PORT;
 use crate::engine::{CancelToken, RunError};
 use crate::hub::library::LibraryModel;
 use crate::paths::DataDirs;
@@ -46,15 +47,10 @@ use crate::resolve::{
     NamedBy, ResolvedModel, TINY, downloaded_models, model_folders, resolve_model_in,
 };
 use crate::session::SessionPool;
-use crate::session::settings::AppSettings;
+use crate::app_settings::AppSettings;
 use conversations::ConversationIndex;
 use generation::Ask;
 use queue::EngineQueue;
-
-/// The port the server listens on unless told otherwise: not Ollama's
-/// (11434), LM Studio's (1234), mlx_lm.server's (8080) or Docker Model
-/// Runner's (12434), so Ondo can run beside any of them.
-pub const DEFAULT_PORT: u16 = 11480;
 
 /// The largest request body the server reads.
 pub const MAX_BODY_BYTES: usize = 4 << 20;

@@ -15,7 +15,8 @@ use reqwest::{StatusCode, Url, header};
 use serde_json::{Value, json};
 
 use crate::ErrorKind;
-use crate::store::record::{EndpointDialect, StopReason};
+use crate::run_kinds::StopReason;
+use crate::store::record::EndpointDialect;
 
 /// How long connecting may take before a server counts as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -19,12 +19,12 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::ErrorKind;
-use crate::engine::generate::LoopShape;
 use crate::engine::{CancelToken, GenerateRequest, Prompt, RunError, StepAnatomy};
+use crate::run_kinds::{LoopShape, RunKind};
 use crate::session::SessionPool;
 use crate::session::chat::GenerationSettings;
 use crate::session::record::RunContext;
-use crate::store::{RunKind, RunRecord};
+use crate::store::RunRecord;
 use peer::{MlxLmPeer, PeerError};
 pub use summary::Summary;
 pub use token_check::{TokenCheck, TokenVerdict};
@@ -188,7 +188,7 @@ pub struct BenchPlan {
 impl BenchPlan {
     /// The plan for `model` with `shape`.
     pub fn new(model: &crate::resolve::ResolvedModel, shape: BenchShape) -> Self {
-        let context = model.run_context(crate::store::RunKind::Bench);
+        let context = model.run_context(crate::run_kinds::RunKind::Bench);
         Self {
             model_dir: model.dir.clone(),
             model_id: context.model_id,
@@ -199,7 +199,7 @@ impl BenchPlan {
     }
 
     /// The record's context for a run of this plan.
-    pub(crate) fn context(&self, kind: crate::store::RunKind) -> RunContext {
+    pub(crate) fn context(&self, kind: crate::run_kinds::RunKind) -> RunContext {
         RunContext {
             kind,
             model_id: self.model_id.clone(),

@@ -14,12 +14,12 @@ use super::{
     AnatomySummary, BenchError, BenchPlan, BenchShape, SPAWNED_AT_ENV, Summary, model_vocab, peer,
     synthetic_prompt,
 };
-use crate::engine::generate::LoopShape;
 use crate::engine::{CancelToken, GenerateRequest, Prompt, RunStats, StepAnatomy};
+use crate::run_kinds::{LoopShape, RunKind};
 use crate::session::SessionPool;
-use crate::session::record::{self, MemoryDuringRun, Provenance, RunContext};
+use crate::session::record::{self, MemoryDuringRun, RunContext};
 use crate::session::roofline;
-use crate::store::{RunKind, RunRecord};
+use crate::store::{Provenance, RunRecord};
 
 /// The one setting a plan varies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -176,7 +176,7 @@ pub fn run_plan(
     tell(done, "measuring memory bandwidth (once per machine)".into());
     let bandwidth = pool
         .with_store(|store| {
-            roofline::bandwidth_gbps(pool, store, &provenance.backend, &provenance.device).ok()
+            roofline::bandwidth_gbps(pool, store, &provenance.backend, pool.device_name()).ok()
         })
         .flatten()
         .or_else(|| roofline::measure_bandwidth_gbps(pool).ok());

@@ -14,13 +14,13 @@ use serde::Serialize;
 use super::endpoint::{Endpoint, EndpointRun, EndpointSpec};
 use super::text_prompt::{TextPrompt, TextPrompts};
 use super::{BenchError, BenchPlan, BenchShape, Summary, plan, ratio};
-use crate::engine::generate::LoopShape;
 use crate::engine::{CancelToken, GenerateRequest, Prompt, RunEvent};
 use crate::resolve::{NamedBy, ResolvedModel, resolve_model};
+use crate::run_kinds::{LoadKind, LoopShape, RunKind, StopReason};
 use crate::session::SessionPool;
-use crate::session::record::{Provenance, RunContext, new_run_id, now_rfc3339};
-use crate::store::record::{EndpointDialect, LoadKind, StopReason};
-use crate::store::{RunKind, RunRecord};
+use crate::session::record::{RunContext, new_run_id};
+use crate::store::record::EndpointDialect;
+use crate::store::{Provenance, RunRecord, now_rfc3339};
 
 /// What runs: the shape, Ondo's engine on a model (optional), and the
 /// endpoints.
@@ -634,12 +634,12 @@ fn endpoint_record(parts: EndpointRecord<'_>) -> RunRecord {
         server_decode_ms: answer.server.decode_ms,
         server_prefill_tps: answer.server.prefill_tps(),
         server_decode_tps: answer.server.decode_tps(),
-        app_version: provenance.app_version.clone(),
-        app_commit: provenance.app_commit.clone(),
-        build_profile: provenance.build_profile.clone(),
-        os: provenance.os.clone(),
-        cpu: provenance.cpu.clone(),
-        ram_bytes: provenance.ram_bytes,
+        provenance: Provenance {
+            mlx_version: String::new(),
+            mlx_rs_version: String::new(),
+            backend: String::new(),
+            ..provenance.clone()
+        },
         ..RunRecord::default()
     }
 }

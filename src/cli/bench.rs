@@ -358,7 +358,7 @@ fn write_report(
             "ondo bench {} ({})",
             outcome.plan.model_id, outcome.bench_id
         ),
-        generated_at: crate::session::record::now_rfc3339(),
+        generated_at: crate::store::now_rfc3339(),
     };
     crate::whole_file::write_atomically_with(path, |file| {
         let mut out = std::io::BufWriter::new(file);
@@ -385,14 +385,14 @@ fn plan_table(outcome: &BenchOutcome, markdown: bool) -> String {
         ));
         out.push_str(&format!(
             "machine: {} · {} · {:.0} GiB · MLX {} ({}) · Ondo {} {} ({}){}\n\n",
-            r.cpu,
-            r.os,
-            r.ram_bytes as f64 / (1u64 << 30) as f64,
-            r.mlx_version,
-            r.backend,
-            r.app_version,
-            r.app_commit,
-            r.build_profile,
+            r.provenance.cpu,
+            r.provenance.os,
+            r.provenance.ram_bytes as f64 / (1u64 << 30) as f64,
+            r.provenance.mlx_version,
+            r.provenance.backend,
+            r.provenance.app_version,
+            r.provenance.app_commit,
+            r.provenance.build_profile,
             outcome
                 .memory_bandwidth_gbps
                 .map_or(String::new(), |bw| format!(" · memory {bw:.1} GB/s")),

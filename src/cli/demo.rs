@@ -6,8 +6,8 @@ use clap::Args;
 
 use crate::cli::error::CliError;
 use crate::demo::{DemoRun, run_demo};
-use crate::engine::generate::LoopShape;
 use crate::resolve::{NamedBy, TINY, resolve_model};
+use crate::run_kinds::LoopShape;
 use crate::units::human_bytes;
 
 #[derive(Debug, Args)]
@@ -72,7 +72,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode, CliError> {
     }
     println!();
     println!("text (random weights): {}", cold.text.trim());
-    if crate::doctor::build_profile() == "debug" {
+    if crate::session::record::build_profile() == "debug" {
         println!("note: debug build; build with --release for timings worth comparing");
     }
     Ok(ExitCode::SUCCESS)

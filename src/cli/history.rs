@@ -10,8 +10,8 @@ use crate::ErrorKind;
 use crate::cli::error::CliError;
 use crate::paths::DataDirs;
 use crate::report::ReportFormat;
-use crate::store::record::{LoadKind, LoopShape};
-use crate::store::{RunKind, RunQuery, RunRecord, Store};
+use crate::run_kinds::{LoadKind, LoopShape, RunKind};
+use crate::store::{RunQuery, RunRecord, Store};
 use crate::units::human_bytes;
 
 /// Which runs: the filters `runs` and `report` share.

@@ -13,9 +13,10 @@ use crate::engine::chat_template::ChatMessage;
 use crate::engine::{CancelToken, GenerateRequest, Prompt, RunEvent, RunStats};
 use crate::paths::DataDirs;
 use crate::resolve::{NamedBy, ResolvedModel, resolve_model};
+use crate::run_kinds::RunKind;
 use crate::session::chat::{ChatFeatures, GenerationSettings};
 use crate::session::{PoolSettings, SessionPool};
-use crate::store::{RunKind, Store};
+use crate::store::Store;
 use crate::units::human_bytes;
 
 /// What `run` and `chat` share: the model, the generation settings (the
@@ -236,7 +237,7 @@ pub fn footer(stats: &RunStats) -> String {
         human_bytes(stats.kv_cache_bytes),
         human_bytes(stats.weights_bytes)
     ));
-    if crate::doctor::build_profile() == "debug" {
+    if crate::session::record::build_profile() == "debug" {
         lines.push("note: debug build; use --release for timings worth comparing".into());
     }
     lines.join("\n")

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::api::{DEFAULT_PORT, LocalServer, ServerConfig};
+use crate::api::{LocalServer, ServerConfig};
+use crate::app_settings::{AppSettings, DEFAULT_PORT};
 use crate::cli::error::CliError;
 use crate::paths::DataDirs;
 use crate::resolve::{available_models, model_folders};
-use crate::session::settings::AppSettings;
 use crate::session::{PoolSettings, SessionPool};
 use crate::store::Store;
 

@@ -20,41 +20,11 @@ use super::cache::LayerCache;
 use super::model::decoder::Decoder;
 use super::request::CancelToken;
 use super::sample::{Sampler, SamplerSettings, repetition_penalty};
+use crate::run_kinds::LoopShape;
 
 /// Prompt tokens run through the model at once while prefilling; larger is
 /// faster until the activations no longer fit (mlx-lm's default).
 pub const DEFAULT_PREFILL_STEP_SIZE: usize = 2048;
-
-/// How the decode loop waits for tokens.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Default,
-    serde::Serialize,
-    serde::Deserialize,
-    clap::ValueEnum,
-)]
-#[cfg_attr(feature = "specta", derive(specta::Type))]
-#[serde(rename_all = "lowercase")]
-pub enum LoopShape {
-    /// One sync per token: evaluate, read, then build the next step.
-    Sync,
-    /// Queue step n+1 before reading token n (mlx-lm's loop).
-    #[default]
-    Pipelined,
-}
-
-impl std::fmt::Display for LoopShape {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            LoopShape::Sync => "sync",
-            LoopShape::Pipelined => "pipelined",
-        })
-    }
-}
 
 /// Generation as an iterator of token ids. The first `next()` runs the
 /// prefill and returns the first token; each later one is a decode step.

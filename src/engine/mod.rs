@@ -21,7 +21,7 @@ pub mod weights;
 pub use anatomy::StepAnatomy;
 pub use reply::{FunctionCall, ReplyFormat, ToolCall};
 pub use request::{CancelToken, GenerateRequest, Prompt, RunError, RunEvent};
-pub use stats::{LoadKind, RunStats, StopReason};
+pub use stats::RunStats;
 pub use thread::EngineHandle;
 
 use std::path::PathBuf;

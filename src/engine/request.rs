@@ -10,11 +10,12 @@ use serde::{Deserialize, Serialize};
 use super::LoadError;
 use super::anatomy::StepAnatomy;
 use super::chat_template::{ChatMessage, ChatTemplateError, ENABLE_THINKING};
-use super::generate::{DEFAULT_PREFILL_STEP_SIZE, LoopShape};
+use super::generate::DEFAULT_PREFILL_STEP_SIZE;
 use super::reply::ToolCall;
 use super::sample::{SamplerError, SamplerSettings};
-use super::stats::{LoadKind, RunStats};
+use super::stats::RunStats;
 use crate::ErrorKind;
+use crate::run_kinds::{LoadKind, LoopShape};
 
 /// What the model is asked.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -4,65 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::generate::LoopShape;
 use super::sample::SamplerSettings;
-
-/// Whether the model had to be loaded for this run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[cfg_attr(feature = "specta", derive(specta::Type))]
-#[serde(rename_all = "lowercase")]
-pub enum LoadKind {
-    /// The model was loaded by this request (`load_ms` > 0).
-    #[default]
-    Cold,
-    /// The model was already resident.
-    Warm,
-}
-
-impl std::fmt::Display for LoadKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            LoadKind::Cold => "cold",
-            LoadKind::Warm => "warm",
-        })
-    }
-}
-
-/// Why generation ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[cfg_attr(feature = "specta", derive(specta::Type))]
-#[serde(rename_all = "snake_case")]
-pub enum StopReason {
-    /// The model produced an end-of-sequence token.
-    Eos,
-    /// The text reached one of the request's stop strings.
-    StopString,
-    /// `max_tokens` were generated.
-    #[default]
-    MaxTokens,
-    /// The caller cancelled.
-    Cancelled,
-    /// The model ended its turn (EOS) right after calling tools: it waits
-    /// for their results.
-    ToolCalls,
-    /// A reason a newer Ondo wrote into the shared history; this one never
-    /// stops for it.
-    #[serde(other)]
-    Other,
-}
-
-impl std::fmt::Display for StopReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            StopReason::Eos => "eos",
-            StopReason::StopString => "stop_string",
-            StopReason::MaxTokens => "max_tokens",
-            StopReason::Cancelled => "cancelled",
-            StopReason::ToolCalls => "tool_calls",
-            StopReason::Other => "other",
-        })
-    }
-}
+use crate::run_kinds::{LoadKind, LoopShape, StopReason};
 
 /// Timings, counts and memory of one run. Durations in milliseconds, rates
 /// in tokens per second, memory in bytes.

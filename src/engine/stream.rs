@@ -13,7 +13,8 @@ use super::load::LoadedModel;
 use super::reply::{ReplyFormat, ReplySegment, ReplySplitter, ToolCall};
 use super::request::{CancelToken, GenerateRequest, Prompt, RunError, RunEvent};
 use super::sample::Sampler;
-use super::stats::{LoadKind, RunStats, StopReason, per_second};
+use super::stats::{RunStats, per_second};
+use crate::run_kinds::{LoadKind, StopReason};
 
 /// A KV cache and the token ids it holds, kept between the turns of a
 /// conversation.

@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use super::load::LoadedModel;
 use super::request::{CancelToken, EventSink, GenerateRequest, RunError, RunEvent};
-use super::stats::LoadKind;
 use super::stream::{self, Conversation};
+use crate::run_kinds::LoadKind;
 
 /// What the engine knows about a resident model.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -5,7 +5,7 @@
 use serde::Serialize;
 use serde::ser::{self, Impossible};
 
-use crate::store::RunRecord;
+use crate::store::{RUN_COLUMNS, RunRecord};
 
 /// One field's value, as plain data.
 #[derive(Debug, Clone)]
@@ -77,7 +77,8 @@ impl Serialize for Cell {
 /// A record's fields in struct order, with their serde names.
 pub(crate) type Row = Vec<(&'static str, Cell)>;
 
-/// The record flattened; fails only if the record gains a nested field.
+/// The record flattened; fails only if the record gains a nested field (one
+/// serde does not flatten) or a field the store keeps no column for.
 pub(crate) fn flatten(record: &RunRecord) -> std::io::Result<Row> {
     record
         .serialize(RowSerializer)
@@ -114,7 +115,8 @@ impl ser::Error for FlattenError {
     }
 }
 
-/// Accepts one struct and collects its fields.
+/// Accepts one struct and collects its fields. A struct with a flattened
+/// field (the record's provenance) arrives as a map of its fields.
 struct RowSerializer;
 
 /// Accepts one scalar (or an `Option` of one).
@@ -122,6 +124,45 @@ struct CellSerializer;
 
 struct RowCollector {
     row: Row,
+    /// A map's key, until its value arrives.
+    key: Option<&'static str>,
+}
+
+/// A field name as the store's column list holds it: serde hands the
+/// fields of a map over as borrowed names, and the row keeps static ones.
+/// Every record field is a column (the store's row reader names each).
+fn static_name(name: &str) -> Result<&'static str, FlattenError> {
+    RUN_COLUMNS
+        .iter()
+        .copied()
+        .find(|column| *column == name)
+        .ok_or_else(|| FlattenError::Custom(format!("the record's field {name} has no column")))
+}
+
+impl ser::SerializeMap for RowCollector {
+    type Ok = Row;
+    type Error = FlattenError;
+
+    fn serialize_key<T: ?Sized + Serialize>(&mut self, key: &T) -> Result<(), FlattenError> {
+        let Cell::Text(name) = key.serialize(CellSerializer)? else {
+            return Err(FlattenError::Unsupported("map key that is not a name"));
+        };
+        self.key = Some(static_name(&name)?);
+        Ok(())
+    }
+
+    fn serialize_value<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), FlattenError> {
+        let key = self
+            .key
+            .take()
+            .ok_or(FlattenError::Unsupported("map value without a key"))?;
+        self.row.push((key, value.serialize(CellSerializer)?));
+        Ok(())
+    }
+
+    fn end(self) -> Result<Row, FlattenError> {
+        Ok(self.row)
+    }
 }
 
 impl ser::SerializeStruct for RowCollector {
@@ -160,7 +201,7 @@ impl ser::Serializer for RowSerializer {
     type SerializeTuple = Impossible<Row, FlattenError>;
     type SerializeTupleStruct = Impossible<Row, FlattenError>;
     type SerializeTupleVariant = Impossible<Row, FlattenError>;
-    type SerializeMap = Impossible<Row, FlattenError>;
+    type SerializeMap = RowCollector;
     type SerializeStruct = RowCollector;
     type SerializeStructVariant = Impossible<Row, FlattenError>;
 
@@ -171,6 +212,14 @@ impl ser::Serializer for RowSerializer {
     ) -> Result<RowCollector, FlattenError> {
         Ok(RowCollector {
             row: Vec::with_capacity(len),
+            key: None,
+        })
+    }
+
+    fn serialize_map(self, len: Option<usize>) -> Result<RowCollector, FlattenError> {
+        Ok(RowCollector {
+            row: Vec::with_capacity(len.unwrap_or(RUN_COLUMNS.len())),
+            key: None,
         })
     }
 
@@ -197,7 +246,6 @@ impl ser::Serializer for RowSerializer {
         serialize_tuple(len: usize) -> Self::SerializeTuple = "tuple";
         serialize_tuple_struct(name: &'static str, len: usize) -> Self::SerializeTupleStruct = "tuple struct";
         serialize_tuple_variant(name: &'static str, index: u32, variant: &'static str, len: usize) -> Self::SerializeTupleVariant = "enum";
-        serialize_map(len: Option<usize>) -> Self::SerializeMap = "map";
         serialize_struct_variant(name: &'static str, index: u32, variant: &'static str, len: usize) -> Self::SerializeStructVariant = "enum";
     }
 

@@ -13,7 +13,7 @@ use super::summary::{Analysis, GROUP_FIELDS};
 use super::svg::{self, Bar, Segment, Series, StackedRow, TimelinePoint, colour};
 use super::table::{self, SummaryTable};
 use super::{REPORT_SCHEMA, Report};
-use crate::store::record::LoadKind;
+use crate::run_kinds::LoadKind;
 use crate::store::{MemorySample, RECORD_SCHEMA_VERSION, RunRecord};
 use crate::units::{human_bytes, mib};
 
@@ -556,7 +556,7 @@ fn runs_section(page: &mut String, runs: &[RunRecord], analysis: &Analysis, labe
             String::new()
         });
         // A server's load, prefill alone and memory are not seen from the client.
-        let endpoint = run.kind == crate::store::RunKind::Endpoint;
+        let endpoint = run.kind == crate::run_kinds::RunKind::Endpoint;
         let unseen = |text: String| if endpoint { "–".to_owned() } else { text };
         cells.push(unseen(human::fixed2(run.load_ms)));
         cells.push(human::fixed2(run.ttft_ms));
@@ -626,15 +626,26 @@ fn provenance_section(page: &mut String, report: &Report) {
         ),
         (
             "Ondo",
-            distinct(runs, |r| format!("{} ({})", r.app_version, r.app_commit)),
+            distinct(runs, |r| {
+                format!("{} ({})", r.provenance.app_version, r.provenance.app_commit)
+            }),
         ),
-        ("build profile", distinct(runs, |r| r.build_profile.clone())),
-        ("MLX", distinct(runs, |r| r.mlx_version.clone())),
-        ("mlx-rs", distinct(runs, |r| r.mlx_rs_version.clone())),
-        ("backend", distinct(runs, |r| r.backend.clone())),
-        ("OS", distinct(runs, |r| r.os.clone())),
-        ("CPU", distinct(runs, |r| r.cpu.clone())),
-        ("RAM", distinct(runs, |r| human_bytes(r.ram_bytes))),
+        (
+            "build profile",
+            distinct(runs, |r| r.provenance.build_profile.clone()),
+        ),
+        ("MLX", distinct(runs, |r| r.provenance.mlx_version.clone())),
+        (
+            "mlx-rs",
+            distinct(runs, |r| r.provenance.mlx_rs_version.clone()),
+        ),
+        ("backend", distinct(runs, |r| r.provenance.backend.clone())),
+        ("OS", distinct(runs, |r| r.provenance.os.clone())),
+        ("CPU", distinct(runs, |r| r.provenance.cpu.clone())),
+        (
+            "RAM",
+            distinct(runs, |r| human_bytes(r.provenance.ram_bytes)),
+        ),
     ];
     let models = distinct(runs, |r| {
         format!(

@@ -18,7 +18,7 @@ use std::fmt;
 use std::io::Write;
 use std::str::FromStr;
 
-use crate::store::{MemorySample, RunQuery, RunRecord, Store};
+use crate::store::{MemorySample, RunQuery, RunRecord, Store, now_rfc3339};
 
 /// The JSON report's `schema` value.
 pub const REPORT_SCHEMA: &str = "ondo.report";
@@ -155,7 +155,7 @@ pub fn render_runs(
         runs,
         timelines: &timelines,
         title,
-        generated_at: crate::session::record::now_rfc3339(),
+        generated_at: now_rfc3339(),
     };
     let mut bytes = Vec::new();
     write(&report, format, &mut bytes).expect("writing to memory cannot fail");

@@ -266,7 +266,10 @@ fn warnings_and_notes(
     let mut warnings = Vec::new();
     let mut notes = Vec::new();
 
-    let debug = runs.iter().filter(|r| r.build_profile == "debug").count();
+    let debug = runs
+        .iter()
+        .filter(|r| r.provenance.build_profile == "debug")
+        .count();
     if debug > 0 {
         warnings.push(format!(
             "{debug} of {} ran in a debug build: timings are not representative; measure a release build.",
@@ -346,10 +349,13 @@ mod tests {
     fn run(step: u64, backend: &str) -> RunRecord {
         RunRecord {
             model_id: "m".into(),
-            backend: backend.into(),
             prefill_step_size: step,
             pressure_max: "normal".into(),
-            build_profile: "release".into(),
+            provenance: crate::store::Provenance {
+                backend: backend.into(),
+                build_profile: "release".into(),
+                ..Default::default()
+            },
             ..RunRecord::default()
         }
     }
@@ -372,7 +378,7 @@ mod tests {
     #[test]
     fn warns_about_debug_builds_and_pressure() {
         let mut debug = run(256, "cpu");
-        debug.build_profile = "debug".into();
+        debug.provenance.build_profile = "debug".into();
         let mut pressured = run(256, "cpu");
         pressured.run_id = "r-2".into();
         pressured.pressure_max = "critical".into();

@@ -7,9 +7,10 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::chat_template::ChatTemplate;
-use crate::engine::generate::{DEFAULT_PREFILL_STEP_SIZE, LoopShape};
+use crate::engine::generate::DEFAULT_PREFILL_STEP_SIZE;
 use crate::engine::sample::SamplerSettings;
-use crate::engine::{GenerateRequest, LoadKind, Prompt, RunEvent};
+use crate::engine::{GenerateRequest, Prompt, RunEvent};
+use crate::run_kinds::{LoadKind, LoopShape};
 
 /// How to generate: the one definition of each setting's default, limits
 /// and meaning. The CLI's flags (`ondo run`, `ondo chat`), the app's

@@ -8,7 +8,6 @@
 pub mod chat;
 pub mod record;
 pub mod roofline;
-pub mod settings;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -21,9 +20,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::stream::RunOutcome;
 use crate::engine::thread::EventDelivery;
-use crate::engine::{CancelToken, EngineHandle, GenerateRequest, LoadKind, RunError, RunEvent};
-use crate::store::{MemorySample, PoolEvent, RunRecord, Store};
-use record::{MemoryDuringRun, Provenance, RunContext};
+use crate::engine::{CancelToken, EngineHandle, GenerateRequest, RunError, RunEvent};
+use crate::run_kinds::LoadKind;
+use crate::store::{MemorySample, PoolEvent, Provenance, RunRecord, Store, now_rfc3339};
+use record::{MemoryDuringRun, RunContext};
 
 /// How long an idle model stays loaded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -180,7 +180,13 @@ impl SessionPool {
 
     /// Where and with what this process runs (asked of MLX once).
     pub fn provenance(&self) -> &'static Provenance {
-        Provenance::detect(&self.shared.engine)
+        record::provenance(&self.shared.engine)
+    }
+
+    /// The device MLX computes on (asked once), which names the memory
+    /// bandwidth measured on it.
+    pub fn device_name(&self) -> &'static str {
+        record::device_name(&self.shared.engine)
     }
 
     /// The models the engine holds now, as it describes them (type,
@@ -460,7 +466,7 @@ fn reap(shared: &Shared) {
 impl Shared {
     fn note(&self, action: &str, model_id: &str, reason: &str, bytes: Option<u64>) {
         let event = PoolEvent {
-            at: record::now_rfc3339(),
+            at: now_rfc3339(),
             action: action.to_owned(),
             model_id: model_id.to_owned(),
             reason: reason.to_owned(),
@@ -560,10 +566,12 @@ impl Shared {
         }
 
         let memory = self.memory_during(started, started_unix_ms, before, after);
-        let provenance = Provenance::detect(&self.engine);
-        let bandwidth = self.store.as_ref().and_then(|s| {
-            roofline::stored_bandwidth_gbps(&lock(s), &provenance.backend, &provenance.device)
-        });
+        let provenance = record::provenance(&self.engine);
+        let device = record::device_name(&self.engine);
+        let bandwidth = self
+            .store
+            .as_ref()
+            .and_then(|s| roofline::stored_bandwidth_gbps(&lock(s), &provenance.backend, device));
         let (mut record, timeline) =
             record::record_from_stats(&outcome.stats, &context, provenance, memory, bandwidth);
         record.max_tokens = request.max_tokens as u64;

@@ -5,54 +5,69 @@
 use std::sync::OnceLock;
 
 use crate::engine::{EngineHandle, RunStats};
-use crate::store::{MemorySample, RunKind, RunRecord};
-
-/// Where and with what a run happened; the same for every run of a process.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-#[cfg_attr(feature = "specta", derive(specta::Type))]
-pub struct Provenance {
-    pub app_version: String,
-    pub app_commit: String,
-    pub build_profile: String,
-    pub mlx_version: String,
-    pub mlx_rs_version: String,
-    pub backend: String,
-    pub device: String,
-    pub os: String,
-    pub cpu: String,
-    pub ram_bytes: u64,
-}
+use crate::run_kinds::RunKind;
+use crate::store::{MemorySample, Provenance, RunRecord, now_rfc3339};
 
 /// mlx-rs as pinned in Cargo.toml (`=0.33.0`); tests/sessions.rs checks it.
 pub const MLX_RS_VERSION: &str = "0.33.0";
 
-impl Provenance {
-    /// Asks MLX (on the engine thread) and the OS once per process.
-    pub fn detect(engine: &EngineHandle) -> &'static Provenance {
-        static PROVENANCE: OnceLock<Provenance> = OnceLock::new();
-        PROVENANCE.get_or_init(|| {
-            let runtime = engine
-                .call(crate::metrics::mlx_runtime::MlxRuntime::detect)
-                .ok();
-            Provenance {
+/// What this process runs with and on, asked of MLX (on the engine thread)
+/// and the OS once.
+struct ThisProcess {
+    provenance: Provenance,
+    /// MLX's name for the device it computes on; the memory bandwidth is
+    /// measured and kept per backend and device.
+    device: String,
+}
+
+fn this_process(engine: &EngineHandle) -> &'static ThisProcess {
+    static THIS_PROCESS: OnceLock<ThisProcess> = OnceLock::new();
+    THIS_PROCESS.get_or_init(|| {
+        let runtime = engine
+            .call(crate::metrics::mlx_runtime::MlxRuntime::detect)
+            .ok();
+        let unknown = || "unknown".to_owned();
+        ThisProcess {
+            provenance: Provenance {
                 app_version: env!("CARGO_PKG_VERSION").to_owned(),
                 app_commit: env!("ONDO_GIT_COMMIT").to_owned(),
-                build_profile: crate::doctor::build_profile().to_owned(),
+                build_profile: build_profile().to_owned(),
                 mlx_version: runtime
                     .as_ref()
-                    .map_or("unknown".into(), |r| r.mlx_version.clone()),
+                    .map_or_else(unknown, |r| r.mlx_version.clone()),
                 mlx_rs_version: MLX_RS_VERSION.to_owned(),
                 backend: runtime
                     .as_ref()
-                    .map_or("unknown".into(), |r| r.backend.to_string()),
-                device: runtime
-                    .as_ref()
-                    .map_or("unknown".into(), |r| r.device_name.clone()),
+                    .map_or_else(unknown, |r| r.backend.to_string()),
                 os: ondo_os::os_description(),
-                cpu: ondo_os::cpu_name().unwrap_or_else(|| "unknown".into()),
+                cpu: ondo_os::cpu_name().unwrap_or_else(unknown),
                 ram_bytes: ondo_os::memory_totals().map_or(0, |m| m.total_bytes),
-            }
-        })
+            },
+            device: runtime
+                .as_ref()
+                .map_or_else(unknown, |r| r.device_name.clone()),
+        }
+    })
+}
+
+/// Where and with what this process's runs happen (asked of MLX once).
+pub fn provenance(engine: &EngineHandle) -> &'static Provenance {
+    &this_process(engine).provenance
+}
+
+/// The device MLX computes on, as MLX names it (asked once): with the
+/// backend, what a measured memory bandwidth belongs to.
+pub fn device_name(engine: &EngineHandle) -> &'static str {
+    &this_process(engine).device
+}
+
+/// "debug" or "release": debug builds are much slower and every timing from
+/// one says so.
+pub fn build_profile() -> &'static str {
+    if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
     }
 }
 
@@ -123,11 +138,6 @@ pub fn new_run_id() -> String {
         now.timestamp_millis(),
         hasher.finish() as u32
     )
-}
-
-/// RFC 3339 in UTC with milliseconds.
-pub fn now_rfc3339() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 /// The flat record of one finished run.
@@ -210,15 +220,7 @@ pub fn record_from_stats(
         server_decode_ms: None,
         server_prefill_tps: None,
         server_decode_tps: None,
-        app_version: provenance.app_version.clone(),
-        app_commit: provenance.app_commit.clone(),
-        build_profile: provenance.build_profile.clone(),
-        mlx_version: provenance.mlx_version.clone(),
-        mlx_rs_version: provenance.mlx_rs_version.clone(),
-        backend: provenance.backend.clone(),
-        os: provenance.os.clone(),
-        cpu: provenance.cpu.clone(),
-        ram_bytes: provenance.ram_bytes,
+        provenance: provenance.clone(),
     };
     (record, memory.timeline)
 }

@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use rusqlite::Row;
 use rusqlite::types::{FromSql, FromSqlResult, Value, ValueRef};
 
-use super::record::RunRecord;
+use super::record::{Provenance, RunRecord};
 
 /// How a field's Rust type is kept in a column.
 pub(super) trait ColumnValue: Sized {
@@ -142,10 +142,10 @@ macro_rules! text_enum_column {
 }
 
 text_enum_column!(
-    super::record::RunKind,
-    super::record::LoadKind,
-    super::record::LoopShape,
-    super::record::StopReason,
+    crate::run_kinds::RunKind,
+    crate::run_kinds::LoadKind,
+    crate::run_kinds::LoopShape,
+    crate::run_kinds::StopReason,
     super::record::EndpointDialect
 );
 
@@ -198,31 +198,48 @@ macro_rules! column_name {
 }
 
 /// Writes the column list, the column definitions, and the to/from row
-/// functions from one list of RunRecord's fields. A column takes the field's
-/// serde name (`as "..."` where that differs from the Rust name).
+/// functions from one list of RunRecord's fields, then its provenance's
+/// (flattened into the record, so they are columns of their own). A column
+/// takes the field's serde name (`as "..."` where that differs from the Rust
+/// name).
 macro_rules! run_columns {
-    ($($field:ident $(as $column:literal)?),* $(,)?) => {
+    (
+        $($field:ident $(as $column:literal)?),*;
+        provenance { $($provenance_field:ident),* $(,)? }
+    ) => {
         /// The `runs` columns in table order, named like RunRecord's serde fields.
-        pub const RUN_COLUMNS: &[&str] = &[$(column_name!($field $(, $column)?)),*];
+        pub const RUN_COLUMNS: &[&str] = &[
+            $(column_name!($field $(, $column)?),)*
+            $(stringify!($provenance_field),)*
+        ];
 
         /// Each column's type and default, from the field's Rust type.
         pub(super) fn run_column_types() -> Vec<RunColumn> {
             let record = RunRecord::default();
-            vec![$(column_of(column_name!($field $(, $column)?), &record.$field)),*]
+            vec![
+                $(column_of(column_name!($field $(, $column)?), &record.$field),)*
+                $(column_of(stringify!($provenance_field), &record.provenance.$provenance_field),)*
+            ]
         }
 
         /// The record's values in RUN_COLUMNS order.
         pub(super) fn run_values(record: &RunRecord) -> Vec<Value> {
-            vec![$(record.$field.to_column()),*]
+            vec![
+                $(record.$field.to_column(),)*
+                $(record.provenance.$provenance_field.to_column(),)*
+            ]
         }
 
-        /// A row selected as RUN_COLUMNS, in that order. Naming every field
-        /// here (no `..`) is what makes a field missing from the list a
-        /// compile error.
+        /// A row selected as RUN_COLUMNS, in that order (a struct's fields
+        /// are evaluated as written). Naming every field here (no `..`) is
+        /// what makes a field missing from the list a compile error.
         pub(super) fn run_from_row(row: &Row<'_>) -> rusqlite::Result<RunRecord> {
             let mut index = 0;
             Ok(RunRecord {
                 $($field: read_next(row, &mut index)?,)*
+                provenance: Provenance {
+                    $($provenance_field: read_next(row, &mut index)?,)*
+                },
             })
         }
     };
@@ -297,16 +314,18 @@ run_columns! {
     server_prefill_ms,
     server_decode_ms,
     server_prefill_tps,
-    server_decode_tps,
-    app_version,
-    app_commit,
-    build_profile,
-    mlx_version,
-    mlx_rs_version,
-    backend,
-    os,
-    cpu,
-    ram_bytes,
+    server_decode_tps;
+    provenance {
+        app_version,
+        app_commit,
+        build_profile,
+        mlx_version,
+        mlx_rs_version,
+        backend,
+        os,
+        cpu,
+        ram_bytes,
+    }
 }
 
 /// RUN_COLUMNS quoted and comma-separated ("loop" is a keyword elsewhere in SQL).

@@ -15,11 +15,15 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
 
+use crate::run_kinds::{LoopShape, RunKind};
+
 use columns::{ColumnValue, RUN_COLUMN_LIST, read_column, run_from_row, run_values};
 
 pub use columns::RUN_COLUMNS;
 pub use error::StoreError;
-pub use record::{MemorySample, PoolEvent, RECORD_SCHEMA_VERSION, RunKind, RunRecord};
+pub use record::{
+    MemorySample, PoolEvent, Provenance, RECORD_SCHEMA_VERSION, RunRecord, now_rfc3339,
+};
 pub use schema::SCHEMA_VERSION;
 
 /// The history's file name inside Ondo's data folder.
@@ -48,7 +52,7 @@ pub struct RunQuery {
     /// Warm-up repetitions are recorded but left out unless asked for.
     pub include_warmup: bool,
     /// Only runs with this decode loop shape.
-    pub loop_shape: Option<record::LoopShape>,
+    pub loop_shape: Option<LoopShape>,
     pub prefill_step_size: Option<u64>,
     /// Only runs with this KV bound; 0: only runs without one.
     pub max_kv_size: Option<u64>,
@@ -458,10 +462,6 @@ fn is_primary_key_violation(error: &rusqlite::Error) -> bool {
         e.code == ErrorCode::ConstraintViolation
             && e.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
     })
-}
-
-fn now_rfc3339() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 #[cfg(test)]

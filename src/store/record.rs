@@ -4,8 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::engine::generate::LoopShape;
-pub use crate::engine::{LoadKind, StopReason};
+use crate::run_kinds::{LoadKind, LoopShape, RunKind, StopReason};
 
 /// The protocol an endpoint run spoke.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -28,82 +27,14 @@ impl std::fmt::Display for EndpointDialect {
     }
 }
 
+/// Now, as the record and the history write times: RFC 3339 in UTC with
+/// milliseconds.
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
 /// Bumped when a field is renamed or removed (adding one does not).
 pub const RECORD_SCHEMA_VERSION: u32 = 1;
-
-/// What a run was for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[cfg_attr(feature = "specta", derive(specta::Type))]
-#[serde(rename_all = "snake_case")]
-pub enum RunKind {
-    /// `ondo run`: one prompt.
-    #[default]
-    Run,
-    /// A turn of a conversation (the app's chat, `ondo chat`).
-    Chat,
-    /// A repetition of a benchmark (`ondo bench`, the Runs window's
-    /// Benchmark, Ondo's side of `ondo bench --peer`).
-    Bench,
-    /// A benchmark's cold start in a fresh process.
-    BenchCold,
-    /// `ondo demo`: one cold and one warm generation.
-    Demo,
-    /// A request to another program's server (`ondo bench --endpoint`),
-    /// timed by Ondo as its client.
-    Endpoint,
-    /// A request to the local server (`ondo serve`, the app's Local
-    /// server), from another program.
-    Api,
-    /// A kind written by a newer Ondo sharing this history.
-    #[serde(other)]
-    Other,
-}
-
-impl RunKind {
-    /// Every kind this Ondo writes (for filters and help texts).
-    pub const ALL: [RunKind; 7] = [
-        RunKind::Run,
-        RunKind::Chat,
-        RunKind::Bench,
-        RunKind::BenchCold,
-        RunKind::Demo,
-        RunKind::Endpoint,
-        RunKind::Api,
-    ];
-
-    /// The name the history and the reports use.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunKind::Run => "run",
-            RunKind::Chat => "chat",
-            RunKind::Bench => "bench",
-            RunKind::BenchCold => "bench_cold",
-            RunKind::Demo => "demo",
-            RunKind::Endpoint => "endpoint",
-            RunKind::Api => "api",
-            RunKind::Other => "other",
-        }
-    }
-}
-
-impl std::fmt::Display for RunKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for RunKind {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, String> {
-        RunKind::ALL
-            .into_iter()
-            .find(|k| k.as_str() == text)
-            .ok_or_else(|| {
-                let names: Vec<&str> = RunKind::ALL.iter().map(|k| k.as_str()).collect();
-                format!("unknown run kind '{text}'; one of {}", names.join(", "))
-            })
-    }
-}
 
 /// One run: a chat turn, a CLI run, or one repetition of a benchmark.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -226,7 +157,17 @@ pub struct RunRecord {
     pub server_prefill_tps: Option<f64>,
     pub server_decode_tps: Option<f64>,
 
-    // Provenance.
+    /// Where and with what the run happened; its fields are the record's
+    /// own (columns, report fields), not a nested object.
+    #[serde(flatten)]
+    pub provenance: Provenance,
+}
+
+/// Where and with what a run happened: Ondo's build, the MLX it ran on and
+/// the machine. The same for every run of a process.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+pub struct Provenance {
     pub app_version: String,
     pub app_commit: String,
     /// "debug" or "release".

@@ -791,8 +791,8 @@ export type LoadKind =
 /**
  *  The local server as the app runs it: on this machine's loopback address
  *  only (the app offers no other, so a key is a choice, not a requirement),
- *  on a port the user picks. The rest of the server's configuration keeps
- *  `ServerConfig`'s defaults.
+ *  on a port the user picks. The app's shell starts the server with these,
+ *  the rest of its configuration as `ServerConfig`'s defaults have it.
  */
 export type LocalServerSettings = {
 	/**  Serve while the app runs (and start with it). */
@@ -987,6 +987,24 @@ export type PressureLevel = "normal" | "warning" | "critical" |
 "unknown";
 
 /**
+ *  Where and with what a run happened: Ondo's build, the MLX it ran on and
+ *  the machine. The same for every run of a process.
+ */
+export type Provenance = {
+	app_version: string,
+	app_commit: string,
+	/**  "debug" or "release". */
+	build_profile: string,
+	mlx_version: string,
+	mlx_rs_version: string,
+	/**  "metal", "cpu" or "cuda". */
+	backend: string,
+	os: string,
+	cpu: string,
+	ram_bytes: number,
+};
+
+/**
  *  Linux pressure stall information for memory: the share of time in which
  *  some (or all non-idle) tasks waited for memory.
  */
@@ -1175,18 +1193,7 @@ export type RunRecord = {
 	 */
 	server_prefill_tps: number | null,
 	server_decode_tps: number | null,
-	app_version: string,
-	app_commit: string,
-	/**  "debug" or "release". */
-	build_profile: string,
-	mlx_version: string,
-	mlx_rs_version: string,
-	/**  "metal", "cpu" or "cuda". */
-	backend: string,
-	os: string,
-	cpu: string,
-	ram_bytes: number,
-};
+} & Provenance;
 
 /**
  *  Why the server is not serving although it is turned on, as the UI

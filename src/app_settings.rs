@@ -1,14 +1,18 @@
 //! The settings a user changes in the app, kept in the run history's
-//! settings table so the app and the command line share them.
+//! settings table so the app, the command line and the local server share
+//! them. They are the app's, not any one part's: the session pool takes the
+//! policy they ask for (`pool_settings`), the hub the models folder
+//! (`hub_config`), the server its port, key and origins.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::chat::GenerationSettings;
-use super::{KeepAlive, PoolSettings};
-use crate::api::ServerConfig;
+use crate::hub::HubConfig;
+use crate::paths::DataDirs;
+use crate::session::chat::GenerationSettings;
+use crate::session::{KeepAlive, PoolSettings};
 use crate::store::{Store, StoreError};
 
 const SETTINGS_KEY: &str = "app_settings";
@@ -50,10 +54,16 @@ pub struct AppSettings {
     pub local_server: LocalServerSettings,
 }
 
+/// The port Ondo's local server listens on unless told otherwise (`ondo
+/// serve --port`, the app's Settings): not Ollama's (11434), LM Studio's
+/// (1234), mlx_lm.server's (8080) or Docker Model Runner's (12434), so Ondo
+/// can run beside any of them.
+pub const DEFAULT_PORT: u16 = 11480;
+
 /// The local server as the app runs it: on this machine's loopback address
 /// only (the app offers no other, so a key is a choice, not a requirement),
-/// on a port the user picks. The rest of the server's configuration keeps
-/// `ServerConfig`'s defaults.
+/// on a port the user picks. The app's shell starts the server with these,
+/// the rest of its configuration as `ServerConfig`'s defaults have it.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(default)]
@@ -88,38 +98,16 @@ impl std::fmt::Debug for LocalServerSettings {
 
 impl Default for LocalServerSettings {
     fn default() -> Self {
-        let server = ServerConfig::default();
         Self {
             enabled: false,
-            port: server.port,
-            api_key: server.api_key,
-            allowed_origins: server.allowed_origins,
+            port: DEFAULT_PORT,
+            api_key: None,
+            allowed_origins: Vec::new(),
         }
     }
 }
 
 impl LocalServerSettings {
-    /// What the server is started with: these settings on the loopback
-    /// address, everything else as `ServerConfig` has it.
-    pub fn server_config(&self) -> ServerConfig {
-        ServerConfig {
-            port: self.port,
-            api_key: self
-                .api_key
-                .as_deref()
-                .map(str::trim)
-                .filter(|key| !key.is_empty())
-                .map(str::to_owned),
-            allowed_origins: self
-                .allowed_origins
-                .iter()
-                .map(|origin| origin.trim().to_owned())
-                .filter(|origin| !origin.is_empty())
-                .collect(),
-            ..ServerConfig::default()
-        }
-    }
-
     /// Says what is wrong: a port out of range, a key a header cannot
     /// carry, an origin that is not `scheme://host[:port]`.
     pub fn check(&self) -> Result<(), String> {
@@ -260,8 +248,8 @@ impl AppSettings {
 
     /// The hub settings from the environment, with the models folder the
     /// user chose in place of the shared cache.
-    pub fn hub_config(&self, dirs: &crate::paths::DataDirs) -> crate::hub::HubConfig {
-        let mut config = crate::hub::HubConfig::from_env(dirs);
+    pub fn hub_config(&self, dirs: &DataDirs) -> HubConfig {
+        let mut config = HubConfig::from_env(dirs);
         if let Some(folder) = &self.models_folder {
             config.cache_dir = folder.clone();
         }
@@ -334,30 +322,11 @@ mod tests {
     fn the_local_server_is_off_by_default_on_the_servers_own_port() {
         let server = AppSettings::default().local_server;
         assert!(!server.enabled);
-        assert_eq!(server.port, crate::api::DEFAULT_PORT);
-        let config = server.server_config();
-        assert!(config.socket_address().unwrap().ip().is_loopback());
-        assert_eq!(config.api_key, None);
+        assert_eq!(server.port, DEFAULT_PORT);
+        assert_eq!(server.api_key, None);
         // Settings saved by an Ondo without the server read as off.
         let older: AppSettings = serde_json::from_str(r#"{"theme": "dark"}"#).unwrap();
         assert_eq!(older.local_server, LocalServerSettings::default());
-    }
-
-    #[test]
-    fn the_server_starts_with_a_blank_key_and_blank_origins_left_out() {
-        let server = LocalServerSettings {
-            api_key: Some("  ".into()),
-            allowed_origins: vec![" https://app.example ".into(), "".into()],
-            ..LocalServerSettings::default()
-        };
-        let config = server.server_config();
-        assert_eq!(config.api_key, None);
-        assert_eq!(config.allowed_origins, ["https://app.example"]);
-        let keyed = LocalServerSettings {
-            api_key: Some(" sk-ondo-1 ".into()),
-            ..LocalServerSettings::default()
-        };
-        assert_eq!(keyed.server_config().api_key.as_deref(), Some("sk-ondo-1"));
     }
 
     #[test]
@@ -438,8 +407,7 @@ mod tests {
     fn the_chosen_models_folder_replaces_the_shared_cache() {
         let dir = tempfile::tempdir().unwrap();
         let home = dir.path().as_os_str().to_owned();
-        let dirs =
-            crate::paths::DataDirs::from_lookup(|name| (name == "HF_HOME").then(|| home.clone()));
+        let dirs = DataDirs::from_lookup(|name| (name == "HF_HOME").then(|| home.clone()));
         let shared = AppSettings::default().hub_config(&dirs);
         assert_eq!(shared.cache_dir, dirs.hf_cache_dir);
         let chosen = AppSettings {
