@@ -17,6 +17,7 @@ pub mod resolve;
 pub mod session;
 pub mod store;
 pub mod synth;
+pub mod text_table;
 pub mod units;
 pub mod whole_file;
 
