@@ -20,6 +20,7 @@ pub mod run_kinds;
 pub mod session;
 pub mod store;
 pub mod synth;
+pub mod text_table;
 pub mod units;
 pub mod whole_file;
 

@@ -13,6 +13,7 @@ const MAY_USE: &[(&str, &[&str])] = &[
     // Plain parts with nothing of Ondo's below them.
     ("error_kind", &[]),
     ("units", &[]),
+    ("text_table", &[]),
     ("whole_file", &[]),
     ("paths", &[]),
     ("run_kinds", &[]),
@@ -27,7 +28,7 @@ const MAY_USE: &[(&str, &[&str])] = &[
         &["error_kind", "family", "paths", "units", "whole_file"],
     ),
     ("store", &["error_kind", "run_kinds"]),
-    ("report", &["run_kinds", "store", "units"]),
+    ("report", &["run_kinds", "store", "text_table", "units"]),
     // The one door into the engine, and what is built on it.
     (
         "session",
@@ -107,6 +108,7 @@ const MAY_USE: &[(&str, &[&str])] = &[
             "session",
             "store",
             "synth",
+            "text_table",
             "units",
             "whole_file",
         ],

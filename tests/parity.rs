@@ -146,6 +146,79 @@ fn ondo_tokens(
         .token_ids
 }
 
+/// A synthetic model written under `root` as `name`.
+fn synthesize(root: &Path, name: &str, options: &SynthOptions) -> PathBuf {
+    let dir = root.join(name);
+    synth::write_model(options, &dir, &mut |_| {}).unwrap();
+    dir
+}
+
+/// Ondo's greedy ids for `prompt` equal `reference` in both loop shapes;
+/// `case` opens the failure message. Returns the runs compared.
+fn assert_both_loops_give(
+    engine: &EngineHandle,
+    dir: &Path,
+    prompt: &[u32],
+    step: usize,
+    max_kv: Option<usize>,
+    reference: &[u32],
+    case: &str,
+) -> usize {
+    let loops = [LoopShape::Pipelined, LoopShape::Sync];
+    for shape in loops {
+        let ours = ondo_tokens(engine, dir, prompt, reference.len(), step, max_kv, shape);
+        assert_eq!(ours, reference, "{case}, loop {shape}");
+    }
+    loops.len()
+}
+
+/// What one model's greedy tokens are compared with mlx-lm's over.
+struct Sweep<'a> {
+    /// Tokens generated in each run.
+    tokens: usize,
+    /// (prompt length, prefill step size) pairs.
+    shapes: &'a [(usize, usize)],
+    /// KV cache bounds; `None` is unbounded.
+    max_kv_sizes: &'a [Option<usize>],
+}
+
+impl Sweep<'_> {
+    /// mlx-lm generates once for each shape and cache bound, and Ondo must
+    /// give the same ids in both loop shapes; the model is unloaded after.
+    /// `name` opens every failure message. Returns the runs compared.
+    fn assert_equal_to_mlx_lm(
+        &self,
+        engine: &EngineHandle,
+        python: &Path,
+        dir: &Path,
+        name: &str,
+    ) -> usize {
+        let mut peer = Peer::start(python, dir);
+        let mut compared = 0;
+        for &(length, step) in self.shapes {
+            for &max_kv in self.max_kv_sizes {
+                let prompt = prompt_of(length);
+                let reference = peer.generate(&prompt, self.tokens, step, max_kv);
+                assert_eq!(reference.len(), self.tokens);
+                compared += assert_both_loops_give(
+                    engine,
+                    dir,
+                    &prompt,
+                    step,
+                    max_kv,
+                    &reference,
+                    &format!(
+                        "{name}: prompt {length}, prefill step {step}, max_kv_size {max_kv:?}"
+                    ),
+                );
+            }
+        }
+        drop(peer);
+        engine.unload(dir).unwrap();
+        compared
+    }
+}
+
 #[test]
 #[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn greedy_tokens_equal_mlx_lm_across_the_matrix() {
@@ -177,29 +250,16 @@ fn greedy_tokens_equal_mlx_lm_across_the_matrix() {
             variant(&family::MISTRAL, Some(4), WeightDtype::F32),
         ),
     ];
-    // (prompt length, prefill step): 300 > 128 takes three prefill chunks.
-    let shapes = [(1, 2048), (7, 2048), (300, 2048), (300, SMALL_PREFILL_STEP)];
+    let sweep = Sweep {
+        tokens: GENERATE,
+        // (prompt length, prefill step): 300 > 128 takes three prefill chunks.
+        shapes: &[(1, 2048), (7, 2048), (300, 2048), (300, SMALL_PREFILL_STEP)],
+        max_kv_sizes: &[None, Some(ROTATING_SIZE)],
+    };
     let mut compared = 0;
     for (name, options) in variants {
-        let dir = root.path().join(name);
-        synth::write_model(&options, &dir, &mut |_| {}).unwrap();
-        let mut peer = Peer::start(&python, &dir);
-        for (length, step) in shapes {
-            for max_kv in [None, Some(ROTATING_SIZE)] {
-                let prompt = prompt_of(length);
-                let reference = peer.generate(&prompt, GENERATE, step, max_kv);
-                assert_eq!(reference.len(), GENERATE);
-                for shape in [LoopShape::Pipelined, LoopShape::Sync] {
-                    let ours = ondo_tokens(&engine, &dir, &prompt, GENERATE, step, max_kv, shape);
-                    assert_eq!(
-                        ours, reference,
-                        "{name}: prompt {length}, prefill step {step}, max_kv_size {max_kv:?}, loop {shape}"
-                    );
-                    compared += 1;
-                }
-            }
-        }
-        engine.unload(&dir).unwrap();
+        let dir = synthesize(root.path(), name, &options);
+        compared += sweep.assert_equal_to_mlx_lm(&engine, &python, &dir, name);
     }
     assert_eq!(compared, 8 * 4 * 2 * 2);
 }
@@ -269,8 +329,7 @@ fn joined_projections_give_mlx_lm_tokens() {
             variant(&family::QWEN3, Some(4), WeightDtype::Bf16),
         ),
     ] {
-        let dir = root.path().join(name);
-        synth::write_model(&options, &dir, &mut |_| {}).unwrap();
+        let dir = synthesize(root.path(), name, &options);
         let report = bench_joined(&python, &dir, &root.path().join("home"), "7,300", "32");
         assert_eq!(report["token_verdict"], "identical", "{name}: {report}");
         // Asked for, Ondo's CUDA kernel is not taken without CUDA.
@@ -294,8 +353,7 @@ fn a_long_prompt_peaks_no_higher_than_in_mlx_lm() {
     let root = tempfile::tempdir().unwrap();
     let mut options = variant(&family::LLAMA, None, WeightDtype::F32);
     options.preset.shape.intermediate_size = 2048;
-    let dir = root.path().join("wide-mlp");
-    synth::write_model(&options, &dir, &mut |_| {}).unwrap();
+    let dir = synthesize(root.path(), "wide-mlp", &options);
     let report = bench_joined(&python, &dir, &root.path().join("home"), "2048", "4");
     assert_eq!(report["token_verdict"], "identical", "{report}");
     let results = report["results"].as_array().expect("results");
@@ -361,30 +419,17 @@ fn greedy_tokens_of_gemma3_and_phi3_equal_mlx_lm() {
     let shapes = [(1, 2048), (7, 2048), (40, 2048), (40, GEMMA_WINDOW)];
     let mut compared = 0;
     for (name, options) in variants {
-        let dir = root.path().join(name);
-        synth::write_model(&options, &dir, &mut |_| {}).unwrap();
-        let mut peer = Peer::start(&python, &dir);
-        let rotating: &[Option<usize>] = if options.arch == &family::PHI3 {
-            &[None, Some(ROTATING_SIZE)]
-        } else {
-            &[None]
+        let dir = synthesize(root.path(), name, &options);
+        let sweep = Sweep {
+            tokens: GENERATE,
+            shapes: &shapes,
+            max_kv_sizes: if options.arch == &family::PHI3 {
+                &[None, Some(ROTATING_SIZE)]
+            } else {
+                &[None]
+            },
         };
-        for (length, step) in shapes {
-            for &max_kv in rotating {
-                let prompt = prompt_of(length);
-                let reference = peer.generate(&prompt, GENERATE, step, max_kv);
-                assert_eq!(reference.len(), GENERATE);
-                for shape in [LoopShape::Pipelined, LoopShape::Sync] {
-                    let ours = ondo_tokens(&engine, &dir, &prompt, GENERATE, step, max_kv, shape);
-                    assert_eq!(
-                        ours, reference,
-                        "{name}: prompt {length}, prefill step {step}, max_kv_size {max_kv:?}, loop {shape}"
-                    );
-                    compared += 1;
-                }
-            }
-        }
-        engine.unload(&dir).unwrap();
+        compared += sweep.assert_equal_to_mlx_lm(&engine, &python, &dir, name);
     }
     assert_eq!(compared, (3 * 4 + 3 * 4 * 2) * 2);
 }
@@ -404,26 +449,16 @@ fn qwen3_moe_greedy_tokens_equal_mlx_lm() {
     let python = python();
     let root = tempfile::tempdir().unwrap();
     let engine = EngineHandle::spawn().unwrap();
-    let shapes = [(1, 2048), (7, 2048), (300, 2048), (300, SMALL_PREFILL_STEP)];
+    let sweep = Sweep {
+        tokens: EXPERTS_GENERATE,
+        shapes: &[(1, 2048), (7, 2048), (300, 2048), (300, SMALL_PREFILL_STEP)],
+        max_kv_sizes: &[None],
+    };
     let mut compared = 0;
     for (name, options) in moe_variants() {
-        let dir = root.path().join(name);
-        synth::write_model(&options, &dir, &mut |_| {}).unwrap();
-        let mut peer = Peer::start(&python, &dir);
-        for (length, step) in shapes {
-            let prompt = prompt_of(length);
-            let reference = peer.generate(&prompt, EXPERTS_GENERATE, step, None);
-            assert_eq!(reference.len(), EXPERTS_GENERATE);
-            for shape in [LoopShape::Pipelined, LoopShape::Sync] {
-                let ours = ondo_tokens(&engine, &dir, &prompt, EXPERTS_GENERATE, step, None, shape);
-                assert_eq!(
-                    ours, reference,
-                    "qwen3_moe {name}: prompt {length}, prefill step {step}, loop {shape}"
-                );
-                compared += 1;
-            }
-        }
-        engine.unload(&dir).unwrap();
+        let dir = synthesize(root.path(), name, &options);
+        compared +=
+            sweep.assert_equal_to_mlx_lm(&engine, &python, &dir, &format!("qwen3_moe {name}"));
     }
     assert_eq!(compared, 4 * 4 * 2);
 }
@@ -453,9 +488,8 @@ fn moe_variants() -> [(&'static str, SynthOptions); 4] {
 fn qwen3_moe_experts_saved_one_by_one_load_as_stacked() {
     use mlx_rs::ops::indexing::IndexOp;
     let root = tempfile::tempdir().unwrap();
-    let stacked = root.path().join("stacked");
     let options = variant(&family::QWEN3_MOE, None, WeightDtype::F32);
-    synth::write_model(&options, &stacked, &mut |_| {}).unwrap();
+    let stacked = synthesize(root.path(), "stacked", &options);
     let per_expert = root.path().join("per-expert");
     std::fs::create_dir_all(&per_expert).unwrap();
     for entry in std::fs::read_dir(&stacked).unwrap() {
@@ -511,26 +545,16 @@ fn gpt_oss_equals_mlx_lm() {
         experts_mxfp4: mxfp4,
         ..variant(&family::GPT_OSS, bits, WeightDtype::F32)
     };
-    let shapes = [(1, 2048), (7, 2048), (40, 2048), (40, GEMMA_WINDOW)];
+    let sweep = Sweep {
+        tokens: EXPERTS_GENERATE,
+        shapes: &[(1, 2048), (7, 2048), (40, 2048), (40, GEMMA_WINDOW)],
+        max_kv_sizes: &[None],
+    };
     let mut compared = 0;
     for (name, options) in [("f32", oss(None, false)), ("mxfp4-q8", oss(Some(8), true))] {
-        let dir = root.path().join(name);
-        synth::write_model(&options, &dir, &mut |_| {}).unwrap();
-        let mut peer = Peer::start(&python, &dir);
-        for (length, step) in shapes {
-            let prompt = prompt_of(length);
-            let reference = peer.generate(&prompt, EXPERTS_GENERATE, step, None);
-            for shape in [LoopShape::Pipelined, LoopShape::Sync] {
-                let ours = ondo_tokens(&engine, &dir, &prompt, EXPERTS_GENERATE, step, None, shape);
-                assert_eq!(
-                    ours, reference,
-                    "gpt_oss {name}: prompt {length}, prefill step {step}, loop {shape}"
-                );
-                compared += 1;
-            }
-        }
-        drop(peer);
-        engine.unload(&dir).unwrap();
+        let dir = synthesize(root.path(), name, &options);
+        compared +=
+            sweep.assert_equal_to_mlx_lm(&engine, &python, &dir, &format!("gpt_oss {name}"));
         for length in [7, 40] {
             let prompt = prompt_of(length);
             let logits_path = root.path().join(format!("{name}-{length}.json"));
@@ -633,8 +657,7 @@ fn first_step_log_probabilities_match_mlx_lm() {
             5e-2,
         ),
     ] {
-        let dir = root.path().join(name);
-        synth::write_model(&options, &dir, &mut |_| {}).unwrap();
+        let dir = synthesize(root.path(), name, &options);
         // 300 tokens route 600 (token, expert) pairs: the experts' sorted path.
         let lengths: &[usize] = if name.starts_with("qwen3_moe") {
             &[7, 300]
@@ -685,8 +708,7 @@ fn follow_up_turn_on_the_kept_cache_equals_mlx_lm_and_a_fresh_run() {
             variant(&family::QWEN3_MOE, Some(4), WeightDtype::F32),
         ),
     ] {
-        let dir = root.path().join(name);
-        synth::write_model(&options, &dir, &mut |_| {}).unwrap();
+        let dir = synthesize(root.path(), name, &options);
         let (first, second) = ("What is the temperature today?", "And tomorrow?");
         let reference = mlx_lm_generate(
             &python,
@@ -819,8 +841,7 @@ fn llama3_rope_scaling_equals_mlx_lm_on_the_real_llama_3_2_rope() {
         dtype: WeightDtype::F32,
         ..SynthOptions::for_preset(preset)
     };
-    let dir = root.path().join("llama3-rope");
-    synth::write_model(&options, &dir, &mut |_| {}).unwrap();
+    let dir = synthesize(root.path(), "llama3-rope", &options);
     let config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
     assert_eq!(
@@ -865,10 +886,15 @@ fn llama3_rope_scaling_equals_mlx_lm_on_the_real_llama_3_2_rope() {
         serde_json::from_str(&std::fs::read_to_string(&logits_path).unwrap()).unwrap();
 
     let engine = EngineHandle::spawn().unwrap();
-    for shape in [LoopShape::Pipelined, LoopShape::Sync] {
-        let ours = ondo_tokens(&engine, &dir, &prompt, GENERATE, step, None, shape);
-        assert_eq!(ours, reference_ids, "loop {shape}");
-    }
+    assert_both_loops_give(
+        &engine,
+        &dir,
+        &prompt,
+        step,
+        None,
+        &reference_ids,
+        "llama3 rope: prompt 3000, prefill step 512",
+    );
     drop(engine);
     let tolerance = 1e-4;
     let worst = largest_difference(
@@ -924,8 +950,7 @@ fn mlx_lm_scores_a_departure_against_float32() {
         ),
         ("llama-f32", variant(&family::LLAMA, None, WeightDtype::F32)),
     ] {
-        let dir = root.path().join(name);
-        synth::write_model(&options, &dir, &mut |_| {}).unwrap();
+        let dir = synthesize(root.path(), name, &options);
         let logprobs =
             mlx_lm_first_logprobs(&python, &dir, &prompt, &root.path().join("logits.json"));
         let least = (0..logprobs.len())

@@ -43,15 +43,6 @@ impl Summary {
             samples: samples.to_vec(),
         }
     }
-
-    /// Spread as a share of the median, for "± x%" displays.
-    pub fn relative_spread(&self) -> f64 {
-        if self.median != 0.0 {
-            (self.max - self.min) / self.median.abs()
-        } else {
-            0.0
-        }
-    }
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ use crate::engine::CancelToken;
 use crate::report::{Report, ReportFormat};
 use crate::resolve::{NamedBy, resolve_model};
 use crate::session::SessionPool;
+use crate::text_table::{self, Column, TableStyle};
 use crate::units::{human_bytes, mib};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -261,16 +262,16 @@ pub fn endpoint_table(r: &EndpointComparison, markdown: bool) -> String {
         "ratios: each side's median over {}'s; TTFT and decode as the stream arrived\n\n",
         r.reference
     ));
-    let header = [
-        "side",
-        "prompt",
-        "server counted",
-        "TTFT ms",
-        "ratio",
-        "prompt tok/s",
-        "decode tok/s",
-        "ratio",
-        "own decode tok/s",
+    let columns = [
+        Column::left("side"),
+        Column::right("prompt"),
+        Column::right("server counted"),
+        Column::right("TTFT ms"),
+        Column::right("ratio"),
+        Column::right("prompt tok/s"),
+        Column::right("decode tok/s"),
+        Column::right("ratio"),
+        Column::right("own decode tok/s"),
     ];
     let ratio_cell = |value: Option<f64>| value.map_or("—".to_owned(), |v| format!("{v:.2}x"));
     let rows: Vec<Vec<String>> = r
@@ -296,7 +297,7 @@ pub fn endpoint_table(r: &EndpointComparison, markdown: bool) -> String {
             ]
         })
         .collect();
-    out.push_str(&render(&header, &rows, markdown));
+    out.push_str(&text_table::render(table_style(markdown), &columns, &rows));
     for warning in &r.warnings {
         out.push_str(&format!("warning: {warning}\n"));
     }
@@ -402,18 +403,21 @@ fn plan_table(outcome: &BenchOutcome, markdown: bool) -> String {
         VarySetting::PrefillStepSize => "prefill step",
         VarySetting::MaxKvSize => "max KV",
     });
-    let mut header = vec!["test", "loop"];
-    header.extend(varied);
-    header.extend([
-        "TTFT ms",
-        "prefill tok/s",
-        "decode tok/s",
-        "peak MiB",
-        "roofline %",
-        "build ms/step",
-        "wait ms/step",
-        "nodes/step",
-    ]);
+    let mut columns = vec![Column::left("test"), Column::right("loop")];
+    columns.extend(varied.map(Column::right));
+    columns.extend(
+        [
+            "TTFT ms",
+            "prefill tok/s",
+            "decode tok/s",
+            "peak MiB",
+            "roofline %",
+            "build ms/step",
+            "wait ms/step",
+            "nodes/step",
+        ]
+        .map(Column::right),
+    );
     let rows: Vec<Vec<String>> = outcome
         .cases
         .iter()
@@ -449,7 +453,7 @@ fn plan_table(outcome: &BenchOutcome, markdown: bool) -> String {
             row
         })
         .collect();
-    out.push_str(&render(&header, &rows, markdown));
+    out.push_str(&text_table::render(table_style(markdown), &columns, &rows));
     if let Some(cold) = &outcome.cold_start_ms {
         out.push_str(&format!(
             "\ncold start (fresh process, spawn to first token, {} runs): {} ms\n",
@@ -500,19 +504,19 @@ pub fn table(r: &PeerComparison, markdown: bool) -> String {
         e.ondo_version,
         e.build_profile,
     ));
-    let header = [
-        "side",
-        "prompt",
-        "TTFT ms",
-        "prompt tok/s",
-        "vs mlx-lm",
-        "decode tok/s",
-        "vs mlx-lm",
-        "peak MiB",
-        "vs mlx-lm",
-        "build ms/step",
-        "wait ms/step",
-        "nodes/step",
+    let columns = [
+        Column::left("side"),
+        Column::right("prompt"),
+        Column::right("TTFT ms"),
+        Column::right("prompt tok/s"),
+        Column::right("vs mlx-lm"),
+        Column::right("decode tok/s"),
+        Column::right("vs mlx-lm"),
+        Column::right("peak MiB"),
+        Column::right("vs mlx-lm"),
+        Column::right("build ms/step"),
+        Column::right("wait ms/step"),
+        Column::right("nodes/step"),
     ];
     let mut rows: Vec<Vec<String>> = Vec::new();
     for result in &r.results {
@@ -552,7 +556,7 @@ pub fn table(r: &PeerComparison, markdown: bool) -> String {
                 .map_or("—".into(), |n| n.to_string()),
         ]);
     }
-    out.push_str(&render(&header, &rows, markdown));
+    out.push_str(&text_table::render(table_style(markdown), &columns, &rows));
     if let Some(cold) = &r.cold_start {
         out.push_str(&format!(
             "\ncold start (spawn to first token, median of {}): ondo {} ms",
@@ -576,52 +580,10 @@ pub fn table(r: &PeerComparison, markdown: bool) -> String {
     out
 }
 
-fn render(header: &[&str], rows: &[Vec<String>], markdown: bool) -> String {
-    let widths: Vec<usize> = (0..header.len())
-        .map(|i| {
-            rows.iter()
-                .map(|r| r[i].chars().count())
-                .chain([header[i].len()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let line = |cells: Vec<String>| -> String {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(&widths)
-            .enumerate()
-            .map(|(i, (c, w))| {
-                if i == 0 {
-                    format!("{c:<w$}")
-                } else {
-                    format!("{c:>w$}")
-                }
-            })
-            .collect();
-        if markdown {
-            format!("| {} |\n", padded.join(" | "))
-        } else {
-            format!("{}\n", padded.join("  "))
-        }
-    };
-    let mut out = line(header.iter().map(|s| s.to_string()).collect());
+fn table_style(markdown: bool) -> TableStyle {
     if markdown {
-        let rule: Vec<String> = widths
-            .iter()
-            .enumerate()
-            .map(|(i, w)| {
-                if i == 0 {
-                    "-".repeat(*w)
-                } else {
-                    format!("{}:", "-".repeat(w.saturating_sub(1)))
-                }
-            })
-            .collect();
-        out.push_str(&format!("| {} |\n", rule.join(" | ")));
+        TableStyle::Markdown
+    } else {
+        TableStyle::Plain
     }
-    for row in rows {
-        out.push_str(&line(row.clone()));
-    }
-    out
 }

@@ -12,6 +12,7 @@ use crate::paths::DataDirs;
 use crate::report::ReportFormat;
 use crate::run_kinds::{LoadKind, LoopShape, RunKind};
 use crate::store::{RunQuery, RunRecord, Store};
+use crate::text_table::{self, Column, TableStyle};
 use crate::units::human_bytes;
 
 /// Which runs: the filters `runs` and `report` share.
@@ -100,49 +101,22 @@ pub fn runs(args: RunsArgs) -> Result<ExitCode, CliError> {
         println!("No runs recorded yet. Try: ondo run tiny \"hello\"   or   ondo bench tiny");
         return Ok(ExitCode::SUCCESS);
     }
-    let header = [
-        "time",
-        "kind",
-        "model",
-        "load",
-        "TTFT ms",
-        "prompt",
-        "prefill t/s",
-        "gen",
-        "decode t/s",
-        "peak",
-        "pressure",
-        "loop",
+    let columns = [
+        Column::left("time"),
+        Column::left("kind"),
+        Column::left("model"),
+        Column::right("load"),
+        Column::right("TTFT ms"),
+        Column::right("prompt"),
+        Column::right("prefill t/s"),
+        Column::right("gen"),
+        Column::right("decode t/s"),
+        Column::right("peak"),
+        Column::right("pressure"),
+        Column::right("loop"),
     ];
     let rows: Vec<Vec<String>> = runs.iter().map(row).collect();
-    let widths: Vec<usize> = (0..header.len())
-        .map(|i| {
-            rows.iter()
-                .map(|r| r[i].chars().count())
-                .chain([header[i].len()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let print = |cells: Vec<String>| {
-        let line: Vec<String> = cells
-            .iter()
-            .zip(&widths)
-            .enumerate()
-            .map(|(i, (c, w))| {
-                if i < 3 {
-                    format!("{c:<w$}")
-                } else {
-                    format!("{c:>w$}")
-                }
-            })
-            .collect();
-        println!("{}", line.join("  ").trim_end());
-    };
-    print(header.iter().map(|h| h.to_string()).collect());
-    for row in rows {
-        print(row);
-    }
+    print!("{}", text_table::render(TableStyle::Plain, &columns, &rows));
     Ok(ExitCode::SUCCESS)
 }
 

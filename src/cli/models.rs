@@ -20,6 +20,7 @@ use crate::hub::{
     sizing::{self, MachineMemory, ModelFacts},
 };
 use crate::paths::DataDirs;
+use crate::text_table::{self, Column, TableStyle};
 use crate::units::human_bytes;
 
 fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
@@ -340,10 +341,8 @@ pub fn ls(args: LsArgs) -> Result<ExitCode, CliError> {
         return Ok(ExitCode::SUCCESS);
     }
     let rows: Vec<[String; 6]> = models.iter().map(library_row).collect();
-    print_table(
-        &["MODEL", "SIZE", "QUANT", "PARAMS", "TYPE", "REVISION"],
-        &rows,
-    );
+    let columns = ["MODEL", "SIZE", "QUANT", "PARAMS", "TYPE", "REVISION"].map(Column::left);
+    print!("{}", text_table::render(TableStyle::Plain, &columns, &rows));
     for model in &models {
         for note in [&model.problem, &model.unsupported].into_iter().flatten() {
             println!("note: {}: {note}", model.id);
@@ -414,9 +413,10 @@ fn list_catalog(dirs: &DataDirs, json: bool) -> Result<ExitCode, CliError> {
             ]
         })
         .collect();
-    print_table(
-        &["MODEL", "SIZE", "QUANT", "PARAMS", "FIT@4K", "NOTE"],
-        &table,
+    let columns = ["MODEL", "SIZE", "QUANT", "PARAMS", "FIT@4K", "NOTE"].map(Column::left);
+    print!(
+        "{}",
+        text_table::render(TableStyle::Plain, &columns, &table)
     );
     for offer in &offers {
         if let Some(reason) = &offer.unsupported {
@@ -673,7 +673,8 @@ pub fn search(args: SearchArgs) -> Result<ExitCode, CliError> {
             [hit.id.clone(), human_count(hit.downloads), marks.join(", ")]
         })
         .collect();
-    print_table(&["MODEL", "DOWNLOADS", ""], &rows);
+    let columns = ["MODEL", "DOWNLOADS", ""].map(Column::left);
+    print!("{}", text_table::render(TableStyle::Plain, &columns, &rows));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -704,26 +705,5 @@ fn human_count(n: u64) -> String {
         n if n >= 1_000_000 => format!("{:.0}M", n as f64 / 1e6),
         n if n >= 1_000 => format!("{:.0}K", n as f64 / 1e3),
         n => n.to_string(),
-    }
-}
-
-fn print_table<const N: usize>(headers: &[&str; N], rows: &[[String; N]]) {
-    let mut widths = headers.map(|h| h.chars().count());
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        println!("{}", padded.join("  ").trim_end());
-    };
-    line(headers.to_vec());
-    for row in rows {
-        line(row.iter().map(String::as_str).collect());
     }
 }

@@ -32,15 +32,6 @@ pub fn text_config(config: &Value) -> &Value {
         .unwrap_or(config)
 }
 
-/// The language model's own `model_type`: `text_config.model_type` in a
-/// multimodal checkpoint (`gemma3_text` inside `gemma3`), else the top-level one.
-pub fn text_model_type(config: &Value) -> Option<&str> {
-    text_config(config)
-        .get("model_type")
-        .and_then(Value::as_str)
-        .or_else(|| model_type(config))
-}
-
 /// A model the engine cannot run, named before it is downloaded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unsupported {
@@ -137,7 +128,7 @@ mod tests {
             "model_type": "llava_next",
             "text_config": { "model_type": supported }
         });
-        assert_eq!(text_model_type(&wrapper), Some(supported));
+        assert_eq!(text_config(&wrapper)["model_type"], supported);
         assert_eq!(
             check_config(&wrapper),
             Err(Unsupported {
@@ -195,10 +186,10 @@ mod tests {
             "text_config": { "model_type": "gemma3_text", "hidden_size": 2560 }
         });
         assert_eq!(model_type(&config), Some("gemma3"));
-        assert_eq!(text_model_type(&config), Some("gemma3_text"));
+        assert_eq!(text_config(&config)["model_type"], "gemma3_text");
         assert_eq!(text_config(&config)["hidden_size"], 2560);
         let plain = json!({ "model_type": "qwen3", "hidden_size": 1024 });
-        assert_eq!(text_model_type(&plain), Some("qwen3"));
+        assert_eq!(text_config(&plain)["model_type"], "qwen3");
         assert_eq!(text_config(&plain)["hidden_size"], 1024);
     }
 }

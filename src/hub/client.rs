@@ -131,13 +131,8 @@ impl Hub {
         &self.config
     }
 
-    /// The repo's files at `model.revision`, with sizes and checksums.
-    pub async fn repo_info(&self, model: &ModelRef) -> Result<RepoInfo, HubError> {
-        self.repo_info_watched(model, &mut WaitWatch::default())
-            .await
-    }
-
-    /// [`Hub::repo_info`], telling `watch` about waits for a busy hub.
+    /// The repo's files at `model.revision`, with sizes and checksums,
+    /// telling `watch` about waits for a busy hub.
     pub(crate) async fn repo_info_watched(
         &self,
         model: &ModelRef,

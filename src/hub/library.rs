@@ -114,17 +114,6 @@ pub fn cached_snapshot_dir(cache_dir: &Path, model: &ModelRef) -> Option<PathBuf
     snapshot.join("config.json").is_file().then_some(snapshot)
 }
 
-/// A model folder from what a user named: a folder, or a repo id (with an
-/// optional `@revision`) whose snapshot is in the cache.
-pub fn resolve_local(cache_dir: &Path, model: &str) -> Result<PathBuf, HubError> {
-    let as_path = Path::new(model);
-    if as_path.is_dir() {
-        return Ok(as_path.to_owned());
-    }
-    let model = ModelRef::parse(model)?;
-    cached_snapshot_dir(cache_dir, &model).ok_or(HubError::NotInLibrary(model.to_string()))
-}
-
 fn describe_cached_repo(repo_id: &str, repo_dir: &Path) -> Option<LibraryModel> {
     let refs = read_refs(&repo_dir.join("refs"));
     let snapshots: Vec<PathBuf> = fs::read_dir(repo_dir.join("snapshots"))

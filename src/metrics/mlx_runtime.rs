@@ -98,11 +98,6 @@ impl MlxRuntime {
             recommended_working_set_bytes,
         }
     }
-
-    /// True when the default device is a CPU.
-    pub fn is_cpu(&self) -> bool {
-        self.backend == Backend::Cpu
-    }
 }
 
 /// The GPU's name as MLX reports it ("Apple M2 Pro"), when MLX has one and

@@ -1,6 +1,7 @@
-//! Numbers as people read them, and escaping for Markdown and HTML; sizes
-//! are `crate::units`'. Only the Markdown and HTML printers use this; the
-//! data formats print values as stored.
+//! Numbers as people read them, and escaping for HTML; sizes are
+//! `crate::units`', Markdown's escaping `crate::text_table`'s. Only the
+//! Markdown and HTML printers use this; the data formats print values as
+//! stored.
 
 /// A large count with an SI suffix ("1.31 M", "3.21 B").
 pub(crate) fn count(value: u64) -> String {
@@ -49,31 +50,6 @@ pub(crate) fn html(text: &str) -> String {
     out
 }
 
-/// Text that Markdown shows literally, table cells included: markup
-/// characters are backslash-escaped and line breaks become spaces.
-pub(crate) fn markdown(text: &str) -> String {
-    let chars: Vec<char> = text.chars().collect();
-    let mut out = String::with_capacity(text.len());
-    for (i, &c) in chars.iter().enumerate() {
-        // An underscore inside a word never starts emphasis: keep
-        // `prefill_step_size` readable as plain text.
-        let inside_word = |at: Option<&char>| at.is_some_and(|c| c.is_alphanumeric());
-        let intraword = c == '_'
-            && inside_word(i.checked_sub(1).and_then(|j| chars.get(j)))
-            && inside_word(chars.get(i + 1));
-        match c {
-            '_' if intraword => out.push(c),
-            '\\' | '|' | '`' | '*' | '_' | '[' | ']' | '<' | '>' | '#' => {
-                out.push('\\');
-                out.push(c);
-            }
-            '\r' | '\n' => out.push(' '),
-            _ => out.push(c),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,6 +69,5 @@ mod tests {
             html("<b>x</b> & 'y' \"z\""),
             "&lt;b&gt;x&lt;/b&gt; &amp; &#39;y&#39; &quot;z&quot;"
         );
-        assert_eq!(markdown("a|b <i>\nc_d _e_"), "a\\|b \\<i\\> c_d \\_e\\_");
     }
 }

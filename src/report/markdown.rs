@@ -5,9 +5,9 @@
 use std::io::Write;
 
 use super::Report;
-use super::human::markdown as md;
 use super::summary::Analysis;
 use super::table::SummaryTable;
+use crate::text_table::{self, Align, Column, TableStyle, markdown_text as md};
 
 pub(crate) fn write_markdown(report: &Report, out: &mut dyn Write) -> std::io::Result<()> {
     let mut text = format!("# {}\n\n", md(&report.title));
@@ -52,51 +52,17 @@ pub(crate) fn write_markdown(report: &Report, out: &mut dyn Write) -> std::io::R
 
 /// A pipe table padded so that it also reads well as plain text.
 fn render_table(table: &SummaryTable) -> String {
-    let header: Vec<String> = table.columns.iter().map(|c| md(&c.header)).collect();
-    let rows: Vec<Vec<String>> = table
-        .rows
+    let columns: Vec<Column> = table
+        .columns
         .iter()
-        .map(|row| row.iter().map(|cell| md(cell)).collect())
-        .collect();
-    let widths: Vec<usize> = (0..header.len())
-        .map(|i| {
-            rows.iter()
-                .map(|r| r[i].chars().count())
-                .chain([header[i].chars().count(), 3])
-                .max()
-                .unwrap_or(3)
-        })
-        .collect();
-    let line = |cells: &[String]| -> String {
-        let padded: Vec<String> = cells
-            .iter()
-            .enumerate()
-            .map(|(i, cell)| {
-                let pad = " ".repeat(widths[i] - cell.chars().count());
-                if table.columns[i].numeric {
-                    format!("{pad}{cell}")
-                } else {
-                    format!("{cell}{pad}")
-                }
-            })
-            .collect();
-        format!("| {} |\n", padded.join(" | "))
-    };
-    let mut text = line(&header);
-    let rule: Vec<String> = widths
-        .iter()
-        .enumerate()
-        .map(|(i, w)| {
-            if table.columns[i].numeric {
-                format!("{}:", "-".repeat(w - 1))
+        .map(|column| Column {
+            header: &column.header,
+            align: if column.numeric {
+                Align::Right
             } else {
-                "-".repeat(*w)
-            }
+                Align::Left
+            },
         })
         .collect();
-    text.push_str(&format!("| {} |\n", rule.join(" | ")));
-    for row in &rows {
-        text.push_str(&line(row));
-    }
-    text
+    text_table::render(TableStyle::Markdown, &columns, &table.rows)
 }

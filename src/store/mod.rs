@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
-use serde::{Deserialize, Serialize};
 
 use crate::run_kinds::{LoopShape, RunKind};
 
@@ -56,19 +55,6 @@ pub struct RunQuery {
     pub prefill_step_size: Option<u64>,
     /// Only runs with this KV bound; 0: only runs without one.
     pub max_kv_size: Option<u64>,
-}
-
-/// A chat conversation as listed in the app.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "specta", derive(specta::Type))]
-pub struct Conversation {
-    pub conversation_id: String,
-    pub model_id: String,
-    pub title: String,
-    /// RFC 3339 UTC.
-    pub created_at: String,
-    /// RFC 3339 UTC, the last upsert.
-    pub updated_at: String,
 }
 
 static INSERT_RUN: LazyLock<String> = LazyLock::new(|| {
@@ -346,30 +332,6 @@ impl Store {
                 params![conversation_id, model_id, title, now],
             )
             .map(drop)
-            .map_err(|error| self.fail(error))
-    }
-
-    /// Every conversation, the most recently updated first (as a chat list
-    /// shows them).
-    pub fn conversations(&self) -> Result<Vec<Conversation>, StoreError> {
-        self.conn
-            .prepare_cached(
-                "SELECT conversation_id, model_id, title, created_at, updated_at
-                 FROM conversations ORDER BY updated_at DESC, conversation_id",
-            )
-            .and_then(|mut statement| {
-                statement
-                    .query_map([], |row| {
-                        Ok(Conversation {
-                            conversation_id: row.get(0)?,
-                            model_id: row.get(1)?,
-                            title: row.get(2)?,
-                            created_at: row.get(3)?,
-                            updated_at: row.get(4)?,
-                        })
-                    })?
-                    .collect()
-            })
             .map_err(|error| self.fail(error))
     }
 

@@ -400,7 +400,6 @@ fn an_empty_history_answers_empty() {
     assert_eq!(store.runs(&RunQuery::default()).unwrap(), vec![]);
     assert_eq!(store.latest_bench_id().unwrap(), None);
     assert_eq!(store.run_count().unwrap(), 0);
-    assert_eq!(store.conversations().unwrap(), vec![]);
     assert_eq!(store.pool_events(10).unwrap(), vec![]);
 }
 
@@ -493,11 +492,37 @@ fn a_folder_that_cannot_be_created_is_named() {
     assert!(error.to_string().contains("may write"), "{error}");
 }
 
+/// (id, model, title, created_at, updated_at) of every conversation, as
+/// the table holds them.
+fn conversation_rows(store: &Store) -> Vec<(String, String, String, String, String)> {
+    let mut statement = store
+        .conn
+        .prepare(
+            "SELECT conversation_id, model_id, title, created_at, updated_at
+             FROM conversations ORDER BY conversation_id",
+        )
+        .unwrap();
+    statement
+        .query_map([], |row| {
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+            ))
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
 #[test]
-fn conversations_are_upserted_and_listed_newest_first() {
+fn a_conversation_upserted_again_keeps_when_it_was_created() {
     let (_dir, mut store) = open_temp();
+    assert_eq!(conversation_rows(&store), vec![]);
     store.upsert_conversation("c-1", "m-a", "First").unwrap();
-    let created = store.conversations().unwrap()[0].created_at.clone();
+    let created = conversation_rows(&store)[0].3.clone();
     std::thread::sleep(std::time::Duration::from_millis(5));
     store.upsert_conversation("c-2", "m-a", "Second").unwrap();
     std::thread::sleep(std::time::Duration::from_millis(5));
@@ -505,19 +530,17 @@ fn conversations_are_upserted_and_listed_newest_first() {
         .upsert_conversation("c-1", "m-b", "First, renamed")
         .unwrap();
 
-    let conversations = store.conversations().unwrap();
-    let ids: Vec<&str> = conversations
-        .iter()
-        .map(|c| c.conversation_id.as_str())
-        .collect();
+    let rows = conversation_rows(&store);
+    let ids: Vec<&str> = rows.iter().map(|row| row.0.as_str()).collect();
     assert_eq!(ids, ["c-1", "c-2"]);
-    let first = &conversations[0];
+    let (_, model_id, title, created_at, updated_at) = &rows[0];
     assert_eq!(
-        (first.model_id.as_str(), first.title.as_str()),
+        (model_id.as_str(), title.as_str()),
         ("m-b", "First, renamed")
     );
-    assert_eq!(first.created_at, created);
-    assert!(first.updated_at > first.created_at);
+    assert_eq!(created_at, &created);
+    assert!(updated_at > created_at);
+    assert!(updated_at > &rows[1].4, "c-1 was updated after c-2");
 }
 
 #[test]
