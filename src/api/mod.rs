@@ -39,6 +39,7 @@ use serde::{Deserialize, Serialize};
 pub use error::{ApiError, ApiFailure, Dialect};
 pub use generation::{OndoRecord, RequestLog};
 
+use crate::app_settings::AppSettings;
 use crate::app_settings::DEFAULT_PORT;
 use crate::engine::{CancelToken, RunError};
 use crate::hub::library::LibraryModel;
@@ -47,7 +48,6 @@ use crate::resolve::{
     NamedBy, ResolvedModel, TINY, downloaded_models, model_folders, resolve_model_in,
 };
 use crate::session::SessionPool;
-use crate::app_settings::AppSettings;
 use conversations::ConversationIndex;
 use generation::Ask;
 use queue::EngineQueue;

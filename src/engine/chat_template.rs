@@ -77,19 +77,6 @@ impl ChatMessage {
         Self::with_role("assistant", content)
     }
 
-    /// The result of the tool call `call_id` (from the tool `name`).
-    pub fn tool_result(
-        call_id: impl Into<String>,
-        name: impl Into<String>,
-        content: impl Into<String>,
-    ) -> Self {
-        Self {
-            tool_call_id: Some(call_id.into()),
-            name: Some(name.into()),
-            ..Self::with_role("tool", content)
-        }
-    }
-
     fn with_role(role: &str, content: impl Into<String>) -> Self {
         Self {
             role: role.to_owned(),
