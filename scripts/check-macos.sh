@@ -49,3 +49,18 @@ export TAURI_CONFIG='{"bundle":{"macOS":{"frameworks":null}}}'
 cargo check --workspace --all-targets --locked --target aarch64-apple-darwin \
   --target-dir target/macos-check
 echo "macos-check: the workspace type-checks for aarch64-apple-darwin"
+
+# A Mac builds no CUDA code: none of the library's sources, as rustc listed
+# them for the check, is under src/engine/backend/cuda/ (compiled on Linux
+# alone, where MLX's CUDA backend runs).
+deps=(target/macos-check/aarch64-apple-darwin/debug/deps/ondo-*.d)
+if [ ! -e "${deps[0]}" ]; then
+  echo "macos-check: FAILED: rustc wrote no list of the library's sources to look in" >&2
+  exit 1
+fi
+if grep -l "src/engine/backend/cuda/" "${deps[@]}" >&2; then
+  echo "macos-check: FAILED: the macOS build compiles CUDA code (src/engine/backend/cuda/)" >&2
+  exit 1
+fi
+sources=$(tr ' ' '\n' < "${deps[0]}" | grep -c '^/.*\.rs$' || true)
+echo "macos-check: no CUDA code in the macOS build ($sources Rust sources, none under src/engine/backend/cuda/)"

@@ -4,9 +4,9 @@
 costs the host more per call than the GPU (a custom kernel costs MLX about
 11 microseconds of host time a call), so its small shapes measure the host.
 This script drives the GPU through the CUDA driver API (ctypes), compiles
-src/engine/model/qmv4.cuh with NVRTC (the source needs no header; one
+src/engine/backend/cuda/qmv4.cuh with NVRTC (the source needs no header; one
 `extern "C"` kernel per shape, its numbers compiled in as the engine's
-branches have them, with the layout cuda_matvec.rs picks), records each
+branches have them, with the layout backend/cuda/mod.rs picks), records each
 measurement as a CUDA graph and times replays of it with CUDA events:
 nothing but the GPU is in the numbers.
 
@@ -18,7 +18,7 @@ What it prints:
 - per matrix shape of the model, the GPU time of one call and its bandwidth,
   as the mean over one call per layer, each on that layer's own weights (the
   whole model is on the card, so every call reads device memory, as in a
-  decode step), for the engine's layout (`layout_for` in cuda_matvec.rs) and,
+  decode step), for the engine's layout (`layout_for` in backend/cuda/mod.rs) and,
   with --sweep, every launch shape;
 - one decode step's matrix-vector products, every layer's in order and the
   head, as one graph: the GPU time the kernel takes per token, against what
@@ -240,7 +240,7 @@ def lab_source(shapes, launches_for):
 
 
 def launch_dims(n, launch):
-    """The engine's launch (cuda_matvec.rs's `launch_for`), in blocks."""
+    """The engine's launch (backend/cuda/mod.rs's `launch_for`), in blocks."""
     rows, chunks, split, warps = launch
     grid, block = launch_for(n, (rows, chunks, split), warps)
     return (1, 1, grid[2] // block[2]), block

@@ -1,6 +1,6 @@
 """Ondo's 4-bit matrix-vector kernel for the scripts that measure it
 (gpu-qmv-lab.py, gpu-matvec.py): the layout and launch
-src/engine/model/cuda_matvec.rs picks for a matrix, and, for the lab, which
+src/engine/backend/cuda/mod.rs picks for a matrix, and, for the lab, which
 times the kernel without MLX, a standalone source (qmv4.cuh needs no header;
 one `extern "C"` kernel per shape, every number compiled in) and NVRTC,
 found among the NVIDIA libraries MLX's CUDA wheel depends on.
@@ -13,14 +13,14 @@ import pathlib
 import sys
 import time
 
-SOURCE = (pathlib.Path(__file__).resolve().parent.parent / "src/engine/model/qmv4.cuh").read_text()
+SOURCE = (pathlib.Path(__file__).resolve().parent.parent / "src/engine/backend/cuda/qmv4.cuh").read_text()
 WARPS = 4
 FULL_GPU_WARPS = 16384
 CUDA_TYPE = {"bf16": "ondo_bf16", "f16": "ondo_f16", "f32": "float"}
 
 
 def layout_for(n, k):
-    """cuda_matvec.rs's `layout_for`: (rows, chunks, split)."""
+    """backend/cuda/mod.rs's `layout_for`: (rows, chunks, split)."""
     rows, chunks = 4, 1
     sets = -(-n // rows)
     rounds = max(1, k // (32 * 32 * chunks))
@@ -52,7 +52,7 @@ def kernel_source(kernels, extra=""):
 
 
 def launch_for(n, layout, warps=WARPS):
-    """cuda_matvec.rs's `launch_for`: grid in threads and block, as MLX takes them."""
+    """backend/cuda/mod.rs's `launch_for`: grid in threads and block, as MLX takes them."""
     rows, _, split = layout
     per_block = warps // split
     blocks = -(-(-(-n // rows)) // per_block)

@@ -24,6 +24,16 @@ pub struct Check {
     pub detail: String,
 }
 
+/// An `ONDO_*` variable set in this process.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+pub struct SetVariable {
+    pub name: String,
+    pub value: String,
+    /// What it does (`crate::environment`).
+    pub purpose: String,
+}
+
 /// Everything `ondo doctor` prints.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "specta", derive(specta::Type))]
@@ -54,6 +64,9 @@ pub struct DoctorReport {
     pub hub_offline: bool,
     /// The system's memory pressure now, with the Activity Monitor breakdown.
     pub memory: Option<ondo_os::MemorySnapshot>,
+    /// Ondo's own environment variables set in this process
+    /// (`crate::environment`; an API key's value is not shown).
+    pub variables: Vec<SetVariable>,
     pub checks: Vec<Check>,
 }
 
@@ -84,6 +97,11 @@ impl DoctorReport {
         if gpu_works {
             checks.push(outcome("matmul f32", check_matmul()));
             checks.push(outcome("quantized matmul 4-bit", check_quantized_matmul()));
+            // Where a backend has kernels of Ondo's own (CUDA), they are
+            // checked against MLX's too.
+            if let Some((name, result)) = crate::engine::backend::self_check() {
+                checks.push(outcome(name, result));
+            }
         }
         Self {
             ondo_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -104,6 +122,14 @@ impl DoctorReport {
             hub_token_source: hub.token_source,
             hub_offline: hub.offline,
             memory: ondo_os::memory_snapshot().ok(),
+            variables: crate::environment::set_now()
+                .into_iter()
+                .map(|(variable, value)| SetVariable {
+                    name: variable.name.to_owned(),
+                    value,
+                    purpose: variable.purpose.to_owned(),
+                })
+                .collect(),
             checks,
         }
     }

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod demo;
 pub mod doctor;
 pub mod engine;
+pub mod environment;
 pub mod error_kind;
 pub mod family;
 pub mod hub;

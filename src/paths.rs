@@ -26,11 +26,13 @@ impl DataDirs {
     /// Resolves the folders from any environment lookup (tests pass a map).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<std::ffi::OsString>) -> Self {
         let home = dirs::home_dir().unwrap_or_else(|| PathBuf::from("."));
-        let data_dir = lookup("ONDO_HOME").map(PathBuf::from).unwrap_or_else(|| {
-            dirs::data_dir()
-                .unwrap_or_else(|| home.join(".local/share"))
-                .join("ondo")
-        });
+        let data_dir = lookup(crate::environment::HOME.name)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                dirs::data_dir()
+                    .unwrap_or_else(|| home.join(".local/share"))
+                    .join("ondo")
+            });
         let hf_cache_dir = lookup("HF_HUB_CACHE")
             .map(PathBuf::from)
             .or_else(|| lookup("HF_HOME").map(|h| PathBuf::from(h).join("hub")))

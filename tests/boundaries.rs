@@ -15,17 +15,28 @@ const MAY_USE: &[(&str, &[&str])] = &[
     ("units", &[]),
     ("text_table", &[]),
     ("whole_file", &[]),
-    ("paths", &[]),
+    ("environment", &[]),
+    ("paths", &["environment"]),
     ("run_kinds", &[]),
     ("family", &[]),
     ("metrics", &[]),
     // The MLX side: models, generation, the synthetic models.
-    ("engine", &["error_kind", "family", "run_kinds"]),
+    (
+        "engine",
+        &["environment", "error_kind", "family", "run_kinds"],
+    ),
     ("synth", &["engine", "error_kind", "family", "paths"]),
     // Beside the engine, never loading a model: the hub and the history.
     (
         "hub",
-        &["error_kind", "family", "paths", "units", "whole_file"],
+        &[
+            "environment",
+            "error_kind",
+            "family",
+            "paths",
+            "units",
+            "whole_file",
+        ],
     ),
     ("store", &["error_kind", "run_kinds"]),
     ("report", &["run_kinds", "store", "text_table", "units"]),
@@ -51,7 +62,15 @@ const MAY_USE: &[(&str, &[&str])] = &[
     ("metallib", &["engine", "error_kind", "metrics"]),
     (
         "doctor",
-        &["engine", "hub", "metallib", "metrics", "paths", "session"],
+        &[
+            "engine",
+            "environment",
+            "hub",
+            "metallib",
+            "metrics",
+            "paths",
+            "session",
+        ],
     ),
     (
         "demo",
@@ -61,6 +80,7 @@ const MAY_USE: &[(&str, &[&str])] = &[
         "bench",
         &[
             "engine",
+            "environment",
             "error_kind",
             "family",
             "hub",
@@ -96,6 +116,7 @@ const MAY_USE: &[(&str, &[&str])] = &[
             "demo",
             "doctor",
             "engine",
+            "environment",
             "error_kind",
             "family",
             "hub",

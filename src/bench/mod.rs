@@ -377,7 +377,7 @@ pub fn compare_with_mlx_lm(
     let mut done = 0;
     let mut results = Vec::new();
     let mut token_check = TokenCheck {
-        own_cuda_kernel: crate::engine::model::cuda_matvec::enabled(),
+        own_cuda_kernel: crate::engine::backend::own_kernels_active(),
         ..TokenCheck::default()
     };
     let mut described: Option<RunRecord> = None;
@@ -565,10 +565,6 @@ pub(crate) fn model_vocab(dir: &Path) -> Result<u32, BenchError> {
         serde_json::from_str(&text).map_err(|e| BenchError::Plan(e.to_string()))?;
     Ok(value["vocab_size"].as_u64().unwrap_or(256) as u32)
 }
-
-/// Set by a parent that times a child `ondo run` from its spawn: the wall
-/// clock in nanoseconds since the Unix epoch.
-pub const SPAWNED_AT_ENV: &str = "ONDO_SPAWNED_AT_NS";
 
 /// `ours / theirs`, or 0 when there is nothing to divide by.
 pub fn ratio(ours: f64, theirs: f64) -> f64 {

@@ -66,7 +66,7 @@ pub fn find_python(explicit: Option<&Path>) -> PathBuf {
     if let Some(p) = explicit {
         return p.to_owned();
     }
-    if let Some(p) = std::env::var_os("ONDO_PYTHON") {
+    if let Some(p) = crate::environment::PYTHON.os_value() {
         return PathBuf::from(p);
     }
     let venv = Path::new(".venv/bin/python");

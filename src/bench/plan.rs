@@ -11,8 +11,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    AnatomySummary, BenchError, BenchPlan, BenchShape, SPAWNED_AT_ENV, Summary, model_vocab, peer,
-    synthetic_prompt,
+    AnatomySummary, BenchError, BenchPlan, BenchShape, Summary, model_vocab, peer, synthetic_prompt,
 };
 use crate::engine::{CancelToken, GenerateRequest, Prompt, RunStats, StepAnatomy};
 use crate::run_kinds::{LoopShape, RunKind};
@@ -399,7 +398,10 @@ pub(super) fn fresh_process_run(
         .args(["--prefill-step-size", &prefill_step_size.to_string()])
         .args(["--loop", &loop_shape.to_string()])
         .args(["--ignore-eos", "--json", "--no-history", "--load-anyway"])
-        .env(SPAWNED_AT_ENV, spawned_at.to_string())
+        .env(
+            crate::environment::SPAWNED_AT_NS.name,
+            spawned_at.to_string(),
+        )
         .output()
         .map_err(|e| {
             BenchError::Plan(format!(

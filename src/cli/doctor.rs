@@ -51,6 +51,12 @@ fn print_text(r: &DoctorReport) {
     for (name, value) in crate::engine::mlx_settings::in_effect() {
         println!("MLX setting  {name}={value}");
     }
+    for variable in &r.variables {
+        println!(
+            "set          {}={} ({})",
+            variable.name, variable.value, variable.purpose
+        );
+    }
     println!("allocator    {}", crate::allocator());
     if let Some(ws) = r.recommended_working_set_bytes {
         println!("GPU working set {}", human_bytes(ws));

@@ -259,9 +259,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
     let context = model.run_context(RunKind::Run);
     // A parent timing this process from its spawn (`ondo bench`'s cold
     // start) passes the spawn time; the first token's is taken here.
-    let spawned_at = std::env::var(crate::bench::SPAWNED_AT_ENV)
-        .ok()
-        .and_then(|v| v.parse::<u128>().ok());
+    let spawned_at = crate::environment::SPAWNED_AT_NS.parsed::<u128>();
     let mut first_token_at = None;
     let mut terminal = args.generation.terminal_reply();
     let (outcome, record) = pool

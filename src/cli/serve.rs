@@ -16,9 +16,6 @@ use crate::resolve::{available_models, model_folders};
 use crate::session::{PoolSettings, SessionPool};
 use crate::store::Store;
 
-/// The environment variable that holds the API key when `--api-key` is not given.
-const API_KEY_ENV: &str = "ONDO_API_KEY";
-
 #[derive(Debug, Args)]
 #[command(after_help = "\
 Any OpenAI or Ollama client works: point its base URL at the server.
@@ -72,7 +69,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
         port: args.port,
         api_key: args
             .api_key
-            .or_else(|| std::env::var(API_KEY_ENV).ok())
+            .or_else(|| crate::environment::API_KEY.value())
             .filter(|k| !k.trim().is_empty()),
         allowed_origins: args.allowed_origins,
         max_waiting: args.max_waiting,

@@ -86,7 +86,7 @@ pub fn graph_size(outputs: &[&Array]) -> Result<GraphSize, Exception> {
     let printed = print_graph(outputs)?;
     // For a look at what a step is made of: `ONDO_DUMP_GRAPH=1 ondo bench
     // MODEL --peer mlx-lm` prints the counted step to standard error.
-    if std::env::var_os("ONDO_DUMP_GRAPH").is_some() {
+    if crate::environment::DUMP_GRAPH.is_set() {
         eprintln!("{printed}");
     }
     read_graph_dump(&printed).ok_or_else(|| {

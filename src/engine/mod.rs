@@ -3,6 +3,7 @@
 //! whom).
 
 pub mod anatomy;
+pub mod backend;
 pub mod cache;
 pub mod chat_template;
 pub mod detokenize;

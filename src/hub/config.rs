@@ -110,7 +110,7 @@ fn find_token(lookup: &impl Fn(&str) -> Option<String>) -> (Option<String>, Opti
         return (Some(token), Some(TokenSource::TokenFile));
     }
     // Tests and CI set ONDO_NO_KEYCHAIN so that no keychain prompt can appear.
-    if lookup("ONDO_NO_KEYCHAIN").is_some() {
+    if lookup(crate::environment::NO_KEYCHAIN.name).is_some() {
         return (None, None);
     }
     match keychain::read_token() {

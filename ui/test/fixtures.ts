@@ -33,6 +33,7 @@ export const doctorReport: DoctorReport = {
   hub_token_source: null,
   hub_offline: false,
   memory: null,
+  variables: [],
   checks: [
     { name: 'MLX version', passed: true, detail: 'libmlx 0.32.2, as mlx-c expects' },
     { name: 'matmul f32', passed: true, detail: 'max abs diff 0' },

@@ -601,20 +601,16 @@ impl Decoder {
         matrices
     }
 
-    /// Builds and compiles, at load, Ondo's CUDA kernel for the matrices of
-    /// a decode step that take it (`cuda_matvec::prepare`: 2-3 s of
-    /// NVRTC on the H200), so the cost is counted in the load, where a cold
-    /// start expects it, and not in the first answer. Nothing to do on the
-    /// CPU or Metal; a kernel that does not build leaves the model on MLX's.
+    /// Readies, at load, a backend's kernels for the matrices of a decode
+    /// step (`backend::prepare`; on CUDA that compiles Ondo's kernel, seconds
+    /// of NVRTC), so the cost is counted in the load, where a cold start
+    /// expects it, and not in the first answer.
     fn prepare_decode(&self) {
-        if super::cuda_matvec::enabled() {
-            super::cuda_matvec::prepare(self.decode_matrices().into_iter().filter_map(
-                |(matrix, adds_residual)| {
-                    let (weight, scales, biases, params) = matrix.affine_quantized()?;
-                    Some((weight, scales, biases, params, adds_residual))
-                },
-            ));
-        }
+        crate::engine::backend::prepare(
+            self.decode_matrices()
+                .into_iter()
+                .filter_map(|(matrix, adds_residual)| Some((matrix.affine()?, adds_residual))),
+        );
     }
 
     /// The dtype of the norm weights: the model's compute dtype.
@@ -804,11 +800,9 @@ fn residual_add(x: &Array, y: &Array) -> Result<Array, Exception> {
 /// so there the parts run. `ONDO_JOIN_PROJECTIONS=1` or `=0` decides
 /// instead, for measurements and for the parity test of the joined path.
 pub fn join_projections() -> bool {
-    match std::env::var("ONDO_JOIN_PROJECTIONS").as_deref() {
-        Ok("1") => true,
-        Ok("0") => false,
-        _ => super::default_device_is_gpu(),
-    }
+    crate::environment::JOIN_PROJECTIONS
+        .switch()
+        .unwrap_or_else(super::default_device_is_gpu)
 }
 
 /// The two parts of a split in two.

@@ -6,7 +6,6 @@
 //! strict (see `weights::WeightMap`).
 
 pub mod activation;
-pub mod cuda_matvec;
 pub mod decoder;
 pub mod experts;
 pub mod quantized;
@@ -17,6 +16,7 @@ use mlx_rs::{Array, Dtype, ops};
 pub use crate::family::{QuantConfig, QuantMode, QuantParams};
 
 use super::LoadError;
+use super::backend::{self, AffineMatrix};
 use super::weights::WeightMap;
 
 /// A quantized matrix `[.., out, packed in]`: packed weight, per-group scales
@@ -72,6 +72,18 @@ impl QuantizedMatrix {
             .into_iter()
             .chain(&self.biases)
             .collect()
+    }
+
+    /// The matrix as a backend's kernel takes it, when it is affine with
+    /// group biases.
+    fn affine(&self) -> Option<AffineMatrix<'_>> {
+        Some(AffineMatrix {
+            weight: &self.weight,
+            scales: &self.scales,
+            biases: self.biases.as_ref()?,
+            params: self.params,
+        })
+        .filter(|_| self.params.mode == QuantMode::Affine)
     }
 
     /// The matrix's parameters (its elements before packing), not counting
@@ -202,11 +214,12 @@ impl Linear {
             Linear::Quantized { matrix, bias } => {
                 let (weight, scales, biases) =
                     (&matrix.weight, &matrix.scales, matrix.biases.as_ref());
-                let y = match biases {
-                    Some(b) if cuda_matvec::applies(x, weight, scales, b, matrix.params, None) => {
-                        cuda_matvec::matvec(x, weight, scales, b, matrix.params, None)?
-                    }
-                    _ => quantized::quantized_matmul(x, weight, scales, biases, matrix.params)?,
+                let y = match matrix
+                    .affine()
+                    .and_then(|affine| backend::matvec(x, affine, None))
+                {
+                    Some(product) => product?,
+                    None => quantized::quantized_matmul(x, weight, scales, biases, matrix.params)?,
                 };
                 (y, bias)
             }
@@ -218,41 +231,26 @@ impl Linear {
     }
 
     /// `residual + (x @ W.T (+ b))`: the sublayer's output added to the
-    /// residual stream. A decode step on CUDA makes both in Ondo's kernel
-    /// (one kernel fewer; the same bits as the matmul and the add).
+    /// residual stream. Where a backend's kernel takes the product (a decode
+    /// step on CUDA) it makes both: one kernel fewer, the same bits as the
+    /// matmul and the add.
     pub fn forward_add(&self, x: &Array, residual: &Array) -> Result<Array, Exception> {
-        if let Linear::Quantized {
-            matrix:
-                QuantizedMatrix {
-                    weight,
-                    scales,
-                    biases: Some(b),
-                    params,
-                },
-            bias: None,
-        } = self
-            && cuda_matvec::applies(x, weight, scales, b, *params, Some(residual))
+        if let Linear::Quantized { matrix, bias: None } = self
+            && let Some(product) = matrix
+                .affine()
+                .and_then(|affine| backend::matvec(x, affine, Some(residual)))
         {
-            return cuda_matvec::matvec(x, weight, scales, b, *params, Some(residual));
+            return product;
         }
         ops::add(residual, &self.forward(x)?)
     }
 
-    /// The packed weight, scales, biases and quantization of an affine
-    /// quantized layer with biases: what Ondo's CUDA kernel can take.
-    pub fn affine_quantized(&self) -> Option<(&Array, &Array, &Array, QuantParams)> {
+    /// The matrix as a backend's kernel takes it: affine quantized, with
+    /// group biases (a bias of the layer's own is added after).
+    pub fn affine(&self) -> Option<AffineMatrix<'_>> {
         match self {
-            Linear::Quantized {
-                matrix:
-                    QuantizedMatrix {
-                        weight,
-                        scales,
-                        biases: Some(biases),
-                        params,
-                    },
-                ..
-            } => Some((weight, scales, biases, *params)),
-            _ => None,
+            Linear::Quantized { matrix, .. } => matrix.affine(),
+            Linear::Dense { .. } => None,
         }
     }
 

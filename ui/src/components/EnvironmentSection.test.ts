@@ -32,6 +32,24 @@ describe('EnvironmentSection', () => {
     expect(term.nextElementSibling?.textContent).toBe('/Applications/Ondo.app/Contents/Resources/mlx.metallib');
   });
 
+  it('names the ONDO_ variables set, with what each does', () => {
+    const tuned = {
+      ...doctorReport,
+      variables: [
+        { name: 'ONDO_CUDA_MATVEC', value: '0', purpose: "0 turns off Ondo's 4-bit matrix-vector kernel" },
+      ],
+    };
+    render(EnvironmentSection, { report: tuned, error: null, open: true });
+    const value = screen.getByText('ONDO_CUDA_MATVEC=0');
+    expect(value.closest('dd')?.getAttribute('title')).toContain('turns off');
+    expect(value.closest('dd')?.previousElementSibling?.textContent).toBe('Set');
+  });
+
+  it('with no variables set, has no such line', () => {
+    render(EnvironmentSection, { report: doctorReport, error: null, open: true });
+    expect(screen.queryByText('Set')).toBeNull();
+  });
+
   it('off a Mac, has no kernels line', () => {
     render(EnvironmentSection, { report: doctorReport, error: null, open: true });
     expect(screen.getByTestId('environment').textContent).not.toContain('Kernels');

@@ -426,6 +426,11 @@ export type DoctorReport = {
 	hub_offline: boolean,
 	/**  The system's memory pressure now, with the Activity Monitor breakdown. */
 	memory: MemorySnapshot | null,
+	/**
+	 *  Ondo's own environment variables set in this process
+	 *  (`crate::environment`; an API key's value is not shown).
+	 */
+	variables: SetVariable[],
 	checks: Check[],
 };
 
@@ -1215,6 +1220,14 @@ export type ServerStatus = {
 	waiting: number,
 	/**  The request the engine is working on, if any. */
 	in_flight: ClientInFlight | null,
+};
+
+/**  An `ONDO_*` variable set in this process. */
+export type SetVariable = {
+	name: string,
+	value: string,
+	/**  What it does (`crate::environment`). */
+	purpose: string,
 };
 
 /**  Why generation ended. */

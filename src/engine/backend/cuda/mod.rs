@@ -1,55 +1,38 @@
-//! A decode step's 4-bit matrix-vector products on MLX's CUDA backend,
-//! through Ondo's own kernel (`qmv4.cuh`), which MLX compiles with NVRTC.
-//! On wherever MLX runs on a CUDA GPU; `ONDO_CUDA_MATVEC=0` turns it off.
+//! Ondo's 4-bit matrix-vector kernel on MLX's CUDA backend (`qmv4.cuh`),
+//! for a decode step's products; MLX compiles it with NVRTC. It applies
+//! wherever MLX runs on a CUDA GPU, unless `ONDO_CUDA_MATVEC=0`.
 //!
-//! Why it exists: on the H200, MLX's CUDA kernel for a 4-bit matrix times
-//! one vector reads the weights at 0.4-0.86 TB/s of the card's 3.4 TB/s,
-//! which held an 8B decode step at a quarter of the bandwidth roofline (MLX's
-//! 8-bit and dense kernels reach two to three times that). Ondo's kernel
+//! Why: a decode step reads every weight once, and MLX's CUDA kernel for a
+//! 4-bit matrix times one vector reads them well below the card's bandwidth
+//! (docs/BENCHMARKS.md, "On a GPU", has the current figures). This kernel
 //! keeps more bytes in flight per warp, splits the rows of a narrow matrix
-//! over several warps, and unpacks without conversions; with it, 8B decodes
-//! at 1.54x mlx-lm's rate and a third of the roofline, against a quarter
-//! without (docs/benchmarks-log.md, "Ondo's own 4-bit matrix-vector kernel
-//! on CUDA" and "One kernel per shape, 8 rows per warp, narrow matrices
-//! split over warps").
+//! over several warps, and unpacks without conversions.
 //!
 //! What it changes: it sums in another order than MLX's kernel (its error
-//! against an fp32 reference is about half of MLX's), so greedy tokens can
-//! part from mlx-lm's at a near-tie. The benchmark's token check scores each
-//! such departure against the model in float32 (`bench::token_check`): a
-//! departure within what rounding explains is a near tie, one beyond it a
-//! bug.
+//! against float32 is at most MLX's), so greedy tokens can part from
+//! mlx-lm's at a near tie; the benchmark's token check scores each such
+//! departure (`bench::token_check`).
 //!
-//! Where it applies: MLX's CUDA backend with the GPU as default device,
-//! affine 4-bit weights in groups of 32, 64 or 128 with biases, one position
-//! (a decode step), scales in the activations' dtype, and a matrix of at
-//! least `MIN_WEIGHTS` (a custom kernel costs MLX's host more per call than
-//! its own, which only the large matrices repay). Everything else, prefill
-//! included, and every Mac (Metal has its own kernels) runs MLX's
-//! `quantized_matmul`.
-//!
-//! Where a residual add follows the product (the attention's output
-//! projection and the MLP's down projection of a layer without norms after
-//! them), the kernel makes the add too, rounding as MLX's matmul and add
-//! would: one kernel fewer per product, and small matrices (3B's) then
-//! repay the call (`MIN_WEIGHTS_WITH_ADD`).
+//! Where it applies: the GPU as MLX's default device, affine 4-bit weights
+//! in groups of 32, 64 or 128 with biases, one position, scales in the
+//! activations' dtype, and a matrix of at least `MIN_WEIGHTS` (a custom
+//! kernel costs MLX's host more per call than its own, which only large
+//! matrices repay). Where a residual add follows the product (the
+//! attention's output projection and the MLP's down projection of a layer
+//! without norms after them), the kernel makes the add too, rounding as
+//! MLX's matmul and add would: one kernel fewer, so every such product
+//! repays the call (`MIN_WEIGHTS_WITH_ADD`). Everything else, prefill
+//! included, runs MLX's `quantized_matmul`.
 //!
 //! How it is built: one MLX custom kernel per activation dtype and group
-//! size (a model has one), with a branch for each matrix shape the model's
-//! decode step takes, rows, row length and layout compiled into each. MLX
-//! compiles it with NVRTC behind its device header at the first call, 2-3 s
-//! on the H200 in every process (it keeps custom kernels in memory only);
-//! `prepare` builds it and runs each shape once as the model loads, so the
-//! first answer does not pay for it. MLX copies the kernel's source into
-//! every call and hashes it there, so the source MLX gets is the kernel
-//! without its comments. Handing MLX a binary that Ondo compiled without the
-//! header (`precompiled_cuda_kernel`) made the load 2.5 s shorter but cost
-//! the host 6 microseconds more a call, the binary being about 30 KB to copy
-//! and hash, and an 8B step on the H200 is bound by the host
-//! (docs/benchmarks-log.md, "The GPU's own time"). For measurements,
-//! `ONDO_CUDA_MATVEC_MIN`, `ONDO_CUDA_MATVEC_LAUNCH` and
-//! `ONDO_CUDA_MATVEC_SPLIT` override the threshold and the launch, and
-//! `ONDO_CUDA_MATVEC_SOURCE` the kernel's source.
+//! size, with a branch for each matrix shape of the model's decode step,
+//! rows, row length and layout compiled into each. MLX compiles it at its
+//! first call (seconds, once per process), so `prepare` builds it and runs
+//! each shape once as the model loads. MLX copies and hashes a custom
+//! kernel's source on every call, so the source it gets is the kernel
+//! without its comments. The `ONDO_CUDA_MATVEC_*` variables
+//! (`crate::environment`) override the threshold, the launch and the
+//! source, for measurements.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
@@ -58,8 +41,9 @@ use std::sync::{Mutex, OnceLock};
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, Dtype, Stream};
 
-use super::QuantMode;
-use super::quantized::QuantParams;
+use super::AffineMatrix;
+use crate::environment;
+use crate::family::{QuantMode, QuantParams};
 
 /// The kernel's source, shared with `scripts/gpu-qmv-lab.py` (which compiles
 /// it without MLX to time it on the GPU alone).
@@ -71,9 +55,14 @@ const SOURCE: &str = include_str!("qmv4.cuh");
 /// a silent fall back to the shipped kernel).
 fn source() -> &'static str {
     static CHOSEN: OnceLock<String> = OnceLock::new();
-    CHOSEN.get_or_init(|| match std::env::var_os("ONDO_CUDA_MATVEC_SOURCE") {
-        Some(path) => std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("ONDO_CUDA_MATVEC_SOURCE={}: {e}", path.to_string_lossy())),
+    CHOSEN.get_or_init(|| match environment::CUDA_MATVEC_SOURCE.os_value() {
+        Some(path) => std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!(
+                "{}={}: {e}",
+                environment::CUDA_MATVEC_SOURCE.name,
+                path.to_string_lossy()
+            )
+        }),
         None => SOURCE.to_owned(),
     })
 }
@@ -114,32 +103,28 @@ struct Layout {
     split: i32,
 }
 
-/// The layout for an `n` x `k` matrix, chosen from the GPU's own time of
-/// every layout on the 8B and 3B shapes (`scripts/gpu-qmv-lab.py --sweep`
-/// on the H200; docs/benchmarks-log.md, "Every load of a round before its
-/// arithmetic"): 4 rows per warp; one chunk a round,
-/// since with every load of a round issued before its arithmetic (the
-/// kernel's comment says how) one chunk beat two on every 8B shape (gate and
-/// up 31.2 against 33.0 us, the head 124.7 against 132.3); a row set split
+/// The layout for an `n` x `k` matrix, the one the GPU's own time of every
+/// layout on the 8B and 3B shapes ranked best (`scripts/gpu-qmv-lab.py
+/// --sweep`; docs/benchmarks-log.md has the sweeps): 4 rows per warp; one
+/// chunk a round (with every load of a round issued before its arithmetic,
+/// two chunks hold twice the registers and fewer warps fit); a row set split
 /// over as many warps as it has rounds, up to 4, while the grid stays within
-/// `FULL_GPU_WARPS` (the heads of 128256 rows are not split, 8B's gate and
-/// up in two). `ONDO_CUDA_MATVEC_LAUNCH=ROWSxCHUNKS` (as `8x1`) and
-/// `ONDO_CUDA_MATVEC_SPLIT` (1, 2 or 4) fix them for measurements.
+/// `FULL_GPU_WARPS`. `ONDO_CUDA_MATVEC_LAUNCH` and `ONDO_CUDA_MATVEC_SPLIT`
+/// fix them for measurements.
 fn layout_for(n: i32, k: i32) -> Layout {
     /// `ONDO_CUDA_MATVEC_LAUNCH` as (rows, chunks), `ONDO_CUDA_MATVEC_SPLIT`.
     type Fixed = (Option<(i32, i32)>, Option<i32>);
     static FIXED: OnceLock<Fixed> = OnceLock::new();
     let (fixed_launch, fixed_split) = *FIXED.get_or_init(|| {
-        let launch = std::env::var("ONDO_CUDA_MATVEC_LAUNCH")
-            .ok()
+        let launch = environment::CUDA_MATVEC_LAUNCH
+            .value()
             .and_then(|v| {
                 let (rows, chunks) = v.split_once('x')?;
                 Some((rows.trim().parse().ok()?, chunks.trim().parse().ok()?))
             })
             .filter(|&(rows, chunks)| matches!(rows, 1 | 2 | 4 | 8) && matches!(chunks, 1 | 2 | 4));
-        let split = std::env::var("ONDO_CUDA_MATVEC_SPLIT")
-            .ok()
-            .and_then(|v| v.parse().ok())
+        let split = environment::CUDA_MATVEC_SPLIT
+            .parsed()
             .filter(|v| matches!(v, 1 | 2 | 4));
         (launch, split)
     });
@@ -157,10 +142,9 @@ fn layout_for(n: i32, k: i32) -> Layout {
     }
 }
 
-/// Warps (row sets times their split) a split grid stays within: 8B's and
-/// 3B's heads (32064 sets of 4 rows) ran 0-10% slower split, the 28672-row
-/// gate and up (7168 sets) 3% faster split in two, and in four slower than
-/// in two.
+/// Warps (row sets times their split) a split grid stays within: a grid
+/// past it already fills the GPU, and splitting it further only adds the
+/// sums through shared memory (a vocabulary-sized head is never split).
 const FULL_GPU_WARPS: i32 = 16384;
 
 const fn fnv1a(bytes: &[u8]) -> u64 {
@@ -205,17 +189,10 @@ struct Kernel {
 unsafe impl Send for Kernel {}
 unsafe impl Sync for Kernel {}
 
-/// The smallest matrix the kernel takes, in weights (out x in). On the H200,
-/// 8B decode was 1.25x as fast with the kernel for the MLP's gate/up and down
-/// and the head only, 1.20x with it for every matrix, and 3B slower with it
-/// for every matrix: the attention's projections save less GPU time than a
-/// custom kernel costs the host. The same held for an earlier form of the
-/// kernel (8 rows per warp, split rows): 8B 241.4 tok/s with the threshold
-/// at 2^25, 220.4 with the kernel for every matrix. Once the host's step had shrunk
-/// (mimalloc) and the 8B step was bound by the GPU, 8B's joined q, k and v
-/// (6144 x 4096, 25.2 M weights) repaid it: 267.4 tok/s against 259.9
-/// (medians of 4 alternating rounds, every round faster), while 3B's (5120 x
-/// 3072, 15.7 M) did not (one round, 379 against 406-481).
+/// The smallest matrix the kernel takes, in weights (out x in): below it, a
+/// custom kernel's call costs MLX's host more than the GPU time it saves
+/// (measured on the H200 with the 8B and 3B shapes: an 8B step's joined q,
+/// k and v repay it, a 3B step's do not; docs/benchmarks-log.md).
 const MIN_WEIGHTS: i64 = 1 << 24;
 
 /// The smallest matrix the kernel takes where a residual add follows the
@@ -227,7 +204,7 @@ const MIN_WEIGHTS_WITH_ADD: i64 = 0;
 /// CUDA GPU, and `ONDO_CUDA_MATVEC=0` did not turn it off.
 pub fn enabled() -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
-    *ENABLED.get_or_init(|| std::env::var("ONDO_CUDA_MATVEC").as_deref() != Ok("0") && available())
+    *ENABLED.get_or_init(|| environment::CUDA_MATVEC.switch() != Some(false) && available())
 }
 
 /// Whether the kernel can run here: MLX's backend is CUDA, its default
@@ -261,7 +238,7 @@ fn cuda_is_default() -> bool {
     let mut cuda = false;
     // SAFETY: the probe writes one bool through a valid pointer.
     let status = unsafe { mlx_sys::mlx_cuda_is_available(&mut cuda) };
-    status == 0 && cuda && super::default_device_is_gpu()
+    status == 0 && cuda && crate::engine::model::default_device_is_gpu()
 }
 
 fn dtype_tag(dtype: Dtype) -> &'static str {
@@ -408,13 +385,13 @@ fn make_kernel(instance: Instance, mut specs: Vec<Spec>) -> Option<Kernel> {
 /// for this matrix with its affine biases, whether or not it was compiled;
 /// `adds_residual` when a residual add follows the product (which the
 /// kernel then makes, so smaller matrices repay its call).
-fn candidate(
-    weight: &Array,
-    scales: &Array,
-    biases: &Array,
-    params: QuantParams,
-    adds_residual: bool,
-) -> Option<(Instance, Spec)> {
+fn candidate(matrix: AffineMatrix, adds_residual: bool) -> Option<(Instance, Spec)> {
+    let AffineMatrix {
+        weight,
+        scales,
+        biases,
+        params,
+    } = matrix;
     let dtype = scales.dtype();
     let n = *weight.shape().first()?;
     let k = weight.shape().get(1)? * 8;
@@ -445,24 +422,21 @@ fn candidate(
 /// matrix's shape as its model loaded (`prepare`); with `residual`,
 /// `residual + x @ W.T`, for a residual stream of the output's shape and
 /// dtype. The cached switch comes first: every matmul of a CPU run asks.
-pub fn applies(
-    x: &Array,
-    weight: &Array,
-    scales: &Array,
-    biases: &Array,
-    params: QuantParams,
-    residual: Option<&Array>,
-) -> bool {
+pub fn applies(x: &Array, matrix: AffineMatrix, residual: Option<&Array>) -> bool {
     if !enabled() {
         return false;
     }
     let k = x.shape().last().copied().unwrap_or(0);
-    let n = weight.shape().first().copied().unwrap_or(0);
+    let n = matrix.weight.shape().first().copied().unwrap_or(0);
     x.size() == k as usize
-        && x.dtype() == scales.dtype()
-        && weight.shape().get(1).is_some_and(|&packed| packed * 8 == k)
+        && x.dtype() == matrix.scales.dtype()
+        && matrix
+            .weight
+            .shape()
+            .get(1)
+            .is_some_and(|&packed| packed * 8 == k)
         && residual.is_none_or(|r| fused_residual() && takes_residual(r, x, n))
-        && candidate(weight, scales, biases, params, residual.is_some())
+        && candidate(matrix, residual.is_some())
             .is_some_and(|(instance, spec)| kernel_for(instance, spec).is_some())
 }
 
@@ -479,38 +453,29 @@ fn takes_residual(residual: &Array, x: &Array, n: i32) -> bool {
 /// (`ONDO_CUDA_MATVEC_RESIDUAL=0` leaves it to MLX, for measurements).
 fn fused_residual() -> bool {
     static FUSED: OnceLock<bool> = OnceLock::new();
-    *FUSED.get_or_init(|| std::env::var("ONDO_CUDA_MATVEC_RESIDUAL").as_deref() != Ok("0"))
+    *FUSED.get_or_init(|| environment::CUDA_MATVEC_RESIDUAL.switch() != Some(false))
 }
 
 /// Builds and compiles, as a model loads, the kernel for every matrix of
-/// its decode step that takes it (`matrices`: weight, scales, biases and
-/// quantization of each): one instance per activation dtype and group size,
+/// its decode step that takes it (`matrices`, each with whether a residual
+/// add follows it): one instance per activation dtype and group size,
 /// with a branch for each shape among them, widened if an earlier model in
 /// this process built it for others. NVRTC runs at an instance's first call,
 /// so one call per shape on a zero vector, evaluated, moves that cost out of
 /// the first answer and checks each branch runs. A kernel that does not
 /// build costs the model nothing but the speed: its matmuls stay on MLX's
 /// kernel, and one line on stderr says why.
-pub fn prepare<'a>(
-    matrices: impl IntoIterator<Item = (&'a Array, &'a Array, &'a Array, QuantParams, bool)>,
-) {
+pub fn prepare<'a>(matrices: impl IntoIterator<Item = (AffineMatrix<'a>, bool)>) {
     if !enabled() {
         return;
     }
-    let mut wanted: HashMap<Instance, Vec<(Spec, Matrix<'a>)>> = HashMap::new();
-    for (weight, scales, biases, params, adds_residual) in matrices {
+    let mut wanted: HashMap<Instance, Vec<(Spec, AffineMatrix<'a>)>> = HashMap::new();
+    for (matrix, adds_residual) in matrices {
         let adds_residual = adds_residual && fused_residual();
-        if let Some((instance, spec)) = candidate(weight, scales, biases, params, adds_residual) {
+        if let Some((instance, spec)) = candidate(matrix, adds_residual) {
             let shapes = wanted.entry(instance).or_default();
             if !shapes.iter().any(|(s, _)| *s == spec) {
-                shapes.push((
-                    spec,
-                    Matrix {
-                        weight,
-                        scales,
-                        biases,
-                    },
-                ));
+                shapes.push((spec, matrix));
             }
         }
     }
@@ -534,7 +499,7 @@ pub fn prepare<'a>(
         drop(built_kernels);
         let compiled = shapes
             .iter()
-            .try_for_each(|(spec, matrix)| matrix.compile(instance, *spec));
+            .try_for_each(|(spec, matrix)| compile(*matrix, instance, *spec));
         let Ok(mut built_kernels) = kernels().lock() else {
             return;
         };
@@ -561,23 +526,13 @@ pub fn prepare<'a>(
     }
 }
 
-/// A matrix of a shape `prepare` compiles a kernel for.
-struct Matrix<'a> {
-    weight: &'a Array,
-    scales: &'a Array,
-    biases: &'a Array,
-}
-
-impl Matrix<'_> {
-    /// One call on a zero vector, evaluated: compiles the instance at its
-    /// first call, and runs this shape's branch once.
-    fn compile(&self, instance: Instance, spec: Spec) -> Result<(), Exception> {
-        let x = mlx_rs::ops::zeros_dtype(&[1, 1, spec.k], self.scales.dtype())?;
-        let (handle, no_residual) = kernel_for(instance, spec)
-            .ok_or_else(|| Exception::custom("the instance was not built"))?;
-        let matrix = [self.weight, self.scales, self.biases];
-        call(handle, spec, &x, matrix, &no_residual)?.eval()
-    }
+/// One call on a zero vector, evaluated: compiles the instance at its
+/// first call, and runs this shape's branch once.
+fn compile(matrix: AffineMatrix, instance: Instance, spec: Spec) -> Result<(), Exception> {
+    let x = mlx_rs::ops::zeros_dtype(&[1, 1, spec.k], matrix.scales.dtype())?;
+    let (handle, no_residual) = kernel_for(instance, spec)
+        .ok_or_else(|| Exception::custom("the instance was not built"))?;
+    call(handle, spec, &x, matrix, &no_residual)?.eval()
 }
 
 /// `MIN_WEIGHTS` (`MIN_WEIGHTS_WITH_ADD` for a product a residual add
@@ -585,16 +540,12 @@ impl Matrix<'_> {
 /// measurements.
 fn min_weights(adds_residual: bool) -> i64 {
     static MIN: OnceLock<[i64; 2]> = OnceLock::new();
-    let read = |name: &str, default: i64| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
     MIN.get_or_init(|| {
         [
-            read("ONDO_CUDA_MATVEC_MIN", MIN_WEIGHTS),
-            read("ONDO_CUDA_MATVEC_MIN_ADD", MIN_WEIGHTS_WITH_ADD),
+            environment::CUDA_MATVEC_MIN.parsed().unwrap_or(MIN_WEIGHTS),
+            environment::CUDA_MATVEC_MIN_ADD
+                .parsed()
+                .unwrap_or(MIN_WEIGHTS_WITH_ADD),
         ]
     })[usize::from(adds_residual)]
 }
@@ -605,31 +556,32 @@ fn min_weights(adds_residual: bool) -> i64 {
 /// said yes.
 pub fn matvec(
     x: &Array,
-    weight: &Array,
-    scales: &Array,
-    biases: &Array,
-    params: QuantParams,
+    matrix: AffineMatrix,
     residual: Option<&Array>,
 ) -> Result<Array, Exception> {
-    let (instance, spec) = candidate(weight, scales, biases, params, residual.is_some())
+    let (instance, spec) = candidate(matrix, residual.is_some())
         .ok_or_else(|| Exception::custom("Ondo's CUDA kernel does not take this matrix"))?;
     let (handle, no_residual) = kernel_for(instance, spec)
         .ok_or_else(|| Exception::custom("Ondo's CUDA kernel was not built for this matrix"))?;
     let residual = residual.unwrap_or(&no_residual);
-    call(handle, spec, x, [weight, scales, biases], residual)
+    call(handle, spec, x, matrix, residual)
 }
 
-/// One call of an instance, for the shape `spec` (`matrix`: the packed
-/// weight, scales and biases), as one MLX primitive; `residual` is a
-/// residual stream to add or the instance's placeholder.
+/// One call of an instance, for the shape `spec`, as one MLX primitive;
+/// `residual` is a residual stream to add or the instance's placeholder.
 fn call(
     handle: mlx_sys::mlx_fast_cuda_kernel,
     spec: Spec,
     x: &Array,
-    matrix: [&Array; 3],
+    matrix: AffineMatrix,
     residual: &Array,
 ) -> Result<Array, Exception> {
-    let [weight, scales, biases] = matrix;
+    let AffineMatrix {
+        weight,
+        scales,
+        biases,
+        ..
+    } = matrix;
     let Launch { grid, block } = launch_for(spec.n, spec.layout);
     let mut out_shape = x.shape().to_vec();
     if let Some(last) = out_shape.last_mut() {
@@ -691,16 +643,101 @@ fn call(
     }
 }
 
+/// `ondo doctor`'s check of the kernel where it runs: random 4-bit weights
+/// of a 4096 x 4096 and a 1000 x 3072 matrix (a whole number of rounds, and
+/// a row count no multiple of the rows per warp) in bf16, groups of 64,
+/// against MLX's quantized product in float32. The kernel's error must be
+/// at most twice MLX's own kernel's in bf16 (it is about half), and with a
+/// residual its output must be its product followed by MLX's add, bit for
+/// bit. `None` where the kernel does not run.
+pub fn check() -> Option<Result<String, String>> {
+    if !enabled() {
+        return None;
+    }
+    let shapes = [(4096, 4096), (1000, 3072)];
+    Some(
+        shapes
+            .iter()
+            .map(|&(n, k)| {
+                check_shape(n, k).unwrap_or_else(|e| Err(crate::engine::mlx_failure(&e)))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(|details| details.join("; ")),
+    )
+}
+
+fn check_shape(n: i32, k: i32) -> Result<Result<String, String>, Exception> {
+    use mlx_rs::{ops, random};
+    let params = QuantParams {
+        group_size: 64,
+        bits: 4,
+        mode: QuantMode::Affine,
+    };
+    let key = random::key(u64::from(n.unsigned_abs()))?;
+    let w = random::normal::<f32>(&[n, k], None, None, &key)?.as_dtype(Dtype::Bfloat16)?;
+    let (weight, scales, biases) = crate::engine::model::quantized::quantize(&w, params)?;
+    let biases = biases.ok_or_else(|| Exception::custom("affine weights without biases"))?;
+    let x = random::normal::<f32>(&[1, 1, k], None, None, &random::key(7)?)?
+        .as_dtype(Dtype::Bfloat16)?;
+    let residual = random::normal::<f32>(&[1, 1, n], None, None, &random::key(8)?)?
+        .as_dtype(Dtype::Bfloat16)?;
+    let matrix = AffineMatrix {
+        weight: &weight,
+        scales: &scales,
+        biases: &biases,
+        params,
+    };
+    prepare([(matrix, false), (matrix, true)]);
+    if !applies(&x, matrix, None) || !applies(&x, matrix, Some(&residual)) {
+        return Ok(Err(format!(
+            "the kernel did not build for {n}x{k}; decode steps use MLX's kernel (see the \
+             line ondo printed about it)"
+        )));
+    }
+    let f32 = Dtype::Float32;
+    let mlx_product = |x: &Array, scales: &Array, biases: &Array| {
+        crate::engine::model::quantized::quantized_matmul(x, &weight, scales, Some(biases), params)
+    };
+    let exact = mlx_product(
+        &x.as_dtype(f32)?,
+        &scales.as_dtype(f32)?,
+        &biases.as_dtype(f32)?,
+    )?;
+    let mlx = mlx_product(&x, &scales, &biases)?.as_dtype(f32)?;
+    let ondo = matvec(&x, matrix, None)?;
+    let fused = matvec(&x, matrix, Some(&residual))?;
+    let apart = ops::add(&residual, &ondo)?;
+    let scale = ops::abs(&exact)?.max(None)?;
+    let error = |y: &Array| -> Result<f32, Exception> {
+        ops::divide(ops::abs(ops::subtract(y, &exact)?)?.max(None)?, &scale)?
+            .try_item_exact::<f32>()
+            .map_err(|e| Exception::custom(e.to_string()))
+    };
+    let ondo_error = error(&ondo.as_dtype(f32)?)?;
+    let mlx_error = error(&mlx)?;
+    let same_bits = ops::array_eq(&fused, &apart, None)?
+        .try_item_exact::<bool>()
+        .map_err(|e| Exception::custom(e.to_string()))?;
+    if ondo_error > (2.0 * mlx_error).max(1e-5) {
+        return Ok(Err(format!(
+            "{n}x{k} bf16: error {ondo_error:.2e} against float32, over twice MLX's \
+             {mlx_error:.2e}; Ondo's CUDA kernel computes wrong results here: turn it off \
+             with ONDO_CUDA_MATVEC=0"
+        )));
+    }
+    if !same_bits {
+        return Ok(Err(format!(
+            "{n}x{k} bf16: the kernel's residual add differs from its product plus MLX's add; \
+             turn it off with ONDO_CUDA_MATVEC_RESIDUAL=0"
+        )));
+    }
+    Ok(Ok(format!(
+        "{n}x{k} bf16 error {ondo_error:.1e} (MLX {mlx_error:.1e}), residual add exact"
+    )))
+}
+
 #[cfg(test)]
 mod tests {
-    /// Without CUDA (every CI run, every Mac) asking for the kernel changes
-    /// nothing: it is never built and decode steps stay on MLX's matmul
-    /// (`tests/parity.rs` runs a whole generation so asked, against mlx-lm).
-    #[test]
-    fn without_cuda_the_kernel_is_not_available() {
-        assert!(!super::available());
-        assert!(!super::enabled());
-    }
 
     /// The layouts the lab chose for the 8B and 3B shapes: 4 rows per warp,
     /// one chunk a round, a row set split over as many warps as it has

@@ -1,7 +1,7 @@
 // Ondo's matrix-vector product for 4-bit affine quantized weights, for one
-// position on MLX's CUDA backend (a decode step). MLX's own kernel for this
-// shape reads the weights at about a quarter of the H200's bandwidth; this
-// one is written for the bandwidth: each lane reads 16 bytes of a row per
+// position on MLX's CUDA backend (a decode step). A decode step is bound by
+// reading the weights once, so this kernel is written for the bandwidth:
+// each lane reads 16 bytes of a row per
 // load, a warp reads 512 contiguous bytes, and with one chunk a round every
 // warp has all ROWS rows' loads in flight before it does any arithmetic
 // (the round's loop says what that took).
@@ -108,7 +108,7 @@ __device__ __forceinline__ void ondo_finish(T* y, const T* residual, int row, fl
 // for matrices with few rows, whose one warp per row set would leave the GPU
 // short of loads in flight. K and N, the row's length and the row count, are
 // compile-time numbers: with the rounds per row known the compiler unrolls
-// them, which a run-time length lost (8B decode 0.86x as fast). T, the
+// them, which a run-time length does not allow (it was slower). T, the
 // activations' type, is deduced from the pointers, so a caller names only
 // the numbers.
 template <int GROUP, int ROWS, int CHUNKS, int SPLIT, int WARPS, int K, int N, typename T>
@@ -164,14 +164,14 @@ __device__ __forceinline__ void ondo_qmv4(
       }
     }
     // Without a use of every load before the arithmetic, ptxas sinks each
-    // load to just before its first use: the SASS of a one-chunk round
-    // issued 6 of its 16 loads, computed, then issued the rest a few at a
-    // time between the arithmetic. A branch on the XOR of one word of each
-    // load (its body a no-op, taken only for one value in 2^32) keeps every
-    // load of the round ahead of the first FFMA: 3B's products
-    // per step took 1.14 ms of GPU time against 1.32 without it. With two
-    // chunks the round holds twice the registers, fewer warps fit, and it
-    // was slower (8B 2.29 against 2.25 ms), so it is for one chunk only.
+    // load to just before its first use, so a warp has few loads in flight
+    // while it computes (the SASS shows the loads of a round interleaved
+    // with its FFMAs). A branch on the XOR of one word of each load (its
+    // body a no-op, taken only for one value in 2^32) keeps every load of
+    // the round ahead of the first FFMA, which made the products faster on
+    // the H200 (docs/benchmarks-log.md). With two chunks a round the round
+    // holds twice the registers, fewer warps fit, and it was slower, so it
+    // is for one chunk only.
     if constexpr (CHUNKS == 1) {
       ondo_u32 seen = 0;
 #pragma unroll

@@ -1,0 +1,73 @@
+//! A platform's own kernels, behind one hook the model code calls. The
+//! model code (`model/`) never names a backend: a linear layer asks
+//! `matvec` for a decode step's quantized product and runs MLX's own
+//! kernel where the answer is none, and a model hands `prepare` the
+//! matrices of its decode step as it loads. One backend has kernels of
+//! Ondo's own: MLX's CUDA backend, on Linux (`cuda/`, compiled only there).
+//! On a Mac (Metal) and on the CPU every product is MLX's.
+
+#[cfg(target_os = "linux")]
+mod cuda;
+
+use mlx_rs::Array;
+use mlx_rs::error::Exception;
+
+use crate::family::QuantParams;
+
+/// A matrix quantized in MLX's affine mode, as a backend's kernel takes
+/// it: the packed weight `[out, in * bits / 32]`, and per group a scale and
+/// a bias.
+#[derive(Clone, Copy)]
+pub struct AffineMatrix<'a> {
+    pub weight: &'a Array,
+    pub scales: &'a Array,
+    pub biases: &'a Array,
+    pub params: QuantParams,
+}
+
+/// `x @ W.T`, or with `residual` `residual + x @ W.T` (rounded as MLX's
+/// matmul followed by its add would be), through a backend's kernel where
+/// one takes this product; `None` where MLX's own kernel computes it.
+pub fn matvec(
+    x: &Array,
+    matrix: AffineMatrix,
+    residual: Option<&Array>,
+) -> Option<Result<Array, Exception>> {
+    #[cfg(target_os = "linux")]
+    if cuda::applies(x, matrix, residual) {
+        return Some(cuda::matvec(x, matrix, residual));
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (x, matrix, residual);
+    None
+}
+
+/// As a model loads: readies the backend's kernels for the matrices of its
+/// decode step (each with whether a residual add follows its product), so
+/// that the first answer does not pay for building them. Nothing to do
+/// where no backend has kernels of Ondo's own.
+pub fn prepare<'a>(matrices: impl IntoIterator<Item = (AffineMatrix<'a>, bool)>) {
+    #[cfg(target_os = "linux")]
+    cuda::prepare(matrices);
+    #[cfg(not(target_os = "linux"))]
+    let _ = matrices;
+}
+
+/// Whether decode steps in this process run a kernel of Ondo's own, whose
+/// sums round otherwise than MLX's: the benchmark's token check judges a
+/// departure from mlx-lm by that.
+pub fn own_kernels_active() -> bool {
+    #[cfg(target_os = "linux")]
+    return cuda::enabled();
+    #[cfg(not(target_os = "linux"))]
+    false
+}
+
+/// The backend kernels' own check against MLX, for `ondo doctor`: its name
+/// and outcome, `None` where no kernel of Ondo's runs.
+pub fn self_check() -> Option<(&'static str, Result<String, String>)> {
+    #[cfg(target_os = "linux")]
+    return cuda::check().map(|outcome| ("Ondo's CUDA kernel", outcome));
+    #[cfg(not(target_os = "linux"))]
+    None
+}
