@@ -1,5 +1,6 @@
-//! `ondo run` and `ondo chat`: clients of the engine thread that stream the
-//! answer and print where the time went.
+//! `ondo run` and `ondo chat`: clients of the session pool (every turn is a
+//! `pool.run`, recorded like any other run) that stream the answer and
+//! print where the time went.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;

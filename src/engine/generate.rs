@@ -1,6 +1,8 @@
 //! Token generation: prefill the prompt once, then one token per step
-//! through the same weights while the cache grows. No clocks here; the
-//! caller times the steps.
+//! through the same weights while the cache grows. The run's timings (time
+//! to first token, decode time) are the caller's to take; this layer reads
+//! the clock only for a decode step's anatomy: the host's time building and
+//! queueing each step, and its time waiting for the token.
 //!
 //! Two loop shapes, both kept because the difference is the point:
 //! - `Sync` evaluates each token and reads it back before building the next

@@ -1,6 +1,8 @@
 //! One request on a resident model: the prompt's tokens (chat template or
 //! not), reuse of the conversation's cache, the steps, the text stream with
-//! its stops, and the clocks (the only layer of the engine that reads them).
+//! its stops, and the run's timings (time to first token, prefill and
+//! decode). The engine thread times the load before it; the token steps
+//! time only their own anatomy.
 
 use std::time::{Duration, Instant};
 
