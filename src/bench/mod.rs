@@ -376,8 +376,12 @@ pub fn compare_with_mlx_lm(
     let total = shape.prompt_tokens.len() * rounds * sides + shape.cold_repetitions * 2;
     let mut done = 0;
     let mut results = Vec::new();
+    // Asking whether the kernel runs probes MLX, which happens on the
+    // engine thread like all MLX work (docs/ARCHITECTURE.md, "One door
+    // into the engine").
+    let own_cuda_kernel = pool.call(crate::engine::model::cuda_matvec::enabled)?;
     let mut token_check = TokenCheck {
-        own_cuda_kernel: crate::engine::model::cuda_matvec::enabled(),
+        own_cuda_kernel,
         ..TokenCheck::default()
     };
     let mut described: Option<RunRecord> = None;
