@@ -21,9 +21,9 @@ float32, answering
   {"event":"score","logits":[a,b],"logits_f32":[a,b],"rounding":R,"routing":...}
 where R is the root mean square, over the whole vocabulary, of the model's
 own logits minus the float32 ones: how far rounding moves a logit there.
-Positions from P (optional; default the last of score_ids) to the last are
-fed one at a time, as decode steps are. For a model with routed experts,
-"routing" is the expert choice nearest to a tie over those positions:
+For a model with routed experts, the positions from P (optional; default
+the last of score_ids) to the last are fed one at a time, as decode steps
+are, and "routing" is the expert choice nearest to a tie over them:
   {"layer","position","margin_f32","rounding","top_k","experts","ranks",
    "routed_layers"}
 where margin_f32 is the float32 model's k-th best router score minus its
@@ -335,6 +335,9 @@ def score(model, routers: list, request: dict) -> dict:
     route_from = len(ids) - 1 if route_from is None else int(route_from)
     if not 0 <= route_from < len(ids):
         raise ValueError(f"route_from must lie in [0, {len(ids)})")
+    if not routers:
+        # Nothing to record: the prefix in chunks, the last position alone.
+        route_from = len(ids) - 1
     # The recorders stand in for the routers only while scoring, so the
     # timed generation runs the model as loaded.
     for router in routers:
