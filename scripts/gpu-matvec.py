@@ -1,14 +1,16 @@
 """Ondo's 4-bit matrix-vector kernel through MLX, as the engine runs it
-(src/engine/model/cuda_matvec.rs; scripts/qmv4_build.py mirrors its layouts):
-an MLX custom kernel with src/engine/model/qmv4.cuh, without comments, as
+(src/engine/backend/cuda/mod.rs; scripts/qmv4_build.py mirrors its layouts):
+an MLX custom kernel with src/engine/backend/cuda/qmv4.cuh, without comments, as
 its header and the matrix's shape and layout written into its body; here
 each shape is its own kernel, where the engine puts all of a model's shapes
 in one, branching on them.
 
 First a correctness check of Ondo's kernel against MLX's quantized_matmul in
 fp32 (bf16, fp16 and fp32 activations; groups of 32, 64 and 128; shapes with
-a partial last round and a row count no multiple of the rows per warp; the
-engine's layout and a row set split over 4 and 2 warps): its error must be at
+a partial last round and a row count no multiple of the rows per warp, and
+the one-position products of the Llama 3.2 1B shape that every family's
+synthetic folder at that shape runs, its o_proj with the residual add and
+its tied head; the engine's layout and a row set split over 4 and 2 warps): its error must be at
 most twice MLX's own at the same dtype, and with a residual stream its output
 must be its product followed by MLX's add, bit for bit. Then the host's cost per call, MLX's
 kernel against Ondo's, on a matrix small enough that the GPU is not the
@@ -31,6 +33,20 @@ import mlx.core as mx
 
 from qmv4_build import CUDA_TYPE, SOURCE, WARPS, kernel_name, launch_for, layout_for
 
+# The check's shapes (rows, row length): partial rounds, a row count no
+# multiple of the rows per warp, and the products of the 1B shape (a model
+# of hidden size 2048: qwen3_moe's synthetic folder at llama-3.2-1b runs its
+# o_proj with the residual add and its tied head on Ondo's kernel).
+CHECK_SHAPES = [
+    (1024, 4096),
+    (4096, 14336),
+    (333, 2048),
+    (6144, 3072),
+    (2048, 2048),  # 1B o_proj, checked with a residual stream too
+    (128256, 2048),  # 1B tied head
+]
+# Shapes whose group-64 error is printed, not only counted.
+SHOWN_SHAPES = [(4096, 4096), (4096, 14336), (2048, 2048), (128256, 2048)]
 SHAPES = [
     ("q or o, 4096x4096", 4096, 4096),
     ("k or v, 1024x4096", 1024, 4096),
@@ -93,11 +109,11 @@ def ondo_qmv4(x, w, scales, biases, group, layout=None, residual=None):
 def check():
     failed = 0
     total = 0
-    # --quick: bf16 in groups of 64 alone, 12 compiles instead of 84.
+    # --quick: bf16 in groups of 64 alone, 18 compiles instead of 126.
     quick = "--quick" in sys.argv
     for dtype in [mx.bfloat16] if quick else [mx.bfloat16, mx.float16, mx.float32]:
         for group in [64] if quick else [32, 64, 128]:
-            for n, k in [(1024, 4096), (4096, 14336), (333, 2048), (6144, 3072)]:
+            for n, k in CHECK_SHAPES:
                 w, s, b = mx.quantize(mx.random.normal((n, k)).astype(dtype), group_size=group, bits=4)
                 x = mx.random.normal((1, 1, k)).astype(dtype)
                 f32 = mx.float32
@@ -115,7 +131,7 @@ def check():
                     if ondo_error > max(2 * mlx_error, 1e-5):
                         failed += 1
                         print(f"WRONG {dtype} group {group} {n}x{k} launch {launch}: error {ondo_error:.2e}, MLX's {mlx_error:.2e}")
-                    elif group == 64 and n == 4096 and launch is None:
+                    elif group == 64 and (n, k) in SHOWN_SHAPES and launch is None:
                         print(f"{str(dtype):14s} group {group} {n}x{k}: error {ondo_error:.2e}, MLX's {mlx_error:.2e}")
                     # With a residual the kernel must give the bits of its
                     # product followed by MLX's add, exactly.

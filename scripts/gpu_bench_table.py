@@ -1,13 +1,16 @@
 """The Markdown table of scripts/gpu-bench.sh's results.
 
-usage: python3 scripts/gpu_bench_table.py OUT PRESET...
+usage: python3 scripts/gpu_bench_table.py OUT PRESET... [--families NAME...]
        python3 scripts/gpu_bench_table.py --pairs OUT PRESET...
 
 Reads OUT/bandwidth.json, OUT/PRESET.json (ondo bench --peer mlx-lm --json)
 and OUT/PRESET.graph.txt (one decode step's graph as MLX prints it), and
 prints one table for all presets: decode and prefill against mlx-lm, decode
 as a share of the bandwidth roofline (every weight read once per token), the
-decode step's anatomy, and the token check.
+decode step's anatomy, and the token check. After --families, each NAME's
+OUT/NAME.json (a family's synthetic folder at one shape) makes a row of a
+second table: its decode and prefill against mlx-lm and its token check's
+verdict.
 """
 
 import collections
@@ -35,6 +38,15 @@ def first_graph(path):
     return ops if seen_outputs else None
 
 
+def read_result(path):
+    """OUT/NAME.json as ondo bench wrote it, or None where it wrote none (a
+    run that failed leaves the file empty)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def fmt(summary, digits=1):
     return f"{summary['median']:.{digits}f} ({summary['min']:.{digits}f}–{summary['max']:.{digits}f})"
 
@@ -54,10 +66,20 @@ def token_line(result):
                     f"part at token {d['reference_departs_at']}, Ondo's from its first at "
                     f"{d['ondo_departs_at']}")
         # mlx-lm's float32 gap between its token and Ondo's, in roundings
-        # of its own dtype (bench::token_check; negative: float32 prefers Ondo's).
+        # of its own dtype (bench::token_check; negative: float32 prefers
+        # Ondo's), and for routed experts the expert choice nearest to a tie
+        # on the way, in roundings of its layer's router scores.
         score = d.get("score")
         if score and score["rounding"] > 0:
-            part += f" (gap {score['gap_f32'] / score['rounding']:+.2f} roundings)"
+            part += f" (gap {score['gap_f32'] / score['rounding']:+.2f} roundings"
+            routing = score.get("routing")
+            if routing and routing["rounding"] > 0:
+                part += (f"; expert choice at layer {routing['layer']}, position "
+                         f"{routing['position']}: {routing['margin_f32'] / routing['rounding']:.2f} "
+                         "roundings from a tie")
+            if score.get("explained_by"):
+                part += f"; explained by the {score['explained_by']}"
+            part += ")"
         parts.append(part)
     return f"{verdict.replace('_', ' ')} in {len(check['departures'])} of {check['rounds']} runs: " + "; ".join(parts)
 
@@ -96,30 +118,70 @@ def pairs_table(out, presets):
             print(f"| {preset} | {prompt} | {loop} | {measure} | {cells[0]} | {cells[1]} | {medians[0]} | {medians[1]} |")
 
 
+def machine_line(r, bandwidth):
+    e = r["environment"]
+    return (f"Machine: {e['cpu']} · {e['os']} · MLX {e['mlx_version']} ({e['backend']}) · "
+            f"mlx-lm {e['mlx_lm_version']} · Ondo {e['ondo_version']} ({e['build_profile']}) · "
+            f"memory bandwidth measured {bandwidth / 1e9:.0f} GB/s · generate "
+            f"{r['plan']['generate_tokens']} tokens, median (min–max) of "
+            f"{r['plan']['repetitions']} after {r['plan']['warmup']} warm-up\n")
+
+
+def family_table(out, names):
+    """One row per family's comparison: Ondo's decode and prefill against
+    mlx-lm's (each Ondo loop the run measured), and the token check."""
+    lines = ["| family | model | prompt | side | decode tok/s | vs mlx-lm | prompt tok/s "
+             "| vs mlx-lm | tokens |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    notes = []
+    for name in names:
+        r = read_result(out / f"{name}.json")
+        if r is None:
+            lines.append(f"| {name} | — | — | — | — | — | — | — | no result: the run failed |")
+            notes.append(f"- {name}: no result (its log: {name}.log)")
+            continue
+        e = r["environment"]
+        label = f"{e['model_type']} ({e['quantization']}, {e['weights_bytes'] / 2**30:.2f} GiB)"
+        verdict = r["token_verdict"].replace("_", " ")
+        for s in r["results"]:
+            if s["side"] == "mlx-lm":
+                continue
+            ref = next(x for x in r["results"] if x["side"] == "mlx-lm"
+                       and x["prompt_tokens"] == s["prompt_tokens"])
+            vs = lambda k: f"{s[k]['median'] / ref[k]['median']:.2f}x"
+            lines.append("| " + " | ".join([
+                name, label, str(s["prompt_tokens"]), s["side"],
+                fmt(s["decode_tps"]), vs("decode_tps"), fmt(s["prompt_tps"], 0), vs("prompt_tps"),
+                verdict,
+            ]) + " |")
+        if r["token_verdict"] != "identical":
+            notes.append(f"- {name}: tokens {token_line(r)}")
+    return lines, notes
+
+
 def main():
     if sys.argv[1] == "--pairs":
         pairs_table(Path(sys.argv[2]), sys.argv[3:])
         return
     out = Path(sys.argv[1])
-    presets = sys.argv[2:]
+    args = sys.argv[2:]
+    families = []
+    if "--families" in args:
+        at = args.index("--families")
+        args, families = args[:at], args[at + 1:]
+    presets = args
     bandwidth = json.loads((out / "bandwidth.json").read_text())["bytes_per_s"]
     lines = []
     header_done = False
     notes = []
     for preset in presets:
-        path = out / f"{preset}.json"
-        if not path.exists():
-            notes.append(f"- {preset}: no result")
+        r = read_result(out / f"{preset}.json")
+        if r is None:
+            notes.append(f"- {preset}: no result (the run failed: {preset}.graph.txt)")
             continue
-        r = json.loads(path.read_text())
         e = r["environment"]
         if not header_done:
-            lines.append(
-                f"Machine: {e['cpu']} · {e['os']} · MLX {e['mlx_version']} ({e['backend']}) · "
-                f"mlx-lm {e['mlx_lm_version']} · Ondo {e['ondo_version']} ({e['build_profile']}) · "
-                f"memory bandwidth measured {bandwidth / 1e9:.0f} GB/s · generate "
-                f"{r['plan']['generate_tokens']} tokens, median (min–max) of "
-                f"{r['plan']['repetitions']} after {r['plan']['warmup']} warm-up\n")
+            lines.append(machine_line(r, bandwidth))
             lines.append("| model | prompt | side | decode tok/s | vs mlx-lm | of roofline | prompt tok/s "
                          "| vs mlx-lm | peak MiB | build ms/step | wait ms/step | nodes/step | scalars/step |")
             lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -147,9 +209,21 @@ def main():
         if ops:
             top = ", ".join(f"{name} {count}" for name, count in ops.most_common(12))
             notes.append(f"  one decode step ({sum(ops.values())} primitives): {top}")
-    print("\n".join(lines))
-    print()
-    print("\n".join(notes))
+    if presets:
+        print("\n".join(lines))
+        print()
+        print("\n".join(notes))
+        print()
+    if families:
+        family_lines, family_notes = family_table(out, families)
+        first = next((r for n in families if (r := read_result(out / f"{n}.json"))), None)
+        if not header_done and first:
+            print(machine_line(first, bandwidth))
+        print("Each family's synthetic folder at one shape, Ondo against mlx-lm with the token check:\n")
+        print("\n".join(family_lines))
+        if family_notes:
+            print()
+            print("\n".join(family_notes))
 
 
 if __name__ == "__main__":

@@ -959,14 +959,16 @@ fn mlx_lm_scores_a_departure_against_float32() {
         let mut peer = MlxLmPeer::start(&python, &dir).unwrap();
         let greedy = peer.generate(&prompt, 1, 2048, None).unwrap().generated_ids[0];
         let tie = |tokens: [u32; 2], peer: &mut MlxLmPeer| {
-            let score = peer.score(&prompt, tokens).unwrap();
+            let score = peer.score(&prompt, tokens, prompt.len() - 1).unwrap();
             assert!(score.logits[0] >= score.logits[1], "{name}: {score:?}");
-            TieScore {
-                reference_token: tokens[0],
-                ondo_token: tokens[1],
-                gap_f32: score.logits_f32[0] - score.logits_f32[1],
-                rounding: score.rounding,
-            }
+            assert_eq!(score.routing, None, "{name}: llama routes nothing");
+            TieScore::new(
+                tokens[0],
+                tokens[1],
+                score.logits_f32[0] - score.logits_f32[1],
+                score.rounding,
+                None,
+            )
         };
         let same = tie([greedy, greedy], &mut peer);
         assert_eq!(same.gap_f32, 0.0, "{name}");
@@ -984,5 +986,88 @@ fn mlx_lm_scores_a_departure_against_float32() {
         assert_eq!(tie([greedy, least], &mut peer), far, "{name}");
         let again = peer.generate(&prompt, 1, 2048, None).unwrap().generated_ids[0];
         assert_eq!(again, greedy, "{name}");
+    }
+}
+
+/// For a model with routed experts mlx-lm also names the expert choice
+/// nearest to a tie over the positions it was asked about (the token
+/// check's `RoutingTie`): a layer that has experts, a position in that
+/// range, a margin of at least zero, and a rounding above zero in bfloat16
+/// and exactly zero in float32, ranking what the family ranks (qwen3_moe a
+/// softmax, gpt-oss its router's logits). Scoring leaves the model as it
+/// was: generation afterwards gives the same tokens.
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
+fn mlx_lm_scores_the_expert_choice_nearest_to_a_tie() {
+    use ondo::bench::peer::MlxLmPeer;
+    use ondo::bench::token_check::RouterScores;
+    let python = python();
+    let root = tempfile::tempdir().unwrap();
+    let prompt = prompt_of(9);
+    for (name, options, ranks) in [
+        (
+            "qwen3_moe-q4-bf16",
+            variant(Arch::Qwen3Moe, Some(4), WeightDtype::Bf16),
+            RouterScores::Softmax,
+        ),
+        (
+            "qwen3_moe-f32",
+            variant(Arch::Qwen3Moe, None, WeightDtype::F32),
+            RouterScores::Softmax,
+        ),
+        (
+            "gpt_oss-q4-bf16",
+            variant(Arch::GptOss, Some(4), WeightDtype::Bf16),
+            RouterScores::Logits,
+        ),
+    ] {
+        let dir = root.path().join(name);
+        synth::write_model(&options, &dir, &mut |_| {}).unwrap();
+        let config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap())
+                .unwrap();
+        let layers = config["num_hidden_layers"].as_u64().unwrap() as usize;
+        let experts = config
+            .get("num_experts")
+            .or(config.get("num_local_experts"))
+            .and_then(|v| v.as_u64())
+            .unwrap() as usize;
+        let top_k = config["num_experts_per_tok"].as_u64().unwrap() as usize;
+
+        let mut peer = MlxLmPeer::start(&python, &dir).unwrap();
+        let generated = peer.generate(&prompt, 6, 2048, None).unwrap().generated_ids;
+        let context: Vec<u32> = prompt.iter().chain(&generated[..5]).copied().collect();
+        let route_from = prompt.len() - 1;
+        let tokens = [generated[5], generated[0]];
+        let score = peer.score(&context, tokens, route_from).unwrap();
+        let routing = score
+            .routing
+            .unwrap_or_else(|| panic!("{name}: no routing scored"));
+        assert_eq!(routing.ranks, ranks, "{name}");
+        assert_eq!((routing.top_k, routing.experts), (top_k, experts), "{name}");
+        assert_eq!(routing.routed_layers, layers, "{name}: every layer routes");
+        assert!(routing.layer < layers, "{name}: {routing:?}");
+        assert!(
+            (route_from..context.len()).contains(&routing.position),
+            "{name}: {routing:?}"
+        );
+        assert!(
+            routing.margin_f32 >= 0.0 && routing.margin_f32.is_finite(),
+            "{name}: {routing:?}"
+        );
+        if name.ends_with("f32") {
+            assert_eq!(routing.rounding, 0.0, "{name}: float32 rounds nothing more");
+        } else {
+            assert!(routing.rounding > 0.0, "{name}: {routing:?}");
+        }
+        // Asked from the first position, the range grows with it; past the
+        // last, there is nothing to score.
+        let whole = peer.score(&context, tokens, 0).unwrap().routing.unwrap();
+        assert!(whole.position < context.len(), "{name}: {whole:?}");
+        let error = peer.score(&context, tokens, context.len()).unwrap_err();
+        assert!(error.to_string().contains("route_from"), "{name}: {error}");
+        // The recorders are gone and the weights back in their dtype.
+        let again = peer.generate(&prompt, 6, 2048, None).unwrap().generated_ids;
+        assert_eq!(again, generated, "{name}");
     }
 }

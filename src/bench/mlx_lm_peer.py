@@ -14,14 +14,25 @@ then answers each stdin line
    "ttft_ms","decode_ms","decode_tps","prefill_tps",
    "prompt_tps","generation_tps","peak_memory_bytes","kv_cache"}
 or {"event":"error","message":...}, and keeps serving. A line
-  {"score_ids":[...],"tokens":[A,B]}
+  {"score_ids":[...],"tokens":[A,B],"route_from":P}
 asks, not timed, how the model scores tokens A and B as the next token after
 score_ids, in its own dtype and again with every floating-point weight in
 float32, answering
-  {"event":"score","logits":[a,b],"logits_f32":[a,b],"rounding":R}
+  {"event":"score","logits":[a,b],"logits_f32":[a,b],"rounding":R,"routing":...}
 where R is the root mean square, over the whole vocabulary, of the model's
-own logits minus the float32 ones: how far rounding moves a logit there. An
-empty line or EOF exits. --cold answers the one request given on the command line with the
+own logits minus the float32 ones: how far rounding moves a logit there.
+For a model with routed experts, the positions from P (optional; default
+the last of score_ids) to the last are fed one at a time, as decode steps
+are, and "routing" is the expert choice nearest to a tie over them:
+  {"layer","position","margin_f32","rounding","top_k","experts","ranks",
+   "routed_layers"}
+where margin_f32 is the float32 model's k-th best router score minus its
+(k+1)-th at that layer and position, rounding the root mean square over
+those positions of that layer's router scores in the model's own dtype minus
+the float32 ones, and ranks what the block ranks ("softmax", "sigmoid" or
+"logits"); the nearest is the one with the smallest margin in roundings. For
+a model without routed experts "routing" is null. An empty line or EOF
+exits. --cold answers the one request given on the command line with the
 same fields plus "event":"cold", load_ms, process_to_loaded_ms and
 process_to_first_token_ms, then exits.
 
@@ -53,10 +64,13 @@ import time
 SCRIPT_START = time.perf_counter()
 
 import argparse
+import inspect
 import json
+import re
 import sys
 
 import mlx.core as mx
+import mlx.nn as nn
 import mlx_lm
 from mlx_lm import load, stream_generate
 from mlx_lm.models.cache import KVCache, RotatingKVCache, make_prompt_cache
@@ -136,40 +150,217 @@ def run(model, tokenizer, request: dict, received: float):
     return result, first, first_ns
 
 
-def next_logits(model, ids: list[int]) -> mx.array:
-    """The logits for the token after `ids`, as float32, the prefix fed in
-    chunks as generation feeds a prompt (no [L, vocab] array at once)."""
+class Recording:
+    """The outputs one router gave while recording was on (a plain object,
+    so that MLX's module tree does not take the list for parameters)."""
+
+    def __init__(self):
+        self.active = False
+        self.outputs = []
+
+
+class RouterRecorder(nn.Module):
+    """Stands in for a router module while scoring: calls it and keeps its
+    output. Its child is the router itself, so widening the model's
+    parameters to float32 widens the router too."""
+
+    def __init__(self, router, recording):
+        super().__init__()
+        self.router = router
+        self.recording = recording
+
+    def __call__(self, x):
+        out = self.router(x)
+        if self.recording.active:
+            self.recording.outputs.append(out)
+        return out
+
+
+class Router:
+    """One block with routed experts: where its router module sits, how many
+    experts it picks of how many, and what it ranks to pick them."""
+
+    def __init__(self, layer, block, name, top_k, experts, ranks):
+        self.layer, self.block, self.name = layer, block, name
+        self.top_k, self.experts, self.ranks = top_k, experts, ranks
+        self.module = block[name]
+        self.recording = Recording()
+
+    def ranked(self, output):
+        """What the block ranks, from the router's output, in the output's
+        own dtype (a bfloat16 softmax can tie where its logits do not)."""
+        if self.ranks == "softmax":
+            output = mx.softmax(output, axis=-1, precise=True)
+        elif self.ranks == "sigmoid":
+            output = mx.sigmoid(output)
+        return output.astype(mx.float32).reshape(-1, self.experts)
+
+
+def ranked_transform(block) -> str:
+    """What a block's forward ranks to choose its experts: "softmax" or
+    "sigmoid" where it applies one to the router's output before its top-k
+    (argpartition, topk or argsort), else "logits". Read from the block's
+    source, as mlx-lm writes each family in plain code; both functions keep
+    the logits' order, so the choice only changes how a near tie is
+    measured, never which experts are the top k."""
+    try:
+        source = inspect.getsource(type(block).__call__)
+    except (OSError, TypeError):
+        return "logits"
+    choose = re.search(r"(argpartition|topk|argsort)\(", source)
+    before = source[: choose.start()] if choose else source
+    for name in ("softmax", "sigmoid"):
+        if f"{name}(" in before:
+            return name
+    return "logits"
+
+
+def find_routers(model) -> list:
+    """Every block with routed experts, in layer order. The generic rule
+    mlx-lm's families follow: a block has its k as an integer `top_k` or
+    `num_experts_per_tok`, its expert count as `num_experts` or
+    `num_local_experts` (its own, or its switch layers' `num_experts`), and
+    a direct child Linear (`gate`, `router`) with one output per expert."""
+    routers = []
+    for path, block in model.named_modules():
+        top_k = next(
+            (v for a in ("top_k", "num_experts_per_tok")
+             if isinstance(v := getattr(block, a, None), int)),
+            None,
+        )
+        if top_k is None:
+            continue
+        experts = None
+        for _, inner in block.named_modules():
+            for attribute in ("num_experts", "num_local_experts"):
+                value = getattr(inner, attribute, None)
+                if isinstance(value, int) and experts is None:
+                    experts = value
+        if experts is None or top_k >= experts:
+            continue
+        linears = [
+            (name, child)
+            for name, child in block.children().items()
+            if isinstance(child, (nn.Linear, nn.QuantizedLinear))
+            and child.weight.shape[0] == experts
+        ]
+        linears.sort(key=lambda nc: nc[0] not in ("gate", "router"))
+        if not linears:
+            continue
+        layer = next((int(part) for part in path.split(".") if part.isdigit()), len(routers))
+        routers.append(Router(layer, block, linears[0][0], top_k, experts, ranked_transform(block)))
+    routers.sort(key=lambda r: r.layer)
+    return routers
+
+
+def decode_path(model, ids: list[int], route_from: int, routers: list):
+    """The float32 logits for the token after `ids`, and each router's
+    ranked scores [rows, experts] (float32) at positions route_from onward
+    with the position of each row. The positions before route_from are fed
+    in chunks, as generation prefills a prompt (no [L, vocab] array at
+    once); the rest one at a time, as decode steps are, so their rounding is
+    a decode step's."""
     cache = make_prompt_cache(model)
     tokens = mx.array(ids)
-    for start in range(0, len(ids) - 1, 512):
-        model(tokens[None, start : min(start + 512, len(ids) - 1)], cache=cache)
+    for start in range(0, route_from, 512):
+        model(tokens[None, start : min(start + 512, route_from)], cache=cache)
         mx.eval([c.state for c in cache])
-    logits = model(tokens[None, -1:], cache=cache)[0, -1].astype(mx.float32)
+    for router in routers:
+        router.recording.outputs = []
+        router.recording.active = True
+    ranked = [[] for _ in routers]
+    positions = [[] for _ in routers]
+    try:
+        for position in range(route_from, len(ids)):
+            logits = model(tokens[None, position : position + 1], cache=cache)
+            for scores, rows_at, router in zip(ranked, positions, routers):
+                for out in router.recording.outputs:
+                    scores.append(router.ranked(out))
+                    rows_at.extend([position] * (out.size // router.experts))
+                router.recording.outputs = []
+            # The head is evaluated only where its logits are asked for.
+            mx.eval([c.state for c in cache], ranked)
+    finally:
+        for router in routers:
+            router.recording.active = False
+            router.recording.outputs = []
+    logits = logits[0, -1].astype(mx.float32)
     mx.eval(logits)
-    return logits
+    # A router its block did not call (none of mlx-lm's) has no rows.
+    return logits, [
+        (mx.concatenate(scores, axis=0) if scores else None, rows_at)
+        for scores, rows_at in zip(ranked, positions)
+    ]
 
 
-def score(model, request: dict) -> dict:
-    """How the model ranks two candidate next tokens, and how much rounding
-    in its own dtype moves a logit at that position (see the module doc)."""
+def nearest_routing_tie(routers, native, exact):
+    """The expert choice nearest to a tie on the path, in roundings of its
+    layer (see the module doc), or None for a model without routers."""
+    nearest = None
+    for router, (own, _), (f32, row_positions) in zip(routers, native, exact):
+        if own is None or f32 is None:
+            continue
+        rounding = mx.sqrt(mx.mean(mx.square(own - f32))).item()
+        ordered = mx.sort(f32, axis=-1)[:, ::-1]
+        margins = ordered[:, router.top_k - 1] - ordered[:, router.top_k]
+        at = mx.argmin(margins).item()
+        margin = margins[at].item()
+        if rounding > 0:
+            roundings = margin / rounding
+        else:
+            roundings = 0.0 if margin <= 0 else float("inf")
+        if nearest is None or (roundings, margin) < nearest[0]:
+            nearest = ((roundings, margin), {
+                "layer": router.layer,
+                "position": row_positions[at],
+                "margin_f32": margin,
+                "rounding": rounding,
+                "top_k": router.top_k,
+                "experts": router.experts,
+                "ranks": router.ranks,
+                "routed_layers": len(routers),
+            })
+    return nearest[1] if nearest else None
+
+
+def score(model, routers: list, request: dict) -> dict:
+    """How the model ranks two candidate next tokens, how much rounding in
+    its own dtype moves a logit at that position, and for routed experts the
+    expert choice nearest to a tie on the way (see the module doc)."""
     ids = [int(t) for t in request["score_ids"]]
     tokens = [int(t) for t in request["tokens"]]
     if not ids:
         raise ValueError("score_ids is empty")
-    native = next_logits(model, ids)
-    params = model.parameters()
-    widen = lambda p: p.astype(mx.float32) if mx.issubdtype(p.dtype, mx.floating) else p
-    model.update(tree_map(widen, params))
+    route_from = request.get("route_from")
+    route_from = len(ids) - 1 if route_from is None else int(route_from)
+    if not 0 <= route_from < len(ids):
+        raise ValueError(f"route_from must lie in [0, {len(ids)})")
+    if not routers:
+        # Nothing to record: the prefix in chunks, the last position alone.
+        route_from = len(ids) - 1
+    # The recorders stand in for the routers only while scoring, so the
+    # timed generation runs the model as loaded.
+    for router in routers:
+        router.block[router.name] = RouterRecorder(router.module, router.recording)
     try:
-        exact = next_logits(model, ids)
+        native, native_routes = decode_path(model, ids, route_from, routers)
+        params = model.parameters()
+        widen = lambda p: p.astype(mx.float32) if mx.issubdtype(p.dtype, mx.floating) else p
+        model.update(tree_map(widen, params))
+        try:
+            exact, exact_routes = decode_path(model, ids, route_from, routers)
+        finally:
+            model.update(params)
     finally:
-        model.update(params)
+        for router in routers:
+            router.block[router.name] = router.module
     rounding = mx.sqrt(mx.mean(mx.square(native - exact))).item()
     result = {
         "event": "score",
         "logits": [native[t].item() for t in tokens],
         "logits_f32": [exact[t].item() for t in tokens],
         "rounding": rounding,
+        "routing": nearest_routing_tie(routers, native_routes, exact_routes),
     }
     if "id" in request:
         result["id"] = request["id"]
@@ -234,6 +425,7 @@ def main() -> int:
         emit({**result, "event": "cold", **startup, "process_to_first_token_ms": to_first})
         return 0
 
+    routers = find_routers(model)
     emit(
         {
             "event": "ready",
@@ -252,7 +444,7 @@ def main() -> int:
         try:
             request = json.loads(line)
             if "score_ids" in request:
-                emit(score(model, request))
+                emit(score(model, routers, request))
                 continue
             result, _, _ = run(model, tokenizer, request, received)
             emit(result)

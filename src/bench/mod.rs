@@ -376,8 +376,12 @@ pub fn compare_with_mlx_lm(
     let total = shape.prompt_tokens.len() * rounds * sides + shape.cold_repetitions * 2;
     let mut done = 0;
     let mut results = Vec::new();
+    // Asking whether the kernel runs probes MLX, which happens on the
+    // engine thread like all MLX work (docs/ARCHITECTURE.md, "One door
+    // into the engine").
+    let own_cuda_kernel = pool.call(crate::engine::backend::own_kernels_active)?;
     let mut token_check = TokenCheck {
-        own_cuda_kernel: crate::engine::backend::own_kernels_active(),
+        own_cuda_kernel,
         ..TokenCheck::default()
     };
     let mut described: Option<RunRecord> = None;
@@ -587,13 +591,34 @@ fn score_departure(
         return Ok(None);
     };
     let context: Vec<u32> = prompt.iter().chain(&reference[..at]).copied().collect();
-    let score = peer.score(&context, [reference_token, ondo_token])?;
-    Ok(Some(token_check::TieScore {
+    // Ondo prefills all but the last prompt token in chunks of several
+    // positions with MLX's own kernels (`engine::generate::TokenSteps`,
+    // as mlx-lm does), and its own CUDA kernel takes one-position products
+    // only: its computation can differ from mlx-lm's from the last prompt
+    // position on, so that is where routing is scored.
+    let last_prompt_position = prompt.len().saturating_sub(1);
+    let score = peer.score(
+        &context,
+        [reference_token, ondo_token],
+        last_prompt_position,
+    )?;
+    let routing = score.routing.map(|r| token_check::RoutingTie {
+        layer: r.layer,
+        position: r.position,
+        token: r.position.saturating_sub(last_prompt_position),
+        top_k: r.top_k,
+        experts: r.experts,
+        ranks: r.ranks,
+        margin_f32: r.margin_f32,
+        rounding: r.rounding,
+    });
+    Ok(Some(token_check::TieScore::new(
         reference_token,
         ondo_token,
-        gap_f32: score.logits_f32[0] - score.logits_f32[1],
-        rounding: score.rounding,
-    }))
+        score.logits_f32[0] - score.logits_f32[1],
+        score.rounding,
+        routing,
+    )))
 }
 
 #[cfg(test)]

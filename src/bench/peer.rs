@@ -50,6 +50,32 @@ pub struct PeerScore {
     /// Root mean square over the vocabulary of the model's own logits minus
     /// the float32 ones at that position: how far rounding moves a logit.
     pub rounding: f64,
+    /// For a model with routed experts, the expert choice nearest to a tie
+    /// from `route_from` on; `None` for a model without them (or a worker
+    /// that does not measure it).
+    #[serde(default)]
+    pub routing: Option<PeerRouting>,
+}
+
+/// The expert choice nearest to a tie over the positions a score request
+/// fed one at a time (`MlxLmPeer::score`), in the worker's field names.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PeerRouting {
+    /// The decoder layer of the expert block.
+    pub layer: usize,
+    /// The position in `ids` whose step made the choice.
+    pub position: usize,
+    /// The float32 model's k-th best router score minus its (k+1)-th.
+    pub margin_f32: f64,
+    /// Root mean square of that layer's router scores in the model's own
+    /// dtype minus float32's, over those positions and every expert.
+    pub rounding: f64,
+    pub top_k: usize,
+    pub experts: usize,
+    /// What the block ranks.
+    pub ranks: super::token_check::RouterScores,
+    /// How many layers have routed experts.
+    pub routed_layers: usize,
 }
 
 /// Versions the worker reports once loaded.
@@ -185,9 +211,20 @@ impl MlxLmPeer {
     }
 
     /// How the model scores `tokens` as the next token after `ids`, in its
-    /// own dtype and in float32 (not timed; two forward passes).
-    pub fn score(&mut self, ids: &[u32], tokens: [u32; 2]) -> Result<PeerScore, PeerError> {
-        let request = serde_json::json!({ "score_ids": ids, "tokens": tokens });
+    /// own dtype and in float32 (not timed; `ids` run twice), and for routed
+    /// experts the expert choice nearest to a tie at positions `route_from`
+    /// onward, which are fed one at a time as decode steps are.
+    pub fn score(
+        &mut self,
+        ids: &[u32],
+        tokens: [u32; 2],
+        route_from: usize,
+    ) -> Result<PeerScore, PeerError> {
+        let request = serde_json::json!({
+            "score_ids": ids,
+            "tokens": tokens,
+            "route_from": route_from,
+        });
         writeln!(self.stdin, "{request}").map_err(|e| PeerError::Failed(e.to_string()))?;
         let answer = self.read_line()?;
         if answer["event"] != "score" {

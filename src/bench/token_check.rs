@@ -8,7 +8,7 @@
 //! difference is Ondo's (a bug); if it does not, there is no verdict, only
 //! where each side first departed.
 //!
-//! Ondo's own CUDA matrix-vector kernel (`engine::model::cuda_matvec`) sums
+//! Ondo's own CUDA matrix-vector kernel (`engine::backend`) sums
 //! in another order than MLX's by design, so with it greedy tokens may part
 //! at any near-tie. There the benchmark asks mlx-lm how near: at the first
 //! differing token it scores both candidates with the model in float32, and
@@ -16,6 +16,18 @@
 //! position. A departure where float32 prefers Ondo's token, or ranks
 //! mlx-lm's above it by no more than `NEAR_TIE_ROUNDINGS` times that
 //! rounding, is a near tie; one beyond it is a bug in the kernel.
+//!
+//! A model with routed experts (qwen3_moe, gpt-oss) needs one more
+//! question. Each of its expert blocks picks the top k of its router's
+//! scores, a choice that jumps where two scores cross: a rounding-level
+//! difference in a router's input can swap an expert, and the logits after
+//! it then move far more than rounding moves a logit. So mlx-lm also
+//! measures, over the positions where Ondo's kernel ran (the last prompt
+//! position to the departure), the expert choice nearest to a tie: the
+//! float32 gap between the k-th and (k+1)-th router score against how far
+//! rounding moves that layer's router scores (`RoutingTie`). A departure is
+//! a near tie when either the logits or that expert choice lie within
+//! `NEAR_TIE_ROUNDINGS` roundings of a tie, and the report says which.
 
 use serde::{Deserialize, Serialize};
 
@@ -67,8 +79,113 @@ pub fn judge(ondo: &[u32], reference: &[u32], reference_again: Option<&[u32]>) -
 /// kernel that rounds as well as MLX stays within a few roundings of it.
 pub const NEAR_TIE_ROUNDINGS: f64 = 4.0;
 
+/// What a block with routed experts ranks to choose them: mlx-lm's
+/// qwen3_moe ranks a softmax of its router's logits (rounded to the model's
+/// dtype, so two can tie), gpt-oss the logits themselves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+#[serde(rename_all = "snake_case")]
+pub enum RouterScores {
+    Logits,
+    Softmax,
+    Sigmoid,
+}
+
+impl RouterScores {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Logits => "router logits",
+            Self::Softmax => "softmax probabilities",
+            Self::Sigmoid => "sigmoid scores",
+        }
+    }
+}
+
+/// The expert choice nearest to a tie on the way to a departure, from
+/// mlx-lm with the model in float32 and in its own dtype, over the positions
+/// where Ondo's own kernel computed anything: the last prompt position (the
+/// step that chose token 0) to the departure's. Ondo prefills the rest of
+/// the prompt with MLX's own kernels (`engine::generate`, `TokenSteps`: the
+/// cache takes all but the last prompt token in chunks of several
+/// positions, and Ondo's kernel takes only one-position products).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+pub struct RoutingTie {
+    /// The decoder layer whose expert block it was.
+    pub layer: usize,
+    /// The position in the sequence (prompt, then generated tokens, from 0)
+    /// whose step made the choice.
+    pub position: usize,
+    /// The generated token that step chose (0: the step fed the last prompt
+    /// token).
+    pub token: usize,
+    /// Experts the block picks, and of how many.
+    pub top_k: usize,
+    pub experts: usize,
+    /// What the block ranks.
+    pub ranks: RouterScores,
+    /// The model in float32: the k-th best score minus the (k+1)-th there.
+    pub margin_f32: f64,
+    /// Root mean square of that layer's scores in the model's own dtype
+    /// minus float32's over those positions and every expert: how far
+    /// rounding moves a router score there.
+    pub rounding: f64,
+}
+
+impl RoutingTie {
+    /// Whether rounding could have swapped this expert choice: its float32
+    /// margin is within `NEAR_TIE_ROUNDINGS` roundings.
+    pub fn is_near_tie(&self) -> bool {
+        self.margin_f32 <= NEAR_TIE_ROUNDINGS * self.rounding
+    }
+
+    /// How near a tie, in words: "2.5 roundings from a tie".
+    fn closeness(&self) -> String {
+        if self.rounding > 0.0 {
+            format!(
+                "{:.1} roundings from a tie",
+                self.margin_f32 / self.rounding
+            )
+        } else if self.margin_f32 <= 0.0 {
+            "an exact tie".to_owned()
+        } else {
+            format!("{:.4} from a tie where nothing rounds", self.margin_f32)
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "an expert choice at layer {}, position {} (the step choosing token {}) was {} \
+             (top {} of {} {}, float32 margin {:.4}, rounding {:.4})",
+            self.layer,
+            self.position,
+            self.token,
+            self.closeness(),
+            self.top_k,
+            self.experts,
+            self.ranks.name(),
+            self.margin_f32,
+            self.rounding
+        )
+    }
+}
+
+/// What puts a departure within rounding of a tie (`TieScore::near_tie`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+#[serde(rename_all = "snake_case")]
+pub enum TieCause {
+    /// The two candidates' float32 logits: float32 prefers Ondo's token, or
+    /// ranks mlx-lm's above it within `NEAR_TIE_ROUNDINGS` roundings.
+    Logits,
+    /// An expert choice on the way (`TieScore::routing`) within
+    /// `NEAR_TIE_ROUNDINGS` roundings of a tie.
+    Routing,
+}
+
 /// mlx-lm's scores for the two tokens at the first position where Ondo's
-/// greedy token left mlx-lm's (`MlxLmPeer::score`).
+/// greedy token left mlx-lm's (`MlxLmPeer::score`), and for a model with
+/// routed experts the expert choice nearest to a tie on the way there.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct TieScore {
@@ -80,31 +197,85 @@ pub struct TieScore {
     /// Root mean square of the model's own logits minus float32's there:
     /// how far rounding in its dtype moves a logit.
     pub rounding: f64,
+    /// The expert choice nearest to a tie on the way; `None` for a model
+    /// without routed experts, or in reports written before it was asked.
+    #[serde(default)]
+    pub routing: Option<RoutingTie>,
+    /// What explains the departure as rounding (`near_tie`), written with
+    /// the score for readers of the JSON; `None` where nothing does.
+    #[serde(default)]
+    pub explained_by: Option<TieCause>,
 }
 
 impl TieScore {
-    /// Whether rounding explains the departure: float32 prefers Ondo's token
-    /// or ranks the two within `NEAR_TIE_ROUNDINGS` roundings.
+    /// A departure's scores, with what explains it as rounding.
+    pub fn new(
+        reference_token: u32,
+        ondo_token: u32,
+        gap_f32: f64,
+        rounding: f64,
+        routing: Option<RoutingTie>,
+    ) -> Self {
+        let mut score = Self {
+            reference_token,
+            ondo_token,
+            gap_f32,
+            rounding,
+            routing,
+            explained_by: None,
+        };
+        score.explained_by = score.near_tie();
+        score
+    }
+
+    /// What makes the departure a near tie, judged from the numbers (a
+    /// report written before `explained_by` existed is judged the same):
+    /// the logits when float32 prefers Ondo's token or ranks the two within
+    /// `NEAR_TIE_ROUNDINGS` roundings, else an expert choice on the way
+    /// within as many roundings of its own; `None` when neither is.
+    pub fn near_tie(&self) -> Option<TieCause> {
+        if self.gap_f32 <= NEAR_TIE_ROUNDINGS * self.rounding {
+            Some(TieCause::Logits)
+        } else if self.routing.is_some_and(|r| r.is_near_tie()) {
+            Some(TieCause::Routing)
+        } else {
+            None
+        }
+    }
+
+    /// Whether rounding explains the departure (`near_tie`).
     pub fn is_near_tie(&self) -> bool {
-        self.gap_f32 <= NEAR_TIE_ROUNDINGS * self.rounding
+        self.near_tie().is_some()
     }
 
     fn describe(&self) -> String {
         if self.gap_f32 <= 0.0 {
-            format!(
+            return format!(
                 "float32 ranks Ondo's token {} at or above mlx-lm's {} (by {:.4})",
                 self.ondo_token, self.reference_token, -self.gap_f32
-            )
-        } else {
-            format!(
-                "float32 ranks mlx-lm's token {} above Ondo's {} by {:.4}, {:.1}x the {:.4} \
-                 that rounding moves a logit there",
-                self.reference_token,
-                self.ondo_token,
-                self.gap_f32,
-                self.gap_f32 / self.rounding.max(f64::MIN_POSITIVE),
-                self.rounding
-            )
+            );
+        }
+        let logits = format!(
+            "float32 ranks mlx-lm's token {} above Ondo's {} by {:.4}, {:.1}x the {:.4} \
+             that rounding moves a logit there",
+            self.reference_token,
+            self.ondo_token,
+            self.gap_f32,
+            self.gap_f32 / self.rounding.max(f64::MIN_POSITIVE),
+            self.rounding
+        );
+        match (self.near_tie(), self.routing) {
+            (Some(TieCause::Routing), Some(routing)) => {
+                format!("{logits}, but {}", routing.describe())
+            }
+            (None, Some(routing)) => format!(
+                "{logits}, and the expert choice nearest to a tie on the way (layer {}, \
+                 position {}) was {}",
+                routing.layer,
+                routing.position,
+                routing.closeness()
+            ),
+            _ => logits,
         }
     }
 }
@@ -135,7 +306,7 @@ pub struct TokenCheck {
     /// The repetitions whose tokens differed.
     pub departures: Vec<Departure>,
     /// Ondo decoded with its own CUDA matrix-vector kernel
-    /// (`engine::model::cuda_matvec`), whose sums round differently from
+    /// (`engine::backend`), whose sums round differently from
     /// MLX's: its tokens may part from mlx-lm's at any near-tie, so a
     /// difference is no verdict.
     #[serde(default)]
@@ -353,12 +524,23 @@ mod tests {
     }
 
     fn scored(gap_f32: f64, rounding: f64) -> Option<TieScore> {
-        Some(TieScore {
-            reference_token: 7,
-            ondo_token: 9,
-            gap_f32,
-            rounding,
-        })
+        Some(TieScore::new(7, 9, gap_f32, rounding, None))
+    }
+
+    /// A qwen3_moe-like expert choice (top 2 of 8 softmax probabilities) at
+    /// layer 3 while choosing token 2 after a 128-token prompt, its float32
+    /// margin `margin_f32` against a rounding of 0.001.
+    fn routed(margin_f32: f64) -> RoutingTie {
+        RoutingTie {
+            layer: 3,
+            position: 129,
+            token: 2,
+            top_k: 2,
+            experts: 8,
+            ranks: RouterScores::Softmax,
+            margin_f32,
+            rounding: 0.001,
+        }
     }
 
     /// A check with Ondo's own kernel where repetition `repetition` at
@@ -483,5 +665,109 @@ mod tests {
         all.add(16, 0, RoundCheck::Same, None);
         assert_eq!(all.verdict(), TokenVerdict::Identical);
         assert!(all.describe().contains("identical"));
+    }
+
+    #[test]
+    fn a_departure_beyond_rounding_after_an_expert_choice_near_a_tie_is_a_near_tie() {
+        // The logits alone put it at 16x rounding, as a swapped expert does.
+        let far = TieScore::new(7, 9, 0.16, 0.01, Some(routed(0.002)));
+        assert_eq!(far.near_tie(), Some(TieCause::Routing));
+        assert_eq!(far.explained_by, Some(TieCause::Routing));
+        let mut all = TokenCheck {
+            own_cuda_kernel: true,
+            ..TokenCheck::default()
+        };
+        all.add(
+            128,
+            1,
+            RoundCheck::Different {
+                ondo_departs_at: 11,
+            },
+            Some(far),
+        );
+        assert_eq!(all.verdict(), TokenVerdict::NearTies);
+        let line = all.describe();
+        assert!(line.contains("16.0x the 0.0100"), "{line}");
+        assert!(
+            line.contains(
+                "but an expert choice at layer 3, position 129 (the step choosing token 2) was \
+                 2.0 roundings from a tie (top 2 of 8 softmax probabilities"
+            ),
+            "{line}"
+        );
+        assert!(!line.contains("bug"), "{line}");
+        // The JSON says which explained it.
+        let json = serde_json::to_value(far).unwrap();
+        assert_eq!(json["explained_by"], "routing");
+        assert_eq!(json["routing"]["ranks"], "softmax");
+        assert_eq!(serde_json::from_value::<TieScore>(json).unwrap(), far);
+    }
+
+    #[test]
+    fn an_expert_choice_far_from_a_tie_leaves_a_departure_beyond_rounding_a_bug() {
+        let far = TieScore::new(7, 9, 0.16, 0.01, Some(routed(0.005)));
+        assert_eq!(far.near_tie(), None);
+        assert_eq!(far.explained_by, None);
+        let mut all = TokenCheck {
+            own_cuda_kernel: true,
+            ..TokenCheck::default()
+        };
+        all.add(
+            128,
+            1,
+            RoundCheck::Different {
+                ondo_departs_at: 11,
+            },
+            Some(far),
+        );
+        assert_eq!(all.verdict(), TokenVerdict::Different);
+        let line = all.describe();
+        assert!(line.contains("a bug in Ondo's own CUDA kernel"), "{line}");
+        assert!(
+            line.contains(
+                "the expert choice nearest to a tie on the way (layer 3, position 129) was 5.0 \
+                 roundings from a tie"
+            ),
+            "{line}"
+        );
+        // Where the logits explain it, they are named, routing or not.
+        let near = TieScore::new(7, 9, 0.03, 0.01, Some(routed(0.002)));
+        assert_eq!(near.near_tie(), Some(TieCause::Logits));
+        // Where nothing rounds, only an exact tie of experts explains.
+        let exact = RoutingTie {
+            rounding: 0.0,
+            ..routed(0.0)
+        };
+        assert!(exact.is_near_tie());
+        assert!(
+            !RoutingTie {
+                rounding: 0.0,
+                ..routed(1e-6)
+            }
+            .is_near_tie()
+        );
+    }
+
+    #[test]
+    fn without_routing_scores_the_logits_alone_decide() {
+        // A model without routed experts, or a report written before they
+        // were scored: the logits' rule, as before.
+        assert_eq!(scored(0.16, 0.01).unwrap().near_tie(), None);
+        assert_eq!(
+            scored(0.03, 0.01).unwrap().near_tie(),
+            Some(TieCause::Logits)
+        );
+        let old: TieScore = serde_json::from_str(
+            r#"{"reference_token": 7, "ondo_token": 9, "gap_f32": 0.03, "rounding": 0.01}"#,
+        )
+        .unwrap();
+        assert_eq!(old.routing, None);
+        assert!(old.is_near_tie());
+        let old_far: TieScore = serde_json::from_str(
+            r#"{"reference_token": 7, "ondo_token": 9, "gap_f32": 0.16, "rounding": 0.01}"#,
+        )
+        .unwrap();
+        assert!(!old_far.is_near_tie());
+        assert!(!old_far.describe().contains("expert"));
     }
 }

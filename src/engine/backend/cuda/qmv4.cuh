@@ -21,7 +21,7 @@
 // The source needs no header, so scripts/gpu-qmv-lab.py can compile it
 // without MLX and time it on the GPU alone: it names its own 16-bit float
 // types and converts them by their bits, rounding as MLX's kernels do (to
-// nearest, ties to even); the engine's kernel body (cuda_matvec.rs) casts
+// nearest, ties to even); the engine's kernel body (backend/cuda/mod.rs) casts
 // MLX's pointers to them.
 
 typedef unsigned int ondo_u32;
