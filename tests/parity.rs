@@ -1007,17 +1007,17 @@ fn mlx_lm_scores_the_expert_choice_nearest_to_a_tie() {
     for (name, options, ranks) in [
         (
             "qwen3_moe-q4-bf16",
-            variant(Arch::Qwen3Moe, Some(4), WeightDtype::Bf16),
+            variant(&family::QWEN3_MOE, Some(4), WeightDtype::Bf16),
             RouterScores::Softmax,
         ),
         (
             "qwen3_moe-f32",
-            variant(Arch::Qwen3Moe, None, WeightDtype::F32),
+            variant(&family::QWEN3_MOE, None, WeightDtype::F32),
             RouterScores::Softmax,
         ),
         (
             "gpt_oss-q4-bf16",
-            variant(Arch::GptOss, Some(4), WeightDtype::Bf16),
+            variant(&family::GPT_OSS, Some(4), WeightDtype::Bf16),
             RouterScores::Logits,
         ),
     ] {
