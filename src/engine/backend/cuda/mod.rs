@@ -644,8 +644,9 @@ fn call(
 }
 
 /// `ondo doctor`'s check of the kernel where it runs: random 4-bit weights
-/// of a 4096 x 4096 and a 1000 x 3072 matrix (a whole number of rounds, and
-/// a row count no multiple of the rows per warp) in bf16, groups of 64,
+/// of a 4096 x 4096 and a 4097 x 4096 matrix (the smallest the kernel takes
+/// without a residual add, and a row count no multiple of the rows per
+/// warp) in bf16, groups of 64,
 /// against MLX's quantized product in float32. The kernel's error must be
 /// at most twice MLX's own kernel's in bf16 (it is about half), and with a
 /// residual its output must be its product followed by MLX's add, bit for
@@ -654,7 +655,7 @@ pub fn check() -> Option<Result<String, String>> {
     if !enabled() {
         return None;
     }
-    let shapes = [(4096, 4096), (1000, 3072)];
+    let shapes = [(4096, 4096), (4097, 4096)];
     Some(
         shapes
             .iter()
