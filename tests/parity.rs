@@ -709,77 +709,89 @@ fn follow_up_turn_on_the_kept_cache_equals_mlx_lm_and_a_fresh_run() {
         ),
     ] {
         let dir = synthesize(root.path(), name, &options);
-        let (first, second) = ("What is the temperature today?", "And tomorrow?");
-        let reference = mlx_lm_generate(
-            &python,
-            &dir,
-            &[
-                "--prompt",
-                first,
-                "--chat",
-                "--max-tokens",
-                "12",
-                "--followup",
-                second,
-                "--followup-tokens",
-                "12",
-            ],
-        );
-        let chat = |messages: Vec<ChatMessage>, conversation: Option<&str>| {
-            let request = GenerateRequest {
-                max_tokens: 12,
-                ignore_eos: true,
-                conversation: conversation.map(str::to_owned),
-                ..GenerateRequest::new(&dir, Prompt::chat(None, messages))
-            };
-            engine
-                .generate_blocking(request, CancelToken::new(), |_| {})
-                .expect("Ondo generates")
-        };
-        let turn1 = chat(vec![ChatMessage::user(first)], Some("c"));
-        assert_eq!(
-            turn1.token_ids,
-            ids(&reference["generated_ids"]),
-            "{name}: turn 1"
-        );
-        let history = vec![
-            ChatMessage::user(first),
-            // mlx-lm puts its decoded text back in the history: the raw
-            // text, before any split.
-            ChatMessage::assistant(turn1.raw_text.clone()),
-            ChatMessage::user(second),
-        ];
-        let turn2 = chat(history.clone(), Some("c"));
-        assert_eq!(
-            turn2.stats.prompt_tokens,
-            ids(&reference["followup_prompt_ids"]).len(),
-            "{name}: the follow-up prompt renders to mlx-lm's tokens"
-        );
-        assert!(
-            turn2.stats.cached_tokens > 0,
-            "{name}: the cache was reused"
-        );
-        assert_eq!(
-            turn2.stats.cached_tokens as u64,
-            reference["followup_cached_tokens"].as_u64().unwrap(),
-            "{name}: as many tokens reused as mlx-lm's prompt cache"
-        );
-        assert_eq!(
-            turn2.stats.cached_tokens + turn2.stats.prefill_tokens,
-            turn2.stats.prompt_tokens
-        );
-        assert_eq!(
-            turn2.token_ids,
-            ids(&reference["followup_generated_ids"]),
-            "{name}: turn 2 equals mlx-lm's"
-        );
-        let fresh = chat(history, None);
-        assert_eq!(fresh.stats.cached_tokens, 0);
-        assert_eq!(
-            fresh.token_ids, turn2.token_ids,
-            "{name}: reuse equals recompute"
-        );
+        assert_follow_up_turn_equals_mlx_lm(&engine, &python, &dir, name);
     }
+}
+
+/// A chat turn and a follow-up on the kept cache give mlx-lm's tokens, the
+/// follow-up reuses as many cached tokens as mlx-lm's prompt cache, and it
+/// equals the same history recomputed from scratch.
+fn assert_follow_up_turn_equals_mlx_lm(
+    engine: &EngineHandle,
+    python: &Path,
+    dir: &Path,
+    name: &str,
+) {
+    let (first, second) = ("What is the temperature today?", "And tomorrow?");
+    let reference = mlx_lm_generate(
+        python,
+        dir,
+        &[
+            "--prompt",
+            first,
+            "--chat",
+            "--max-tokens",
+            "12",
+            "--followup",
+            second,
+            "--followup-tokens",
+            "12",
+        ],
+    );
+    let chat = |messages: Vec<ChatMessage>, conversation: Option<&str>| {
+        let request = GenerateRequest {
+            max_tokens: 12,
+            ignore_eos: true,
+            conversation: conversation.map(str::to_owned),
+            ..GenerateRequest::new(dir, Prompt::chat(None, messages))
+        };
+        engine
+            .generate_blocking(request, CancelToken::new(), |_| {})
+            .expect("Ondo generates")
+    };
+    let turn1 = chat(vec![ChatMessage::user(first)], Some("c"));
+    assert_eq!(
+        turn1.token_ids,
+        ids(&reference["generated_ids"]),
+        "{name}: turn 1"
+    );
+    let history = vec![
+        ChatMessage::user(first),
+        // mlx-lm puts its decoded text back in the history: the raw
+        // text, before any split.
+        ChatMessage::assistant(turn1.raw_text.clone()),
+        ChatMessage::user(second),
+    ];
+    let turn2 = chat(history.clone(), Some("c"));
+    assert_eq!(
+        turn2.stats.prompt_tokens,
+        ids(&reference["followup_prompt_ids"]).len(),
+        "{name}: the follow-up prompt renders to mlx-lm's tokens"
+    );
+    assert!(
+        turn2.stats.cached_tokens > 0,
+        "{name}: the cache was reused"
+    );
+    assert_eq!(
+        turn2.stats.cached_tokens as u64,
+        reference["followup_cached_tokens"].as_u64().unwrap(),
+        "{name}: as many tokens reused as mlx-lm's prompt cache"
+    );
+    assert_eq!(
+        turn2.stats.cached_tokens + turn2.stats.prefill_tokens,
+        turn2.stats.prompt_tokens
+    );
+    assert_eq!(
+        turn2.token_ids,
+        ids(&reference["followup_generated_ids"]),
+        "{name}: turn 2 equals mlx-lm's"
+    );
+    let fresh = chat(history, None);
+    assert_eq!(fresh.stats.cached_tokens, 0);
+    assert_eq!(
+        fresh.token_ids, turn2.token_ids,
+        "{name}: reuse equals recompute"
+    );
 }
 
 /// Ondo's first-step log-probabilities for `prompt`, prefilled in chunks
@@ -1070,4 +1082,182 @@ fn mlx_lm_scores_the_expert_choice_nearest_to_a_tie() {
         let again = peer.generate(&prompt, 6, 2048, None).unwrap().generated_ids;
         assert_eq!(again, generated, "{name}");
     }
+}
+
+/// One family compared with mlx-lm as every family is: each variant's greedy
+/// ids over `sweep` in both loop shapes; the first step's log-probabilities
+/// within 1e-4 for prompts of each of `logprob_lengths`; and a chat turn with
+/// a follow-up on the kept cache, on the `follow_up` variant. Returns the
+/// greedy runs compared.
+fn assert_family_equals_mlx_lm(
+    family_name: &str,
+    variants: &[(&str, SynthOptions)],
+    sweep: &Sweep,
+    logprob_lengths: &[usize],
+    follow_up: &SynthOptions,
+) -> usize {
+    let python = python();
+    let root = tempfile::tempdir().unwrap();
+    let engine = EngineHandle::spawn().unwrap();
+    let mut compared = 0;
+    for (variant_name, options) in variants {
+        let name = format!("{family_name}-{variant_name}");
+        let dir = synthesize(root.path(), &name, options);
+        compared += sweep.assert_equal_to_mlx_lm(&engine, &python, &dir, &name);
+        for &length in logprob_lengths {
+            let prompt = prompt_of(length);
+            let logits_path = root.path().join(format!("{name}-{length}.json"));
+            let reference = mlx_lm_first_logprobs(&python, &dir, &prompt, &logits_path);
+            let ours = ondo_first_logprobs(&dir, &prompt, DEFAULT_PREFILL_STEP_SIZE);
+            let worst = largest_difference(&ours, &reference);
+            assert!(
+                worst <= 1e-4,
+                "{name}, prompt {length}: largest log-probability difference {worst}"
+            );
+        }
+    }
+    let name = format!("{family_name}-follow-up");
+    let dir = synthesize(root.path(), &name, follow_up);
+    assert_follow_up_turn_equals_mlx_lm(&engine, &python, &dir, &name);
+    compared
+}
+
+/// SmolLM3 (the tiny shape's second layer without rope) in fp32 and 4-bit:
+/// greedy ids equal mlx-lm's at prompts of 1, 7 and 40 tokens, one pass
+/// and in chunks of 16, with and without a rotating cache, both loops; the
+/// first step's log-probabilities; a follow-up turn on the kept cache.
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
+fn smollm3_equals_mlx_lm() {
+    let sweep = Sweep {
+        tokens: EXPERTS_GENERATE,
+        shapes: &[(1, 2048), (7, 2048), (40, 2048), (40, 16)],
+        max_kv_sizes: &[None, Some(ROTATING_SIZE)],
+    };
+    let variants = [
+        ("f32", variant(&family::SMOLLM3, None, WeightDtype::F32)),
+        ("q4", variant(&family::SMOLLM3, Some(4), WeightDtype::F32)),
+    ];
+    let compared = assert_family_equals_mlx_lm(
+        "smollm3",
+        &variants,
+        &sweep,
+        &[7, 40],
+        &variant(&family::SMOLLM3, Some(4), WeightDtype::F32),
+    );
+    assert_eq!(compared, 2 * 4 * 2 * 2);
+}
+
+/// Ministral 3's text model (a sliding layer of `GEMMA_WINDOW` positions
+/// beside a full one; yarn rope; queries scaled past an original context of
+/// 256 positions) in fp32 and 4-bit: greedy ids equal mlx-lm's at prompts
+/// of 1, 7, 40 (across the window) and 300 tokens (across the original
+/// context), one pass and in chunks, both loops; the first step's
+/// log-probabilities at 7, 40 and 300; a follow-up turn on the kept cache
+/// (the synth's own window, which the short chat does not wrap).
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
+fn ministral3_equals_mlx_lm() {
+    let windowed = |bits| SynthOptions {
+        sliding_window: GEMMA_WINDOW,
+        ..variant(&family::MINISTRAL3, bits, WeightDtype::F32)
+    };
+    // mlx-lm gives Ministral 3 its own per-layer caches and ignores
+    // `max_kv_size`.
+    let sweep = Sweep {
+        tokens: EXPERTS_GENERATE,
+        shapes: &[
+            (1, 2048),
+            (7, 2048),
+            (40, 2048),
+            (40, GEMMA_WINDOW),
+            (300, 2048),
+            (300, SMALL_PREFILL_STEP),
+        ],
+        max_kv_sizes: &[None],
+    };
+    let variants = [("f32", windowed(None)), ("q4", windowed(Some(4)))];
+    let compared = assert_family_equals_mlx_lm(
+        "ministral3",
+        &variants,
+        &sweep,
+        &[7, 40, 300],
+        &variant(&family::MINISTRAL3, Some(4), WeightDtype::F32),
+    );
+    assert_eq!(compared, 2 * 6 * 2);
+}
+
+/// Mistral 3's multimodal checkpoints, the text model read from under
+/// `language_model.` beside a vision tower, in fp32 and 4-bit: greedy ids
+/// equal mlx-lm's at prompts of 1, 7 and 40 tokens, one pass and in
+/// chunks, both loops; the first step's log-probabilities; a follow-up
+/// turn on the kept cache. The same tensors in transformers 5's spelling
+/// (`model.language_model.`, `lm_head`, `model.vision_tower.`) give the
+/// same log-probabilities.
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
+fn mistral3_equals_mlx_lm() {
+    let windowed = |bits| SynthOptions {
+        sliding_window: GEMMA_WINDOW,
+        ..variant(&family::MISTRAL3, bits, WeightDtype::F32)
+    };
+    let sweep = Sweep {
+        tokens: EXPERTS_GENERATE,
+        shapes: &[(1, 2048), (7, 2048), (40, 2048), (40, GEMMA_WINDOW)],
+        max_kv_sizes: &[None],
+    };
+    let variants = [("f32", windowed(None)), ("q4", windowed(Some(4)))];
+    let compared = assert_family_equals_mlx_lm(
+        "mistral3",
+        &variants,
+        &sweep,
+        &[7],
+        &variant(&family::MISTRAL3, Some(4), WeightDtype::F32),
+    );
+    assert_eq!(compared, 2 * 4 * 2);
+
+    let root = tempfile::tempdir().unwrap();
+    // An untied head, so that `lm_head` is respelled too.
+    let mut options = windowed(None);
+    options.preset.shape.tie_word_embeddings = false;
+    let mlx_spelling = synthesize(root.path(), "mlx", &options);
+    let transformers_spelling = root.path().join("transformers");
+    std::fs::create_dir_all(&transformers_spelling).unwrap();
+    for entry in std::fs::read_dir(&mlx_spelling).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name() != "model.safetensors" {
+            std::fs::copy(entry.path(), transformers_spelling.join(entry.file_name())).unwrap();
+        }
+    }
+    let tensors = mlx_rs::Array::load_safetensors(mlx_spelling.join("model.safetensors")).unwrap();
+    let respelled: Vec<(String, mlx_rs::Array)> = tensors
+        .into_iter()
+        .map(|(name, array)| {
+            let name = if let Some(rest) = name.strip_prefix("language_model.model.") {
+                format!("model.language_model.{rest}")
+            } else if let Some(rest) = name.strip_prefix("language_model.") {
+                rest.to_owned()
+            } else {
+                format!("model.{name}")
+            };
+            (name, array)
+        })
+        .collect();
+    assert!(respelled.iter().any(|(n, _)| n == "lm_head.weight"));
+    assert!(
+        respelled
+            .iter()
+            .any(|(n, _)| n.starts_with("model.vision_tower."))
+    );
+    mlx_rs::Array::save_safetensors(
+        respelled.iter().map(|(n, a)| (n, a)),
+        &std::collections::HashMap::<String, String>::new(),
+        transformers_spelling.join("model.safetensors"),
+    )
+    .unwrap();
+    let prompt = prompt_of(7);
+    assert_eq!(
+        ondo_first_logprobs(&transformers_spelling, &prompt, DEFAULT_PREFILL_STEP_SIZE),
+        ondo_first_logprobs(&mlx_spelling, &prompt, DEFAULT_PREFILL_STEP_SIZE),
+    );
 }

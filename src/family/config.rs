@@ -357,6 +357,24 @@ pub struct ModelConfig {
     pub tie_when_no_head: bool,
     /// Routed experts in place of the dense MLP, in the layers they name.
     pub experts: Option<ExpertsConfig>,
+    /// Layers whose attention rotates nothing (smollm3's NoPE layers).
+    pub layers_without_rope: Vec<usize>,
+    /// Queries multiplied by a factor that grows with the position past
+    /// the original context (ministral3's llama 4 attention scale).
+    pub query_scale: Option<PositionQueryScale>,
+    /// Tensor name prefixes read as another (`model.language_model.` as
+    /// `language_model.model.`): the spellings of one checkpoint layout.
+    pub renamed_prefixes: Vec<(String, String)>,
+}
+
+/// Queries multiplied, at absolute position `p`, by
+/// `1 + beta * ln(1 + floor(p / original_max_position_embeddings))`: one
+/// below the original context, growing slowly past it (Llama 4's and
+/// Ministral 3's `llama_4_scaling_beta`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PositionQueryScale {
+    pub beta: f32,
+    pub original_max_position_embeddings: u32,
 }
 
 /// The gate's activation in the gated MLP.
@@ -409,6 +427,9 @@ impl ModelConfig {
             attention_sinks: false,
             tie_when_no_head: false,
             experts: None,
+            layers_without_rope: Vec::new(),
+            query_scale: None,
+            renamed_prefixes: Vec::new(),
         }
     }
 
@@ -421,6 +442,11 @@ impl ModelConfig {
     /// vector per KV head.
     pub fn kv_elements_per_layer_position(&self) -> u64 {
         2 * self.num_key_value_heads.max(0) as u64 * self.head_dim.max(0) as u64
+    }
+
+    /// Whether layer `index` rotates its queries and keys.
+    pub fn uses_rope(&self, index: usize) -> bool {
+        !self.layers_without_rope.contains(&index)
     }
 
     /// The layers whose cache a sliding window bounds, and that window.
@@ -494,6 +520,59 @@ impl ExpertsConfig {
             && self.decoder_sparse_step > 0
             && (index + 1).is_multiple_of(self.decoder_sparse_step)
     }
+}
+
+/// Each layer's sliding window from `layer_types` (`sliding_attention`
+/// layers attend over `sliding_window` positions, `full_attention` ones
+/// over everything; all full when absent), as mlx-lm's Llama-shaped models
+/// read them: one type per layer, and at least one full layer.
+pub fn windows_of_layer_types(
+    value: &Value,
+    layers: usize,
+) -> Result<Vec<Option<i32>>, ConfigError> {
+    let keys = Keys::of(value);
+    let Some(types) = keys.get("layer_types") else {
+        return Ok(Vec::new());
+    };
+    let invalid = || {
+        keys.invalid(
+            "layer_types",
+            "not a list of `sliding_attention` and `full_attention`",
+        )
+    };
+    let types = types.as_array().ok_or_else(invalid)?;
+    if types.len() != layers {
+        return Err(ConfigError::Inconsistent(format!(
+            "`layer_types` names {} layers, `num_hidden_layers` is {layers}",
+            types.len()
+        )));
+    }
+    let window = keys.count("sliding_window")?;
+    let mut windows = Vec::with_capacity(layers);
+    for kind in types {
+        windows.push(match kind.as_str() {
+            Some("full_attention") => None,
+            Some("sliding_attention") => {
+                let window = window.ok_or_else(|| {
+                    ConfigError::Inconsistent(
+                        "`layer_types` has sliding_attention layers but `sliding_window` is not set"
+                            .into(),
+                    )
+                })?;
+                Some(
+                    i32::try_from(window)
+                        .map_err(|_| keys.invalid("sliding_window", "too large for a window"))?,
+                )
+            }
+            _ => return Err(invalid()),
+        });
+    }
+    if windows.iter().all(Option::is_some) {
+        return Err(ConfigError::Inconsistent(
+            "`layer_types` has no full_attention layer".into(),
+        ));
+    }
+    Ok(windows)
 }
 
 /// `base` with `overrides`' keys laid over it (both objects; a null in

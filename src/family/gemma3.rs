@@ -18,7 +18,7 @@
 use serde_json::{Value, json};
 
 use super::config::{Activation, ConfigError, ConfigKeys, Keys, ModelConfig, merged, missing};
-use super::synth::{Shape, SynthChoices, SynthRecipe, plain_rope};
+use super::synth::{Shape, SynthChoices, SynthRecipe, nest_under_text_config, plain_rope};
 use super::{Family, ReplyStyle, every_layout_readable};
 
 pub const GEMMA3_TEXT: Family = Family {
@@ -152,38 +152,14 @@ fn text_synth_config(config: &mut Value, shape: &Shape, choices: &SynthChoices) 
 }
 
 /// The text model's keys under `text_config`, and at the top level what a
-/// multimodal checkpoint keeps there: its type and class, the vocabulary,
-/// the token ids, the dtype and a vision config.
+/// multimodal checkpoint keeps there (`nest_under_text_config`) with a
+/// SigLIP vision config.
 fn multimodal_synth_config(config: &mut Value, shape: &Shape, choices: &SynthChoices) {
     text_synth_config(config, shape, choices);
-    let Some(text) = config.as_object_mut() else {
-        return;
-    };
-    let mut top = serde_json::Map::new();
-    let mut take = |key: &str, moved: bool| {
-        let value = if moved {
-            text.remove(key)
-        } else {
-            text.get(key).cloned()
-        };
-        if let Some(value) = value {
-            top.insert(key.to_owned(), value);
-        }
-    };
-    take("architectures", true);
-    for key in ["vocab_size", "eos_token_id", "bos_token_id", "torch_dtype"] {
-        take(key, false);
-    }
-    let synthetic = text.remove("ondo_synthetic");
-    text.insert("model_type".into(), json!("gemma3_text"));
-    top.insert("model_type".into(), json!("gemma3"));
-    top.insert(
-        "vision_config".into(),
+    nest_under_text_config(
+        config,
+        "gemma3_text",
+        "gemma3",
         json!({"model_type": "siglip_vision_model"}),
     );
-    if let Some(synthetic) = synthetic {
-        top.insert("ondo_synthetic".into(), synthetic);
-    }
-    top.insert("text_config".into(), Value::Object(std::mem::take(text)));
-    *config = Value::Object(top);
 }

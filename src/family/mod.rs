@@ -15,24 +15,33 @@ pub mod tensors;
 mod gemma3;
 mod gpt_oss;
 mod llama;
+mod ministral3;
 mod mistral;
+mod mistral3;
 mod phi3;
 mod qwen2;
 mod qwen3;
 mod qwen3_moe;
+mod smollm3;
 
 use serde_json::Value;
 
-pub use config::{Activation, ConfigError, ExpertsConfig, ExpertsKind, ModelConfig, RopeScaling};
+pub use config::{
+    Activation, ConfigError, ExpertsConfig, ExpertsKind, ModelConfig, PositionQueryScale,
+    RopeScaling,
+};
 pub use gemma3::{GEMMA3, GEMMA3_TEXT};
 pub use gpt_oss::GPT_OSS;
 pub use llama::LLAMA;
+pub use ministral3::MINISTRAL3;
 pub use mistral::MISTRAL;
+pub use mistral3::MISTRAL3;
 pub use phi3::PHI3;
 pub use quant::{QuantConfig, QuantMode, QuantParams};
 pub use qwen2::QWEN2;
 pub use qwen3::QWEN3;
 pub use qwen3_moe::QWEN3_MOE;
+pub use smollm3::SMOLLM3;
 pub use synth::SynthRecipe;
 
 /// One model family: everything about it that is not computation.
@@ -100,7 +109,7 @@ pub enum ToolCallSyntax {
 }
 
 /// Every family Ondo runs, in the order Ondo lists them.
-pub static FAMILIES: [&Family; 9] = [
+pub static FAMILIES: [&Family; 12] = [
     &LLAMA,
     &MISTRAL,
     &QWEN2,
@@ -110,6 +119,9 @@ pub static FAMILIES: [&Family; 9] = [
     &GEMMA3_TEXT,
     &GEMMA3,
     &PHI3,
+    &SMOLLM3,
+    &MINISTRAL3,
+    &MISTRAL3,
 ];
 
 /// The family that reads config.json's `model_type`.

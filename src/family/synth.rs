@@ -6,7 +6,7 @@
 //! (`tensors::plan`), so what synth writes is what the engine reads.
 
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// Llama 3's rope scaling (`rope_type: llama3`) as its config writes it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -143,4 +143,43 @@ fn no_own_keys(_: &mut Value, _: &Shape, _: &SynthChoices) {}
 pub fn plain_rope(shape: &mut Shape) {
     shape.rope_theta = 1_000_000.0;
     shape.rope_scaling = None;
+}
+
+/// A text model's config moved under `text_config` (its type
+/// `text_model_type`), and at the top level what a multimodal checkpoint
+/// keeps there: its type and class, the vocabulary, the token ids, the
+/// dtype and `vision_config`.
+pub fn nest_under_text_config(
+    config: &mut Value,
+    text_model_type: &str,
+    model_type: &str,
+    vision_config: Value,
+) {
+    let Some(text) = config.as_object_mut() else {
+        return;
+    };
+    let mut top = serde_json::Map::new();
+    let mut take = |key: &str, moved: bool| {
+        let value = if moved {
+            text.remove(key)
+        } else {
+            text.get(key).cloned()
+        };
+        if let Some(value) = value {
+            top.insert(key.to_owned(), value);
+        }
+    };
+    take("architectures", true);
+    for key in ["vocab_size", "eos_token_id", "bos_token_id", "torch_dtype"] {
+        take(key, false);
+    }
+    let synthetic = text.remove("ondo_synthetic");
+    text.insert("model_type".into(), json!(text_model_type));
+    top.insert("model_type".into(), json!(model_type));
+    top.insert("vision_config".into(), vision_config);
+    if let Some(synthetic) = synthetic {
+        top.insert("ondo_synthetic".into(), synthetic);
+    }
+    top.insert("text_config".into(), Value::Object(std::mem::take(text)));
+    *config = Value::Object(top);
 }

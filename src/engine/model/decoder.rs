@@ -19,7 +19,7 @@ use super::{JointProjection, Linear, QuantConfig};
 use crate::engine::LoadError;
 use crate::engine::cache::{AttentionMask, LayerCache};
 use crate::engine::weights::WeightMap;
-use crate::family::{Activation, ModelConfig, RopeScaling};
+use crate::family::{Activation, ModelConfig, PositionQueryScale, RopeScaling};
 
 /// Rotary position embedding over a head's first `dims` dimensions: a base
 /// and a position scale, or precomputed frequencies (llama3, longrope,
@@ -312,8 +312,8 @@ struct Attention {
     k_norm: Option<Array>,
     eps: f32,
     /// Rotates this layer's queries and keys (a sliding-window layer may
-    /// have its own base).
-    rope: Rope,
+    /// have its own base); `None` for a layer without rope (smollm3).
+    rope: Option<Rope>,
     /// gpt-oss's per-head sink logits.
     sinks: Option<Array>,
 }
@@ -356,6 +356,8 @@ pub struct Decoder {
     /// Multiplies the embeddings (gemma): rounded to bfloat16 as mlx-lm
     /// rounds it, in the model's float dtype.
     embed_scale: Option<Array>,
+    /// Multiplies the queries by position (ministral3).
+    query_scale: Option<PositionQueryScale>,
 }
 
 /// A norm scale as the layers apply it: gemma stores `w - 1`.
@@ -385,6 +387,20 @@ impl Decoder {
         let adds_one = config.norms_add_one;
         let root = config.weight_prefix.as_str();
         let w = &mut weights;
+        for (from, to) in &config.renamed_prefixes {
+            let renamed: Vec<String> = w
+                .tensors
+                .keys()
+                .filter(|k| k.starts_with(from.as_str()))
+                .cloned()
+                .collect();
+            for k in renamed {
+                if let Some(tensor) = w.tensors.remove(&k) {
+                    w.tensors
+                        .insert(format!("{to}{}", &k[from.len()..]), tensor);
+                }
+            }
+        }
         for prefix in &config.skipped_prefixes {
             let skipped: Vec<String> = w
                 .tensors
@@ -503,7 +519,11 @@ impl Decoder {
                     q_norm,
                     k_norm,
                     eps: config.rms_norm_eps,
-                    rope: Rope::new(config, config_path, window.is_some())?,
+                    rope: if config.uses_rope(i) {
+                        Some(Rope::new(config, config_path, window.is_some())?)
+                    } else {
+                        None
+                    },
                     sinks,
                 },
                 post_attention_layernorm: norm(
@@ -568,6 +588,7 @@ impl Decoder {
             lm_head,
             eps: config.rms_norm_eps,
             embed_scale,
+            query_scale: config.query_scale,
         };
         decoder.prepare_decode();
         Ok(decoder)
@@ -725,6 +746,10 @@ impl Decoder {
         if let Some(scale) = &self.embed_scale {
             h = ops::multiply(&h, scale)?;
         }
+        let query_scale = match &self.query_scale {
+            Some(scale) => position_query_scale(scale, length, position, h.dtype())?,
+            None => None,
+        };
         for (layer, kv) in self.layers.iter().zip(cache.iter_mut()) {
             let mask = masks
                 .iter()
@@ -737,7 +762,10 @@ impl Decoder {
                 )));
             }
             let normed = fast::rms_norm(&h, Some(&layer.input_layernorm), self.eps)?;
-            let (q, k, v) = layer.self_attn.project(&normed, &offset)?;
+            let (mut q, k, v) = layer.self_attn.project(&normed, &offset)?;
+            if let Some(scale) = &query_scale {
+                q = ops::multiply(&q, scale)?;
+            }
             let heads = layer.self_attn.attend(q, k, v, kv, mask)?;
             h = layer.finish(&h, &heads, self.eps)?;
         }
@@ -751,6 +779,34 @@ impl Decoder {
             None => self.embed_tokens.forward(hidden),
         }
     }
+}
+
+/// The queries' scale for `length` positions from `offset`, `[length, 1]`
+/// in `dtype`: `1 + beta * ln(1 + floor(p / original))` at position `p`,
+/// with mlx-lm's operations in its order (`_get_llama_4_attn_scale`).
+/// `None` while every position is below the original context, where the
+/// scale is exactly one.
+pub fn position_query_scale(
+    scale: &PositionQueryScale,
+    length: i32,
+    offset: i32,
+    dtype: mlx_rs::Dtype,
+) -> Result<Option<Array>, Exception> {
+    let original = scale.original_max_position_embeddings;
+    if i64::from(offset) + i64::from(length) <= i64::from(original) {
+        return Ok(None);
+    }
+    let positions = ops::add(
+        Array::arange::<_, i32>(0, length, 1)?,
+        Array::from_int(offset),
+    )?;
+    let windows = ops::floor(&ops::divide(&positions, Array::from_int(original as i32))?)?;
+    let grown = ops::log(&ops::add(Array::from_f32(1.0), &windows)?)?;
+    let factor = ops::add(
+        Array::from_f32(1.0),
+        ops::multiply(Array::from_f32(scale.beta), &grown)?,
+    )?;
+    Ok(Some(factor.reshape(&[length, 1])?.as_dtype(dtype)?))
 }
 
 impl Layer {
@@ -847,8 +903,7 @@ impl Attention {
                     .reshape(&[b, rotated + self.kv_heads, 1, self.head_dim])?;
             let [qk, v] = two(heads.split_at_indices(&[rotated], 1)?)?;
             let [q, k] = two(self
-                .rope
-                .apply(&qk, offset)?
+                .rotate(&qk, offset)?
                 .split_at_indices(&[self.heads], 1)?)?;
             return Ok((q, k, v));
         }
@@ -864,9 +919,18 @@ impl Attention {
         }
         // Rope positions count every token seen, also those a rotating
         // cache has dropped.
-        let q = self.rope.apply(&q, offset)?;
-        let k = self.rope.apply(&k, offset)?;
+        let q = self.rotate(&q, offset)?;
+        let k = self.rotate(&k, offset)?;
         Ok((q, k, v))
+    }
+
+    /// `x` rotated for positions from `offset`, or as it is in a layer
+    /// without rope.
+    fn rotate(&self, x: &Array, offset: &Array) -> Result<Array, Exception> {
+        match &self.rope {
+            Some(rope) => rope.apply(x, offset),
+            None => Ok(x.clone()),
+        }
     }
 
     /// Writes `k` and `v` into the cache and attends `q` over every cached
@@ -1017,6 +1081,32 @@ impl FeedForward {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn queries_scale_past_the_original_context_by_the_log_of_its_multiples() {
+        let scale = PositionQueryScale {
+            beta: 0.1,
+            original_max_position_embeddings: 16,
+        };
+        let f32 = mlx_rs::Dtype::Float32;
+        // Every position below 16: exactly one, so nothing to multiply.
+        assert!(position_query_scale(&scale, 16, 0, f32).unwrap().is_none());
+        // Positions 14 to 17, then 40 alone: floor(p / 16) is 0, 0, 1, 1
+        // and 2, so 1, 1, 1 + 0.1 ln 2 and 1 + 0.1 ln 3.
+        let values = position_query_scale(&scale, 4, 14, f32).unwrap().unwrap();
+        assert_eq!(values.shape(), &[4, 1]);
+        let expected = [1.0, 1.0, 1.069_314_7, 1.069_314_7];
+        for (got, want) in values.as_slice::<f32>().iter().zip(expected) {
+            assert!((got - want).abs() < 1e-6, "{got} vs {want}");
+        }
+        let one = position_query_scale(&scale, 1, 40, mlx_rs::Dtype::Bfloat16)
+            .unwrap()
+            .unwrap();
+        assert_eq!(one.dtype(), mlx_rs::Dtype::Bfloat16);
+        let value = one.as_dtype(f32).unwrap().as_slice::<f32>()[0];
+        // 1.1098612 rounded to bfloat16 (8 bits of mantissa): 1.109375.
+        assert_eq!(value, 1.109_375);
+    }
 
     #[test]
     fn rope_input_scale_is_made_once_per_dtype_in_that_dtype() {
