@@ -980,6 +980,30 @@ mod tests {
     }
 
     #[test]
+    fn smollm3_reasons_in_a_block_it_opens_and_calls_tools_in_tags() {
+        // No template text to go by: the family's style decides.
+        let thinking = ReplyFormat::detect("smollm3", None, Some("<|im_start|>assistant\n"), true);
+        assert_eq!(thinking, QWEN_TOOLS);
+        check(
+            thinking,
+            "<think>\nThe user wants Paris.\n</think>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+            &[
+                reasoning("The user wants Paris."),
+                call("get_weather", json!({"city": "Paris"})),
+            ],
+        );
+        // `/no_think`: the prompt closes an empty block, and the reply is
+        // the answer.
+        let direct = ReplyFormat::detect(
+            "smollm3",
+            None,
+            Some("<|im_start|>assistant\n<think>\n\n</think>\n"),
+            false,
+        );
+        check(direct, "Sunny in Paris.", &[answer("Sunny in Paris.")]);
+    }
+
+    #[test]
     fn several_tagged_calls_after_some_answer_text() {
         check(
             QWEN_TOOLS,

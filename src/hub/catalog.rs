@@ -39,7 +39,7 @@ pub struct CatalogEntry {
 /// The model offered when the user has not picked one; first in the catalog.
 pub const DEFAULT_MODEL: &str = "mlx-community/Llama-3.2-3B-Instruct-4bit";
 
-static CATALOG: [CatalogEntry; 14] = [
+static CATALOG: [CatalogEntry; 16] = [
     CatalogEntry {
         repo_id: DEFAULT_MODEL,
         display_name: "Llama 3.2 3B Instruct",
@@ -247,6 +247,51 @@ static CATALOG: [CatalogEntry; 14] = [
             "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
             "torch_dtype": "bfloat16"}"#,
     },
+    // SmolLM3 3B: every fourth layer rotates nothing (`no_rope_layers`).
+    // The size is worked out from the parameter count at 4.5 bits a
+    // weight, not read from the repo.
+    CatalogEntry {
+        repo_id: "mlx-community/SmolLM3-3B-4bit",
+        display_name: "SmolLM3 3B",
+        family: "smollm3",
+        parameters: 3_080_000_000,
+        quantization: "4-bit",
+        size_bytes: 1_740_000_000,
+        note: "Hugging Face's fully open small model: reasons step by step when asked, or answers directly; six European languages. Its size here is an estimate.",
+        config: r#"{"model_type": "smollm3", "hidden_size": 2048, "rms_norm_eps": 1e-6, "rope_theta": 5000000.0, "num_hidden_layers": 36,
+            "num_attention_heads": 16, "num_key_value_heads": 4, "intermediate_size": 11008,
+            "vocab_size": 128256, "tie_word_embeddings": true, "attention_bias": false, "mlp_bias": false,
+            "no_rope_layer_interval": 4,
+            "no_rope_layers": [1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0,
+                1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0],
+            "rope_scaling": null, "use_sliding_window": false, "sliding_window": null,
+            "max_position_embeddings": 65536, "torch_dtype": "bfloat16"}"#,
+    },
+    // Ministral 3 3B is a multimodal checkpoint (`mistral3`): the text model
+    // is `text_config` (`ministral3`), its rope and query scale under
+    // `rope_parameters`. The published count includes the vision encoder
+    // (about 0.4B); how the conversion stored it is not known here, so the
+    // size is approximate.
+    CatalogEntry {
+        repo_id: "mlx-community/Ministral-3-3B-Instruct-2512-4bit",
+        display_name: "Ministral 3 3B Instruct",
+        family: "mistral3",
+        parameters: 3_850_000_000,
+        quantization: "4-bit",
+        size_bytes: 2_300_000_000,
+        note: "Mistral's small model, with a long context: Ministral 3 3B's text model (the checkpoint's image part is not used). Its size here is approximate.",
+        config: r#"{"model_type": "mistral3", "torch_dtype": "bfloat16",
+            "text_config": {"model_type": "ministral3", "hidden_size": 3072, "intermediate_size": 9216,
+                "num_hidden_layers": 26, "num_attention_heads": 32, "num_key_value_heads": 8,
+                "head_dim": 128, "vocab_size": 131072, "rms_norm_eps": 1e-5,
+                "max_position_embeddings": 262144, "sliding_window": null,
+                "tie_word_embeddings": true,
+                "rope_parameters": {"type": "yarn", "rope_type": "yarn", "rope_theta": 1000000.0,
+                    "factor": 16.0, "original_max_position_embeddings": 16384,
+                    "max_position_embeddings": 262144, "beta_fast": 32.0, "beta_slow": 1.0,
+                    "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1}},
+            "vision_config": {"model_type": "pixtral", "hidden_size": 1024, "num_hidden_layers": 24}}"#,
+    },
 ];
 
 /// Every catalog entry, the default first.
@@ -363,9 +408,10 @@ mod tests {
                 .shape()
                 .unwrap_or_else(|err| panic!("{}: {err}", entry.repo_id));
             let counted = shape.parameters.expect("vocab and MLP sizes are given") as f64;
-            // Gemma 3 4B's published count includes the vision tower
-            // (about 0.42B), which the text model's config does not describe.
-            let published = if entry.family == "gemma3" {
+            // Gemma 3 4B's and Ministral 3's published counts include the
+            // vision tower (about 0.42B), which the text model's config does
+            // not describe.
+            let published = if ["gemma3", "mistral3"].contains(&entry.family) {
                 entry.parameters as f64 - 420e6
             } else {
                 entry.parameters as f64
