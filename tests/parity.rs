@@ -5,7 +5,9 @@
 //! first-step log-probabilities within a tolerance; a
 //! follow-up turn on a kept cache equal to recomputing from scratch; and
 //! Llama 3.2's scaled rope over a long prompt; Gemma 3 (text and
-//! multimodal) across its sliding window and Phi-3 with longrope; the joined
+//! multimodal) across its sliding window and Phi-3 with longrope; SmolLM3's
+//! layers without rope, Ministral 3 past its original context and Mistral 3's
+//! multimodal checkpoints (`assert_family_equals_mlx_lm`); the joined
 //! projections a GPU runs, and a 2048-token prompt's peak memory against
 //! mlx-lm's. The reference is Python mlx-lm 0.32.2 (on MLX 0.32.4) from the
 //! project venv.
@@ -481,6 +483,32 @@ fn moe_variants() -> [(&'static str, SynthOptions); 4] {
     ]
 }
 
+/// A copy of the model folder `from` at `to` whose `model.safetensors`
+/// holds the tensors `rewrite` makes of the original's.
+fn copy_with_tensors(
+    from: &Path,
+    to: &Path,
+    rewrite: impl FnOnce(
+        std::collections::HashMap<String, mlx_rs::Array>,
+    ) -> Vec<(String, mlx_rs::Array)>,
+) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name() != "model.safetensors" {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+    let tensors = mlx_rs::Array::load_safetensors(from.join("model.safetensors")).unwrap();
+    let rewritten = rewrite(tensors);
+    mlx_rs::Array::save_safetensors(
+        rewritten.iter().map(|(n, a)| (n, a)),
+        &std::collections::HashMap::<String, String>::new(),
+        to.join("model.safetensors"),
+    )
+    .unwrap();
+}
+
 /// transformers saves each expert's projections as their own tensors
 /// (`mlp.experts.{e}.up_proj.weight`); Ondo stacks them at load, as mlx-lm
 /// does, and answers exactly as from the stacked checkpoint.
@@ -491,36 +519,25 @@ fn qwen3_moe_experts_saved_one_by_one_load_as_stacked() {
     let options = variant(&family::QWEN3_MOE, None, WeightDtype::F32);
     let stacked = synthesize(root.path(), "stacked", &options);
     let per_expert = root.path().join("per-expert");
-    std::fs::create_dir_all(&per_expert).unwrap();
-    for entry in std::fs::read_dir(&stacked).unwrap() {
-        let entry = entry.unwrap();
-        if entry.file_name() != "model.safetensors" {
-            std::fs::copy(entry.path(), per_expert.join(entry.file_name())).unwrap();
-        }
-    }
-    let tensors = mlx_rs::Array::load_safetensors(stacked.join("model.safetensors")).unwrap();
-    let mut split = Vec::new();
-    for (name, array) in tensors {
-        match name.split_once(".switch_mlp.") {
-            Some((layer, projection)) => {
-                for e in 0..array.shape()[0] {
-                    split.push((format!("{layer}.experts.{e}.{projection}"), array.index(e)));
+    copy_with_tensors(&stacked, &per_expert, |tensors| {
+        let mut split = Vec::new();
+        for (name, array) in tensors {
+            match name.split_once(".switch_mlp.") {
+                Some((layer, projection)) => {
+                    for e in 0..array.shape()[0] {
+                        split.push((format!("{layer}.experts.{e}.{projection}"), array.index(e)));
+                    }
                 }
+                None => split.push((name, array)),
             }
-            None => split.push((name, array)),
         }
-    }
-    assert!(
+        assert!(
+            split
+                .iter()
+                .any(|(n, _)| n.ends_with("experts.7.down_proj.weight"))
+        );
         split
-            .iter()
-            .any(|(n, _)| n.ends_with("experts.7.down_proj.weight"))
-    );
-    mlx_rs::Array::save_safetensors(
-        split.iter().map(|(n, a)| (n, a)),
-        &std::collections::HashMap::<String, String>::new(),
-        per_expert.join("model.safetensors"),
-    )
-    .unwrap();
+    });
     let prompt = prompt_of(7);
     assert_eq!(
         ondo_first_logprobs(&per_expert, &prompt, DEFAULT_PREFILL_STEP_SIZE),
@@ -555,17 +572,13 @@ fn gpt_oss_equals_mlx_lm() {
         let dir = synthesize(root.path(), name, &options);
         compared +=
             sweep.assert_equal_to_mlx_lm(&engine, &python, &dir, &format!("gpt_oss {name}"));
-        for length in [7, 40] {
-            let prompt = prompt_of(length);
-            let logits_path = root.path().join(format!("{name}-{length}.json"));
-            let reference = mlx_lm_first_logprobs(&python, &dir, &prompt, &logits_path);
-            let ours = ondo_first_logprobs(&dir, &prompt, DEFAULT_PREFILL_STEP_SIZE);
-            let worst = largest_difference(&ours, &reference);
-            assert!(
-                worst <= 1e-4,
-                "gpt_oss {name}, prompt {length}: largest log-probability difference {worst}"
-            );
-        }
+        assert_first_logprobs_near_mlx_lm(
+            &python,
+            root.path(),
+            &dir,
+            &format!("gpt_oss {name}"),
+            &[7, 40],
+        );
     }
     assert_eq!(compared, 2 * 4 * 2);
 }
@@ -810,6 +823,28 @@ fn ondo_first_logprobs(dir: &Path, prompt: &[u32], step: usize) -> Vec<f32> {
         .unwrap();
     logprobs.eval().unwrap();
     logprobs.as_slice::<f32>().to_vec()
+}
+
+/// The first step's log-probabilities after prompts of each of `lengths`
+/// are within 1e-4 of mlx-lm's (its answers written under `scratch`).
+fn assert_first_logprobs_near_mlx_lm(
+    python: &Path,
+    scratch: &Path,
+    dir: &Path,
+    name: &str,
+    lengths: &[usize],
+) {
+    for &length in lengths {
+        let prompt = prompt_of(length);
+        let file = format!("{}-{length}.json", name.replace(' ', "-"));
+        let reference = mlx_lm_first_logprobs(python, dir, &prompt, &scratch.join(file));
+        let ours = ondo_first_logprobs(dir, &prompt, DEFAULT_PREFILL_STEP_SIZE);
+        let worst = largest_difference(&ours, &reference);
+        assert!(
+            worst <= 1e-4,
+            "{name}, prompt {length}: largest log-probability difference {worst}"
+        );
+    }
 }
 
 fn largest_difference(a: &[f32], b: &[f32]) -> f32 {
@@ -1104,17 +1139,7 @@ fn assert_family_equals_mlx_lm(
         let name = format!("{family_name}-{variant_name}");
         let dir = synthesize(root.path(), &name, options);
         compared += sweep.assert_equal_to_mlx_lm(&engine, &python, &dir, &name);
-        for &length in logprob_lengths {
-            let prompt = prompt_of(length);
-            let logits_path = root.path().join(format!("{name}-{length}.json"));
-            let reference = mlx_lm_first_logprobs(&python, &dir, &prompt, &logits_path);
-            let ours = ondo_first_logprobs(&dir, &prompt, DEFAULT_PREFILL_STEP_SIZE);
-            let worst = largest_difference(&ours, &reference);
-            assert!(
-                worst <= 1e-4,
-                "{name}, prompt {length}: largest log-probability difference {worst}"
-            );
-        }
+        assert_first_logprobs_near_mlx_lm(&python, root.path(), &dir, &name, logprob_lengths);
     }
     let name = format!("{family_name}-follow-up");
     let dir = synthesize(root.path(), &name, follow_up);
@@ -1222,39 +1247,28 @@ fn mistral3_equals_mlx_lm() {
     options.preset.shape.tie_word_embeddings = false;
     let mlx_spelling = synthesize(root.path(), "mlx", &options);
     let transformers_spelling = root.path().join("transformers");
-    std::fs::create_dir_all(&transformers_spelling).unwrap();
-    for entry in std::fs::read_dir(&mlx_spelling).unwrap() {
-        let entry = entry.unwrap();
-        if entry.file_name() != "model.safetensors" {
-            std::fs::copy(entry.path(), transformers_spelling.join(entry.file_name())).unwrap();
-        }
-    }
-    let tensors = mlx_rs::Array::load_safetensors(mlx_spelling.join("model.safetensors")).unwrap();
-    let respelled: Vec<(String, mlx_rs::Array)> = tensors
-        .into_iter()
-        .map(|(name, array)| {
-            let name = if let Some(rest) = name.strip_prefix("language_model.model.") {
-                format!("model.language_model.{rest}")
-            } else if let Some(rest) = name.strip_prefix("language_model.") {
-                rest.to_owned()
-            } else {
-                format!("model.{name}")
-            };
-            (name, array)
-        })
-        .collect();
-    assert!(respelled.iter().any(|(n, _)| n == "lm_head.weight"));
-    assert!(
+    copy_with_tensors(&mlx_spelling, &transformers_spelling, |tensors| {
+        let respelled: Vec<(String, mlx_rs::Array)> = tensors
+            .into_iter()
+            .map(|(name, array)| {
+                let name = if let Some(rest) = name.strip_prefix("language_model.model.") {
+                    format!("model.language_model.{rest}")
+                } else if let Some(rest) = name.strip_prefix("language_model.") {
+                    rest.to_owned()
+                } else {
+                    format!("model.{name}")
+                };
+                (name, array)
+            })
+            .collect();
+        assert!(respelled.iter().any(|(n, _)| n == "lm_head.weight"));
+        assert!(
+            respelled
+                .iter()
+                .any(|(n, _)| n.starts_with("model.vision_tower."))
+        );
         respelled
-            .iter()
-            .any(|(n, _)| n.starts_with("model.vision_tower."))
-    );
-    mlx_rs::Array::save_safetensors(
-        respelled.iter().map(|(n, a)| (n, a)),
-        &std::collections::HashMap::<String, String>::new(),
-        transformers_spelling.join("model.safetensors"),
-    )
-    .unwrap();
+    });
     let prompt = prompt_of(7);
     assert_eq!(
         ondo_first_logprobs(&transformers_spelling, &prompt, DEFAULT_PREFILL_STEP_SIZE),

@@ -118,7 +118,7 @@ fn synth_config(config: &mut Value, shape: &Shape, choices: &SynthChoices) {
     let layers = shape.num_hidden_layers;
     let types: Vec<&str> = (0..layers)
         .map(|i| {
-            if (layers - 1 - i) % 2 == 0 {
+            if (layers - 1 - i).is_multiple_of(2) {
                 "full_attention"
             } else {
                 "sliding_attention"

@@ -360,6 +360,15 @@ pub struct Decoder {
     query_scale: Option<PositionQueryScale>,
 }
 
+/// The names of the tensors in `w` that start with `prefix`.
+fn names_starting_with(w: &WeightMap, prefix: &str) -> Vec<String> {
+    w.tensors
+        .keys()
+        .filter(|k| k.starts_with(prefix))
+        .cloned()
+        .collect()
+}
+
 /// A norm scale as the layers apply it: gemma stores `w - 1`.
 fn norm_scale(weight: Array, adds_one: bool) -> Result<Array, LoadError> {
     if !adds_one {
@@ -388,13 +397,7 @@ impl Decoder {
         let root = config.weight_prefix.as_str();
         let w = &mut weights;
         for (from, to) in &config.renamed_prefixes {
-            let renamed: Vec<String> = w
-                .tensors
-                .keys()
-                .filter(|k| k.starts_with(from.as_str()))
-                .cloned()
-                .collect();
-            for k in renamed {
+            for k in names_starting_with(w, from) {
                 if let Some(tensor) = w.tensors.remove(&k) {
                     w.tensors
                         .insert(format!("{to}{}", &k[from.len()..]), tensor);
@@ -402,13 +405,7 @@ impl Decoder {
             }
         }
         for prefix in &config.skipped_prefixes {
-            let skipped: Vec<String> = w
-                .tensors
-                .keys()
-                .filter(|k| k.starts_with(prefix.as_str()))
-                .cloned()
-                .collect();
-            for k in skipped {
+            for k in names_starting_with(w, prefix) {
                 w.discard(&k);
             }
         }
