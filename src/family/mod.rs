@@ -14,6 +14,7 @@ pub mod tensors;
 
 mod gemma3;
 mod gpt_oss;
+mod lfm2;
 mod llama;
 mod mistral;
 mod phi3;
@@ -23,9 +24,13 @@ mod qwen3_moe;
 
 use serde_json::Value;
 
-pub use config::{Activation, ConfigError, ExpertsConfig, ExpertsKind, ModelConfig, RopeScaling};
+pub use config::{
+    Activation, ConfigError, ExpertsConfig, ExpertsKind, ModelConfig, RopeScaling, ShortConvConfig,
+    TensorNames,
+};
 pub use gemma3::{GEMMA3, GEMMA3_TEXT};
 pub use gpt_oss::GPT_OSS;
+pub use lfm2::LFM2;
 pub use llama::LLAMA;
 pub use mistral::MISTRAL;
 pub use phi3::PHI3;
@@ -100,7 +105,7 @@ pub enum ToolCallSyntax {
 }
 
 /// Every family Ondo runs, in the order Ondo lists them.
-pub static FAMILIES: [&Family; 9] = [
+pub static FAMILIES: [&Family; 10] = [
     &LLAMA,
     &MISTRAL,
     &QWEN2,
@@ -110,6 +115,7 @@ pub static FAMILIES: [&Family; 9] = [
     &GEMMA3_TEXT,
     &GEMMA3,
     &PHI3,
+    &LFM2,
 ];
 
 /// The family that reads config.json's `model_type`.
