@@ -10,6 +10,8 @@
 //! is `hidden_size / num_attention_heads` wide whatever `head_dim` says;
 //! the head is always the embedding (mlx-lm's `as_linear`); the final norm
 //! is `embedding_norm`. Defaults and rules are mlx-lm's `models/lfm2.py`.
+//! Tool calls are a Python-style list between `<|tool_call_start|>` and
+//! `<|tool_call_end|>`.
 
 use serde_json::{Value, json};
 
@@ -17,7 +19,7 @@ use super::config::{
     ConfigError, ConfigKeys, Keys, ModelConfig, ShortConvConfig, TensorNames, missing,
 };
 use super::synth::{Shape, SynthChoices, SynthRecipe};
-use super::{Family, ReplyStyle, every_layout_readable};
+use super::{Family, ReplyStyle, ToolCallSyntax, every_layout_readable};
 
 pub const LFM2: Family = Family {
     model_type: "lfm2",
@@ -25,7 +27,11 @@ pub const LFM2: Family = Family {
     about: "Liquid AI's LFM2 (short convolutions beside attention)",
     settle,
     unreadable_layout: every_layout_readable,
-    reply: ReplyStyle::PLAIN,
+    reply: ReplyStyle {
+        harmony: false,
+        thinks: false,
+        tool_calls: ToolCallSyntax::PythonList,
+    },
     synth: SynthRecipe {
         adjust,
         config: synth_config,

@@ -102,6 +102,9 @@ pub enum ToolCallSyntax {
     /// {...}}` separated by `;`, optionally after `<|python_tag|>` (Llama
     /// 3.1, 3.2): only at the start of the answer.
     BareJson,
+    /// `<|tool_call_start|>[name(key="value", n=1), ...]<|tool_call_end|>`:
+    /// a Python-style list of calls with keyword arguments (LFM2).
+    PythonList,
 }
 
 /// Every family Ondo runs, in the order Ondo lists them.
