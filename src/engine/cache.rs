@@ -920,8 +920,8 @@ impl CacheSnapshot {
                     layer.offset()
                 )));
             }
-            match kept {
-                Some(state) => *layer = state.snapshot().unwrap_or(LayerCache::new(None)),
+            match kept.as_ref().and_then(LayerCache::snapshot) {
+                Some(state) => *layer = state,
                 None => {
                     layer.trim(behind)?;
                 }
