@@ -1208,6 +1208,37 @@ mod tests {
     }
 
     #[test]
+    fn a_recurrent_layer_goes_back_to_its_snapshot_matrix_and_inputs() {
+        let mut state = RecurrentState::new(3);
+        state.conv.extend(&inputs(0, 4)).unwrap();
+        state.set_matrix(ops::ones::<f32>(&[1, 2, 3, 4]).unwrap());
+        let mut cache = vec![LayerCache::new(None), LayerCache::Recurrent(state)];
+        cache[0]
+            .update_and_fetch(&positions(0, 4), &positions(0, 4))
+            .unwrap();
+        let snapshot = CacheSnapshot::take(&cache).unwrap();
+        // The matrix and the convolution's 2 inputs, in f32.
+        assert_eq!(snapshot.nbytes(), 24 * 4 + 2 * 2 * 4);
+        let recurrent = cache[1].recurrent_mut().unwrap();
+        recurrent.conv.extend(&inputs(4, 3)).unwrap();
+        let doubled = ops::multiply(recurrent.matrix().unwrap(), Array::from_f32(2.0)).unwrap();
+        recurrent.set_matrix(doubled);
+        cache[0]
+            .update_and_fetch(&positions(4, 3), &positions(4, 3))
+            .unwrap();
+        snapshot.restore(&mut cache).unwrap();
+        assert!(cache.iter().all(|l| l.offset() == 4));
+        let LayerCache::Recurrent(back) = &cache[1] else {
+            panic!("a restored recurrent layer stays one");
+        };
+        assert_eq!(values(back.matrix().unwrap()), vec![1.; 24]);
+        assert_eq!(
+            values(back.conv.inputs.as_ref().unwrap()),
+            vec![2., -2., 3., -3.]
+        );
+    }
+
+    #[test]
     fn kv_rows_of_different_lengths_stack_left_padded_and_split_back() {
         let mut short = LayerCache::new(None);
         short
