@@ -9,7 +9,8 @@
 //! layers without rope, Ministral 3 past its original context and Mistral 3's
 //! multimodal checkpoints (`assert_family_equals_mlx_lm`); the joined
 //! projections a GPU runs, and a 2048-token prompt's peak memory against
-//! mlx-lm's. The reference is Python mlx-lm 0.32.2 (on MLX 0.32.4) from the
+//! mlx-lm's; LFM2's short convolutions the same way, and a conversation on
+//! its convolution states that prefills only what its cache lacks. The reference is Python mlx-lm 0.32.2 (on MLX 0.32.4) from the
 //! project venv.
 
 use std::io::{BufRead, BufReader, Write};
@@ -1274,4 +1275,209 @@ fn mistral3_equals_mlx_lm() {
         ondo_first_logprobs(&transformers_spelling, &prompt, DEFAULT_PREFILL_STEP_SIZE),
         ondo_first_logprobs(&mlx_spelling, &prompt, DEFAULT_PREFILL_STEP_SIZE),
     );
+}
+
+/// LFM2 (short-convolution layers beside attention) in floats and 4-bit:
+/// greedy ids equal mlx-lm's for a 1-, 7- and 300-token prompt, the last
+/// in one pass and in 128-token chunks (each chunk's convolution reads the
+/// state the one before left), in both loop shapes, with a growing cache
+/// and a rotating one on the attention layers.
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
+fn lfm2_greedy_tokens_equal_mlx_lm() {
+    let python = python();
+    let root = tempfile::tempdir().unwrap();
+    let engine = EngineHandle::spawn().unwrap();
+    let sweep = Sweep {
+        tokens: GENERATE,
+        shapes: &[(1, 2048), (7, 2048), (300, 2048), (300, SMALL_PREFILL_STEP)],
+        max_kv_sizes: &[None, Some(ROTATING_SIZE)],
+    };
+    let mut compared = 0;
+    for (name, options) in [
+        ("lfm2-f32", variant(&family::LFM2, None, WeightDtype::F32)),
+        ("lfm2-q4", variant(&family::LFM2, Some(4), WeightDtype::F32)),
+    ] {
+        compared += sweep.assert_equal_to_mlx_lm(
+            &engine,
+            &python,
+            &synthesize(root.path(), name, &options),
+            name,
+        );
+    }
+    assert_eq!(compared, 2 * 4 * 2 * 2);
+}
+
+/// LFM2's first step: log-probabilities within 1e-4 of mlx-lm's, for a
+/// prompt in one pass and in chunks of 128, in floats and 4-bit.
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
+fn lfm2_first_step_log_probabilities_match_mlx_lm() {
+    let python = python();
+    let root = tempfile::tempdir().unwrap();
+    for (name, options) in [
+        ("lfm2-f32", variant(&family::LFM2, None, WeightDtype::F32)),
+        ("lfm2-q4", variant(&family::LFM2, Some(4), WeightDtype::F32)),
+    ] {
+        let dir = synthesize(root.path(), name, &options);
+        for length in [7, 300] {
+            let prompt = prompt_of(length);
+            let logits_path = root.path().join(format!("{name}-{length}.json"));
+            let reference = mlx_lm_first_logprobs(&python, &dir, &prompt, &logits_path);
+            for step in [DEFAULT_PREFILL_STEP_SIZE, SMALL_PREFILL_STEP] {
+                let ours = ondo_first_logprobs(&dir, &prompt, step);
+                let worst = largest_difference(&ours, &reference);
+                assert!(
+                    worst <= 1e-4,
+                    "{name}, prompt {length}, step {step}: largest log-probability \
+                     difference {worst} > 1e-4"
+                );
+            }
+        }
+    }
+}
+
+/// An LFM2 chat's second turn on the kept cache equals mlx-lm's follow-up
+/// and a fresh run of the whole conversation. The history re-renders the
+/// first answer to other ids than were generated, and a convolution state
+/// cannot drop them: mlx-lm starts over, Ondo goes back to the snapshot it
+/// kept at the end of the first prompt's prefill (all but its last token).
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
+fn lfm2_follow_up_turn_on_the_kept_cache_equals_mlx_lm_and_a_fresh_run() {
+    let python = python();
+    let root = tempfile::tempdir().unwrap();
+    let engine = EngineHandle::spawn().unwrap();
+    let options = variant(&family::LFM2, Some(4), WeightDtype::F32);
+    let dir = synthesize(root.path(), "lfm2-q4", &options);
+    let (first, second) = ("What is the temperature today?", "And tomorrow?");
+    let reference = mlx_lm_generate(
+        &python,
+        &dir,
+        &[
+            "--prompt",
+            first,
+            "--chat",
+            "--max-tokens",
+            "12",
+            "--followup",
+            second,
+            "--followup-tokens",
+            "12",
+        ],
+    );
+    let chat = |messages: Vec<ChatMessage>, conversation: Option<&str>| {
+        let request = GenerateRequest {
+            max_tokens: 12,
+            ignore_eos: true,
+            conversation: conversation.map(str::to_owned),
+            ..GenerateRequest::new(&dir, Prompt::chat(None, messages))
+        };
+        engine
+            .generate_blocking(request, CancelToken::new(), |_| {})
+            .expect("Ondo generates")
+    };
+    let turn1 = chat(vec![ChatMessage::user(first)], Some("c"));
+    assert_eq!(turn1.token_ids, ids(&reference["generated_ids"]), "turn 1");
+    let history = vec![
+        ChatMessage::user(first),
+        ChatMessage::assistant(turn1.raw_text.clone()),
+        ChatMessage::user(second),
+    ];
+    let turn2 = chat(history.clone(), Some("c"));
+    assert_eq!(
+        turn2.stats.prompt_tokens,
+        ids(&reference["followup_prompt_ids"]).len()
+    );
+    assert_eq!(
+        reference["followup_cached_tokens"].as_u64(),
+        Some(0),
+        "mlx-lm cannot trim the answer's tail and starts over"
+    );
+    assert_eq!(
+        turn2.stats.cached_tokens,
+        turn1.stats.prompt_tokens - 1,
+        "Ondo reuses the first prompt up to its last token"
+    );
+    assert_eq!(
+        turn2.stats.cached_tokens + turn2.stats.prefill_tokens,
+        turn2.stats.prompt_tokens
+    );
+    assert_eq!(
+        turn2.token_ids,
+        ids(&reference["followup_generated_ids"]),
+        "turn 2 equals mlx-lm's"
+    );
+    let fresh = chat(history, None);
+    assert_eq!(fresh.stats.cached_tokens, 0);
+    assert_eq!(fresh.token_ids, turn2.token_ids, "reuse equals recompute");
+}
+
+/// A conversation on LFM2, whose convolution states cannot be trimmed:
+/// the second turn (the first turn's prompt and answer, then new tokens)
+/// prefills only the new tokens, and a turn that branches inside the first
+/// answer goes back to the snapshot kept at the end of the first prompt's
+/// prefill; each answers token for token as a one-pass run of its whole
+/// prompt, in both loop shapes.
+#[test]
+fn an_lfm2_conversation_prefills_only_what_its_cache_lacks() {
+    let root = tempfile::tempdir().unwrap();
+    let engine = EngineHandle::spawn().unwrap();
+    let options = variant(&family::LFM2, None, WeightDtype::F32);
+    let dir = synthesize(root.path(), "lfm2-f32", &options);
+    for shape in [LoopShape::Pipelined, LoopShape::Sync] {
+        let run = |prompt: &[u32], conversation: Option<String>| {
+            let request = GenerateRequest {
+                max_tokens: 8,
+                ignore_eos: true,
+                loop_shape: shape,
+                conversation,
+                ..GenerateRequest::new(
+                    &dir,
+                    Prompt::Tokens {
+                        ids: prompt.to_vec(),
+                    },
+                )
+            };
+            engine
+                .generate_blocking(request, CancelToken::new(), |_| {})
+                .expect("Ondo generates")
+        };
+        let id = Some(format!("lfm2-{shape}"));
+        let first = prompt_of(20);
+        let turn1 = run(&first, id.clone());
+        assert_eq!(turn1.stats.cached_tokens, 0);
+
+        let mut second = first.clone();
+        second.extend(&turn1.token_ids);
+        second.extend([11, 12, 13, 14, 15]);
+        let turn2 = run(&second, id.clone());
+        assert_eq!(
+            (turn2.stats.cached_tokens, turn2.stats.prefill_tokens),
+            (28, 5),
+            "loop {shape}: the first turn's 20 + 8 tokens are reused"
+        );
+        assert_eq!(
+            turn2.token_ids,
+            run(&second, None).token_ids,
+            "loop {shape}: turn 2 equals a one-pass run"
+        );
+
+        // Branches after the first prompt: the latest snapshot within the
+        // common prefix is the first prompt's prefill (all but its last
+        // token).
+        let mut branch = first.clone();
+        branch.extend([21, 22, 23]);
+        let turn3 = run(&branch, id);
+        assert_eq!(
+            (turn3.stats.cached_tokens, turn3.stats.prefill_tokens),
+            (19, 4),
+            "loop {shape}: back to the snapshot at the first prompt's prefill"
+        );
+        assert_eq!(
+            turn3.token_ids,
+            run(&branch, None).token_ids,
+            "loop {shape}: the branch equals a one-pass run"
+        );
+    }
 }

@@ -1,10 +1,30 @@
-//! The KV cache, outside the model: one per attention layer. `KvCache` grows
-//! in steps of `STEP` positions and writes each new position into the spare
-//! room, so a decode step costs a slice update rather than a copy of the
-//! whole cache (what concatenating per token would cost). `RotatingKvCache`
-//! holds at most `max_kv_size` positions for long conversations: it keeps
-//! the first tokens and overwrites the oldest of the rest, with mlx-lm's
-//! semantics so both produce the same tokens.
+//! The cache of a model, outside the model: one `LayerCache` per layer, of
+//! one of four kinds.
+//!
+//! - `KvCache` (growing KV) grows in steps of `STEP` positions and writes
+//!   each new position into the spare room, so a decode step costs a slice
+//!   update rather than a copy of the whole cache.
+//! - `RotatingKvCache` holds at most `max_kv_size` positions for long
+//!   conversations (or a sliding window): it keeps the first tokens and
+//!   overwrites the oldest of the rest, with mlx-lm's semantics.
+//! - `ConvState` holds the last `kernel - 1` inputs of a short causal
+//!   convolution (LFM2's short-convolution layers): constant in length.
+//! - `RecurrentState` holds a gated-delta layer's convolution inputs and its
+//!   recurrent matrix `[B, heads, v_dim, k_dim]`: constant in length too.
+//!
+//! KV kinds can drop their last positions exactly (`trim`); state kinds
+//! cannot (every token is mixed into the state), so a prefix is reused
+//! through a `CacheSnapshot` taken at a token boundary: the state layers'
+//! arrays (small and constant-size; MLX arrays are immutable, so a handle
+//! keeps those values) and the position, to which the KV layers are
+//! trimmed. KV layers are never snapshotted by keeping array handles: a
+//! second reference to a KV buffer stops MLX from donating it to the next
+//! slice update, and every decode step's write would become a copy.
+//!
+//! The batch operations (`stack`, `split`, `filter`) join one-row caches
+//! into one batch, take it apart again and keep some rows: the KV kinds
+//! left-pad each row to the longest and record each row's padding, as
+//! mlx-lm's `BatchKVCache` does.
 
 use mlx_rs::error::Exception;
 use mlx_rs::ops::indexing::IndexOp;
@@ -62,6 +82,25 @@ fn write_positions(
     }
 }
 
+/// Why a cache cannot do what was asked of it.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error(
+        "a {kind} cannot drop positions (every token is mixed into its state); restore a \
+         snapshot taken at or before the position, or start over"
+    )]
+    CannotTrim { kind: &'static str },
+    #[error(
+        "a rotating KV cache that has wrapped no longer holds the positions it would go back \
+         to; start over"
+    )]
+    Wrapped,
+    #[error("{0}")]
+    Mismatch(String),
+    #[error(transparent)]
+    Mlx(#[from] Exception),
+}
+
 /// Keys and values of one attention layer, `[batch, kv_heads, positions, head_dim]`.
 #[derive(Default)]
 pub struct KvCache {
@@ -69,12 +108,40 @@ pub struct KvCache {
     values: Option<Array>,
     /// Positions in use; the arrays may hold more (spare room).
     offset: i32,
+    /// In a batch: the padding positions before each row's first token
+    /// (rows are left-padded to the longest). Empty for one row.
+    left_padding: Vec<i32>,
 }
 
 impl KvCache {
     /// Positions already cached (the rope offset of the next token).
     pub fn offset(&self) -> i32 {
         self.offset
+    }
+
+    /// In a batch, the padding positions before each row's first token.
+    pub fn left_padding(&self) -> &[i32] {
+        &self.left_padding
+    }
+
+    /// The used keys and values, without spare room.
+    fn used(&self) -> Option<(Array, Array)> {
+        let (k, v) = (self.keys.as_ref()?, self.values.as_ref()?);
+        Some((
+            k.index((.., .., ..self.offset, ..)),
+            v.index((.., .., ..self.offset, ..)),
+        ))
+    }
+
+    /// A cache holding exactly `keys` and `values` (`[B, H, n, D]`).
+    fn holding(keys: Array, values: Array, left_padding: Vec<i32>) -> Self {
+        let offset = keys.shape()[2];
+        Self {
+            keys: Some(keys),
+            values: Some(values),
+            offset,
+            left_padding,
+        }
     }
 
     /// Appends `keys` and `values` (`[B, H, n, D]`) and returns the keys and
@@ -322,10 +389,138 @@ impl RotatingKvCache {
     }
 }
 
-/// One layer's cache, of either kind.
+/// The last `kernel - 1` inputs of a short causal convolution over time,
+/// `[B, kernel - 1, channels]`: what the next positions' convolution reads
+/// before their own inputs. Its size does not depend on the context.
+#[derive(Clone)]
+pub struct ConvState {
+    /// `None` before the first position (zeros, as the convolution's
+    /// left padding).
+    inputs: Option<Array>,
+    kernel: i32,
+    /// Positions seen.
+    offset: i32,
+}
+
+impl ConvState {
+    /// An empty state for a convolution of `kernel` positions.
+    pub fn new(kernel: i32) -> Self {
+        Self {
+            inputs: None,
+            kernel: kernel.max(1),
+            offset: 0,
+        }
+    }
+
+    /// Inputs the state keeps (`kernel - 1`).
+    pub fn kept(&self) -> i32 {
+        self.kernel - 1
+    }
+
+    /// Positions seen so far.
+    pub fn offset(&self) -> i32 {
+        self.offset
+    }
+
+    /// Puts the held inputs before `x` (`[B, n, channels]`) and keeps the
+    /// last `kernel - 1` of the result; returns the `[B, kernel - 1 + n,
+    /// channels]` inputs a convolution without padding reads to give `n`
+    /// outputs.
+    pub fn extend(&mut self, x: &Array) -> Result<Array, Exception> {
+        let shape = x.shape();
+        if shape.len() != 3 {
+            return Err(Exception::custom(format!(
+                "a convolution state takes [batch, positions, channels], not {shape:?}"
+            )));
+        }
+        let (batch, added, channels) = (shape[0], shape[1], shape[2]);
+        let keep = self.kept();
+        self.offset += added;
+        if keep == 0 {
+            return Ok(x.clone());
+        }
+        let held = match self.inputs.take() {
+            Some(held) => held,
+            None => ops::zeros_dtype(&[batch, keep, channels], x.dtype())?,
+        };
+        let padded = ops::concatenate(&[held, x.clone()], 1)?;
+        let total = keep + added;
+        self.inputs = Some(if added == 1 {
+            // A decode step's inputs are `kernel` positions: a view of them
+            // keeps nothing larger alive.
+            padded.index((.., (total - keep).., ..))
+        } else {
+            // A chunk's are thousands: a view would keep the whole chunk's
+            // buffer alive (and every snapshot of it), so gather the rows
+            // into a buffer of their own.
+            let rows = Array::arange::<_, i32>(total - keep, total, 1)?;
+            padded.take_axis(&rows, 1)?
+        });
+        Ok(padded)
+    }
+
+    /// Bytes of the kept inputs.
+    pub fn nbytes(&self) -> usize {
+        self.inputs.as_ref().map_or(0, Array::nbytes)
+    }
+
+    fn arrays(&self) -> Vec<&Array> {
+        self.inputs.iter().collect()
+    }
+}
+
+/// A gated-delta (DeltaNet) layer's state: the short convolution before the
+/// recurrence and the recurrent matrix `[B, heads, v_dim, k_dim]` each
+/// position updates. Both are constant in context length.
+#[derive(Clone)]
+pub struct RecurrentState {
+    pub conv: ConvState,
+    matrix: Option<Array>,
+}
+
+impl RecurrentState {
+    /// An empty state whose convolution spans `conv_kernel` positions.
+    pub fn new(conv_kernel: i32) -> Self {
+        Self {
+            conv: ConvState::new(conv_kernel),
+            matrix: None,
+        }
+    }
+
+    /// Positions seen (counted by the convolution, which every position
+    /// passes through).
+    pub fn offset(&self) -> i32 {
+        self.conv.offset()
+    }
+
+    /// The recurrent matrix, `None` before the first position (zeros).
+    pub fn matrix(&self) -> Option<&Array> {
+        self.matrix.as_ref()
+    }
+
+    /// Replaces the recurrent matrix with the one after the latest positions.
+    pub fn set_matrix(&mut self, matrix: Array) {
+        self.matrix = Some(matrix);
+    }
+
+    /// Bytes of the convolution inputs and the matrix.
+    pub fn nbytes(&self) -> usize {
+        self.conv.nbytes() + self.matrix.as_ref().map_or(0, Array::nbytes)
+    }
+
+    fn arrays(&self) -> Vec<&Array> {
+        let mut out = self.conv.arrays();
+        out.extend(self.matrix.iter());
+        out
+    }
+}
+
+/// One layer's cache, of one of the four kinds.
 pub enum LayerCache {
     Growing(KvCache),
     Rotating(RotatingKvCache),
+    Conv(ConvState),
+    Recurrent(RecurrentState),
 }
 
 impl LayerCache {
@@ -340,7 +535,6 @@ impl LayerCache {
         }
     }
 
-    /// Positions seen so far (the rope offset of the next token).
     /// The cache of a sliding-window layer: it holds the last `window`
     /// positions (plus one prefill chunk) and keeps no leading tokens, as
     /// mlx-lm's sliding-window layers do.
@@ -348,11 +542,30 @@ impl LayerCache {
         LayerCache::Rotating(RotatingKvCache::new(window, 0))
     }
 
+    /// Positions seen so far (the rope offset of the next token).
     pub fn offset(&self) -> i32 {
         match self {
             LayerCache::Growing(c) => c.offset(),
             LayerCache::Rotating(c) => c.offset,
+            LayerCache::Conv(c) => c.offset(),
+            LayerCache::Recurrent(c) => c.offset(),
         }
+    }
+
+    /// What the kind is, in words (for errors).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LayerCache::Growing(_) => "growing KV cache",
+            LayerCache::Rotating(_) => "rotating KV cache",
+            LayerCache::Conv(_) => "convolution state",
+            LayerCache::Recurrent(_) => "recurrent state",
+        }
+    }
+
+    /// Whether the layer keeps a state of constant size rather than keys
+    /// and values (what a snapshot holds).
+    pub fn is_state(&self) -> bool {
+        matches!(self, LayerCache::Conv(_) | LayerCache::Recurrent(_))
     }
 
     /// Appends `[B, H, n, D]` keys and values; returns what attention sees.
@@ -365,6 +578,10 @@ impl LayerCache {
             LayerCache::Growing(c) => c.update_and_fetch(keys, values),
             LayerCache::Rotating(c) if keys.shape()[2] == 1 => c.append_one(keys, values),
             LayerCache::Rotating(c) => c.append_many(keys, values),
+            LayerCache::Conv(_) | LayerCache::Recurrent(_) => Err(Exception::custom(format!(
+                "an attention layer was given a {} instead of a KV cache",
+                self.kind()
+            ))),
         }
     }
 
@@ -372,34 +589,44 @@ impl LayerCache {
     pub fn mask(&self, n: i32) -> Result<AttentionMask, Exception> {
         match self {
             LayerCache::Growing(_) if n > 1 => Ok(AttentionMask::Causal),
-            LayerCache::Growing(_) => Ok(AttentionMask::None),
             LayerCache::Rotating(c) => c.mask(n),
+            _ => Ok(AttentionMask::None),
         }
     }
 
     /// True while the last positions can still be dropped exactly (a
-    /// rotating cache that has wrapped has overwritten what came before).
+    /// rotating cache that has wrapped has overwritten what came before;
+    /// a state mixes every position in).
     pub fn can_trim(&self) -> bool {
         match self {
             LayerCache::Growing(_) => true,
             LayerCache::Rotating(c) => c.offset < c.max_size,
+            LayerCache::Conv(_) | LayerCache::Recurrent(_) => false,
         }
     }
 
-    /// Forgets the last `n` positions; returns how many were dropped.
-    pub fn trim(&mut self, n: i32) -> i32 {
+    /// Forgets the last `n` positions; returns how many were dropped, or
+    /// why it cannot.
+    pub fn trim(&mut self, n: i32) -> Result<i32, CacheError> {
+        if n <= 0 {
+            return Ok(0);
+        }
         match self {
-            LayerCache::Growing(c) => c.trim(n),
-            LayerCache::Rotating(c) => {
+            LayerCache::Growing(c) => Ok(c.trim(n)),
+            LayerCache::Rotating(c) if c.offset < c.max_size => {
                 let dropped = n.clamp(0, c.offset);
                 c.offset -= dropped;
                 c.write_at -= dropped;
-                dropped
+                Ok(dropped)
+            }
+            LayerCache::Rotating(_) => Err(CacheError::Wrapped),
+            LayerCache::Conv(_) | LayerCache::Recurrent(_) => {
+                Err(CacheError::CannotTrim { kind: self.kind() })
             }
         }
     }
 
-    /// Bytes of the positions held.
+    /// Bytes of the positions or state held.
     pub fn nbytes(&self) -> usize {
         match self {
             LayerCache::Growing(c) => c.nbytes(),
@@ -412,6 +639,8 @@ impl LayerCache {
                 };
                 held(&c.keys) + held(&c.values)
             }
+            LayerCache::Conv(c) => c.nbytes(),
+            LayerCache::Recurrent(c) => c.nbytes(),
         }
     }
 
@@ -420,7 +649,285 @@ impl LayerCache {
         match self {
             LayerCache::Growing(c) => c.state(),
             LayerCache::Rotating(c) => c.keys.iter().chain(c.values.iter()).collect(),
+            LayerCache::Conv(c) => c.arrays(),
+            LayerCache::Recurrent(c) => c.arrays(),
         }
+    }
+
+    /// The convolution state of a short-convolution layer.
+    pub fn conv_mut(&mut self) -> Result<&mut ConvState, Exception> {
+        match self {
+            LayerCache::Conv(c) => Ok(c),
+            other => Err(Exception::custom(format!(
+                "a convolution layer was given a {} instead of a convolution state",
+                other.kind()
+            ))),
+        }
+    }
+
+    /// The state of a gated-delta layer.
+    pub fn recurrent_mut(&mut self) -> Result<&mut RecurrentState, Exception> {
+        match self {
+            LayerCache::Recurrent(c) => Ok(c),
+            other => Err(Exception::custom(format!(
+                "a gated-delta layer was given a {} instead of a recurrent state",
+                other.kind()
+            ))),
+        }
+    }
+
+    /// A copy of a state layer's arrays (handles: MLX arrays never change),
+    /// `None` for KV layers.
+    fn snapshot(&self) -> Option<LayerCache> {
+        match self {
+            LayerCache::Conv(c) => Some(LayerCache::Conv(c.clone())),
+            LayerCache::Recurrent(c) => Some(LayerCache::Recurrent(c.clone())),
+            LayerCache::Growing(_) | LayerCache::Rotating(_) => None,
+        }
+    }
+
+    /// One-row caches of the same kind joined into one batch: KV rows are
+    /// left-padded to the longest (each row's padding recorded), states
+    /// stacked on the batch axis (their size does not depend on length).
+    pub fn stack(rows: &[LayerCache]) -> Result<LayerCache, CacheError> {
+        let Some(first) = rows.first() else {
+            return Err(CacheError::Mismatch("no caches to stack".into()));
+        };
+        let mismatch = || {
+            CacheError::Mismatch(format!(
+                "caches of different kinds cannot be stacked (the first is a {})",
+                first.kind()
+            ))
+        };
+        match first {
+            LayerCache::Growing(_) => {
+                let kv: Vec<&KvCache> = rows
+                    .iter()
+                    .map(|r| match r {
+                        LayerCache::Growing(c) => Ok(c),
+                        _ => Err(mismatch()),
+                    })
+                    .collect::<Result<_, _>>()?;
+                Ok(LayerCache::Growing(stack_kv(&kv)?))
+            }
+            LayerCache::Conv(c) => {
+                let inputs = rows
+                    .iter()
+                    .map(|r| match r {
+                        LayerCache::Conv(c) => Ok(c.inputs.as_ref()),
+                        _ => Err(mismatch()),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(LayerCache::Conv(ConvState {
+                    inputs: stack_states(&inputs)?,
+                    kernel: c.kernel,
+                    offset: rows.iter().map(LayerCache::offset).max().unwrap_or(0),
+                }))
+            }
+            LayerCache::Recurrent(c) => {
+                let parts = rows
+                    .iter()
+                    .map(|r| match r {
+                        LayerCache::Recurrent(c) => Ok((c.conv.inputs.as_ref(), c.matrix.as_ref())),
+                        _ => Err(mismatch()),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let (inputs, matrices): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
+                Ok(LayerCache::Recurrent(RecurrentState {
+                    conv: ConvState {
+                        inputs: stack_states(&inputs)?,
+                        kernel: c.conv.kernel,
+                        offset: rows.iter().map(LayerCache::offset).max().unwrap_or(0),
+                    },
+                    matrix: stack_states(&matrices)?,
+                }))
+            }
+            LayerCache::Rotating(_) => Err(CacheError::Mismatch(
+                "rotating KV caches are not batched yet; use growing ones".into(),
+            )),
+        }
+    }
+
+    /// The batch taken apart into one-row caches, each without its padding.
+    pub fn split(&self) -> Result<Vec<LayerCache>, CacheError> {
+        let rows = self.rows()?;
+        (0..rows).map(|row| self.select(&[row])).collect()
+    }
+
+    /// Keeps the rows `keep` (in that order), as a batch.
+    pub fn filter(&self, keep: &[usize]) -> Result<LayerCache, CacheError> {
+        self.select(keep)
+    }
+
+    /// Rows of the batch (0 while empty).
+    pub fn rows(&self) -> Result<usize, CacheError> {
+        let first = self.state().first().map(|a| a.shape()[0]).unwrap_or(0);
+        Ok(first.max(0) as usize)
+    }
+
+    /// The rows `keep` of the batch; padding every kept row has is dropped.
+    fn select(&self, keep: &[usize]) -> Result<LayerCache, CacheError> {
+        let indices: Vec<i32> = keep.iter().map(|&r| r as i32).collect();
+        let pick = |a: &Array| -> Result<Array, Exception> {
+            a.take_axis(Array::from_slice(&indices, &[indices.len() as i32]), 0)
+        };
+        let pick_state = |a: Option<&Array>| a.map(pick).transpose();
+        match self {
+            LayerCache::Growing(c) => {
+                let Some((k, v)) = c.used() else {
+                    return Ok(LayerCache::Growing(KvCache::default()));
+                };
+                let padding: Vec<i32> = keep
+                    .iter()
+                    .map(|&r| c.left_padding.get(r).copied().unwrap_or(0))
+                    .collect();
+                // Padding every kept row has is not needed any more.
+                let shared = padding.iter().copied().min().unwrap_or(0);
+                let (k, v) = (pick(&k)?, pick(&v)?);
+                let (k, v) = (
+                    k.index((.., .., shared.., ..)),
+                    v.index((.., .., shared.., ..)),
+                );
+                let left: Vec<i32> = padding.iter().map(|p| p - shared).collect();
+                let left = if keep.len() == 1 { Vec::new() } else { left };
+                Ok(LayerCache::Growing(KvCache::holding(k, v, left)))
+            }
+            LayerCache::Conv(c) => Ok(LayerCache::Conv(ConvState {
+                inputs: pick_state(c.inputs.as_ref())?,
+                kernel: c.kernel,
+                offset: c.offset,
+            })),
+            LayerCache::Recurrent(c) => Ok(LayerCache::Recurrent(RecurrentState {
+                conv: ConvState {
+                    inputs: pick_state(c.conv.inputs.as_ref())?,
+                    kernel: c.conv.kernel,
+                    offset: c.conv.offset,
+                },
+                matrix: pick_state(c.matrix.as_ref())?,
+            })),
+            LayerCache::Rotating(_) => Err(CacheError::Mismatch(
+                "rotating KV caches are not batched yet; use growing ones".into(),
+            )),
+        }
+    }
+}
+
+/// Growing KV caches of one row each, left-padded with zeros to the
+/// longest and joined on the batch axis.
+fn stack_kv(rows: &[&KvCache]) -> Result<KvCache, CacheError> {
+    let longest = rows.iter().map(|c| c.offset).max().unwrap_or(0);
+    let Some((template, _)) = rows.iter().find_map(|c| c.used()) else {
+        return Ok(KvCache::default());
+    };
+    let shape = template.shape().to_vec();
+    let mut keys = Vec::with_capacity(rows.len());
+    let mut values = Vec::with_capacity(rows.len());
+    let mut padding = Vec::with_capacity(rows.len());
+    for row in rows {
+        if row.left_padding.len() > 1 {
+            return Err(CacheError::Mismatch(
+                "a batch cannot be stacked again; split it first".into(),
+            ));
+        }
+        let pad = longest - row.offset;
+        let zeros = |dtype| ops::zeros_dtype(&[1, shape[1], pad, shape[3]], dtype);
+        let (k, v) = match row.used() {
+            Some((k, v)) if pad > 0 => (
+                ops::concatenate(&[zeros(k.dtype())?, k], 2)?,
+                ops::concatenate(&[zeros(v.dtype())?, v], 2)?,
+            ),
+            Some(kv) => kv,
+            None => (zeros(template.dtype())?, zeros(template.dtype())?),
+        };
+        keys.push(k);
+        values.push(v);
+        padding.push(pad);
+    }
+    Ok(KvCache::holding(
+        ops::concatenate(&keys, 0)?,
+        ops::concatenate(&values, 0)?,
+        padding,
+    ))
+}
+
+/// States of one row each joined on the batch axis; a row that has seen
+/// nothing yet holds zeros, as its first step would start from.
+fn stack_states(rows: &[Option<&Array>]) -> Result<Option<Array>, CacheError> {
+    let Some(template) = rows.iter().flatten().next() else {
+        return Ok(None);
+    };
+    let mut shape = template.shape().to_vec();
+    shape[0] = 1;
+    let parts = rows
+        .iter()
+        .map(|row| match row {
+            Some(a) => Ok((*a).clone()),
+            None => ops::zeros_dtype(&shape, template.dtype()),
+        })
+        .collect::<Result<Vec<_>, Exception>>()?;
+    Ok(Some(ops::concatenate(&parts, 0)?))
+}
+
+/// A model's cache as it was at a token boundary, for reusing a prefix of
+/// a model with state layers: each state layer's arrays (small, constant
+/// in length; held as handles, which is free until the live state moves
+/// on, and then costs `nbytes`), and the position, to which the KV layers
+/// are trimmed when it is restored (KV layers keep nothing here: see the
+/// module comment on donation).
+pub struct CacheSnapshot {
+    /// Tokens the cache had seen.
+    pub position: usize,
+    layers: Vec<Option<LayerCache>>,
+}
+
+impl CacheSnapshot {
+    /// The state layers of `cache` as they are now; `None` when it has no
+    /// state layers (a KV cache is trimmed exactly instead).
+    pub fn take(cache: &[LayerCache]) -> Option<Self> {
+        if !cache.iter().any(LayerCache::is_state) {
+            return None;
+        }
+        let position = cache.first().map_or(0, LayerCache::offset).max(0) as usize;
+        Some(Self {
+            position,
+            layers: cache.iter().map(LayerCache::snapshot).collect(),
+        })
+    }
+
+    /// Bytes the snapshot's state arrays hold.
+    pub fn nbytes(&self) -> usize {
+        self.layers.iter().flatten().map(LayerCache::nbytes).sum()
+    }
+
+    /// Puts `cache` back at this snapshot's position: the state layers
+    /// replaced by the snapshot's, the KV layers trimmed. Fails (leaving
+    /// the cache to be started over) when the cache is behind the snapshot,
+    /// has other layers, or a KV layer cannot be trimmed.
+    pub fn restore(&self, cache: &mut [LayerCache]) -> Result<(), CacheError> {
+        if cache.len() != self.layers.len() {
+            return Err(CacheError::Mismatch(format!(
+                "a snapshot of {} layers cannot restore a cache of {}",
+                self.layers.len(),
+                cache.len()
+            )));
+        }
+        let position = i32::try_from(self.position).unwrap_or(i32::MAX);
+        for (layer, kept) in cache.iter_mut().zip(&self.layers) {
+            let behind = layer.offset() - position;
+            if behind < 0 {
+                return Err(CacheError::Mismatch(format!(
+                    "the cache holds {} positions, fewer than the snapshot's {position}",
+                    layer.offset()
+                )));
+            }
+            match kept.as_ref().and_then(LayerCache::snapshot) {
+                Some(state) => *layer = state,
+                None => {
+                    layer.trim(behind)?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -565,5 +1072,250 @@ mod tests {
         // Position 9 sees positions 2..=9.
         let expected: Vec<bool> = (0..10).map(|j| (2..=9).contains(&j)).collect();
         assert_eq!(row9, expected);
+    }
+
+    /// `[1, n, 2]` inputs whose values are their positions.
+    fn inputs(start: i32, n: i32) -> Array {
+        let data: Vec<f32> = (start..start + n)
+            .flat_map(|p| [p as f32, -(p as f32)])
+            .collect();
+        Array::from_slice(&data, &[1, n, 2])
+    }
+
+    fn values(a: &Array) -> Vec<f32> {
+        a.eval().unwrap();
+        a.as_slice::<f32>().to_vec()
+    }
+
+    #[test]
+    fn a_conv_state_gives_the_same_inputs_in_chunks_as_in_one_pass() {
+        let mut whole = ConvState::new(3);
+        let padded = whole.extend(&inputs(0, 5)).unwrap();
+        // Two zero positions of left padding, then the five inputs.
+        assert_eq!(padded.shape(), &[1, 7, 2]);
+        let mut stepped = ConvState::new(3);
+        stepped.extend(&inputs(0, 3)).unwrap();
+        stepped.extend(&inputs(3, 1)).unwrap();
+        let last = stepped.extend(&inputs(4, 1)).unwrap();
+        // The last step reads positions 2, 3 and 4: kernel 3.
+        assert_eq!(values(&last), vec![2., -2., 3., -3., 4., -4.]);
+        assert_eq!(stepped.offset(), 5);
+        let whole_kept = values(whole.inputs.as_ref().unwrap());
+        assert_eq!(whole_kept, values(stepped.inputs.as_ref().unwrap()));
+        // 2 inputs x 2 channels x 4 bytes, whatever the positions seen.
+        assert_eq!(whole.nbytes(), 16);
+        stepped.extend(&inputs(5, 300)).unwrap();
+        assert_eq!(stepped.nbytes(), 16);
+    }
+
+    #[test]
+    fn state_layers_say_they_cannot_trim_and_kv_layers_trim_exactly() {
+        let mut conv = LayerCache::Conv(ConvState::new(3));
+        conv.conv_mut().unwrap().extend(&inputs(0, 4)).unwrap();
+        assert!(!conv.can_trim());
+        let error = conv.trim(1).unwrap_err();
+        assert!(matches!(error, CacheError::CannotTrim { .. }));
+        assert!(error.to_string().contains("convolution state"), "{error}");
+        assert_eq!(conv.offset(), 4, "a refused trim changes nothing");
+        let mut recurrent = LayerCache::Recurrent(RecurrentState::new(4));
+        assert!(
+            recurrent
+                .trim(1)
+                .unwrap_err()
+                .to_string()
+                .contains("recurrent state")
+        );
+        let mut kv = LayerCache::new(None);
+        kv.update_and_fetch(&positions(0, 6), &positions(0, 6))
+            .unwrap();
+        assert_eq!(kv.trim(2).unwrap(), 2);
+        assert_eq!(kv.offset(), 4);
+        let mut wrapped = LayerCache::new(Some(4));
+        for p in 0..6 {
+            wrapped
+                .update_and_fetch(&positions(p, 1), &positions(p, 1))
+                .unwrap();
+        }
+        assert!(matches!(wrapped.trim(1), Err(CacheError::Wrapped)));
+    }
+
+    #[test]
+    fn a_recurrent_state_counts_its_convolution_and_its_matrix() {
+        let mut state = RecurrentState::new(4);
+        state.conv.extend(&inputs(0, 10)).unwrap();
+        // [B=1, heads=2, v_dim=3, k_dim=4] in f32.
+        state.set_matrix(ops::ones::<f32>(&[1, 2, 3, 4]).unwrap());
+        let layer = LayerCache::Recurrent(state);
+        assert_eq!(layer.nbytes(), 3 * 2 * 4 + 2 * 3 * 4 * 4);
+        assert_eq!(layer.offset(), 10);
+        assert!(layer.is_state());
+    }
+
+    /// A hybrid cache: a growing KV layer and a convolution layer, fed the
+    /// same positions.
+    fn feed(cache: &mut [LayerCache], start: i32, n: i32) {
+        for layer in cache.iter_mut() {
+            match layer {
+                LayerCache::Conv(c) => {
+                    c.extend(&inputs(start, n)).unwrap();
+                }
+                kv => {
+                    kv.update_and_fetch(&positions(start, n), &positions(start, n))
+                        .unwrap();
+                }
+            }
+        }
+    }
+
+    fn conv_inputs(cache: &[LayerCache]) -> Vec<f32> {
+        match &cache[1] {
+            LayerCache::Conv(c) => values(c.inputs.as_ref().unwrap()),
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn restoring_a_snapshot_puts_state_and_kv_back_at_its_position() {
+        let mut cache = vec![LayerCache::new(None), LayerCache::Conv(ConvState::new(3))];
+        assert!(
+            CacheSnapshot::take(&cache[..1]).is_none(),
+            "KV alone needs none"
+        );
+        feed(&mut cache, 0, 5);
+        let snapshot = CacheSnapshot::take(&cache).unwrap();
+        assert_eq!(snapshot.position, 5);
+        assert_eq!(snapshot.nbytes(), 16);
+        feed(&mut cache, 5, 1);
+        feed(&mut cache, 6, 3);
+        snapshot.restore(&mut cache).unwrap();
+        assert!(cache.iter().all(|l| l.offset() == 5));
+        assert_eq!(conv_inputs(&cache), vec![3., -3., 4., -4.]);
+        // Going on from the snapshot equals having fed the other tokens
+        // from the start.
+        feed(&mut cache, 50, 2);
+        let mut fresh = vec![LayerCache::new(None), LayerCache::Conv(ConvState::new(3))];
+        feed(&mut fresh, 0, 5);
+        feed(&mut fresh, 50, 2);
+        assert_eq!(conv_inputs(&cache), conv_inputs(&fresh));
+        let (k, _) = cache[0]
+            .update_and_fetch(&positions(9, 1), &positions(9, 1))
+            .unwrap();
+        assert_eq!(read_positions(&k), vec![0., 1., 2., 3., 4., 50., 51., 9.]);
+        // A snapshot ahead of the cache cannot be restored.
+        let mut behind = vec![LayerCache::new(None), LayerCache::Conv(ConvState::new(3))];
+        feed(&mut behind, 0, 2);
+        assert!(snapshot.restore(&mut behind).is_err());
+    }
+
+    #[test]
+    fn a_recurrent_layer_goes_back_to_its_snapshot_matrix_and_inputs() {
+        let mut state = RecurrentState::new(3);
+        state.conv.extend(&inputs(0, 4)).unwrap();
+        state.set_matrix(ops::ones::<f32>(&[1, 2, 3, 4]).unwrap());
+        let mut cache = vec![LayerCache::new(None), LayerCache::Recurrent(state)];
+        cache[0]
+            .update_and_fetch(&positions(0, 4), &positions(0, 4))
+            .unwrap();
+        let snapshot = CacheSnapshot::take(&cache).unwrap();
+        // The matrix and the convolution's 2 inputs, in f32.
+        assert_eq!(snapshot.nbytes(), 24 * 4 + 2 * 2 * 4);
+        let recurrent = cache[1].recurrent_mut().unwrap();
+        recurrent.conv.extend(&inputs(4, 3)).unwrap();
+        let doubled = ops::multiply(recurrent.matrix().unwrap(), Array::from_f32(2.0)).unwrap();
+        recurrent.set_matrix(doubled);
+        cache[0]
+            .update_and_fetch(&positions(4, 3), &positions(4, 3))
+            .unwrap();
+        snapshot.restore(&mut cache).unwrap();
+        assert!(cache.iter().all(|l| l.offset() == 4));
+        let LayerCache::Recurrent(back) = &cache[1] else {
+            panic!("a restored recurrent layer stays one");
+        };
+        assert_eq!(values(back.matrix().unwrap()), vec![1.; 24]);
+        assert_eq!(
+            values(back.conv.inputs.as_ref().unwrap()),
+            vec![2., -2., 3., -3.]
+        );
+    }
+
+    #[test]
+    fn kv_rows_of_different_lengths_stack_left_padded_and_split_back() {
+        let mut short = LayerCache::new(None);
+        short
+            .update_and_fetch(&positions(0, 2), &positions(0, 2))
+            .unwrap();
+        let mut long = LayerCache::new(None);
+        long.update_and_fetch(&positions(10, 5), &positions(10, 5))
+            .unwrap();
+        let batch = LayerCache::stack(&[short, long]).unwrap();
+        let LayerCache::Growing(kv) = &batch else {
+            panic!("a stack of growing caches is one");
+        };
+        assert_eq!(kv.left_padding(), &[3, 0]);
+        assert_eq!(batch.offset(), 5);
+        assert_eq!(batch.rows().unwrap(), 2);
+        let rows = batch.split().unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].offset(), 2);
+        assert_eq!(rows[1].offset(), 5);
+        let LayerCache::Growing(row0) = &rows[0] else {
+            panic!("rows of a growing batch are growing caches");
+        };
+        assert_eq!(read_positions(&row0.used().unwrap().0), vec![0., 1.]);
+        // A row split off keeps growing.
+        let mut row1 = rows.into_iter().nth(1).unwrap();
+        let (k, _) = row1
+            .update_and_fetch(&positions(15, 1), &positions(15, 1))
+            .unwrap();
+        assert_eq!(read_positions(&k), vec![10., 11., 12., 13., 14., 15.]);
+        // Keeping only the short row drops the padding it no longer needs.
+        let kept = batch.filter(&[0]).unwrap();
+        assert_eq!(kept.offset(), 2);
+    }
+
+    #[test]
+    fn state_rows_stack_split_and_filter_on_the_batch_axis() {
+        let mut a = ConvState::new(3);
+        a.extend(&inputs(0, 4)).unwrap();
+        let mut b = ConvState::new(3);
+        b.extend(&inputs(100, 1)).unwrap();
+        let empty = ConvState::new(3);
+        let batch = LayerCache::stack(&[
+            LayerCache::Conv(a),
+            LayerCache::Conv(b),
+            LayerCache::Conv(empty),
+        ])
+        .unwrap();
+        assert_eq!(batch.rows().unwrap(), 3);
+        // Three rows of 2 inputs x 2 channels x 4 bytes.
+        assert_eq!(batch.nbytes(), 48);
+        let rows = batch.split().unwrap();
+        let kept = |l: &LayerCache| match l {
+            LayerCache::Conv(c) => values(c.inputs.as_ref().unwrap()),
+            _ => unreachable!(),
+        };
+        assert_eq!(kept(&rows[0]), vec![2., -2., 3., -3.]);
+        assert_eq!(kept(&rows[1]), vec![0., 0., 100., -100.]);
+        assert_eq!(
+            kept(&rows[2]),
+            vec![0.; 4],
+            "a row that saw nothing holds zeros"
+        );
+        let two = batch.filter(&[2, 0]).unwrap();
+        assert_eq!(two.rows().unwrap(), 2);
+        assert_eq!(kept(&two)[4..], [2., -2., 3., -3.]);
+        let mut r = RecurrentState::new(2);
+        r.set_matrix(ops::ones::<f32>(&[1, 2, 3, 4]).unwrap());
+        let stacked = LayerCache::stack(&[
+            LayerCache::Recurrent(r.clone()),
+            LayerCache::Recurrent(RecurrentState::new(2)),
+        ])
+        .unwrap();
+        let LayerCache::Recurrent(both) = &stacked else {
+            panic!("recurrent rows stack into a recurrent state");
+        };
+        assert_eq!(both.matrix().unwrap().shape(), &[2, 2, 3, 4]);
+        assert_eq!(values(both.matrix().unwrap())[24..], [0.; 24]);
+        assert!(LayerCache::stack(&[LayerCache::Recurrent(r), LayerCache::new(None)]).is_err());
     }
 }

@@ -18,7 +18,7 @@ use mlx_rs::{Array, ops};
 
 use super::anatomy::{StepAnatomy, StepClock, graph_size};
 
-use super::cache::LayerCache;
+use super::cache::{CacheSnapshot, LayerCache};
 use super::model::decoder::Decoder;
 use super::request::CancelToken;
 use super::sample::{Sampler, SamplerSettings, repetition_penalty};
@@ -53,6 +53,10 @@ pub struct TokenSteps<'a> {
     clock: StepClock,
     /// Count the nodes of the first decode step's graph (benchmarks ask).
     count_graph: bool,
+    /// The state layers as the prefill left them (before the last prompt
+    /// token), for a conversation to branch from later; `None` for a model
+    /// without state layers.
+    prefill_snapshot: Option<CacheSnapshot>,
 }
 
 impl<'a> TokenSteps<'a> {
@@ -76,6 +80,7 @@ impl<'a> TokenSteps<'a> {
             cancel: None,
             clock: StepClock::default(),
             count_graph: false,
+            prefill_snapshot: None,
         })
     }
 
@@ -120,6 +125,11 @@ impl<'a> TokenSteps<'a> {
     /// Log-probabilities `[1, vocab]` the last returned token was drawn from.
     pub fn last_logprobs(&self) -> Option<&Array> {
         self.last_logprobs.as_ref()
+    }
+
+    /// The state layers as the prefill left them, once (see the field).
+    pub fn take_prefill_snapshot(&mut self) -> Option<CacheSnapshot> {
+        self.prefill_snapshot.take()
     }
 
     /// Bytes held by the KV cache so far.
@@ -189,6 +199,7 @@ impl<'a> TokenSteps<'a> {
             }
             self.fill_cache(chunk)?;
         }
+        self.prefill_snapshot = CacheSnapshot::take(self.cache);
         self.build_step(&Array::from_slice(&[*last], &[1, 1]))
     }
 

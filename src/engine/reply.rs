@@ -163,7 +163,9 @@ impl ReplyFormat {
             thinks.then_some(ThinkStart::ModelOpens)
         };
         let tool_calls = tools_offered.then(|| {
-            if mentions(TOOL_CALL_OPEN) {
+            if mentions(LIST_CALL_OPEN) {
+                ToolCallSyntax::PythonList
+            } else if mentions(TOOL_CALL_OPEN) {
                 ToolCallSyntax::Tagged
             } else if mentions(PYTHON_TAG) {
                 ToolCallSyntax::BareJson
@@ -186,6 +188,28 @@ const THINK_CLOSE: &str = "</think>";
 const TOOL_CALL_OPEN: &str = "<tool_call>";
 const TOOL_CALL_CLOSE: &str = "</tool_call>";
 const PYTHON_TAG: &str = "<|python_tag|>";
+const LIST_CALL_OPEN: &str = "<|tool_call_start|>";
+const LIST_CALL_CLOSE: &str = "<|tool_call_end|>";
+
+impl ToolCallSyntax {
+    /// The markers around a call (or a list of calls), for the syntaxes
+    /// that have them.
+    fn tags(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            ToolCallSyntax::Tagged => Some((TOOL_CALL_OPEN, TOOL_CALL_CLOSE)),
+            ToolCallSyntax::PythonList => Some((LIST_CALL_OPEN, LIST_CALL_CLOSE)),
+            ToolCallSyntax::BareJson => None,
+        }
+    }
+
+    /// The calls between the markers; `None` when the text is not calls.
+    fn parse_tagged(self, body: &str) -> Option<Vec<ToolCall>> {
+        match self {
+            ToolCallSyntax::PythonList => python_calls(body),
+            _ => parse_call(body, false).map(|call| vec![call]),
+        }
+    }
+}
 
 const HARMONY_START: &str = "<|start|>";
 const HARMONY_CHANNEL: &str = "<|channel|>";
@@ -224,9 +248,13 @@ enum State {
     /// The answer; `skip_space` drops the blank lines after `</think>` or a
     /// tool call.
     Answer { skip_space: bool },
-    /// Inside `<tool_call>`; `space_before` is the whitespace that preceded
-    /// the tag, given back if the call does not parse.
-    TaggedCall { space_before: String },
+    /// Inside a call's markers (`<tool_call>`, `<|tool_call_start|>`);
+    /// `space_before` is the whitespace that preceded the marker, given back
+    /// if the call does not parse.
+    TaggedCall {
+        syntax: ToolCallSyntax,
+        space_before: String,
+    },
     /// The answer starts like a bare JSON call and is held until it is one.
     BareCall,
     /// After a bare JSON call: `;` and blanks, then perhaps another call.
@@ -340,7 +368,10 @@ impl ReplySplitter {
             State::Opening => self.opening(end),
             State::Reasoning { started } => self.reasoning(started, out, end),
             State::Answer { skip_space } => self.answer(skip_space, out, end),
-            State::TaggedCall { space_before } => self.tagged_call(space_before, out, end),
+            State::TaggedCall {
+                syntax,
+                space_before,
+            } => self.tagged_call(syntax, space_before, out, end),
             State::BareCall => self.bare_call(out, end),
             State::BetweenBareCalls => self.between_bare_calls(end),
             State::HarmonyOpening => self.harmony_opening(end),
@@ -428,22 +459,25 @@ impl ReplySplitter {
             ReplyFormat::Harmony { .. } => None,
         };
         match tool_calls {
-            Some(ToolCallSyntax::Tagged) => {
-                if let Some(at) = self.pending.find(TOOL_CALL_OPEN) {
+            Some(syntax @ (ToolCallSyntax::Tagged | ToolCallSyntax::PythonList)) => {
+                let (open, _) = syntax.tags().unwrap_or((TOOL_CALL_OPEN, TOOL_CALL_CLOSE));
+                if let Some(at) = self.pending.find(open) {
                     let before = &self.pending[..at];
                     let text = before.trim_end();
                     let space_before = before[text.len()..].to_owned();
                     self.emit_answer(out, text.to_owned());
-                    self.pending.drain(..at + TOOL_CALL_OPEN.len());
-                    self.state = State::TaggedCall { space_before };
+                    self.pending.drain(..at + open.len());
+                    self.state = State::TaggedCall {
+                        syntax,
+                        space_before,
+                    };
                     return true;
                 }
                 let cut = if end {
                     self.pending.len()
                 } else {
                     // Blanks may precede a call (and go with it).
-                    let cut =
-                        self.pending.len() - partial_marker_len(&self.pending, &[TOOL_CALL_OPEN]);
+                    let cut = self.pending.len() - partial_marker_len(&self.pending, &[open]);
                     self.pending[..cut].trim_end().len()
                 };
                 let text: String = self.pending.drain(..cut).collect();
@@ -482,36 +516,41 @@ impl ReplySplitter {
 
     fn tagged_call(
         &mut self,
+        syntax: ToolCallSyntax,
         space_before: String,
         out: &mut Vec<ReplySegment>,
         end: bool,
     ) -> bool {
-        if let Some(at) = self.pending.find(TOOL_CALL_CLOSE) {
+        let (open, close) = syntax.tags().unwrap_or((TOOL_CALL_OPEN, TOOL_CALL_CLOSE));
+        if let Some(at) = self.pending.find(close) {
             let body = &self.pending[..at];
-            match parse_call(body, false) {
-                Some(call) => {
-                    out.push(ReplySegment::ToolCall(call));
+            match syntax.parse_tagged(body) {
+                Some(calls) => {
+                    out.extend(calls.into_iter().map(ReplySegment::ToolCall));
                     self.state = State::Answer { skip_space: true };
                 }
                 None => {
-                    let text = format!("{space_before}{TOOL_CALL_OPEN}{body}{TOOL_CALL_CLOSE}");
+                    let text = format!("{space_before}{open}{body}{close}");
                     self.emit_answer(out, text);
                     self.state = State::Answer { skip_space: false };
                 }
             }
-            self.pending.drain(..at + TOOL_CALL_CLOSE.len());
+            self.pending.drain(..at + close.len());
             return true;
         }
         if !end {
-            self.state = State::TaggedCall { space_before };
+            self.state = State::TaggedCall {
+                syntax,
+                space_before,
+            };
             return false;
         }
-        // The reply ended inside the tags: a whole call still counts (the
-        // model may stop right after the JSON), anything else is text.
+        // The reply ended inside the tags: whole calls still count (the
+        // model may stop right after them), anything else is text.
         let body = std::mem::take(&mut self.pending);
-        match parse_call(&body, false) {
-            Some(call) => out.push(ReplySegment::ToolCall(call)),
-            None => self.emit_answer(out, format!("{space_before}{TOOL_CALL_OPEN}{body}")),
+        match syntax.parse_tagged(&body) {
+            Some(calls) => out.extend(calls.into_iter().map(ReplySegment::ToolCall)),
+            None => self.emit_answer(out, format!("{space_before}{open}{body}")),
         }
         self.state = State::Answer { skip_space: false };
         false
@@ -738,6 +777,196 @@ fn parse_call(text: &str, arguments_required: bool) -> Option<ToolCall> {
         Some(_) => return None,
     };
     Some(ToolCall::new(name, arguments))
+}
+
+/// A Python-style list of calls with keyword arguments, `[get_weather(
+/// city="Paris", days=2), ...]` (the brackets may be left out), as tool
+/// calls whose arguments are the keywords as JSON; `None` unless the whole
+/// text is such calls.
+fn python_calls(text: &str) -> Option<Vec<ToolCall>> {
+    let mut reader = PythonLiteral {
+        text: text.trim(),
+        at: 0,
+    };
+    let bracketed = reader.eat('[');
+    let mut calls = Vec::new();
+    loop {
+        reader.skip_space();
+        if (bracketed && reader.eat(']')) || (!bracketed && reader.rest().is_empty()) {
+            break;
+        }
+        if !calls.is_empty() && !reader.eat(',') {
+            return None;
+        }
+        reader.skip_space();
+        let name = reader.identifier()?;
+        reader.skip_space();
+        if !reader.eat('(') {
+            return None;
+        }
+        let mut arguments = serde_json::Map::new();
+        loop {
+            reader.skip_space();
+            if reader.eat(')') {
+                break;
+            }
+            if !arguments.is_empty() && !reader.eat(',') {
+                return None;
+            }
+            reader.skip_space();
+            if reader.eat(')') {
+                break;
+            }
+            let key = reader.identifier()?;
+            reader.skip_space();
+            if !reader.eat('=') {
+                return None;
+            }
+            let value = reader.value()?;
+            arguments.insert(key, value);
+        }
+        calls.push(ToolCall::new(name, Value::Object(arguments)));
+    }
+    reader.skip_space();
+    (reader.rest().is_empty() && !calls.is_empty()).then_some(calls)
+}
+
+/// Reads Python literals (strings, numbers, True/False/None, lists, tuples,
+/// dicts) as JSON values.
+struct PythonLiteral<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl PythonLiteral<'_> {
+    fn rest(&self) -> &str {
+        &self.text[self.at..]
+    }
+
+    fn skip_space(&mut self) {
+        let rest = self.rest();
+        self.at += rest.len() - rest.trim_start().len();
+    }
+
+    fn eat(&mut self, c: char) -> bool {
+        if self.rest().starts_with(c) {
+            self.at += c.len_utf8();
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A name: letters, digits, `_`, `.` and `-` (tool names use them).
+    fn identifier(&mut self) -> Option<String> {
+        let rest = self.rest();
+        let len = rest
+            .find(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '.' | '-')))
+            .unwrap_or(rest.len());
+        let name = rest[..len].to_owned();
+        self.at += len;
+        (!name.is_empty()).then_some(name)
+    }
+
+    /// Items up to `close`, separated by commas (a trailing one allowed),
+    /// each read by `item`.
+    fn items(&mut self, close: char, mut item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        let mut first = true;
+        loop {
+            self.skip_space();
+            if self.eat(close) {
+                return Some(());
+            }
+            if !first {
+                if !self.eat(',') {
+                    return None;
+                }
+                self.skip_space();
+                if self.eat(close) {
+                    return Some(());
+                }
+            }
+            first = false;
+            item(self)?;
+        }
+    }
+
+    fn value(&mut self) -> Option<Value> {
+        self.skip_space();
+        let first = self.rest().chars().next()?;
+        match first {
+            '"' | '\'' => self.string(first).map(Value::String),
+            '[' | '(' => {
+                self.at += 1;
+                let close = if first == '[' { ']' } else { ')' };
+                let mut list = Vec::new();
+                self.items(close, |reader| {
+                    list.push(reader.value()?);
+                    Some(())
+                })?;
+                Some(Value::Array(list))
+            }
+            '{' => {
+                self.at += 1;
+                let mut map = serde_json::Map::new();
+                self.items('}', |reader| {
+                    let key = match reader.value()? {
+                        Value::String(key) => key,
+                        other => other.to_string(),
+                    };
+                    reader.skip_space();
+                    if !reader.eat(':') {
+                        return None;
+                    }
+                    map.insert(key, reader.value()?);
+                    Some(())
+                })?;
+                Some(Value::Object(map))
+            }
+            _ => {
+                let rest = self.rest();
+                let len = rest
+                    .find(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '.' | '-' | '+')))
+                    .unwrap_or(rest.len());
+                let word = rest[..len].to_owned();
+                self.at += len;
+                match word.as_str() {
+                    "True" | "true" => Some(Value::Bool(true)),
+                    "False" | "false" => Some(Value::Bool(false)),
+                    "None" | "null" => Some(Value::Null),
+                    _ => serde_json::from_str::<serde_json::Number>(&word)
+                        .ok()
+                        .map(Value::Number),
+                }
+            }
+        }
+    }
+
+    /// A quoted string with Python's common escapes.
+    fn string(&mut self, quote: char) -> Option<String> {
+        self.at += quote.len_utf8();
+        let mut out = String::new();
+        let mut chars = self.rest().char_indices();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    let (_, escaped) = chars.next()?;
+                    out.push(match escaped {
+                        'n' => '\n',
+                        't' => '\t',
+                        'r' => '\r',
+                        other => other,
+                    });
+                }
+                c if c == quote => {
+                    self.at += i + c.len_utf8();
+                    return Some(out);
+                }
+                c => out.push(c),
+            }
+        }
+        None
+    }
 }
 
 /// How far text is from being a bare JSON tool call.
@@ -1034,6 +1263,53 @@ mod tests {
             QWEN_TOOLS,
             "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n",
             &[call("now", json!({}))],
+        );
+    }
+
+    const LFM2_TOOLS: ReplyFormat = ReplyFormat::Marked {
+        think: None,
+        tool_calls: Some(ToolCallSyntax::PythonList),
+    };
+
+    #[test]
+    fn lfm2_python_list_calls() {
+        check(
+            LFM2_TOOLS,
+            "Checking.<|tool_call_start|>[get_weather(city=\"Paris, France\", days=2), \
+             get_time(zone='UTC', exact=True, hours=[1, 2.5], where={'a': None}, )]\
+             <|tool_call_end|>",
+            &[
+                answer("Checking."),
+                call("get_weather", json!({"city": "Paris, France", "days": 2})),
+                call(
+                    "get_time",
+                    json!({"zone": "UTC", "exact": true, "hours": [1, 2.5], "where": {"a": null}}),
+                ),
+            ],
+        );
+        check(
+            LFM2_TOOLS,
+            "<|tool_call_start|>[now()]<|tool_call_end|>",
+            &[call("now", json!({}))],
+        );
+        // Quotes and brackets inside strings are text; a body that is not
+        // calls stays answer text.
+        check(
+            LFM2_TOOLS,
+            "<|tool_call_start|>[say(text=\"a) \\\"b\\\" ]\")]<|tool_call_end|>",
+            &[call("say", json!({"text": "a) \"b\" ]"}))],
+        );
+        let broken = "<|tool_call_start|>[say(text=)]<|tool_call_end|>";
+        check(LFM2_TOOLS, broken, &[answer(broken)]);
+        assert_eq!(
+            ReplyFormat::detect("lfm2", None, None, true),
+            LFM2_TOOLS,
+            "LFM2's family says so where the template does not"
+        );
+        assert_eq!(
+            ReplyFormat::detect("llama", Some("{{ '<|tool_call_start|>' }}"), None, true),
+            LFM2_TOOLS,
+            "a template that writes the markers says so"
         );
     }
 

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use super::anatomy::StepAnatomy;
-use super::cache::LayerCache;
+use super::cache::{CacheSnapshot, LayerCache};
 use super::chat_template::ChatMessage;
 use super::detokenize::StreamingDetokenizer;
 use super::generate::TokenSteps;
@@ -18,33 +18,75 @@ use super::sample::Sampler;
 use super::stats::{RunStats, per_second};
 use crate::run_kinds::{LoadKind, StopReason};
 
-/// A KV cache and the token ids it holds, kept between the turns of a
-/// conversation.
+/// Snapshots of a model's state layers a conversation keeps: the two
+/// latest turns' boundaries (the end of a prompt's prefill and the end of
+/// a reply). A state layer cannot drop positions, so these are the only
+/// places a later prompt can branch from without starting over; each costs
+/// the state layers' bytes once (LFM2-1.2B in bfloat16: 10 layers x 2
+/// inputs x 2048 channels x 2 bytes = 80 KiB), whatever the context.
+pub const KEPT_SNAPSHOTS: usize = 4;
+
+/// A model's cache and the token ids it holds, kept between the turns of a
+/// conversation, with snapshots of its state layers at turn boundaries.
 pub struct Conversation {
     pub tokens: Vec<u32>,
     pub cache: Vec<LayerCache>,
     pub max_kv_size: Option<usize>,
+    /// Oldest first, each at a position `tokens` reaches; empty for a
+    /// model without state layers.
+    snapshots: Vec<CacheSnapshot>,
 }
 
 impl Conversation {
     pub fn new(model: &LoadedModel, max_kv_size: Option<usize>) -> Self {
+        Self::with_cache(model.model.make_cache(max_kv_size), max_kv_size)
+    }
+
+    /// A conversation over an empty `cache`.
+    pub fn with_cache(cache: Vec<LayerCache>, max_kv_size: Option<usize>) -> Self {
         Self {
             tokens: Vec::new(),
-            cache: model.model.make_cache(max_kv_size),
+            cache,
             max_kv_size,
+            snapshots: Vec::new(),
         }
     }
 
-    /// Bytes the cache holds.
+    /// Bytes the cache holds, its kept snapshots included.
     pub fn kv_cache_bytes(&self) -> usize {
-        self.cache.iter().map(LayerCache::nbytes).sum()
+        self.cache.iter().map(LayerCache::nbytes).sum::<usize>() + self.snapshot_bytes()
+    }
+
+    /// Bytes the kept snapshots hold.
+    pub fn snapshot_bytes(&self) -> usize {
+        self.snapshots.iter().map(CacheSnapshot::nbytes).sum()
+    }
+
+    /// Positions of the kept snapshots, oldest first.
+    pub fn snapshot_positions(&self) -> Vec<usize> {
+        self.snapshots.iter().map(|s| s.position).collect()
+    }
+
+    /// Keeps `snapshot` (replacing one at the same position), dropping the
+    /// oldest beyond `KEPT_SNAPSHOTS`.
+    pub fn keep_snapshot(&mut self, snapshot: CacheSnapshot) {
+        if snapshot.position == 0 || snapshot.position > self.tokens.len() {
+            return;
+        }
+        self.snapshots.retain(|s| s.position != snapshot.position);
+        self.snapshots.push(snapshot);
+        let excess = self.snapshots.len().saturating_sub(KEPT_SNAPSHOTS);
+        self.snapshots.drain(..excess);
     }
 
     /// Keeps the longest prefix of the cached tokens that `prompt` starts
     /// with (at most all but its last token, which must run to give the
-    /// first logits); returns how many prompt tokens are cached. A cache that
-    /// cannot be trimmed exactly (a wrapped rotating cache) starts over.
-    fn reuse_prefix(&mut self, model: &LoadedModel, prompt: &[u32]) -> usize {
+    /// first logits); returns how many prompt tokens are cached. KV layers
+    /// are trimmed to it; a model with state layers goes back to the latest
+    /// snapshot within it instead (the state cannot be trimmed), and a
+    /// cache that can do neither (no such snapshot, a wrapped rotating
+    /// cache) starts over from `empty`.
+    fn reuse_prefix(&mut self, prompt: &[u32], empty: impl FnOnce() -> Vec<LayerCache>) -> usize {
         let common = self
             .tokens
             .iter()
@@ -53,16 +95,30 @@ impl Conversation {
             .count()
             .min(prompt.len().saturating_sub(1));
         let cached = self.cache.first().map_or(0, |c| c.offset()) as usize;
-        let drop = cached.saturating_sub(common);
-        if common == 0 || (drop > 0 && !self.cache.iter().all(LayerCache::can_trim)) {
-            *self = Conversation::new(model, self.max_kv_size);
+        let reused = if common == 0 {
+            None
+        } else if cached <= common {
+            Some(cached)
+        } else if self.cache.iter().all(LayerCache::can_trim) {
+            let drop = (cached - common) as i32;
+            let trimmed = self.cache.iter_mut().all(|layer| layer.trim(drop).is_ok());
+            trimmed.then_some(common)
+        } else {
+            self.snapshots
+                .iter()
+                .rev()
+                .filter(|s| s.position <= common)
+                .max_by_key(|s| s.position)
+                .filter(|s| s.restore(&mut self.cache).is_ok())
+                .map(|s| s.position)
+        };
+        let Some(reused) = reused else {
+            *self = Conversation::with_cache(empty(), self.max_kv_size);
             return 0;
-        }
-        for layer in &mut self.cache {
-            layer.trim(drop as i32);
-        }
-        self.tokens.truncate(common);
-        common
+        };
+        self.tokens.truncate(reused);
+        self.snapshots.retain(|s| s.position <= reused);
+        reused
     }
 }
 
@@ -500,7 +556,8 @@ pub fn run(
             model.dir.display(),
         )));
     }
-    let cached = conversation.reuse_prefix(model, &prompt);
+    let max_kv_size = conversation.max_kv_size;
+    let cached = conversation.reuse_prefix(&prompt, || model.model.make_cache(max_kv_size));
     sink(RunEvent::Started {
         load_kind,
         load_ms,
@@ -580,8 +637,8 @@ pub fn run(
     if stop_reason == StopReason::Eos && reply.ends_with_call {
         stop_reason = StopReason::ToolCalls;
     }
-    let kv_cache_bytes = steps.kv_cache_bytes();
     let anatomy = steps.anatomy();
+    let prefill_snapshot = steps.take_prefill_snapshot();
     drop(steps);
     // The cache now holds the prompt and every generated token (each step
     // feeds its token in before the next is read).
@@ -589,6 +646,15 @@ pub fn run(
     conversation.tokens.extend(&generated);
     let synced = conversation.cache.first().map_or(0, |c| c.offset()) as usize;
     conversation.tokens.truncate(synced);
+    // A model with state layers keeps this turn's boundaries for the next
+    // prompt to branch from (`KEPT_SNAPSHOTS`).
+    for snapshot in prefill_snapshot
+        .into_iter()
+        .chain(CacheSnapshot::take(&conversation.cache))
+    {
+        conversation.keep_snapshot(snapshot);
+    }
+    let kv_cache_bytes = conversation.kv_cache_bytes();
 
     let first = first_token_at.unwrap_or(last_token_at);
     let (prefill_tokens, prefill_ms) = match first_token_at {
@@ -915,5 +981,97 @@ mod tests {
         assert_eq!(held_back("hello ST", &stops), 2);
         assert_eq!(held_back("hello", &stops), 0);
         assert_eq!(held_back("", &stops), 0);
+    }
+
+    /// A cache of one growing KV layer and one convolution layer, fed
+    /// `tokens` (each token's value written into both).
+    fn hybrid_feed(conversation: &mut Conversation, tokens: &[u32]) {
+        use crate::engine::cache::LayerCache;
+        let n = tokens.len() as i32;
+        let data: Vec<f32> = tokens.iter().map(|&t| t as f32).collect();
+        let x = mlx_rs::Array::from_slice(&data, &[1, n, 1]);
+        let kv = mlx_rs::Array::from_slice(&data, &[1, 1, n, 1]);
+        for layer in &mut conversation.cache {
+            match layer {
+                LayerCache::Conv(c) => {
+                    c.extend(&x).unwrap();
+                }
+                other => {
+                    other.update_and_fetch(&kv, &kv).unwrap();
+                }
+            }
+        }
+        conversation.tokens.extend(tokens);
+    }
+
+    fn hybrid_cache() -> Vec<crate::engine::cache::LayerCache> {
+        use crate::engine::cache::{ConvState, LayerCache};
+        vec![LayerCache::new(None), LayerCache::Conv(ConvState::new(3))]
+    }
+
+    #[test]
+    fn a_hybrid_conversation_branches_from_its_latest_snapshot_within_the_prefix() {
+        let mut conversation = Conversation::with_cache(hybrid_cache(), None);
+        // Turn one: a prompt of 6 prefilled up to its last token, then the
+        // last token and a reply of 3.
+        hybrid_feed(&mut conversation, &[1, 2, 3, 4, 5]);
+        let prefilled = CacheSnapshot::take(&conversation.cache).unwrap();
+        conversation.keep_snapshot(prefilled);
+        hybrid_feed(&mut conversation, &[6, 7, 8, 9]);
+        let replied = CacheSnapshot::take(&conversation.cache).unwrap();
+        conversation.keep_snapshot(replied);
+        assert_eq!(conversation.snapshot_positions(), vec![5, 9]);
+        // The conv state's 2 inputs of 4 bytes, twice, besides the cache.
+        assert_eq!(conversation.snapshot_bytes(), 16);
+        let live: usize = conversation.cache.iter().map(|l| l.nbytes()).sum();
+        assert_eq!(conversation.kv_cache_bytes(), live + 16);
+
+        // The next prompt extends everything: nothing to go back to.
+        let cached = conversation.reuse_prefix(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], || {
+            panic!("nothing to start over")
+        });
+        assert_eq!(cached, 9);
+
+        // A prompt that leaves the reply (an edit of it): back to the end
+        // of the first prompt's prefill, the state as it was there.
+        let cached = conversation.reuse_prefix(&[1, 2, 3, 4, 5, 6, 70, 80], || {
+            panic!("a snapshot lies within the prefix")
+        });
+        assert_eq!(cached, 5);
+        assert_eq!(conversation.tokens, vec![1, 2, 3, 4, 5]);
+        assert!(conversation.cache.iter().all(|l| l.offset() == 5));
+        assert_eq!(conversation.snapshot_positions(), vec![5]);
+        hybrid_feed(&mut conversation, &[6, 70]);
+        let mut one_pass = Conversation::with_cache(hybrid_cache(), None);
+        hybrid_feed(&mut one_pass, &[1, 2, 3, 4, 5, 6, 70]);
+        let state = |c: &Conversation| {
+            let arrays = c.cache[1].state();
+            arrays[0].eval().unwrap();
+            arrays[0].as_slice::<f32>().to_vec()
+        };
+        assert_eq!(state(&conversation), state(&one_pass));
+        assert_eq!(state(&conversation), vec![6., 70.]);
+
+        // A prompt sharing less than any snapshot starts over.
+        let mut started_over = false;
+        let cached = conversation.reuse_prefix(&[1, 2, 9, 9], || {
+            started_over = true;
+            hybrid_cache()
+        });
+        assert_eq!(cached, 0);
+        assert!(started_over);
+        assert!(conversation.tokens.is_empty() && conversation.snapshot_positions().is_empty());
+    }
+
+    #[test]
+    fn a_conversation_keeps_its_latest_snapshots_only() {
+        let mut conversation = Conversation::with_cache(hybrid_cache(), None);
+        for turn in 0..6u32 {
+            hybrid_feed(&mut conversation, &[turn + 1, turn + 100]);
+            let snapshot = CacheSnapshot::take(&conversation.cache).unwrap();
+            conversation.keep_snapshot(snapshot);
+        }
+        assert_eq!(conversation.snapshot_positions(), vec![6, 8, 10, 12]);
+        assert_eq!(KEPT_SNAPSHOTS, 4);
     }
 }

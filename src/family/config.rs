@@ -365,6 +365,60 @@ pub struct ModelConfig {
     /// Tensor name prefixes read as another (`model.language_model.` as
     /// `language_model.model.`): the spellings of one checkpoint layout.
     pub renamed_prefixes: Vec<(String, String)>,
+    /// Short-convolution layers in place of attention (LFM2), in the layers
+    /// they name.
+    pub short_conv: Option<ShortConvConfig>,
+    /// The checkpoint's names of a layer's modules.
+    pub names: TensorNames,
+}
+
+/// A gated short causal convolution over time that some layers have in
+/// place of attention (LFM2): `in_proj` to three chunks (two gates and the
+/// input), a depthwise convolution of `kernel` positions, `out_proj`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShortConvConfig {
+    /// Positions the convolution spans (`conv_L_cache`); its state keeps
+    /// `kernel - 1` inputs.
+    pub kernel: i32,
+    /// Biases on both projections and the convolution (`conv_bias`).
+    pub bias: bool,
+    /// Per layer: whether it is a convolution layer.
+    pub layers: Vec<bool>,
+}
+
+/// What a family's checkpoint calls the modules of a layer and the final
+/// norm (the engine and the tensor plan read the same names, so loading
+/// needs no rename table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TensorNames {
+    /// The norm before attention (or the layer's other mixer).
+    pub input_norm: &'static str,
+    /// The norm before the MLP.
+    pub mlp_norm: &'static str,
+    /// Attention's output projection.
+    pub o_proj: &'static str,
+    /// The per-head norms of queries and keys.
+    pub q_norm: &'static str,
+    pub k_norm: &'static str,
+    /// The MLP's module, and its gate, up and down projections.
+    pub mlp: &'static str,
+    pub gate_up_down: [&'static str; 3],
+    /// The norm after the last layer.
+    pub final_norm: &'static str,
+}
+
+impl TensorNames {
+    /// Llama's names, which most families keep.
+    pub const LLAMA: TensorNames = TensorNames {
+        input_norm: "input_layernorm",
+        mlp_norm: "post_attention_layernorm",
+        o_proj: "o_proj",
+        q_norm: "q_norm",
+        k_norm: "k_norm",
+        mlp: "mlp",
+        gate_up_down: ["gate_proj", "up_proj", "down_proj"],
+        final_norm: "norm",
+    };
 }
 
 /// Queries multiplied, at absolute position `p`, by
@@ -430,7 +484,27 @@ impl ModelConfig {
             layers_without_rope: Vec::new(),
             query_scale: None,
             renamed_prefixes: Vec::new(),
+            short_conv: None,
+            names: TensorNames::LLAMA,
         }
+    }
+
+    /// Whether layer `index` is a short-convolution layer (no KV cache).
+    pub fn is_conv_layer(&self, index: usize) -> bool {
+        self.short_conv
+            .as_ref()
+            .is_some_and(|conv| conv.layers.get(index).copied().unwrap_or(false))
+    }
+
+    /// The layers that keep a state of constant size rather than a KV cache,
+    /// and the elements of each one's state.
+    pub fn state_layers(&self) -> Option<(usize, u64)> {
+        let conv = self.short_conv.as_ref()?;
+        let layers = (0..self.num_hidden_layers)
+            .filter(|&i| self.is_conv_layer(i))
+            .count();
+        let elements = (conv.kernel.max(1) - 1) as u64 * self.hidden_size.max(0) as u64;
+        (layers > 0).then_some((layers, elements))
     }
 
     /// The sliding window of layer `index`, `None` for full attention.

@@ -14,6 +14,7 @@ pub mod tensors;
 
 mod gemma3;
 mod gpt_oss;
+mod lfm2;
 mod llama;
 mod ministral3;
 mod mistral;
@@ -28,10 +29,11 @@ use serde_json::Value;
 
 pub use config::{
     Activation, ConfigError, ExpertsConfig, ExpertsKind, ModelConfig, PositionQueryScale,
-    RopeScaling,
+    RopeScaling, ShortConvConfig, TensorNames,
 };
 pub use gemma3::{GEMMA3, GEMMA3_TEXT};
 pub use gpt_oss::GPT_OSS;
+pub use lfm2::LFM2;
 pub use llama::LLAMA;
 pub use ministral3::MINISTRAL3;
 pub use mistral::MISTRAL;
@@ -106,10 +108,13 @@ pub enum ToolCallSyntax {
     /// {...}}` separated by `;`, optionally after `<|python_tag|>` (Llama
     /// 3.1, 3.2): only at the start of the answer.
     BareJson,
+    /// `<|tool_call_start|>[name(key="value", n=1), ...]<|tool_call_end|>`:
+    /// a Python-style list of calls with keyword arguments (LFM2).
+    PythonList,
 }
 
 /// Every family Ondo runs, in the order Ondo lists them.
-pub static FAMILIES: [&Family; 12] = [
+pub static FAMILIES: [&Family; 13] = [
     &LLAMA,
     &MISTRAL,
     &QWEN2,
@@ -122,6 +127,7 @@ pub static FAMILIES: [&Family; 12] = [
     &SMOLLM3,
     &MINISTRAL3,
     &MISTRAL3,
+    &LFM2,
 ];
 
 /// The family that reads config.json's `model_type`.

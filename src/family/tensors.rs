@@ -20,6 +20,9 @@ pub enum TensorKind {
     Router,
     /// The routed experts' stacked matrices `[E, out, in]`.
     Experts,
+    /// A depthwise convolution's kernel `[channels, kernel, 1]` (never
+    /// quantized: its rows are a few elements long).
+    Conv,
 }
 
 /// One tensor of a model.
@@ -41,9 +44,8 @@ impl PlannedTensor {
 /// The tensors of a model of this config, in file order.
 pub fn plan(config: &ModelConfig) -> Vec<PlannedTensor> {
     let hidden = config.hidden_size;
-    let q_out = config.num_attention_heads * config.head_dim;
-    let kv_out = config.num_key_value_heads * config.head_dim;
     let root = config.weight_prefix.as_str();
+    let names = config.names;
     let mut plan = Vec::new();
     let mut add =
         |name: String, shape: Vec<i32>, kind| plan.push(PlannedTensor { name, shape, kind });
@@ -55,54 +57,46 @@ pub fn plan(config: &ModelConfig) -> Vec<PlannedTensor> {
     for layer in 0..config.num_hidden_layers {
         let p = format!("{root}.layers.{layer}");
         add(
-            format!("{p}.input_layernorm.weight"),
+            format!("{p}.{}.weight", names.input_norm),
             vec![hidden],
             TensorKind::NormScale,
         );
-        if config.fused_projections {
+        if let Some(conv) = config
+            .short_conv
+            .as_ref()
+            .filter(|_| config.is_conv_layer(layer))
+        {
+            add(
+                format!("{p}.conv.conv.weight"),
+                vec![hidden, conv.kernel, 1],
+                TensorKind::Conv,
+            );
+            if conv.bias {
+                add(
+                    format!("{p}.conv.conv.bias"),
+                    vec![hidden],
+                    TensorKind::Bias,
+                );
+            }
             linear(
                 &mut add,
-                format!("{p}.self_attn.qkv_proj"),
-                q_out + 2 * kv_out,
+                format!("{p}.conv.in_proj"),
+                3 * hidden,
                 hidden,
-                config.qkv_bias,
+                conv.bias,
+            );
+            linear(
+                &mut add,
+                format!("{p}.conv.out_proj"),
+                hidden,
+                hidden,
+                conv.bias,
             );
         } else {
-            for (proj, out) in [("q_proj", q_out), ("k_proj", kv_out), ("v_proj", kv_out)] {
-                linear(
-                    &mut add,
-                    format!("{p}.self_attn.{proj}"),
-                    out,
-                    hidden,
-                    config.qkv_bias,
-                );
-            }
-        }
-        linear(
-            &mut add,
-            format!("{p}.self_attn.o_proj"),
-            hidden,
-            q_out,
-            config.o_bias,
-        );
-        if config.attention_sinks {
-            add(
-                format!("{p}.self_attn.sinks"),
-                vec![config.num_attention_heads],
-                TensorKind::Bias,
-            );
-        }
-        if config.qk_norm {
-            for norm in ["q_norm", "k_norm"] {
-                add(
-                    format!("{p}.self_attn.{norm}.weight"),
-                    vec![config.head_dim],
-                    TensorKind::NormScale,
-                );
-            }
+            attention(&mut add, config, &p);
         }
         add(
-            format!("{p}.post_attention_layernorm.weight"),
+            format!("{p}.{}.weight", names.mlp_norm),
             vec![hidden],
             TensorKind::NormScale,
         );
@@ -154,6 +148,7 @@ pub fn plan(config: &ModelConfig) -> Vec<PlannedTensor> {
                 }
             }
             _ => {
+                let mlp = names.mlp;
                 let inter = config.intermediate_size;
                 let bias = config.mlp_bias;
                 if config.fused_projections {
@@ -165,15 +160,17 @@ pub fn plan(config: &ModelConfig) -> Vec<PlannedTensor> {
                         bias,
                     );
                 } else {
-                    linear(&mut add, format!("{p}.mlp.gate_proj"), inter, hidden, bias);
-                    linear(&mut add, format!("{p}.mlp.up_proj"), inter, hidden, bias);
+                    let [gate, up, _] = names.gate_up_down;
+                    linear(&mut add, format!("{p}.{mlp}.{gate}"), inter, hidden, bias);
+                    linear(&mut add, format!("{p}.{mlp}.{up}"), inter, hidden, bias);
                 }
-                linear(&mut add, format!("{p}.mlp.down_proj"), hidden, inter, bias);
+                let down = names.gate_up_down[2];
+                linear(&mut add, format!("{p}.{mlp}.{down}"), hidden, inter, bias);
             }
         }
     }
     add(
-        format!("{root}.norm.weight"),
+        format!("{root}.{}.weight", names.final_norm),
         vec![hidden],
         TensorKind::NormScale,
     );
@@ -185,6 +182,57 @@ pub fn plan(config: &ModelConfig) -> Vec<PlannedTensor> {
         );
     }
     plan
+}
+
+/// An attention layer's tensors: q, k, v (or one `qkv_proj`), the output
+/// projection, gpt-oss's sinks and the q/k norms.
+fn attention(add: &mut impl FnMut(String, Vec<i32>, TensorKind), config: &ModelConfig, p: &str) {
+    let hidden = config.hidden_size;
+    let q_out = config.num_attention_heads * config.head_dim;
+    let kv_out = config.num_key_value_heads * config.head_dim;
+    let names = config.names;
+    if config.fused_projections {
+        linear(
+            add,
+            format!("{p}.self_attn.qkv_proj"),
+            q_out + 2 * kv_out,
+            hidden,
+            config.qkv_bias,
+        );
+    } else {
+        for (proj, out) in [("q_proj", q_out), ("k_proj", kv_out), ("v_proj", kv_out)] {
+            linear(
+                add,
+                format!("{p}.self_attn.{proj}"),
+                out,
+                hidden,
+                config.qkv_bias,
+            );
+        }
+    }
+    linear(
+        add,
+        format!("{p}.self_attn.{}", names.o_proj),
+        hidden,
+        q_out,
+        config.o_bias,
+    );
+    if config.attention_sinks {
+        add(
+            format!("{p}.self_attn.sinks"),
+            vec![config.num_attention_heads],
+            TensorKind::Bias,
+        );
+    }
+    if config.qk_norm {
+        for norm in [names.q_norm, names.k_norm] {
+            add(
+                format!("{p}.self_attn.{norm}.weight"),
+                vec![config.head_dim],
+                TensorKind::NormScale,
+            );
+        }
+    }
 }
 
 /// A Linear layer's matrix `[out, inp]`, and its bias when it has one.

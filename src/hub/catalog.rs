@@ -39,7 +39,7 @@ pub struct CatalogEntry {
 /// The model offered when the user has not picked one; first in the catalog.
 pub const DEFAULT_MODEL: &str = "mlx-community/Llama-3.2-3B-Instruct-4bit";
 
-static CATALOG: [CatalogEntry; 16] = [
+static CATALOG: [CatalogEntry; 17] = [
     CatalogEntry {
         repo_id: DEFAULT_MODEL,
         display_name: "Llama 3.2 3B Instruct",
@@ -291,6 +291,28 @@ static CATALOG: [CatalogEntry; 16] = [
                     "max_position_embeddings": 262144, "beta_fast": 32.0, "beta_slow": 1.0,
                     "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1}},
             "vision_config": {"model_type": "pixtral", "hidden_size": 1024, "num_hidden_layers": 24}}"#,
+    },
+    // LFM2-1.2B: ten short-convolution layers and six attention layers
+    // (`full_attn_idxs`); the MLP is block_ff_dim cut to two thirds (8192).
+    CatalogEntry {
+        repo_id: "mlx-community/LFM2-1.2B-4bit",
+        display_name: "LFM2 1.2B",
+        family: "lfm2",
+        parameters: 1_170_000_000,
+        quantization: "4-bit",
+        size_bytes: 660_000_000,
+        note: "Liquid AI's small hybrid model: quick on any Mac, and its cache grows in only 6 of its 16 layers.",
+        config: r#"{"model_type": "lfm2", "architectures": ["Lfm2ForCausalLM"], "hidden_size": 2048,
+            "num_hidden_layers": 16, "num_attention_heads": 32, "num_heads": 32,
+            "num_key_value_heads": 8, "vocab_size": 65536, "max_position_embeddings": 128000,
+            "norm_eps": 1e-5, "block_norm_eps": 1e-5, "conv_bias": false, "conv_L_cache": 3,
+            "conv_dim": 2048, "conv_dim_out": 2048, "block_dim": 2048, "block_ff_dim": 12288,
+            "block_multiple_of": 256, "block_ffn_dim_multiplier": 1.0,
+            "block_auto_adjust_ff_dim": true, "block_use_swiglu": true,
+            "full_attn_idxs": [2, 5, 8, 10, 12, 14], "rope_theta": 1000000.0,
+            "theta": 1000000.0, "use_pos_enc": true, "tie_embedding": true,
+            "bos_token_id": 1, "eos_token_id": 7, "pad_token_id": 0,
+            "torch_dtype": "bfloat16"}"#,
     },
 ];
 
@@ -564,5 +586,27 @@ mod tests {
         // Below the window every layer still grows: 300 tokens take 512.
         let estimate = estimate_at("mlx-community/gemma-3-4b-it-4bit", 300);
         assert_eq!(estimate.kv_cache_bytes, 4096 * 34 * 512);
+    }
+
+    #[test]
+    fn lfm2_keeps_a_constant_state_in_ten_of_its_sixteen_layers() {
+        let estimate = estimate_at("mlx-community/LFM2-1.2B-4bit", 4096);
+        // Six attention layers * 8 KV heads * 64 * K and V * 2 bytes.
+        assert_eq!(estimate.kv_bytes_per_token, 6 * 2048);
+        // Ten convolution layers keep 2 inputs of 2048 channels in bf16.
+        assert_eq!(estimate.kv_cache_bytes, 6 * 2048 * 4096 + 10 * 8192);
+        assert_eq!(
+            estimate.kv_cache_note.as_deref(),
+            Some("10 of 16 layers keep a 8 KiB state whatever the context")
+        );
+        // Embeddings 65536 * 2048; a convolution layer's in_proj, out_proj,
+        // kernel and two norms; an attention layer's q, k, v, o and four
+        // norms; every layer's MLP of 8192; the final norm.
+        let mlp = 3 * 2048 * 8192;
+        let conv = 4 * 2048 * 2048 + 3 * 2048 + 2 * 2048 + mlp;
+        let attention = 2 * 2048 * 2048 + 2 * 512 * 2048 + 2 * 2048 + 2 * 64 + mlp;
+        let total = 65536 * 2048 + 10 * conv + 6 * attention + 2048;
+        assert_eq!(estimate.parameters, Some(total));
+        assert_eq!(total, 1_170_340_608);
     }
 }

@@ -111,6 +111,9 @@ pub struct ModelShape {
     /// Layers whose KV cache keeps only the latest positions; `None` when
     /// every layer keeps the whole context.
     pub sliding_window: Option<SlidingWindowLayers>,
+    /// Layers that keep a state of constant size instead of a KV cache
+    /// (LFM2's short convolutions); `None` when every layer attends.
+    pub state_layers: Option<StateLayers>,
     /// A mixture-of-experts model's experts; `None` for a dense model.
     pub experts: Option<ExpertLayers>,
     /// Parameters counted from the shapes: for a family Ondo runs, every
@@ -128,6 +131,15 @@ pub struct ModelShape {
 pub struct SlidingWindowLayers {
     pub layers: u64,
     pub window_tokens: u64,
+}
+
+/// Layers without a KV cache: each keeps `bytes_per_layer` of state (a
+/// convolution's last inputs) whatever the context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+pub struct StateLayers {
+    pub layers: u64,
+    pub bytes_per_layer: u64,
 }
 
 /// A mixture of experts: in each of `moe_layers` layers a router picks
@@ -204,6 +216,10 @@ impl ModelShape {
                     layers: layers as u64,
                     window_tokens: window.max(0) as u64,
                 }),
+            state_layers: config.state_layers().map(|(layers, elements)| StateLayers {
+                layers: layers as u64,
+                bytes_per_layer: elements * kv_dtype.bytes(),
+            }),
             experts,
             parameters: Some(family::tensors::parameters(config)),
         }
@@ -258,6 +274,7 @@ impl ModelShape {
             max_position_embeddings: read("max_position_embeddings")?,
             kv_dtype,
             sliding_window: None,
+            state_layers: None,
             experts: None,
             parameters,
         })
@@ -272,24 +289,36 @@ impl ModelShape {
             .saturating_mul(2 * self.kv_dtype.bytes())
     }
 
+    /// Layers with a KV cache (the others keep a constant state).
+    fn kv_layers(&self) -> u64 {
+        let state = self.state_layers.map_or(0, |s| s.layers);
+        self.num_hidden_layers.saturating_sub(state)
+    }
+
     /// Bytes of KV cache per token of context while every layer still keeps
     /// every position (below any sliding window).
     pub fn kv_bytes_per_token(&self) -> u64 {
-        self.num_hidden_layers
+        self.kv_layers()
             .saturating_mul(self.kv_bytes_per_layer_position())
     }
 
-    /// Bytes of KV cache when the cache holds `positions`: full-attention
-    /// layers keep them all, sliding-window layers at most their window.
+    /// Bytes of cache when it holds `positions`: full-attention layers keep
+    /// them all, sliding-window layers at most their window, state layers
+    /// their constant state.
     pub fn kv_cache_bytes(&self, positions: u64) -> u64 {
         let (sliding_layers, window) = self.sliding_window.map_or((0, 0), |s| {
-            (s.layers.min(self.num_hidden_layers), s.window_tokens)
+            (s.layers.min(self.kv_layers()), s.window_tokens)
         });
-        let full_layers = self.num_hidden_layers - sliding_layers;
+        let full_layers = self.kv_layers() - sliding_layers;
         let layer_positions = full_layers
             .saturating_mul(positions)
             .saturating_add(sliding_layers.saturating_mul(positions.min(window)));
-        layer_positions.saturating_mul(self.kv_bytes_per_layer_position())
+        let state = self
+            .state_layers
+            .map_or(0, |s| s.layers.saturating_mul(s.bytes_per_layer));
+        layer_positions
+            .saturating_mul(self.kv_bytes_per_layer_position())
+            .saturating_add(state)
     }
 
     /// For a mixture of experts, the parameters one token works through:
@@ -302,15 +331,29 @@ impl ModelShape {
         Some(self.parameters?.saturating_sub(idle))
     }
 
-    /// "22 of 26 layers keep at most 512 positions": what bounds the cache.
+    /// "22 of 26 layers keep at most 512 positions", "10 of 16 layers keep
+    /// a 8 KiB state whatever the context": what bounds the cache.
     pub fn kv_cache_note(&self) -> Option<String> {
-        let sliding = self.sliding_window.filter(|s| s.layers > 0)?;
-        Some(format!(
-            "{} of {} layers keep at most {} positions",
-            sliding.layers.min(self.num_hidden_layers),
-            self.num_hidden_layers,
-            sliding.window_tokens
-        ))
+        let sliding = self.sliding_window.filter(|s| s.layers > 0).map(|sliding| {
+            format!(
+                "{} of {} layers keep at most {} positions",
+                sliding.layers.min(self.num_hidden_layers),
+                self.num_hidden_layers,
+                sliding.window_tokens
+            )
+        });
+        let state = self.state_layers.filter(|s| s.layers > 0).map(|state| {
+            format!(
+                "{} of {} layers keep a {} state whatever the context",
+                state.layers.min(self.num_hidden_layers),
+                self.num_hidden_layers,
+                binary_size(state.bytes_per_layer)
+            )
+        });
+        match (sliding, state) {
+            (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+            (a, b) => a.or(b),
+        }
     }
 
     /// "all 128 experts stay in memory; 8 of them work on each token".
@@ -321,6 +364,18 @@ impl ModelShape {
             experts.num_experts, experts.experts_per_token
         ))
     }
+}
+
+/// Bytes in the largest binary unit that keeps a whole number ("8 KiB").
+fn binary_size(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["bytes", "KiB", "MiB", "GiB"];
+    let mut value = bytes;
+    let mut unit = 0;
+    while unit + 1 < UNITS.len() && value >= 1024 && value.is_multiple_of(1024) {
+        value /= 1024;
+        unit += 1;
+    }
+    format!("{value} {}", UNITS[unit])
 }
 
 fn missing(key: &str) -> FitError {
@@ -1191,6 +1246,35 @@ mod tests {
         assert!(
             error.to_string().contains("layer_types names 1 layers"),
             "{error}"
+        );
+    }
+
+    #[test]
+    fn lfm2s_convolution_layers_keep_a_constant_state_and_the_verdict_says_so() {
+        // LFM2-1.2B: 16 layers, 6 attend; the other 10 keep 2 inputs of
+        // 2048 channels in bfloat16 whatever the context.
+        let config = json!({
+            "model_type": "lfm2", "vocab_size": 65536, "hidden_size": 2048,
+            "num_hidden_layers": 16, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "max_position_embeddings": 128000,
+            "norm_eps": 1e-5, "conv_bias": false, "conv_L_cache": 3,
+            "block_dim": 2048, "block_ff_dim": 12288, "block_multiple_of": 256,
+            "block_ffn_dim_multiplier": 1.0, "block_auto_adjust_ff_dim": true,
+            "rope_theta": 1000000.0, "full_attn_idxs": [2, 5, 8, 10, 12, 14],
+            "torch_dtype": "bfloat16"
+        });
+        let shape = ModelShape::from_config(&config, None).unwrap();
+        let attention_per_token = 6 * 2 * 8 * 64 * 2;
+        assert_eq!(shape.kv_bytes_per_token(), attention_per_token);
+        let state = 10 * 2 * 2048 * 2;
+        assert_eq!(shape.kv_cache_bytes(0), state);
+        assert_eq!(
+            shape.kv_cache_bytes(4096),
+            4096 * attention_per_token + state
+        );
+        assert_eq!(
+            shape.kv_cache_note().as_deref(),
+            Some("10 of 16 layers keep a 8 KiB state whatever the context")
         );
     }
 

@@ -70,7 +70,7 @@ fn quant_of(options: &SynthOptions, kind: TensorKind) -> Option<SynthQuant> {
         mxfp4: false,
     };
     match kind {
-        TensorKind::NormScale | TensorKind::Bias => None,
+        TensorKind::NormScale | TensorKind::Bias | TensorKind::Conv => None,
         TensorKind::Matrix => Some(default),
         TensorKind::Router => Some(ROUTER_QUANT),
         TensorKind::Experts if options.experts_mxfp4 => Some(MXFP4),
@@ -123,12 +123,18 @@ fn make_tensor(
     let dtype = options.dtype.to_mlx();
     let values = match tensor.kind {
         TensorKind::NormScale => Array::ones::<f32>(&tensor.shape)?,
-        TensorKind::Matrix | TensorKind::Bias | TensorKind::Router | TensorKind::Experts => {
+        TensorKind::Matrix
+        | TensorKind::Bias
+        | TensorKind::Router
+        | TensorKind::Experts
+        | TensorKind::Conv => {
             let key = random::key(tensor_seed(options.seed, &tensor.name))?;
-            let scale = if tensor.kind == TensorKind::Bias {
-                0.1
-            } else {
-                0.02
+            // A convolution kernel spans a few positions: weights of a
+            // matrix's scale would leave its layer nearly silent.
+            let scale = match tensor.kind {
+                TensorKind::Bias => 0.1,
+                TensorKind::Conv => 0.5,
+                _ => 0.02,
             };
             random::normal::<f32>(&tensor.shape[..], 0.0, scale, &key)?
         }

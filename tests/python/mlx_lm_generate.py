@@ -15,7 +15,8 @@ Options beyond the plain run:
   --logits-out PATH         write the first step's log-probabilities (float32
                             values, JSON list) to PATH
   --followup TEXT [--followup-tokens N]
-                            second chat turn on the same prompt cache (implies
+                            second chat turn on the same prompt cache (a fresh
+                            one when it cannot be trimmed; implies
                             --chat); adds followup_prompt_ids,
                             followup_cached_tokens, followup_trimmed_tokens and
                             followup_generated_ids to the output
@@ -39,6 +40,7 @@ from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import (
     KVCache,
     RotatingKVCache,
+    can_trim_prompt_cache,
     make_prompt_cache,
     trim_prompt_cache,
 )
@@ -196,7 +198,12 @@ def followup(model, tokenizer, args, messages, cache, prompt_ids, generated) -> 
     # generate_step needs at least one new token to produce logits.
     common = min(common, len(full) - 1)
     trim = len(cached) - common
-    if trim > 0:
+    if trim > 0 and not can_trim_prompt_cache(cache):
+        # A cache with state layers (lfm2's convolutions) cannot drop its
+        # tail: mlx-lm starts over, reusing nothing.
+        cache = make_cache(model, args.max_kv_size)
+        common, trim = 0, len(cached)
+    elif trim > 0:
         # The re-rendered assistant text need not re-tokenize to the same ids,
         # so drop the cache's diverging tail (impossible once a rotating cache
         # has wrapped around).

@@ -15,9 +15,10 @@ use mlx_rs::{Array, ops};
 
 use super::activation;
 use super::experts::SparseExperts;
+use super::short_conv::ShortConv;
 use super::{JointProjection, Linear, QuantConfig};
 use crate::engine::LoadError;
-use crate::engine::cache::{AttentionMask, LayerCache};
+use crate::engine::cache::{AttentionMask, ConvState, LayerCache};
 use crate::engine::weights::WeightMap;
 use crate::family::{Activation, ModelConfig, PositionQueryScale, RopeScaling};
 
@@ -331,9 +332,26 @@ enum FeedForward {
     Experts(SparseExperts),
 }
 
+/// What mixes positions in a layer: attention over the KV cache, or a
+/// short convolution over its state (LFM2).
+enum Mixer {
+    Attention(Attention),
+    ShortConv(ShortConv),
+}
+
+impl Mixer {
+    /// The projection of the mixer's output back to the hidden size.
+    fn out_proj(&self) -> &Linear {
+        match self {
+            Mixer::Attention(attn) => &attn.o_proj,
+            Mixer::ShortConv(conv) => &conv.out_proj,
+        }
+    }
+}
+
 struct Layer {
     input_layernorm: Array,
-    self_attn: Attention,
+    mixer: Mixer,
     /// Before the MLP; with sandwich norms, applied to the attention's
     /// output instead (gemma's naming).
     post_attention_layernorm: Array,
@@ -425,48 +443,65 @@ impl Decoder {
         for i in 0..config.num_hidden_layers {
             let p = format!("{root}.layers.{i}");
             let (qkv_bias, o_bias) = (config.qkv_bias, config.o_bias);
-            let (q_norm, k_norm) = if config.qk_norm {
+            let names = config.names;
+            let input_layernorm = norm(w, format!("{p}.{}.weight", names.input_norm), hidden)?;
+            let (q_norm, k_norm) = if config.qk_norm && !config.is_conv_layer(i) {
                 (
-                    Some(norm(w, format!("{p}.self_attn.q_norm.weight"), head_dim)?),
-                    Some(norm(w, format!("{p}.self_attn.k_norm.weight"), head_dim)?),
+                    Some(norm(
+                        w,
+                        format!("{p}.self_attn.{}.weight", names.q_norm),
+                        head_dim,
+                    )?),
+                    Some(norm(
+                        w,
+                        format!("{p}.self_attn.{}.weight", names.k_norm),
+                        head_dim,
+                    )?),
                 )
             } else {
                 (None, None)
             };
             let (q_width, kv_width) = (heads * head_dim, kv_heads * head_dim);
-            let qkv = if config.fused_projections {
-                JointProjection::split(
-                    Linear::load(
-                        w,
-                        &format!("{p}.self_attn.qkv_proj"),
-                        q_width + 2 * kv_width,
-                        hidden,
-                        quant,
-                        qkv_bias,
-                    )?,
-                    [q_width, kv_width, kv_width],
-                )?
-            } else {
-                let mut proj = |name: &str, out: i32| {
-                    Linear::load(
-                        w,
-                        &format!("{p}.self_attn.{name}"),
-                        out,
-                        hidden,
-                        quant,
-                        qkv_bias,
-                    )
-                };
-                let parts = [
-                    proj("q_proj", q_width)?,
-                    proj("k_proj", kv_width)?,
-                    proj("v_proj", kv_width)?,
-                ];
-                if join {
-                    JointProjection::join(parts)?
+            let short_conv = config
+                .short_conv
+                .as_ref()
+                .filter(|_| config.is_conv_layer(i));
+            let qkv = match short_conv {
+                Some(_) => None,
+                None => Some(if config.fused_projections {
+                    JointProjection::split(
+                        Linear::load(
+                            w,
+                            &format!("{p}.self_attn.qkv_proj"),
+                            q_width + 2 * kv_width,
+                            hidden,
+                            quant,
+                            qkv_bias,
+                        )?,
+                        [q_width, kv_width, kv_width],
+                    )?
                 } else {
-                    JointProjection::apart(parts)
-                }
+                    let mut proj = |name: &str, out: i32| {
+                        Linear::load(
+                            w,
+                            &format!("{p}.self_attn.{name}"),
+                            out,
+                            hidden,
+                            quant,
+                            qkv_bias,
+                        )
+                    };
+                    let parts = [
+                        proj("q_proj", q_width)?,
+                        proj("k_proj", kv_width)?,
+                        proj("v_proj", kv_width)?,
+                    ];
+                    if join {
+                        JointProjection::join(parts)?
+                    } else {
+                        JointProjection::apart(parts)
+                    }
+                }),
             };
             let mlp =
                 match &config.experts {
@@ -497,13 +532,13 @@ impl Decoder {
             } else {
                 (None, None)
             };
-            layers.push(Layer {
-                input_layernorm: norm(w, format!("{p}.input_layernorm.weight"), hidden)?,
-                self_attn: Attention {
+            let mixer = match (short_conv, qkv) {
+                (Some(conv), _) => Mixer::ShortConv(ShortConv::load(w, &p, hidden, conv, quant)?),
+                (None, Some(qkv)) => Mixer::Attention(Attention {
                     qkv,
                     o_proj: Linear::load(
                         w,
-                        &format!("{p}.self_attn.o_proj"),
+                        &format!("{p}.self_attn.{}", names.o_proj),
                         hidden,
                         heads * head_dim,
                         quant,
@@ -522,10 +557,20 @@ impl Decoder {
                         None
                     },
                     sinks,
-                },
+                }),
+                (None, None) => {
+                    return Err(LoadError::ConfigInvalid {
+                        path: config_path.to_owned(),
+                        message: format!("layer {i} is neither attention nor a convolution"),
+                    });
+                }
+            };
+            layers.push(Layer {
+                input_layernorm,
+                mixer,
                 post_attention_layernorm: norm(
                     w,
-                    format!("{p}.post_attention_layernorm.weight"),
+                    format!("{p}.{}.weight", names.mlp_norm),
                     hidden,
                 )?,
                 pre_feedforward_layernorm,
@@ -534,7 +579,11 @@ impl Decoder {
                 window,
             });
         }
-        let final_norm = norm(w, format!("{root}.norm.weight"), hidden)?;
+        let final_norm = norm(
+            w,
+            format!("{root}.{}.weight", config.names.final_norm),
+            hidden,
+        )?;
         let head = config.head_prefix.as_str();
         // Gemma's head is tied exactly when the checkpoint has none, as
         // mlx-lm decides; the other families say so in config.json.
@@ -601,15 +650,12 @@ impl Decoder {
             // the MLP's down projection feed a residual add directly
             // (`Layer::finish`).
             let adds_residual = layer.pre_feedforward_layernorm.is_none();
-            matrices.extend(
-                layer
-                    .self_attn
-                    .qkv
-                    .decode_layers()
-                    .into_iter()
-                    .map(|m| (m, false)),
-            );
-            matrices.push((&layer.self_attn.o_proj, adds_residual));
+            let mixing = match &layer.mixer {
+                Mixer::Attention(attn) => attn.qkv.decode_layers(),
+                Mixer::ShortConv(conv) => conv.decode_layers(),
+            };
+            matrices.extend(mixing.into_iter().map(|m| (m, false)));
+            matrices.push((layer.mixer.out_proj(), adds_residual));
             if let FeedForward::Dense(mlp) = &layer.mlp {
                 matrices.extend(mlp.gate_up.decode_layers().into_iter().map(|m| (m, false)));
                 matrices.push((&mlp.down_proj, adds_residual));
@@ -639,13 +685,14 @@ impl Decoder {
     /// One empty cache per layer: a sliding-window layer's rotates at its
     /// window (keeping no leading tokens, as mlx-lm does); a full layer's
     /// grows, or rotates at `max_kv_size` positions keeping the first
-    /// `ROTATING_KEEP` tokens.
+    /// `ROTATING_KEEP` tokens; a convolution layer's is its state.
     pub fn make_cache(&self, max_kv_size: Option<usize>) -> Vec<LayerCache> {
         self.layers
             .iter()
-            .map(|layer| match layer.window {
-                Some(window) => LayerCache::window(window),
-                None => LayerCache::new(max_kv_size),
+            .map(|layer| match (&layer.mixer, layer.window) {
+                (Mixer::ShortConv(conv), _) => LayerCache::Conv(ConvState::new(conv.kernel())),
+                (Mixer::Attention(_), Some(window)) => LayerCache::window(window),
+                (Mixer::Attention(_), None) => LayerCache::new(max_kv_size),
             })
             .collect()
     }
@@ -657,7 +704,6 @@ impl Decoder {
         let mut total = self.embed_tokens.parameters() + size(&self.norm);
         total += self.lm_head.as_ref().map_or(0, Linear::parameters);
         for layer in &self.layers {
-            let attn = &layer.self_attn;
             total += size(&layer.input_layernorm) + size(&layer.post_attention_layernorm);
             total += layer
                 .pre_feedforward_layernorm
@@ -669,12 +715,18 @@ impl Decoder {
                 .iter()
                 .map(size)
                 .sum::<u64>();
-            total += attn.qkv.parameters() + attn.o_proj.parameters();
-            total += [&attn.q_norm, &attn.k_norm, &attn.sinks]
-                .into_iter()
-                .flatten()
-                .map(size)
-                .sum::<u64>();
+            total += match &layer.mixer {
+                Mixer::Attention(attn) => {
+                    attn.qkv.parameters()
+                        + attn.o_proj.parameters()
+                        + [&attn.q_norm, &attn.k_norm, &attn.sinks]
+                            .into_iter()
+                            .flatten()
+                            .map(size)
+                            .sum::<u64>()
+                }
+                Mixer::ShortConv(conv) => conv.parameters(),
+            };
             total += match &layer.mlp {
                 FeedForward::Dense(mlp) => mlp.gate_up.parameters() + mlp.down_proj.parameters(),
                 FeedForward::Experts(experts) => experts.parameters(),
@@ -685,16 +737,17 @@ impl Decoder {
 
     /// Each layer's sliding window as its cache is made (`None`: the layer
     /// attends to everything), and the elements one position adds to its
-    /// cache (a key and a value vector per KV head).
+    /// cache (a key and a value vector per KV head; none for a convolution
+    /// layer, whose state is constant).
     pub fn layer_caches(&self) -> Vec<(Option<i32>, u64)> {
         self.layers
             .iter()
-            .map(|layer| {
-                let attn = &layer.self_attn;
-                (
+            .map(|layer| match &layer.mixer {
+                Mixer::Attention(attn) => (
                     layer.window,
                     2 * attn.kv_heads.max(0) as u64 * attn.head_dim.max(0) as u64,
-                )
+                ),
+                Mixer::ShortConv(_) => (None, 0),
             })
             .collect()
     }
@@ -707,12 +760,16 @@ impl Decoder {
             out.push(&layer.post_attention_layernorm);
             out.extend(layer.pre_feedforward_layernorm.iter());
             out.extend(layer.post_feedforward_layernorm.iter());
-            let attn = &layer.self_attn;
-            out.extend(attn.q_norm.iter());
-            out.extend(attn.k_norm.iter());
-            out.extend(attn.sinks.iter());
-            out.extend(attn.qkv.arrays());
-            out.extend(attn.o_proj.arrays());
+            match &layer.mixer {
+                Mixer::Attention(attn) => {
+                    out.extend(attn.q_norm.iter());
+                    out.extend(attn.k_norm.iter());
+                    out.extend(attn.sinks.iter());
+                    out.extend(attn.qkv.arrays());
+                    out.extend(attn.o_proj.arrays());
+                }
+                Mixer::ShortConv(conv) => out.extend(conv.arrays()),
+            }
             out.extend(layer.mlp.arrays());
         }
         out.push(&self.norm);
@@ -730,7 +787,12 @@ impl Decoder {
         // positions, so one mask serves each kind: made from the first
         // cache of that kind.
         let mut masks: Vec<(Option<i32>, AttentionMask)> = Vec::with_capacity(2);
-        for (layer, kv) in self.layers.iter().zip(cache.iter()) {
+        let attending = self
+            .layers
+            .iter()
+            .zip(cache.iter())
+            .filter(|(layer, _)| matches!(layer.mixer, Mixer::Attention(_)));
+        for (layer, kv) in attending {
             if !masks.iter().any(|(window, _)| *window == layer.window) {
                 masks.push((layer.window, kv.mask(length)?));
             }
@@ -759,12 +821,17 @@ impl Decoder {
                 )));
             }
             let normed = fast::rms_norm(&h, Some(&layer.input_layernorm), self.eps)?;
-            let (mut q, k, v) = layer.self_attn.project(&normed, &offset)?;
-            if let Some(scale) = &query_scale {
-                q = ops::multiply(&q, scale)?;
-            }
-            let heads = layer.self_attn.attend(q, k, v, kv, mask)?;
-            h = layer.finish(&h, &heads, self.eps)?;
+            let mixed = match &layer.mixer {
+                Mixer::Attention(attn) => {
+                    let (mut q, k, v) = attn.project(&normed, &offset)?;
+                    if let Some(scale) = &query_scale {
+                        q = ops::multiply(&q, scale)?;
+                    }
+                    attn.attend(q, k, v, kv, mask)?
+                }
+                Mixer::ShortConv(conv) => conv.mix(&normed, kv)?,
+            };
+            h = layer.finish(&h, &mixed, self.eps)?;
         }
         fast::rms_norm(&h, Some(&self.norm), self.eps)
     }
@@ -812,12 +879,12 @@ impl Layer {
     fn finish(&self, h: &Array, heads: &Array, eps: f32) -> Result<Array, Exception> {
         match &self.pre_feedforward_layernorm {
             None => {
-                let h = self.self_attn.o_proj.forward_add(heads, h)?;
+                let h = self.mixer.out_proj().forward_add(heads, h)?;
                 let normed = fast::rms_norm(&h, Some(&self.post_attention_layernorm), eps)?;
                 self.mlp.forward_add(&normed, &h)
             }
             Some(pre_feedforward) => {
-                let attn = self.self_attn.o_proj.forward(heads)?;
+                let attn = self.mixer.out_proj().forward(heads)?;
                 let attn = fast::rms_norm(&attn, Some(&self.post_attention_layernorm), eps)?;
                 let h = residual_add(h, &attn)?;
                 let normed = fast::rms_norm(&h, Some(pre_feedforward), eps)?;
@@ -971,6 +1038,7 @@ impl Mlp {
         quant: Option<&QuantConfig>,
         join: bool,
     ) -> Result<Self, LoadError> {
+        let names = config.names;
         let (hidden, inter, mlp_bias) = (
             config.hidden_size,
             config.intermediate_size,
@@ -992,7 +1060,7 @@ impl Mlp {
             let parts = [
                 Linear::load(
                     w,
-                    &format!("{p}.mlp.gate_proj"),
+                    &format!("{p}.{}.{}", names.mlp, names.gate_up_down[0]),
                     inter,
                     hidden,
                     quant,
@@ -1000,7 +1068,7 @@ impl Mlp {
                 )?,
                 Linear::load(
                     w,
-                    &format!("{p}.mlp.up_proj"),
+                    &format!("{p}.{}.{}", names.mlp, names.gate_up_down[1]),
                     inter,
                     hidden,
                     quant,
@@ -1017,7 +1085,7 @@ impl Mlp {
             gate_up,
             down_proj: Linear::load(
                 w,
-                &format!("{p}.mlp.down_proj"),
+                &format!("{p}.{}.{}", names.mlp, names.gate_up_down[2]),
                 hidden,
                 inter,
                 quant,

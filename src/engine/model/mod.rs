@@ -9,6 +9,7 @@ pub mod activation;
 pub mod decoder;
 pub mod experts;
 pub mod quantized;
+pub mod short_conv;
 
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, Dtype, ops};
