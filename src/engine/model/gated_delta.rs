@@ -12,11 +12,14 @@
 //!
 //! The recurrence is mlx-lm's `gated_delta_ops` operation for operation
 //! (what mlx-lm runs wherever Metal is not: one step's decay, recall, delta
-//! and readout as separate array operations, stepped over the positions),
-//! so both give the same floats; a decode step is the same operations once.
+//! and readout, compiled, stepped over the positions), so both give the
+//! same floats; a decode step is that compiled step once.
+
+use std::cell::RefCell;
 
 use mlx_rs::error::Exception;
 use mlx_rs::ops::indexing::{Ellipsis, IndexOp, NewAxis};
+use mlx_rs::transforms::compile::compile;
 use mlx_rs::{Array, Dtype, fast, ops};
 
 use super::{JointProjection, Linear, QuantConfig};
@@ -183,25 +186,20 @@ impl GatedDelta {
         } else {
             (q, k)
         };
-        let dtype = q.dtype();
         let mut outputs = Vec::with_capacity(usize::try_from(length).unwrap_or(0));
         for t in 0..length {
-            let (q_t, k_t, v_t) = (q.index((.., t)), k.index((.., t)), v.index((.., t)));
-            let (g_t, beta_t) = (g.index((.., t)), beta.index((.., t)));
-            // `[B, H, Dv, Dk]` times each head's decay.
-            matrix = ops::multiply(&matrix, g_t.index((Ellipsis, NewAxis, NewAxis)))?;
-            let k_row = k_t.index((Ellipsis, NewAxis, ..));
-            let recalled = ops::sum_axis(&ops::multiply(&matrix, &k_row)?, -1, false)?;
-            let delta = ops::multiply(
-                ops::subtract(&v_t, &recalled)?,
-                beta_t.index((Ellipsis, NewAxis)),
-            )?;
-            matrix = ops::add(
-                &matrix,
-                ops::multiply(&k_row, delta.index((Ellipsis, NewAxis)))?,
-            )?;
-            let read = ops::multiply(&matrix, q_t.index((Ellipsis, NewAxis, ..)))?;
-            outputs.push(ops::sum_axis(&read, -1, false)?.as_dtype(dtype)?);
+            let inputs = [
+                q.index((.., t)),
+                k.index((.., t)),
+                v.index((.., t)),
+                g.index((.., t)),
+                beta.index((.., t)),
+                matrix,
+            ];
+            let [y, next] = <[Array; 2]>::try_from(STEP.with_borrow_mut(|step| step(&inputs))?)
+                .map_err(|_| Exception::custom("a recurrence step gave other than two arrays"))?;
+            outputs.push(y);
+            matrix = next;
         }
         Ok((ops::stack(&outputs, 1)?, matrix))
     }
@@ -232,6 +230,43 @@ impl GatedDelta {
     pub fn conv_kernel(&self) -> i32 {
         self.conv_weight.shape()[1]
     }
+}
+
+/// A kept compiled function of arrays.
+type CompiledStep = Box<dyn for<'a> FnMut(&'a [Array]) -> Result<Vec<Array>, Exception>>;
+
+thread_local! {
+    /// One position of the recurrence, compiled once per thread (and traced
+    /// once per shape) as mlx-lm compiles `_gated_delta_step_ops`: its
+    /// elementwise operations run as fused kernels, and a step is replayed
+    /// rather than built operation by operation. Thread-local because MLX's
+    /// compile cache is not shared across threads safely.
+    static STEP: RefCell<CompiledStep> = RefCell::new(Box::new(compile(step, false)));
+}
+
+/// One position of the recurrence: `q`, `k` `[B, H, Dk]`, `v` `[B, H, Dv]`,
+/// `g`, `beta` `[B, H]` and the matrix `[B, H, Dv, Dk]` give the output
+/// `[B, H, Dv]` in the queries' dtype and the next matrix. The matrix decays
+/// by `g`, recalls `matrix . k`, adds `k` times `beta` of the difference to
+/// `v`, and is read with `q` (mlx-lm's `_gated_delta_step_ops`).
+fn step(inputs: &[Array]) -> Result<Vec<Array>, Exception> {
+    let [q, k, v, g, beta, matrix] = inputs else {
+        return Err(Exception::custom("a recurrence step takes six arrays"));
+    };
+    let matrix = ops::multiply(matrix, g.index((Ellipsis, NewAxis, NewAxis)))?;
+    let k_row = k.index((Ellipsis, NewAxis, ..));
+    let recalled = ops::sum_axis(&ops::multiply(&matrix, &k_row)?, -1, false)?;
+    let delta = ops::multiply(
+        ops::subtract(v, &recalled)?,
+        beta.index((Ellipsis, NewAxis)),
+    )?;
+    let matrix = ops::add(
+        &matrix,
+        ops::multiply(&k_row, delta.index((Ellipsis, NewAxis)))?,
+    )?;
+    let read = ops::multiply(&matrix, q.index((Ellipsis, NewAxis, ..)))?;
+    let y = ops::sum_axis(&read, -1, false)?.as_dtype(q.dtype())?;
+    Ok(vec![y, matrix])
 }
 
 /// `rms_norm(y) * silu(z)`, the product in float32 and cast back to y's
