@@ -134,7 +134,7 @@ pub struct SparseExperts {
     kind: ExpertsKind,
     /// A dense SwiGLU every token goes through too, weighted by the
     /// sigmoid of its gate (Qwen 3.5).
-    shared: Option<SharedExpert>,
+    shared: Option<Box<SharedExpert>>,
 }
 
 /// The shared expert: `down(swiglu(gate(x), up(x)))` times
@@ -230,7 +230,9 @@ impl SparseExperts {
         let up_proj = stacked("up_proj", inter, hidden)?;
         let down_proj = stacked("down_proj", hidden, inter)?;
         let shared = match config.shared_expert_intermediate_size {
-            Some(width) => Some(SharedExpert::load(weights, prefix, hidden, width, quant)?),
+            Some(width) => Some(Box::new(SharedExpert::load(
+                weights, prefix, hidden, width, quant,
+            )?)),
             None => None,
         };
         Ok(Self {
@@ -343,7 +345,7 @@ impl SparseExperts {
                 .iter()
                 .map(|stacked| stacked.parameters())
                 .sum::<u64>()
-            + self.shared.as_ref().map_or(0, SharedExpert::parameters)
+            + self.shared.as_ref().map_or(0, |shared| shared.parameters())
     }
 
     /// Every array, for evaluation after loading.
