@@ -1575,3 +1575,61 @@ fn a_qwen3_5_conversation_prefills_only_what_its_cache_lacks() {
 fn qwen3_5_moe_equals_mlx_lm() {
     assert_qwen3_5_equals_mlx_lm(&family::QWEN3_5_MOE);
 }
+
+/// Qwen 3.5 as transformers saves it (tensors under `model.language_model.`
+/// and `lm_head`, convolution kernels `[channels, 1, kernel]`, the layer,
+/// q/k and final norms stored minus one) answers exactly as the same model
+/// in MLX's layout, and as mlx-lm reading that checkpoint.
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
+fn qwen3_5_reads_a_transformers_checkpoint_as_its_mlx_layout() {
+    let python = python();
+    let root = tempfile::tempdir().unwrap();
+    let mut options = variant(&family::QWEN3_5, None, WeightDtype::F32);
+    options.preset.shape.tie_word_embeddings = false;
+    let mlx_layout = synthesize(root.path(), "mlx", &options);
+    let transformers_layout = root.path().join("transformers");
+    let shifted = [
+        ".input_layernorm.weight",
+        ".post_attention_layernorm.weight",
+        "model.norm.weight",
+        ".q_norm.weight",
+        ".k_norm.weight",
+    ];
+    copy_with_tensors(&mlx_layout, &transformers_layout, |tensors| {
+        tensors
+            .into_iter()
+            .map(|(name, array)| {
+                let array = if name.ends_with("conv1d.weight") {
+                    array.swap_axes(1, 2).unwrap()
+                } else if shifted.iter().any(|end| name.ends_with(end)) {
+                    mlx_rs::ops::subtract(&array, mlx_rs::Array::from_f32(1.0)).unwrap()
+                } else {
+                    array
+                };
+                let name = if let Some(rest) = name.strip_prefix("language_model.model.") {
+                    format!("model.language_model.{rest}")
+                } else if let Some(rest) = name.strip_prefix("language_model.") {
+                    rest.to_owned()
+                } else {
+                    name
+                };
+                (name, array)
+            })
+            .collect()
+    });
+    let prompt = prompt_of(7);
+    let ours = ondo_first_logprobs(&transformers_layout, &prompt, DEFAULT_PREFILL_STEP_SIZE);
+    assert_eq!(
+        ours,
+        ondo_first_logprobs(&mlx_layout, &prompt, DEFAULT_PREFILL_STEP_SIZE)
+    );
+    let reference = mlx_lm_first_logprobs(
+        &python,
+        &transformers_layout,
+        &prompt,
+        &root.path().join("transformers.json"),
+    );
+    let worst = largest_difference(&ours, &reference);
+    assert!(worst <= 1e-4, "largest log-probability difference {worst}");
+}

@@ -435,6 +435,9 @@ impl Decoder {
                 w.discard(&k);
             }
         }
+        if config.gated_delta.is_some() {
+            super::gated_delta::read_transformers_layout(w)?;
+        }
         let embed_tokens = Linear::load(
             w,
             &format!("{root}.embed_tokens"),

@@ -232,6 +232,55 @@ impl GatedDelta {
     }
 }
 
+/// The norms a transformers checkpoint of a gated DeltaNet model stores
+/// minus one (Qwen 3.5's `1 + w` norms), by the end of their names.
+const SHIFTED_NORMS: [&str; 5] = [
+    ".input_layernorm.weight",
+    ".post_attention_layernorm.weight",
+    "model.norm.weight",
+    ".q_norm.weight",
+    ".k_norm.weight",
+];
+
+/// Reads a checkpoint saved by transformers as mlx-lm's converter would
+/// have written it (mlx-lm's `sanitize`): told by a convolution kernel laid
+/// out `[channels, 1, kernel]`, each kernel is moved to `[channels, kernel,
+/// 1]` and the norms stored minus one get their one back. A checkpoint in
+/// MLX's layout is left as it is.
+pub fn read_transformers_layout(w: &mut WeightMap) -> Result<(), LoadError> {
+    let kernels: Vec<String> = w
+        .tensors
+        .iter()
+        .filter(|(name, stored)| {
+            name.ends_with("conv1d.weight") && stored.array.shape().last() != Some(&1)
+        })
+        .map(|(name, _)| name.clone())
+        .collect();
+    if kernels.is_empty() {
+        return Ok(());
+    }
+    for name in kernels {
+        let stored = w.take_stored(&name)?;
+        let moved = stored.array.swap_axes(1, 2)?;
+        w.insert(name, moved, stored.file);
+    }
+    let norms: Vec<String> = w
+        .tensors
+        .iter()
+        .filter(|(name, stored)| {
+            stored.array.ndim() == 1 && SHIFTED_NORMS.iter().any(|end| name.ends_with(end))
+        })
+        .map(|(name, _)| name.clone())
+        .collect();
+    for name in norms {
+        let stored = w.take_stored(&name)?;
+        let one = Array::from_f32(1.0).as_dtype(stored.array.dtype())?;
+        let restored = ops::add(&stored.array, &one)?;
+        w.insert(name, restored, stored.file);
+    }
+    Ok(())
+}
+
 /// A kept compiled function of arrays.
 type CompiledStep = Box<dyn for<'a> FnMut(&'a [Array]) -> Result<Vec<Array>, Exception>>;
 
