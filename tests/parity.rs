@@ -318,7 +318,8 @@ fn bench_joined(
 /// one rope over the q and k heads) run on a GPU only, so the tests above,
 /// on the CPU, run the parts. Here a child `ondo bench --peer mlx-lm` is made
 /// to join them on the CPU: its tokens must be mlx-lm's, with q/k norms
-/// (qwen3) and without (llama), through a prefill and 32 decode steps.
+/// (qwen3) and without (llama), and Qwen 3.5's four gated DeltaNet inputs
+/// and shared expert joined, through a prefill and 32 decode steps.
 #[test]
 #[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn joined_projections_give_mlx_lm_tokens() {
@@ -332,6 +333,14 @@ fn joined_projections_give_mlx_lm_tokens() {
         (
             "qwen3-q4",
             variant(&family::QWEN3, Some(4), WeightDtype::Bf16),
+        ),
+        (
+            "qwen3_5-q4",
+            variant(&family::QWEN3_5, Some(4), WeightDtype::Bf16),
+        ),
+        (
+            "qwen3_5_moe-q4",
+            variant(&family::QWEN3_5_MOE, Some(4), WeightDtype::F32),
         ),
     ] {
         let dir = synthesize(root.path(), name, &options);
