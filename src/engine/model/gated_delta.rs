@@ -201,7 +201,12 @@ impl GatedDelta {
             outputs.push(y);
             matrix = next;
         }
-        Ok((ops::stack(&outputs, 1)?, matrix))
+        // A decode step's one output needs only its axis, not a copy.
+        let y = match <[Array; 1]>::try_from(outputs) {
+            Ok([y]) => ops::expand_dims(&y, 1)?,
+            Err(outputs) => ops::stack(&outputs, 1)?,
+        };
+        Ok((y, matrix))
     }
 
     pub fn parameters(&self) -> u64 {
