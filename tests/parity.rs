@@ -1587,14 +1587,21 @@ fn qwen3_5_moe_equals_mlx_lm() {
 
 /// Qwen 3.5 as transformers saves it (tensors under `model.language_model.`
 /// and `lm_head`, convolution kernels `[channels, 1, kernel]`, the layer,
-/// q/k and final norms stored minus one) answers exactly as the same model
-/// in MLX's layout, and as mlx-lm reading that checkpoint.
+/// q/k and final norms stored minus one; a mixture's experts as one
+/// `experts.gate_up_proj` and one `experts.down_proj`) answers exactly as
+/// the same model in MLX's layout, and as mlx-lm reading that checkpoint.
 #[test]
 #[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn qwen3_5_reads_a_transformers_checkpoint_as_its_mlx_layout() {
+    for arch in [&family::QWEN3_5, &family::QWEN3_5_MOE] {
+        assert_reads_transformers_layout(arch);
+    }
+}
+
+fn assert_reads_transformers_layout(arch: &'static Family) {
     let python = python();
     let root = tempfile::tempdir().unwrap();
-    let mut options = variant(&family::QWEN3_5, None, WeightDtype::F32);
+    let mut options = variant(arch, None, WeightDtype::F32);
     options.preset.shape.tie_word_embeddings = false;
     let mlx_layout = synthesize(root.path(), "mlx", &options);
     let transformers_layout = root.path().join("transformers");
@@ -1605,7 +1612,26 @@ fn qwen3_5_reads_a_transformers_checkpoint_as_its_mlx_layout() {
         ".q_norm.weight",
         ".k_norm.weight",
     ];
-    copy_with_tensors(&mlx_layout, &transformers_layout, |tensors| {
+    copy_with_tensors(&mlx_layout, &transformers_layout, |mut tensors| {
+        // The experts' gate and up stacked on the rows, as one tensor.
+        let layers: Vec<String> = tensors
+            .keys()
+            .filter_map(|name| name.strip_suffix(".mlp.switch_mlp.gate_proj.weight"))
+            .map(str::to_owned)
+            .collect();
+        for layer in layers {
+            let switch = format!("{layer}.mlp.switch_mlp");
+            let gate = tensors
+                .remove(&format!("{switch}.gate_proj.weight"))
+                .unwrap();
+            let up = tensors.remove(&format!("{switch}.up_proj.weight")).unwrap();
+            let down = tensors
+                .remove(&format!("{switch}.down_proj.weight"))
+                .unwrap();
+            let fused = mlx_rs::ops::concatenate(&[gate, up], 1).unwrap();
+            tensors.insert(format!("{layer}.mlp.experts.gate_up_proj"), fused);
+            tensors.insert(format!("{layer}.mlp.experts.down_proj"), down);
+        }
         tensors
             .into_iter()
             .map(|(name, array)| {

@@ -214,6 +214,7 @@ impl SparseExperts {
         let switch = format!("{prefix}.{experts_name}");
         if config.kind == ExpertsKind::Qwen3Moe {
             stack_per_expert_tensors(weights, prefix, &switch, experts)?;
+            split_fused_expert_tensors(weights, prefix, &switch)?;
         }
         let mut stacked = |name: &str, out: i32, inp: i32| {
             StackedLinear::load(
@@ -359,6 +360,34 @@ impl SparseExperts {
         }
         out
     }
+}
+
+/// Replaces the experts' tensors as transformers saves Qwen 3.5's,
+/// `{prefix}.experts.gate_up_proj` `[E, 2 I, hidden]` (gate rows, then up)
+/// and `{prefix}.experts.down_proj`, with `{switch}.{proj}.weight` each, as
+/// mlx-lm's loader does.
+fn split_fused_expert_tensors(
+    weights: &mut WeightMap,
+    prefix: &str,
+    switch: &str,
+) -> Result<(), LoadError> {
+    let fused = format!("{prefix}.experts.gate_up_proj");
+    if !weights.contains(&fused) {
+        return Ok(());
+    }
+    let gate_up = weights.take_stored(&fused)?;
+    let rows = gate_up.array.shape().get(1).copied().unwrap_or(0);
+    let [gate, up] = <[Array; 2]>::try_from(gate_up.array.split_at_indices(&[rows / 2], 1)?)
+        .map_err(|_| Exception::custom("a split in two gave another count"))?;
+    weights.insert(
+        format!("{switch}.gate_proj.weight"),
+        gate,
+        gate_up.file.clone(),
+    );
+    weights.insert(format!("{switch}.up_proj.weight"), up, gate_up.file);
+    let down = weights.take_stored(&format!("{prefix}.experts.down_proj"))?;
+    weights.insert(format!("{switch}.down_proj.weight"), down.array, down.file);
+    Ok(())
 }
 
 /// Replaces per-expert tensors `{prefix}.experts.{e}.{proj}.weight` (and
