@@ -10,7 +10,9 @@
 //! multimodal checkpoints (`assert_family_equals_mlx_lm`); the joined
 //! projections a GPU runs, and a 2048-token prompt's peak memory against
 //! mlx-lm's; LFM2's short convolutions the same way, and a conversation on
-//! its convolution states that prefills only what its cache lacks. The reference is Python mlx-lm 0.32.2 (on MLX 0.32.4) from the
+//! its convolution states that prefills only what its cache lacks; Qwen 3.5
+//! (gated DeltaNet layers beside gated attention, dense and with routed and
+//! shared experts) the same way. The reference is Python mlx-lm 0.32.2 (on MLX 0.32.4) from the
 //! project venv.
 
 use std::io::{BufRead, BufReader, Write};
@@ -316,7 +318,8 @@ fn bench_joined(
 /// one rope over the q and k heads) run on a GPU only, so the tests above,
 /// on the CPU, run the parts. Here a child `ondo bench --peer mlx-lm` is made
 /// to join them on the CPU: its tokens must be mlx-lm's, with q/k norms
-/// (qwen3) and without (llama), through a prefill and 32 decode steps.
+/// (qwen3) and without (llama), and Qwen 3.5's four gated DeltaNet inputs
+/// and shared expert joined, through a prefill and 32 decode steps.
 #[test]
 #[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn joined_projections_give_mlx_lm_tokens() {
@@ -330,6 +333,14 @@ fn joined_projections_give_mlx_lm_tokens() {
         (
             "qwen3-q4",
             variant(&family::QWEN3, Some(4), WeightDtype::Bf16),
+        ),
+        (
+            "qwen3_5-q4",
+            variant(&family::QWEN3_5, Some(4), WeightDtype::Bf16),
+        ),
+        (
+            "qwen3_5_moe-q4",
+            variant(&family::QWEN3_5_MOE, Some(4), WeightDtype::F32),
         ),
     ] {
         let dir = synthesize(root.path(), name, &options);
@@ -1338,22 +1349,29 @@ fn lfm2_first_step_log_probabilities_match_mlx_lm() {
 }
 
 /// An LFM2 chat's second turn on the kept cache equals mlx-lm's follow-up
-/// and a fresh run of the whole conversation. The history re-renders the
-/// first answer to other ids than were generated, and a convolution state
-/// cannot drop them: mlx-lm starts over, Ondo goes back to the snapshot it
-/// kept at the end of the first prompt's prefill (all but its last token).
+/// and a fresh run of the whole conversation (`assert_state_follow_up_turn`).
 #[test]
 #[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn lfm2_follow_up_turn_on_the_kept_cache_equals_mlx_lm_and_a_fresh_run() {
-    let python = python();
     let root = tempfile::tempdir().unwrap();
-    let engine = EngineHandle::spawn().unwrap();
     let options = variant(&family::LFM2, Some(4), WeightDtype::F32);
     let dir = synthesize(root.path(), "lfm2-q4", &options);
+    assert_state_follow_up_turn(&dir, "lfm2");
+}
+
+/// A chat's second turn on the kept cache of a model with state layers
+/// (which cannot be trimmed) equals mlx-lm's follow-up and a fresh run of
+/// the whole conversation. The history re-renders the first answer to other
+/// ids than were generated, and a state cannot drop them: mlx-lm starts
+/// over, Ondo goes back to the snapshot it kept at the end of the first
+/// prompt's prefill (all but its last token).
+fn assert_state_follow_up_turn(dir: &Path, name: &str) {
+    let python = python();
+    let engine = EngineHandle::spawn().unwrap();
     let (first, second) = ("What is the temperature today?", "And tomorrow?");
     let reference = mlx_lm_generate(
         &python,
-        &dir,
+        dir,
         &[
             "--prompt",
             first,
@@ -1371,14 +1389,18 @@ fn lfm2_follow_up_turn_on_the_kept_cache_equals_mlx_lm_and_a_fresh_run() {
             max_tokens: 12,
             ignore_eos: true,
             conversation: conversation.map(str::to_owned),
-            ..GenerateRequest::new(&dir, Prompt::chat(None, messages))
+            ..GenerateRequest::new(dir, Prompt::chat(None, messages))
         };
         engine
             .generate_blocking(request, CancelToken::new(), |_| {})
             .expect("Ondo generates")
     };
     let turn1 = chat(vec![ChatMessage::user(first)], Some("c"));
-    assert_eq!(turn1.token_ids, ids(&reference["generated_ids"]), "turn 1");
+    assert_eq!(
+        turn1.token_ids,
+        ids(&reference["generated_ids"]),
+        "{name}: turn 1"
+    );
     let history = vec![
         ChatMessage::user(first),
         ChatMessage::assistant(turn1.raw_text.clone()),
@@ -1392,12 +1414,12 @@ fn lfm2_follow_up_turn_on_the_kept_cache_equals_mlx_lm_and_a_fresh_run() {
     assert_eq!(
         reference["followup_cached_tokens"].as_u64(),
         Some(0),
-        "mlx-lm cannot trim the answer's tail and starts over"
+        "{name}: mlx-lm cannot trim the answer's tail and starts over"
     );
     assert_eq!(
         turn2.stats.cached_tokens,
         turn1.stats.prompt_tokens - 1,
-        "Ondo reuses the first prompt up to its last token"
+        "{name}: Ondo reuses the first prompt up to its last token"
     );
     assert_eq!(
         turn2.stats.cached_tokens + turn2.stats.prefill_tokens,
@@ -1406,25 +1428,34 @@ fn lfm2_follow_up_turn_on_the_kept_cache_equals_mlx_lm_and_a_fresh_run() {
     assert_eq!(
         turn2.token_ids,
         ids(&reference["followup_generated_ids"]),
-        "turn 2 equals mlx-lm's"
+        "{name}: turn 2 equals mlx-lm's"
     );
     let fresh = chat(history, None);
     assert_eq!(fresh.stats.cached_tokens, 0);
-    assert_eq!(fresh.token_ids, turn2.token_ids, "reuse equals recompute");
+    assert_eq!(
+        fresh.token_ids, turn2.token_ids,
+        "{name}: reuse equals recompute"
+    );
 }
 
-/// A conversation on LFM2, whose convolution states cannot be trimmed:
-/// the second turn (the first turn's prompt and answer, then new tokens)
-/// prefills only the new tokens, and a turn that branches inside the first
-/// answer goes back to the snapshot kept at the end of the first prompt's
-/// prefill; each answers token for token as a one-pass run of its whole
-/// prompt, in both loop shapes.
+/// A conversation on LFM2, whose convolution states cannot be trimmed,
+/// prefills only what its cache lacks (`assert_conversation_prefills_only_new_tokens`).
 #[test]
 fn an_lfm2_conversation_prefills_only_what_its_cache_lacks() {
     let root = tempfile::tempdir().unwrap();
-    let engine = EngineHandle::spawn().unwrap();
     let options = variant(&family::LFM2, None, WeightDtype::F32);
     let dir = synthesize(root.path(), "lfm2-f32", &options);
+    assert_conversation_prefills_only_new_tokens(&dir, "lfm2");
+}
+
+/// A conversation on a model with state layers: the second turn (the first
+/// turn's prompt and answer, then new tokens) prefills only the new tokens,
+/// and a turn that branches inside the first answer goes back to the
+/// snapshot kept at the end of the first prompt's prefill; each answers
+/// token for token as a one-pass run of its whole prompt, in both loop
+/// shapes.
+fn assert_conversation_prefills_only_new_tokens(dir: &Path, name: &str) {
+    let engine = EngineHandle::spawn().unwrap();
     for shape in [LoopShape::Pipelined, LoopShape::Sync] {
         let run = |prompt: &[u32], conversation: Option<String>| {
             let request = GenerateRequest {
@@ -1433,7 +1464,7 @@ fn an_lfm2_conversation_prefills_only_what_its_cache_lacks() {
                 loop_shape: shape,
                 conversation,
                 ..GenerateRequest::new(
-                    &dir,
+                    dir,
                     Prompt::Tokens {
                         ids: prompt.to_vec(),
                     },
@@ -1443,7 +1474,7 @@ fn an_lfm2_conversation_prefills_only_what_its_cache_lacks() {
                 .generate_blocking(request, CancelToken::new(), |_| {})
                 .expect("Ondo generates")
         };
-        let id = Some(format!("lfm2-{shape}"));
+        let id = Some(format!("{name}-{shape}"));
         let first = prompt_of(20);
         let turn1 = run(&first, id.clone());
         assert_eq!(turn1.stats.cached_tokens, 0);
@@ -1455,12 +1486,12 @@ fn an_lfm2_conversation_prefills_only_what_its_cache_lacks() {
         assert_eq!(
             (turn2.stats.cached_tokens, turn2.stats.prefill_tokens),
             (28, 5),
-            "loop {shape}: the first turn's 20 + 8 tokens are reused"
+            "{name}, loop {shape}: the first turn's 20 + 8 tokens are reused"
         );
         assert_eq!(
             turn2.token_ids,
             run(&second, None).token_ids,
-            "loop {shape}: turn 2 equals a one-pass run"
+            "{name}, loop {shape}: turn 2 equals a one-pass run"
         );
 
         // Branches after the first prompt: the latest snapshot within the
@@ -1472,12 +1503,168 @@ fn an_lfm2_conversation_prefills_only_what_its_cache_lacks() {
         assert_eq!(
             (turn3.stats.cached_tokens, turn3.stats.prefill_tokens),
             (19, 4),
-            "loop {shape}: back to the snapshot at the first prompt's prefill"
+            "{name}, loop {shape}: back to the snapshot at the first prompt's prefill"
         );
         assert_eq!(
             turn3.token_ids,
             run(&branch, None).token_ids,
-            "loop {shape}: the branch equals a one-pass run"
+            "{name}, loop {shape}: the branch equals a one-pass run"
         );
     }
+}
+
+/// Qwen 3.5 (a gated DeltaNet layer beside a gated attention layer, the
+/// text model of a multimodal checkpoint) and its mixture of experts with
+/// a shared expert, in floats and 4-bit (the routers and shared-expert
+/// gates 8-bit): greedy ids equal mlx-lm's at prompts of 1, 7 and 40
+/// tokens, one pass and in chunks of 16 (each chunk's recurrence starts
+/// from the state the one before left), in both loop shapes; the first
+/// step's log-probabilities within 1e-4, in one pass and in chunks; a
+/// follow-up turn on the kept cache.
+fn assert_qwen3_5_equals_mlx_lm(arch: &'static Family) {
+    let python = python();
+    let root = tempfile::tempdir().unwrap();
+    let engine = EngineHandle::spawn().unwrap();
+    // mlx-lm gives Qwen 3.5 its own caches and ignores `max_kv_size`.
+    let sweep = Sweep {
+        tokens: EXPERTS_GENERATE,
+        shapes: &[(1, 2048), (7, 2048), (40, 2048), (40, 16)],
+        max_kv_sizes: &[None],
+    };
+    let name = arch.model_type;
+    let mut compared = 0;
+    for (variant_name, bits) in [("f32", None), ("q4", Some(4))] {
+        let name = format!("{name}-{variant_name}");
+        let dir = synthesize(root.path(), &name, &variant(arch, bits, WeightDtype::F32));
+        compared += sweep.assert_equal_to_mlx_lm(&engine, &python, &dir, &name);
+        for length in [7, 40] {
+            let prompt = prompt_of(length);
+            let logits_path = root.path().join(format!("{name}-{length}.json"));
+            let reference = mlx_lm_first_logprobs(&python, &dir, &prompt, &logits_path);
+            for step in [DEFAULT_PREFILL_STEP_SIZE, 16] {
+                let worst =
+                    largest_difference(&ondo_first_logprobs(&dir, &prompt, step), &reference);
+                assert!(
+                    worst <= 1e-4,
+                    "{name}, prompt {length}, step {step}: largest log-probability \
+                     difference {worst} > 1e-4"
+                );
+            }
+        }
+    }
+    assert_eq!(compared, 2 * 4 * 2);
+    drop(engine);
+    let dir = synthesize(
+        root.path(),
+        &format!("{name}-follow-up"),
+        &variant(arch, Some(4), WeightDtype::F32),
+    );
+    assert_state_follow_up_turn(&dir, name);
+}
+
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
+fn qwen3_5_equals_mlx_lm() {
+    assert_qwen3_5_equals_mlx_lm(&family::QWEN3_5);
+}
+
+/// A Qwen 3.5 conversation's second turn prefills only the new tokens and
+/// answers token for token as a one-pass run (its recurrent states restored
+/// from the snapshot kept at the first turn's end).
+#[test]
+fn a_qwen3_5_conversation_prefills_only_what_its_cache_lacks() {
+    let root = tempfile::tempdir().unwrap();
+    let options = variant(&family::QWEN3_5, None, WeightDtype::F32);
+    let dir = synthesize(root.path(), "qwen3_5-f32", &options);
+    assert_conversation_prefills_only_new_tokens(&dir, "qwen3_5");
+}
+
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
+fn qwen3_5_moe_equals_mlx_lm() {
+    assert_qwen3_5_equals_mlx_lm(&family::QWEN3_5_MOE);
+}
+
+/// Qwen 3.5 as transformers saves it (tensors under `model.language_model.`
+/// and `lm_head`, convolution kernels `[channels, 1, kernel]`, the layer,
+/// q/k and final norms stored minus one; a mixture's experts as one
+/// `experts.gate_up_proj` and one `experts.down_proj`) answers exactly as
+/// the same model in MLX's layout, and as mlx-lm reading that checkpoint.
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
+fn qwen3_5_reads_a_transformers_checkpoint_as_its_mlx_layout() {
+    for arch in [&family::QWEN3_5, &family::QWEN3_5_MOE] {
+        assert_reads_transformers_layout(arch);
+    }
+}
+
+fn assert_reads_transformers_layout(arch: &'static Family) {
+    let python = python();
+    let root = tempfile::tempdir().unwrap();
+    let mut options = variant(arch, None, WeightDtype::F32);
+    options.preset.shape.tie_word_embeddings = false;
+    let mlx_layout = synthesize(root.path(), "mlx", &options);
+    let transformers_layout = root.path().join("transformers");
+    let shifted = [
+        ".input_layernorm.weight",
+        ".post_attention_layernorm.weight",
+        "model.norm.weight",
+        ".q_norm.weight",
+        ".k_norm.weight",
+    ];
+    copy_with_tensors(&mlx_layout, &transformers_layout, |mut tensors| {
+        // The experts' gate and up stacked on the rows, as one tensor.
+        let layers: Vec<String> = tensors
+            .keys()
+            .filter_map(|name| name.strip_suffix(".mlp.switch_mlp.gate_proj.weight"))
+            .map(str::to_owned)
+            .collect();
+        for layer in layers {
+            let switch = format!("{layer}.mlp.switch_mlp");
+            let gate = tensors
+                .remove(&format!("{switch}.gate_proj.weight"))
+                .unwrap();
+            let up = tensors.remove(&format!("{switch}.up_proj.weight")).unwrap();
+            let down = tensors
+                .remove(&format!("{switch}.down_proj.weight"))
+                .unwrap();
+            let fused = mlx_rs::ops::concatenate(&[gate, up], 1).unwrap();
+            tensors.insert(format!("{layer}.mlp.experts.gate_up_proj"), fused);
+            tensors.insert(format!("{layer}.mlp.experts.down_proj"), down);
+        }
+        tensors
+            .into_iter()
+            .map(|(name, array)| {
+                let array = if name.ends_with("conv1d.weight") {
+                    array.swap_axes(1, 2).unwrap()
+                } else if shifted.iter().any(|end| name.ends_with(end)) {
+                    mlx_rs::ops::subtract(&array, mlx_rs::Array::from_f32(1.0)).unwrap()
+                } else {
+                    array
+                };
+                let name = if let Some(rest) = name.strip_prefix("language_model.model.") {
+                    format!("model.language_model.{rest}")
+                } else if let Some(rest) = name.strip_prefix("language_model.") {
+                    rest.to_owned()
+                } else {
+                    name
+                };
+                (name, array)
+            })
+            .collect()
+    });
+    let prompt = prompt_of(7);
+    let ours = ondo_first_logprobs(&transformers_layout, &prompt, DEFAULT_PREFILL_STEP_SIZE);
+    assert_eq!(
+        ours,
+        ondo_first_logprobs(&mlx_layout, &prompt, DEFAULT_PREFILL_STEP_SIZE)
+    );
+    let reference = mlx_lm_first_logprobs(
+        &python,
+        &transformers_layout,
+        &prompt,
+        &root.path().join("transformers.json"),
+    );
+    let worst = largest_difference(&ours, &reference);
+    assert!(worst <= 1e-4, "largest log-probability difference {worst}");
 }

@@ -5,8 +5,9 @@
 //!
 //! Each model family marks the parts its own way ([`ReplyFormat`]): a
 //! `<think>` block before the answer (Qwen3, DeepSeek-R1), tool calls in
-//! `<tool_call>` tags (Qwen, Hermes) or as a bare JSON object (Llama 3.1 and
-//! 3.2), or gpt-oss's harmony channels. Text that only looks like a tool call
+//! `<tool_call>` tags (Qwen, Hermes; JSON, or Qwen3-Coder's and Qwen 3.5's
+//! `<function=name><parameter=key>value</parameter></function>`) or as a
+//! bare JSON object (Llama 3.1 and 3.2), or gpt-oss's harmony channels. Text that only looks like a tool call
 //! (its JSON does not parse) stays in the answer: nothing the model said is
 //! lost, and the raw text is kept beside the split.
 
@@ -206,7 +207,9 @@ impl ToolCallSyntax {
     fn parse_tagged(self, body: &str) -> Option<Vec<ToolCall>> {
         match self {
             ToolCallSyntax::PythonList => python_calls(body),
-            _ => parse_call(body, false).map(|call| vec![call]),
+            _ => parse_call(body, false)
+                .or_else(|| xml_function_call(body))
+                .map(|call| vec![call]),
         }
     }
 }
@@ -779,6 +782,57 @@ fn parse_call(text: &str, arguments_required: bool) -> Option<ToolCall> {
     Some(ToolCall::new(name, arguments))
 }
 
+/// A call written as Qwen3-Coder's and Qwen 3.5's templates write it,
+/// `<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>`:
+/// each parameter's value is its text (one newline either side dropped),
+/// `null` is null, as mlx-lm's `qwen3_coder` parser reads a call whose
+/// tool it has no schema for. `None` unless the text is one such call.
+fn xml_function_call(text: &str) -> Option<ToolCall> {
+    const PARAMETER_OPEN: &str = "<parameter=";
+    const PARAMETER_CLOSE: &str = "</parameter>";
+    let inner = text
+        .trim()
+        .strip_prefix("<function=")?
+        .strip_suffix("</function>")?;
+    // A name runs to a blank or a bracket, and its `>` closes it.
+    let name_of = |text: &str| -> Option<(String, usize)> {
+        let start = text.len() - text.trim_start().len();
+        let rest = &text[start..];
+        let length = rest
+            .find(|c: char| c.is_whitespace() || c == '<' || c == '>')
+            .unwrap_or(rest.len());
+        if length == 0 {
+            return None;
+        }
+        let mut end = start + length;
+        if text[end..].starts_with('>') {
+            end += 1;
+        }
+        Some((rest[..length].to_owned(), end))
+    };
+    let (name, mut at) = name_of(inner)?;
+    let mut arguments = serde_json::Map::new();
+    while let Some(open) = inner[at..].find(PARAMETER_OPEN) {
+        let body_start = at + open + PARAMETER_OPEN.len();
+        let close = inner[body_start..].find(PARAMETER_CLOSE)?;
+        let body = &inner[body_start..body_start + close];
+        at = body_start + close + PARAMETER_CLOSE.len();
+        let Some((key, value_start)) = name_of(body) else {
+            continue;
+        };
+        let value = &body[value_start..];
+        let value = value.strip_prefix('\n').unwrap_or(value);
+        let value = value.strip_suffix('\n').unwrap_or(value);
+        let value = if value.eq_ignore_ascii_case("null") {
+            Value::Null
+        } else {
+            Value::String(value.to_owned())
+        };
+        arguments.insert(key, value);
+    }
+    Some(ToolCall::new(name, Value::Object(arguments)))
+}
+
 /// A Python-style list of calls with keyword arguments, `[get_weather(
 /// city="Paris", days=2), ...]` (the brackets may be left out), as tool
 /// calls whose arguments are the keywords as JSON; `None` unless the whole
@@ -1205,6 +1259,31 @@ mod tests {
                 reasoning("I need the weather."),
                 call("get_weather", json!({"city": "Paris", "unit": "celsius"})),
             ],
+        );
+    }
+
+    #[test]
+    fn qwen3_5_calls_tools_as_functions_with_parameters_in_tags() {
+        let format = ReplyFormat::detect("qwen3_5", None, None, true);
+        assert_eq!(format, QWEN_TOOLS);
+        check(
+            format,
+            "<think>\nI need the weather.\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=note>\nline one\nline two\n</parameter>\n<parameter=unit>\nnull\n</parameter>\n</function>\n</tool_call>",
+            &[
+                reasoning("I need the weather."),
+                call(
+                    "get_weather",
+                    json!({"city": "Paris", "note": "line one\nline two", "unit": null}),
+                ),
+            ],
+        );
+        // Text that is neither JSON nor a function stays in the answer.
+        check(
+            format,
+            "<tool_call>\n<function>oops</function>\n</tool_call>",
+            &[answer(
+                "<tool_call>\n<function>oops</function>\n</tool_call>",
+            )],
         );
     }
 

@@ -368,6 +368,13 @@ pub struct ModelConfig {
     /// Short-convolution layers in place of attention (LFM2), in the layers
     /// they name.
     pub short_conv: Option<ShortConvConfig>,
+    /// Gated DeltaNet layers in place of attention (Qwen 3.5), in the
+    /// layers they name.
+    pub gated_delta: Option<GatedDeltaConfig>,
+    /// `q_proj` gives each head's queries and as many gate values, and the
+    /// attention's output is multiplied by their sigmoid before `o_proj`
+    /// (Qwen 3.5's gated attention).
+    pub attention_output_gate: bool,
     /// The checkpoint's names of a layer's modules.
     pub names: TensorNames,
 }
@@ -384,6 +391,41 @@ pub struct ShortConvConfig {
     pub bias: bool,
     /// Per layer: whether it is a convolution layer.
     pub layers: Vec<bool>,
+}
+
+/// A gated DeltaNet layer (Qwen 3.5's linear attention): `in_proj_qkv` to
+/// queries and keys of `key_heads` heads and values of `value_heads`,
+/// through a depthwise causal convolution of `conv_kernel` positions, then a
+/// gated delta-rule recurrence whose state is a `[value_heads,
+/// value_head_dim, key_head_dim]` float32 matrix.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GatedDeltaConfig {
+    pub key_heads: i32,
+    pub value_heads: i32,
+    pub key_head_dim: i32,
+    pub value_head_dim: i32,
+    /// Positions the convolution spans; its state keeps `conv_kernel - 1`
+    /// inputs.
+    pub conv_kernel: i32,
+    /// Per layer: whether it is a gated DeltaNet layer.
+    pub layers: Vec<bool>,
+}
+
+impl GatedDeltaConfig {
+    /// Width of the queries (and of the keys).
+    pub fn key_dim(&self) -> i32 {
+        self.key_heads * self.key_head_dim
+    }
+
+    /// Width of the values, and of the recurrence's output.
+    pub fn value_dim(&self) -> i32 {
+        self.value_heads * self.value_head_dim
+    }
+
+    /// Channels the convolution mixes: queries, keys and values.
+    pub fn conv_dim(&self) -> i32 {
+        2 * self.key_dim() + self.value_dim()
+    }
 }
 
 /// What a family's checkpoint calls the modules of a layer and the final
@@ -485,6 +527,8 @@ impl ModelConfig {
             query_scale: None,
             renamed_prefixes: Vec::new(),
             short_conv: None,
+            gated_delta: None,
+            attention_output_gate: false,
             names: TensorNames::LLAMA,
         }
     }
@@ -496,15 +540,41 @@ impl ModelConfig {
             .is_some_and(|conv| conv.layers.get(index).copied().unwrap_or(false))
     }
 
-    /// The layers that keep a state of constant size rather than a KV cache,
-    /// and the elements of each one's state.
-    pub fn state_layers(&self) -> Option<(usize, u64)> {
-        let conv = self.short_conv.as_ref()?;
+    /// Whether layer `index` is a gated DeltaNet layer (no KV cache).
+    pub fn is_delta_layer(&self, index: usize) -> bool {
+        self.gated_delta
+            .as_ref()
+            .is_some_and(|delta| delta.layers.get(index).copied().unwrap_or(false))
+    }
+
+    /// Whether layer `index` attends over a KV cache (the others keep a
+    /// state of constant size).
+    pub fn attends(&self, index: usize) -> bool {
+        !self.is_conv_layer(index) && !self.is_delta_layer(index)
+    }
+
+    /// The layers that keep a state of constant size rather than a KV cache:
+    /// how many, and the elements of each one's state held in the model's
+    /// float dtype and in float32 (a recurrent matrix is float32 whatever
+    /// the weights).
+    pub fn state_layers(&self) -> Option<(usize, u64, u64)> {
         let layers = (0..self.num_hidden_layers)
-            .filter(|&i| self.is_conv_layer(i))
+            .filter(|&i| !self.attends(i))
             .count();
-        let elements = (conv.kernel.max(1) - 1) as u64 * self.hidden_size.max(0) as u64;
-        (layers > 0).then_some((layers, elements))
+        let (elements, f32_elements) = if let Some(conv) = &self.short_conv {
+            (
+                (conv.kernel.max(1) - 1) as u64 * self.hidden_size.max(0) as u64,
+                0,
+            )
+        } else {
+            let delta = self.gated_delta.as_ref()?;
+            let conv = (delta.conv_kernel.max(1) - 1) as u64 * delta.conv_dim().max(0) as u64;
+            let matrix = delta.value_heads.max(0) as u64
+                * delta.value_head_dim.max(0) as u64
+                * delta.key_head_dim.max(0) as u64;
+            (conv, matrix)
+        };
+        (layers > 0).then_some((layers, elements, f32_elements))
     }
 
     /// The sliding window of layer `index`, `None` for full attention.
@@ -583,6 +653,11 @@ pub struct ExpertsConfig {
     /// Layers that keep a dense MLP whatever the step says.
     pub mlp_only_layers: Vec<usize>,
     pub kind: ExpertsKind,
+    /// Width of a dense SwiGLU every token goes through beside its routed
+    /// experts, its output weighted by the sigmoid of its own one-output
+    /// gate (`shared_expert`, `shared_expert_gate`: Qwen 3.5 and
+    /// Qwen3-Next); `None` without one.
+    pub shared_expert_intermediate_size: Option<i32>,
 }
 
 impl ExpertsConfig {
@@ -714,6 +789,7 @@ mod tests {
             decoder_sparse_step: 2,
             mlp_only_layers: vec![3],
             kind: ExpertsKind::Qwen3Moe,
+            shared_expert_intermediate_size: None,
         };
         let sparse: Vec<usize> = (0..6).filter(|&i| experts.is_sparse(i)).collect();
         assert_eq!(sparse, [1, 5]);

@@ -107,6 +107,7 @@ pub fn settle(value: &Value) -> Result<ModelConfig, ConfigError> {
         kind: ExpertsKind::GptOss {
             swiglu_limit: read.number("swiglu_limit")?.unwrap_or(7.0) as f32,
         },
+        shared_expert_intermediate_size: None,
     };
     let mut config = ModelConfig::from_keys("gpt_oss", keys, rope_theta, false);
     config.qkv_bias = true;

@@ -174,7 +174,7 @@ mod tests {
         assert_eq!(config.intermediate_size, 8192);
         assert_eq!(config.head_dim, 64);
         assert!(config.tie_word_embeddings && config.qk_norm);
-        assert_eq!(config.state_layers(), Some((10, 2 * 2048)));
+        assert_eq!(config.state_layers(), Some((10, 2 * 2048, 0)));
         assert!(!config.is_conv_layer(2) && config.is_conv_layer(0));
         let mut by_types = lfm2_1_2b();
         by_types.as_object_mut().unwrap().remove("full_attn_idxs");

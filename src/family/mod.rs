@@ -22,14 +22,15 @@ mod mistral3;
 mod phi3;
 mod qwen2;
 mod qwen3;
+mod qwen3_5;
 mod qwen3_moe;
 mod smollm3;
 
 use serde_json::Value;
 
 pub use config::{
-    Activation, ConfigError, ExpertsConfig, ExpertsKind, ModelConfig, PositionQueryScale,
-    RopeScaling, ShortConvConfig, TensorNames,
+    Activation, ConfigError, ExpertsConfig, ExpertsKind, GatedDeltaConfig, ModelConfig,
+    PositionQueryScale, RopeScaling, ShortConvConfig, TensorNames,
 };
 pub use gemma3::{GEMMA3, GEMMA3_TEXT};
 pub use gpt_oss::GPT_OSS;
@@ -42,6 +43,7 @@ pub use phi3::PHI3;
 pub use quant::{QuantConfig, QuantMode, QuantParams};
 pub use qwen2::QWEN2;
 pub use qwen3::QWEN3;
+pub use qwen3_5::{QWEN3_5, QWEN3_5_MOE};
 pub use qwen3_moe::QWEN3_MOE;
 pub use smollm3::SMOLLM3;
 pub use synth::SynthRecipe;
@@ -114,7 +116,7 @@ pub enum ToolCallSyntax {
 }
 
 /// Every family Ondo runs, in the order Ondo lists them.
-pub static FAMILIES: [&Family; 13] = [
+pub static FAMILIES: [&Family; 15] = [
     &LLAMA,
     &MISTRAL,
     &QWEN2,
@@ -128,6 +130,8 @@ pub static FAMILIES: [&Family; 13] = [
     &MINISTRAL3,
     &MISTRAL3,
     &LFM2,
+    &QWEN3_5,
+    &QWEN3_5_MOE,
 ];
 
 /// The family that reads config.json's `model_type`.

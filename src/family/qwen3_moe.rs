@@ -50,6 +50,7 @@ pub fn settle(value: &Value) -> Result<ModelConfig, ConfigError> {
         decoder_sparse_step: read.whole("decoder_sparse_step")?.unwrap_or(1) as usize,
         mlp_only_layers: read.whole_list("mlp_only_layers")?,
         kind: ExpertsKind::Qwen3Moe,
+        shared_expert_intermediate_size: None,
     };
     let mut config = ModelConfig::from_keys("qwen3_moe", keys, rope_theta, tie);
     config.qk_norm = true;

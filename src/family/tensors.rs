@@ -23,6 +23,10 @@ pub enum TensorKind {
     /// A depthwise convolution's kernel `[channels, kernel, 1]` (never
     /// quantized: its rows are a few elements long).
     Conv,
+    /// A gated DeltaNet layer's `A_log` `[heads]`: the log of each head's
+    /// decay rate, kept in float32 whatever the other tensors' dtype (as
+    /// mlx-lm's converter keeps it).
+    LogDecay,
 }
 
 /// One tensor of a model.
@@ -92,6 +96,40 @@ pub fn plan(config: &ModelConfig) -> Vec<PlannedTensor> {
                 hidden,
                 conv.bias,
             );
+        } else if let Some(delta) = config
+            .gated_delta
+            .as_ref()
+            .filter(|_| config.is_delta_layer(layer))
+        {
+            let q = format!("{p}.linear_attn");
+            let heads = delta.value_heads;
+            for (proj, out) in [
+                ("in_proj_qkv", delta.conv_dim()),
+                ("in_proj_z", delta.value_dim()),
+                ("in_proj_b", heads),
+                ("in_proj_a", heads),
+            ] {
+                linear(&mut add, format!("{q}.{proj}"), out, hidden, false);
+            }
+            add(
+                format!("{q}.conv1d.weight"),
+                vec![delta.conv_dim(), delta.conv_kernel, 1],
+                TensorKind::Conv,
+            );
+            add(format!("{q}.dt_bias"), vec![heads], TensorKind::Bias);
+            add(format!("{q}.A_log"), vec![heads], TensorKind::LogDecay);
+            add(
+                format!("{q}.norm.weight"),
+                vec![delta.value_head_dim],
+                TensorKind::NormScale,
+            );
+            linear(
+                &mut add,
+                format!("{q}.out_proj"),
+                hidden,
+                delta.value_dim(),
+                false,
+            );
         } else {
             attention(&mut add, config, &p);
         }
@@ -146,6 +184,26 @@ pub fn plan(config: &ModelConfig) -> Vec<PlannedTensor> {
                         );
                     }
                 }
+                if let Some(shared) = experts.shared_expert_intermediate_size {
+                    for (proj, out, inp) in [
+                        ("gate_proj", shared, hidden),
+                        ("up_proj", shared, hidden),
+                        ("down_proj", hidden, shared),
+                    ] {
+                        linear(
+                            &mut add,
+                            format!("{p}.mlp.shared_expert.{proj}"),
+                            out,
+                            inp,
+                            false,
+                        );
+                    }
+                    add(
+                        format!("{p}.mlp.shared_expert_gate.weight"),
+                        vec![1, hidden],
+                        TensorKind::Router,
+                    );
+                }
             }
             _ => {
                 let mlp = names.mlp;
@@ -190,6 +248,12 @@ fn attention(add: &mut impl FnMut(String, Vec<i32>, TensorKind), config: &ModelC
     let hidden = config.hidden_size;
     let q_out = config.num_attention_heads * config.head_dim;
     let kv_out = config.num_key_value_heads * config.head_dim;
+    // A gated attention's `q_proj` gives a gate per query element too.
+    let q_proj_out = if config.attention_output_gate {
+        2 * q_out
+    } else {
+        q_out
+    };
     let names = config.names;
     if config.fused_projections {
         linear(
@@ -200,7 +264,11 @@ fn attention(add: &mut impl FnMut(String, Vec<i32>, TensorKind), config: &ModelC
             config.qkv_bias,
         );
     } else {
-        for (proj, out) in [("q_proj", q_out), ("k_proj", kv_out), ("v_proj", kv_out)] {
+        for (proj, out) in [
+            ("q_proj", q_proj_out),
+            ("k_proj", kv_out),
+            ("v_proj", kv_out),
+        ] {
             linear(
                 add,
                 format!("{p}.self_attn.{proj}"),

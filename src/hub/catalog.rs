@@ -39,7 +39,7 @@ pub struct CatalogEntry {
 /// The model offered when the user has not picked one; first in the catalog.
 pub const DEFAULT_MODEL: &str = "mlx-community/Llama-3.2-3B-Instruct-4bit";
 
-static CATALOG: [CatalogEntry; 17] = [
+static CATALOG: [CatalogEntry; 19] = [
     CatalogEntry {
         repo_id: DEFAULT_MODEL,
         display_name: "Llama 3.2 3B Instruct",
@@ -313,6 +313,62 @@ static CATALOG: [CatalogEntry; 17] = [
             "theta": 1000000.0, "use_pos_enc": true, "tie_embedding": true,
             "bos_token_id": 1, "eos_token_id": 7, "pad_token_id": 0,
             "torch_dtype": "bfloat16"}"#,
+    },
+    // Qwen3.5-2B: 18 gated DeltaNet layers and 6 gated attention layers
+    // (every fourth); the parameters are the text model's (the published
+    // count includes the vision tower, which Ondo does not load).
+    CatalogEntry {
+        repo_id: "mlx-community/Qwen3.5-2B-4bit",
+        display_name: "Qwen3.5 2B",
+        family: "qwen3_5",
+        parameters: 1_880_000_000,
+        quantization: "4-bit",
+        size_bytes: 1_100_000_000,
+        note: "Qwen's small hybrid model: thinks before it answers, and its cache grows in only 6 of its 24 layers.",
+        config: r#"{"model_type": "qwen3_5", "architectures": ["Qwen3_5ForConditionalGeneration"],
+            "text_config": {"model_type": "qwen3_5_text", "hidden_size": 2048,
+                "intermediate_size": 6144, "num_hidden_layers": 24, "num_attention_heads": 8,
+                "num_key_value_heads": 2, "head_dim": 256, "vocab_size": 248320,
+                "rms_norm_eps": 1e-6, "max_position_embeddings": 262144,
+                "tie_word_embeddings": true, "attention_bias": false,
+                "linear_num_key_heads": 16, "linear_num_value_heads": 16,
+                "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+                "linear_conv_kernel_dim": 4, "full_attention_interval": 4,
+                "rope_parameters": {"rope_type": "default", "rope_theta": 10000000,
+                    "partial_rotary_factor": 0.25, "mrope_section": [11, 11, 10],
+                    "mrope_interleaved": true},
+                "torch_dtype": "bfloat16"},
+            "vision_config": {"model_type": "qwen3_5", "depth": 24},
+            "tie_word_embeddings": true}"#,
+    },
+    // Qwen3.5-35B-A3B: 30 gated DeltaNet layers and 10 gated attention
+    // layers; 256 experts of which 8 work on each token, beside a shared
+    // one, in every layer.
+    CatalogEntry {
+        repo_id: "mlx-community/Qwen3.5-35B-A3B-4bit",
+        display_name: "Qwen3.5 35B-A3B",
+        family: "qwen3_5_moe",
+        parameters: 34_700_000_000,
+        quantization: "4-bit",
+        size_bytes: 19_800_000_000,
+        note: "Qwen's hybrid mixture of experts: the speed of a 3B model with the knowledge of a 35B one, and a cache that grows in a quarter of its layers; needs a Mac with 32 GB or more.",
+        config: r#"{"model_type": "qwen3_5_moe", "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+            "text_config": {"model_type": "qwen3_5_moe_text", "hidden_size": 2048,
+                "num_hidden_layers": 40, "num_attention_heads": 16, "num_key_value_heads": 2,
+                "head_dim": 256, "vocab_size": 248320, "rms_norm_eps": 1e-6,
+                "max_position_embeddings": 262144, "tie_word_embeddings": false,
+                "attention_bias": false, "num_experts": 256, "num_experts_per_tok": 8,
+                "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512,
+                "norm_topk_prob": true, "linear_num_key_heads": 16,
+                "linear_num_value_heads": 32, "linear_key_head_dim": 128,
+                "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+                "full_attention_interval": 4,
+                "rope_parameters": {"rope_type": "default", "rope_theta": 10000000,
+                    "partial_rotary_factor": 0.25, "mrope_section": [11, 11, 10],
+                    "mrope_interleaved": true},
+                "torch_dtype": "bfloat16"},
+            "vision_config": {"model_type": "qwen3_5_moe", "depth": 27},
+            "tie_word_embeddings": false}"#,
     },
 ];
 
@@ -608,5 +664,20 @@ mod tests {
         let total = 65536 * 2048 + 10 * conv + 6 * attention + 2048;
         assert_eq!(estimate.parameters, Some(total));
         assert_eq!(total, 1_170_340_608);
+    }
+
+    #[test]
+    fn qwen3_5_keeps_a_constant_state_in_three_of_every_four_layers() {
+        let estimate = estimate_at("mlx-community/Qwen3.5-2B-4bit", 4096);
+        // Six attention layers * 2 KV heads * 256 * K and V * 2 bytes.
+        assert_eq!(estimate.kv_bytes_per_token, 6 * 2048);
+        // Eighteen gated DeltaNet layers keep 3 convolution inputs of 6144
+        // channels in bf16 and a float32 matrix of 16 heads x 128 x 128.
+        let state = 3 * 6144 * 2 + 16 * 128 * 128 * 4;
+        assert_eq!(estimate.kv_cache_bytes, 6 * 2048 * 4096 + 18 * state);
+        assert_eq!(
+            estimate.kv_cache_note.as_deref(),
+            Some("18 of 24 layers keep a 1060 KiB state whatever the context")
+        );
     }
 }

@@ -216,10 +216,12 @@ impl ModelShape {
                     layers: layers as u64,
                     window_tokens: window.max(0) as u64,
                 }),
-            state_layers: config.state_layers().map(|(layers, elements)| StateLayers {
-                layers: layers as u64,
-                bytes_per_layer: elements * kv_dtype.bytes(),
-            }),
+            state_layers: config
+                .state_layers()
+                .map(|(layers, elements, f32_elements)| StateLayers {
+                    layers: layers as u64,
+                    bytes_per_layer: elements * kv_dtype.bytes() + f32_elements * 4,
+                }),
             experts,
             parameters: Some(family::tensors::parameters(config)),
         }

@@ -70,11 +70,20 @@ fn quant_of(options: &SynthOptions, kind: TensorKind) -> Option<SynthQuant> {
         mxfp4: false,
     };
     match kind {
-        TensorKind::NormScale | TensorKind::Bias | TensorKind::Conv => None,
+        TensorKind::NormScale | TensorKind::Bias | TensorKind::Conv | TensorKind::LogDecay => None,
         TensorKind::Matrix => Some(default),
         TensorKind::Router => Some(ROUTER_QUANT),
         TensorKind::Experts if options.experts_mxfp4 => Some(MXFP4),
         TensorKind::Experts => Some(default),
+    }
+}
+
+/// The dtype a tensor of `kind` is stored in before any quantization: the
+/// folder's, but float32 for `A_log`.
+fn stored_dtype(options: &SynthOptions, kind: TensorKind) -> mlx_rs::Dtype {
+    match kind {
+        TensorKind::LogDecay => mlx_rs::Dtype::Float32,
+        _ => options.dtype.to_mlx(),
     }
 }
 
@@ -120,7 +129,6 @@ fn make_tensor(
     options: &SynthOptions,
     tensor: &PlannedTensor,
 ) -> Result<Vec<(String, Array)>, mlx_rs::error::Exception> {
-    let dtype = options.dtype.to_mlx();
     let values = match tensor.kind {
         TensorKind::NormScale => Array::ones::<f32>(&tensor.shape)?,
         TensorKind::Matrix
@@ -138,8 +146,19 @@ fn make_tensor(
             };
             random::normal::<f32>(&tensor.shape[..], 0.0, scale, &key)?
         }
+        // The log of a decay rate between 1 and 16 per head, as mlx-lm
+        // initializes it (from 0, which would stop the decay).
+        TensorKind::LogDecay => {
+            let key = random::key(tensor_seed(options.seed, &tensor.name))?;
+            mlx_rs::ops::log(&random::uniform::<f32, f32>(
+                1.0,
+                16.0,
+                &tensor.shape[..],
+                &key,
+            )?)?
+        }
     }
-    .as_dtype(dtype)?;
+    .as_dtype(stored_dtype(options, tensor.kind))?;
     let out = match quant_of(options, tensor.kind) {
         Some(quant) => {
             let (packed, scales, biases) = quantized::quantize(&values, quant.params())?;
@@ -173,7 +192,11 @@ pub fn stored_layout(
 ) -> Vec<(String, Vec<i32>, mlx_rs::Dtype)> {
     let dtype = options.dtype.to_mlx();
     let Some(quant) = quant_of(options, tensor.kind) else {
-        return vec![(tensor.name.clone(), tensor.shape.clone(), dtype)];
+        return vec![(
+            tensor.name.clone(),
+            tensor.shape.clone(),
+            stored_dtype(options, tensor.kind),
+        )];
     };
     let (leading, inputs) = tensor.shape.split_at(tensor.shape.len().saturating_sub(1));
     let inputs = inputs.first().copied().unwrap_or(0);

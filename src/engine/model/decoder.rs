@@ -3,8 +3,10 @@
 //! `family::ModelConfig`, filled in by each family's description: projection
 //! biases, q/k norms, fused projections (phi3), norms that add one, scaled
 //! embeddings and norms around both sublayers (gemma3), sliding-window
-//! layers beside full ones, partial rotary dimensions, and rope scaling
-//! (llama3, linear, longrope, yarn).
+//! layers beside full ones, partial rotary dimensions, rope scaling
+//! (llama3, linear, longrope, yarn), and an attention output gated by a
+//! sigmoid (Qwen 3.5). Layers that mix positions otherwise (LFM2's short
+//! convolutions, Qwen 3.5's gated DeltaNet) have their own files.
 
 use std::path::Path;
 
@@ -15,10 +17,11 @@ use mlx_rs::{Array, ops};
 
 use super::activation;
 use super::experts::SparseExperts;
+use super::gated_delta::GatedDelta;
 use super::short_conv::ShortConv;
 use super::{JointProjection, Linear, QuantConfig};
 use crate::engine::LoadError;
-use crate::engine::cache::{AttentionMask, ConvState, LayerCache};
+use crate::engine::cache::{AttentionMask, ConvState, LayerCache, RecurrentState};
 use crate::engine::weights::WeightMap;
 use crate::family::{Activation, ModelConfig, PositionQueryScale, RopeScaling};
 
@@ -317,6 +320,9 @@ struct Attention {
     rope: Option<Rope>,
     /// gpt-oss's per-head sink logits.
     sinks: Option<Array>,
+    /// `q_proj` also gives a gate per output element, applied as a sigmoid
+    /// to the attention's output (Qwen 3.5).
+    output_gate: bool,
 }
 
 struct Mlp {
@@ -337,6 +343,7 @@ enum FeedForward {
 enum Mixer {
     Attention(Attention),
     ShortConv(ShortConv),
+    GatedDelta(GatedDelta),
 }
 
 impl Mixer {
@@ -345,6 +352,7 @@ impl Mixer {
         match self {
             Mixer::Attention(attn) => &attn.o_proj,
             Mixer::ShortConv(conv) => &conv.out_proj,
+            Mixer::GatedDelta(delta) => &delta.out_proj,
         }
     }
 }
@@ -427,6 +435,9 @@ impl Decoder {
                 w.discard(&k);
             }
         }
+        if config.gated_delta.is_some() {
+            super::gated_delta::read_transformers_layout(w)?;
+        }
         let embed_tokens = Linear::load(
             w,
             &format!("{root}.embed_tokens"),
@@ -445,7 +456,7 @@ impl Decoder {
             let (qkv_bias, o_bias) = (config.qkv_bias, config.o_bias);
             let names = config.names;
             let input_layernorm = norm(w, format!("{p}.{}.weight", names.input_norm), hidden)?;
-            let (q_norm, k_norm) = if config.qk_norm && !config.is_conv_layer(i) {
+            let (q_norm, k_norm) = if config.qk_norm && config.attends(i) {
                 (
                     Some(norm(
                         w,
@@ -462,13 +473,23 @@ impl Decoder {
                 (None, None)
             };
             let (q_width, kv_width) = (heads * head_dim, kv_heads * head_dim);
+            // A gated attention's `q_proj` gives the gate beside each query.
+            let q_proj_width = if config.attention_output_gate {
+                2 * q_width
+            } else {
+                q_width
+            };
             let short_conv = config
                 .short_conv
                 .as_ref()
                 .filter(|_| config.is_conv_layer(i));
-            let qkv = match short_conv {
-                Some(_) => None,
-                None => Some(if config.fused_projections {
+            let gated_delta = config
+                .gated_delta
+                .as_ref()
+                .filter(|_| config.is_delta_layer(i));
+            let qkv = match config.attends(i) {
+                false => None,
+                true => Some(if config.fused_projections {
                     JointProjection::split(
                         Linear::load(
                             w,
@@ -492,7 +513,7 @@ impl Decoder {
                         )
                     };
                     let parts = [
-                        proj("q_proj", q_width)?,
+                        proj("q_proj", q_proj_width)?,
                         proj("k_proj", kv_width)?,
                         proj("v_proj", kv_width)?,
                     ];
@@ -532,9 +553,20 @@ impl Decoder {
             } else {
                 (None, None)
             };
-            let mixer = match (short_conv, qkv) {
-                (Some(conv), _) => Mixer::ShortConv(ShortConv::load(w, &p, hidden, conv, quant)?),
-                (None, Some(qkv)) => Mixer::Attention(Attention {
+            let mixer = match (short_conv, gated_delta, qkv) {
+                (Some(conv), _, _) => {
+                    Mixer::ShortConv(ShortConv::load(w, &p, hidden, conv, quant)?)
+                }
+                (None, Some(delta), _) => Mixer::GatedDelta(GatedDelta::load(
+                    w,
+                    &p,
+                    hidden,
+                    delta,
+                    config.rms_norm_eps,
+                    quant,
+                    join,
+                )?),
+                (None, None, Some(qkv)) => Mixer::Attention(Attention {
                     qkv,
                     o_proj: Linear::load(
                         w,
@@ -557,8 +589,9 @@ impl Decoder {
                         None
                     },
                     sinks,
+                    output_gate: config.attention_output_gate,
                 }),
-                (None, None) => {
+                (None, None, None) => {
                     return Err(LoadError::ConfigInvalid {
                         path: config_path.to_owned(),
                         message: format!("layer {i} is neither attention nor a convolution"),
@@ -653,6 +686,7 @@ impl Decoder {
             let mixing = match &layer.mixer {
                 Mixer::Attention(attn) => attn.qkv.decode_layers(),
                 Mixer::ShortConv(conv) => conv.decode_layers(),
+                Mixer::GatedDelta(delta) => delta.decode_layers(),
             };
             matrices.extend(mixing.into_iter().map(|m| (m, false)));
             matrices.push((layer.mixer.out_proj(), adds_residual));
@@ -691,6 +725,9 @@ impl Decoder {
             .iter()
             .map(|layer| match (&layer.mixer, layer.window) {
                 (Mixer::ShortConv(conv), _) => LayerCache::Conv(ConvState::new(conv.kernel())),
+                (Mixer::GatedDelta(delta), _) => {
+                    LayerCache::Recurrent(RecurrentState::new(delta.conv_kernel()))
+                }
                 (Mixer::Attention(_), Some(window)) => LayerCache::window(window),
                 (Mixer::Attention(_), None) => LayerCache::new(max_kv_size),
             })
@@ -726,6 +763,7 @@ impl Decoder {
                             .sum::<u64>()
                 }
                 Mixer::ShortConv(conv) => conv.parameters(),
+                Mixer::GatedDelta(delta) => delta.parameters(),
             };
             total += match &layer.mlp {
                 FeedForward::Dense(mlp) => mlp.gate_up.parameters() + mlp.down_proj.parameters(),
@@ -747,7 +785,7 @@ impl Decoder {
                     layer.window,
                     2 * attn.kv_heads.max(0) as u64 * attn.head_dim.max(0) as u64,
                 ),
-                Mixer::ShortConv(_) => (None, 0),
+                Mixer::ShortConv(_) | Mixer::GatedDelta(_) => (None, 0),
             })
             .collect()
     }
@@ -769,6 +807,7 @@ impl Decoder {
                     out.extend(attn.o_proj.arrays());
                 }
                 Mixer::ShortConv(conv) => out.extend(conv.arrays()),
+                Mixer::GatedDelta(delta) => out.extend(delta.arrays()),
             }
             out.extend(layer.mlp.arrays());
         }
@@ -823,13 +862,14 @@ impl Decoder {
             let normed = fast::rms_norm(&h, Some(&layer.input_layernorm), self.eps)?;
             let mixed = match &layer.mixer {
                 Mixer::Attention(attn) => {
-                    let (mut q, k, v) = attn.project(&normed, &offset)?;
+                    let (mut q, k, v, gate) = attn.project(&normed, &offset)?;
                     if let Some(scale) = &query_scale {
                         q = ops::multiply(&q, scale)?;
                     }
-                    attn.attend(q, k, v, kv, mask)?
+                    attn.attend(q, k, v, gate, kv, mask)?
                 }
                 Mixer::ShortConv(conv) => conv.mix(&normed, kv)?,
+                Mixer::GatedDelta(delta) => delta.mix(&normed, kv)?,
             };
             h = layer.finish(&h, &mixed, self.eps)?;
         }
@@ -933,8 +973,14 @@ fn two(parts: Vec<Array>) -> Result<[Array; 2], Exception> {
 
 impl Attention {
     /// Queries, keys and values of `x` as heads, `[B, heads, L, D]`, with
-    /// the queries and keys rotated for positions from `offset`.
-    fn project(&self, x: &Array, offset: &Array) -> Result<(Array, Array, Array), Exception> {
+    /// the queries and keys rotated for positions from `offset`; and, for a
+    /// gated attention, the output's gate `[B, L, heads * D]`.
+    #[allow(clippy::type_complexity)]
+    fn project(
+        &self,
+        x: &Array,
+        offset: &Array,
+    ) -> Result<(Array, Array, Array, Option<Array>), Exception> {
         let shape = x.shape();
         let (b, l) = (shape[0], shape[1]);
         // A decode step has one position, and then `[B, 1, H, D]` and
@@ -958,8 +1004,13 @@ impl Attention {
         // k apart. Each split is one primitive with two views, where two
         // slices were two (the host's dispatch of primitives bounds an 8B
         // decode step on the H200).
-        if let (1, Some(qkv_proj), None, None) = (l, self.qkv.joined(), &self.q_norm, &self.k_norm)
-        {
+        if let (1, Some(qkv_proj), None, None, false) = (
+            l,
+            self.qkv.joined(),
+            &self.q_norm,
+            &self.k_norm,
+            self.output_gate,
+        ) {
             let rotated = self.heads + self.kv_heads;
             let heads =
                 qkv_proj
@@ -969,9 +1020,18 @@ impl Attention {
             let [q, k] = two(self
                 .rotate(&qk, offset)?
                 .split_at_indices(&[self.heads], 1)?)?;
-            return Ok((q, k, v));
+            return Ok((q, k, v, None));
         }
         let [q, k, v] = self.qkv.forward(x)?;
+        // A gated attention's heads are each `[query, gate]`.
+        let (q, gate) = if self.output_gate {
+            let [q, gate] = two(q
+                .reshape(&[b, l, self.heads, 2 * self.head_dim])?
+                .split_at_indices(&[self.head_dim], -1)?)?;
+            (q, Some(gate.reshape(&[b, l, self.heads * self.head_dim])?))
+        } else {
+            (q, None)
+        };
         let mut q = split(q, self.heads)?;
         let mut k = split(k, self.kv_heads)?;
         let v = split(v, self.kv_heads)?;
@@ -985,7 +1045,7 @@ impl Attention {
         // cache has dropped.
         let q = self.rotate(&q, offset)?;
         let k = self.rotate(&k, offset)?;
-        Ok((q, k, v))
+        Ok((q, k, v, gate))
     }
 
     /// `x` rotated for positions from `offset`, or as it is in a layer
@@ -999,12 +1059,13 @@ impl Attention {
 
     /// Writes `k` and `v` into the cache and attends `q` over every cached
     /// position; the heads come back joined, `[B, L, heads * D]`, for the
-    /// output projection.
+    /// output projection, times the sigmoid of `gate` where there is one.
     fn attend(
         &self,
         q: Array,
         k: Array,
         v: Array,
+        gate: Option<Array>,
         kv: &mut LayerCache,
         mask: &AttentionMask,
     ) -> Result<Array, Exception> {
@@ -1024,7 +1085,10 @@ impl Attention {
             o.transpose_axes(&[0, 2, 1, 3])?
                 .reshape(&[b, l, self.heads * self.head_dim])?
         };
-        Ok(o)
+        match gate {
+            Some(gate) => ops::multiply(&o, ops::sigmoid(&gate)?),
+            None => Ok(o),
+        }
     }
 }
 

@@ -15,7 +15,9 @@ use mlx_rs::error::Exception;
 use mlx_rs::ops::indexing::{Ellipsis, IndexOp};
 use mlx_rs::{Array, ops};
 
-use super::{Linear, QuantConfig, QuantizedMatrix, activation, quantized, stored_params};
+use super::{
+    JointProjection, Linear, QuantConfig, QuantizedMatrix, activation, quantized, stored_params,
+};
 use crate::engine::LoadError;
 use crate::engine::weights::WeightMap;
 use crate::family::{ExpertsConfig, ExpertsKind};
@@ -130,6 +132,65 @@ pub struct SparseExperts {
     top_k: i32,
     norm_topk_prob: bool,
     kind: ExpertsKind,
+    /// A dense SwiGLU every token goes through too, weighted by the
+    /// sigmoid of its gate (Qwen 3.5).
+    shared: Option<Box<SharedExpert>>,
+}
+
+/// The shared expert: `down(swiglu(gate(x), up(x)))` times
+/// `sigmoid(shared_expert_gate(x))`, added to the routed experts' sum.
+struct SharedExpert {
+    gate_up: JointProjection<2>,
+    down_proj: Linear,
+    /// `[1, hidden]`: one gate logit per token.
+    gate: Linear,
+}
+
+impl SharedExpert {
+    fn load(
+        weights: &mut WeightMap,
+        prefix: &str,
+        hidden: i32,
+        width: i32,
+        quant: Option<&QuantConfig>,
+    ) -> Result<Self, LoadError> {
+        let mut linear = |name: &str, out: i32, inp: i32| {
+            Linear::load(weights, &format!("{prefix}.{name}"), out, inp, quant, false)
+        };
+        let parts = [
+            linear("shared_expert.gate_proj", width, hidden)?,
+            linear("shared_expert.up_proj", width, hidden)?,
+        ];
+        let down_proj = linear("shared_expert.down_proj", hidden, width)?;
+        let gate = linear("shared_expert_gate", 1, hidden)?;
+        let gate_up = if super::decoder::join_projections() {
+            JointProjection::join(parts)?
+        } else {
+            JointProjection::apart(parts)
+        };
+        Ok(Self {
+            gate_up,
+            down_proj,
+            gate,
+        })
+    }
+
+    fn forward(&self, x: &Array) -> Result<Array, Exception> {
+        let [gate, up] = self.gate_up.forward(x)?;
+        let y = self.down_proj.forward(&activation::swiglu(&gate, &up)?)?;
+        ops::multiply(ops::sigmoid(self.gate.forward(x)?)?, &y)
+    }
+
+    fn parameters(&self) -> u64 {
+        self.gate_up.parameters() + self.down_proj.parameters() + self.gate.parameters()
+    }
+
+    fn arrays(&self) -> Vec<&Array> {
+        let mut out = self.gate_up.arrays();
+        out.extend(self.down_proj.arrays());
+        out.extend(self.gate.arrays());
+        out
+    }
 }
 
 impl SparseExperts {
@@ -153,6 +214,7 @@ impl SparseExperts {
         let switch = format!("{prefix}.{experts_name}");
         if config.kind == ExpertsKind::Qwen3Moe {
             stack_per_expert_tensors(weights, prefix, &switch, experts)?;
+            split_fused_expert_tensors(weights, prefix, &switch)?;
         }
         let mut stacked = |name: &str, out: i32, inp: i32| {
             StackedLinear::load(
@@ -168,6 +230,12 @@ impl SparseExperts {
         let gate_proj = stacked("gate_proj", inter, hidden)?;
         let up_proj = stacked("up_proj", inter, hidden)?;
         let down_proj = stacked("down_proj", hidden, inter)?;
+        let shared = match config.shared_expert_intermediate_size {
+            Some(width) => Some(Box::new(SharedExpert::load(
+                weights, prefix, hidden, width, quant,
+            )?)),
+            None => None,
+        };
         Ok(Self {
             router: Linear::load(
                 weights,
@@ -183,6 +251,7 @@ impl SparseExperts {
             top_k: config.num_experts_per_tok,
             norm_topk_prob: config.norm_topk_prob,
             kind: config.kind,
+            shared,
         })
     }
 
@@ -213,11 +282,16 @@ impl SparseExperts {
         let y = self.experts(x, &indices)?;
         let weighted = ops::multiply(&y, ops::expand_dims(&scores, -1)?)?;
         let sum = ops::sum_axis(&weighted, -2, false)?;
-        match self.kind {
+        let routed = match (self.kind, &self.shared) {
             // mlx-lm casts Qwen3-MoE's sum back to the experts' dtype and
-            // leaves gpt-oss's as the product made it.
-            ExpertsKind::Qwen3Moe => sum.as_dtype(y.dtype()),
-            ExpertsKind::GptOss { .. } => Ok(sum),
+            // leaves gpt-oss's, and Qwen 3.5's beside a shared expert, as
+            // the product made it.
+            (ExpertsKind::Qwen3Moe, None) => sum.as_dtype(y.dtype())?,
+            _ => sum,
+        };
+        match &self.shared {
+            Some(shared) => ops::add(&routed, &shared.forward(x)?),
+            None => Ok(routed),
         }
     }
 
@@ -272,6 +346,7 @@ impl SparseExperts {
                 .iter()
                 .map(|stacked| stacked.parameters())
                 .sum::<u64>()
+            + self.shared.as_ref().map_or(0, |shared| shared.parameters())
     }
 
     /// Every array, for evaluation after loading.
@@ -280,8 +355,39 @@ impl SparseExperts {
         for stacked in [&self.gate_proj, &self.up_proj, &self.down_proj] {
             out.extend(stacked.arrays());
         }
+        if let Some(shared) = &self.shared {
+            out.extend(shared.arrays());
+        }
         out
     }
+}
+
+/// Replaces the experts' tensors as transformers saves Qwen 3.5's,
+/// `{prefix}.experts.gate_up_proj` `[E, 2 I, hidden]` (gate rows, then up)
+/// and `{prefix}.experts.down_proj`, with `{switch}.{proj}.weight` each, as
+/// mlx-lm's loader does.
+fn split_fused_expert_tensors(
+    weights: &mut WeightMap,
+    prefix: &str,
+    switch: &str,
+) -> Result<(), LoadError> {
+    let fused = format!("{prefix}.experts.gate_up_proj");
+    if !weights.contains(&fused) {
+        return Ok(());
+    }
+    let gate_up = weights.take_stored(&fused)?;
+    let rows = gate_up.array.shape().get(1).copied().unwrap_or(0);
+    let [gate, up] = <[Array; 2]>::try_from(gate_up.array.split_at_indices(&[rows / 2], 1)?)
+        .map_err(|_| Exception::custom("a split in two gave another count"))?;
+    weights.insert(
+        format!("{switch}.gate_proj.weight"),
+        gate,
+        gate_up.file.clone(),
+    );
+    weights.insert(format!("{switch}.up_proj.weight"), up, gate_up.file);
+    let down = weights.take_stored(&format!("{prefix}.experts.down_proj"))?;
+    weights.insert(format!("{switch}.down_proj.weight"), down.array, down.file);
+    Ok(())
 }
 
 /// Replaces per-expert tensors `{prefix}.experts.{e}.{proj}.weight` (and
@@ -324,6 +430,7 @@ mod tests {
             decoder_sparse_step: step,
             mlp_only_layers: mlp_only,
             kind: ExpertsKind::default(),
+            shared_expert_intermediate_size: None,
         }
     }
 

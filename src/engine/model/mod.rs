@@ -8,6 +8,7 @@
 pub mod activation;
 pub mod decoder;
 pub mod experts;
+pub mod gated_delta;
 pub mod quantized;
 pub mod short_conv;
 

@@ -1,0 +1,308 @@
+//! `model_type: qwen3_5` and `qwen3_5_moe` (Qwen 3.5, dense and mixture of
+//! experts): three of every four layers (`full_attention_interval`) are
+//! gated DeltaNet layers, a short causal convolution and a gated delta-rule
+//! recurrence whose state is a float32 matrix per head whatever the
+//! context; the others are gated attention (`q_proj` gives the queries and
+//! a sigmoid gate on the output, q/k norms, rope on the first quarter of
+//! each head, `partial_rotary_factor` and `rope_theta` under
+//! `rope_parameters`). The MLP is SwiGLU, or in `qwen3_5_moe` routed
+//! experts in every layer beside a shared expert weighted by the sigmoid of
+//! its own gate. The checkpoints are multimodal: the text model is
+//! `text_config` (or the whole config where there is none), its tensors
+//! under `language_model.model.` (transformers: `model.language_model.`);
+//! the vision tower and the multi-token-prediction head (`mtp.`) are
+//! skipped. Defaults and rules are mlx-lm's `models/qwen3_5.py`. Replies
+//! think in `<think>` and call tools in `<tool_call>` tags, as Qwen3's.
+
+use serde_json::{Value, json};
+
+use super::config::{
+    ConfigError, ConfigKeys, ExpertsConfig, ExpertsKind, GatedDeltaConfig, Keys, ModelConfig,
+    RopeScaling, merged,
+};
+use super::synth::{ExpertShape, Shape, SynthChoices, SynthRecipe, nest_under_text_config};
+use super::{Family, every_layout_readable};
+
+pub const QWEN3_5: Family = Family {
+    model_type: "qwen3_5",
+    class_name: "Qwen3_5ForConditionalGeneration",
+    about: "Qwen 3.5's dense models (gated DeltaNet layers beside gated attention; Ondo reads the text model)",
+    settle,
+    unreadable_layout: every_layout_readable,
+    reply: super::qwen3::THINKING_QWEN,
+    synth: SynthRecipe {
+        adjust: dense,
+        config: synth_config,
+        extra_tensors: EXTRA_TENSORS,
+    },
+};
+
+pub const QWEN3_5_MOE: Family = Family {
+    model_type: "qwen3_5_moe",
+    class_name: "Qwen3_5MoeForConditionalGeneration",
+    about: "Qwen 3.5's mixtures of experts (gated DeltaNet layers, routed and shared experts; Ondo reads the text model)",
+    settle,
+    unreadable_layout: every_layout_readable,
+    reply: super::qwen3::THINKING_QWEN,
+    synth: SynthRecipe {
+        adjust: mixture,
+        config: synth_config,
+        extra_tensors: EXTRA_TENSORS,
+    },
+};
+
+/// A vision tower and a multi-token-prediction head: present in the
+/// published checkpoints, read by neither Ondo nor mlx-lm's text model.
+const EXTRA_TENSORS: &[&str] = &["model.visual.merger.norm.weight", "mtp.norm.weight"];
+
+/// mlx-lm's `TextModelArgs` defaults for the keys a config may leave out.
+fn defaults() -> Value {
+    json!({
+        "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "rms_norm_eps": 1e-6, "vocab_size": 151936,
+        "num_key_value_heads": 8, "max_position_embeddings": 131072,
+        "linear_num_value_heads": 64, "linear_num_key_heads": 16,
+        "linear_key_head_dim": 192, "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4, "tie_word_embeddings": false,
+        "attention_bias": false, "full_attention_interval": 4,
+        "num_experts": 0, "num_experts_per_tok": 0,
+        "shared_expert_intermediate_size": 0, "moe_intermediate_size": 0,
+        "norm_topk_prob": true,
+        "rope_parameters": {
+            "type": "default", "mrope_section": [11, 11, 10],
+            "rope_theta": 100000, "partial_rotary_factor": 0.25,
+        },
+    })
+}
+
+/// A count as a tensor dimension.
+fn dim(read: &Keys, key: &str) -> Result<i32, ConfigError> {
+    let n = read
+        .whole(key)?
+        .ok_or_else(|| super::config::missing(key))?;
+    i32::try_from(n).map_err(|_| ConfigError::Invalid {
+        key: key.to_owned(),
+        found: n.to_string(),
+        expected: "too large for a tensor dimension",
+    })
+}
+
+/// Settles a Qwen 3.5 config (dense or mixture): its `text_config`, or the
+/// config itself where it has none.
+pub fn settle(value: &Value) -> Result<ModelConfig, ConfigError> {
+    let model_type = super::model_type(value).unwrap_or("qwen3_5").to_owned();
+    let mut text = value
+        .get("text_config")
+        .filter(|t| t.is_object())
+        .unwrap_or(value)
+        .clone();
+    if text.get("quantization").is_none()
+        && let Some(quantization) = value.get("quantization")
+    {
+        text["quantization"] = quantization.clone();
+    }
+    let text = merged(defaults(), &text);
+    let read = Keys::of(&text);
+    let mut keys = ConfigKeys::parse(&text)?;
+    // mlx-lm takes the rope from `rope_parameters` alone (its own default
+    // when the config has none): the base, the rotated share of each head,
+    // and a scaling when its type is not `default`.
+    let params = read
+        .get("rope_parameters")
+        .cloned()
+        .unwrap_or_else(|| defaults()["rope_parameters"].clone());
+    let rope_theta = params["rope_theta"].as_f64().unwrap_or(100_000.0) as f32;
+    let partial = params["partial_rotary_factor"].as_f64().unwrap_or(0.25);
+    let scaling: Option<RopeScaling> = serde_json::from_value(params).ok();
+    keys.rope_scaling = scaling.filter(|s| !matches!(s.kind(), None | Some("default")));
+    let bias = keys.attention_bias.unwrap_or(false);
+    let tie = keys.tie_word_embeddings.unwrap_or(false);
+    let layers = keys.num_hidden_layers;
+    let interval = read.required_count("full_attention_interval")? as usize;
+    let gated_delta = GatedDeltaConfig {
+        key_heads: dim(&read, "linear_num_key_heads")?,
+        value_heads: dim(&read, "linear_num_value_heads")?,
+        key_head_dim: dim(&read, "linear_key_head_dim")?,
+        value_head_dim: dim(&read, "linear_value_head_dim")?,
+        conv_kernel: dim(&read, "linear_conv_kernel_dim")?,
+        layers: (0..layers).map(|i| (i + 1) % interval != 0).collect(),
+    };
+    if gated_delta.key_heads == 0 || gated_delta.value_heads % gated_delta.key_heads != 0 {
+        return Err(ConfigError::Inconsistent(format!(
+            "`linear_num_value_heads` ({}) is not a multiple of `linear_num_key_heads` ({})",
+            gated_delta.value_heads, gated_delta.key_heads
+        )));
+    }
+    let num_experts = dim(&read, "num_experts")?;
+    let experts = (num_experts > 0)
+        .then(|| -> Result<ExpertsConfig, ConfigError> {
+            Ok(ExpertsConfig {
+                num_experts,
+                num_experts_per_tok: dim(&read, "num_experts_per_tok")?,
+                moe_intermediate_size: dim(&read, "moe_intermediate_size")?,
+                norm_topk_prob: read.flag("norm_topk_prob")?.unwrap_or(true),
+                // Every layer routes: mlx-lm's Qwen 3.5 reads no sparse step.
+                decoder_sparse_step: 1,
+                mlp_only_layers: Vec::new(),
+                kind: ExpertsKind::Qwen3Moe,
+                shared_expert_intermediate_size: Some(dim(
+                    &read,
+                    "shared_expert_intermediate_size",
+                )?),
+            })
+        })
+        .transpose()?;
+    let mut config = ModelConfig::from_keys(&model_type, keys, rope_theta, tie);
+    config.rotary_dims = (f64::from(config.head_dim) * partial) as i32;
+    config.qk_norm = true;
+    config.qkv_bias = bias;
+    config.o_bias = bias;
+    config.attention_output_gate = true;
+    config.gated_delta = Some(gated_delta);
+    config.experts = experts;
+    config.weight_prefix = "language_model.model".into();
+    config.head_prefix = "language_model.lm_head".into();
+    config.renamed_prefixes = vec![
+        (
+            "model.language_model.".into(),
+            "language_model.model.".into(),
+        ),
+        ("lm_head.".into(), "language_model.lm_head.".into()),
+    ];
+    config.skipped_prefixes = [
+        "vision_tower.",
+        "model.visual.",
+        "mtp.",
+        "language_model.mtp.",
+    ]
+    .map(String::from)
+    .to_vec();
+    Ok(config)
+}
+
+/// Qwen 3.5's rope base.
+fn dense(shape: &mut Shape) {
+    shape.rope_theta = 10_000_000.0;
+    shape.rope_scaling = None;
+}
+
+/// The dense conventions, and 8 experts of which 2 work on each token
+/// unless the preset has its own.
+fn mixture(shape: &mut Shape) {
+    dense(shape);
+    if shape.experts.is_none() {
+        shape.experts = Some(ExpertShape::eight_choose_two(shape));
+    }
+}
+
+/// Qwen 3.5's own keys: a full-attention layer every fourth (every second
+/// in a preset of fewer than four layers, so the tiny one has one of each
+/// kind), gated DeltaNet heads as wide as the attention's, the rope under
+/// `rope_parameters`, the experts with a shared one as wide as each; then
+/// the text model nested under `text_config` as the published checkpoints
+/// have it.
+fn synth_config(config: &mut Value, shape: &Shape, _: &SynthChoices) {
+    let layers = shape.num_hidden_layers.max(1);
+    let interval = if layers >= 4 { 4 } else { layers.min(2) };
+    config["full_attention_interval"] = json!(interval);
+    config["linear_num_key_heads"] = json!(shape.num_key_value_heads);
+    config["linear_num_value_heads"] = json!(shape.num_attention_heads);
+    config["linear_key_head_dim"] = json!(shape.head_dim);
+    config["linear_value_head_dim"] = json!(shape.head_dim);
+    config["linear_conv_kernel_dim"] = json!(4);
+    config["hidden_act"] = json!("silu");
+    if let Some(object) = config.as_object_mut() {
+        object.remove("rope_theta");
+        object.remove("mlp_bias");
+    }
+    config["rope_parameters"] = json!({
+        "rope_type": "default",
+        "rope_theta": shape.rope_theta,
+        "partial_rotary_factor": 0.25,
+        "mrope_section": [11, 11, 10],
+        "mrope_interleaved": true,
+    });
+    let (text_type, model_type) = match shape.experts {
+        Some(experts) => {
+            config["num_experts"] = json!(experts.num_experts);
+            config["num_experts_per_tok"] = json!(experts.experts_per_token);
+            config["moe_intermediate_size"] = json!(experts.moe_intermediate_size);
+            config["shared_expert_intermediate_size"] = json!(experts.moe_intermediate_size);
+            config["norm_topk_prob"] = json!(true);
+            ("qwen3_5_moe_text", "qwen3_5_moe")
+        }
+        None => ("qwen3_5_text", "qwen3_5"),
+    };
+    nest_under_text_config(
+        config,
+        text_type,
+        model_type,
+        json!({"model_type": model_type, "depth": 1}),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Qwen3.5-0.8B's published text config, the keys mlx-lm reads.
+    fn qwen3_5_small() -> Value {
+        json!({
+            "model_type": "qwen3_5",
+            "text_config": {
+                "model_type": "qwen3_5_text", "hidden_size": 1024,
+                "intermediate_size": 3584, "num_hidden_layers": 24,
+                "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 256,
+                "vocab_size": 248320, "rms_norm_eps": 1e-6,
+                "max_position_embeddings": 262144, "tie_word_embeddings": true,
+                "linear_num_key_heads": 16, "linear_num_value_heads": 16,
+                "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+                "linear_conv_kernel_dim": 4, "full_attention_interval": 4,
+                "rope_parameters": {
+                    "rope_type": "default", "rope_theta": 10_000_000,
+                    "partial_rotary_factor": 0.25, "mrope_section": [11, 11, 10],
+                    "mrope_interleaved": true,
+                },
+            },
+            "vision_config": {"model_type": "qwen3_5"},
+        })
+    }
+
+    #[test]
+    fn the_text_model_settles_with_three_delta_layers_in_four() {
+        let config = settle(&qwen3_5_small()).unwrap();
+        assert_eq!(config.model_type, "qwen3_5");
+        assert_eq!(config.rotary_dims, 64);
+        assert_eq!(config.rope_theta, 1e7);
+        assert_eq!(config.rope_scaling, None);
+        assert!(config.attention_output_gate && config.qk_norm);
+        assert!(config.is_delta_layer(0) && !config.is_delta_layer(3));
+        assert!(config.attends(3) && !config.attends(2));
+        // 18 layers: a [3, 6144] convolution state beside a [16, 128, 128]
+        // float32 matrix.
+        assert_eq!(config.state_layers(), Some((18, 3 * 6144, 16 * 128 * 128)));
+        assert_eq!(config.weight_prefix, "language_model.model");
+        // Without `text_config`, the config is the text config itself.
+        let text = qwen3_5_small()["text_config"].clone();
+        let mut bare = settle(&text).unwrap();
+        bare.model_type = "qwen3_5".into();
+        assert_eq!(bare, config);
+    }
+
+    #[test]
+    fn a_mixture_routes_in_every_layer_beside_a_shared_expert() {
+        let mut value = qwen3_5_small();
+        value["model_type"] = json!("qwen3_5_moe");
+        let text = &mut value["text_config"];
+        text["num_experts"] = json!(256);
+        text["num_experts_per_tok"] = json!(8);
+        text["moe_intermediate_size"] = json!(512);
+        text["shared_expert_intermediate_size"] = json!(512);
+        text["decoder_sparse_step"] = json!(2);
+        let config = settle(&value).unwrap();
+        let experts = config.experts.as_ref().unwrap();
+        assert!(experts.norm_topk_prob);
+        assert_eq!(experts.shared_expert_intermediate_size, Some(512));
+        assert_eq!(config.expert_layers(), 24, "mlx-lm reads no sparse step");
+    }
+}
