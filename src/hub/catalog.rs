@@ -653,7 +653,7 @@ mod tests {
         assert_eq!(estimate.kv_cache_bytes, 6 * 2048 * 4096 + 10 * 8192);
         assert_eq!(
             estimate.kv_cache_note.as_deref(),
-            Some("10 of 16 layers keep a 8 KiB state whatever the context")
+            Some("10 of 16 layers keep a state of 8 KiB whatever the context")
         );
         // Embeddings 65536 * 2048; a convolution layer's in_proj, out_proj,
         // kernel and two norms; an attention layer's q, k, v, o and four
@@ -677,7 +677,7 @@ mod tests {
         assert_eq!(estimate.kv_cache_bytes, 6 * 2048 * 4096 + 18 * state);
         assert_eq!(
             estimate.kv_cache_note.as_deref(),
-            Some("18 of 24 layers keep a 1060 KiB state whatever the context")
+            Some("18 of 24 layers keep a state of 1060 KiB whatever the context")
         );
     }
 }

@@ -334,7 +334,7 @@ impl ModelShape {
     }
 
     /// "22 of 26 layers keep at most 512 positions", "10 of 16 layers keep
-    /// a 8 KiB state whatever the context": what bounds the cache.
+    /// a state of 8 KiB whatever the context": what bounds the cache.
     pub fn kv_cache_note(&self) -> Option<String> {
         let sliding = self.sliding_window.filter(|s| s.layers > 0).map(|sliding| {
             format!(
@@ -346,7 +346,7 @@ impl ModelShape {
         });
         let state = self.state_layers.filter(|s| s.layers > 0).map(|state| {
             format!(
-                "{} of {} layers keep a {} state whatever the context",
+                "{} of {} layers keep a state of {} whatever the context",
                 state.layers.min(self.num_hidden_layers),
                 self.num_hidden_layers,
                 binary_size(state.bytes_per_layer)
@@ -1276,7 +1276,7 @@ mod tests {
         );
         assert_eq!(
             shape.kv_cache_note().as_deref(),
-            Some("10 of 16 layers keep a 8 KiB state whatever the context")
+            Some("10 of 16 layers keep a state of 8 KiB whatever the context")
         );
     }
 
