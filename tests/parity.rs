@@ -1510,6 +1510,38 @@ fn assert_conversation_prefills_only_new_tokens(dir: &Path, name: &str) {
             run(&branch, None).token_ids,
             "{name}, loop {shape}: the branch equals a one-pass run"
         );
+
+        // Ten turns, each the whole conversation so far and five new
+        // tokens: every turn after the first prefills only those five, so
+        // no token is prefilled twice, and the last turn still answers as a
+        // one-pass run of the whole conversation.
+        let id = Some(format!("{name}-{shape}-ten"));
+        let mut prompt = prompt_of(20);
+        let mut prefilled = 0;
+        let mut last = None;
+        for turn in 1..=10u32 {
+            if let Some(reply) = last.take() {
+                prompt.extend(reply);
+                prompt.extend((0..5).map(|i| 30 + turn * 5 + i));
+            }
+            let answer = run(&prompt, id.clone());
+            let expected_cached = if turn == 1 { 0 } else { prompt.len() - 5 };
+            assert_eq!(
+                (answer.stats.cached_tokens, answer.stats.prefill_tokens),
+                (expected_cached, prompt.len() - expected_cached),
+                "{name}, loop {shape}: turn {turn} prefills only its new tokens"
+            );
+            prefilled += answer.stats.prefill_tokens;
+            if turn == 10 {
+                assert_eq!(
+                    answer.token_ids,
+                    run(&prompt, None).token_ids,
+                    "{name}, loop {shape}: turn 10 equals a one-pass run"
+                );
+            }
+            last = Some(answer.token_ids);
+        }
+        assert_eq!(prefilled, 20 + 9 * 5, "{name}, loop {shape}");
     }
 }
 
