@@ -121,6 +121,12 @@ impl<'a> Keys<'a> {
         self.count(key)?.ok_or_else(|| missing(key))
     }
 
+    /// A required whole number (zero allowed) as a tensor dimension.
+    pub fn required_dim(&self, key: &str) -> Result<i32, ConfigError> {
+        let value = self.whole(key)?.ok_or_else(|| missing(key))?;
+        shape(self, key, value)
+    }
+
     /// A required number.
     pub fn required_number(&self, key: &str) -> Result<f64, ConfigError> {
         self.number(key)?.ok_or_else(|| missing(key))
@@ -575,6 +581,23 @@ impl ModelConfig {
             (conv, matrix)
         };
         (layers > 0).then_some((layers, elements, f32_elements))
+    }
+
+    /// The text model of a multimodal checkpoint: its tensors under
+    /// `language_model.model.` and its head `language_model.lm_head`, read
+    /// also in the spelling transformers 5 saves (`model.language_model.`,
+    /// `lm_head.`), and the other parts' tensors (`skipped`) dropped.
+    pub fn read_inside_language_model(&mut self, skipped: &[&str]) {
+        self.weight_prefix = "language_model.model".into();
+        self.head_prefix = "language_model.lm_head".into();
+        self.renamed_prefixes = vec![
+            (
+                "model.language_model.".into(),
+                "language_model.model.".into(),
+            ),
+            ("lm_head.".into(), "language_model.lm_head.".into()),
+        ];
+        self.skipped_prefixes = skipped.iter().map(|p| (*p).to_owned()).collect();
     }
 
     /// The sliding window of layer `index`, `None` for full attention.

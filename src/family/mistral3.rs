@@ -59,23 +59,12 @@ pub fn settle(value: &Value) -> Result<ModelConfig, ConfigError> {
         _ => super::llama::settle(&text)?,
     };
     config.model_type = "mistral3".into();
-    config.weight_prefix = "language_model.model".into();
-    config.head_prefix = "language_model.lm_head".into();
-    config.renamed_prefixes = vec![
-        (
-            "model.language_model.".into(),
-            "language_model.model.".into(),
-        ),
-        ("lm_head.".into(), "language_model.lm_head.".into()),
-    ];
-    config.skipped_prefixes = [
+    config.read_inside_language_model(&[
         "vision_tower.",
         "multi_modal_projector.",
         "model.vision_tower.",
         "model.multi_modal_projector.",
-    ]
-    .map(String::from)
-    .to_vec();
+    ]);
     Ok(config)
 }
 

@@ -75,18 +75,6 @@ fn defaults() -> Value {
     })
 }
 
-/// A count as a tensor dimension.
-fn dim(read: &Keys, key: &str) -> Result<i32, ConfigError> {
-    let n = read
-        .whole(key)?
-        .ok_or_else(|| super::config::missing(key))?;
-    i32::try_from(n).map_err(|_| ConfigError::Invalid {
-        key: key.to_owned(),
-        found: n.to_string(),
-        expected: "too large for a tensor dimension",
-    })
-}
-
 /// Settles a Qwen 3.5 config (dense or mixture): its `text_config`, or the
 /// config itself where it has none.
 pub fn settle(value: &Value) -> Result<ModelConfig, ConfigError> {
@@ -120,11 +108,11 @@ pub fn settle(value: &Value) -> Result<ModelConfig, ConfigError> {
     let layers = keys.num_hidden_layers;
     let interval = read.required_count("full_attention_interval")? as usize;
     let gated_delta = GatedDeltaConfig {
-        key_heads: dim(&read, "linear_num_key_heads")?,
-        value_heads: dim(&read, "linear_num_value_heads")?,
-        key_head_dim: dim(&read, "linear_key_head_dim")?,
-        value_head_dim: dim(&read, "linear_value_head_dim")?,
-        conv_kernel: dim(&read, "linear_conv_kernel_dim")?,
+        key_heads: read.required_dim("linear_num_key_heads")?,
+        value_heads: read.required_dim("linear_num_value_heads")?,
+        key_head_dim: read.required_dim("linear_key_head_dim")?,
+        value_head_dim: read.required_dim("linear_value_head_dim")?,
+        conv_kernel: read.required_dim("linear_conv_kernel_dim")?,
         layers: (0..layers).map(|i| (i + 1) % interval != 0).collect(),
     };
     if gated_delta.key_heads == 0 || gated_delta.value_heads % gated_delta.key_heads != 0 {
@@ -133,22 +121,21 @@ pub fn settle(value: &Value) -> Result<ModelConfig, ConfigError> {
             gated_delta.value_heads, gated_delta.key_heads
         )));
     }
-    let num_experts = dim(&read, "num_experts")?;
+    let num_experts = read.required_dim("num_experts")?;
     let experts = (num_experts > 0)
         .then(|| -> Result<ExpertsConfig, ConfigError> {
             Ok(ExpertsConfig {
                 num_experts,
-                num_experts_per_tok: dim(&read, "num_experts_per_tok")?,
-                moe_intermediate_size: dim(&read, "moe_intermediate_size")?,
+                num_experts_per_tok: read.required_dim("num_experts_per_tok")?,
+                moe_intermediate_size: read.required_dim("moe_intermediate_size")?,
                 norm_topk_prob: read.flag("norm_topk_prob")?.unwrap_or(true),
                 // Every layer routes: mlx-lm's Qwen 3.5 reads no sparse step.
                 decoder_sparse_step: 1,
                 mlp_only_layers: Vec::new(),
                 kind: ExpertsKind::Qwen3Moe,
-                shared_expert_intermediate_size: Some(dim(
-                    &read,
-                    "shared_expert_intermediate_size",
-                )?),
+                shared_expert_intermediate_size: Some(
+                    read.required_dim("shared_expert_intermediate_size")?,
+                ),
             })
         })
         .transpose()?;
@@ -160,23 +147,12 @@ pub fn settle(value: &Value) -> Result<ModelConfig, ConfigError> {
     config.attention_output_gate = true;
     config.gated_delta = Some(gated_delta);
     config.experts = experts;
-    config.weight_prefix = "language_model.model".into();
-    config.head_prefix = "language_model.lm_head".into();
-    config.renamed_prefixes = vec![
-        (
-            "model.language_model.".into(),
-            "language_model.model.".into(),
-        ),
-        ("lm_head.".into(), "language_model.lm_head.".into()),
-    ];
-    config.skipped_prefixes = [
+    config.read_inside_language_model(&[
         "vision_tower.",
         "model.visual.",
         "mtp.",
         "language_model.mtp.",
-    ]
-    .map(String::from)
-    .to_vec();
+    ]);
     Ok(config)
 }
 

@@ -32,20 +32,10 @@ pub fn settle(value: &Value) -> Result<ModelConfig, ConfigError> {
     // rope_scaling; the same here, so both rotate alike.
     keys.rope_scaling = None;
     let read = Keys::of(value);
-    let dim = |key: &str| -> Result<i32, ConfigError> {
-        let n = read
-            .whole(key)?
-            .ok_or_else(|| super::config::missing(key))?;
-        i32::try_from(n).map_err(|_| ConfigError::Invalid {
-            key: key.to_owned(),
-            found: n.to_string(),
-            expected: "too large",
-        })
-    };
     let experts = ExpertsConfig {
-        num_experts: dim("num_experts")?,
-        num_experts_per_tok: dim("num_experts_per_tok")?,
-        moe_intermediate_size: dim("moe_intermediate_size")?,
+        num_experts: read.required_dim("num_experts")?,
+        num_experts_per_tok: read.required_dim("num_experts_per_tok")?,
+        moe_intermediate_size: read.required_dim("moe_intermediate_size")?,
         norm_topk_prob: read.flag("norm_topk_prob")?.unwrap_or(false),
         decoder_sparse_step: read.whole("decoder_sparse_step")?.unwrap_or(1) as usize,
         mlp_only_layers: read.whole_list("mlp_only_layers")?,
