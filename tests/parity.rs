@@ -734,18 +734,32 @@ fn follow_up_turn_on_the_kept_cache_equals_mlx_lm_and_a_fresh_run() {
         ),
     ] {
         let dir = synthesize(root.path(), name, &options);
-        assert_follow_up_turn_equals_mlx_lm(&engine, &python, &dir, name);
+        assert_follow_up_turn_equals_mlx_lm(&engine, &python, &dir, name, FollowUpReuse::AsMlxLm);
     }
 }
 
+/// What a follow-up turn reuses of the kept cache.
+#[derive(Clone, Copy)]
+enum FollowUpReuse {
+    /// As many tokens as mlx-lm's prompt cache (a KV cache trims to the
+    /// common prefix).
+    AsMlxLm,
+    /// The first prompt up to its last token: a model with state layers
+    /// cannot drop the first answer's re-rendered tail, so mlx-lm starts
+    /// over and Ondo goes back to the snapshot it kept at the end of the
+    /// first prompt's prefill.
+    PrefillSnapshot,
+}
+
 /// A chat turn and a follow-up on the kept cache give mlx-lm's tokens, the
-/// follow-up reuses as many cached tokens as mlx-lm's prompt cache, and it
-/// equals the same history recomputed from scratch.
+/// follow-up reuses what `reuse` says, and it equals the same history
+/// recomputed from scratch.
 fn assert_follow_up_turn_equals_mlx_lm(
     engine: &EngineHandle,
     python: &Path,
     dir: &Path,
     name: &str,
+    reuse: FollowUpReuse,
 ) {
     let (first, second) = ("What is the temperature today?", "And tomorrow?");
     let reference = mlx_lm_generate(
@@ -793,15 +807,31 @@ fn assert_follow_up_turn_equals_mlx_lm(
         ids(&reference["followup_prompt_ids"]).len(),
         "{name}: the follow-up prompt renders to mlx-lm's tokens"
     );
-    assert!(
-        turn2.stats.cached_tokens > 0,
-        "{name}: the cache was reused"
-    );
-    assert_eq!(
-        turn2.stats.cached_tokens as u64,
-        reference["followup_cached_tokens"].as_u64().unwrap(),
-        "{name}: as many tokens reused as mlx-lm's prompt cache"
-    );
+    match reuse {
+        FollowUpReuse::AsMlxLm => {
+            assert!(
+                turn2.stats.cached_tokens > 0,
+                "{name}: the cache was reused"
+            );
+            assert_eq!(
+                turn2.stats.cached_tokens as u64,
+                reference["followup_cached_tokens"].as_u64().unwrap(),
+                "{name}: as many tokens reused as mlx-lm's prompt cache"
+            );
+        }
+        FollowUpReuse::PrefillSnapshot => {
+            assert_eq!(
+                reference["followup_cached_tokens"].as_u64(),
+                Some(0),
+                "{name}: mlx-lm cannot trim the answer's tail and starts over"
+            );
+            assert_eq!(
+                turn2.stats.cached_tokens,
+                turn1.stats.prompt_tokens - 1,
+                "{name}: Ondo reuses the first prompt up to its last token"
+            );
+        }
+    }
     assert_eq!(
         turn2.stats.cached_tokens + turn2.stats.prefill_tokens,
         turn2.stats.prompt_tokens
@@ -1155,7 +1185,7 @@ fn assert_family_equals_mlx_lm(
     }
     let name = format!("{family_name}-follow-up");
     let dir = synthesize(root.path(), &name, follow_up);
-    assert_follow_up_turn_equals_mlx_lm(&engine, &python, &dir, &name);
+    assert_follow_up_turn_equals_mlx_lm(&engine, &python, &dir, &name, FollowUpReuse::AsMlxLm);
     compared
 }
 
@@ -1349,92 +1379,20 @@ fn lfm2_first_step_log_probabilities_match_mlx_lm() {
 }
 
 /// An LFM2 chat's second turn on the kept cache equals mlx-lm's follow-up
-/// and a fresh run of the whole conversation (`assert_state_follow_up_turn`).
+/// and a fresh run of the whole conversation (`assert_follow_up_turn_equals_mlx_lm`).
 #[test]
 #[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn lfm2_follow_up_turn_on_the_kept_cache_equals_mlx_lm_and_a_fresh_run() {
     let root = tempfile::tempdir().unwrap();
     let options = variant(&family::LFM2, Some(4), WeightDtype::F32);
     let dir = synthesize(root.path(), "lfm2-q4", &options);
-    assert_state_follow_up_turn(&dir, "lfm2");
-}
-
-/// A chat's second turn on the kept cache of a model with state layers
-/// (which cannot be trimmed) equals mlx-lm's follow-up and a fresh run of
-/// the whole conversation. The history re-renders the first answer to other
-/// ids than were generated, and a state cannot drop them: mlx-lm starts
-/// over, Ondo goes back to the snapshot it kept at the end of the first
-/// prompt's prefill (all but its last token).
-fn assert_state_follow_up_turn(dir: &Path, name: &str) {
-    let python = python();
     let engine = EngineHandle::spawn().unwrap();
-    let (first, second) = ("What is the temperature today?", "And tomorrow?");
-    let reference = mlx_lm_generate(
-        &python,
-        dir,
-        &[
-            "--prompt",
-            first,
-            "--chat",
-            "--max-tokens",
-            "12",
-            "--followup",
-            second,
-            "--followup-tokens",
-            "12",
-        ],
-    );
-    let chat = |messages: Vec<ChatMessage>, conversation: Option<&str>| {
-        let request = GenerateRequest {
-            max_tokens: 12,
-            ignore_eos: true,
-            conversation: conversation.map(str::to_owned),
-            ..GenerateRequest::new(dir, Prompt::chat(None, messages))
-        };
-        engine
-            .generate_blocking(request, CancelToken::new(), |_| {})
-            .expect("Ondo generates")
-    };
-    let turn1 = chat(vec![ChatMessage::user(first)], Some("c"));
-    assert_eq!(
-        turn1.token_ids,
-        ids(&reference["generated_ids"]),
-        "{name}: turn 1"
-    );
-    let history = vec![
-        ChatMessage::user(first),
-        ChatMessage::assistant(turn1.raw_text.clone()),
-        ChatMessage::user(second),
-    ];
-    let turn2 = chat(history.clone(), Some("c"));
-    assert_eq!(
-        turn2.stats.prompt_tokens,
-        ids(&reference["followup_prompt_ids"]).len()
-    );
-    assert_eq!(
-        reference["followup_cached_tokens"].as_u64(),
-        Some(0),
-        "{name}: mlx-lm cannot trim the answer's tail and starts over"
-    );
-    assert_eq!(
-        turn2.stats.cached_tokens,
-        turn1.stats.prompt_tokens - 1,
-        "{name}: Ondo reuses the first prompt up to its last token"
-    );
-    assert_eq!(
-        turn2.stats.cached_tokens + turn2.stats.prefill_tokens,
-        turn2.stats.prompt_tokens
-    );
-    assert_eq!(
-        turn2.token_ids,
-        ids(&reference["followup_generated_ids"]),
-        "{name}: turn 2 equals mlx-lm's"
-    );
-    let fresh = chat(history, None);
-    assert_eq!(fresh.stats.cached_tokens, 0);
-    assert_eq!(
-        fresh.token_ids, turn2.token_ids,
-        "{name}: reuse equals recompute"
+    assert_follow_up_turn_equals_mlx_lm(
+        &engine,
+        &python(),
+        &dir,
+        "lfm2",
+        FollowUpReuse::PrefillSnapshot,
     );
 }
 
@@ -1591,7 +1549,13 @@ fn assert_qwen3_5_equals_mlx_lm(arch: &'static Family) {
         &format!("{name}-follow-up"),
         &variant(arch, Some(4), WeightDtype::F32),
     );
-    assert_state_follow_up_turn(&dir, name);
+    assert_follow_up_turn_equals_mlx_lm(
+        &EngineHandle::spawn().unwrap(),
+        &python,
+        &dir,
+        name,
+        FollowUpReuse::PrefillSnapshot,
+    );
 }
 
 #[test]
