@@ -41,8 +41,9 @@ pub struct GatedDelta {
     /// The depthwise kernel `[conv_dim, kernel, 1]`, as MLX's conv1d takes it.
     conv_weight: Array,
     dt_bias: Array,
-    /// Float32, as stored.
-    a_log: Array,
+    /// `-exp(A_log)` in float32, the decay's rate: a constant of the
+    /// weights, computed once at load rather than in every step.
+    decay_rate: Array,
     /// The gated RMSNorm's scale `[value_head_dim]`.
     norm: Array,
     eps: f32,
@@ -89,7 +90,7 @@ impl GatedDelta {
                 &[delta.conv_dim(), delta.conv_kernel, 1],
             )?,
             dt_bias: w.take_float(&format!("{prefix}.dt_bias"), &[heads])?,
-            a_log: w.take_float(&format!("{prefix}.A_log"), &[heads])?,
+            decay_rate: decay_rate(&w.take_float(&format!("{prefix}.A_log"), &[heads])?)?,
             norm: w.take_float(&format!("{prefix}.norm.weight"), &[delta.value_head_dim])?,
             eps,
             key_heads: delta.key_heads,
@@ -159,8 +160,7 @@ impl GatedDelta {
         let shifted = ops::add(a, &self.dt_bias)?;
         let zero = Array::from_f32(0.0).as_dtype(shifted.dtype())?;
         let softplus = ops::logaddexp(&shifted, &zero)?;
-        let rate = ops::negative(ops::exp(self.a_log.as_dtype(Dtype::Float32)?)?)?;
-        ops::exp(ops::multiply(&rate, &softplus)?)
+        ops::exp(ops::multiply(&self.decay_rate, &softplus)?)
     }
 
     /// The recurrence over the positions of `q`, `k` (`[B, L, Hk, Dk]`),
@@ -213,16 +213,26 @@ impl GatedDelta {
         let size = |a: &Array| a.size() as u64;
         self.in_proj.parameters()
             + self.out_proj.parameters()
-            + [&self.conv_weight, &self.dt_bias, &self.a_log, &self.norm]
-                .into_iter()
-                .map(size)
-                .sum::<u64>()
+            + [
+                &self.conv_weight,
+                &self.dt_bias,
+                &self.decay_rate,
+                &self.norm,
+            ]
+            .into_iter()
+            .map(size)
+            .sum::<u64>()
     }
 
     pub fn arrays(&self) -> Vec<&Array> {
         let mut out = self.in_proj.arrays();
         out.extend(self.out_proj.arrays());
-        out.extend([&self.conv_weight, &self.dt_bias, &self.a_log, &self.norm]);
+        out.extend([
+            &self.conv_weight,
+            &self.dt_bias,
+            &self.decay_rate,
+            &self.norm,
+        ]);
         out
     }
 
@@ -284,6 +294,13 @@ pub fn read_transformers_layout(w: &mut WeightMap) -> Result<(), LoadError> {
         w.insert(name, restored, stored.file);
     }
     Ok(())
+}
+
+/// `-exp(A_log)` in float32, evaluated.
+fn decay_rate(a_log: &Array) -> Result<Array, LoadError> {
+    let rate = ops::negative(ops::exp(a_log.as_dtype(Dtype::Float32)?)?)?;
+    rate.eval()?;
+    Ok(rate)
 }
 
 /// A kept compiled function of arrays.
