@@ -166,3 +166,97 @@ fn every_catalog_entry_settles_with_its_family() {
         }
     }
 }
+
+/// Runs the `ondo` binary with a private home, so each run is a fresh
+/// process whose MLX memory is its own model's alone.
+fn ondo_json(home: &Path, args: &[&str]) -> serde_json::Value {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_ondo"))
+        .args(args)
+        .env("ONDO_HOME", home)
+        .env("ONDO_NO_KEYCHAIN", "1")
+        .output()
+        .expect("ondo runs");
+    assert!(
+        output.status.success(),
+        "ondo {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("ondo {} printed no JSON: {e}", args.join(" ")))
+}
+
+fn bytes_at(value: &serde_json::Value, key: &str) -> u64 {
+    value[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {key} in {value}"))
+}
+
+/// What `ondo fit` says a model holds at a context (its weights and its
+/// cache) is what MLX measures once a run has reached that context, within
+/// 10%, for every family in floats and at 4 bits: past the sliding window,
+/// with the state layers' constant state and the mixtures' every expert.
+#[test]
+fn fit_agrees_with_the_memory_a_loaded_model_holds() {
+    let root = tempfile::tempdir().unwrap();
+    let home = root.path().join("home");
+    let prompt = "Tell me everything about the weather in the mountains, \
+                  the rivers that run down from them and the towns beside the rivers.";
+    for family in FAMILIES {
+        for bits in ["none", "4"] {
+            let dir = root.path().join(format!("{}-{bits}", family.model_type));
+            let dir_arg = dir.to_str().unwrap();
+            ondo_json(
+                &home,
+                &[
+                    "synth",
+                    "tiny",
+                    dir_arg,
+                    "--arch",
+                    family.model_type,
+                    "--bits",
+                    bits,
+                    "--sliding-window",
+                    "64",
+                    "--json",
+                ],
+            );
+            let run = ondo_json(
+                &home,
+                &[
+                    "run",
+                    dir_arg,
+                    prompt,
+                    "--raw",
+                    "--max-tokens",
+                    "160",
+                    "--ignore-eos",
+                    "--no-history",
+                    "--json",
+                ],
+            );
+            let context = bytes_at(&run, "prompt_tokens") + bytes_at(&run, "generated_tokens");
+            let fit = ondo_json(
+                &home,
+                &["fit", dir_arg, "--context", &context.to_string(), "--json"],
+            );
+            let estimated = bytes_at(&fit, "weights_bytes") + bytes_at(&fit, "kv_cache_bytes");
+            let measured = bytes_at(&run, "mlx_active_bytes");
+            let off = estimated.abs_diff(measured) as f64 / measured as f64;
+            assert!(
+                off <= 0.10,
+                "{} bits {bits} at {context} tokens: fit says {estimated} bytes \
+                 (weights {} + cache {}), MLX holds {measured} ({:.1}% apart)",
+                family.model_type,
+                bytes_at(&fit, "weights_bytes"),
+                bytes_at(&fit, "kv_cache_bytes"),
+                off * 100.0
+            );
+            eprintln!(
+                "{} bits {bits}: fit {estimated}, measured {measured} ({:+.1}%)",
+                family.model_type,
+                (estimated as f64 - measured as f64) / measured as f64 * 100.0
+            );
+        }
+    }
+}

@@ -65,9 +65,9 @@ pub struct SynthArgs {
     /// Replace the folder's contents if it is not empty.
     #[arg(long)]
     force: bool,
-    /// Gemma 3 and gpt-oss only: positions their sliding-window layers
-    /// attend over (every second layer attends to everything). Small windows let a short
-    /// prompt cross it.
+    /// Families with sliding-window layers (Gemma 3, gpt-oss, Ministral 3):
+    /// the positions those layers attend over; the other layers attend to
+    /// everything. Small windows let a short prompt cross it.
     #[arg(long, default_value_t = synth::DEFAULT_SLIDING_WINDOW)]
     sliding_window: usize,
     /// Print a JSON summary instead of text.
