@@ -37,6 +37,8 @@ fn special_tokens(template: &str) -> (Option<&'static str>, Option<&'static str>
         "gemma3.jinja" => (Some("<bos>"), Some("<eos>")),
         "phi4-mini.jinja" => (None, Some("<|endoftext|>")),
         "gpt-oss.jinja" => (Some("<|startoftext|>"), Some("<|return|>")),
+        "qwen3_5.jinja" | "smollm3.jinja" => (None, Some("<|im_end|>")),
+        "lfm2.jinja" => (Some("<|startoftext|>"), Some("<|im_end|>")),
         other => panic!("no special tokens known for {other}"),
     }
 }
@@ -322,6 +324,148 @@ fn cases() -> Vec<Case> {
             expect: &[],
             absent: &[],
         },
+        Case {
+            name: "qwen3_5: the generation prompt opens the thinking block",
+            template: "qwen3_5.jinja",
+            messages: json!([{"role": "user", "content": "What is 2+2?"}]),
+            tools: None,
+            options: json!({}),
+            expect: &["<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n<think>\n"],
+            absent: &["</think>"],
+        },
+        Case {
+            name: "qwen3_5: enable_thinking false closes an empty think block",
+            template: "qwen3_5.jinja",
+            messages: json!([{"role": "user", "content": "What is 2+2?"}]),
+            tools: None,
+            options: json!({"enable_thinking": false}),
+            expect: &["<|im_start|>assistant\n<think>\n\n</think>\n\n"],
+            absent: &[],
+        },
+        Case {
+            name: "qwen3_5: tools as XML with every schema key",
+            template: "qwen3_5.jinja",
+            messages: json!([
+                {"role": "system", "content": "You help with travel."},
+                {"role": "user", "content": "Weather in Paris?"}
+            ]),
+            tools: Some(json!([weather_tool(), time_tool()])),
+            options: json!({}),
+            expect: &[
+                "<|im_start|>system\nYou help with travel.\n\n# Tools\n\nYou have access to the following functions:\n\n<tools>\n<function>\n<name>get_weather</name>",
+                "<description>The current weather in a city, <in> degrees & words.</description>",
+                "<parameter>\n<name>city</name>\n<type>string</type>\n<description>City name, e.g. Zürich</description>\n</parameter>",
+                "<enum>[\"celsius\", \"fahrenheit\"]</enum>",
+                "<required>[\"city\"]</required>",
+                "<name>get_time</name>",
+            ],
+            absent: &[],
+        },
+        Case {
+            name: "qwen3_5: a call with its reasoning, then its result",
+            template: "qwen3_5.jinja",
+            messages: json!([
+                {"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": "", "reasoning_content": "I should look it up.", "tool_calls": [weather_call()]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "{\"temperature\": 21}"}
+            ]),
+            tools: Some(json!([weather_tool()])),
+            options: json!({}),
+            expect: &[
+                "<|im_start|>assistant\n<think>\nI should look it up.\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=unit>\ncelsius\n</parameter>\n</function>\n</tool_call><|im_end|>\n",
+                "<|im_start|>user\n<tool_response>\n{\"temperature\": 21}\n</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n",
+            ],
+            absent: &[],
+        },
+        Case {
+            name: "qwen3_5: an earlier turn's reasoning is dropped",
+            template: "qwen3_5.jinja",
+            messages: json!([
+                {"role": "user", "content": "What is 2+2?"},
+                {"role": "assistant", "content": "<think>\nTwo and two.\n</think>\n\nFour."},
+                {"role": "user", "content": "And 3+3?"}
+            ]),
+            tools: None,
+            options: json!({}),
+            expect: &["<|im_start|>assistant\nFour.<|im_end|>\n<|im_start|>user\nAnd 3+3?"],
+            absent: &["Two and two."],
+        },
+        Case {
+            name: "lfm2: tools as a JSON list in the system prompt",
+            template: "lfm2.jinja",
+            messages: json!([
+                {"role": "system", "content": "You help with travel."},
+                {"role": "user", "content": "Weather in Paris?"}
+            ]),
+            tools: Some(json!([weather_tool(), time_tool()])),
+            options: json!({}),
+            expect: &[
+                "<|startoftext|><|im_start|>system\nYou help with travel.\nList of tools: <|tool_list_start|>[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"",
+                "}}, {\"type\": \"function\", \"function\": {\"name\": \"get_time\"",
+                "]<|tool_list_end|><|im_end|>\n<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n",
+            ],
+            absent: &[],
+        },
+        Case {
+            name: "lfm2: a call in the answer's text and its result",
+            template: "lfm2.jinja",
+            messages: json!([
+                {"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": "<|tool_call_start|>[get_weather(city=\"Paris\")]<|tool_call_end|>"},
+                {"role": "tool", "content": "{\"temperature\": 21}"}
+            ]),
+            tools: Some(json!([weather_tool()])),
+            options: json!({}),
+            expect: &[
+                "<|im_start|>assistant\n<|tool_call_start|>[get_weather(city=\"Paris\")]<|tool_call_end|><|im_end|>\n",
+                "<|im_start|>tool\n<|tool_response_start|>{\"temperature\": 21}<|tool_response_end|><|im_end|>\n",
+            ],
+            absent: &[],
+        },
+        Case {
+            name: "smollm3: thinking by default, with its metadata",
+            template: "smollm3.jinja",
+            messages: json!([{"role": "user", "content": "What is 2+2?"}]),
+            tools: None,
+            options: json!({}),
+            expect: &[
+                "<|im_start|>system\n## Metadata\n\nKnowledge Cutoff Date: June 2025\nToday Date: ",
+                "Reasoning Mode: /think\n\n## Custom Instructions\n\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face. Your role",
+                "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
+            ],
+            absent: &["<think>\n\n</think>"],
+        },
+        Case {
+            name: "smollm3: /no_think in the system message",
+            template: "smollm3.jinja",
+            messages: json!([
+                {"role": "system", "content": "Be brief. /no_think"},
+                {"role": "user", "content": "What is 2+2?"},
+                {"role": "assistant", "content": "Four."},
+                {"role": "user", "content": "And 3+3?"}
+            ]),
+            tools: None,
+            options: json!({}),
+            expect: &[
+                "Reasoning Mode: /no_think\n\n## Custom Instructions\n\nBe brief.\n\n<|im_end|>",
+                "<|im_start|>assistant\n<think>\n\n</think>\nFour.<|im_end|>",
+                "<|im_start|>assistant\n<think>\n\n</think>\n",
+            ],
+            absent: &["/no_think<"],
+        },
+        Case {
+            name: "smollm3: tools written as Python dicts, enable_thinking false",
+            template: "smollm3.jinja",
+            messages: json!([{"role": "user", "content": "Weather in Paris?"}]),
+            tools: Some(json!([weather_tool()])),
+            options: json!({"enable_thinking": false}),
+            expect: &[
+                "### Tools\n\nYou may call one or more functions to assist with the user query.",
+                "<tools>\n{'type': 'function', 'function': {'name': 'get_weather'",
+                "</tools>\n\nFor each function call, return a json object",
+            ],
+            absent: &[],
+        },
     ]
 }
 
@@ -455,4 +599,60 @@ fn the_thinking_switch_is_read_from_the_template() {
     };
     assert!(compile("qwen3.jinja").takes_enable_thinking());
     assert!(!compile("llama3.1.jinja").takes_enable_thinking());
+}
+
+/// A tool call in the history is written by the template the way the model
+/// writes one, so the reply splitter of the model's family must read the
+/// template's own rendering of a call back as that call, its values of the
+/// types the tool declares: for Qwen3's JSON calls and Qwen 3.5's XML ones.
+#[test]
+fn a_call_the_template_writes_is_read_back_as_that_call() {
+    use ondo::engine::reply::{ReplyFormat, ReplySegment, ReplySplitter};
+    let arguments = json!({"city": "Paris", "unit": "celsius", "days": 3});
+    for (model_type, template_file) in [("qwen3", "qwen3.jinja"), ("qwen3_5", "qwen3_5.jinja")] {
+        let (bos, eos) = special_tokens(template_file);
+        let source = fixture(template_file);
+        let template = ChatTemplate::from_source(
+            source.clone(),
+            bos.map(str::to_owned),
+            eos.map(str::to_owned),
+        )
+        .expect("the fixture compiles");
+        let messages: Vec<ChatMessage> = serde_json::from_value(json!([
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": "", "tool_calls": [{
+                "id": "call_1", "type": "function",
+                "function": {"name": "get_weather", "arguments": arguments}
+            }]}
+        ]))
+        .unwrap();
+        let mut tool = weather_tool();
+        tool["function"]["parameters"]["properties"]["days"] = json!({"type": "integer"});
+        let tools = [tool];
+        let prompt = template
+            .render_with(&messages, Some(&tools), &Default::default(), false)
+            .unwrap();
+        let turn = prompt
+            .rsplit("<|im_start|>assistant\n")
+            .next()
+            .and_then(|turn| turn.strip_suffix("<|im_end|>\n"))
+            .unwrap_or_else(|| panic!("{model_type}: no assistant turn in\n{prompt}"));
+        let format = ReplyFormat::detect(model_type, Some(&source), None, true);
+        let mut splitter = ReplySplitter::new(format).with_tools(&tools);
+        let mut segments = splitter.push(turn);
+        segments.extend(splitter.finish());
+        let calls: Vec<_> = segments
+            .into_iter()
+            .filter_map(|segment| match segment {
+                ReplySegment::ToolCall(call) => Some(call.function),
+                ReplySegment::Answer(text) if !text.trim().is_empty() => {
+                    panic!("{model_type}: answer text {text:?} left from\n{turn}")
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(calls.len(), 1, "{model_type}: {turn}");
+        assert_eq!(calls[0].name, "get_weather", "{model_type}");
+        assert_eq!(calls[0].arguments, arguments, "{model_type}: {turn}");
+    }
 }

@@ -204,11 +204,11 @@ impl ToolCallSyntax {
     }
 
     /// The calls between the markers; `None` when the text is not calls.
-    fn parse_tagged(self, body: &str) -> Option<Vec<ToolCall>> {
+    fn parse_tagged(self, body: &str, types: &ParameterTypes) -> Option<Vec<ToolCall>> {
         match self {
             ToolCallSyntax::PythonList => python_calls(body),
             _ => parse_call(body, false)
-                .or_else(|| xml_function_call(body))
+                .or_else(|| xml_function_call(body, types))
                 .map(|call| vec![call]),
         }
     }
@@ -291,6 +291,8 @@ pub struct ReplySplitter {
     reasoning_spans: Vec<Range<usize>>,
     /// The start of a reasoning part not closed yet.
     reasoning_from: Option<usize>,
+    /// The offered tools' parameter types, for calls whose values are text.
+    parameter_types: ParameterTypes,
 }
 
 impl ReplySplitter {
@@ -315,7 +317,16 @@ impl ReplySplitter {
             received: 0,
             reasoning_spans: Vec::new(),
             reasoning_from: None,
+            parameter_types: ParameterTypes::default(),
         }
+    }
+
+    /// Reads the values of calls written as text (Qwen 3.5's XML
+    /// parameters) as the offered tools declare them: a parameter of type
+    /// `integer` comes back as a number, not the string `"3"`.
+    pub fn with_tools(mut self, tools: &[Value]) -> Self {
+        self.parameter_types = ParameterTypes::of_tools(tools);
+        self
     }
 
     pub fn format(&self) -> ReplyFormat {
@@ -527,7 +538,7 @@ impl ReplySplitter {
         let (open, close) = syntax.tags().unwrap_or((TOOL_CALL_OPEN, TOOL_CALL_CLOSE));
         if let Some(at) = self.pending.find(close) {
             let body = &self.pending[..at];
-            match syntax.parse_tagged(body) {
+            match syntax.parse_tagged(body, &self.parameter_types) {
                 Some(calls) => {
                     out.extend(calls.into_iter().map(ReplySegment::ToolCall));
                     self.state = State::Answer { skip_space: true };
@@ -551,7 +562,7 @@ impl ReplySplitter {
         // The reply ended inside the tags: whole calls still count (the
         // model may stop right after them), anything else is text.
         let body = std::mem::take(&mut self.pending);
-        match syntax.parse_tagged(&body) {
+        match syntax.parse_tagged(&body, &self.parameter_types) {
             Some(calls) => out.extend(calls.into_iter().map(ReplySegment::ToolCall)),
             None => self.emit_answer(out, format!("{space_before}{open}{body}")),
         }
@@ -785,9 +796,9 @@ fn parse_call(text: &str, arguments_required: bool) -> Option<ToolCall> {
 /// A call written as Qwen3-Coder's and Qwen 3.5's templates write it,
 /// `<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>`:
 /// each parameter's value is its text (one newline either side dropped),
-/// `null` is null, as mlx-lm's `qwen3_coder` parser reads a call whose
-/// tool it has no schema for. `None` unless the text is one such call.
-fn xml_function_call(text: &str) -> Option<ToolCall> {
+/// read as the tool's schema declares it ([`ParameterTypes`]), as mlx-lm's
+/// `qwen3_coder` parser reads it. `None` unless the text is one such call.
+fn xml_function_call(text: &str, types: &ParameterTypes) -> Option<ToolCall> {
     const PARAMETER_OPEN: &str = "<parameter=";
     const PARAMETER_CLOSE: &str = "</parameter>";
     let inner = text
@@ -823,14 +834,103 @@ fn xml_function_call(text: &str) -> Option<ToolCall> {
         let value = &body[value_start..];
         let value = value.strip_prefix('\n').unwrap_or(value);
         let value = value.strip_suffix('\n').unwrap_or(value);
-        let value = if value.eq_ignore_ascii_case("null") {
-            Value::Null
-        } else {
-            Value::String(value.to_owned())
-        };
+        let value = types.value(&name, &key, value);
         arguments.insert(key, value);
     }
     Some(ToolCall::new(name, Value::Object(arguments)))
+}
+
+/// The declared types of the offered tools' parameters (each property's
+/// JSON-schema `type`), by tool and parameter name. A call written as text
+/// has only strings; these give its values back the type the tool expects,
+/// the way mlx-lm's `qwen3_coder` parser converts them.
+#[derive(Debug, Clone, Default)]
+pub struct ParameterTypes {
+    /// Tool name to its parameters' schemas (`parameters.properties`).
+    tools: std::collections::HashMap<String, serde_json::Map<String, Value>>,
+}
+
+impl ParameterTypes {
+    /// The parameters of tools in the chat API's shape, `{"type":
+    /// "function", "function": {"name", "parameters": {"properties"}}}`.
+    pub fn of_tools(tools: &[Value]) -> Self {
+        let tools = tools
+            .iter()
+            .filter_map(|tool| {
+                let function = tool.get("function").unwrap_or(tool);
+                let name = function.get("name")?.as_str()?.to_owned();
+                let properties = function
+                    .pointer("/parameters/properties")
+                    .and_then(Value::as_object)
+                    .cloned()
+                    .unwrap_or_default();
+                Some((name, properties))
+            })
+            .collect();
+        Self { tools }
+    }
+
+    /// `text` as the value of `tool`'s `parameter`: `null` is null; a
+    /// parameter the schema does not declare stays text; one declared
+    /// without a type is JSON when it is an object or an array; numbers,
+    /// booleans, objects and arrays are read as such, and text that does not
+    /// read as its declared type stays text rather than being lost.
+    fn value(&self, tool: &str, parameter: &str, text: &str) -> Value {
+        if text.eq_ignore_ascii_case("null") {
+            return Value::Null;
+        }
+        let as_text = || Value::String(text.to_owned());
+        let Some(schema) = self.tools.get(tool).and_then(|p| p.get(parameter)) else {
+            return as_text();
+        };
+        let declared = match schema.get("type") {
+            Some(Value::String(name)) => Some(name.trim().to_ascii_lowercase()),
+            // `["integer", "null"]`: the type besides null.
+            Some(Value::Array(names)) => names
+                .iter()
+                .filter_map(Value::as_str)
+                .find(|name| *name != "null")
+                .map(str::to_ascii_lowercase),
+            _ => None,
+        };
+        let Some(kind) = declared else {
+            return match serde_json::from_str::<Value>(text) {
+                Ok(value @ (Value::Object(_) | Value::Array(_))) => value,
+                _ => as_text(),
+            };
+        };
+        let kind = kind.as_str();
+        let number = || text.trim().parse::<f64>().ok().filter(|n| n.is_finite());
+        let whole = |n: f64| (n.fract() == 0.0 && n.abs() < 9.0e15).then_some(n as i64);
+        if matches!(
+            kind,
+            "string" | "str" | "text" | "varchar" | "char" | "enum"
+        ) {
+            as_text()
+        } else if ["int", "uint", "long", "short", "unsigned"]
+            .iter()
+            .any(|p| kind.starts_with(p))
+        {
+            number()
+                .and_then(whole)
+                .map_or_else(as_text, Value::from)
+        } else if kind.starts_with("num") || kind.starts_with("float") {
+            number().map_or_else(as_text, |n| whole(n).map_or(Value::from(n), Value::from))
+        } else if matches!(kind, "boolean" | "bool" | "binary") {
+            Value::Bool(text.trim().eq_ignore_ascii_case("true"))
+        } else {
+            serde_json::from_str(text)
+                .ok()
+                .or_else(|| {
+                    let mut reader = PythonLiteral {
+                        text: text.trim(),
+                        at: 0,
+                    };
+                    reader.value().filter(|_| reader.rest().trim().is_empty())
+                })
+                .unwrap_or_else(as_text)
+        }
+    }
 }
 
 /// A Python-style list of calls with keyword arguments, `[get_weather(
@@ -1285,6 +1385,50 @@ mod tests {
                 "<tool_call>\n<function>oops</function>\n</tool_call>",
             )],
         );
+    }
+
+    /// XML parameters are text; the offered tool's schema says what each
+    /// value is, as mlx-lm's `qwen3_coder` parser reads them.
+    #[test]
+    fn xml_parameters_take_the_types_the_tool_declares() {
+        let tool = json!({"type": "function", "function": {"name": "plan", "parameters": {
+            "type": "object",
+            "properties": {
+                "days": {"type": "integer"}, "budget": {"type": "number"},
+                "ratio": {"type": "number"}, "hotel": {"type": "boolean"},
+                "stops": {"type": "array"}, "prefs": {"type": "object"},
+                "city": {"type": "string"}, "zip": {"type": "string"},
+                "maybe": {"type": ["integer", "null"]}, "loose": {},
+                "count": {"type": "integer"}
+            }
+        }}});
+        let text = "<tool_call>\n<function=plan>\n\
+            <parameter=days>\n3\n</parameter>\n<parameter=budget>\n1500.0\n</parameter>\n\
+            <parameter=ratio>\n0.25\n</parameter>\n<parameter=hotel>\nTrue\n</parameter>\n\
+            <parameter=stops>\n[\"Lyon\", \"Nice\"]\n</parameter>\n\
+            <parameter=prefs>\n{'view': 'sea'}\n</parameter>\n\
+            <parameter=city>\n42\n</parameter>\n<parameter=zip>\nnull\n</parameter>\n\
+            <parameter=maybe>\n7\n</parameter>\n<parameter=loose>\n{\"a\": 1}\n</parameter>\n\
+            <parameter=count>\nmany\n</parameter>\n<parameter=extra>\n5\n</parameter>\n\
+            </function>\n</tool_call>";
+        let format = ReplyFormat::detect("qwen3_5", None, None, true);
+        let mut splitter = ReplySplitter::new(format).with_tools(&[tool]);
+        let mut segments = splitter.push(text);
+        segments.extend(splitter.finish());
+        let expected = json!({
+            "days": 3, "budget": 1500, "ratio": 0.25, "hotel": true,
+            "stops": ["Lyon", "Nice"], "prefs": {"view": "sea"},
+            "city": "42", "zip": null, "maybe": 7, "loose": {"a": 1},
+            // Not a whole number, and not declared: kept as written.
+            "count": "many", "extra": "5"
+        });
+        assert_eq!(normalised(segments), vec![call("plan", expected)]);
+        // Without the tools, every value is its text.
+        let plain = split_reply(format, text);
+        let ReplySegment::ToolCall(call) = &plain[0] else {
+            panic!("{plain:?}")
+        };
+        assert_eq!(call.function.arguments["days"], json!("3"));
     }
 
     #[test]

@@ -574,6 +574,12 @@ pub fn run(
         .with_cancel(cancel.clone())
         .with_graph_count(request.count_graph_nodes);
     let mut reply = ReplyStream::new(&model.tokenizer, format, &request.stop_strings);
+    if let Prompt::Chat {
+        tools: Some(tools), ..
+    } = &request.prompt
+    {
+        reply.splitter = reply.splitter.with_tools(tools);
+    }
     let mut generated: Vec<u32> = Vec::with_capacity(request.max_tokens);
     // When each generated token was on the host, for the reasoning's share
     // of the decode time.
