@@ -164,7 +164,9 @@ impl ReplyFormat {
             thinks.then_some(ThinkStart::ModelOpens)
         };
         let tool_calls = tools_offered.then(|| {
-            if mentions(LIST_CALL_OPEN) {
+            if mentions(MISTRAL_CALLS) {
+                ToolCallSyntax::Mistral
+            } else if mentions(LIST_CALL_OPEN) {
                 ToolCallSyntax::PythonList
             } else if mentions(TOOL_CALL_OPEN) {
                 ToolCallSyntax::Tagged
@@ -180,7 +182,14 @@ impl ReplyFormat {
     /// Whether the text must be decoded with special tokens for this format
     /// to see its markers.
     pub fn needs_special_tokens(&self) -> bool {
-        matches!(self, ReplyFormat::Harmony { .. })
+        matches!(
+            self,
+            ReplyFormat::Harmony { .. }
+                | ReplyFormat::Marked {
+                    tool_calls: Some(ToolCallSyntax::PythonList | ToolCallSyntax::Mistral),
+                    ..
+                }
+        )
     }
 }
 
@@ -191,6 +200,9 @@ const TOOL_CALL_CLOSE: &str = "</tool_call>";
 const PYTHON_TAG: &str = "<|python_tag|>";
 const LIST_CALL_OPEN: &str = "<|tool_call_start|>";
 const LIST_CALL_CLOSE: &str = "<|tool_call_end|>";
+const MISTRAL_CALLS: &str = "[TOOL_CALLS]";
+const MISTRAL_ARGS: &str = "[ARGS]";
+const MISTRAL_CALL_ID: &str = "[CALL_ID]";
 
 impl ToolCallSyntax {
     /// The markers around a call (or a list of calls), for the syntaxes
@@ -199,6 +211,8 @@ impl ToolCallSyntax {
         match self {
             ToolCallSyntax::Tagged => Some((TOOL_CALL_OPEN, TOOL_CALL_CLOSE)),
             ToolCallSyntax::PythonList => Some((LIST_CALL_OPEN, LIST_CALL_CLOSE)),
+            // Nothing closes Mistral's calls: they end with the reply.
+            ToolCallSyntax::Mistral => Some((MISTRAL_CALLS, "")),
             ToolCallSyntax::BareJson => None,
         }
     }
@@ -207,6 +221,7 @@ impl ToolCallSyntax {
     fn parse_tagged(self, body: &str, types: &ParameterTypes) -> Option<Vec<ToolCall>> {
         match self {
             ToolCallSyntax::PythonList => python_calls(body),
+            ToolCallSyntax::Mistral => mistral_calls(body),
             _ => parse_call(body, false)
                 .or_else(|| xml_function_call(body, types))
                 .map(|call| vec![call]),
@@ -473,7 +488,11 @@ impl ReplySplitter {
             ReplyFormat::Harmony { .. } => None,
         };
         match tool_calls {
-            Some(syntax @ (ToolCallSyntax::Tagged | ToolCallSyntax::PythonList)) => {
+            Some(
+                syntax @ (ToolCallSyntax::Tagged
+                | ToolCallSyntax::PythonList
+                | ToolCallSyntax::Mistral),
+            ) => {
                 let (open, _) = syntax.tags().unwrap_or((TOOL_CALL_OPEN, TOOL_CALL_CLOSE));
                 if let Some(at) = self.pending.find(open) {
                     let before = &self.pending[..at];
@@ -536,7 +555,11 @@ impl ReplySplitter {
         end: bool,
     ) -> bool {
         let (open, close) = syntax.tags().unwrap_or((TOOL_CALL_OPEN, TOOL_CALL_CLOSE));
-        if let Some(at) = self.pending.find(close) {
+        // A syntax without a closing marker holds its calls to the end.
+        let closed_at = (!close.is_empty())
+            .then(|| self.pending.find(close))
+            .flatten();
+        if let Some(at) = closed_at {
             let body = &self.pending[..at];
             match syntax.parse_tagged(body, &self.parameter_types) {
                 Some(calls) => {
@@ -911,9 +934,7 @@ impl ParameterTypes {
             .iter()
             .any(|p| kind.starts_with(p))
         {
-            number()
-                .and_then(whole)
-                .map_or_else(as_text, Value::from)
+            number().and_then(whole).map_or_else(as_text, Value::from)
         } else if kind.starts_with("num") || kind.starts_with("float") {
             number().map_or_else(as_text, |n| whole(n).map_or(Value::from(n), Value::from))
         } else if matches!(kind, "boolean" | "bool" | "binary") {
@@ -931,6 +952,74 @@ impl ParameterTypes {
                 .unwrap_or_else(as_text)
         }
     }
+}
+
+/// Mistral's calls, the text after the first `[TOOL_CALLS]`: each call
+/// `name[ARGS]{json}` (a `[CALL_ID]id` may precede `[ARGS]`), further
+/// `[TOOL_CALLS]` markers between them, or one JSON list of `{"name",
+/// "arguments"}` objects (arguments also as a JSON string). `None` unless
+/// all of the text is such calls, so a reply cut short stays text.
+fn mistral_calls(text: &str) -> Option<Vec<ToolCall>> {
+    let mut calls = Vec::new();
+    for part in text.split(MISTRAL_CALLS) {
+        let mut rest = part.trim();
+        if rest.starts_with('[') {
+            calls.extend(listed_calls(rest)?);
+            continue;
+        }
+        while !rest.is_empty() {
+            let header_end = rest.find(MISTRAL_ARGS)?;
+            let header = &rest[..header_end];
+            let (name, id) = match header.split_once(MISTRAL_CALL_ID) {
+                Some((name, id)) => (name.trim(), Some(id.trim())),
+                None => (header.trim(), None),
+            };
+            let not_a_name = |c: char| !(c.is_alphanumeric() || matches!(c, '_' | '-' | '.'));
+            if name.is_empty() || name.contains(not_a_name) {
+                return None;
+            }
+            let json = &rest[header_end + MISTRAL_ARGS.len()..];
+            let mut values = serde_json::Deserializer::from_str(json).into_iter::<Value>();
+            let arguments = match values.next()? {
+                Ok(arguments @ Value::Object(_)) => arguments,
+                _ => return None,
+            };
+            let mut call = ToolCall::new(name, arguments);
+            if let Some(id) = id.filter(|id| !id.is_empty()) {
+                call.id = id.to_owned();
+            }
+            calls.push(call);
+            rest = json[values.byte_offset()..].trim_start();
+        }
+    }
+    (!calls.is_empty()).then_some(calls)
+}
+
+/// `[{"name": ..., "arguments": {...}}, ...]` as calls (the arguments may
+/// be a JSON string of an object); `None` unless every item is a call.
+fn listed_calls(text: &str) -> Option<Vec<ToolCall>> {
+    let Ok(Value::Array(items)) = serde_json::from_str::<Value>(text) else {
+        return None;
+    };
+    items
+        .into_iter()
+        .map(|item| {
+            let name = item.get("name")?.as_str()?;
+            let arguments = match item.get("arguments") {
+                None => Value::Object(Default::default()),
+                Some(Value::String(text)) => serde_json::from_str(text).ok()?,
+                Some(arguments) => arguments.clone(),
+            };
+            if !arguments.is_object() {
+                return None;
+            }
+            let mut call = ToolCall::new(name, arguments);
+            if let Some(id) = item.get("id").and_then(Value::as_str) {
+                call.id = id.to_owned();
+            }
+            Some(call)
+        })
+        .collect()
 }
 
 /// A Python-style list of calls with keyword arguments, `[get_weather(
@@ -1384,6 +1473,55 @@ mod tests {
             &[answer(
                 "<tool_call>\n<function>oops</function>\n</tool_call>",
             )],
+        );
+    }
+
+    #[test]
+    fn mistral_calls_run_from_their_marker_to_the_end_of_the_reply() {
+        let format = ReplyFormat::detect("ministral3", None, None, true);
+        assert!(
+            format.needs_special_tokens(),
+            "[TOOL_CALLS] is a control token"
+        );
+        check(
+            format,
+            "Let me check. [TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_time[ARGS]{}",
+            &[
+                answer("Let me check."),
+                call("get_weather", json!({"city": "Paris"})),
+                call("get_time", json!({})),
+            ],
+        );
+        // Two calls after one marker, and the older JSON list.
+        check(
+            format,
+            "[TOOL_CALLS]a[ARGS]{\"x\": 1} b[ARGS]{\"y\": [2]}",
+            &[call("a", json!({"x": 1})), call("b", json!({"y": [2]}))],
+        );
+        // The model's own call id is kept: its template wants it back.
+        let with_id = split_reply(format, "[TOOL_CALLS]b[CALL_ID]abc123def[ARGS]{\"y\": 2}");
+        let [ReplySegment::ToolCall(call_b)] = &with_id[..] else {
+            panic!("{with_id:?}")
+        };
+        assert_eq!(
+            (call_b.id.as_str(), &call_b.function.arguments),
+            ("abc123def", &json!({"y": 2}))
+        );
+        check(
+            format,
+            "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Rome\\\"}\"}]",
+            &[call("get_weather", json!({"city": "Rome"}))],
+        );
+        // A reply cut off inside the arguments is kept as text.
+        let cut = "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Par";
+        check(format, cut, &[answer(cut)]);
+        // Mistral's template names the syntax whatever the family says.
+        assert_eq!(
+            ReplyFormat::detect("llama", Some("{{ '[TOOL_CALLS]' }}"), None, true),
+            ReplyFormat::Marked {
+                think: None,
+                tool_calls: Some(ToolCallSyntax::Mistral)
+            }
         );
     }
 

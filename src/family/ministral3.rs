@@ -6,6 +6,8 @@
 //! `1 + llama_4_scaling_beta * ln(1 + floor(p / original_max_position_embeddings))`
 //! at position `p`. The head is tied unless the config says otherwise.
 //!
+//! Replies call tools as `[TOOL_CALLS]name[ARGS]{...}`.
+//!
 //! Mistral publishes its instruct models in FP8 (`weight_scale_inv`
 //! tensors beside the weights), which is not MLX's layout: those are refused
 //! before download, naming an MLX conversion to take instead.
@@ -17,7 +19,15 @@ use super::config::{
     windows_of_layer_types,
 };
 use super::synth::{Shape, SynthChoices, SynthRecipe, plain_rope};
-use super::{Family, ReplyStyle};
+use super::{Family, ReplyStyle, ToolCallSyntax};
+
+/// Mistral's instruct models answer plainly and call tools after a
+/// `[TOOL_CALLS]` control token, in this family and in `mistral3`.
+pub const MISTRAL_REPLIES: ReplyStyle = ReplyStyle {
+    harmony: false,
+    thinks: false,
+    tool_calls: ToolCallSyntax::Mistral,
+};
 
 pub const MINISTRAL3: Family = Family {
     model_type: "ministral3",
@@ -25,7 +35,7 @@ pub const MINISTRAL3: Family = Family {
     about: "Ministral 3's text model",
     settle,
     unreadable_layout: fp8_checkpoint,
-    reply: ReplyStyle::PLAIN,
+    reply: MISTRAL_REPLIES,
     synth: SynthRecipe {
         adjust: plain_rope,
         config: synth_config,

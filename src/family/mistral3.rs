@@ -9,10 +9,10 @@
 
 use serde_json::{Value, json};
 
+use super::Family;
 use super::config::{ConfigError, ModelConfig, missing};
 use super::ministral3::fp8_checkpoint;
 use super::synth::{Shape, SynthChoices, SynthRecipe, nest_under_text_config, plain_rope};
-use super::{Family, ReplyStyle};
 
 pub const MISTRAL3: Family = Family {
     model_type: "mistral3",
@@ -20,7 +20,7 @@ pub const MISTRAL3: Family = Family {
     about: "Ministral 3 and Mistral Small 3.1 and 3.2 (multimodal checkpoints; Ondo reads the text model)",
     settle,
     unreadable_layout: fp8_checkpoint,
-    reply: ReplyStyle::PLAIN,
+    reply: super::ministral3::MISTRAL_REPLIES,
     synth: SynthRecipe {
         adjust: plain_rope,
         config: synth_config,

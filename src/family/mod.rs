@@ -113,6 +113,11 @@ pub enum ToolCallSyntax {
     /// `<|tool_call_start|>[name(key="value", n=1), ...]<|tool_call_end|>`:
     /// a Python-style list of calls with keyword arguments (LFM2).
     PythonList,
+    /// `[TOOL_CALLS]name[ARGS]{...}`, repeated, a `[CALL_ID]id` allowed
+    /// before `[ARGS]` (Ministral 3, Mistral Small 3.x), or `[TOOL_CALLS][{"name":
+    /// ..., "arguments": {...}}]` (Mistral 7B v0.3). No marker ends them: the
+    /// calls run to the end of the reply.
+    Mistral,
 }
 
 /// Every family Ondo runs, in the order Ondo lists them.
