@@ -12,8 +12,10 @@
 //! mlx-lm's; LFM2's short convolutions the same way, and a conversation on
 //! its convolution states that prefills only what its cache lacks; Qwen 3.5
 //! (gated DeltaNet layers beside gated attention, dense and with routed and
-//! shared experts) the same way. The reference is Python mlx-lm 0.32.2 (on MLX 0.32.4) from the
-//! project venv.
+//! shared experts) the same way; GLM-4.5's grouped routing beside shared
+//! experts the same way, and its checkpoints as transformers saves them.
+//! The reference is Python mlx-lm 0.32.2 (on MLX 0.32.4) from the project
+//! venv.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -526,30 +528,11 @@ fn copy_with_tensors(
 /// does, and answers exactly as from the stacked checkpoint.
 #[test]
 fn qwen3_moe_experts_saved_one_by_one_load_as_stacked() {
-    use mlx_rs::ops::indexing::IndexOp;
     let root = tempfile::tempdir().unwrap();
     let options = variant(&family::QWEN3_MOE, None, WeightDtype::F32);
     let stacked = synthesize(root.path(), "stacked", &options);
     let per_expert = root.path().join("per-expert");
-    copy_with_tensors(&stacked, &per_expert, |tensors| {
-        let mut split = Vec::new();
-        for (name, array) in tensors {
-            match name.split_once(".switch_mlp.") {
-                Some((layer, projection)) => {
-                    for e in 0..array.shape()[0] {
-                        split.push((format!("{layer}.experts.{e}.{projection}"), array.index(e)));
-                    }
-                }
-                None => split.push((name, array)),
-            }
-        }
-        assert!(
-            split
-                .iter()
-                .any(|(n, _)| n.ends_with("experts.7.down_proj.weight"))
-        );
-        split
-    });
+    copy_with_tensors(&stacked, &per_expert, experts_one_by_one);
     let prompt = prompt_of(7);
     assert_eq!(
         ondo_first_logprobs(&per_expert, &prompt, DEFAULT_PREFILL_STEP_SIZE),
@@ -1649,17 +1632,109 @@ fn assert_reads_transformers_layout(arch: &'static Family) {
             })
             .collect()
     });
+    assert_transformers_layout_answers_as_mlx_layout(&python, &mlx_layout, &transformers_layout);
+}
+
+/// GLM-4.5 (q/k/v biases and q/k norms, half of each head rotated, a dense
+/// first layer, then 8 experts in two groups, one chosen, 2 per token by
+/// corrected sigmoid scores, beside an ungated shared expert) in floats and
+/// 4-bit (the router in floats, as mlx-lm keeps it): greedy ids equal
+/// mlx-lm's at prompts of 1, 7 and 40 tokens (80 routed pairs: the experts'
+/// sorted path), one pass and in chunks of 16, both loops; the first step's
+/// log-probabilities within 1e-4; a follow-up turn on the kept cache. The
+/// same model as transformers saves it (each expert's projections apart,
+/// the multi-token-prediction layer after the last) answers exactly as in
+/// MLX's layout, and as mlx-lm reading that checkpoint.
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
+fn glm4_moe_equals_mlx_lm() {
+    let sweep = Sweep {
+        tokens: EXPERTS_GENERATE,
+        shapes: &[(1, 2048), (7, 2048), (40, 2048), (40, 16)],
+        max_kv_sizes: &[None],
+    };
+    let variants = [
+        ("f32", variant(&family::GLM4_MOE, None, WeightDtype::F32)),
+        ("q4", variant(&family::GLM4_MOE, Some(4), WeightDtype::F32)),
+    ];
+    let compared = assert_family_equals_mlx_lm(
+        "glm4_moe",
+        &variants,
+        &sweep,
+        &[7, 40],
+        &variant(&family::GLM4_MOE, Some(4), WeightDtype::F32),
+    );
+    assert_eq!(compared, 2 * 4 * 2);
+
+    let python = python();
+    let root = tempfile::tempdir().unwrap();
+    let options = variant(&family::GLM4_MOE, None, WeightDtype::F32);
+    let (layers, hidden) = (
+        options.preset.shape.num_hidden_layers,
+        options.preset.shape.hidden_size as i32,
+    );
+    let mlx_layout = synthesize(root.path(), "mlx", &options);
+    let transformers_layout = root.path().join("transformers");
+    copy_with_tensors(&mlx_layout, &transformers_layout, |tensors| {
+        let mut saved = experts_one_by_one(tensors);
+        // The multi-token-prediction layer transformers keeps.
+        for name in ["enorm.weight", "eh_proj.bias"] {
+            saved.push((
+                format!("model.layers.{layers}.{name}"),
+                mlx_rs::Array::ones::<f32>(&[hidden]).unwrap(),
+            ));
+        }
+        saved
+    });
+    assert_transformers_layout_answers_as_mlx_layout(&python, &mlx_layout, &transformers_layout);
+}
+
+/// The tensors with each stacked `{layer}.switch_mlp.{projection}` saved
+/// expert by expert, `{layer}.experts.{e}.{projection}`, as transformers
+/// saves Qwen3-MoE, Qwen3-Next and GLM-4.5.
+fn experts_one_by_one(
+    tensors: std::collections::HashMap<String, mlx_rs::Array>,
+) -> Vec<(String, mlx_rs::Array)> {
+    use mlx_rs::ops::indexing::IndexOp;
+    let mut split = Vec::new();
+    for (name, array) in tensors {
+        match name.split_once(".switch_mlp.") {
+            Some((layer, projection)) => {
+                for e in 0..array.shape()[0] {
+                    split.push((format!("{layer}.experts.{e}.{projection}"), array.index(e)));
+                }
+            }
+            None => split.push((name, array)),
+        }
+    }
+    assert!(
+        split
+            .iter()
+            .any(|(n, _)| n.ends_with("experts.7.down_proj.weight"))
+    );
+    split
+}
+
+/// The first step's log-probabilities of a checkpoint in transformers'
+/// layout equal those of the same model in MLX's, and are within 1e-4 of
+/// mlx-lm's reading the transformers one.
+fn assert_transformers_layout_answers_as_mlx_layout(
+    python: &Path,
+    mlx_layout: &Path,
+    transformers_layout: &Path,
+) {
     let prompt = prompt_of(7);
-    let ours = ondo_first_logprobs(&transformers_layout, &prompt, DEFAULT_PREFILL_STEP_SIZE);
+    let ours = ondo_first_logprobs(transformers_layout, &prompt, DEFAULT_PREFILL_STEP_SIZE);
     assert_eq!(
         ours,
-        ondo_first_logprobs(&mlx_layout, &prompt, DEFAULT_PREFILL_STEP_SIZE)
+        ondo_first_logprobs(mlx_layout, &prompt, DEFAULT_PREFILL_STEP_SIZE)
     );
+    let scratch = tempfile::tempdir().unwrap();
     let reference = mlx_lm_first_logprobs(
-        &python,
-        &transformers_layout,
+        python,
+        transformers_layout,
         &prompt,
-        &root.path().join("transformers.json"),
+        &scratch.path().join("transformers.json"),
     );
     let worst = largest_difference(&ours, &reference);
     assert!(worst <= 1e-4, "largest log-probability difference {worst}");

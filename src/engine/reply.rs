@@ -6,7 +6,8 @@
 //! Each model family marks the parts its own way ([`ReplyFormat`]): a
 //! `<think>` block before the answer (Qwen3, DeepSeek-R1), tool calls in
 //! `<tool_call>` tags (Qwen, Hermes; JSON, or Qwen3-Coder's and Qwen 3.5's
-//! `<function=name><parameter=key>value</parameter></function>`) or as a
+//! `<function=name><parameter=key>value</parameter></function>`, or GLM's
+//! `name<arg_key>key</arg_key><arg_value>value</arg_value>`) or as a
 //! bare JSON object (Llama 3.1 and 3.2), or gpt-oss's harmony channels. Text that only looks like a tool call
 //! (its JSON does not parse) stays in the answer: nothing the model said is
 //! lost, and the raw text is kept beside the split.
@@ -209,6 +210,7 @@ impl ToolCallSyntax {
             ToolCallSyntax::PythonList => python_calls(body),
             _ => parse_call(body, false)
                 .or_else(|| xml_function_call(body))
+                .or_else(|| key_value_call(body))
                 .map(|call| vec![call]),
         }
     }
@@ -833,6 +835,56 @@ fn xml_function_call(text: &str) -> Option<ToolCall> {
     Some(ToolCall::new(name, Value::Object(arguments)))
 }
 
+/// A call written as GLM-4.5's template writes it,
+/// `get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n`:
+/// the name, then each argument's key and value in tags (a call without
+/// arguments is its name alone). A value is read as JSON, else as a Python
+/// literal, else as its text, as mlx-lm's `glm47` parser reads a call
+/// whose tool it has no schema for. `None` unless the text is one such
+/// call.
+fn key_value_call(text: &str) -> Option<ToolCall> {
+    const KEY_OPEN: &str = "<arg_key>";
+    const KEY_CLOSE: &str = "</arg_key>";
+    const VALUE_OPEN: &str = "<arg_value>";
+    const VALUE_CLOSE: &str = "</arg_value>";
+    let text = text.trim();
+    let (name, mut rest) = match text.find(KEY_OPEN) {
+        Some(at) => (text[..at].trim(), &text[at..]),
+        None => (text, ""),
+    };
+    let not_a_name = |c: char| c.is_whitespace() || matches!(c, '<' | '>' | '{' | '}');
+    if name.is_empty() || name.contains(not_a_name) {
+        return None;
+    }
+    let mut arguments = serde_json::Map::new();
+    while !rest.is_empty() {
+        let key_text = rest.strip_prefix(KEY_OPEN)?;
+        let key_end = key_text.find(KEY_CLOSE)?;
+        let value_text = key_text[key_end + KEY_CLOSE.len()..]
+            .trim_start()
+            .strip_prefix(VALUE_OPEN)?;
+        let value_end = value_text.find(VALUE_CLOSE)?;
+        arguments.insert(
+            key_text[..key_end].trim().to_owned(),
+            loose_value(value_text[..value_end].trim()),
+        );
+        rest = value_text[value_end + VALUE_CLOSE.len()..].trim_start();
+    }
+    Some(ToolCall::new(name, Value::Object(arguments)))
+}
+
+/// `text` as JSON, else as one Python literal, else as a string.
+fn loose_value(text: &str) -> Value {
+    if let Ok(value) = serde_json::from_str::<Value>(text) {
+        return value;
+    }
+    let mut reader = PythonLiteral { text, at: 0 };
+    match reader.value() {
+        Some(value) if reader.rest().trim().is_empty() => value,
+        _ => Value::String(text.to_owned()),
+    }
+}
+
 /// A Python-style list of calls with keyword arguments, `[get_weather(
 /// city="Paris", days=2), ...]` (the brackets may be left out), as tool
 /// calls whose arguments are the keywords as JSON; `None` unless the whole
@@ -1285,6 +1337,37 @@ mod tests {
                 "<tool_call>\n<function>oops</function>\n</tool_call>",
             )],
         );
+    }
+
+    #[test]
+    fn glm_calls_tools_by_name_with_keys_and_values_in_tags() {
+        let format = ReplyFormat::detect("glm4_moe", None, None, true);
+        assert_eq!(format, QWEN_TOOLS);
+        check(
+            format,
+            "<think>The user wants the weather.</think>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n<arg_key>units</arg_key>\n<arg_value>['C', 'F']</arg_value>\n<arg_key>note</arg_key>\n<arg_value>{\"rain\": true}</arg_value>\n</tool_call><tool_call>now\n</tool_call>",
+            &[
+                reasoning("The user wants the weather."),
+                call(
+                    "get_weather",
+                    json!({"city": "Paris", "days": 2, "units": ["C", "F"], "note": {"rain": true}}),
+                ),
+                call("now", json!({})),
+            ],
+        );
+        // GLM's template says which syntax, whatever the family.
+        let template = "{%- if tools %}<tool_call>{{ tc.name }}<arg_key>{{ k }}</arg_key><arg_value>{{ v }}</arg_value></tool_call>{%- endif %}</think>";
+        assert_eq!(
+            ReplyFormat::detect("llama", Some(template), None, true),
+            QWEN_TOOLS
+        );
+        // A name with a blank in it, or a key without its value, is text.
+        for text in [
+            "<tool_call>get the weather</tool_call>",
+            "<tool_call>f<arg_key>city</arg_key>Paris</tool_call>",
+        ] {
+            check(format, text, &[answer(text)]);
+        }
     }
 
     #[test]

@@ -647,6 +647,18 @@ pub enum ExpertsKind {
     /// softmax over those k; experts under `experts` with biases, and a
     /// SwiGLU clamped at `swiglu_limit`.
     GptOss { swiglu_limit: f32 },
+    /// GLM-4.5 (DeepSeek-V3's routing): the sigmoid of the router `gate`'s
+    /// logits in float32, plus its learned `e_score_correction_bias`,
+    /// chooses the experts: among the `chosen_groups` of `groups` groups of
+    /// experts whose two best corrected scores sum highest, the top k. The
+    /// uncorrected sigmoids of those weight them (rescaled to sum to one
+    /// with `norm_topk_prob`), times `routed_scaling_factor`. SwiGLU experts
+    /// under `switch_mlp`, without biases; the router is never quantized.
+    Glm4Moe {
+        groups: i32,
+        chosen_groups: i32,
+        routed_scaling_factor: f32,
+    },
 }
 
 impl ExpertsKind {
@@ -654,9 +666,32 @@ impl ExpertsKind {
     /// `mlp`, and whether both have biases.
     pub fn tensor_names(self) -> (&'static str, &'static str, bool) {
         match self {
-            ExpertsKind::Qwen3Moe => ("gate", "switch_mlp", false),
+            ExpertsKind::Qwen3Moe | ExpertsKind::Glm4Moe { .. } => ("gate", "switch_mlp", false),
             ExpertsKind::GptOss { .. } => ("router", "experts", true),
         }
+    }
+
+    /// The shared expert's module under a layer's `mlp`, and the one-output
+    /// gate whose sigmoid weights it, where it has one: Qwen's
+    /// `shared_expert` and `shared_expert_gate`, GLM's ungated
+    /// `shared_experts`.
+    pub fn shared_expert_names(self) -> (&'static str, Option<&'static str>) {
+        match self {
+            ExpertsKind::Glm4Moe { .. } => ("shared_experts", None),
+            _ => ("shared_expert", Some("shared_expert_gate")),
+        }
+    }
+
+    /// The router's score-correction bias `[E]` under its module, where
+    /// the routing has one (GLM's, kept in float32).
+    pub fn score_correction(self) -> Option<&'static str> {
+        matches!(self, ExpertsKind::Glm4Moe { .. }).then_some("e_score_correction_bias")
+    }
+
+    /// Whether mlx-lm quantizes the router with the other matrices (at 8
+    /// bits); GLM's is no Linear layer and stays in floats.
+    pub fn router_quantized(self) -> bool {
+        !matches!(self, ExpertsKind::Glm4Moe { .. })
     }
 }
 
@@ -677,9 +712,9 @@ pub struct ExpertsConfig {
     pub mlp_only_layers: Vec<usize>,
     pub kind: ExpertsKind,
     /// Width of a dense SwiGLU every token goes through beside its routed
-    /// experts, its output weighted by the sigmoid of its own one-output
-    /// gate (`shared_expert`, `shared_expert_gate`: Qwen 3.5 and
-    /// Qwen3-Next); `None` without one.
+    /// experts (`ExpertsKind::shared_expert_names`): weighted by the
+    /// sigmoid of its own one-output gate in Qwen 3.5 and Qwen3-Next, added
+    /// as it is in GLM-4.5; `None` without one.
     pub shared_expert_intermediate_size: Option<i32>,
 }
 

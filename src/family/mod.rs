@@ -13,6 +13,7 @@ pub mod synth;
 pub mod tensors;
 
 mod gemma3;
+mod glm4_moe;
 mod gpt_oss;
 mod lfm2;
 mod llama;
@@ -33,6 +34,7 @@ pub use config::{
     PositionQueryScale, RopeScaling, ShortConvConfig, TensorNames,
 };
 pub use gemma3::{GEMMA3, GEMMA3_TEXT};
+pub use glm4_moe::GLM4_MOE;
 pub use gpt_oss::GPT_OSS;
 pub use lfm2::LFM2;
 pub use llama::LLAMA;
@@ -104,7 +106,9 @@ impl ReplyStyle {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToolCallSyntax {
     /// `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, any number
-    /// of them, anywhere in the answer (Qwen2.5, Qwen3, Hermes).
+    /// of them, anywhere in the answer (Qwen2.5, Qwen3, Hermes); inside the
+    /// tags also Qwen 3.5's `<function=name>` form and GLM-4.5's
+    /// `name<arg_key>key</arg_key><arg_value>value</arg_value>`.
     Tagged,
     /// The answer is one or more JSON objects `{"name": ..., "parameters":
     /// {...}}` separated by `;`, optionally after `<|python_tag|>` (Llama
@@ -116,7 +120,7 @@ pub enum ToolCallSyntax {
 }
 
 /// Every family Ondo runs, in the order Ondo lists them.
-pub static FAMILIES: [&Family; 15] = [
+pub static FAMILIES: [&Family; 16] = [
     &LLAMA,
     &MISTRAL,
     &QWEN2,
@@ -132,6 +136,7 @@ pub static FAMILIES: [&Family; 15] = [
     &LFM2,
     &QWEN3_5,
     &QWEN3_5_MOE,
+    &GLM4_MOE,
 ];
 
 /// The family that reads config.json's `model_type`.
