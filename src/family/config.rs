@@ -399,7 +399,7 @@ pub struct ShortConvConfig {
     pub layers: Vec<bool>,
 }
 
-/// A gated DeltaNet layer (Qwen 3.5's linear attention): `in_proj_qkv` to
+/// A gated DeltaNet layer (Qwen 3.5's and Qwen3-Next's linear attention):
 /// queries and keys of `key_heads` heads and values of `value_heads`,
 /// through a depthwise causal convolution of `conv_kernel` positions, then a
 /// gated delta-rule recurrence whose state is a `[value_heads,
@@ -413,8 +413,25 @@ pub struct GatedDeltaConfig {
     /// Positions the convolution spans; its state keeps `conv_kernel - 1`
     /// inputs.
     pub conv_kernel: i32,
+    /// How the checkpoint stores the input projections.
+    pub projections: DeltaProjections,
     /// Per layer: whether it is a gated DeltaNet layer.
     pub layers: Vec<bool>,
+}
+
+/// How a gated DeltaNet layer's checkpoint stores the projections of its
+/// input: the same outputs, in other tensors and order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeltaProjections {
+    /// Four tensors: `in_proj_qkv` (every query head, then every key head,
+    /// then every value head), `in_proj_z`, `in_proj_b` and `in_proj_a`
+    /// (Qwen 3.5).
+    Apart,
+    /// Two tensors whose rows are grouped by key head: `in_proj_qkvz` gives
+    /// for each key head its query, its key, then the values and the
+    /// output gates `z` of the value heads that share it; `in_proj_ba`
+    /// likewise their `b`, then their `a` (Qwen3-Next).
+    GroupedByKeyHead,
 }
 
 impl GatedDeltaConfig {

@@ -25,13 +25,14 @@ mod qwen2;
 mod qwen3;
 mod qwen3_5;
 mod qwen3_moe;
+mod qwen3_next;
 mod smollm3;
 
 use serde_json::Value;
 
 pub use config::{
-    Activation, ConfigError, ExpertsConfig, ExpertsKind, GatedDeltaConfig, ModelConfig,
-    PositionQueryScale, RopeScaling, ShortConvConfig, TensorNames,
+    Activation, ConfigError, DeltaProjections, ExpertsConfig, ExpertsKind, GatedDeltaConfig,
+    ModelConfig, PositionQueryScale, RopeScaling, ShortConvConfig, TensorNames,
 };
 pub use gemma3::{GEMMA3, GEMMA3_TEXT};
 pub use glm4_moe::GLM4_MOE;
@@ -47,6 +48,7 @@ pub use qwen2::QWEN2;
 pub use qwen3::QWEN3;
 pub use qwen3_5::{QWEN3_5, QWEN3_5_MOE};
 pub use qwen3_moe::QWEN3_MOE;
+pub use qwen3_next::QWEN3_NEXT;
 pub use smollm3::SMOLLM3;
 pub use synth::SynthRecipe;
 
@@ -120,7 +122,7 @@ pub enum ToolCallSyntax {
 }
 
 /// Every family Ondo runs, in the order Ondo lists them.
-pub static FAMILIES: [&Family; 16] = [
+pub static FAMILIES: [&Family; 17] = [
     &LLAMA,
     &MISTRAL,
     &QWEN2,
@@ -137,6 +139,7 @@ pub static FAMILIES: [&Family; 16] = [
     &QWEN3_5,
     &QWEN3_5_MOE,
     &GLM4_MOE,
+    &QWEN3_NEXT,
 ];
 
 /// The family that reads config.json's `model_type`.

@@ -4,7 +4,7 @@
 //! engine's strict loader takes exactly these (a test loads every family
 //! from them and compares).
 
-use super::config::ModelConfig;
+use super::config::{DeltaProjections, ModelConfig};
 
 /// What a tensor is, which decides how `ondo synth` fills it and whether it
 /// is quantized with the rest.
@@ -110,12 +110,19 @@ pub fn plan(config: &ModelConfig) -> Vec<PlannedTensor> {
         {
             let q = format!("{p}.linear_attn");
             let heads = delta.value_heads;
-            for (proj, out) in [
-                ("in_proj_qkv", delta.conv_dim()),
-                ("in_proj_z", delta.value_dim()),
-                ("in_proj_b", heads),
-                ("in_proj_a", heads),
-            ] {
+            let projections: &[(&str, i32)] = match delta.projections {
+                DeltaProjections::Apart => &[
+                    ("in_proj_qkv", delta.conv_dim()),
+                    ("in_proj_z", delta.value_dim()),
+                    ("in_proj_b", heads),
+                    ("in_proj_a", heads),
+                ],
+                DeltaProjections::GroupedByKeyHead => &[
+                    ("in_proj_qkvz", delta.conv_dim() + delta.value_dim()),
+                    ("in_proj_ba", 2 * heads),
+                ],
+            };
+            for &(proj, out) in projections {
                 linear(&mut add, format!("{q}.{proj}"), out, hidden, false);
             }
             add(
