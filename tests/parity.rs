@@ -12,8 +12,12 @@
 //! mlx-lm's; LFM2's short convolutions the same way, and a conversation on
 //! its convolution states that prefills only what its cache lacks; Qwen 3.5
 //! (gated DeltaNet layers beside gated attention, dense and with routed and
-//! shared experts) the same way. The reference is Python mlx-lm 0.32.2 (on MLX 0.32.4) from the
-//! project venv.
+//! shared experts) the same way; GLM-4.5's grouped routing beside shared
+//! experts and Qwen3-Next's gated DeltaNet layers with projections grouped
+//! by key head the same way, and their checkpoints as transformers saves
+//! them.
+//! The reference is Python mlx-lm 0.32.2 (on MLX 0.32.4) from the project
+//! venv.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -318,8 +322,10 @@ fn bench_joined(
 /// one rope over the q and k heads) run on a GPU only, so the tests above,
 /// on the CPU, run the parts. Here a child `ondo bench --peer mlx-lm` is made
 /// to join them on the CPU: its tokens must be mlx-lm's, with q/k norms
-/// (qwen3) and without (llama), and Qwen 3.5's four gated DeltaNet inputs
-/// and shared expert joined, through a prefill and 32 decode steps.
+/// (qwen3) and without (llama), Qwen 3.5's four gated DeltaNet inputs
+/// and shared expert joined, GLM-4.5's biased q, k and v and ungated
+/// shared expert, and Qwen3-Next's two grouped DeltaNet inputs, through a
+/// prefill and 32 decode steps.
 #[test]
 #[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn joined_projections_give_mlx_lm_tokens() {
@@ -341,6 +347,14 @@ fn joined_projections_give_mlx_lm_tokens() {
         (
             "qwen3_5_moe-q4",
             variant(&family::QWEN3_5_MOE, Some(4), WeightDtype::F32),
+        ),
+        (
+            "glm4_moe-q4",
+            variant(&family::GLM4_MOE, Some(4), WeightDtype::F32),
+        ),
+        (
+            "qwen3_next-q4",
+            variant(&family::QWEN3_NEXT, Some(4), WeightDtype::F32),
         ),
     ] {
         let dir = synthesize(root.path(), name, &options);
@@ -495,15 +509,15 @@ fn moe_variants() -> [(&'static str, SynthOptions); 4] {
     ]
 }
 
+/// A checkpoint's tensors by name.
+type Tensors = std::collections::HashMap<String, mlx_rs::Array>;
+
+/// Tensors to write, with their names.
+type NamedTensors = Vec<(String, mlx_rs::Array)>;
+
 /// A copy of the model folder `from` at `to` whose `model.safetensors`
 /// holds the tensors `rewrite` makes of the original's.
-fn copy_with_tensors(
-    from: &Path,
-    to: &Path,
-    rewrite: impl FnOnce(
-        std::collections::HashMap<String, mlx_rs::Array>,
-    ) -> Vec<(String, mlx_rs::Array)>,
-) {
+fn copy_with_tensors(from: &Path, to: &Path, rewrite: impl FnOnce(Tensors) -> NamedTensors) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();
@@ -526,30 +540,11 @@ fn copy_with_tensors(
 /// does, and answers exactly as from the stacked checkpoint.
 #[test]
 fn qwen3_moe_experts_saved_one_by_one_load_as_stacked() {
-    use mlx_rs::ops::indexing::IndexOp;
     let root = tempfile::tempdir().unwrap();
     let options = variant(&family::QWEN3_MOE, None, WeightDtype::F32);
     let stacked = synthesize(root.path(), "stacked", &options);
     let per_expert = root.path().join("per-expert");
-    copy_with_tensors(&stacked, &per_expert, |tensors| {
-        let mut split = Vec::new();
-        for (name, array) in tensors {
-            match name.split_once(".switch_mlp.") {
-                Some((layer, projection)) => {
-                    for e in 0..array.shape()[0] {
-                        split.push((format!("{layer}.experts.{e}.{projection}"), array.index(e)));
-                    }
-                }
-                None => split.push((name, array)),
-            }
-        }
-        assert!(
-            split
-                .iter()
-                .any(|(n, _)| n.ends_with("experts.7.down_proj.weight"))
-        );
-        split
-    });
+    copy_with_tensors(&stacked, &per_expert, experts_one_by_one);
     let prompt = prompt_of(7);
     assert_eq!(
         ondo_first_logprobs(&per_expert, &prompt, DEFAULT_PREFILL_STEP_SIZE),
@@ -1290,7 +1285,7 @@ fn mistral3_equals_mlx_lm() {
     let mlx_spelling = synthesize(root.path(), "mlx", &options);
     let transformers_spelling = root.path().join("transformers");
     copy_with_tensors(&mlx_spelling, &transformers_spelling, |tensors| {
-        let respelled: Vec<(String, mlx_rs::Array)> = tensors
+        let respelled: NamedTensors = tensors
             .into_iter()
             .map(|(name, array)| {
                 let name = if let Some(rest) = name.strip_prefix("language_model.model.") {
@@ -1590,11 +1585,45 @@ fn qwen3_5_moe_equals_mlx_lm() {
 #[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn qwen3_5_reads_a_transformers_checkpoint_as_its_mlx_layout() {
     for arch in [&family::QWEN3_5, &family::QWEN3_5_MOE] {
-        assert_reads_transformers_layout(arch);
+        assert_reads_transformers_layout(arch, experts_gate_up_fused);
     }
 }
 
-fn assert_reads_transformers_layout(arch: &'static Family) {
+/// The tensors with each layer's stacked experts saved as transformers
+/// saves Qwen 3.5's: gate and up stacked on the rows as one
+/// `experts.gate_up_proj`, and `experts.down_proj`.
+fn experts_gate_up_fused(mut tensors: Tensors) -> NamedTensors {
+    let layers: Vec<String> = tensors
+        .keys()
+        .filter_map(|name| name.strip_suffix(".mlp.switch_mlp.gate_proj.weight"))
+        .map(str::to_owned)
+        .collect();
+    for layer in layers {
+        let switch = format!("{layer}.mlp.switch_mlp");
+        let gate = tensors
+            .remove(&format!("{switch}.gate_proj.weight"))
+            .unwrap();
+        let up = tensors.remove(&format!("{switch}.up_proj.weight")).unwrap();
+        let down = tensors
+            .remove(&format!("{switch}.down_proj.weight"))
+            .unwrap();
+        let fused = mlx_rs::ops::concatenate(&[gate, up], 1).unwrap();
+        tensors.insert(format!("{layer}.mlp.experts.gate_up_proj"), fused);
+        tensors.insert(format!("{layer}.mlp.experts.down_proj"), down);
+    }
+    tensors.into_iter().collect()
+}
+
+/// A gated DeltaNet model as transformers saves it (tensors under
+/// `model.language_model.` and `lm_head` where the MLX layout has
+/// `language_model.`, convolution kernels `[channels, 1, kernel]`, the
+/// layer, q/k and final norms stored minus one, a mixture's experts as
+/// `save_experts` writes them) answers exactly as the same model in MLX's
+/// layout, and as mlx-lm reading that checkpoint.
+fn assert_reads_transformers_layout(
+    arch: &'static Family,
+    save_experts: fn(Tensors) -> NamedTensors,
+) {
     let python = python();
     let root = tempfile::tempdir().unwrap();
     let mut options = variant(arch, None, WeightDtype::F32);
@@ -1608,27 +1637,8 @@ fn assert_reads_transformers_layout(arch: &'static Family) {
         ".q_norm.weight",
         ".k_norm.weight",
     ];
-    copy_with_tensors(&mlx_layout, &transformers_layout, |mut tensors| {
-        // The experts' gate and up stacked on the rows, as one tensor.
-        let layers: Vec<String> = tensors
-            .keys()
-            .filter_map(|name| name.strip_suffix(".mlp.switch_mlp.gate_proj.weight"))
-            .map(str::to_owned)
-            .collect();
-        for layer in layers {
-            let switch = format!("{layer}.mlp.switch_mlp");
-            let gate = tensors
-                .remove(&format!("{switch}.gate_proj.weight"))
-                .unwrap();
-            let up = tensors.remove(&format!("{switch}.up_proj.weight")).unwrap();
-            let down = tensors
-                .remove(&format!("{switch}.down_proj.weight"))
-                .unwrap();
-            let fused = mlx_rs::ops::concatenate(&[gate, up], 1).unwrap();
-            tensors.insert(format!("{layer}.mlp.experts.gate_up_proj"), fused);
-            tensors.insert(format!("{layer}.mlp.experts.down_proj"), down);
-        }
-        tensors
+    copy_with_tensors(&mlx_layout, &transformers_layout, |tensors| {
+        save_experts(tensors)
             .into_iter()
             .map(|(name, array)| {
                 let array = if name.ends_with("conv1d.weight") {
@@ -1649,18 +1659,129 @@ fn assert_reads_transformers_layout(arch: &'static Family) {
             })
             .collect()
     });
+    assert_transformers_layout_answers_as_mlx_layout(&python, &mlx_layout, &transformers_layout);
+}
+
+/// GLM-4.5 (q/k/v biases and q/k norms, half of each head rotated, a dense
+/// first layer, then 8 experts in two groups, one chosen, 2 per token by
+/// corrected sigmoid scores, beside an ungated shared expert) in floats and
+/// 4-bit (the router in floats, as mlx-lm keeps it): greedy ids equal
+/// mlx-lm's at prompts of 1, 7 and 40 tokens (80 routed pairs: the experts'
+/// sorted path), one pass and in chunks of 16, both loops; the first step's
+/// log-probabilities within 1e-4; a follow-up turn on the kept cache. The
+/// same model as transformers saves it (each expert's projections apart,
+/// the multi-token-prediction layer after the last) answers exactly as in
+/// MLX's layout, and as mlx-lm reading that checkpoint.
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
+fn glm4_moe_equals_mlx_lm() {
+    let sweep = Sweep {
+        tokens: EXPERTS_GENERATE,
+        shapes: &[(1, 2048), (7, 2048), (40, 2048), (40, 16)],
+        max_kv_sizes: &[None],
+    };
+    let variants = [
+        ("f32", variant(&family::GLM4_MOE, None, WeightDtype::F32)),
+        ("q4", variant(&family::GLM4_MOE, Some(4), WeightDtype::F32)),
+    ];
+    let compared = assert_family_equals_mlx_lm(
+        "glm4_moe",
+        &variants,
+        &sweep,
+        &[7, 40],
+        &variant(&family::GLM4_MOE, Some(4), WeightDtype::F32),
+    );
+    assert_eq!(compared, 2 * 4 * 2);
+
+    let python = python();
+    let root = tempfile::tempdir().unwrap();
+    let options = variant(&family::GLM4_MOE, None, WeightDtype::F32);
+    let (layers, hidden) = (
+        options.preset.shape.num_hidden_layers,
+        options.preset.shape.hidden_size as i32,
+    );
+    let mlx_layout = synthesize(root.path(), "mlx", &options);
+    let transformers_layout = root.path().join("transformers");
+    copy_with_tensors(&mlx_layout, &transformers_layout, |tensors| {
+        let mut saved = experts_one_by_one(tensors);
+        // The multi-token-prediction layer transformers keeps.
+        for name in ["enorm.weight", "eh_proj.bias"] {
+            saved.push((
+                format!("model.layers.{layers}.{name}"),
+                mlx_rs::Array::ones::<f32>(&[hidden]).unwrap(),
+            ));
+        }
+        saved
+    });
+    assert_transformers_layout_answers_as_mlx_layout(&python, &mlx_layout, &transformers_layout);
+}
+
+/// The tensors with each stacked `{layer}.switch_mlp.{projection}` saved
+/// expert by expert, `{layer}.experts.{e}.{projection}`, as transformers
+/// saves Qwen3-MoE, Qwen3-Next and GLM-4.5.
+fn experts_one_by_one(tensors: Tensors) -> NamedTensors {
+    use mlx_rs::ops::indexing::IndexOp;
+    let mut split = Vec::new();
+    for (name, array) in tensors {
+        match name.split_once(".switch_mlp.") {
+            Some((layer, projection)) => {
+                for e in 0..array.shape()[0] {
+                    split.push((format!("{layer}.experts.{e}.{projection}"), array.index(e)));
+                }
+            }
+            None => split.push((name, array)),
+        }
+    }
+    assert!(
+        split
+            .iter()
+            .any(|(n, _)| n.ends_with("experts.7.down_proj.weight"))
+    );
+    split
+}
+
+/// The first step's log-probabilities of a checkpoint in transformers'
+/// layout equal those of the same model in MLX's, and are within 1e-4 of
+/// mlx-lm's reading the transformers one.
+fn assert_transformers_layout_answers_as_mlx_layout(
+    python: &Path,
+    mlx_layout: &Path,
+    transformers_layout: &Path,
+) {
     let prompt = prompt_of(7);
-    let ours = ondo_first_logprobs(&transformers_layout, &prompt, DEFAULT_PREFILL_STEP_SIZE);
+    let ours = ondo_first_logprobs(transformers_layout, &prompt, DEFAULT_PREFILL_STEP_SIZE);
     assert_eq!(
         ours,
-        ondo_first_logprobs(&mlx_layout, &prompt, DEFAULT_PREFILL_STEP_SIZE)
+        ondo_first_logprobs(mlx_layout, &prompt, DEFAULT_PREFILL_STEP_SIZE)
     );
+    let scratch = tempfile::tempdir().unwrap();
     let reference = mlx_lm_first_logprobs(
-        &python,
-        &transformers_layout,
+        python,
+        transformers_layout,
         &prompt,
-        &root.path().join("transformers.json"),
+        &scratch.path().join("transformers.json"),
     );
     let worst = largest_difference(&ours, &reference);
     assert!(worst <= 1e-4, "largest log-probability difference {worst}");
+}
+
+/// Qwen3-Next (a gated DeltaNet layer, its projections grouped by key head
+/// with two value heads to each, beside a gated attention layer; routed
+/// experts beside a gated shared expert) as `assert_qwen3_5_equals_mlx_lm`
+/// compares Qwen 3.5; and as transformers saves it (each expert's
+/// projections apart, kernels and norms as Qwen 3.5's, a
+/// multi-token-prediction head) answering exactly as in MLX's layout, and
+/// as mlx-lm reading that checkpoint.
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
+fn qwen3_next_equals_mlx_lm() {
+    assert_qwen3_5_equals_mlx_lm(&family::QWEN3_NEXT);
+    assert_reads_transformers_layout(&family::QWEN3_NEXT, |tensors| {
+        let mut saved = experts_one_by_one(tensors);
+        saved.push((
+            "mtp.fc.weight".into(),
+            mlx_rs::Array::ones::<f32>(&[4, 4]).unwrap(),
+        ));
+        saved
+    });
 }

@@ -6,7 +6,8 @@
 //! Each model family marks the parts its own way ([`ReplyFormat`]): a
 //! `<think>` block before the answer (Qwen3, DeepSeek-R1), tool calls in
 //! `<tool_call>` tags (Qwen, Hermes; JSON, or Qwen3-Coder's and Qwen 3.5's
-//! `<function=name><parameter=key>value</parameter></function>`) or as a
+//! `<function=name><parameter=key>value</parameter></function>`, or GLM's
+//! `name<arg_key>key</arg_key><arg_value>value</arg_value>`) or as a
 //! bare JSON object (Llama 3.1 and 3.2), or gpt-oss's harmony channels. Text that only looks like a tool call
 //! (its JSON does not parse) stays in the answer: nothing the model said is
 //! lost, and the raw text is kept beside the split.
@@ -224,6 +225,7 @@ impl ToolCallSyntax {
             ToolCallSyntax::Mistral => mistral_calls(body),
             _ => parse_call(body, false)
                 .or_else(|| xml_function_call(body, types))
+                .or_else(|| key_value_call(body, types))
                 .map(|call| vec![call]),
         }
     }
@@ -893,6 +895,15 @@ impl ParameterTypes {
         Self { tools }
     }
 
+    /// Whether `tool` declares `parameter` a string.
+    fn declares_string(&self, tool: &str, parameter: &str) -> bool {
+        self.tools
+            .get(tool)
+            .and_then(|p| p.get(parameter))
+            .and_then(|schema| schema.get("type"))
+            .is_some_and(|kind| kind == "string")
+    }
+
     /// `text` as the value of `tool`'s `parameter`: `null` is null; a
     /// parameter the schema does not declare stays text; one declared
     /// without a type is JSON when it is an object or an array; numbers,
@@ -1020,6 +1031,60 @@ fn listed_calls(text: &str) -> Option<Vec<ToolCall>> {
             Some(call)
         })
         .collect()
+}
+
+/// A call written as GLM-4.5's template writes it,
+/// `get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n`:
+/// the name, then each argument's key and value in tags (a call without
+/// arguments is its name alone). A value the tool declares a string is its
+/// text; any other is read as JSON, else as a Python literal, else as its
+/// text, as mlx-lm's `glm47` parser reads them. `None` unless the text is
+/// one such call.
+fn key_value_call(text: &str, types: &ParameterTypes) -> Option<ToolCall> {
+    const KEY_OPEN: &str = "<arg_key>";
+    const KEY_CLOSE: &str = "</arg_key>";
+    const VALUE_OPEN: &str = "<arg_value>";
+    const VALUE_CLOSE: &str = "</arg_value>";
+    let text = text.trim();
+    let (name, mut rest) = match text.find(KEY_OPEN) {
+        Some(at) => (text[..at].trim(), &text[at..]),
+        None => (text, ""),
+    };
+    let not_a_name = |c: char| c.is_whitespace() || matches!(c, '<' | '>' | '{' | '}');
+    if name.is_empty() || name.contains(not_a_name) {
+        return None;
+    }
+    let mut arguments = serde_json::Map::new();
+    while !rest.is_empty() {
+        let key_text = rest.strip_prefix(KEY_OPEN)?;
+        let key_end = key_text.find(KEY_CLOSE)?;
+        let value_text = key_text[key_end + KEY_CLOSE.len()..]
+            .trim_start()
+            .strip_prefix(VALUE_OPEN)?;
+        let value_end = value_text.find(VALUE_CLOSE)?;
+        let key = key_text[..key_end].trim();
+        let value = value_text[..value_end].trim();
+        let value = if types.declares_string(name, key) {
+            Value::String(value.to_owned())
+        } else {
+            loose_value(value)
+        };
+        arguments.insert(key.to_owned(), value);
+        rest = value_text[value_end + VALUE_CLOSE.len()..].trim_start();
+    }
+    Some(ToolCall::new(name, Value::Object(arguments)))
+}
+
+/// `text` as JSON, else as one Python literal, else as a string.
+fn loose_value(text: &str) -> Value {
+    if let Ok(value) = serde_json::from_str::<Value>(text) {
+        return value;
+    }
+    let mut reader = PythonLiteral { text, at: 0 };
+    match reader.value() {
+        Some(value) if reader.rest().trim().is_empty() => value,
+        _ => Value::String(text.to_owned()),
+    }
 }
 
 /// A Python-style list of calls with keyword arguments, `[get_weather(
@@ -1567,6 +1632,48 @@ mod tests {
             panic!("{plain:?}")
         };
         assert_eq!(call.function.arguments["days"], json!("3"));
+    }
+
+    #[test]
+    fn glm_calls_tools_by_name_with_keys_and_values_in_tags() {
+        let format = ReplyFormat::detect("glm4_moe", None, None, true);
+        assert_eq!(format, QWEN_TOOLS);
+        check(
+            format,
+            "<think>The user wants the weather.</think>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n<arg_key>units</arg_key>\n<arg_value>['C', 'F']</arg_value>\n<arg_key>note</arg_key>\n<arg_value>{\"rain\": true}</arg_value>\n</tool_call><tool_call>now\n</tool_call>",
+            &[
+                reasoning("The user wants the weather."),
+                call(
+                    "get_weather",
+                    json!({"city": "Paris", "days": 2, "units": ["C", "F"], "note": {"rain": true}}),
+                ),
+                call("now", json!({})),
+            ],
+        );
+        // A parameter the tool declares a string stays text.
+        let tool = json!({"type": "function", "function": {"name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}});
+        let mut splitter = ReplySplitter::new(format).with_tools(&[tool]);
+        let mut segments = splitter
+            .push("<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>1984</arg_value>\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n</tool_call>");
+        segments.extend(splitter.finish());
+        assert_eq!(
+            normalised(segments),
+            vec![call("get_weather", json!({"city": "1984", "days": 2}))]
+        );
+        // GLM's template says which syntax, whatever the family.
+        let template = "{%- if tools %}<tool_call>{{ tc.name }}<arg_key>{{ k }}</arg_key><arg_value>{{ v }}</arg_value></tool_call>{%- endif %}</think>";
+        assert_eq!(
+            ReplyFormat::detect("llama", Some(template), None, true),
+            QWEN_TOOLS
+        );
+        // A name with a blank in it, or a key without its value, is text.
+        for text in [
+            "<tool_call>get the weather</tool_call>",
+            "<tool_call>f<arg_key>city</arg_key>Paris</tool_call>",
+        ] {
+            check(format, text, &[answer(text)]);
+        }
     }
 
     #[test]

@@ -399,7 +399,7 @@ pub struct ShortConvConfig {
     pub layers: Vec<bool>,
 }
 
-/// A gated DeltaNet layer (Qwen 3.5's linear attention): `in_proj_qkv` to
+/// A gated DeltaNet layer (Qwen 3.5's and Qwen3-Next's linear attention):
 /// queries and keys of `key_heads` heads and values of `value_heads`,
 /// through a depthwise causal convolution of `conv_kernel` positions, then a
 /// gated delta-rule recurrence whose state is a `[value_heads,
@@ -413,8 +413,25 @@ pub struct GatedDeltaConfig {
     /// Positions the convolution spans; its state keeps `conv_kernel - 1`
     /// inputs.
     pub conv_kernel: i32,
+    /// How the checkpoint stores the input projections.
+    pub projections: DeltaProjections,
     /// Per layer: whether it is a gated DeltaNet layer.
     pub layers: Vec<bool>,
+}
+
+/// How a gated DeltaNet layer's checkpoint stores the projections of its
+/// input: the same outputs, in other tensors and order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeltaProjections {
+    /// Four tensors: `in_proj_qkv` (every query head, then every key head,
+    /// then every value head), `in_proj_z`, `in_proj_b` and `in_proj_a`
+    /// (Qwen 3.5).
+    Apart,
+    /// Two tensors whose rows are grouped by key head: `in_proj_qkvz` gives
+    /// for each key head its query, its key, then the values and the
+    /// output gates `z` of the value heads that share it; `in_proj_ba`
+    /// likewise their `b`, then their `a` (Qwen3-Next).
+    GroupedByKeyHead,
 }
 
 impl GatedDeltaConfig {
@@ -647,6 +664,18 @@ pub enum ExpertsKind {
     /// softmax over those k; experts under `experts` with biases, and a
     /// SwiGLU clamped at `swiglu_limit`.
     GptOss { swiglu_limit: f32 },
+    /// GLM-4.5 (DeepSeek-V3's routing): the sigmoid of the router `gate`'s
+    /// logits in float32, plus its learned `e_score_correction_bias`,
+    /// chooses the experts: among the `chosen_groups` of `groups` groups of
+    /// experts whose two best corrected scores sum highest, the top k. The
+    /// uncorrected sigmoids of those weight them (rescaled to sum to one
+    /// with `norm_topk_prob`), times `routed_scaling_factor`. SwiGLU experts
+    /// under `switch_mlp`, without biases; the router is never quantized.
+    Glm4Moe {
+        groups: i32,
+        chosen_groups: i32,
+        routed_scaling_factor: f32,
+    },
 }
 
 impl ExpertsKind {
@@ -654,9 +683,32 @@ impl ExpertsKind {
     /// `mlp`, and whether both have biases.
     pub fn tensor_names(self) -> (&'static str, &'static str, bool) {
         match self {
-            ExpertsKind::Qwen3Moe => ("gate", "switch_mlp", false),
+            ExpertsKind::Qwen3Moe | ExpertsKind::Glm4Moe { .. } => ("gate", "switch_mlp", false),
             ExpertsKind::GptOss { .. } => ("router", "experts", true),
         }
+    }
+
+    /// The shared expert's module under a layer's `mlp`, and the one-output
+    /// gate whose sigmoid weights it, where it has one: Qwen's
+    /// `shared_expert` and `shared_expert_gate`, GLM's ungated
+    /// `shared_experts`.
+    pub fn shared_expert_names(self) -> (&'static str, Option<&'static str>) {
+        match self {
+            ExpertsKind::Glm4Moe { .. } => ("shared_experts", None),
+            _ => ("shared_expert", Some("shared_expert_gate")),
+        }
+    }
+
+    /// The router's score-correction bias `[E]` under its module, where
+    /// the routing has one (GLM's, kept in float32).
+    pub fn score_correction(self) -> Option<&'static str> {
+        matches!(self, ExpertsKind::Glm4Moe { .. }).then_some("e_score_correction_bias")
+    }
+
+    /// Whether mlx-lm quantizes the router with the other matrices (at 8
+    /// bits); GLM's is no Linear layer and stays in floats.
+    pub fn router_quantized(self) -> bool {
+        !matches!(self, ExpertsKind::Glm4Moe { .. })
     }
 }
 
@@ -677,9 +729,9 @@ pub struct ExpertsConfig {
     pub mlp_only_layers: Vec<usize>,
     pub kind: ExpertsKind,
     /// Width of a dense SwiGLU every token goes through beside its routed
-    /// experts, its output weighted by the sigmoid of its own one-output
-    /// gate (`shared_expert`, `shared_expert_gate`: Qwen 3.5 and
-    /// Qwen3-Next); `None` without one.
+    /// experts (`ExpertsKind::shared_expert_names`): weighted by the
+    /// sigmoid of its own one-output gate in Qwen 3.5 and Qwen3-Next, added
+    /// as it is in GLM-4.5; `None` without one.
     pub shared_expert_intermediate_size: Option<i32>,
 }
 

@@ -13,6 +13,7 @@ pub mod synth;
 pub mod tensors;
 
 mod gemma3;
+mod glm4_moe;
 mod gpt_oss;
 mod lfm2;
 mod llama;
@@ -24,15 +25,17 @@ mod qwen2;
 mod qwen3;
 mod qwen3_5;
 mod qwen3_moe;
+mod qwen3_next;
 mod smollm3;
 
 use serde_json::Value;
 
 pub use config::{
-    Activation, ConfigError, ExpertsConfig, ExpertsKind, GatedDeltaConfig, ModelConfig,
-    PositionQueryScale, RopeScaling, ShortConvConfig, TensorNames,
+    Activation, ConfigError, DeltaProjections, ExpertsConfig, ExpertsKind, GatedDeltaConfig,
+    ModelConfig, PositionQueryScale, RopeScaling, ShortConvConfig, TensorNames,
 };
 pub use gemma3::{GEMMA3, GEMMA3_TEXT};
+pub use glm4_moe::GLM4_MOE;
 pub use gpt_oss::GPT_OSS;
 pub use lfm2::LFM2;
 pub use llama::LLAMA;
@@ -45,6 +48,7 @@ pub use qwen2::QWEN2;
 pub use qwen3::QWEN3;
 pub use qwen3_5::{QWEN3_5, QWEN3_5_MOE};
 pub use qwen3_moe::QWEN3_MOE;
+pub use qwen3_next::QWEN3_NEXT;
 pub use smollm3::SMOLLM3;
 pub use synth::SynthRecipe;
 
@@ -104,7 +108,9 @@ impl ReplyStyle {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToolCallSyntax {
     /// `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, any number
-    /// of them, anywhere in the answer (Qwen2.5, Qwen3, Hermes).
+    /// of them, anywhere in the answer (Qwen2.5, Qwen3, Hermes); inside the
+    /// tags also Qwen 3.5's `<function=name>` form and GLM-4.5's
+    /// `name<arg_key>key</arg_key><arg_value>value</arg_value>`.
     Tagged,
     /// The answer is one or more JSON objects `{"name": ..., "parameters":
     /// {...}}` separated by `;`, optionally after `<|python_tag|>` (Llama
@@ -121,7 +127,7 @@ pub enum ToolCallSyntax {
 }
 
 /// Every family Ondo runs, in the order Ondo lists them.
-pub static FAMILIES: [&Family; 15] = [
+pub static FAMILIES: [&Family; 17] = [
     &LLAMA,
     &MISTRAL,
     &QWEN2,
@@ -137,6 +143,8 @@ pub static FAMILIES: [&Family; 15] = [
     &LFM2,
     &QWEN3_5,
     &QWEN3_5_MOE,
+    &GLM4_MOE,
+    &QWEN3_NEXT,
 ];
 
 /// The family that reads config.json's `model_type`.

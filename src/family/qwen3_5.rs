@@ -17,8 +17,8 @@
 use serde_json::{Value, json};
 
 use super::config::{
-    ConfigError, ConfigKeys, ExpertsConfig, ExpertsKind, GatedDeltaConfig, Keys, ModelConfig,
-    RopeScaling, merged,
+    ConfigError, ConfigKeys, DeltaProjections, ExpertsConfig, ExpertsKind, GatedDeltaConfig, Keys,
+    ModelConfig, RopeScaling, merged,
 };
 use super::synth::{ExpertShape, Shape, SynthChoices, SynthRecipe, nest_under_text_config};
 use super::{Family, every_layout_readable};
@@ -105,22 +105,7 @@ pub fn settle(value: &Value) -> Result<ModelConfig, ConfigError> {
     keys.rope_scaling = scaling.filter(|s| !matches!(s.kind(), None | Some("default")));
     let bias = keys.attention_bias.unwrap_or(false);
     let tie = keys.tie_word_embeddings.unwrap_or(false);
-    let layers = keys.num_hidden_layers;
-    let interval = read.required_count("full_attention_interval")? as usize;
-    let gated_delta = GatedDeltaConfig {
-        key_heads: read.required_dim("linear_num_key_heads")?,
-        value_heads: read.required_dim("linear_num_value_heads")?,
-        key_head_dim: read.required_dim("linear_key_head_dim")?,
-        value_head_dim: read.required_dim("linear_value_head_dim")?,
-        conv_kernel: read.required_dim("linear_conv_kernel_dim")?,
-        layers: (0..layers).map(|i| (i + 1) % interval != 0).collect(),
-    };
-    if gated_delta.key_heads == 0 || gated_delta.value_heads % gated_delta.key_heads != 0 {
-        return Err(ConfigError::Inconsistent(format!(
-            "`linear_num_value_heads` ({}) is not a multiple of `linear_num_key_heads` ({})",
-            gated_delta.value_heads, gated_delta.key_heads
-        )));
-    }
+    let gated_delta = gated_delta(&read, keys.num_hidden_layers, DeltaProjections::Apart)?;
     let num_experts = read.required_dim("num_experts")?;
     let experts = (num_experts > 0)
         .then(|| -> Result<ExpertsConfig, ConfigError> {
@@ -140,11 +125,7 @@ pub fn settle(value: &Value) -> Result<ModelConfig, ConfigError> {
         })
         .transpose()?;
     let mut config = ModelConfig::from_keys(&model_type, keys, rope_theta, tie);
-    config.rotary_dims = (f64::from(config.head_dim) * partial) as i32;
-    config.qk_norm = true;
-    config.qkv_bias = bias;
-    config.o_bias = bias;
-    config.attention_output_gate = true;
+    gated_attention(&mut config, bias, partial);
     config.gated_delta = Some(gated_delta);
     config.experts = experts;
     config.read_inside_language_model(&[
@@ -154,6 +135,44 @@ pub fn settle(value: &Value) -> Result<ModelConfig, ConfigError> {
         "language_model.mtp.",
     ]);
     Ok(config)
+}
+
+/// The gated DeltaNet layers of a Qwen 3.5 or Qwen3-Next config: all but
+/// every `full_attention_interval`-th of `layers`, their heads from the
+/// `linear_*` keys.
+pub(super) fn gated_delta(
+    read: &Keys,
+    layers: usize,
+    projections: DeltaProjections,
+) -> Result<GatedDeltaConfig, ConfigError> {
+    let interval = read.required_count("full_attention_interval")? as usize;
+    let gated_delta = GatedDeltaConfig {
+        key_heads: read.required_dim("linear_num_key_heads")?,
+        value_heads: read.required_dim("linear_num_value_heads")?,
+        key_head_dim: read.required_dim("linear_key_head_dim")?,
+        value_head_dim: read.required_dim("linear_value_head_dim")?,
+        conv_kernel: read.required_dim("linear_conv_kernel_dim")?,
+        projections,
+        layers: (0..layers).map(|i| (i + 1) % interval != 0).collect(),
+    };
+    if gated_delta.key_heads == 0 || gated_delta.value_heads % gated_delta.key_heads != 0 {
+        return Err(ConfigError::Inconsistent(format!(
+            "`linear_num_value_heads` ({}) is not a multiple of `linear_num_key_heads` ({})",
+            gated_delta.value_heads, gated_delta.key_heads
+        )));
+    }
+    Ok(gated_delta)
+}
+
+/// Qwen 3.5's and Qwen3-Next's gated attention: q/k norms, biases on all
+/// four projections where `bias`, the output gated by `q_proj`'s second
+/// half, rope on the first `partial` of each head.
+pub(super) fn gated_attention(config: &mut ModelConfig, bias: bool, partial: f64) {
+    config.rotary_dims = (f64::from(config.head_dim) * partial) as i32;
+    config.qk_norm = true;
+    config.qkv_bias = bias;
+    config.o_bias = bias;
+    config.attention_output_gate = true;
 }
 
 /// Qwen 3.5's rope base.
@@ -178,18 +197,9 @@ fn mixture(shape: &mut Shape) {
 /// the text model nested under `text_config` as the published checkpoints
 /// have it.
 fn synth_config(config: &mut Value, shape: &Shape, _: &SynthChoices) {
-    let layers = shape.num_hidden_layers.max(1);
-    let interval = if layers >= 4 { 4 } else { layers.min(2) };
-    config["full_attention_interval"] = json!(interval);
-    config["linear_num_key_heads"] = json!(shape.num_key_value_heads);
-    config["linear_num_value_heads"] = json!(shape.num_attention_heads);
-    config["linear_key_head_dim"] = json!(shape.head_dim);
-    config["linear_value_head_dim"] = json!(shape.head_dim);
-    config["linear_conv_kernel_dim"] = json!(4);
-    config["hidden_act"] = json!("silu");
+    gated_delta_keys(config, shape);
     if let Some(object) = config.as_object_mut() {
         object.remove("rope_theta");
-        object.remove("mlp_bias");
     }
     config["rope_parameters"] = json!({
         "rope_type": "default",
@@ -200,11 +210,7 @@ fn synth_config(config: &mut Value, shape: &Shape, _: &SynthChoices) {
     });
     let (text_type, model_type) = match shape.experts {
         Some(experts) => {
-            config["num_experts"] = json!(experts.num_experts);
-            config["num_experts_per_tok"] = json!(experts.experts_per_token);
-            config["moe_intermediate_size"] = json!(experts.moe_intermediate_size);
-            config["shared_expert_intermediate_size"] = json!(experts.moe_intermediate_size);
-            config["norm_topk_prob"] = json!(true);
+            shared_expert_mixture_keys(config, &experts);
             ("qwen3_5_moe_text", "qwen3_5_moe")
         }
         None => ("qwen3_5_text", "qwen3_5"),
@@ -215,6 +221,36 @@ fn synth_config(config: &mut Value, shape: &Shape, _: &SynthChoices) {
         model_type,
         json!({"model_type": model_type, "depth": 1}),
     );
+}
+
+/// The keys of the gated DeltaNet layers in a synth folder: a
+/// full-attention layer every fourth (every second in a preset of fewer
+/// than four layers, so the tiny one has one of each kind), as many value
+/// heads as attention heads and as many key heads as KV heads (so several
+/// value heads share a key head), each as wide as an attention head.
+pub(super) fn gated_delta_keys(config: &mut Value, shape: &Shape) {
+    let layers = shape.num_hidden_layers.max(1);
+    let interval = if layers >= 4 { 4 } else { layers.min(2) };
+    config["full_attention_interval"] = json!(interval);
+    config["linear_num_key_heads"] = json!(shape.num_key_value_heads);
+    config["linear_num_value_heads"] = json!(shape.num_attention_heads);
+    config["linear_key_head_dim"] = json!(shape.head_dim);
+    config["linear_value_head_dim"] = json!(shape.head_dim);
+    config["linear_conv_kernel_dim"] = json!(4);
+    config["hidden_act"] = json!("silu");
+    if let Some(object) = config.as_object_mut() {
+        object.remove("mlp_bias");
+    }
+}
+
+/// The keys of routed experts beside a shared expert as wide as each, the
+/// chosen experts' weights rescaled to sum to one.
+pub(super) fn shared_expert_mixture_keys(config: &mut Value, experts: &ExpertShape) {
+    config["num_experts"] = json!(experts.num_experts);
+    config["num_experts_per_tok"] = json!(experts.experts_per_token);
+    config["moe_intermediate_size"] = json!(experts.moe_intermediate_size);
+    config["shared_expert_intermediate_size"] = json!(experts.moe_intermediate_size);
+    config["norm_topk_prob"] = json!(true);
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! engine's strict loader takes exactly these (a test loads every family
 //! from them and compares).
 
-use super::config::ModelConfig;
+use super::config::{DeltaProjections, ModelConfig};
 
 /// What a tensor is, which decides how `ondo synth` fills it and whether it
 /// is quantized with the rest.
@@ -16,8 +16,15 @@ pub enum TensorKind {
     NormScale,
     /// A projection's bias, or gpt-oss's per-head sink logits.
     Bias,
-    /// A mixture-of-experts router `[E, hidden]`.
+    /// A mixture-of-experts router `[E, hidden]` (or a shared expert's
+    /// one-output gate), quantized at 8 bits when the rest is.
     Router,
+    /// A router mlx-lm never quantizes (GLM's is no Linear layer): `[E,
+    /// hidden]` in the folder's float dtype whatever the rest.
+    FloatRouter,
+    /// A router's score-correction bias `[E]`, kept in float32 whatever
+    /// the other tensors' dtype (as mlx-lm's converter keeps GLM's).
+    ScoreCorrection,
     /// The routed experts' stacked matrices `[E, out, in]`.
     Experts,
     /// A depthwise convolution's kernel `[channels, kernel, 1]` (never
@@ -103,12 +110,19 @@ pub fn plan(config: &ModelConfig) -> Vec<PlannedTensor> {
         {
             let q = format!("{p}.linear_attn");
             let heads = delta.value_heads;
-            for (proj, out) in [
-                ("in_proj_qkv", delta.conv_dim()),
-                ("in_proj_z", delta.value_dim()),
-                ("in_proj_b", heads),
-                ("in_proj_a", heads),
-            ] {
+            let projections: &[(&str, i32)] = match delta.projections {
+                DeltaProjections::Apart => &[
+                    ("in_proj_qkv", delta.conv_dim()),
+                    ("in_proj_z", delta.value_dim()),
+                    ("in_proj_b", heads),
+                    ("in_proj_a", heads),
+                ],
+                DeltaProjections::GroupedByKeyHead => &[
+                    ("in_proj_qkvz", delta.conv_dim() + delta.value_dim()),
+                    ("in_proj_ba", 2 * heads),
+                ],
+            };
+            for &(proj, out) in projections {
                 linear(&mut add, format!("{q}.{proj}"), out, hidden, false);
             }
             add(
@@ -157,13 +171,24 @@ pub fn plan(config: &ModelConfig) -> Vec<PlannedTensor> {
                 add(
                     format!("{p}.mlp.{router}.weight"),
                     vec![count, hidden],
-                    TensorKind::Router,
+                    if experts.kind.router_quantized() {
+                        TensorKind::Router
+                    } else {
+                        TensorKind::FloatRouter
+                    },
                 );
                 if biases {
                     add(
                         format!("{p}.mlp.{router}.bias"),
                         vec![count],
                         TensorKind::Bias,
+                    );
+                }
+                if let Some(correction) = experts.kind.score_correction() {
+                    add(
+                        format!("{p}.mlp.{router}.{correction}"),
+                        vec![count],
+                        TensorKind::ScoreCorrection,
                     );
                 }
                 for (proj, out, inp) in [
@@ -185,6 +210,7 @@ pub fn plan(config: &ModelConfig) -> Vec<PlannedTensor> {
                     }
                 }
                 if let Some(shared) = experts.shared_expert_intermediate_size {
+                    let (module, gate) = experts.kind.shared_expert_names();
                     for (proj, out, inp) in [
                         ("gate_proj", shared, hidden),
                         ("up_proj", shared, hidden),
@@ -192,17 +218,19 @@ pub fn plan(config: &ModelConfig) -> Vec<PlannedTensor> {
                     ] {
                         linear(
                             &mut add,
-                            format!("{p}.mlp.shared_expert.{proj}"),
+                            format!("{p}.mlp.{module}.{proj}"),
                             out,
                             inp,
                             false,
                         );
                     }
-                    add(
-                        format!("{p}.mlp.shared_expert_gate.weight"),
-                        vec![1, hidden],
-                        TensorKind::Router,
-                    );
+                    if let Some(gate) = gate {
+                        add(
+                            format!("{p}.mlp.{gate}.weight"),
+                            vec![1, hidden],
+                            TensorKind::Router,
+                        );
+                    }
                 }
             }
             _ => {

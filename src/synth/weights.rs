@@ -5,7 +5,8 @@
 //! tensors were made before it. Norm scales are ones; biases are drawn wider
 //! than matrices (normal(0, 0.1) against 0.02), so they visibly change an
 //! output. A quantized model's routers are 8-bit in groups of 64 whatever
-//! the rest, as mlx-lm's converter keeps Qwen3-MoE's.
+//! the rest, as mlx-lm's converter keeps Qwen3-MoE's (GLM's stay in floats,
+//! and its score corrections in float32).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
@@ -70,7 +71,12 @@ fn quant_of(options: &SynthOptions, kind: TensorKind) -> Option<SynthQuant> {
         mxfp4: false,
     };
     match kind {
-        TensorKind::NormScale | TensorKind::Bias | TensorKind::Conv | TensorKind::LogDecay => None,
+        TensorKind::NormScale
+        | TensorKind::Bias
+        | TensorKind::Conv
+        | TensorKind::LogDecay
+        | TensorKind::FloatRouter
+        | TensorKind::ScoreCorrection => None,
         TensorKind::Matrix => Some(default),
         TensorKind::Router => Some(ROUTER_QUANT),
         TensorKind::Experts if options.experts_mxfp4 => Some(MXFP4),
@@ -79,10 +85,10 @@ fn quant_of(options: &SynthOptions, kind: TensorKind) -> Option<SynthQuant> {
 }
 
 /// The dtype a tensor of `kind` is stored in before any quantization: the
-/// folder's, but float32 for `A_log`.
+/// folder's, but float32 for `A_log` and a score-correction bias.
 fn stored_dtype(options: &SynthOptions, kind: TensorKind) -> mlx_rs::Dtype {
     match kind {
-        TensorKind::LogDecay => mlx_rs::Dtype::Float32,
+        TensorKind::LogDecay | TensorKind::ScoreCorrection => mlx_rs::Dtype::Float32,
         _ => options.dtype.to_mlx(),
     }
 }
@@ -134,13 +140,17 @@ fn make_tensor(
         TensorKind::Matrix
         | TensorKind::Bias
         | TensorKind::Router
+        | TensorKind::FloatRouter
+        | TensorKind::ScoreCorrection
         | TensorKind::Experts
         | TensorKind::Conv => {
             let key = random::key(tensor_seed(options.seed, &tensor.name))?;
             // A convolution kernel spans a few positions: weights of a
-            // matrix's scale would leave its layer nearly silent.
+            // matrix's scale would leave its layer nearly silent. A score
+            // correction as wide as the scores' spread changes which
+            // experts are chosen.
             let scale = match tensor.kind {
-                TensorKind::Bias => 0.1,
+                TensorKind::Bias | TensorKind::ScoreCorrection => 0.1,
                 TensorKind::Conv => 0.5,
                 _ => 0.02,
             };

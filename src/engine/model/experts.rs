@@ -5,7 +5,8 @@
 //! `top_k` experts' work while every expert stays resident.
 //!
 //! The computation follows mlx-lm's `SwitchGLU` operation for operation, so
-//! both produce the same floats: softmax in full precision, the top k by
+//! both produce the same floats: softmax in full precision (or GLM's
+//! grouped choice by corrected sigmoid scores), the top k by
 //! `argpartition`, the gather matmuls on the experts' stacked `[E, out, in]`
 //! matrices, and, when many tokens are routed at once (a prefill), the
 //! token copies sorted by expert first so each expert's rows are read in one
@@ -132,37 +133,48 @@ pub struct SparseExperts {
     top_k: i32,
     norm_topk_prob: bool,
     kind: ExpertsKind,
+    /// GLM's score-correction bias `[E]` (float32), added to the scores
+    /// that choose the experts but not to those that weight them.
+    score_correction: Option<Array>,
     /// A dense SwiGLU every token goes through too, weighted by the
-    /// sigmoid of its gate (Qwen 3.5).
+    /// sigmoid of its gate (Qwen 3.5) or not (GLM-4.5).
     shared: Option<Box<SharedExpert>>,
 }
 
-/// The shared expert: `down(swiglu(gate(x), up(x)))` times
-/// `sigmoid(shared_expert_gate(x))`, added to the routed experts' sum.
+/// The shared expert: `down(swiglu(gate(x), up(x)))`, times
+/// `sigmoid(shared_expert_gate(x))` where it has a gate, added to the
+/// routed experts' sum.
 struct SharedExpert {
     gate_up: JointProjection<2>,
     down_proj: Linear,
     /// `[1, hidden]`: one gate logit per token.
-    gate: Linear,
+    gate: Option<Linear>,
 }
 
 impl SharedExpert {
+    /// Loads `{prefix}.{module}`'s projections and `{prefix}.{gate}`, by
+    /// the names `ExpertsKind::shared_expert_names` gives.
     fn load(
         weights: &mut WeightMap,
         prefix: &str,
         hidden: i32,
         width: i32,
+        kind: ExpertsKind,
         quant: Option<&QuantConfig>,
     ) -> Result<Self, LoadError> {
+        let (module, gate_name) = kind.shared_expert_names();
         let mut linear = |name: &str, out: i32, inp: i32| {
             Linear::load(weights, &format!("{prefix}.{name}"), out, inp, quant, false)
         };
         let parts = [
-            linear("shared_expert.gate_proj", width, hidden)?,
-            linear("shared_expert.up_proj", width, hidden)?,
+            linear(&format!("{module}.gate_proj"), width, hidden)?,
+            linear(&format!("{module}.up_proj"), width, hidden)?,
         ];
-        let down_proj = linear("shared_expert.down_proj", hidden, width)?;
-        let gate = linear("shared_expert_gate", 1, hidden)?;
+        let down_proj = linear(&format!("{module}.down_proj"), hidden, width)?;
+        let gate = match gate_name {
+            Some(name) => Some(linear(name, 1, hidden)?),
+            None => None,
+        };
         let gate_up = if super::decoder::join_projections() {
             JointProjection::join(parts)?
         } else {
@@ -178,17 +190,24 @@ impl SharedExpert {
     fn forward(&self, x: &Array) -> Result<Array, Exception> {
         let [gate, up] = self.gate_up.forward(x)?;
         let y = self.down_proj.forward(&activation::swiglu(&gate, &up)?)?;
-        ops::multiply(ops::sigmoid(self.gate.forward(x)?)?, &y)
+        match &self.gate {
+            Some(gate) => ops::multiply(ops::sigmoid(gate.forward(x)?)?, &y),
+            None => Ok(y),
+        }
     }
 
     fn parameters(&self) -> u64 {
-        self.gate_up.parameters() + self.down_proj.parameters() + self.gate.parameters()
+        self.gate_up.parameters()
+            + self.down_proj.parameters()
+            + self.gate.as_ref().map_or(0, Linear::parameters)
     }
 
     fn arrays(&self) -> Vec<&Array> {
         let mut out = self.gate_up.arrays();
         out.extend(self.down_proj.arrays());
-        out.extend(self.gate.arrays());
+        if let Some(gate) = &self.gate {
+            out.extend(gate.arrays());
+        }
         out
     }
 }
@@ -212,8 +231,16 @@ impl SparseExperts {
         let inter = config.moe_intermediate_size;
         let (router_name, experts_name, biases) = config.kind.tensor_names();
         let switch = format!("{prefix}.{experts_name}");
-        if config.kind == ExpertsKind::Qwen3Moe {
+        // What mlx-lm's `sanitize` reads besides the stacked layout: each
+        // expert's tensors apart (transformers' Qwen3-MoE and GLM-4.5), and
+        // Qwen 3.5's fused ones.
+        if matches!(
+            config.kind,
+            ExpertsKind::Qwen3Moe | ExpertsKind::Glm4Moe { .. }
+        ) {
             stack_per_expert_tensors(weights, prefix, &switch, experts)?;
+        }
+        if config.kind == ExpertsKind::Qwen3Moe {
             split_fused_expert_tensors(weights, prefix, &switch)?;
         }
         let mut stacked = |name: &str, out: i32, inp: i32| {
@@ -232,8 +259,19 @@ impl SparseExperts {
         let down_proj = stacked("down_proj", hidden, inter)?;
         let shared = match config.shared_expert_intermediate_size {
             Some(width) => Some(Box::new(SharedExpert::load(
-                weights, prefix, hidden, width, quant,
+                weights,
+                prefix,
+                hidden,
+                width,
+                config.kind,
+                quant,
             )?)),
+            None => None,
+        };
+        let score_correction = match config.kind.score_correction() {
+            Some(name) => {
+                Some(weights.take_float(&format!("{prefix}.{router_name}.{name}"), &[experts])?)
+            }
             None => None,
         };
         Ok(Self {
@@ -251,6 +289,7 @@ impl SparseExperts {
             top_k: config.num_experts_per_tok,
             norm_topk_prob: config.norm_topk_prob,
             kind: config.kind,
+            score_correction,
             shared,
         })
     }
@@ -278,15 +317,22 @@ impl SparseExperts {
                 let chosen = ops::indexing::take_along_axis(&logits, &indices, -1)?;
                 (indices, ops::softmax_axis(&chosen, -1, true)?)
             }
+            ExpertsKind::Glm4Moe {
+                groups,
+                chosen_groups,
+                routed_scaling_factor,
+            } => self.choose_in_groups(&logits, groups, chosen_groups, routed_scaling_factor)?,
         };
         let y = self.experts(x, &indices)?;
         let weighted = ops::multiply(&y, ops::expand_dims(&scores, -1)?)?;
         let sum = ops::sum_axis(&weighted, -2, false)?;
         let routed = match (self.kind, &self.shared) {
-            // mlx-lm casts Qwen3-MoE's sum back to the experts' dtype and
-            // leaves gpt-oss's, and Qwen 3.5's beside a shared expert, as
-            // the product made it.
-            (ExpertsKind::Qwen3Moe, None) => sum.as_dtype(y.dtype())?,
+            // mlx-lm casts Qwen3-MoE's and GLM's sums back to the experts'
+            // dtype and leaves gpt-oss's, and Qwen 3.5's beside a shared
+            // expert, as the product made it.
+            (ExpertsKind::Qwen3Moe, None) | (ExpertsKind::Glm4Moe { .. }, _) => {
+                sum.as_dtype(y.dtype())?
+            }
             _ => sum,
         };
         match &self.shared {
@@ -295,10 +341,53 @@ impl SparseExperts {
         }
     }
 
+    /// GLM's choice of experts for the router's `logits`, and their
+    /// weights (float32), with mlx-lm's `group_expert_select` operations in
+    /// its order: sigmoid scores, corrected by the bias to choose; the
+    /// groups outside the best `chosen_groups` (each scored by its two best
+    /// corrected scores) zeroed; the top k of what remains; the uncorrected
+    /// scores of those, rescaled to sum to one with `norm_topk_prob` (when
+    /// k > 1), times `scaling`.
+    fn choose_in_groups(
+        &self,
+        logits: &Array,
+        groups: i32,
+        chosen_groups: i32,
+        scaling: f32,
+    ) -> Result<(Array, Array), Exception> {
+        let k = self.top_k;
+        let scores = ops::sigmoid(logits.as_dtype(mlx_rs::Dtype::Float32)?)?;
+        let mut corrected = match &self.score_correction {
+            Some(bias) => ops::add(&scores, bias)?,
+            None => scores.clone(),
+        };
+        let dropped = groups - chosen_groups;
+        if groups > 1 && dropped > 0 {
+            let grouped = ops::unflatten(&corrected, -1, &[groups, -1])?;
+            let group_scores =
+                ops::sum_axis(&ops::indexing::topk_axis(&grouped, 2, -1)?, -1, true)?;
+            let worst = ops::argpartition_axis(&group_scores, dropped - 1, -2)?.index((
+                Ellipsis,
+                ..dropped,
+                ..,
+            ));
+            let zeroed = grouped.put_along_axis(&worst, Array::from_f32(0.0), -2)?;
+            corrected = ops::flatten(&zeroed, -2, -1)?;
+        }
+        let indices =
+            ops::argpartition_axis(&ops::negative(&corrected)?, k - 1, -1)?.index((Ellipsis, ..k));
+        let mut weights = ops::indexing::take_along_axis(&scores, &indices, -1)?;
+        if k > 1 && self.norm_topk_prob {
+            weights = ops::divide(&weights, ops::sum_axis(&weights, -1, true)?)?;
+        }
+        let weights = ops::multiply(&weights, Array::from_f32(scaling))?;
+        Ok((indices, weights))
+    }
+
     /// The experts' activation of `gate` and `up`.
     fn activation(&self, gate: &Array, up: &Array) -> Result<Array, Exception> {
         match self.kind {
-            ExpertsKind::Qwen3Moe => activation::swiglu(gate, up),
+            ExpertsKind::Qwen3Moe | ExpertsKind::Glm4Moe { .. } => activation::swiglu(gate, up),
             ExpertsKind::GptOss { swiglu_limit } => {
                 activation::clamped_swiglu(gate, up, swiglu_limit)
             }
@@ -347,6 +436,10 @@ impl SparseExperts {
                 .map(|stacked| stacked.parameters())
                 .sum::<u64>()
             + self.shared.as_ref().map_or(0, |shared| shared.parameters())
+            + self
+                .score_correction
+                .as_ref()
+                .map_or(0, |bias| bias.size() as u64)
     }
 
     /// Every array, for evaluation after loading.
@@ -358,6 +451,7 @@ impl SparseExperts {
         if let Some(shared) = &self.shared {
             out.extend(shared.arrays());
         }
+        out.extend(&self.score_correction);
         out
     }
 }

@@ -1,6 +1,7 @@
-//! The gated DeltaNet layer (Qwen 3.5's linear attention), in place of
-//! attention: `in_proj_qkv` through a depthwise causal convolution and a
-//! SiLU gives queries, keys and values; the queries and keys are
+//! The gated DeltaNet layer (Qwen 3.5's and Qwen3-Next's linear
+//! attention), in place of attention: `in_proj_qkv` (in Qwen3-Next the
+//! first rows of each key head's group of `in_proj_qkvz`) through a
+//! depthwise causal convolution and a SiLU gives queries, keys and values; the queries and keys are
 //! L2-normalized per head (the queries also scaled by `1 / key_head_dim`);
 //! then, position by position, a recurrent matrix per value head
 //! `[value_head_dim, key_head_dim]` decays by `g`, learns `beta` of the
@@ -26,17 +27,47 @@ use super::{JointProjection, Linear, QuantConfig};
 use crate::engine::LoadError;
 use crate::engine::cache::LayerCache;
 use crate::engine::weights::WeightMap;
-use crate::family::GatedDeltaConfig;
+use crate::family::{DeltaProjections, GatedDeltaConfig};
 
 /// The epsilon of the reference L2 norm of queries and keys (added to the
 /// sum of squares).
 const L2_EPS: f64 = 1e-6;
 
+/// The projections of a gated DeltaNet layer's input, as its checkpoint
+/// stores them (`DeltaProjections`); joined for a decode step where they
+/// are stored alike and the decoder joins projections.
+enum InProjection {
+    /// `in_proj_qkv`, `in_proj_z`, `in_proj_b` and `in_proj_a`.
+    Apart(JointProjection<4>),
+    /// `in_proj_qkvz` and `in_proj_ba`, their rows grouped by key head.
+    GroupedByKeyHead(JointProjection<2>),
+}
+
+impl InProjection {
+    fn parameters(&self) -> u64 {
+        match self {
+            InProjection::Apart(parts) => parts.parameters(),
+            InProjection::GroupedByKeyHead(parts) => parts.parameters(),
+        }
+    }
+
+    fn arrays(&self) -> Vec<&Array> {
+        match self {
+            InProjection::Apart(parts) => parts.arrays(),
+            InProjection::GroupedByKeyHead(parts) => parts.arrays(),
+        }
+    }
+
+    fn decode_layers(&self) -> Vec<&Linear> {
+        match self {
+            InProjection::Apart(parts) => parts.decode_layers(),
+            InProjection::GroupedByKeyHead(parts) => parts.decode_layers(),
+        }
+    }
+}
+
 pub struct GatedDelta {
-    /// `in_proj_qkv`, `in_proj_z`, `in_proj_b` and `in_proj_a`: four stored
-    /// layers of one input, joined for a decode step where they are stored
-    /// alike and the decoder joins projections.
-    in_proj: JointProjection<4>,
+    in_proj: InProjection,
     pub(super) out_proj: Linear,
     /// The depthwise kernel `[conv_dim, kernel, 1]`, as MLX's conv1d takes it.
     conv_weight: Array,
@@ -70,18 +101,25 @@ impl GatedDelta {
         let mut proj = |name: &str, out: i32, inp: i32| {
             Linear::load(w, &format!("{prefix}.{name}"), out, inp, quant, false)
         };
-        let parts = [
-            proj("in_proj_qkv", delta.conv_dim(), hidden)?,
-            proj("in_proj_z", delta.value_dim(), hidden)?,
-            proj("in_proj_b", heads, hidden)?,
-            proj("in_proj_a", heads, hidden)?,
-        ];
-        let out_proj = proj("out_proj", hidden, delta.value_dim())?;
-        let in_proj = if join {
-            JointProjection::join(parts)?
-        } else {
-            JointProjection::apart(parts)
+        let in_proj = match delta.projections {
+            DeltaProjections::Apart => InProjection::Apart(joint(
+                [
+                    proj("in_proj_qkv", delta.conv_dim(), hidden)?,
+                    proj("in_proj_z", delta.value_dim(), hidden)?,
+                    proj("in_proj_b", heads, hidden)?,
+                    proj("in_proj_a", heads, hidden)?,
+                ],
+                join,
+            )?),
+            DeltaProjections::GroupedByKeyHead => InProjection::GroupedByKeyHead(joint(
+                [
+                    proj("in_proj_qkvz", delta.conv_dim() + delta.value_dim(), hidden)?,
+                    proj("in_proj_ba", 2 * heads, hidden)?,
+                ],
+                join,
+            )?),
         };
+        let out_proj = proj("out_proj", hidden, delta.value_dim())?;
         Ok(Self {
             in_proj,
             out_proj,
@@ -107,7 +145,7 @@ impl GatedDelta {
         let shape = x.shape();
         let (batch, length) = (shape[0], shape[1]);
         let state = cache.recurrent_mut()?;
-        let [qkv, z, b, a] = self.in_proj.forward(x)?;
+        let [qkv, z, b, a] = self.project(x)?;
         let z = z.reshape(&[batch, length, self.value_heads, self.value_head_dim])?;
         let conv_input = state.conv.extend(&qkv)?;
         let convolved = ops::conv1d(&conv_input, &self.conv_weight, 1, 0, 1, self.conv_dim)?;
@@ -138,6 +176,36 @@ impl GatedDelta {
         state.set_matrix(matrix);
         let out = gated_rms_norm(&y, &z, &self.norm, self.eps)?;
         out.reshape(&[batch, length, self.value_heads * self.value_head_dim])
+    }
+
+    /// The projections of `x` (`[B, L, hidden]`): the convolution's input
+    /// (every query head, every key head, every value head), the output
+    /// gates `z`, and `b` and `a` per value head. Rows grouped by key head
+    /// are split and regathered into that order as mlx-lm's
+    /// `fix_query_key_value_ordering` does.
+    fn project(&self, x: &Array) -> Result<[Array; 4], Exception> {
+        let parts = match &self.in_proj {
+            InProjection::Apart(parts) => return parts.forward(x),
+            InProjection::GroupedByKeyHead(parts) => parts,
+        };
+        let shape = x.shape();
+        let (batch, length) = (shape[0], shape[1]);
+        let [qkvz, ba] = parts.forward(x)?;
+        let (key_heads, key_dim) = (self.key_heads, self.key_head_dim);
+        // The value heads that share each key head, as wide as they are.
+        let shared = self.value_heads / key_heads.max(1) * self.value_head_dim;
+        let grouped = |y: Array| y.reshape(&[batch, length, key_heads, -1]);
+        let flat = |y: &Array| y.reshape(&[batch, length, -1]);
+        let [q, k, v, z] = <[Array; 4]>::try_from(
+            grouped(qkvz)?.split_at_indices(&[key_dim, 2 * key_dim, 2 * key_dim + shared], -1)?,
+        )
+        .map_err(|_| Exception::custom("a split in four gave another count"))?;
+        let [b, a] = <[Array; 2]>::try_from(
+            grouped(ba)?.split_at_indices(&[self.value_heads / key_heads.max(1)], -1)?,
+        )
+        .map_err(|_| Exception::custom("a split in two gave another count"))?;
+        let qkv = ops::concatenate(&[flat(&q)?, flat(&k)?, flat(&v)?], -1)?;
+        Ok([qkv, flat(&z)?, flat(&b)?, flat(&a)?])
     }
 
     /// Queries and keys L2-normalized per head, the queries also scaled by
@@ -244,6 +312,15 @@ impl GatedDelta {
     /// Positions the convolution spans.
     pub fn conv_kernel(&self) -> i32 {
         self.conv_weight.shape()[1]
+    }
+}
+
+/// Parts stored apart, joined for decode steps where `join`.
+fn joint<const N: usize>(parts: [Linear; N], join: bool) -> Result<JointProjection<N>, Exception> {
+    if join {
+        JointProjection::join(parts)
+    } else {
+        Ok(JointProjection::apart(parts))
     }
 }
 
