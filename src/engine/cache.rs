@@ -222,7 +222,9 @@ pub enum AttentionMask {
     None,
     /// Several positions, each seeing the keys up to itself.
     Causal,
-    /// An explicit boolean mask `[queries, keys]` (a window).
+    /// An explicit boolean mask, true where a query sees a key: `[queries,
+    /// keys]` (a window), or `[B, 1, 1, keys]` (a batch's rows, each
+    /// without its padding).
     Array(Array),
 }
 
@@ -238,6 +240,22 @@ pub struct RotatingKvCache {
     keep: i32,
     /// Where the next single position is written.
     write_at: i32,
+    /// In a batch: each row's padding, as the positions `start..end` of
+    /// `offset`'s count (rows are aligned on their newest position, and a
+    /// shorter row's padding sits after its kept positions and before the
+    /// rest). Empty for one row.
+    padding: Vec<(i32, i32)>,
+}
+
+/// Where a rotating cache writes its next single position.
+struct NextSlot {
+    /// Slots added first (the cache grows toward `max_size` in steps).
+    room: i32,
+    /// The oldest positions after the kept ones dropped first (a prefill
+    /// chunk leaves the cache longer than `max_size`).
+    excess: i32,
+    /// The slot written.
+    slot: i32,
 }
 
 impl RotatingKvCache {
@@ -249,6 +267,7 @@ impl RotatingKvCache {
             max_size: max_size.max(keep + 1),
             keep,
             write_at: 0,
+            padding: Vec::new(),
         }
     }
 
@@ -314,15 +333,55 @@ impl RotatingKvCache {
         Ok((k, v))
     }
 
+    /// Slots the cache has now, used or not.
+    fn capacity(&self) -> i32 {
+        self.keys.as_ref().map_or(0, |k| k.shape()[2])
+    }
+
+    /// Where the next single position goes (`append_one` writes it there;
+    /// a batch's mask reads where each position will be).
+    fn next_slot(&self) -> NextSlot {
+        let capacity = self.capacity();
+        let grows = self.keys.is_none() || (self.offset >= capacity && capacity < self.max_size);
+        let room = if grows {
+            STEP.min(self.max_size - self.offset)
+        } else {
+            0
+        };
+        let excess = (capacity + room - self.max_size).max(0);
+        let mut slot = if grows { self.offset } else { self.write_at };
+        if excess > 0 || slot == self.max_size {
+            slot = self.keep;
+        }
+        NextSlot { room, excess, slot }
+    }
+
+    /// The position (of `offset`'s count) each of the first
+    /// `min(offset, capacity)` slots holds, for a cache of `capacity` slots
+    /// that has seen `offset` positions and writes next at `write_at`: in
+    /// order until it has dropped any; then the kept ones, the newest up to
+    /// `write_at`, and the oldest from there on.
+    fn slot_positions(offset: i32, capacity: i32, write_at: i32, keep: i32) -> Vec<i32> {
+        (0..offset.min(capacity))
+            .map(|slot| {
+                if offset <= capacity || slot < keep {
+                    slot
+                } else if slot < write_at {
+                    offset - write_at + slot
+                } else {
+                    offset - write_at + slot - (capacity - keep)
+                }
+            })
+            .collect()
+    }
+
     /// One position (a decode step): written in place, over the oldest
     /// position after the kept ones once the cache is full.
     fn append_one(&mut self, keys: &Array, values: &Array) -> Result<(Array, Array), Exception> {
-        let previous = self.offset;
-        let capacity = self.keys.as_ref().map_or(0, |k| k.shape()[2]);
-        if self.keys.is_none() || (previous >= capacity && capacity < self.max_size) {
+        let next = self.next_slot();
+        if next.room > 0 {
             let shape = keys.shape();
-            let room_size = STEP.min(self.max_size - previous);
-            let room = |dtype| ops::zeros_dtype(&[shape[0], shape[1], room_size, shape[3]], dtype);
+            let room = |dtype| ops::zeros_dtype(&[shape[0], shape[1], next.room, shape[3]], dtype);
             let (new_k, new_v) = (room(keys.dtype())?, room(values.dtype())?);
             match (self.keys.take(), self.values.take()) {
                 (Some(k), Some(v)) => {
@@ -334,29 +393,23 @@ impl RotatingKvCache {
                     self.values = Some(new_v);
                 }
             }
-            self.write_at = previous;
         }
         let (Some(k), Some(v)) = (self.keys.take(), self.values.take()) else {
             return Err(Exception::custom("rotating KV cache lost its arrays"));
         };
-        let excess = k.shape()[2] - self.max_size;
-        let (mut k, mut v) = if excess > 0 {
-            self.write_at = self.max_size;
+        let (mut k, mut v) = if next.excess > 0 {
             (
-                self.drop_after_keep(excess, &k, None)?,
-                self.drop_after_keep(excess, &v, None)?,
+                self.drop_after_keep(next.excess, &k, None)?,
+                self.drop_after_keep(next.excess, &v, None)?,
             )
         } else {
             (k, v)
         };
-        if self.write_at == self.max_size {
-            self.write_at = self.keep;
-        }
-        let at = self.write_at;
+        let at = next.slot;
         k = write_positions(&k, keys, at, at + 1)?;
         v = write_positions(&v, values, at, at + 1)?;
         self.offset += 1;
-        self.write_at += 1;
+        self.write_at = at + 1;
         let length = k.shape()[2];
         let out = if self.offset < length {
             (

@@ -1,79 +1,123 @@
 //! The batch operations of the cache: one-row caches joined into one batch
-//! (`stack`), taken apart again (`split`), and cut to some rows (`filter`).
+//! (`stack`), more rows joined to a batch (`extend`), a row taken out at its
+//! own position (`split_row`), the batch cut to some rows (`filter`), and
+//! the mask a batched decode step needs (`batch_mask`).
+//!
+//! A batch's KV rows are aligned on their newest position, as mlx-lm's
+//! `BatchKVCache` and `BatchRotatingKVCache` align them: a shorter row is
+//! padded with zeros before its positions, each row's padding is recorded,
+//! and the mask hides it. Every row then writes its next position into the
+//! same slot, so a decode step's write is one slice update for the whole
+//! batch, and a rotating cache rotates all rows alike: padding is what a
+//! row's window drops first, so each row keeps exactly the positions it
+//! would keep alone. A rotating cache that keeps its first tokens keeps
+//! each row's own (its padding sits after them). State kinds (convolution,
+//! recurrent) stack on the batch axis: their size does not depend on the
+//! positions seen, and a batch only ever feeds them real tokens (one per
+//! row and step), so no padding reaches a state.
 
 use mlx_rs::error::Exception;
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::{Array, ops};
 
-use super::{CacheError, ConvState, KvCache, LayerCache, RecurrentState};
+use super::{
+    AttentionMask, CacheError, ConvState, KvCache, LayerCache, RecurrentState, RotatingKvCache,
+};
 
 impl LayerCache {
     /// One-row caches of the same kind joined into one batch: KV rows are
-    /// left-padded to the longest (each row's padding recorded), states
-    /// stacked on the batch axis (their size does not depend on length).
+    /// padded to the longest (each row's padding recorded), states stacked
+    /// on the batch axis (their size does not depend on length).
     pub fn stack(rows: &[LayerCache]) -> Result<LayerCache, CacheError> {
         let Some(first) = rows.first() else {
             return Err(CacheError::Mismatch("no caches to stack".into()));
         };
-        let mismatch = || {
-            CacheError::Mismatch(format!(
-                "caches of different kinds cannot be stacked (the first is a {})",
-                first.kind()
-            ))
-        };
+        if let Some(batch) = rows.iter().find(|r| r.rows() > 1) {
+            return Err(CacheError::Mismatch(format!(
+                "a batch of {} rows cannot be stacked again; extend it instead",
+                batch.rows()
+            )));
+        }
         match first {
-            LayerCache::Growing(_) => {
-                let kv: Vec<&KvCache> = rows
-                    .iter()
-                    .map(|r| match r {
-                        LayerCache::Growing(c) => Ok(c),
-                        _ => Err(mismatch()),
-                    })
-                    .collect::<Result<_, _>>()?;
-                Ok(LayerCache::Growing(stack_kv(&kv)?))
+            LayerCache::Growing(_) => Ok(LayerCache::Growing(join_kv(&kv_rows(rows)?)?)),
+            LayerCache::Rotating(_) => {
+                Ok(LayerCache::Rotating(stack_rotating(&rotating_rows(rows)?)?))
             }
-            LayerCache::Conv(c) => {
-                let inputs = rows
-                    .iter()
-                    .map(|r| match r {
-                        LayerCache::Conv(c) => Ok(c.inputs.as_ref()),
-                        _ => Err(mismatch()),
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                Ok(LayerCache::Conv(ConvState {
-                    inputs: stack_states(&inputs)?,
-                    kernel: c.kernel,
-                    offset: rows.iter().map(LayerCache::offset).max().unwrap_or(0),
-                }))
-            }
-            LayerCache::Recurrent(c) => {
-                let parts = rows
-                    .iter()
-                    .map(|r| match r {
-                        LayerCache::Recurrent(c) => Ok((c.conv.inputs.as_ref(), c.matrix.as_ref())),
-                        _ => Err(mismatch()),
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                let (inputs, matrices): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
-                Ok(LayerCache::Recurrent(RecurrentState {
-                    conv: ConvState {
-                        inputs: stack_states(&inputs)?,
-                        kernel: c.conv.kernel,
-                        offset: rows.iter().map(LayerCache::offset).max().unwrap_or(0),
-                    },
-                    matrix: stack_states(&matrices)?,
-                }))
-            }
-            LayerCache::Rotating(_) => Err(CacheError::Mismatch(
-                "rotating KV caches are not batched yet; use growing ones".into(),
-            )),
+            LayerCache::Conv(_) | LayerCache::Recurrent(_) => join_states(None, rows),
         }
     }
 
-    /// The batch taken apart into one-row caches, each without its padding.
-    pub fn split(&self) -> Result<Vec<LayerCache>, CacheError> {
-        let rows = self.rows()?;
-        (0..rows).map(|row| self.select(&[row])).collect()
+    /// This batch with `rows` (one-row caches of the same kind) joined
+    /// after its own rows. The batch must have seen a position (a batch is
+    /// made by `stack` and runs a step before it takes more rows).
+    pub fn extend(&self, rows: &[LayerCache]) -> Result<LayerCache, CacheError> {
+        if rows.is_empty() {
+            return self.filter(&(0..self.rows()).collect::<Vec<_>>());
+        }
+        if self.rows() == 0 {
+            return Err(CacheError::Mismatch(
+                "a batch that has seen no position cannot take more rows; stack them together"
+                    .into(),
+            ));
+        }
+        match self {
+            LayerCache::Growing(batch) => {
+                let mut blocks = vec![batch];
+                blocks.extend(kv_rows(rows)?);
+                Ok(LayerCache::Growing(join_kv(&blocks)?))
+            }
+            LayerCache::Rotating(batch) => {
+                // Windows are small: take the batch apart and stack every
+                // row anew, in one frame with the joining ones.
+                let own: Vec<RotatingKvCache> = (0..self.rows())
+                    .map(|row| batch.row(row, 0))
+                    .collect::<Result<_, _>>()?;
+                let mut all: Vec<&RotatingKvCache> = own.iter().collect();
+                all.extend(rotating_rows(rows)?);
+                Ok(LayerCache::Rotating(stack_rotating(&all)?))
+            }
+            LayerCache::Conv(_) | LayerCache::Recurrent(_) => join_states(Some(self), rows),
+        }
+    }
+
+    /// Row `row` of the batch as a cache of its own, at its own position
+    /// `offset` (the tokens it has seen: a batch counts its positions for
+    /// all rows alike, padding included), without its padding.
+    pub fn split_row(&self, row: usize, offset: i32) -> Result<LayerCache, CacheError> {
+        let rows = self.rows();
+        if row >= rows.max(1) {
+            return Err(CacheError::Mismatch(format!(
+                "row {row} of a batch of {rows} rows"
+            )));
+        }
+        match self {
+            LayerCache::Growing(_) => {
+                let single = self.select(&[row])?;
+                if rows > 0 && single.offset() != offset {
+                    return Err(CacheError::Mismatch(format!(
+                        "row {row} holds {} positions, not the {offset} it has seen",
+                        single.offset()
+                    )));
+                }
+                Ok(single)
+            }
+            LayerCache::Rotating(c) => Ok(LayerCache::Rotating(c.row(row, offset)?)),
+            LayerCache::Conv(_) | LayerCache::Recurrent(_) => {
+                let mut single = self.select(&[row])?;
+                single.set_state_offset(offset);
+                Ok(single)
+            }
+        }
+    }
+
+    /// Every row of the batch as a cache of its own, row `r` at position
+    /// `offsets[r]`.
+    pub fn split(&self, offsets: &[i32]) -> Result<Vec<LayerCache>, CacheError> {
+        offsets
+            .iter()
+            .enumerate()
+            .map(|(row, &offset)| self.split_row(row, offset))
+            .collect()
     }
 
     /// Keeps the rows `keep` (in that order), as a batch.
@@ -81,13 +125,44 @@ impl LayerCache {
         self.select(keep)
     }
 
-    /// Rows of the batch (0 while empty).
-    pub fn rows(&self) -> Result<usize, CacheError> {
+    /// Rows of the batch (0 while it holds nothing).
+    pub fn rows(&self) -> usize {
         let first = self.state().first().map(|a| a.shape()[0]).unwrap_or(0);
-        Ok(first.max(0) as usize)
+        first.max(0) as usize
     }
 
-    /// The rows `keep` of the batch; padding every kept row has is dropped.
+    /// The attention mask for one new position per row of a batch: `[B, 1,
+    /// 1, keys]`, true where a row's key is its own (not padding), for the
+    /// keys the cache holds once it has written that position; `None` when
+    /// no row's padding is among them.
+    pub fn batch_mask(&self) -> Result<AttentionMask, Exception> {
+        match self {
+            LayerCache::Growing(c) if c.left_padding.iter().any(|&p| p > 0) => {
+                let keys = c.offset + 1;
+                let rows = c.left_padding.len() as i32;
+                let slots = Array::arange::<_, i32>(0, keys, 1)?.reshape(&[1, keys])?;
+                let padding = Array::from_slice(&c.left_padding, &[rows, 1]);
+                Ok(AttentionMask::Array(
+                    ops::ge(&slots, &padding)?.reshape(&[rows, 1, 1, keys])?,
+                ))
+            }
+            LayerCache::Rotating(c) if !c.padding.is_empty() => c.batch_mask(),
+            _ => Ok(AttentionMask::None),
+        }
+    }
+
+    /// Sets a state layer's count of positions seen (a row taken out of a
+    /// batch has seen its own).
+    fn set_state_offset(&mut self, offset: i32) {
+        match self {
+            LayerCache::Conv(c) => c.offset = offset,
+            LayerCache::Recurrent(c) => c.conv.offset = offset,
+            LayerCache::Growing(_) | LayerCache::Rotating(_) => {}
+        }
+    }
+
+    /// The rows `keep` of the batch; padding every kept row has is dropped
+    /// from a growing cache.
     fn select(&self, keep: &[usize]) -> Result<LayerCache, CacheError> {
         let indices: Vec<i32> = keep.iter().map(|&r| r as i32).collect();
         let pick = |a: &Array| -> Result<Array, Exception> {
@@ -114,6 +189,18 @@ impl LayerCache {
                 let left = if keep.len() == 1 { Vec::new() } else { left };
                 Ok(LayerCache::Growing(KvCache::holding(k, v, left)))
             }
+            LayerCache::Rotating(c) => Ok(LayerCache::Rotating(RotatingKvCache {
+                keys: pick_state(c.keys.as_ref())?,
+                values: pick_state(c.values.as_ref())?,
+                offset: c.offset,
+                max_size: c.max_size,
+                keep: c.keep,
+                write_at: c.write_at,
+                padding: keep
+                    .iter()
+                    .map(|&r| c.padding.get(r).copied().unwrap_or((0, 0)))
+                    .collect(),
+            })),
             LayerCache::Conv(c) => Ok(LayerCache::Conv(ConvState {
                 inputs: pick_state(c.inputs.as_ref())?,
                 kernel: c.kernel,
@@ -127,33 +214,56 @@ impl LayerCache {
                 },
                 matrix: pick_state(c.matrix.as_ref())?,
             })),
-            LayerCache::Rotating(_) => Err(CacheError::Mismatch(
-                "rotating KV caches are not batched yet; use growing ones".into(),
-            )),
         }
     }
 }
 
-/// Growing KV caches of one row each, left-padded with zeros to the
-/// longest and joined on the batch axis.
-fn stack_kv(rows: &[&KvCache]) -> Result<KvCache, CacheError> {
-    let longest = rows.iter().map(|c| c.offset).max().unwrap_or(0);
-    let Some((template, _)) = rows.iter().find_map(|c| c.used()) else {
+/// Caches stacked together must be of one kind.
+fn mismatch(first: &LayerCache) -> CacheError {
+    CacheError::Mismatch(format!(
+        "caches of different kinds cannot be stacked (the first is a {})",
+        first.kind()
+    ))
+}
+
+fn kv_rows(rows: &[LayerCache]) -> Result<Vec<&KvCache>, CacheError> {
+    rows.iter()
+        .map(|r| match r {
+            LayerCache::Growing(c) => Ok(c),
+            other => Err(mismatch(other)),
+        })
+        .collect()
+}
+
+/// The rotating caches `rows`, which must rotate alike.
+fn rotating_rows(rows: &[LayerCache]) -> Result<Vec<&RotatingKvCache>, CacheError> {
+    rows.iter()
+        .map(|r| match r {
+            LayerCache::Rotating(c) => Ok(c),
+            other => Err(mismatch(other)),
+        })
+        .collect()
+}
+
+/// Growing KV blocks (a batch, or one row) aligned on their newest
+/// position: each padded with zeros before its positions to the longest
+/// and joined on the batch axis, every row's padding recorded. An empty
+/// block is one row that has seen nothing.
+fn join_kv(blocks: &[&KvCache]) -> Result<KvCache, CacheError> {
+    let longest = blocks.iter().map(|c| c.offset).max().unwrap_or(0);
+    let Some((template, _)) = blocks.iter().find_map(|c| c.used()) else {
         return Ok(KvCache::default());
     };
     let shape = template.shape().to_vec();
-    let mut keys = Vec::with_capacity(rows.len());
-    let mut values = Vec::with_capacity(rows.len());
-    let mut padding = Vec::with_capacity(rows.len());
-    for row in rows {
-        if row.left_padding.len() > 1 {
-            return Err(CacheError::Mismatch(
-                "a batch cannot be stacked again; split it first".into(),
-            ));
-        }
-        let pad = longest - row.offset;
-        let zeros = |dtype| ops::zeros_dtype(&[1, shape[1], pad, shape[3]], dtype);
-        let (k, v) = match row.used() {
+    let mut keys = Vec::with_capacity(blocks.len());
+    let mut values = Vec::with_capacity(blocks.len());
+    let mut padding = Vec::with_capacity(blocks.len());
+    for block in blocks {
+        let pad = longest - block.offset;
+        let used = block.used();
+        let rows = used.as_ref().map_or(1, |(k, _)| k.shape()[0]);
+        let zeros = |dtype| ops::zeros_dtype(&[rows, shape[1], pad, shape[3]], dtype);
+        let (k, v) = match used {
             Some((k, v)) if pad > 0 => (
                 ops::concatenate(&[zeros(k.dtype())?, k], 2)?,
                 ops::concatenate(&[zeros(v.dtype())?, v], 2)?,
@@ -163,8 +273,17 @@ fn stack_kv(rows: &[&KvCache]) -> Result<KvCache, CacheError> {
         };
         keys.push(k);
         values.push(v);
-        padding.push(pad);
+        if block.left_padding.is_empty() {
+            padding.extend(std::iter::repeat_n(pad, rows as usize));
+        } else {
+            padding.extend(block.left_padding.iter().map(|p| p + pad));
+        }
     }
+    let padding = if padding.len() == 1 {
+        Vec::new()
+    } else {
+        padding
+    };
     Ok(KvCache::holding(
         ops::concatenate(&keys, 0)?,
         ops::concatenate(&values, 0)?,
@@ -172,17 +291,226 @@ fn stack_kv(rows: &[&KvCache]) -> Result<KvCache, CacheError> {
     ))
 }
 
-/// States of one row each joined on the batch axis; a row that has seen
-/// nothing yet holds zeros, as its first step would start from.
-fn stack_states(rows: &[Option<&Array>]) -> Result<Option<Array>, CacheError> {
-    let Some(template) = rows.iter().flatten().next() else {
+/// Rotating caches of one row each in one batch: each row in the order
+/// its positions came, its kept positions first, then zeros, then the
+/// rest, so that every row's newest position is in the same slot; each
+/// row's padding recorded. A row shorter than the kept positions has its
+/// padding right after what it has (and later positions go to the rotating
+/// part: only a prompt shorter than `keep` tokens differs from its run
+/// alone, and only once the cache has wrapped).
+fn stack_rotating(rows: &[&RotatingKvCache]) -> Result<RotatingKvCache, CacheError> {
+    let Some(first) = rows.first() else {
+        return Err(CacheError::Mismatch("no caches to stack".into()));
+    };
+    let (max_size, keep) = (first.max_size, first.keep);
+    if let Some(other) = rows
+        .iter()
+        .find(|c| c.max_size != max_size || c.keep != keep)
+    {
+        return Err(CacheError::Mismatch(format!(
+            "rotating caches of {max_size} positions keeping {keep} and of {} keeping {} \
+             cannot be stacked",
+            other.max_size, other.keep
+        )));
+    }
+    let contents = rows
+        .iter()
+        .map(|c| match (&c.keys, &c.values) {
+            (Some(k), Some(v)) => Ok(Some((c.in_time_order(k)?, c.in_time_order(v)?))),
+            _ => Ok(None),
+        })
+        .collect::<Result<Vec<_>, Exception>>()?;
+    let held_by =
+        |content: &Option<(Array, Array)>| content.as_ref().map_or(0, |(k, _)| k.shape()[2]);
+    let rest = contents
+        .iter()
+        .map(|c| (held_by(c) - keep).max(0))
+        .max()
+        .unwrap_or(0);
+    let length = keep + rest;
+    let Some((template, _)) = contents.iter().flatten().next() else {
+        return Ok(RotatingKvCache {
+            padding: vec![(0, 0); rows.len()],
+            ..RotatingKvCache::new(max_size, keep)
+        });
+    };
+    let shape = template.shape().to_vec();
+    let mut keys = Vec::with_capacity(rows.len());
+    let mut values = Vec::with_capacity(rows.len());
+    let mut padding = Vec::with_capacity(rows.len());
+    for content in &contents {
+        let held = held_by(content);
+        let kept = held.min(keep);
+        let pad = length - held;
+        let zeros = |dtype| ops::zeros_dtype(&[1, shape[1], pad, shape[3]], dtype);
+        let row = |a: &Array| -> Result<Array, Exception> {
+            if pad == 0 {
+                return Ok(a.clone());
+            }
+            ops::concatenate(
+                &[
+                    a.index((.., .., ..kept, ..)),
+                    zeros(a.dtype())?,
+                    a.index((.., .., kept.., ..)),
+                ],
+                2,
+            )
+        };
+        let (k, v) = match content {
+            Some((k, v)) => (row(k)?, row(v)?),
+            None => (zeros(template.dtype())?, zeros(template.dtype())?),
+        };
+        keys.push(k);
+        values.push(v);
+        padding.push((kept, kept + pad));
+    }
+    Ok(RotatingKvCache {
+        keys: Some(ops::concatenate(&keys, 0)?),
+        values: Some(ops::concatenate(&values, 0)?),
+        offset: length,
+        max_size,
+        keep,
+        write_at: length,
+        padding,
+    })
+}
+
+impl RotatingKvCache {
+    /// The slots of row `row` in the order their positions came, without
+    /// its padding.
+    fn row_slots(&self, row: usize) -> Vec<i32> {
+        let (start, end) = self.padding.get(row).copied().unwrap_or((0, 0));
+        let positions =
+            Self::slot_positions(self.offset, self.capacity(), self.write_at, self.keep);
+        let mut slots: Vec<(i32, i32)> = positions
+            .into_iter()
+            .enumerate()
+            .filter(|&(_, position)| position < start || position >= end)
+            .map(|(slot, position)| (position, slot as i32))
+            .collect();
+        slots.sort_unstable();
+        slots.into_iter().map(|(_, slot)| slot).collect()
+    }
+
+    /// Row `row` as a rotating cache of its own that has seen `offset`
+    /// positions: its positions in the order they came, without padding.
+    fn row(&self, row: usize, offset: i32) -> Result<RotatingKvCache, CacheError> {
+        let (Some(keys), Some(values)) = (&self.keys, &self.values) else {
+            return Ok(RotatingKvCache {
+                offset,
+                ..RotatingKvCache::new(self.max_size, self.keep)
+            });
+        };
+        let slots = self.row_slots(row);
+        let held = slots.len() as i32;
+        let r = row as i32;
+        let take = |a: &Array| -> Result<Array, Exception> {
+            let a = a.index((r..r + 1, .., .., ..));
+            if slots.iter().copied().eq(0..held) {
+                Ok(a.index((.., .., ..held, ..)))
+            } else {
+                a.take_axis(Array::from_slice(&slots, &[held]), 2)
+            }
+        };
+        Ok(RotatingKvCache {
+            keys: Some(take(keys)?),
+            values: Some(take(values)?),
+            offset,
+            max_size: self.max_size,
+            keep: self.keep,
+            write_at: held,
+            padding: Vec::new(),
+        })
+    }
+
+    /// The batch's mask for one new position per row (see
+    /// `LayerCache::batch_mask`): where each slot's position will be once
+    /// the next one is written, against each row's padding.
+    fn batch_mask(&self) -> Result<AttentionMask, Exception> {
+        let next = self.next_slot();
+        let capacity = if next.excess > 0 {
+            self.max_size
+        } else {
+            self.capacity() + next.room
+        };
+        let positions = Self::slot_positions(self.offset + 1, capacity, next.slot + 1, self.keep);
+        let padded = self.padding.iter().any(|&(start, end)| {
+            positions
+                .iter()
+                .any(|&position| position >= start && position < end)
+        });
+        if !padded {
+            return Ok(AttentionMask::None);
+        }
+        let keys = positions.len() as i32;
+        let rows = self.padding.len() as i32;
+        let positions = Array::from_slice(&positions, &[1, keys]);
+        let (starts, ends): (Vec<i32>, Vec<i32>) = self.padding.iter().copied().unzip();
+        let starts = Array::from_slice(&starts, &[rows, 1]);
+        let ends = Array::from_slice(&ends, &[rows, 1]);
+        let own = ops::logical_or(&ops::lt(&positions, &starts)?, &ops::ge(&positions, &ends)?)?;
+        Ok(AttentionMask::Array(own.reshape(&[rows, 1, 1, keys])?))
+    }
+}
+
+/// State layers (convolution or recurrent) joined on the batch axis:
+/// `batch`'s rows (when there is a batch) and then `rows`, one row each. A
+/// row that has seen nothing holds zeros, as its first step would start
+/// from.
+fn join_states(batch: Option<&LayerCache>, rows: &[LayerCache]) -> Result<LayerCache, CacheError> {
+    let Some(first) = batch.or(rows.first()) else {
+        return Err(CacheError::Mismatch("no caches to stack".into()));
+    };
+    let all: Vec<&LayerCache> = batch.into_iter().chain(rows).collect();
+    let offset = all.iter().map(|c| c.offset()).max().unwrap_or(0);
+    match first {
+        LayerCache::Conv(c) => {
+            let inputs = all
+                .iter()
+                .map(|r| match r {
+                    LayerCache::Conv(c) => Ok(c.inputs.as_ref()),
+                    other => Err(mismatch(other)),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(LayerCache::Conv(ConvState {
+                inputs: join_arrays(&inputs)?,
+                kernel: c.kernel,
+                offset,
+            }))
+        }
+        LayerCache::Recurrent(c) => {
+            let parts = all
+                .iter()
+                .map(|r| match r {
+                    LayerCache::Recurrent(c) => Ok((c.conv.inputs.as_ref(), c.matrix.as_ref())),
+                    other => Err(mismatch(other)),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let (inputs, matrices): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
+            Ok(LayerCache::Recurrent(RecurrentState {
+                conv: ConvState {
+                    inputs: join_arrays(&inputs)?,
+                    kernel: c.conv.kernel,
+                    offset,
+                },
+                matrix: join_arrays(&matrices)?,
+            }))
+        }
+        other => Err(mismatch(other)),
+    }
+}
+
+/// Arrays of one or more rows each joined on the batch axis; a missing one
+/// is one row of zeros.
+fn join_arrays(parts: &[Option<&Array>]) -> Result<Option<Array>, CacheError> {
+    let Some(template) = parts.iter().flatten().next() else {
         return Ok(None);
     };
     let mut shape = template.shape().to_vec();
     shape[0] = 1;
-    let parts = rows
+    let parts = parts
         .iter()
-        .map(|row| match row {
+        .map(|part| match part {
             Some(a) => Ok((*a).clone()),
             None => ops::zeros_dtype(&shape, template.dtype()),
         })
@@ -210,8 +538,8 @@ mod tests {
         };
         assert_eq!(kv.left_padding(), &[3, 0]);
         assert_eq!(batch.offset(), 5);
-        assert_eq!(batch.rows().unwrap(), 2);
-        let rows = batch.split().unwrap();
+        assert_eq!(batch.rows(), 2);
+        let rows = batch.split(&[2, 5]).unwrap();
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].offset(), 2);
         assert_eq!(rows[1].offset(), 5);
@@ -228,10 +556,193 @@ mod tests {
         // Keeping only the short row drops the padding it no longer needs.
         let kept = batch.filter(&[0]).unwrap();
         assert_eq!(kept.offset(), 2);
+        // A row asked for at a position it does not hold is refused.
+        assert!(batch.split_row(0, 3).is_err());
+    }
+
+    /// `[B, 1, 1, keys]` booleans of a mask, one row of keys per batch row.
+    fn mask_rows(mask: &AttentionMask) -> Vec<Vec<bool>> {
+        let AttentionMask::Array(mask) = mask else {
+            panic!("a batch with padding needs a mask array");
+        };
+        mask.eval().unwrap();
+        let keys = *mask.shape().last().unwrap() as usize;
+        mask.as_slice::<bool>()
+            .chunks(keys)
+            .map(<[bool]>::to_vec)
+            .collect()
+    }
+
+    /// `[B, 1, n, 2]` keys with row `r`'s values `values[r]`.
+    fn rows_of(values: &[f32]) -> Array {
+        let data: Vec<f32> = values.iter().flat_map(|&v| [v, v]).collect();
+        Array::from_slice(&data, &[values.len() as i32, 1, 1, 2])
     }
 
     #[test]
-    fn state_rows_stack_split_and_filter_on_the_batch_axis() {
+    fn a_growing_batch_masks_each_rows_padding_and_takes_joining_rows() {
+        let mut short = LayerCache::new(None);
+        short
+            .update_and_fetch(&positions(0, 1), &positions(0, 1))
+            .unwrap();
+        let mut long = LayerCache::new(None);
+        long.update_and_fetch(&positions(10, 3), &positions(10, 3))
+            .unwrap();
+        let mut batch = LayerCache::stack(&[short, long]).unwrap();
+        // The next step writes slot 3: the short row's slots 0 and 1 are padding.
+        assert_eq!(
+            mask_rows(&batch.batch_mask().unwrap()),
+            vec![vec![false, false, true, true], vec![true; 4]]
+        );
+        batch
+            .update_and_fetch(&rows_of(&[1., 13.]), &rows_of(&[1., 13.]))
+            .unwrap();
+        let mut joining = LayerCache::new(None);
+        joining
+            .update_and_fetch(&positions(20, 6), &positions(20, 6))
+            .unwrap();
+        let batch = batch.extend(&[joining]).unwrap();
+        assert_eq!(batch.rows(), 3);
+        let LayerCache::Growing(kv) = &batch else {
+            panic!("a growing batch stays one");
+        };
+        assert_eq!(kv.left_padding(), &[4, 2, 0]);
+        let rows = batch.split(&[2, 4, 6]).unwrap();
+        let held = |row: &LayerCache| match row {
+            LayerCache::Growing(c) => read_positions(&c.used().unwrap().0),
+            _ => unreachable!(),
+        };
+        assert_eq!(held(&rows[0]), vec![0., 1.]);
+        assert_eq!(held(&rows[1]), vec![10., 11., 12., 13.]);
+        assert_eq!(held(&rows[2]), vec![20., 21., 22., 23., 24., 25.]);
+        // Without the longest row, the shorter ones' shared padding goes.
+        let two = batch.filter(&[0, 1]).unwrap();
+        assert_eq!(two.offset(), 4);
+        assert_eq!(
+            mask_rows(&two.batch_mask().unwrap()),
+            vec![vec![false, false, true, true, true], vec![true; 5]]
+        );
+        let alike = LayerCache::stack(&[rows.into_iter().nth(2).unwrap()]).unwrap();
+        assert!(matches!(alike.batch_mask().unwrap(), AttentionMask::None));
+    }
+
+    /// A one-row rotating cache fed positions `0..n` one at a time.
+    fn rotating(max_size: i32, keep: i32, n: i32) -> LayerCache {
+        let mut cache = LayerCache::Rotating(RotatingKvCache::new(max_size, keep));
+        for p in 0..n {
+            cache
+                .update_and_fetch(&positions(p, 1), &positions(p, 1))
+                .unwrap();
+        }
+        cache
+    }
+
+    /// A one-row rotating cache fed positions `0..n` in one prefill chunk
+    /// (it holds them all until its next position).
+    fn rotating_chunk(max_size: i32, keep: i32, n: i32) -> LayerCache {
+        let mut cache = LayerCache::Rotating(RotatingKvCache::new(max_size, keep));
+        cache
+            .update_and_fetch(&positions(0, n), &positions(0, n))
+            .unwrap();
+        cache
+    }
+
+    /// What a one-row cache attends over at its next position `p`, sorted.
+    fn next_keys(cache: &mut LayerCache, p: i32) -> Vec<f32> {
+        let (k, _) = cache
+            .update_and_fetch(&positions(p, 1), &positions(p, 1))
+            .unwrap();
+        let mut held = read_positions(&k);
+        held.sort_by(f32::total_cmp);
+        held
+    }
+
+    /// A batch of rotating caches attends, in each row, over exactly the
+    /// positions the row's cache alone holds, step after step, across the
+    /// window's wrap, whether it keeps its first tokens or not; and a row
+    /// split off at the end holds them in order and goes on alone.
+    #[test]
+    fn rotating_rows_in_a_batch_see_what_they_would_see_alone() {
+        for keep in [0, 2] {
+            // The last row's prompt came in one chunk longer than the window.
+            let lengths = [3, 9, 6, 10];
+            let make = |row: usize, n: i32| match row {
+                3 => rotating_chunk(6, keep, n),
+                _ => rotating(6, keep, n),
+            };
+            let mut alone: Vec<LayerCache> = lengths
+                .iter()
+                .enumerate()
+                .map(|(r, &n)| make(r, n))
+                .collect();
+            let rows: Vec<LayerCache> = lengths
+                .iter()
+                .enumerate()
+                .map(|(r, &n)| make(r, n))
+                .collect();
+            let mut batch = LayerCache::stack(&rows).unwrap();
+            for step in 0..8 {
+                let next: Vec<f32> = lengths.iter().map(|&n| (n + step) as f32).collect();
+                let mask = batch.batch_mask().unwrap();
+                let (k, _) = batch
+                    .update_and_fetch(&rows_of(&next), &rows_of(&next))
+                    .unwrap();
+                k.eval().unwrap();
+                let keys = k.shape()[2] as usize;
+                let held: Vec<f32> = k.as_slice::<f32>().iter().step_by(2).copied().collect();
+                let own = match &mask {
+                    AttentionMask::None => vec![vec![true; keys]; lengths.len()],
+                    mask => mask_rows(mask),
+                };
+                assert!(own.iter().all(|row| row.len() == keys), "step {step}");
+                for (row, cache) in alone.iter_mut().enumerate() {
+                    let mut seen: Vec<f32> = held[row * keys..(row + 1) * keys]
+                        .iter()
+                        .zip(&own[row])
+                        .filter(|(_, own)| **own)
+                        .map(|(v, _)| *v)
+                        .collect();
+                    seen.sort_by(f32::total_cmp);
+                    let expected = next_keys(cache, next[row] as i32);
+                    assert_eq!(seen, expected, "keep {keep}, step {step}, row {row}");
+                }
+            }
+            let positions_seen: Vec<i32> = lengths.iter().map(|n| n + 8).collect();
+            let mut rows = batch.split(&positions_seen).unwrap();
+            for (row, cache) in rows.iter_mut().enumerate() {
+                assert_eq!(cache.offset(), positions_seen[row]);
+                let p = positions_seen[row];
+                assert_eq!(
+                    next_keys(cache, p),
+                    next_keys(&mut alone[row], p),
+                    "keep {keep}, row {row} alone again"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_rotating_batch_takes_a_joining_row_and_keeps_windows_apart() {
+        let mut batch = LayerCache::stack(&[rotating(4, 0, 2), rotating(4, 0, 7)]).unwrap();
+        batch
+            .update_and_fetch(&rows_of(&[2., 7.]), &rows_of(&[2., 7.]))
+            .unwrap();
+        let batch = batch.extend(&[rotating(4, 0, 1)]).unwrap();
+        assert_eq!(batch.rows(), 3);
+        let rows = batch.split(&[3, 8, 1]).unwrap();
+        let held = |row: &LayerCache| match row {
+            LayerCache::Rotating(c) => read_positions(c.keys.as_ref().unwrap()),
+            _ => unreachable!(),
+        };
+        assert_eq!(held(&rows[0]), vec![0., 1., 2.]);
+        assert_eq!(held(&rows[1]), vec![4., 5., 6., 7.]);
+        assert_eq!(held(&rows[2]), vec![0.]);
+        let mixed = LayerCache::stack(&[rotating(4, 0, 1), rotating(5, 0, 1)]);
+        assert!(mixed.is_err(), "windows of different sizes do not batch");
+    }
+
+    #[test]
+    fn state_rows_stack_split_extend_and_filter_on_the_batch_axis() {
         let mut a = ConvState::new(3);
         a.extend(&inputs(0, 4)).unwrap();
         let mut b = ConvState::new(3);
@@ -243,10 +754,10 @@ mod tests {
             LayerCache::Conv(empty),
         ])
         .unwrap();
-        assert_eq!(batch.rows().unwrap(), 3);
+        assert_eq!(batch.rows(), 3);
         // Three rows of 2 inputs x 2 channels x 4 bytes.
         assert_eq!(batch.nbytes(), 48);
-        let rows = batch.split().unwrap();
+        let rows = batch.split(&[4, 1, 0]).unwrap();
         let kept = |l: &LayerCache| match l {
             LayerCache::Conv(c) => values(c.inputs.as_ref().unwrap()),
             _ => unreachable!(),
@@ -258,9 +769,15 @@ mod tests {
             vec![0.; 4],
             "a row that saw nothing holds zeros"
         );
+        assert_eq!(rows[1].offset(), 1, "a row split off has its own position");
         let two = batch.filter(&[2, 0]).unwrap();
-        assert_eq!(two.rows().unwrap(), 2);
+        assert_eq!(two.rows(), 2);
         assert_eq!(kept(&two)[4..], [2., -2., 3., -3.]);
+        let mut c = ConvState::new(3);
+        c.extend(&inputs(7, 2)).unwrap();
+        let three = two.extend(&[LayerCache::Conv(c)]).unwrap();
+        assert_eq!(three.rows(), 3);
+        assert_eq!(kept(&three)[8..], [7., -7., 8., -8.]);
         let mut r = RecurrentState::new(2);
         r.set_matrix(ops::ones::<f32>(&[1, 2, 3, 4]).unwrap());
         let stacked = LayerCache::stack(&[
