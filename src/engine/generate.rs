@@ -21,7 +21,7 @@ use super::anatomy::{StepAnatomy, StepClock, graph_size};
 use super::cache::{CacheSnapshot, LayerCache};
 use super::model::decoder::Decoder;
 use super::request::CancelToken;
-use super::sample::{Sampler, SamplerSettings, repetition_penalty};
+use super::sample::{RecentTokens, Sampler, SamplerSettings};
 use crate::run_kinds::LoopShape;
 
 /// Prompt tokens run through the model at once while prefilling; larger is
@@ -44,9 +44,8 @@ pub struct TokenSteps<'a> {
     prefill_step_size: usize,
     shape: LoopShape,
     sampler: Sampler,
-    /// The latest token ids `[1, n]` for the repetition penalty, extended
-    /// lazily so the pipelined shape never waits for them.
-    recent: Option<Array>,
+    /// The tokens the repetition penalty looks at, when there is one.
+    recent: Option<RecentTokens>,
     /// Checked before each prefill chunk, so a long prompt can be stopped.
     cancel: Option<CancelToken>,
     /// Host time per decode step, for the benchmark's anatomy.
@@ -137,19 +136,6 @@ impl<'a> TokenSteps<'a> {
         self.cache.iter().map(LayerCache::nbytes).sum()
     }
 
-    /// Runs `tokens` through the model to fill the cache, without the
-    /// output head (MLX never computes what is not evaluated).
-    fn fill_cache(&mut self, tokens: &[u32]) -> Result<(), Exception> {
-        let length = i32::try_from(tokens.len()).unwrap_or(i32::MAX);
-        let input = Array::from_slice(tokens, &[1, length]);
-        self.model.hidden(&input, self.cache)?;
-        let state: Vec<&Array> = self.cache.iter().flat_map(LayerCache::state).collect();
-        mlx_rs::transforms::eval(state)?;
-        // Intermediate activations of the chunk are garbage now; give their
-        // buffers back instead of keeping them cached (mlx-lm does the same).
-        mlx_rs::memory::clear_cache()
-    }
-
     /// Builds (without evaluating) one step: `input` `[1, 1]` token id in,
     /// the next token `[1]` and its log-probabilities `[1, vocab]` out.
     fn build_step(&mut self, input: &Array) -> Result<(Array, Array), Exception> {
@@ -157,22 +143,8 @@ impl<'a> TokenSteps<'a> {
         // Only the last position's logits are needed for the next token.
         let last = hidden.index((.., -1.., ..));
         let mut logits = self.model.logits(&last)?.squeeze_axes(&[1])?;
-        if let Some(penalty) = self.sampler.settings().repetition_penalty {
-            let context = i32::try_from(self.sampler.settings().repetition_context_size)
-                .unwrap_or(i32::MAX)
-                .max(1);
-            let recent = match self.recent.take() {
-                Some(r) => ops::concatenate(&[r, input.reshape(&[1, 1])?], 1)?,
-                None => input.reshape(&[1, 1])?,
-            };
-            let length = recent.shape()[1];
-            let recent = if length > context {
-                recent.index((.., (length - context)..))
-            } else {
-                recent
-            };
-            logits = repetition_penalty(&logits, &recent, penalty)?;
-            self.recent = Some(recent);
+        if let Some(recent) = &mut self.recent {
+            logits = recent.penalize(&logits, input)?;
         }
         // Normalised to log-probabilities first, as mlx-lm does: in bf16 the
         // shift can merge near-ties, and greedy must pick what mlx-lm picks.
@@ -187,17 +159,12 @@ impl<'a> TokenSteps<'a> {
         let Some((last, rest)) = prompt.split_last() else {
             return Err(Exception::custom("the prompt has no tokens"));
         };
-        if self.sampler.settings().repetition_penalty.is_some() && !rest.is_empty() {
-            let context = self.sampler.settings().repetition_context_size;
-            let tail = &rest[rest.len().saturating_sub(context.saturating_sub(1))..];
-            let n = i32::try_from(tail.len()).unwrap_or(i32::MAX);
-            self.recent = Some(Array::from_slice(tail, &[1, n]));
-        }
+        self.recent = RecentTokens::new(self.sampler.settings(), rest);
         for chunk in rest.chunks(self.prefill_step_size) {
             if self.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
                 return Err(Exception::custom("cancelled during prefill"));
             }
-            self.fill_cache(chunk)?;
+            fill_cache(self.model, self.cache, chunk)?;
         }
         self.prefill_snapshot = CacheSnapshot::take(self.cache);
         self.build_step(&Array::from_slice(&[*last], &[1, 1]))
@@ -272,6 +239,23 @@ impl<'a> TokenSteps<'a> {
             }
         }
     }
+}
+
+/// Runs `tokens` through `model` to fill `cache`, without the output head
+/// (MLX never computes what is not evaluated), and evaluates the cache.
+pub fn fill_cache(
+    model: &Decoder,
+    cache: &mut [LayerCache],
+    tokens: &[u32],
+) -> Result<(), Exception> {
+    let length = i32::try_from(tokens.len()).unwrap_or(i32::MAX);
+    let input = Array::from_slice(tokens, &[1, length]);
+    model.hidden(&input, cache)?;
+    let state: Vec<&Array> = cache.iter().flat_map(LayerCache::state).collect();
+    mlx_rs::transforms::eval(state)?;
+    // Intermediate activations of the chunk are garbage now; give their
+    // buffers back instead of keeping them cached (mlx-lm does the same).
+    mlx_rs::memory::clear_cache()
 }
 
 use mlx_rs::ops::indexing::IndexOp;

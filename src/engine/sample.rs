@@ -186,6 +186,57 @@ pub fn repetition_penalty(
     ops::indexing::put_along_axis(logits, idx, &penalised, -1)
 }
 
+/// The token ids a repetition penalty looks at: the latest
+/// `repetition_context_size`, `[1, n]`, extended lazily by each step's
+/// input so a pipelined loop never waits for them.
+pub struct RecentTokens {
+    ids: Option<Array>,
+    context: i32,
+    penalty: f32,
+}
+
+impl RecentTokens {
+    /// The recent tokens of a run with `settings`, starting from the
+    /// prompt tokens before its last (the last is the first step's input);
+    /// `None` when the settings have no repetition penalty.
+    pub fn new(settings: &SamplerSettings, prompt_before_last: &[u32]) -> Option<Self> {
+        let penalty = settings.repetition_penalty?;
+        let context = settings.repetition_context_size;
+        let tail = &prompt_before_last[prompt_before_last
+            .len()
+            .saturating_sub(context.saturating_sub(1))..];
+        let ids = (!tail.is_empty()).then(|| {
+            let n = i32::try_from(tail.len()).unwrap_or(i32::MAX);
+            Array::from_slice(tail, &[1, n])
+        });
+        Some(Self {
+            ids,
+            context: i32::try_from(context).unwrap_or(i32::MAX).max(1),
+            penalty,
+        })
+    }
+
+    /// `logits` (`[1, vocab]`) with the penalty applied to the recent
+    /// tokens, `input` (this step's input token, one id) added to them
+    /// first.
+    pub fn penalize(&mut self, logits: &Array, input: &Array) -> Result<Array, Exception> {
+        let input = input.reshape(&[1, 1])?;
+        let recent = match self.ids.take() {
+            Some(ids) => ops::concatenate(&[ids, input], 1)?,
+            None => input,
+        };
+        let length = recent.shape()[1];
+        let recent = if length > self.context {
+            recent.index((.., (length - self.context)..))
+        } else {
+            recent
+        };
+        let penalized = repetition_penalty(logits, &recent, self.penalty)?;
+        self.ids = Some(recent);
+        Ok(penalized)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,6 +265,32 @@ mod tests {
             seed: Some(7),
             ..SamplerSettings::default()
         }
+    }
+
+    /// The penalty looks at the prompt's tail and each step's input, never
+    /// more than the context: a token that slid out of it is free again.
+    #[test]
+    fn recent_tokens_penalize_the_latest_within_the_context() {
+        let settings = SamplerSettings {
+            repetition_penalty: Some(2.0),
+            repetition_context_size: 3,
+            ..SamplerSettings::default()
+        };
+        assert!(RecentTokens::new(&SamplerSettings::default(), &[1, 2]).is_none());
+        let mut recent = RecentTokens::new(&settings, &[5, 6, 7, 8]).unwrap();
+        let logits = Array::from_slice(&[2.0f32; 12], &[1, 12]);
+        let penalized = |recent: &mut RecentTokens, input: u32| -> Vec<usize> {
+            let out = recent
+                .penalize(&logits, &Array::from_slice(&[input], &[1]))
+                .unwrap();
+            out.eval().unwrap();
+            (0..12)
+                .filter(|&i| out.as_slice::<f32>()[i] == 1.0)
+                .collect()
+        };
+        // The prompt's last two before the input, then the input.
+        assert_eq!(penalized(&mut recent, 9), vec![7, 8, 9]);
+        assert_eq!(penalized(&mut recent, 10), vec![8, 9, 10]);
     }
 
     #[test]
