@@ -825,6 +825,59 @@ impl Decoder {
         // Layers of one kind (full, or one window size) hold the same
         // positions, so one mask serves each kind: made from the first
         // cache of that kind.
+        let masks = self.masks(cache, |kv| kv.mask(length))?;
+        // Every layer has seen the same tokens, so one rope offset serves
+        // them all: one scalar per step.
+        let position = cache.first().map_or(0, LayerCache::offset);
+        if let Some(kv) = cache.iter().find(|kv| kv.offset() != position) {
+            return Err(Exception::custom(format!(
+                "the layers' caches are out of step: {} and {position} positions",
+                kv.offset()
+            )));
+        }
+        let offset = Array::from_int(position);
+        let h = self.embed(tokens)?;
+        let query_scale = match &self.query_scale {
+            Some(scale) => position_query_scale(scale, length, position, h.dtype())?,
+            None => None,
+        };
+        self.run_layers(h, cache, &offset, &masks, query_scale.as_ref())
+    }
+
+    /// Hidden states of the last layer for one new token per row of a
+    /// batched cache (`tokens` `[B, 1]`), row `r` at its own position
+    /// `positions[r]` (the tokens it has seen), extending every row by one
+    /// position. The batched KV layers' masks hide each row's padding.
+    pub fn hidden_rows(
+        &self,
+        tokens: &Array,
+        positions: &[i32],
+        cache: &mut [LayerCache],
+    ) -> Result<Array, Exception> {
+        let shape = tokens.shape();
+        if shape.len() != 2 || shape[1] != 1 || shape[0] as usize != positions.len() {
+            return Err(Exception::custom(format!(
+                "a batched step takes one token per row, [{}, 1], not {shape:?}",
+                positions.len()
+            )));
+        }
+        let masks = self.masks(cache, LayerCache::batch_mask)?;
+        let offsets = Array::from_slice(positions, &[shape[0]]);
+        let h = self.embed(tokens)?;
+        let query_scale = match &self.query_scale {
+            Some(scale) => rows_query_scale(scale, positions, h.dtype())?,
+            None => None,
+        };
+        self.run_layers(h, cache, &offsets, &masks, query_scale.as_ref())
+    }
+
+    /// The attention mask of each kind of attention layer (full, or one
+    /// window size), made by `mask` from the first cache of that kind.
+    fn masks(
+        &self,
+        cache: &[LayerCache],
+        mask: impl Fn(&LayerCache) -> Result<AttentionMask, Exception>,
+    ) -> Result<Vec<(Option<i32>, AttentionMask)>, Exception> {
         let mut masks: Vec<(Option<i32>, AttentionMask)> = Vec::with_capacity(2);
         let attending = self
             .layers
@@ -833,37 +886,43 @@ impl Decoder {
             .filter(|(layer, _)| matches!(layer.mixer, Mixer::Attention(_)));
         for (layer, kv) in attending {
             if !masks.iter().any(|(window, _)| *window == layer.window) {
-                masks.push((layer.window, kv.mask(length)?));
+                masks.push((layer.window, mask(kv)?));
             }
         }
-        // Every layer has seen the same tokens, so one rope offset serves
-        // them all: one scalar per step.
-        let position = cache.first().map_or(0, LayerCache::offset);
-        let offset = Array::from_int(position);
-        let mut h = self.embed_tokens.embed(tokens)?;
-        if let Some(scale) = &self.embed_scale {
-            h = ops::multiply(&h, scale)?;
+        Ok(masks)
+    }
+
+    /// The embeddings of `tokens`, scaled where the family scales them.
+    fn embed(&self, tokens: &Array) -> Result<Array, Exception> {
+        let h = self.embed_tokens.embed(tokens)?;
+        match &self.embed_scale {
+            Some(scale) => ops::multiply(&h, scale),
+            None => Ok(h),
         }
-        let query_scale = match &self.query_scale {
-            Some(scale) => position_query_scale(scale, length, position, h.dtype())?,
-            None => None,
-        };
+    }
+
+    /// Embeddings `h` through every layer and the final norm, rope rotating
+    /// from `offset` (a scalar, or one per row), each attention layer
+    /// masked by its kind's mask, and the queries scaled by `query_scale`
+    /// where a family scales them by position.
+    fn run_layers(
+        &self,
+        mut h: Array,
+        cache: &mut [LayerCache],
+        offset: &Array,
+        masks: &[(Option<i32>, AttentionMask)],
+        query_scale: Option<&Array>,
+    ) -> Result<Array, Exception> {
         for (layer, kv) in self.layers.iter().zip(cache.iter_mut()) {
             let mask = masks
                 .iter()
                 .find(|(window, _)| *window == layer.window)
                 .map_or(&AttentionMask::None, |(_, mask)| mask);
-            if kv.offset() != position {
-                return Err(Exception::custom(format!(
-                    "the layers' caches are out of step: {} and {position} positions",
-                    kv.offset()
-                )));
-            }
             let normed = fast::rms_norm(&h, Some(&layer.input_layernorm), self.eps)?;
             let mixed = match &layer.mixer {
                 Mixer::Attention(attn) => {
-                    let (mut q, k, v, gate) = attn.project(&normed, &offset)?;
-                    if let Some(scale) = &query_scale {
+                    let (mut q, k, v, gate) = attn.project(&normed, offset)?;
+                    if let Some(scale) = query_scale {
                         q = ops::multiply(&q, scale)?;
                     }
                     attn.attend(q, k, v, gate, kv, mask)?
@@ -911,6 +970,32 @@ pub fn position_query_scale(
         ops::multiply(Array::from_f32(scale.beta), &grown)?,
     )?;
     Ok(Some(factor.reshape(&[length, 1])?.as_dtype(dtype)?))
+}
+
+/// The queries' scale of one position per row, row `r` at `positions[r]`,
+/// `[B, 1, 1, 1]` in `dtype`: `position_query_scale`'s operations on every
+/// row at once. `None` while every row is below the original context.
+fn rows_query_scale(
+    scale: &PositionQueryScale,
+    positions: &[i32],
+    dtype: mlx_rs::Dtype,
+) -> Result<Option<Array>, Exception> {
+    let original = scale.original_max_position_embeddings;
+    if positions
+        .iter()
+        .all(|&p| i64::from(p) < i64::from(original))
+    {
+        return Ok(None);
+    }
+    let rows = positions.len() as i32;
+    let positions = Array::from_slice(positions, &[rows]);
+    let windows = ops::floor(&ops::divide(&positions, Array::from_int(original as i32))?)?;
+    let grown = ops::log(&ops::add(Array::from_f32(1.0), &windows)?)?;
+    let factor = ops::add(
+        Array::from_f32(1.0),
+        ops::multiply(Array::from_f32(scale.beta), &grown)?,
+    )?;
+    Ok(Some(factor.reshape(&[rows, 1, 1, 1])?.as_dtype(dtype)?))
 }
 
 impl Layer {
@@ -1235,6 +1320,31 @@ mod tests {
         let value = one.as_dtype(f32).unwrap().as_slice::<f32>()[0];
         // 1.1098612 rounded to bfloat16 (8 bits of mantissa): 1.109375.
         assert_eq!(value, 1.109_375);
+    }
+
+    /// A batch's rows, each at its own position, get the scale each would
+    /// get alone, bit for bit; below the original context, none at all.
+    #[test]
+    fn each_row_of_a_batch_scales_its_queries_as_it_would_alone() {
+        let scale = PositionQueryScale {
+            beta: 0.1,
+            original_max_position_embeddings: 16,
+        };
+        let f32 = mlx_rs::Dtype::Float32;
+        assert!(
+            rows_query_scale(&scale, &[3, 15, 0], f32)
+                .unwrap()
+                .is_none()
+        );
+        let positions = [3, 16, 47, 15];
+        let rows = rows_query_scale(&scale, &positions, f32).unwrap().unwrap();
+        assert_eq!(rows.shape(), &[4, 1, 1, 1]);
+        for (row, &position) in positions.iter().enumerate() {
+            let alone = position_query_scale(&scale, 1, position, f32)
+                .unwrap()
+                .map_or(1.0, |a| a.as_slice::<f32>()[0]);
+            assert_eq!(rows.as_slice::<f32>()[row], alone, "position {position}");
+        }
     }
 
     #[test]
