@@ -4,6 +4,7 @@
 
 pub mod anatomy;
 pub mod backend;
+pub mod batch;
 pub mod cache;
 pub mod chat_template;
 pub mod detokenize;

@@ -54,13 +54,20 @@ impl LayerCache {
         if rows.is_empty() {
             return self.filter(&(0..self.rows()).collect::<Vec<_>>());
         }
-        if self.rows() == 0 {
-            return Err(CacheError::Mismatch(
+        let empty = || {
+            CacheError::Mismatch(
                 "a batch that has seen no position cannot take more rows; stack them together"
                     .into(),
-            ));
-        }
+            )
+        };
         match self {
+            LayerCache::Growing(batch) if batch.keys.is_none() => Err(empty()),
+            LayerCache::Rotating(batch) if batch.keys.is_none() => Err(empty()),
+            LayerCache::Conv(_) | LayerCache::Recurrent(_)
+                if self.rows() == 0 && rows.iter().any(|r| r.rows() > 0) =>
+            {
+                Err(empty())
+            }
             LayerCache::Growing(batch) => {
                 let mut blocks = vec![batch];
                 blocks.extend(kv_rows(rows)?);
