@@ -257,6 +257,12 @@ impl Batch {
         if sequence.max_tokens == 0 {
             return Err(BatchError::NoTokens);
         }
+        if let Some(batched) = sequence.cache.iter().find(|layer| layer.rows() > 1) {
+            return Err(BatchError::Cache(CacheError::Mismatch(format!(
+                "a sequence joins with a cache of its own, not a batch of {} rows",
+                batched.rows()
+            ))));
+        }
         let id = SequenceId(self.next_id);
         self.next_id += 1;
         let recent = RecentTokens::new(sequence.sampler.settings(), before_last);
@@ -645,5 +651,52 @@ impl Prefill {
             cache: self.cache,
             last: self.last,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::sample::SamplerSettings;
+
+    fn sequence(prompt: &[u32], max_tokens: usize, cache: Vec<LayerCache>) -> NewSequence {
+        NewSequence {
+            prompt: prompt.to_vec(),
+            cache,
+            sampler: Sampler::new(SamplerSettings::default()).unwrap(),
+            max_tokens,
+            stop_tokens: Vec::new(),
+            cancel: None,
+        }
+    }
+
+    /// A row of `n` positions, `[1, 1, n, 2]` keys and values.
+    fn filled(n: i32) -> LayerCache {
+        let mut cache = LayerCache::new(None);
+        let kv = ops::zeros::<f32>(&[1, 1, n, 2]).unwrap();
+        cache.update_and_fetch(&kv, &kv).unwrap();
+        cache
+    }
+
+    #[test]
+    fn a_sequence_needs_a_prompt_a_token_to_give_and_a_cache_of_its_own() {
+        let mut batch = Batch::new();
+        let refused = |result: Result<SequenceId, BatchError>| result.err().unwrap().to_string();
+        assert!(refused(batch.join(sequence(&[], 4, vec![filled(1)]))).contains("no tokens"));
+        assert!(refused(batch.join(sequence(&[1], 0, vec![filled(1)]))).contains("max_tokens"));
+        let two_rows = LayerCache::stack(&[filled(1), filled(3)]).unwrap();
+        assert!(refused(batch.join(sequence(&[1], 4, vec![two_rows]))).contains("2 rows"));
+        assert!(batch.is_empty(), "nothing refused is in the batch");
+        // A prompt of one token has nothing to prefill: it joins at the next step.
+        let id = batch.join(sequence(&[7], 4, vec![filled(2)])).unwrap();
+        assert_eq!((batch.waiting(), batch.decoding()), (1, 0));
+        let left = batch.leave(id, StopReason::StopString).unwrap().unwrap();
+        assert_eq!(left.reason, StopReason::StopString);
+        assert_eq!(
+            left.cache[0].offset(),
+            2,
+            "it leaves with the cache it came with"
+        );
+        assert!(batch.is_empty());
     }
 }
