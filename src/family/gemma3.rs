@@ -128,7 +128,9 @@ fn settle(model_type: &str, value: &Value) -> Result<ModelConfig, ConfigError> {
     config.qk_norm = true;
     config.norms_add_one = true;
     config.sandwich_norms = true;
-    config.embed_scale = Some((f64::from(hidden)).sqrt() as f32);
+    // mlx-lm rounds the scale to bfloat16 before casting it to the
+    // model's dtype.
+    config.embed_scale = Some(bfloat16_rounded(f64::from(hidden).sqrt() as f32));
     config.activation = Activation::GeluApprox;
     config.attention_scale = scalar.powf(-0.5);
     config.local_rope_theta = Some(local_base);
@@ -136,6 +138,13 @@ fn settle(model_type: &str, value: &Value) -> Result<ModelConfig, ConfigError> {
         .map(|i| ((i + 1) % pattern != 0).then_some(window))
         .collect();
     Ok(config)
+}
+
+/// `x` rounded to the nearest bfloat16 (ties to even), as a float32.
+fn bfloat16_rounded(x: f32) -> f32 {
+    let bits = x.to_bits();
+    let rounding = 0x7fff + ((bits >> 16) & 1);
+    f32::from_bits(bits.wrapping_add(rounding) & 0xffff_0000)
 }
 
 /// Gemma's own keys: every second layer attends to everything, so a

@@ -13,6 +13,7 @@ pub mod synth;
 pub mod tensors;
 
 mod gemma3;
+mod gemma4;
 mod gpt_oss;
 mod lfm2;
 mod llama;
@@ -29,10 +30,12 @@ mod smollm3;
 use serde_json::Value;
 
 pub use config::{
-    Activation, ConfigError, ExpertsConfig, ExpertsKind, GatedDeltaConfig, ModelConfig,
-    PositionQueryScale, RopeScaling, ShortConvConfig, TensorNames,
+    Activation, ConfigError, ExpertsConfig, ExpertsKind, FullAttention, GatedDeltaConfig,
+    ModelConfig, PerLayerInputConfig, PositionQueryScale, RopeScaling, ShortConvConfig,
+    TensorNames,
 };
 pub use gemma3::{GEMMA3, GEMMA3_TEXT};
+pub use gemma4::{GEMMA4, GEMMA4_TEXT};
 pub use gpt_oss::GPT_OSS;
 pub use lfm2::LFM2;
 pub use llama::LLAMA;
@@ -116,7 +119,7 @@ pub enum ToolCallSyntax {
 }
 
 /// Every family Ondo runs, in the order Ondo lists them.
-pub static FAMILIES: [&Family; 15] = [
+pub static FAMILIES: [&Family; 17] = [
     &LLAMA,
     &MISTRAL,
     &QWEN2,
@@ -132,6 +135,8 @@ pub static FAMILIES: [&Family; 15] = [
     &LFM2,
     &QWEN3_5,
     &QWEN3_5_MOE,
+    &GEMMA4_TEXT,
+    &GEMMA4,
 ];
 
 /// The family that reads config.json's `model_type`.
