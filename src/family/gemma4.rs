@@ -21,7 +21,9 @@
 //! `final_logit_softcapping`. The 26B A4B model (`enable_moe_block`) runs
 //! routed experts beside each layer's dense MLP. Defaults and rules are
 //! mlx-lm's `models/gemma4_text.py` and `gemma4.py`; a key a config sets to
-//! null is unset there, not defaulted, and so it is here.
+//! null is unset there, not defaulted, and so it is here. Replies reason in
+//! a `<|channel>thought` block the model opens and call tools as
+//! `<|tool_call>call:name{...}<tool_call|>`.
 
 use serde_json::{Value, json};
 
@@ -30,7 +32,15 @@ use super::config::{
     ModelConfig, PerLayerInputConfig, RopeScaling, missing, windows_of_layer_types,
 };
 use super::synth::{Shape, SynthChoices, SynthRecipe, nest_under_text_config};
-use super::{Family, ReplyStyle, every_layout_readable};
+use super::{Family, ReplyStyle, ThinkMarkers, ToolCallSyntax, every_layout_readable};
+
+/// Gemma 4 thinks in a thought channel it opens itself (when the template's
+/// `enable_thinking` asks it to) and calls tools in its own syntax.
+const GEMMA4_REPLIES: ReplyStyle = ReplyStyle {
+    harmony: false,
+    thinks: Some(ThinkMarkers::Channel),
+    tool_calls: ToolCallSyntax::GemmaCall,
+};
 
 pub const GEMMA4_TEXT: Family = Family {
     model_type: "gemma4_text",
@@ -38,7 +48,7 @@ pub const GEMMA4_TEXT: Family = Family {
     about: "Gemma 4's text model, as the multimodal checkpoints hold it",
     settle: settle_text,
     unreadable_layout: every_layout_readable,
-    reply: ReplyStyle::PLAIN,
+    reply: GEMMA4_REPLIES,
     synth: SynthRecipe {
         adjust,
         config: text_synth_config,
@@ -52,7 +62,7 @@ pub const GEMMA4: Family = Family {
     about: "Gemma 4 E2B, E4B, 26B A4B and 31B (multimodal checkpoints; Ondo reads the text model)",
     settle: settle_multimodal,
     unreadable_layout: every_layout_readable,
-    reply: ReplyStyle::PLAIN,
+    reply: GEMMA4_REPLIES,
     synth: SynthRecipe {
         adjust,
         config: multimodal_synth_config,
@@ -458,8 +468,14 @@ mod tests {
         assert_eq!(config.window_of(4), None);
         // Sliding layers: 256-wide heads, the whole head turned at base 1e4;
         // full ones: 512-wide, proportional at base 1e6.
-        assert_eq!((config.head_dim_of(0), config.rotary_dims_of(0)), (256, 256));
-        assert_eq!((config.head_dim_of(4), config.rotary_dims_of(4)), (512, 512));
+        assert_eq!(
+            (config.head_dim_of(0), config.rotary_dims_of(0)),
+            (256, 256)
+        );
+        assert_eq!(
+            (config.head_dim_of(4), config.rotary_dims_of(4)),
+            (512, 512)
+        );
         assert_eq!(config.local_rope_theta, Some(10_000.0));
         assert_eq!(config.rope_theta, 1_000_000.0);
         let scaling = config.rope_scaling.as_ref().unwrap();
@@ -495,10 +511,7 @@ mod tests {
         let config = settle_multimodal(&a4b()).unwrap();
         let experts = config.experts.as_ref().unwrap();
         assert_eq!(experts.kind, ExpertsKind::Gemma4);
-        assert_eq!(
-            (experts.num_experts, experts.num_experts_per_tok),
-            (128, 8)
-        );
+        assert_eq!((experts.num_experts, experts.num_experts_per_tok), (128, 8));
         assert_eq!(config.expert_layers(), 30);
         assert_eq!(config.kv_shared_layers, 0);
         assert!(config.per_layer_input.is_none());

@@ -88,8 +88,9 @@ impl Eq for Family {}
 pub struct ReplyStyle {
     /// Replies are harmony messages (channels for reasoning and answer).
     pub harmony: bool,
-    /// The model may open a `<think>` block itself at the start of a reply.
-    pub thinks: bool,
+    /// The model may open a reasoning block itself at the start of a
+    /// reply, between these markers.
+    pub thinks: Option<ThinkMarkers>,
     /// How it writes a tool call in plain text.
     pub tool_calls: ToolCallSyntax,
 }
@@ -98,9 +99,19 @@ impl ReplyStyle {
     /// Plain answers; tool calls in the most common convention.
     pub const PLAIN: ReplyStyle = ReplyStyle {
         harmony: false,
-        thinks: false,
+        thinks: None,
         tool_calls: ToolCallSyntax::Tagged,
     };
+}
+
+/// The markers around a reasoning block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThinkMarkers {
+    /// `<think>...</think>` (Qwen3, DeepSeek-R1, SmolLM3).
+    Tags,
+    /// `<|channel>thought...<channel|>` (Gemma 4): special tokens, so the
+    /// reply is decoded with them.
+    Channel,
 }
 
 /// How a family writes tool calls in plain text.
@@ -116,6 +127,10 @@ pub enum ToolCallSyntax {
     /// `<|tool_call_start|>[name(key="value", n=1), ...]<|tool_call_end|>`:
     /// a Python-style list of calls with keyword arguments (LFM2).
     PythonList,
+    /// `<|tool_call>call:name{key:<|"|>value<|"|>,n:1}<tool_call|>`: Gemma
+    /// 4's calls, keys bare and strings between `<|"|>` (special tokens,
+    /// so the reply is decoded with them).
+    GemmaCall,
 }
 
 /// Every family Ondo runs, in the order Ondo lists them.
