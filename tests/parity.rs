@@ -12,8 +12,9 @@
 //! mlx-lm's; LFM2's short convolutions the same way, and a conversation on
 //! its convolution states that prefills only what its cache lacks; Qwen 3.5
 //! (gated DeltaNet layers beside gated attention, dense and with routed and
-//! shared experts) the same way. The reference is Python mlx-lm 0.32.2 (on MLX 0.32.4) from the
-//! project venv.
+//! shared experts) the same way, and Gemma 4 (text and multimodal; KV-shared
+//! layers and per-layer inputs, or experts beside the dense MLP). The
+//! reference is Python mlx-lm 0.32.2 (on MLX 0.32.4) from the project venv.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -1649,20 +1650,34 @@ fn assert_reads_transformers_layout(arch: &'static Family) {
             })
             .collect()
     });
+    assert_layouts_answer_alike(&python, &mlx_layout, &transformers_layout, "transformers");
+}
+
+/// The same model in MLX's layout and in transformers' gives Ondo the same
+/// first-step log-probabilities, bit for bit, and mlx-lm reading the
+/// transformers layout gives them within 1e-4 (`name` opens the failure
+/// message).
+fn assert_layouts_answer_alike(
+    python: &Path,
+    mlx_layout: &Path,
+    transformers_layout: &Path,
+    name: &str,
+) {
     let prompt = prompt_of(7);
-    let ours = ondo_first_logprobs(&transformers_layout, &prompt, DEFAULT_PREFILL_STEP_SIZE);
+    let ours = ondo_first_logprobs(transformers_layout, &prompt, DEFAULT_PREFILL_STEP_SIZE);
     assert_eq!(
         ours,
-        ondo_first_logprobs(&mlx_layout, &prompt, DEFAULT_PREFILL_STEP_SIZE)
+        ondo_first_logprobs(mlx_layout, &prompt, DEFAULT_PREFILL_STEP_SIZE),
+        "{name}"
     );
-    let reference = mlx_lm_first_logprobs(
-        &python,
-        &transformers_layout,
-        &prompt,
-        &root.path().join("transformers.json"),
-    );
+    // mlx-lm's answer goes beside the folder, as `{folder}.json`.
+    let scratch = transformers_layout.with_extension("json");
+    let reference = mlx_lm_first_logprobs(python, transformers_layout, &prompt, &scratch);
     let worst = largest_difference(&ours, &reference);
-    assert!(worst <= 1e-4, "largest log-probability difference {worst}");
+    assert!(
+        worst <= 1e-4,
+        "{name}: largest log-probability difference {worst}"
+    );
 }
 
 /// A Gemma 4 folder with `GEMMA_WINDOW`-position sliding layers: dense (the
@@ -1742,7 +1757,8 @@ fn gemma4_equals_mlx_lm() {
                 .collect();
             for layer in switched {
                 let switch = format!("{layer}.experts.switch_glu");
-                let mut take = |proj: &str| tensors.remove(&format!("{switch}.{proj}.weight")).unwrap();
+                let mut take =
+                    |proj: &str| tensors.remove(&format!("{switch}.{proj}.weight")).unwrap();
                 let (gate, up, down) = (take("gate_proj"), take("up_proj"), take("down_proj"));
                 let fused = mlx_rs::ops::concatenate(&[gate, up], 1).unwrap();
                 tensors.insert(format!("{layer}.experts.gate_up_proj"), fused);
@@ -1775,20 +1791,6 @@ fn gemma4_equals_mlx_lm() {
                 })
                 .collect()
         });
-        let prompt = prompt_of(7);
-        let ours = ondo_first_logprobs(&transformers_layout, &prompt, DEFAULT_PREFILL_STEP_SIZE);
-        assert_eq!(
-            ours,
-            ondo_first_logprobs(&mlx_layout, &prompt, DEFAULT_PREFILL_STEP_SIZE),
-            "{name}"
-        );
-        let reference = mlx_lm_first_logprobs(
-            &python,
-            &transformers_layout,
-            &prompt,
-            &root.path().join(format!("{name}-transformers.json")),
-        );
-        let worst = largest_difference(&ours, &reference);
-        assert!(worst <= 1e-4, "{name}: largest log-probability difference {worst}");
+        assert_layouts_answer_alike(&python, &mlx_layout, &transformers_layout, name);
     }
 }

@@ -71,9 +71,9 @@ pub struct SynthArgs {
     /// Replace the folder's contents if it is not empty.
     #[arg(long)]
     force: bool,
-    /// Gemma 3 and gpt-oss only: positions their sliding-window layers
-    /// attend over (every second layer attends to everything). Small windows let a short
-    /// prompt cross it.
+    /// Gemma 3, Gemma 4 and gpt-oss only: positions their sliding-window
+    /// layers attend over (every second layer attends to everything). Small
+    /// windows let a short prompt cross it.
     #[arg(long, default_value_t = synth::DEFAULT_SLIDING_WINDOW)]
     sliding_window: usize,
     /// Print a JSON summary instead of text.

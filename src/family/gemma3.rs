@@ -172,3 +172,21 @@ fn multimodal_synth_config(config: &mut Value, shape: &Shape, choices: &SynthCho
         json!({"model_type": "siglip_vision_model"}),
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_embedding_scale_is_rounded_to_bfloat16_as_mlx_lm_rounds_it() {
+        // sqrt(1152) = 33.94...: bfloat16 steps by 0.25 there, so 34.
+        assert_eq!(bfloat16_rounded(1152f32.sqrt()), 34.0);
+        assert_eq!(bfloat16_rounded(16.0), 16.0);
+        // A tie rounds to the even neighbour: 1 + 2^-8 lies halfway
+        // between 1 and 1 + 2^-7.
+        assert_eq!(bfloat16_rounded(1.0 + 1.0 / 256.0), 1.0);
+        assert_eq!(bfloat16_rounded(1.0 + 3.0 / 256.0), 1.0 + 4.0 / 256.0);
+        let config = settle_text(&json!({"hidden_size": 1152})).unwrap();
+        assert_eq!(config.embed_scale, Some(34.0));
+    }
+}

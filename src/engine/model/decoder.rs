@@ -142,7 +142,12 @@ impl Rope {
                         "rope_scaling `proportional` turns {turned} of {dims} dimensions"
                     )));
                 }
-                rope.freqs = Some(proportional_freqs(dims, turned, config.rope_theta, s.factor)?);
+                rope.freqs = Some(proportional_freqs(
+                    dims,
+                    turned,
+                    config.rope_theta,
+                    s.factor,
+                )?);
             }
             Some(other) => {
                 return Err(invalid(format!(

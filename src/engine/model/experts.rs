@@ -232,7 +232,8 @@ impl SparseExperts {
         }
         let (router_norm, expert_scales) = if config.kind == ExpertsKind::Gemma4 {
             let scale = weights.take_float(&format!("{prefix}.router.scale"), &[hidden])?;
-            let root = Array::from_f32(f64::from(hidden).powf(-0.5) as f32).as_dtype(scale.dtype())?;
+            let root =
+                Array::from_f32(f64::from(hidden).powf(-0.5) as f32).as_dtype(scale.dtype())?;
             let norm = ops::multiply(&scale, &root)?;
             norm.eval()?;
             let scales =
@@ -293,9 +294,10 @@ impl SparseExperts {
     pub fn forward_routed_by(&self, routed: &Array, x: &Array) -> Result<Array, Exception> {
         let k = self.top_k;
         let logits = match &self.router_norm {
-            Some((weight, eps)) => self
-                .router
-                .forward(&mlx_rs::fast::rms_norm(routed, Some(weight), *eps)?)?,
+            Some((weight, eps)) => {
+                self.router
+                    .forward(&mlx_rs::fast::rms_norm(routed, Some(weight), *eps)?)?
+            }
             None => self.router.forward(routed)?,
         };
         // The k largest land in the last k places, in no particular order.
@@ -324,10 +326,9 @@ impl SparseExperts {
                 let chosen = ops::indexing::take_along_axis(&logits, &indices, -1)?;
                 let weights = ops::softmax_axis(&chosen, -1, false)?;
                 let scores = match &self.expert_scales {
-                    Some(scales) => ops::multiply(
-                        &weights,
-                        ops::indexing::take_axis(scales, &indices, 0)?,
-                    )?,
+                    Some(scales) => {
+                        ops::multiply(&weights, ops::indexing::take_axis(scales, &indices, 0)?)?
+                    }
                     None => weights,
                 };
                 (indices, scores)

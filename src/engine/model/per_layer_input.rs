@@ -91,7 +91,10 @@ impl PerLayerInputs {
             false,
         )?;
         let norm = norm_scale(
-            w.take_float(&format!("{root}.per_layer_projection_norm.weight"), &[width])?,
+            w.take_float(
+                &format!("{root}.per_layer_projection_norm.weight"),
+                &[width],
+            )?,
             config.norms_add_one,
         )?;
         let dtype = norm.dtype();
