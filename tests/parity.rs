@@ -319,8 +319,9 @@ fn bench_joined(
 /// one rope over the q and k heads) run on a GPU only, so the tests above,
 /// on the CPU, run the parts. Here a child `ondo bench --peer mlx-lm` is made
 /// to join them on the CPU: its tokens must be mlx-lm's, with q/k norms
-/// (qwen3) and without (llama), and Qwen 3.5's four gated DeltaNet inputs
-/// and shared expert joined, through a prefill and 32 decode steps.
+/// (qwen3) and without (llama), Qwen 3.5's four gated DeltaNet inputs
+/// and shared expert joined, and Gemma 4's queries and keys where its
+/// values are the keys, through a prefill and 32 decode steps.
 #[test]
 #[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn joined_projections_give_mlx_lm_tokens() {
@@ -342,6 +343,10 @@ fn joined_projections_give_mlx_lm_tokens() {
         (
             "qwen3_5_moe-q4",
             variant(&family::QWEN3_5_MOE, Some(4), WeightDtype::F32),
+        ),
+        (
+            "gemma4-experts-q4",
+            gemma4(&family::GEMMA4_TEXT, true, Some(4)),
         ),
     ] {
         let dir = synthesize(root.path(), name, &options);
