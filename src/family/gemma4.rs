@@ -174,7 +174,7 @@ pub fn settle_multimodal(value: &Value) -> Result<ModelConfig, ConfigError> {
 
 /// One kind of layer's rope as `rope_parameters` gives it: its base, and
 /// its scaling where its type is not plain.
-fn rope_of(params: &Value, kind: &str) -> Result<(f32, Option<RopeScaling>), ConfigError> {
+fn rope_of(params: &Value, kind: &str) -> (f32, Option<RopeScaling>) {
     let layer = params.get(kind).cloned().unwrap_or_else(|| json!({}));
     let theta = layer
         .get("rope_theta")
@@ -186,7 +186,7 @@ fn rope_of(params: &Value, kind: &str) -> Result<(f32, Option<RopeScaling>), Con
         None
     };
     let scaling = scaling.filter(|s| !matches!(s.kind(), None | Some("default")));
-    Ok((theta, scaling))
+    (theta, scaling)
 }
 
 fn settle(model_type: &str, value: &Value) -> Result<ModelConfig, ConfigError> {
@@ -217,8 +217,8 @@ fn settle(model_type: &str, value: &Value) -> Result<ModelConfig, ConfigError> {
         .get("rope_parameters")
         .cloned()
         .unwrap_or_else(|| text_defaults()["rope_parameters"].clone());
-    let (full_theta, full_scaling) = rope_of(&params, "full_attention")?;
-    let (sliding_theta, sliding_scaling) = rope_of(&params, "sliding_attention")?;
+    let (full_theta, full_scaling) = rope_of(&params, "full_attention");
+    let (sliding_theta, sliding_scaling) = rope_of(&params, "sliding_attention");
     if let Some(scaling) = sliding_scaling {
         return Err(ConfigError::Invalid {
             key: "rope_parameters.sliding_attention".into(),

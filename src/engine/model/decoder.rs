@@ -4,9 +4,13 @@
 //! biases, q/k norms, fused projections (phi3), norms that add one, scaled
 //! embeddings and norms around both sublayers (gemma3), sliding-window
 //! layers beside full ones, partial rotary dimensions, rope scaling
-//! (llama3, linear, longrope, yarn), and an attention output gated by a
-//! sigmoid (Qwen 3.5). Layers that mix positions otherwise (LFM2's short
-//! convolutions, Qwen 3.5's gated DeltaNet) have their own files.
+//! (llama3, linear, longrope, yarn, proportional), an attention output
+//! gated by a sigmoid (Qwen 3.5), and Gemma 4's full layers with their own
+//! heads (values that may be the keys), value norms, layers that attend
+//! over an earlier layer's keys and values, layer scalars, routed experts
+//! beside the dense MLP and soft-capped logits. Layers that mix positions
+//! otherwise (LFM2's short convolutions, Qwen 3.5's gated DeltaNet) and
+//! Gemma 4's per-layer inputs have their own files.
 
 use std::path::Path;
 
@@ -516,7 +520,8 @@ struct Layer {
     layer_scalar: Option<Array>,
 }
 
-/// A loaded decoder. The KV cache lives outside, one per layer.
+/// A loaded decoder. The KV cache lives outside, one per layer that keeps
+/// one (`make_cache`).
 pub struct Decoder {
     embed_tokens: Linear,
     layers: Vec<Layer>,
