@@ -39,7 +39,7 @@ pub struct CatalogEntry {
 /// The model offered when the user has not picked one; first in the catalog.
 pub const DEFAULT_MODEL: &str = "mlx-community/Llama-3.2-3B-Instruct-4bit";
 
-static CATALOG: [CatalogEntry; 21] = [
+static CATALOG: [CatalogEntry; 22] = [
     CatalogEntry {
         repo_id: DEFAULT_MODEL,
         display_name: "Llama 3.2 3B Instruct",
@@ -414,6 +414,36 @@ static CATALOG: [CatalogEntry; 21] = [
             "num_key_value_heads": 8, "rms_norm_eps": 1e-5, "rope_scaling": null,
             "rope_theta": 1000000, "num_nextn_predict_layers": 1, "tie_word_embeddings": false,
             "use_qk_norm": false, "vocab_size": 151552, "torch_dtype": "bfloat16"}"#,
+    },
+    // Gemma 4 E2B: 35 layers, four sliding (512 positions) to one full;
+    // the last 20 read the keys and values of earlier layers and keep no
+    // cache; per-layer inputs from a second, small embedding per layer.
+    CatalogEntry {
+        repo_id: "mlx-community/gemma-4-e2b-it-4bit",
+        display_name: "Gemma 4 E2B",
+        family: "gemma4",
+        parameters: 4_630_000_000,
+        quantization: "4-bit",
+        size_bytes: 2_900_000_000,
+        note: "Google's small Gemma 4: the compute of a 2B model, most of its weights in per-layer embeddings, and a cache held by only 15 of its 35 layers; fits any Apple Silicon Mac.",
+        config: r#"{"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"],
+            "text_config": {"model_type": "gemma4_text", "hidden_size": 1536,
+                "num_hidden_layers": 35, "intermediate_size": 6144, "num_attention_heads": 8,
+                "num_key_value_heads": 1, "head_dim": 256, "global_head_dim": 512,
+                "num_global_key_value_heads": null, "attention_k_eq_v": false,
+                "sliding_window": 512, "vocab_size": 262144,
+                "vocab_size_per_layer_input": 262144, "hidden_size_per_layer_input": 256,
+                "num_kv_shared_layers": 20, "use_double_wide_mlp": true,
+                "max_position_embeddings": 131072, "rms_norm_eps": 1e-6,
+                "final_logit_softcapping": 30.0, "enable_moe_block": false, "num_experts": null,
+                "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention", "full_attention", "sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention", "full_attention", "sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention", "full_attention", "sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention", "full_attention", "sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention", "full_attention", "sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention", "full_attention", "sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
+                "rope_parameters": {
+                    "full_attention": {"partial_rotary_factor": 0.25, "rope_theta": 1000000.0,
+                        "rope_type": "proportional"},
+                    "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"}},
+                "tie_word_embeddings": true, "torch_dtype": "bfloat16"},
+            "vision_config": {"model_type": "gemma4_vision"},
+            "audio_config": {"model_type": "gemma4_audio"}}"#,
     },
 ];
 
