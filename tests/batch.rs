@@ -42,16 +42,44 @@ const PREFILL_STEP: usize = 16;
 /// ones while decoding.
 const SLIDING_WINDOW: usize = 24;
 
-/// A tiny model of `family`, written under `root`.
-fn synthesize(root: &Path, family: &'static Family) -> PathBuf {
-    let dir = root.join(family.model_type);
-    let options = SynthOptions {
+/// How synth writes a tiny model of `family`.
+fn options(family: &'static Family) -> SynthOptions {
+    SynthOptions {
         arch: family,
         sliding_window: SLIDING_WINDOW,
         ..SynthOptions::for_preset(synth::preset_named("tiny").unwrap())
-    };
-    synth::write_model(&options, &dir, &mut |_| {}).unwrap();
+    }
+}
+
+/// A tiny model of `family`, written under `root`.
+fn synthesize(root: &Path, family: &'static Family) -> PathBuf {
+    let dir = root.join(family.model_type);
+    synth::write_model(&options(family), &dir, &mut |_| {}).unwrap();
     dir
+}
+
+/// The tiny models of `family`, each with a name: as synth writes it, and
+/// with routed experts too where the family has a mixture of its own
+/// `model_type` that the plain model lacks (Gemma 4's: values that are the
+/// keys, full layers with KV heads of their own, experts beside the dense
+/// MLP, where the plain one has KV-shared layers and per-layer inputs).
+fn variants(root: &Path, family: &'static Family) -> Vec<(String, PathBuf)> {
+    let mut out = vec![(family.model_type.to_owned(), synthesize(root, family))];
+    let plain = options(family);
+    if plain.shape().experts.is_some() {
+        return out;
+    }
+    let mixture = SynthOptions {
+        experts: true,
+        ..plain
+    };
+    let dir = root.join(format!("{}-experts", family.model_type));
+    match synth::write_model(&mixture, &dir, &mut |_| {}) {
+        Ok(_) => out.push((format!("{} with experts", family.model_type), dir)),
+        Err(synth::SynthError::ExpertsUnavailable { .. }) => {}
+        Err(error) => panic!("{} with experts: {error}", family.model_type),
+    }
+    out
 }
 
 /// A prompt of `n` ordinary token ids, different for each `seed`.
@@ -270,7 +298,8 @@ fn compare(alone: &Run, ours: &Run, tolerance: f32, what: &str) -> Comparison {
 /// Tokens each family's batch decodes per sequence.
 const TOKENS: usize = 10;
 
-/// For every family: three prompts (5, 23 and 41 tokens: one within the
+/// For every family, and its mixture of experts where synth writes one
+/// (`variants`): three prompts (5, 23 and 41 tokens: one within the
 /// sliding window, two across it, prefilled in 1, 2 and 3 chunks) decoded
 /// together give each one's tokens alone, the middle one sampled at a
 /// temperature with its own seed, the longest greedy with a repetition
@@ -280,8 +309,8 @@ const TOKENS: usize = 10;
 fn every_family_decodes_a_batch_as_each_sequence_alone() {
     let root = tempfile::tempdir().unwrap();
     let mut report = Vec::new();
-    for family in FAMILIES {
-        let dir = synthesize(root.path(), family);
+    let models = FAMILIES.iter().flat_map(|f| variants(root.path(), f));
+    for (name, dir) in models {
         let model = LoadedModel::load(&dir).unwrap();
         let plans = [
             Plan::new(prompt(5, 0), greedy(), TOKENS),
@@ -290,7 +319,7 @@ fn every_family_decodes_a_batch_as_each_sequence_alone() {
         ];
         let ours = batched(&model, &plans, None);
         for (i, (plan, ours)) in plans.iter().zip(&ours).enumerate() {
-            let what = format!("{} sequence {i}", family.model_type);
+            let what = format!("{name} sequence {i}");
             assert_eq!(ours.reason, StopReason::MaxTokens, "{what}");
             assert_eq!(ours.run.tokens.len(), TOKENS, "{what}");
             assert_eq!(ours.widest, plans.len(), "{what}: decoded together");

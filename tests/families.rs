@@ -1,6 +1,7 @@
 //! One description per family (`ondo::family`), read alike by the engine and
-//! by the fit estimate. For every family and every `ondo synth` preset, the
-//! engine builds the model from the tensors synth would write (zeros, made
+//! by the fit estimate. For every family and every `ondo synth` preset (and
+//! the family's mixture of experts where `--experts` makes one), the engine
+//! builds the model from the tensors synth would write (zeros, made
 //! lazily and never evaluated, so even the 8B shapes cost nothing), and what
 //! it built agrees with the fit estimate of the same config.json: the
 //! parameters, the KV cache per token, the layers a sliding window bounds,
@@ -75,12 +76,29 @@ fn options(family: &'static Family, preset: &presets::Preset) -> SynthOptions {
     options
 }
 
+/// The folders of a family at a preset: as synth writes it, and its mixture
+/// of experts too where the family has one of its own `model_type` that the
+/// plain folder lacks (`--experts`: Gemma 4), each with a name.
+fn variants(family: &'static Family, preset: &presets::Preset) -> Vec<(String, SynthOptions)> {
+    let plain = options(family, preset);
+    let name = format!("{} at {}", family.model_type, preset.name);
+    let mixture = SynthOptions {
+        experts: true,
+        ..plain.clone()
+    };
+    let has_mixture = plain.shape().experts.is_none()
+        && synth::plan_model(&mixture, &tokenizer(preset.shape.tokenizer_vocab_size)).is_ok();
+    let mut out = vec![(name.clone(), plain)];
+    if has_mixture {
+        out.push((format!("{name} with experts"), mixture));
+    }
+    out
+}
+
 #[test]
 fn the_engine_and_the_fit_estimate_read_every_family_alike() {
     for family in FAMILIES {
-        for preset in presets::all() {
-            let options = options(family, &preset);
-            let what = format!("{} at {}", family.model_type, preset.name);
+        for (what, options) in presets::all().iter().flat_map(|p| variants(family, p)) {
             let (config, decoder) = built(&options);
             let shape = ModelShape::from_config(&config, None).expect("sizable");
             assert_eq!(
@@ -131,8 +149,7 @@ fn the_engine_and_the_fit_estimate_read_every_family_alike() {
 #[test]
 fn the_cache_the_engine_fills_is_the_one_fit_estimates() {
     let tiny = presets::find("tiny").unwrap();
-    for family in FAMILIES {
-        let options = options(family, &tiny);
+    for (what, options) in FAMILIES.iter().flat_map(|f| variants(f, &tiny)) {
         let (config, decoder) = built(&options);
         let shape = ModelShape::from_config(&config, None).unwrap();
         let mut cache = decoder.make_cache(None);
@@ -146,8 +163,7 @@ fn the_cache_the_engine_fills_is_the_one_fit_estimates() {
         assert_eq!(
             held as u64,
             shape.kv_cache_bytes(100),
-            "{}: cache bytes after 100 positions",
-            family.model_type
+            "{what}: cache bytes after 100 positions"
         );
     }
 }

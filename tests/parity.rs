@@ -15,7 +15,8 @@
 //! shared experts) the same way; GLM-4.5's grouped routing beside shared
 //! experts and Qwen3-Next's gated DeltaNet layers with projections grouped
 //! by key head the same way, and their checkpoints as transformers saves
-//! them.
+//! them; and Gemma 4 (text and multimodal; KV-shared layers and per-layer
+//! inputs, or experts beside the dense MLP).
 //! The reference is Python mlx-lm 0.32.2 (on MLX 0.32.4) from the project
 //! venv.
 
@@ -324,8 +325,9 @@ fn bench_joined(
 /// to join them on the CPU: its tokens must be mlx-lm's, with q/k norms
 /// (qwen3) and without (llama), Qwen 3.5's four gated DeltaNet inputs
 /// and shared expert joined, GLM-4.5's biased q, k and v and ungated
-/// shared expert, and Qwen3-Next's two grouped DeltaNet inputs, through a
-/// prefill and 32 decode steps.
+/// shared expert, Qwen3-Next's two grouped DeltaNet inputs, and Gemma 4's
+/// queries and keys where its values are the keys, through a prefill and
+/// 32 decode steps.
 #[test]
 #[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn joined_projections_give_mlx_lm_tokens() {
@@ -355,6 +357,10 @@ fn joined_projections_give_mlx_lm_tokens() {
         (
             "qwen3_next-q4",
             variant(&family::QWEN3_NEXT, Some(4), WeightDtype::F32),
+        ),
+        (
+            "gemma4-experts-q4",
+            gemma4(&family::GEMMA4_TEXT, true, Some(4)),
         ),
     ] {
         let dir = synthesize(root.path(), name, &options);
@@ -1659,7 +1665,7 @@ fn assert_reads_transformers_layout(
             })
             .collect()
     });
-    assert_transformers_layout_answers_as_mlx_layout(&python, &mlx_layout, &transformers_layout);
+    assert_layouts_answer_alike(&python, &mlx_layout, &transformers_layout, arch.model_type);
 }
 
 /// GLM-4.5 (q/k/v biases and q/k norms, half of each head rotated, a dense
@@ -1713,7 +1719,7 @@ fn glm4_moe_equals_mlx_lm() {
         }
         saved
     });
-    assert_transformers_layout_answers_as_mlx_layout(&python, &mlx_layout, &transformers_layout);
+    assert_layouts_answer_alike(&python, &mlx_layout, &transformers_layout, "glm4_moe");
 }
 
 /// The tensors with each stacked `{layer}.switch_mlp.{projection}` saved
@@ -1740,29 +1746,146 @@ fn experts_one_by_one(tensors: Tensors) -> NamedTensors {
     split
 }
 
-/// The first step's log-probabilities of a checkpoint in transformers'
-/// layout equal those of the same model in MLX's, and are within 1e-4 of
-/// mlx-lm's reading the transformers one.
-fn assert_transformers_layout_answers_as_mlx_layout(
+/// The same model in MLX's layout and in transformers' gives Ondo the same
+/// first-step log-probabilities, bit for bit, and mlx-lm reading the
+/// transformers layout gives them within 1e-4 (`name` opens the failure
+/// message).
+fn assert_layouts_answer_alike(
     python: &Path,
     mlx_layout: &Path,
     transformers_layout: &Path,
+    name: &str,
 ) {
     let prompt = prompt_of(7);
     let ours = ondo_first_logprobs(transformers_layout, &prompt, DEFAULT_PREFILL_STEP_SIZE);
     assert_eq!(
         ours,
-        ondo_first_logprobs(mlx_layout, &prompt, DEFAULT_PREFILL_STEP_SIZE)
+        ondo_first_logprobs(mlx_layout, &prompt, DEFAULT_PREFILL_STEP_SIZE),
+        "{name}"
     );
-    let scratch = tempfile::tempdir().unwrap();
-    let reference = mlx_lm_first_logprobs(
-        python,
-        transformers_layout,
-        &prompt,
-        &scratch.path().join("transformers.json"),
-    );
+    // mlx-lm's answer goes beside the folder, as `{folder}.json`.
+    let scratch = transformers_layout.with_extension("json");
+    let reference = mlx_lm_first_logprobs(python, transformers_layout, &prompt, &scratch);
     let worst = largest_difference(&ours, &reference);
-    assert!(worst <= 1e-4, "largest log-probability difference {worst}");
+    assert!(
+        worst <= 1e-4,
+        "{name}: largest log-probability difference {worst}"
+    );
+}
+
+/// A Gemma 4 folder with `GEMMA_WINDOW`-position sliding layers: dense (the
+/// small models' shape: per-layer inputs, the last two layers reading the
+/// first two's keys and values with MLPs twice as wide), or with
+/// `experts` (the 26B's: routed experts beside the dense MLP, full layers
+/// whose values are their keys).
+fn gemma4(arch: &'static Family, experts: bool, bits: Option<u8>) -> SynthOptions {
+    SynthOptions {
+        experts,
+        ..gemma(arch, bits, WeightDtype::F32)
+    }
+}
+
+/// One Gemma 4 family, dense and with experts, in floats and 4-bit (the
+/// routers 8-bit): greedy ids equal mlx-lm's at prompts of 1, 7 and 40
+/// tokens (across the window), one pass and in window-sized chunks, both
+/// loops; the first step's log-probabilities within 1e-4; a follow-up turn
+/// on the kept cache (at the default window, which it does not wrap).
+fn assert_gemma4_equals_mlx_lm(arch: &'static Family) {
+    // mlx-lm gives Gemma 4 its own per-layer caches and ignores
+    // `max_kv_size`.
+    let sweep = Sweep {
+        tokens: EXPERTS_GENERATE,
+        shapes: &[(1, 2048), (7, 2048), (40, 2048), (40, GEMMA_WINDOW)],
+        max_kv_sizes: &[None],
+    };
+    let variants = [
+        ("f32", gemma4(arch, false, None)),
+        ("q4", gemma4(arch, false, Some(4))),
+        ("experts-f32", gemma4(arch, true, None)),
+        ("experts-q4", gemma4(arch, true, Some(4))),
+    ];
+    let compared = assert_family_equals_mlx_lm(
+        arch.model_type,
+        &variants,
+        &sweep,
+        &[7, 40],
+        &variant(arch, Some(4), WeightDtype::F32),
+    );
+    assert_eq!(compared, 4 * 4 * 2);
+}
+
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
+fn gemma4_text_equals_mlx_lm() {
+    assert_gemma4_equals_mlx_lm(&family::GEMMA4_TEXT);
+}
+
+/// The multimodal Gemma 4 checkpoints as every family is compared
+/// (`assert_gemma4_equals_mlx_lm`); and as transformers saves them (the
+/// text model under `model.language_model.`, the towers under `model.`,
+/// the KV-shared layers' unread `k_proj`, `v_proj` and `k_norm` kept, a
+/// mixture's experts as one `experts.gate_up_proj` and one
+/// `experts.down_proj`) they answer exactly as in MLX's layout, and as
+/// mlx-lm reading that checkpoint.
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
+fn gemma4_equals_mlx_lm() {
+    assert_gemma4_equals_mlx_lm(&family::GEMMA4);
+    let python = python();
+    let root = tempfile::tempdir().unwrap();
+    for experts in [false, true] {
+        let name = if experts { "experts" } else { "dense" };
+        let mlx_layout = synthesize(
+            root.path(),
+            &format!("{name}-mlx"),
+            &gemma4(&family::GEMMA4, experts, None),
+        );
+        let transformers_layout = root.path().join(format!("{name}-transformers"));
+        copy_with_tensors(&mlx_layout, &transformers_layout, |mut tensors| {
+            let layer_of = |name: &str, end: &str| name.strip_suffix(end).map(str::to_owned);
+            // The experts' gate and up stacked on the rows, as one tensor.
+            let switched: Vec<String> = tensors
+                .keys()
+                .filter_map(|n| layer_of(n, ".experts.switch_glu.gate_proj.weight"))
+                .collect();
+            for layer in switched {
+                let switch = format!("{layer}.experts.switch_glu");
+                let mut take =
+                    |proj: &str| tensors.remove(&format!("{switch}.{proj}.weight")).unwrap();
+                let (gate, up, down) = (take("gate_proj"), take("up_proj"), take("down_proj"));
+                let fused = mlx_rs::ops::concatenate(&[gate, up], 1).unwrap();
+                tensors.insert(format!("{layer}.experts.gate_up_proj"), fused);
+                tensors.insert(format!("{layer}.experts.down_proj"), down);
+            }
+            // The shared layers (those without a `k_norm`) get the keys'
+            // and values' tensors of the layer two before them.
+            let shared: Vec<String> = tensors
+                .keys()
+                .filter_map(|n| layer_of(n, ".self_attn.q_norm.weight"))
+                .filter(|layer| !tensors.contains_key(&format!("{layer}.self_attn.k_norm.weight")))
+                .collect();
+            for layer in &shared {
+                let (stem, index) = layer.rsplit_once('.').unwrap();
+                let source = format!("{stem}.{}", index.parse::<usize>().unwrap() - 2);
+                for part in ["k_proj.weight", "v_proj.weight", "k_norm.weight"] {
+                    let copy = tensors[&format!("{source}.self_attn.{part}")].clone();
+                    tensors.insert(format!("{layer}.self_attn.{part}"), copy);
+                }
+            }
+            assert_eq!(shared.is_empty(), experts);
+            tensors
+                .into_iter()
+                .map(|(name, array)| {
+                    let name = match name.strip_prefix("language_model.model.") {
+                        Some(rest) => format!("model.language_model.{rest}"),
+                        None => format!("model.{name}"),
+                    };
+                    (name, array)
+                })
+                .collect()
+        });
+        assert_layouts_answer_alike(&python, &mlx_layout, &transformers_layout, name);
+    }
 }
 
 /// Qwen3-Next (a gated DeltaNet layer, its projections grouped by key head

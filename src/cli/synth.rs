@@ -30,6 +30,7 @@ Examples:
   ondo synth tiny ./models/oss-tiny --arch gpt_oss --bits 8 --experts-mxfp4   # like MXFP4-Q8
   ondo synth tiny ./models/gemma-tiny --arch gemma3_text --sliding-window 32
   ondo synth tiny ./models/phi-tiny --arch phi3 --bits 4
+  ondo synth tiny ./models/gemma4-moe --arch gemma4 --experts --bits 4
   python -m mlx_lm generate --model ./models/tiny --prompt hi   # mlx-lm loads it too")]
 pub struct SynthArgs {
     /// Preset shape: tiny, small, llama-3.2-1b, llama-3.2-3b or llama-3.1-8b.
@@ -48,6 +49,11 @@ pub struct SynthArgs {
     /// and --bits 4 or 8 for the other matrices).
     #[arg(long)]
     experts_mxfp4: bool,
+    /// Give the model routed experts (8, 2 per token): the mixture form of
+    /// a family whose dense and mixture checkpoints share a model_type
+    /// (gemma4_text, gemma4).
+    #[arg(long)]
+    experts: bool,
     /// Elements that share one scale and bias when quantized: 32, 64 or 128.
     #[arg(long, default_value_t = 64)]
     group_size: u32,
@@ -65,7 +71,7 @@ pub struct SynthArgs {
     /// Replace the folder's contents if it is not empty.
     #[arg(long)]
     force: bool,
-    /// Families with sliding-window layers (Gemma 3, gpt-oss, Ministral 3):
+    /// Families with sliding-window layers (Gemma 3 and 4, gpt-oss, Ministral 3):
     /// the positions those layers attend over; the other layers attend to
     /// everything. Small windows let a short prompt cross it.
     #[arg(long, default_value_t = synth::DEFAULT_SLIDING_WINDOW)]
@@ -172,6 +178,7 @@ pub fn run(args: SynthArgs) -> Result<ExitCode, CliError> {
     }
     options.group_size = args.group_size;
     options.experts_mxfp4 = args.experts_mxfp4;
+    options.experts = args.experts;
     options.seed = args.seed;
     options.max_shard_bytes = args.max_shard_size;
     options.force = args.force;

@@ -1,5 +1,6 @@
-//! The cache of a model, outside the model: one `LayerCache` per layer, of
-//! one of four kinds.
+//! The cache of a model, outside the model: one `LayerCache` per layer (but
+//! a layer that reads an earlier layer's keys and values), of one of four
+//! kinds.
 //!
 //! - `KvCache` (growing KV) grows in steps of `STEP` positions and writes
 //!   each new position into the spare room, so a decode step costs a slice

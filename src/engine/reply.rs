@@ -7,8 +7,10 @@
 //! `<think>` block before the answer (Qwen3, DeepSeek-R1), tool calls in
 //! `<tool_call>` tags (Qwen, Hermes; JSON, or Qwen3-Coder's and Qwen 3.5's
 //! `<function=name><parameter=key>value</parameter></function>`, or GLM's
-//! `name<arg_key>key</arg_key><arg_value>value</arg_value>`) or as a
-//! bare JSON object (Llama 3.1 and 3.2), or gpt-oss's harmony channels. Text that only looks like a tool call
+//! `name<arg_key>key</arg_key><arg_value>value</arg_value>`), after
+//! `[TOOL_CALLS]` (Mistral), as a bare JSON object (Llama 3.1 and 3.2),
+//! Gemma 4's thought channel and `<|tool_call>call:name{...}<tool_call|>`
+//! calls, or gpt-oss's harmony channels. Text that only looks like a tool call
 //! (its JSON does not parse) stays in the answer: nothing the model said is
 //! lost, and the raw text is kept beside the split.
 
@@ -96,7 +98,7 @@ pub enum ReplySegment {
     ToolCall(ToolCall),
 }
 
-/// Where the reasoning block of a `<think>` model starts.
+/// Where the reasoning block of a thinking model starts, and its markers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ThinkStart {
     /// The model opens `<think>` itself, at the start of its reply (Qwen3).
@@ -106,10 +108,23 @@ pub enum ThinkStart {
     /// with `<think>`: DeepSeek-R1, Qwen3 thinking-only models): the reply
     /// is reasoning until `</think>`.
     PromptOpened,
+    /// The model opens a thought channel itself, `<|channel>thought` to
+    /// `<channel|>`, at the start of its reply (Gemma 4).
+    ModelOpensChannel,
 }
 
-use crate::family::ReplyStyle;
+impl ThinkStart {
+    /// The markers that open and close the reasoning block.
+    fn markers(self) -> (&'static str, &'static str) {
+        match self {
+            ThinkStart::ModelOpens | ThinkStart::PromptOpened => (THINK_OPEN, THINK_CLOSE),
+            ThinkStart::ModelOpensChannel => (CHANNEL_THOUGHT_OPEN, CHANNEL_CLOSE),
+        }
+    }
+}
+
 pub use crate::family::ToolCallSyntax;
+use crate::family::{ReplyStyle, ThinkMarkers};
 
 /// How a model marks reasoning and tool calls in what it says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,15 +173,20 @@ impl ReplyFormat {
         // Only the very end of the prompt counts: a `<think>` the user typed
         // earlier must not turn the whole answer into reasoning.
         let prompt_opened = prompt.is_some_and(|p| p.trim_end().ends_with(THINK_OPEN));
-        let thinks = mentions(THINK_CLOSE) || style.thinks;
         let think = if prompt_opened {
             Some(ThinkStart::PromptOpened)
+        } else if mentions(CHANNEL_CLOSE) || style.thinks == Some(ThinkMarkers::Channel) {
+            Some(ThinkStart::ModelOpensChannel)
+        } else if mentions(THINK_CLOSE) || style.thinks == Some(ThinkMarkers::Tags) {
+            Some(ThinkStart::ModelOpens)
         } else {
-            thinks.then_some(ThinkStart::ModelOpens)
+            None
         };
         let tool_calls = tools_offered.then(|| {
             if mentions(MISTRAL_CALLS) {
                 ToolCallSyntax::Mistral
+            } else if mentions(GEMMA_CALL_OPEN) {
+                ToolCallSyntax::GemmaCall
             } else if mentions(LIST_CALL_OPEN) {
                 ToolCallSyntax::PythonList
             } else if mentions(TOOL_CALL_OPEN) {
@@ -187,7 +207,15 @@ impl ReplyFormat {
             self,
             ReplyFormat::Harmony { .. }
                 | ReplyFormat::Marked {
-                    tool_calls: Some(ToolCallSyntax::PythonList | ToolCallSyntax::Mistral),
+                    tool_calls: Some(
+                        ToolCallSyntax::PythonList
+                            | ToolCallSyntax::Mistral
+                            | ToolCallSyntax::GemmaCall,
+                    ),
+                    ..
+                }
+                | ReplyFormat::Marked {
+                    think: Some(ThinkStart::ModelOpensChannel),
                     ..
                 }
         )
@@ -204,6 +232,12 @@ const LIST_CALL_CLOSE: &str = "<|tool_call_end|>";
 const MISTRAL_CALLS: &str = "[TOOL_CALLS]";
 const MISTRAL_ARGS: &str = "[ARGS]";
 const MISTRAL_CALL_ID: &str = "[CALL_ID]";
+const CHANNEL_THOUGHT_OPEN: &str = "<|channel>thought";
+const CHANNEL_CLOSE: &str = "<channel|>";
+const GEMMA_CALL_OPEN: &str = "<|tool_call>";
+const GEMMA_CALL_CLOSE: &str = "<tool_call|>";
+/// Gemma 4's string delimiter in a call's arguments.
+const GEMMA_QUOTE: &str = "<|\"|>";
 
 impl ToolCallSyntax {
     /// The markers around a call (or a list of calls), for the syntaxes
@@ -214,6 +248,7 @@ impl ToolCallSyntax {
             ToolCallSyntax::PythonList => Some((LIST_CALL_OPEN, LIST_CALL_CLOSE)),
             // Nothing closes Mistral's calls: they end with the reply.
             ToolCallSyntax::Mistral => Some((MISTRAL_CALLS, "")),
+            ToolCallSyntax::GemmaCall => Some((GEMMA_CALL_OPEN, GEMMA_CALL_CLOSE)),
             ToolCallSyntax::BareJson => None,
         }
     }
@@ -223,6 +258,7 @@ impl ToolCallSyntax {
         match self {
             ToolCallSyntax::PythonList => python_calls(body),
             ToolCallSyntax::Mistral => mistral_calls(body),
+            ToolCallSyntax::GemmaCall => gemma_calls(body),
             _ => parse_call(body, false)
                 .or_else(|| xml_function_call(body, types))
                 .or_else(|| key_value_call(body, types))
@@ -411,6 +447,16 @@ impl ReplySplitter {
         }
     }
 
+    /// The markers of the reasoning block, for a format that has one.
+    fn think_markers(&self) -> (&'static str, &'static str) {
+        match self.format {
+            ReplyFormat::Marked {
+                think: Some(start), ..
+            } => start.markers(),
+            _ => (THINK_OPEN, THINK_CLOSE),
+        }
+    }
+
     fn opening(&mut self, end: bool) -> bool {
         let rest = self.pending.trim_start();
         let prompt_opened = matches!(
@@ -420,15 +466,16 @@ impl ReplySplitter {
                 ..
             }
         );
-        if let Some(after) = rest.strip_prefix(THINK_OPEN) {
+        let (open, _) = self.think_markers();
+        if let Some(after) = rest.strip_prefix(open) {
             let after = after.to_owned();
             self.open_reasoning(self.read_upto());
             self.pending = after;
             self.state = State::Reasoning { started: false };
             return true;
         }
-        if !end && THINK_OPEN.starts_with(rest) {
-            // Blank so far, or the start of `<think>`: wait.
+        if !end && open.starts_with(rest) {
+            // Blank so far, or the start of the opening marker: wait.
             self.state = State::Opening;
             return false;
         }
@@ -442,20 +489,22 @@ impl ReplySplitter {
     }
 
     fn reasoning(&mut self, started: bool, out: &mut Vec<ReplySegment>, end: bool) -> bool {
-        if let Some(at) = self.pending.find(THINK_CLOSE) {
+        let (_, close) = self.think_markers();
+        if let Some(at) = self.pending.find(close) {
             let text = self.pending[..at].trim_end();
             let text = if started { text } else { text.trim_start() };
             push_segment(out, ReplySegment::Reasoning(text.to_owned()));
-            self.pending.drain(..at + THINK_CLOSE.len());
+            self.pending.drain(..at + close.len());
             self.close_reasoning(self.read_upto());
             self.state = State::Answer { skip_space: true };
             return true;
         }
-        // Hold a possible `</think>` and the blanks before it (dropped with it).
+        // Hold a possible closing marker and the blanks before it (dropped
+        // with it).
         let cut = if end {
             self.pending.trim_end().len()
         } else {
-            let cut = self.pending.len() - partial_marker_len(&self.pending, &[THINK_CLOSE]);
+            let cut = self.pending.len() - partial_marker_len(&self.pending, &[close]);
             self.pending[..cut].trim_end().len()
         };
         let text = &self.pending[..cut];
@@ -493,7 +542,8 @@ impl ReplySplitter {
             Some(
                 syntax @ (ToolCallSyntax::Tagged
                 | ToolCallSyntax::PythonList
-                | ToolCallSyntax::Mistral),
+                | ToolCallSyntax::Mistral
+                | ToolCallSyntax::GemmaCall),
             ) => {
                 let (open, _) = syntax.tags().unwrap_or((TOOL_CALL_OPEN, TOOL_CALL_CLOSE));
                 if let Some(at) = self.pending.find(open) {
@@ -1137,6 +1187,148 @@ fn python_calls(text: &str) -> Option<Vec<ToolCall>> {
     }
     reader.skip_space();
     (reader.rest().is_empty() && !calls.is_empty()).then_some(calls)
+}
+
+/// Gemma 4's calls, `call:get_weather{city:<|"|>Paris<|"|>,days:2}` (one
+/// or more, blanks between): bare keys, strings between `<|"|>`, other
+/// values as JSON writes them, as mlx-lm's `gemma4` parser reads them.
+/// `None` unless the whole text is such calls.
+fn gemma_calls(text: &str) -> Option<Vec<ToolCall>> {
+    let mut reader = GemmaLiteral {
+        text: text.trim(),
+        at: 0,
+    };
+    let mut calls = Vec::new();
+    loop {
+        reader.skip_space();
+        if reader.rest().is_empty() {
+            break;
+        }
+        if !reader.eat("call:") {
+            return None;
+        }
+        let name = reader.name()?;
+        let arguments = reader.object()?;
+        calls.push(ToolCall::new(name, Value::Object(arguments)));
+    }
+    (!calls.is_empty()).then_some(calls)
+}
+
+/// Reads Gemma 4's argument values as JSON values.
+struct GemmaLiteral<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl GemmaLiteral<'_> {
+    fn rest(&self) -> &str {
+        &self.text[self.at..]
+    }
+
+    fn skip_space(&mut self) {
+        let rest = self.rest();
+        self.at += rest.len() - rest.trim_start().len();
+    }
+
+    fn eat(&mut self, marker: &str) -> bool {
+        if self.rest().starts_with(marker) {
+            self.at += marker.len();
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A name or a bare key: letters, digits, `_` and `-`.
+    fn name(&mut self) -> Option<String> {
+        let rest = self.rest();
+        let len = rest
+            .find(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '-')))
+            .unwrap_or(rest.len());
+        let name = rest[..len].to_owned();
+        self.at += len;
+        (!name.is_empty()).then_some(name)
+    }
+
+    /// Text between two `<|"|>`, as it is.
+    fn string(&mut self) -> Option<String> {
+        if !self.eat(GEMMA_QUOTE) {
+            return None;
+        }
+        let len = self.rest().find(GEMMA_QUOTE)?;
+        let text = self.rest()[..len].to_owned();
+        self.at += len + GEMMA_QUOTE.len();
+        Some(text)
+    }
+
+    /// `{key:value,...}`.
+    fn object(&mut self) -> Option<serde_json::Map<String, Value>> {
+        self.skip_space();
+        if !self.eat("{") {
+            return None;
+        }
+        let mut map = serde_json::Map::new();
+        loop {
+            self.skip_space();
+            if self.eat("}") {
+                return Some(map);
+            }
+            if !map.is_empty() {
+                if !self.eat(",") {
+                    return None;
+                }
+                self.skip_space();
+            }
+            let key = if self.rest().starts_with(GEMMA_QUOTE) {
+                self.string()?
+            } else {
+                self.name()?
+            };
+            self.skip_space();
+            if !self.eat(":") {
+                return None;
+            }
+            let value = self.value()?;
+            map.insert(key, value);
+        }
+    }
+
+    fn value(&mut self) -> Option<Value> {
+        self.skip_space();
+        if self.rest().starts_with(GEMMA_QUOTE) {
+            return self.string().map(Value::String);
+        }
+        if self.rest().starts_with('{') {
+            return self.object().map(Value::Object);
+        }
+        if self.eat("[") {
+            let mut list = Vec::new();
+            loop {
+                self.skip_space();
+                if self.eat("]") {
+                    return Some(Value::Array(list));
+                }
+                if !list.is_empty() && !self.eat(",") {
+                    return None;
+                }
+                list.push(self.value()?);
+            }
+        }
+        let rest = self.rest();
+        let len = rest
+            .find(|c: char| matches!(c, ',' | '}' | ']') || c.is_whitespace())
+            .unwrap_or(rest.len());
+        let word = rest[..len].to_owned();
+        self.at += len;
+        match word.as_str() {
+            "true" => Some(Value::Bool(true)),
+            "false" => Some(Value::Bool(false)),
+            "null" => Some(Value::Null),
+            _ => serde_json::from_str::<serde_json::Number>(&word)
+                .ok()
+                .map(Value::Number),
+        }
+    }
 }
 
 /// Reads Python literals (strings, numbers, True/False/None, lists, tuples,
@@ -1944,6 +2136,59 @@ mod tests {
         );
         assert!(ReplyFormat::detect("x", Some(gpt_oss), None, true).needs_special_tokens());
         assert!(!QWEN_TOOLS.needs_special_tokens());
+    }
+
+    const GEMMA4: ReplyFormat = ReplyFormat::Marked {
+        think: Some(ThinkStart::ModelOpensChannel),
+        tool_calls: Some(ToolCallSyntax::GemmaCall),
+    };
+
+    #[test]
+    fn gemma4_thinks_in_its_channel_and_calls_tools_in_its_own_syntax() {
+        check(
+            GEMMA4,
+            "<|channel>thought\nThe user wants Paris.\n<channel|>It is sunny.",
+            &[reasoning("The user wants Paris."), answer("It is sunny.")],
+        );
+        // With thinking off the template closes an empty channel in the
+        // prompt, and the reply is the answer.
+        check(GEMMA4, "It is sunny.", &[answer("It is sunny.")]);
+        check(
+            GEMMA4,
+            "<|channel>thought\nCheck both.<channel|><|tool_call>call:get_weather{\
+             city:<|\"|>Paris, {France}<|\"|>,days:2,metric:true,hours:[1,2.5],\
+             where:{zone:<|\"|>UTC<|\"|>,exact:null}}<tool_call|>\
+             <|tool_call>call:now{}<tool_call|>",
+            &[
+                reasoning("Check both."),
+                call(
+                    "get_weather",
+                    json!({"city": "Paris, {France}", "days": 2, "metric": true,
+                           "hours": [1, 2.5], "where": {"zone": "UTC", "exact": null}}),
+                ),
+                call("now", json!({})),
+            ],
+        );
+        // A body that is not calls stays answer text.
+        let broken = "<|tool_call>call:f{city:Paris}<tool_call|>";
+        check(GEMMA4, broken, &[answer(broken)]);
+        // Gemma 4's template writes both markers; its family says so where
+        // there is no template; either way the markers are special tokens.
+        let template = "{{- '<|channel>thought\\n' + thinking_text + '\\n<channel|>' -}}\
+                        {{- '<|tool_call>call:' + function['name'] + '{' -}}";
+        assert_eq!(
+            ReplyFormat::detect("llama", Some(template), None, true),
+            GEMMA4
+        );
+        assert_eq!(ReplyFormat::detect("gemma4", None, None, true), GEMMA4);
+        assert_eq!(
+            ReplyFormat::detect("gemma4_text", None, None, false),
+            ReplyFormat::Marked {
+                think: Some(ThinkStart::ModelOpensChannel),
+                tool_calls: None,
+            }
+        );
+        assert!(GEMMA4.needs_special_tokens());
     }
 
     #[test]

@@ -197,6 +197,10 @@ pub struct RopeScaling {
     pub mscale: Option<f32>,
     #[serde(default)]
     pub mscale_all_dim: Option<f32>,
+    /// proportional (Gemma 4): the share of each head's frequencies that
+    /// turn; the rest stay still.
+    #[serde(default)]
+    pub partial_rotary_factor: Option<f32>,
 }
 
 impl RopeScaling {
@@ -337,8 +341,8 @@ pub struct ModelConfig {
     pub fused_projections: bool,
     /// RMSNorm scales are stored minus one and applied as `1 + w` (gemma).
     pub norms_add_one: bool,
-    /// Embeddings are multiplied by this before the first layer (gemma:
-    /// the square root of the hidden size, rounded to bfloat16 first).
+    /// Embeddings are multiplied by this, in the model's float dtype,
+    /// before the first layer (gemma: the square root of the hidden size).
     pub embed_scale: Option<f32>,
     /// Each sublayer's output is normed too before the residual add, and the
     /// MLP has its own pre-norm (gemma's four norms per layer).
@@ -383,6 +387,53 @@ pub struct ModelConfig {
     pub attention_output_gate: bool,
     /// The checkpoint's names of a layer's modules.
     pub names: TensorNames,
+    /// The full-attention layers' own heads where they differ from the
+    /// others' (Gemma 4: wider heads, their own KV heads, values that are
+    /// the keys); `None` where every layer's are the config's.
+    pub full_attention: Option<FullAttention>,
+    /// RMSNorm without a scale over each head's values before attention
+    /// (Gemma 4's `v_norm`).
+    pub value_norm: bool,
+    /// The last this many layers compute no keys and values: each attends
+    /// over those of the last earlier layer of its kind (full or sliding)
+    /// and keeps no cache (Gemma 4's `num_kv_shared_layers`).
+    pub kv_shared_layers: usize,
+    /// Those layers' MLPs are twice `intermediate_size` wide (Gemma 4's
+    /// `use_double_wide_mlp`).
+    pub kv_shared_layers_double_mlp: bool,
+    /// Each layer's output is multiplied by its own learned `layer_scalar`
+    /// (Gemma 4).
+    pub layer_scalar: bool,
+    /// Logits are `tanh(x / c) * c` for this `c` (Gemma 4's
+    /// `final_logit_softcapping`).
+    pub final_logit_softcapping: Option<f32>,
+    /// A second embedding of each token, one slice per layer, mixed with a
+    /// projection of the first and added after each layer through a gated
+    /// projection (Gemma 4's per-layer inputs).
+    pub per_layer_input: Option<PerLayerInputConfig>,
+}
+
+/// The full-attention layers' heads, where they differ from the sliding
+/// layers' (Gemma 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FullAttention {
+    pub head_dim: i32,
+    pub num_key_value_heads: i32,
+    /// The layer has no `v_proj`: its values are the keys as `k_proj` gives
+    /// them, before the keys' norm and rope (`attention_k_eq_v`).
+    pub values_are_keys: bool,
+}
+
+/// Gemma 4's per-layer inputs: `embed_tokens_per_layer` gives each token
+/// `width` values per layer (from a vocabulary of `vocab_size`), which are
+/// mixed with `per_layer_model_projection` of the scaled embeddings; each
+/// layer gates its slice by its output and adds it back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PerLayerInputConfig {
+    /// Values per token and layer (`hidden_size_per_layer_input`).
+    pub width: i32,
+    /// Rows of the per-layer embedding (`vocab_size_per_layer_input`).
+    pub vocab_size: i32,
 }
 
 /// A gated short causal convolution over time that some layers have in
@@ -503,6 +554,9 @@ pub enum Activation {
     Silu,
     /// The tanh approximation of GELU (gemma's `gelu_pytorch_tanh`).
     GeluApprox,
+    /// The same, with the multiply by `up` in the one compiled function
+    /// (Gemma 4's `geglu`, where Gemma 3 compiles the GELU alone).
+    GeluApproxFused,
 }
 
 impl ModelConfig {
@@ -553,6 +607,13 @@ impl ModelConfig {
             gated_delta: None,
             attention_output_gate: false,
             names: TensorNames::LLAMA,
+            full_attention: None,
+            value_norm: false,
+            kv_shared_layers: 0,
+            kv_shared_layers_double_mlp: false,
+            layer_scalar: false,
+            final_logit_softcapping: None,
+            per_layer_input: None,
         }
     }
 
@@ -622,10 +683,82 @@ impl ModelConfig {
         self.layer_windows.get(index).copied().flatten()
     }
 
-    /// Elements of one layer's KV cache per position: a key and a value
-    /// vector per KV head.
-    pub fn kv_elements_per_layer_position(&self) -> u64 {
-        2 * self.num_key_value_heads.max(0) as u64 * self.head_dim.max(0) as u64
+    /// The full-attention layers' own heads, when layer `index` is one of
+    /// them and the family gives them their own.
+    fn own_full_attention(&self, index: usize) -> Option<&FullAttention> {
+        self.full_attention
+            .as_ref()
+            .filter(|_| self.window_of(index).is_none())
+    }
+
+    /// Size of each of layer `index`'s heads.
+    pub fn head_dim_of(&self, index: usize) -> i32 {
+        self.own_full_attention(index)
+            .map_or(self.head_dim, |full| full.head_dim)
+    }
+
+    /// Layer `index`'s KV heads.
+    pub fn kv_heads_of(&self, index: usize) -> i32 {
+        self.own_full_attention(index)
+            .map_or(self.num_key_value_heads, |full| full.num_key_value_heads)
+    }
+
+    /// Whether layer `index` has no `v_proj`, its values being its keys.
+    pub fn values_are_keys(&self, index: usize) -> bool {
+        self.own_full_attention(index)
+            .is_some_and(|full| full.values_are_keys)
+    }
+
+    /// Leading dimensions of each of layer `index`'s heads that rope
+    /// rotates: a full-attention layer with its own heads gives its rope the
+    /// whole head (a proportional rope leaves the rest unturned itself).
+    pub fn rotary_dims_of(&self, index: usize) -> i32 {
+        self.own_full_attention(index)
+            .map_or(self.rotary_dims, |full| full.head_dim)
+    }
+
+    /// For a layer that reads an earlier layer's keys and values (the last
+    /// `kv_shared_layers`), that layer: the last of the others of its kind.
+    pub fn kv_source(&self, index: usize) -> Option<usize> {
+        let first_shared = self.num_hidden_layers.checked_sub(self.kv_shared_layers)?;
+        if self.kv_shared_layers == 0 || index < first_shared {
+            return None;
+        }
+        let window = self.window_of(index);
+        (0..first_shared)
+            .rev()
+            .find(|&i| self.attends(i) && self.window_of(i) == window)
+    }
+
+    /// Whether layer `index` is one of the last `kv_shared_layers`, which
+    /// compute no keys and values of their own.
+    pub fn shares_kv(&self, index: usize) -> bool {
+        self.kv_shared_layers > 0
+            && index >= self.num_hidden_layers.saturating_sub(self.kv_shared_layers)
+    }
+
+    /// Whether layer `index` keeps a KV cache of its own: it attends, and
+    /// over keys and values it computes itself.
+    pub fn keeps_kv(&self, index: usize) -> bool {
+        self.attends(index) && !self.shares_kv(index)
+    }
+
+    /// Elements of layer `index`'s KV cache per position: a key and a value
+    /// vector per KV head; none for a layer that keeps no KV cache.
+    pub fn kv_elements_of(&self, index: usize) -> u64 {
+        if !self.keeps_kv(index) {
+            return 0;
+        }
+        2 * self.kv_heads_of(index).max(0) as u64 * self.head_dim_of(index).max(0) as u64
+    }
+
+    /// Width of layer `index`'s MLP.
+    pub fn intermediate_size_of(&self, index: usize) -> i32 {
+        if self.kv_shared_layers_double_mlp && self.shares_kv(index) {
+            2 * self.intermediate_size
+        } else {
+            self.intermediate_size
+        }
     }
 
     /// Whether layer `index` rotates its queries and keys.
@@ -636,6 +769,7 @@ impl ModelConfig {
     /// The layers whose cache a sliding window bounds, and that window.
     pub fn sliding_layers(&self) -> Option<(usize, i32)> {
         let windows: Vec<i32> = (0..self.num_hidden_layers)
+            .filter(|&i| self.keeps_kv(i))
             .filter_map(|i| self.window_of(i))
             .collect();
         let widest = windows.iter().copied().max()?;
@@ -676,15 +810,23 @@ pub enum ExpertsKind {
         chosen_groups: i32,
         routed_scaling_factor: f32,
     },
+    /// Gemma 4: a block beside the dense MLP (each with its own norms, the
+    /// two outputs summed). The router `router.proj` reads the layer's
+    /// input RMS-normed by its own `router.scale` (times `hidden^-0.5`);
+    /// the top k logits, a softmax over those k, each weight times its
+    /// expert's `router.per_expert_scale`; GEGLU experts under
+    /// `experts.switch_glu`, without biases.
+    Gemma4,
 }
 
 impl ExpertsKind {
-    /// The names of the router and of the experts' module under a layer's
-    /// `mlp`, and whether both have biases.
+    /// The names of the router and of the experts' module under the
+    /// block (`block_prefix`), and whether both have biases.
     pub fn tensor_names(self) -> (&'static str, &'static str, bool) {
         match self {
             ExpertsKind::Qwen3Moe | ExpertsKind::Glm4Moe { .. } => ("gate", "switch_mlp", false),
             ExpertsKind::GptOss { .. } => ("router", "experts", true),
+            ExpertsKind::Gemma4 => ("router.proj", "experts.switch_glu", false),
         }
     }
 
@@ -709,6 +851,23 @@ impl ExpertsKind {
     /// bits); GLM's is no Linear layer and stays in floats.
     pub fn router_quantized(self) -> bool {
         !matches!(self, ExpertsKind::Glm4Moe { .. })
+    }
+
+    /// The module of layer `layer` (its tensor prefix) that holds the
+    /// router and the experts: its `mlp`, or for Gemma 4 the layer itself.
+    pub fn block_prefix(self, layer: &str) -> String {
+        match self {
+            ExpertsKind::Qwen3Moe | ExpertsKind::GptOss { .. } | ExpertsKind::Glm4Moe { .. } => {
+                format!("{layer}.mlp")
+            }
+            ExpertsKind::Gemma4 => layer.to_owned(),
+        }
+    }
+
+    /// Whether the experts work beside the dense MLP rather than in its
+    /// place.
+    pub fn beside_dense_mlp(self) -> bool {
+        matches!(self, ExpertsKind::Gemma4)
     }
 }
 

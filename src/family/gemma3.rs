@@ -128,7 +128,9 @@ fn settle(model_type: &str, value: &Value) -> Result<ModelConfig, ConfigError> {
     config.qk_norm = true;
     config.norms_add_one = true;
     config.sandwich_norms = true;
-    config.embed_scale = Some((f64::from(hidden)).sqrt() as f32);
+    // mlx-lm rounds the scale to bfloat16 before casting it to the
+    // model's dtype.
+    config.embed_scale = Some(bfloat16_rounded(f64::from(hidden).sqrt() as f32));
     config.activation = Activation::GeluApprox;
     config.attention_scale = scalar.powf(-0.5);
     config.local_rope_theta = Some(local_base);
@@ -136,6 +138,13 @@ fn settle(model_type: &str, value: &Value) -> Result<ModelConfig, ConfigError> {
         .map(|i| ((i + 1) % pattern != 0).then_some(window))
         .collect();
     Ok(config)
+}
+
+/// `x` rounded to the nearest bfloat16 (ties to even), as a float32.
+fn bfloat16_rounded(x: f32) -> f32 {
+    let bits = x.to_bits();
+    let rounding = 0x7fff + ((bits >> 16) & 1);
+    f32::from_bits(bits.wrapping_add(rounding) & 0xffff_0000)
 }
 
 /// Gemma's own keys: every second layer attends to everything, so a
@@ -162,4 +171,22 @@ fn multimodal_synth_config(config: &mut Value, shape: &Shape, choices: &SynthCho
         "gemma3",
         json!({"model_type": "siglip_vision_model"}),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_embedding_scale_is_rounded_to_bfloat16_as_mlx_lm_rounds_it() {
+        // sqrt(1152) = 33.94...: bfloat16 steps by 0.25 there, so 34.
+        assert_eq!(bfloat16_rounded(1152f32.sqrt()), 34.0);
+        assert_eq!(bfloat16_rounded(16.0), 16.0);
+        // A tie rounds to the even neighbour: 1 + 2^-8 lies halfway
+        // between 1 and 1 + 2^-7.
+        assert_eq!(bfloat16_rounded(1.0 + 1.0 / 256.0), 1.0);
+        assert_eq!(bfloat16_rounded(1.0 + 3.0 / 256.0), 1.0 + 4.0 / 256.0);
+        let config = settle_text(&json!({"hidden_size": 1152})).unwrap();
+        assert_eq!(config.embed_scale, Some(34.0));
+    }
 }

@@ -18,7 +18,7 @@ use super::config::{
     ConfigError, ConfigKeys, ExpertsConfig, ExpertsKind, Keys, ModelConfig, missing,
 };
 use super::synth::{ExpertShape, Shape, SynthChoices, SynthRecipe, plain_rope};
-use super::{Family, ReplyStyle, ToolCallSyntax, every_layout_readable};
+use super::{Family, ReplyStyle, ThinkMarkers, ToolCallSyntax, every_layout_readable};
 
 pub const GLM4_MOE: Family = Family {
     model_type: "glm4_moe",
@@ -28,7 +28,7 @@ pub const GLM4_MOE: Family = Family {
     unreadable_layout: every_layout_readable,
     reply: ReplyStyle {
         harmony: false,
-        thinks: true,
+        thinks: Some(ThinkMarkers::Tags),
         tool_calls: ToolCallSyntax::Tagged,
     },
     synth: SynthRecipe {

@@ -22,7 +22,7 @@ pub const GPT_OSS: Family = Family {
     unreadable_layout,
     reply: ReplyStyle {
         harmony: true,
-        thinks: false,
+        thinks: None,
         tool_calls: ToolCallSyntax::Tagged,
     },
     synth: SynthRecipe {

@@ -29,7 +29,7 @@ pub const LFM2: Family = Family {
     unreadable_layout: every_layout_readable,
     reply: ReplyStyle {
         harmony: false,
-        thinks: false,
+        thinks: None,
         tool_calls: ToolCallSyntax::PythonList,
     },
     synth: SynthRecipe {

@@ -17,7 +17,7 @@ pub const LLAMA: Family = Family {
     unreadable_layout: every_layout_readable,
     reply: ReplyStyle {
         harmony: false,
-        thinks: false,
+        thinks: None,
         tool_calls: ToolCallSyntax::BareJson,
     },
     synth: PRESET_AS_IS,

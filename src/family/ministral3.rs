@@ -25,7 +25,7 @@ use super::{Family, ReplyStyle, ToolCallSyntax};
 /// `[TOOL_CALLS]` control token, in this family and in `mistral3`.
 pub const MISTRAL_REPLIES: ReplyStyle = ReplyStyle {
     harmony: false,
-    thinks: false,
+    thinks: None,
     tool_calls: ToolCallSyntax::Mistral,
 };
 

@@ -13,6 +13,7 @@ pub mod synth;
 pub mod tensors;
 
 mod gemma3;
+mod gemma4;
 mod glm4_moe;
 mod gpt_oss;
 mod lfm2;
@@ -31,10 +32,12 @@ mod smollm3;
 use serde_json::Value;
 
 pub use config::{
-    Activation, ConfigError, DeltaProjections, ExpertsConfig, ExpertsKind, GatedDeltaConfig,
-    ModelConfig, PositionQueryScale, RopeScaling, ShortConvConfig, TensorNames,
+    Activation, ConfigError, DeltaProjections, ExpertsConfig, ExpertsKind, FullAttention,
+    GatedDeltaConfig, ModelConfig, PerLayerInputConfig, PositionQueryScale, RopeScaling,
+    ShortConvConfig, TensorNames,
 };
 pub use gemma3::{GEMMA3, GEMMA3_TEXT};
+pub use gemma4::{GEMMA4, GEMMA4_TEXT};
 pub use glm4_moe::GLM4_MOE;
 pub use gpt_oss::GPT_OSS;
 pub use lfm2::LFM2;
@@ -89,8 +92,9 @@ impl Eq for Family {}
 pub struct ReplyStyle {
     /// Replies are harmony messages (channels for reasoning and answer).
     pub harmony: bool,
-    /// The model may open a `<think>` block itself at the start of a reply.
-    pub thinks: bool,
+    /// The model may open a reasoning block itself at the start of a
+    /// reply, between these markers.
+    pub thinks: Option<ThinkMarkers>,
     /// How it writes a tool call in plain text.
     pub tool_calls: ToolCallSyntax,
 }
@@ -99,9 +103,19 @@ impl ReplyStyle {
     /// Plain answers; tool calls in the most common convention.
     pub const PLAIN: ReplyStyle = ReplyStyle {
         harmony: false,
-        thinks: false,
+        thinks: None,
         tool_calls: ToolCallSyntax::Tagged,
     };
+}
+
+/// The markers around a reasoning block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThinkMarkers {
+    /// `<think>...</think>` (Qwen3, DeepSeek-R1, SmolLM3).
+    Tags,
+    /// `<|channel>thought...<channel|>` (Gemma 4): special tokens, so the
+    /// reply is decoded with them.
+    Channel,
 }
 
 /// How a family writes tool calls in plain text.
@@ -124,10 +138,14 @@ pub enum ToolCallSyntax {
     /// ..., "arguments": {...}}]` (Mistral 7B v0.3). No marker ends them: the
     /// calls run to the end of the reply.
     Mistral,
+    /// `<|tool_call>call:name{key:<|"|>value<|"|>,n:1}<tool_call|>`: Gemma
+    /// 4's calls, keys bare and strings between `<|"|>` (special tokens,
+    /// so the reply is decoded with them).
+    GemmaCall,
 }
 
 /// Every family Ondo runs, in the order Ondo lists them.
-pub static FAMILIES: [&Family; 17] = [
+pub static FAMILIES: [&Family; 19] = [
     &LLAMA,
     &MISTRAL,
     &QWEN2,
@@ -145,6 +163,8 @@ pub static FAMILIES: [&Family; 17] = [
     &QWEN3_5_MOE,
     &GLM4_MOE,
     &QWEN3_NEXT,
+    &GEMMA4_TEXT,
+    &GEMMA4,
 ];
 
 /// The family that reads config.json's `model_type`.

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::config::{ConfigError, ConfigKeys, ModelConfig};
 use super::synth::PLAIN_ROPE;
-use super::{Family, ReplyStyle, ToolCallSyntax, every_layout_readable};
+use super::{Family, ReplyStyle, ThinkMarkers, ToolCallSyntax, every_layout_readable};
 
 pub const QWEN3: Family = Family {
     model_type: "qwen3",
@@ -23,7 +23,7 @@ pub const QWEN3: Family = Family {
 /// calls in `<tool_call>` tags.
 pub(super) const THINKING_QWEN: ReplyStyle = ReplyStyle {
     harmony: false,
-    thinks: true,
+    thinks: Some(ThinkMarkers::Tags),
     tool_calls: ToolCallSyntax::Tagged,
 };
 

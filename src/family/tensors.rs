@@ -4,7 +4,7 @@
 //! engine's strict loader takes exactly these (a test loads every family
 //! from them and compares).
 
-use super::config::{DeltaProjections, ModelConfig};
+use super::config::{DeltaProjections, ExpertsKind, ModelConfig};
 
 /// What a tensor is, which decides how `ondo synth` fills it and whether it
 /// is quantized with the rest.
@@ -34,6 +34,10 @@ pub enum TensorKind {
     /// decay rate, kept in float32 whatever the other tensors' dtype (as
     /// mlx-lm's converter keeps it).
     LogDecay,
+    /// A learned multiplier that is not a norm's scale (Gemma 4's
+    /// `layer_scalar`, its router's `scale` and `per_expert_scale`): never
+    /// quantized.
+    Gain,
 }
 
 /// One tensor of a model.
@@ -65,6 +69,26 @@ pub fn plan(config: &ModelConfig) -> Vec<PlannedTensor> {
         vec![config.vocab_size, hidden],
         TensorKind::Matrix,
     );
+    if let Some(per_layer) = &config.per_layer_input {
+        let all = config.num_hidden_layers as i32 * per_layer.width;
+        add(
+            format!("{root}.embed_tokens_per_layer.weight"),
+            vec![per_layer.vocab_size, all],
+            TensorKind::Matrix,
+        );
+        linear(
+            &mut add,
+            format!("{root}.per_layer_model_projection"),
+            all,
+            hidden,
+            false,
+        );
+        add(
+            format!("{root}.per_layer_projection_norm.weight"),
+            vec![per_layer.width],
+            TensorKind::NormScale,
+        );
+    }
     for layer in 0..config.num_hidden_layers {
         let p = format!("{root}.layers.{layer}");
         add(
@@ -145,7 +169,7 @@ pub fn plan(config: &ModelConfig) -> Vec<PlannedTensor> {
                 false,
             );
         } else {
-            attention(&mut add, config, &p);
+            attention(&mut add, config, layer, &p);
         }
         add(
             format!("{p}.{}.weight", names.mlp_norm),
@@ -161,15 +185,16 @@ pub fn plan(config: &ModelConfig) -> Vec<PlannedTensor> {
                 );
             }
         }
-        match &config.experts {
+        let dense = match &config.experts {
             // The router, then each projection of every expert stacked
             // `[E, out, in]`, as mlx-community stores them.
             Some(experts) if experts.is_sparse(layer) => {
                 let count = experts.num_experts;
                 let inter = experts.moe_intermediate_size;
                 let (router, switch, biases) = experts.kind.tensor_names();
+                let block = experts.kind.block_prefix(&p);
                 add(
-                    format!("{p}.mlp.{router}.weight"),
+                    format!("{block}.{router}.weight"),
                     vec![count, hidden],
                     if experts.kind.router_quantized() {
                         TensorKind::Router
@@ -179,16 +204,28 @@ pub fn plan(config: &ModelConfig) -> Vec<PlannedTensor> {
                 );
                 if biases {
                     add(
-                        format!("{p}.mlp.{router}.bias"),
+                        format!("{block}.{router}.bias"),
                         vec![count],
                         TensorKind::Bias,
                     );
                 }
                 if let Some(correction) = experts.kind.score_correction() {
                     add(
-                        format!("{p}.mlp.{router}.{correction}"),
+                        format!("{block}.{router}.{correction}"),
                         vec![count],
                         TensorKind::ScoreCorrection,
+                    );
+                }
+                if experts.kind == ExpertsKind::Gemma4 {
+                    add(
+                        format!("{block}.router.scale"),
+                        vec![hidden],
+                        TensorKind::Gain,
+                    );
+                    add(
+                        format!("{block}.router.per_expert_scale"),
+                        vec![count],
+                        TensorKind::Gain,
                     );
                 }
                 for (proj, out, inp) in [
@@ -197,13 +234,13 @@ pub fn plan(config: &ModelConfig) -> Vec<PlannedTensor> {
                     ("down_proj", hidden, inter),
                 ] {
                     add(
-                        format!("{p}.mlp.{switch}.{proj}.weight"),
+                        format!("{block}.{switch}.{proj}.weight"),
                         vec![count, out, inp],
                         TensorKind::Experts,
                     );
                     if biases {
                         add(
-                            format!("{p}.mlp.{switch}.{proj}.bias"),
+                            format!("{block}.{switch}.{proj}.bias"),
                             vec![count, out],
                             TensorKind::Bias,
                         );
@@ -232,27 +269,67 @@ pub fn plan(config: &ModelConfig) -> Vec<PlannedTensor> {
                         );
                     }
                 }
-            }
-            _ => {
-                let mlp = names.mlp;
-                let inter = config.intermediate_size;
-                let bias = config.mlp_bias;
-                if config.fused_projections {
-                    linear(
-                        &mut add,
-                        format!("{p}.mlp.gate_up_proj"),
-                        2 * inter,
-                        hidden,
-                        bias,
-                    );
-                } else {
-                    let [gate, up, _] = names.gate_up_down;
-                    linear(&mut add, format!("{p}.{mlp}.{gate}"), inter, hidden, bias);
-                    linear(&mut add, format!("{p}.{mlp}.{up}"), inter, hidden, bias);
+                if experts.kind.beside_dense_mlp() {
+                    for norm in [
+                        "post_feedforward_layernorm_1",
+                        "pre_feedforward_layernorm_2",
+                        "post_feedforward_layernorm_2",
+                    ] {
+                        add(
+                            format!("{p}.{norm}.weight"),
+                            vec![hidden],
+                            TensorKind::NormScale,
+                        );
+                    }
                 }
-                let down = names.gate_up_down[2];
-                linear(&mut add, format!("{p}.{mlp}.{down}"), hidden, inter, bias);
+                experts.kind.beside_dense_mlp()
             }
+            _ => true,
+        };
+        if dense {
+            let mlp = names.mlp;
+            let inter = config.intermediate_size_of(layer);
+            let bias = config.mlp_bias;
+            if config.fused_projections {
+                linear(
+                    &mut add,
+                    format!("{p}.mlp.gate_up_proj"),
+                    2 * inter,
+                    hidden,
+                    bias,
+                );
+            } else {
+                let [gate, up, _] = names.gate_up_down;
+                linear(&mut add, format!("{p}.{mlp}.{gate}"), inter, hidden, bias);
+                linear(&mut add, format!("{p}.{mlp}.{up}"), inter, hidden, bias);
+            }
+            let down = names.gate_up_down[2];
+            linear(&mut add, format!("{p}.{mlp}.{down}"), hidden, inter, bias);
+        }
+        if let Some(per_layer) = &config.per_layer_input {
+            let width = per_layer.width;
+            linear(
+                &mut add,
+                format!("{p}.per_layer_input_gate"),
+                width,
+                hidden,
+                false,
+            );
+            linear(
+                &mut add,
+                format!("{p}.per_layer_projection"),
+                hidden,
+                width,
+                false,
+            );
+            add(
+                format!("{p}.post_per_layer_input_norm.weight"),
+                vec![hidden],
+                TensorKind::NormScale,
+            );
+        }
+        if config.layer_scalar {
+            add(format!("{p}.layer_scalar"), vec![1], TensorKind::Gain);
         }
     }
     add(
@@ -270,12 +347,21 @@ pub fn plan(config: &ModelConfig) -> Vec<PlannedTensor> {
     plan
 }
 
-/// An attention layer's tensors: q, k, v (or one `qkv_proj`), the output
-/// projection, gpt-oss's sinks and the q/k norms.
-fn attention(add: &mut impl FnMut(String, Vec<i32>, TensorKind), config: &ModelConfig, p: &str) {
+/// An attention layer's tensors: q, k, v (or one `qkv_proj`; no `v_proj`
+/// where the values are the keys, only `q_proj` where the keys and values
+/// are an earlier layer's), the output projection, gpt-oss's sinks and the
+/// q/k norms.
+fn attention(
+    add: &mut impl FnMut(String, Vec<i32>, TensorKind),
+    config: &ModelConfig,
+    layer: usize,
+    p: &str,
+) {
     let hidden = config.hidden_size;
-    let q_out = config.num_attention_heads * config.head_dim;
-    let kv_out = config.num_key_value_heads * config.head_dim;
+    let head_dim = config.head_dim_of(layer);
+    let q_out = config.num_attention_heads * head_dim;
+    let kv_out = config.kv_heads_of(layer) * head_dim;
+    let shares_kv = config.shares_kv(layer);
     // A gated attention's `q_proj` gives a gate per query element too.
     let q_proj_out = if config.attention_output_gate {
         2 * q_out
@@ -292,11 +378,18 @@ fn attention(add: &mut impl FnMut(String, Vec<i32>, TensorKind), config: &ModelC
             config.qkv_bias,
         );
     } else {
-        for (proj, out) in [
-            ("q_proj", q_proj_out),
-            ("k_proj", kv_out),
-            ("v_proj", kv_out),
-        ] {
+        let projections = if shares_kv {
+            &[("q_proj", q_proj_out)][..]
+        } else if config.values_are_keys(layer) {
+            &[("q_proj", q_proj_out), ("k_proj", kv_out)][..]
+        } else {
+            &[
+                ("q_proj", q_proj_out),
+                ("k_proj", kv_out),
+                ("v_proj", kv_out),
+            ][..]
+        };
+        for &(proj, out) in projections {
             linear(
                 add,
                 format!("{p}.self_attn.{proj}"),
@@ -321,10 +414,15 @@ fn attention(add: &mut impl FnMut(String, Vec<i32>, TensorKind), config: &ModelC
         );
     }
     if config.qk_norm {
-        for norm in [names.q_norm, names.k_norm] {
+        let norms = if shares_kv {
+            &[names.q_norm][..]
+        } else {
+            &[names.q_norm, names.k_norm][..]
+        };
+        for norm in norms {
             add(
                 format!("{p}.self_attn.{norm}.weight"),
-                vec![config.head_dim],
+                vec![head_dim],
                 TensorKind::NormScale,
             );
         }

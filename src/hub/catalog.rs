@@ -39,7 +39,7 @@ pub struct CatalogEntry {
 /// The model offered when the user has not picked one; first in the catalog.
 pub const DEFAULT_MODEL: &str = "mlx-community/Llama-3.2-3B-Instruct-4bit";
 
-static CATALOG: [CatalogEntry; 19] = [
+static CATALOG: [CatalogEntry; 22] = [
     CatalogEntry {
         repo_id: DEFAULT_MODEL,
         display_name: "Llama 3.2 3B Instruct",
@@ -369,6 +369,81 @@ static CATALOG: [CatalogEntry; 19] = [
                 "torch_dtype": "bfloat16"},
             "vision_config": {"model_type": "qwen3_5_moe", "depth": 27},
             "tie_word_embeddings": false}"#,
+    },
+    // Qwen3-Next-80B-A3B: 36 gated DeltaNet layers and 12 gated attention
+    // layers; 512 experts of which 10 work on each token, beside a shared
+    // one, in every layer.
+    CatalogEntry {
+        repo_id: "mlx-community/Qwen3-Next-80B-A3B-Instruct-4bit",
+        display_name: "Qwen3-Next 80B-A3B Instruct",
+        family: "qwen3_next",
+        parameters: 80_000_000_000,
+        quantization: "4-bit",
+        size_bytes: 44_800_000_000,
+        note: "An 80B mixture that decodes like a 3B model, with a cache that grows in only a quarter of its layers; for long documents on a Mac with 64 GB or more.",
+        config: r#"{"model_type": "qwen3_next", "architectures": ["Qwen3NextForCausalLM"],
+            "attention_bias": false, "decoder_sparse_step": 1, "full_attention_interval": 4,
+            "head_dim": 256, "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 5120,
+            "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_num_key_heads": 16,
+            "linear_num_value_heads": 32, "linear_value_head_dim": 128,
+            "max_position_embeddings": 262144, "mlp_only_layers": [], "moe_intermediate_size": 512,
+            "norm_topk_prob": true, "num_attention_heads": 16, "num_experts": 512,
+            "num_experts_per_tok": 10, "num_hidden_layers": 48, "num_key_value_heads": 2,
+            "partial_rotary_factor": 0.25, "rms_norm_eps": 1e-6, "rope_scaling": null,
+            "rope_theta": 10000000, "shared_expert_intermediate_size": 512,
+            "tie_word_embeddings": false, "vocab_size": 151936, "torch_dtype": "bfloat16"}"#,
+    },
+    // GLM-4.5-Air: 46 layers, the first dense; 128 experts of which 8 work
+    // on each token beside a shared one; the prediction layer after the
+    // last is not loaded.
+    CatalogEntry {
+        repo_id: "mlx-community/GLM-4.5-Air-4bit",
+        display_name: "GLM-4.5-Air",
+        family: "glm4_moe",
+        parameters: 106_000_000_000,
+        quantization: "4-bit",
+        size_bytes: 60_500_000_000,
+        note: "Z.ai's agentic mixture (12B of its 106B work on each token): strong at tools and code; needs a Mac with 96 GB or more.",
+        config: r#"{"model_type": "glm4_moe", "architectures": ["Glm4MoeForCausalLM"],
+            "attention_bias": true, "head_dim": 128, "hidden_act": "silu", "hidden_size": 4096,
+            "partial_rotary_factor": 0.5, "intermediate_size": 10944,
+            "max_position_embeddings": 131072, "moe_intermediate_size": 1408,
+            "norm_topk_prob": true, "num_attention_heads": 96, "n_group": 1, "topk_group": 1,
+            "n_routed_experts": 128, "n_shared_experts": 1, "routed_scaling_factor": 1.0,
+            "num_experts_per_tok": 8, "first_k_dense_replace": 1, "num_hidden_layers": 46,
+            "num_key_value_heads": 8, "rms_norm_eps": 1e-5, "rope_scaling": null,
+            "rope_theta": 1000000, "num_nextn_predict_layers": 1, "tie_word_embeddings": false,
+            "use_qk_norm": false, "vocab_size": 151552, "torch_dtype": "bfloat16"}"#,
+    },
+    // Gemma 4 E2B: 35 layers, four sliding (512 positions) to one full;
+    // the last 20 read the keys and values of earlier layers and keep no
+    // cache; per-layer inputs from a second, small embedding per layer.
+    CatalogEntry {
+        repo_id: "mlx-community/gemma-4-e2b-it-4bit",
+        display_name: "Gemma 4 E2B",
+        family: "gemma4",
+        parameters: 4_630_000_000,
+        quantization: "4-bit",
+        size_bytes: 2_900_000_000,
+        note: "Google's small Gemma 4: the compute of a 2B model, most of its weights in per-layer embeddings, and a cache held by only 15 of its 35 layers; fits any Apple Silicon Mac.",
+        config: r#"{"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"],
+            "text_config": {"model_type": "gemma4_text", "hidden_size": 1536,
+                "num_hidden_layers": 35, "intermediate_size": 6144, "num_attention_heads": 8,
+                "num_key_value_heads": 1, "head_dim": 256, "global_head_dim": 512,
+                "num_global_key_value_heads": null, "attention_k_eq_v": false,
+                "sliding_window": 512, "vocab_size": 262144,
+                "vocab_size_per_layer_input": 262144, "hidden_size_per_layer_input": 256,
+                "num_kv_shared_layers": 20, "use_double_wide_mlp": true,
+                "max_position_embeddings": 131072, "rms_norm_eps": 1e-6,
+                "final_logit_softcapping": 30.0, "enable_moe_block": false, "num_experts": null,
+                "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention", "full_attention", "sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention", "full_attention", "sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention", "full_attention", "sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention", "full_attention", "sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention", "full_attention", "sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention", "full_attention", "sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
+                "rope_parameters": {
+                    "full_attention": {"partial_rotary_factor": 0.25, "rope_theta": 1000000.0,
+                        "rope_type": "proportional"},
+                    "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"}},
+                "tie_word_embeddings": true, "torch_dtype": "bfloat16"},
+            "vision_config": {"model_type": "gemma4_vision"},
+            "audio_config": {"model_type": "gemma4_audio"}}"#,
     },
 ];
 

@@ -101,8 +101,10 @@ impl KvDtype {
 #[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct ModelShape {
     pub num_hidden_layers: u64,
+    /// KV heads of the layers that attend to everything (the sliding ones
+    /// say their own in `sliding_window`).
     pub num_key_value_heads: u64,
-    /// Elements per key (and per value) vector.
+    /// Elements per key (and per value) vector, in those layers.
     pub head_dim: u64,
     pub hidden_size: u64,
     /// The longest context the model was trained for, in tokens.
@@ -114,6 +116,9 @@ pub struct ModelShape {
     /// Layers that keep a state of constant size instead of a KV cache
     /// (LFM2's short convolutions); `None` when every layer attends.
     pub state_layers: Option<StateLayers>,
+    /// Layers that attend over an earlier layer's keys and values and keep
+    /// no cache of their own (Gemma 4's KV-shared layers).
+    pub kv_shared_layers: u64,
     /// A mixture-of-experts model's experts; `None` for a dense model.
     pub experts: Option<ExpertLayers>,
     /// Parameters counted from the shapes: for a family Ondo runs, every
@@ -131,6 +136,10 @@ pub struct ModelShape {
 pub struct SlidingWindowLayers {
     pub layers: u64,
     pub window_tokens: u64,
+    /// KV heads and head size of these layers (Gemma 4's are narrower than
+    /// its full layers'; most models' are the same).
+    pub num_key_value_heads: u64,
+    pub head_dim: u64,
 }
 
 /// Layers without a KV cache: each keeps `bytes_per_layer` of state (a
@@ -203,10 +212,22 @@ impl ModelShape {
                     * experts.moe_intermediate_size.max(0) as u64,
             })
         });
+        // The heads of the first layer of each kind that keeps a KV cache.
+        let first_of_kind = |sliding: bool| {
+            (0..config.num_hidden_layers)
+                .find(|&i| config.keeps_kv(i) && config.window_of(i).is_some() == sliding)
+        };
+        let heads_of = |layer: Option<usize>| {
+            layer.map_or((config.num_key_value_heads, config.head_dim), |i| {
+                (config.kv_heads_of(i), config.head_dim_of(i))
+            })
+        };
+        let (full_heads, full_dim) = heads_of(first_of_kind(false));
+        let (sliding_heads, sliding_dim) = heads_of(first_of_kind(true));
         ModelShape {
             num_hidden_layers: config.num_hidden_layers as u64,
-            num_key_value_heads: config.num_key_value_heads.max(0) as u64,
-            head_dim: config.head_dim.max(0) as u64,
+            num_key_value_heads: full_heads.max(0) as u64,
+            head_dim: full_dim.max(0) as u64,
             hidden_size,
             max_position_embeddings: config.max_position_embeddings.map(|n| n as u64),
             kv_dtype,
@@ -215,7 +236,12 @@ impl ModelShape {
                 .map(|(layers, window)| SlidingWindowLayers {
                     layers: layers as u64,
                     window_tokens: window.max(0) as u64,
+                    num_key_value_heads: sliding_heads.max(0) as u64,
+                    head_dim: sliding_dim.max(0) as u64,
                 }),
+            kv_shared_layers: (0..config.num_hidden_layers)
+                .filter(|&i| config.attends(i) && config.shares_kv(i))
+                .count() as u64,
             state_layers: config
                 .state_layers()
                 .map(|(layers, elements, f32_elements)| StateLayers {
@@ -277,50 +303,71 @@ impl ModelShape {
             kv_dtype,
             sliding_window: None,
             state_layers: None,
+            kv_shared_layers: 0,
             experts: None,
             parameters,
         })
     }
 
-    /// Bytes of KV cache one layer holds per position: a key and a value
-    /// vector per KV head.
+    /// Bytes of KV cache one full-attention layer holds per position: a
+    /// key and a value vector per KV head.
     pub fn kv_bytes_per_layer_position(&self) -> u64 {
+        self.kv_bytes_per_position(self.num_key_value_heads, self.head_dim)
+    }
+
+    fn kv_bytes_per_position(&self, heads: u64, head_dim: u64) -> u64 {
         // Saturating: the factors come from a file.
-        self.num_key_value_heads
-            .saturating_mul(self.head_dim)
+        heads
+            .saturating_mul(head_dim)
             .saturating_mul(2 * self.kv_dtype.bytes())
     }
 
-    /// Layers with a KV cache (the others keep a constant state).
+    /// Layers with a KV cache of their own (the others keep a constant
+    /// state, or read an earlier layer's cache).
     fn kv_layers(&self) -> u64 {
         let state = self.state_layers.map_or(0, |s| s.layers);
-        self.num_hidden_layers.saturating_sub(state)
+        self.num_hidden_layers
+            .saturating_sub(state)
+            .saturating_sub(self.kv_shared_layers)
+    }
+
+    /// The sliding-window layers with a KV cache, their window, and the
+    /// bytes each caches per position; none without a window.
+    fn sliding(&self) -> (u64, u64, u64) {
+        self.sliding_window.map_or((0, 0, 0), |s| {
+            (
+                s.layers.min(self.kv_layers()),
+                s.window_tokens,
+                self.kv_bytes_per_position(s.num_key_value_heads, s.head_dim),
+            )
+        })
     }
 
     /// Bytes of KV cache per token of context while every layer still keeps
     /// every position (below any sliding window).
     pub fn kv_bytes_per_token(&self) -> u64 {
-        self.kv_layers()
+        let (sliding_layers, _, sliding_bytes) = self.sliding();
+        (self.kv_layers() - sliding_layers)
             .saturating_mul(self.kv_bytes_per_layer_position())
+            .saturating_add(sliding_layers.saturating_mul(sliding_bytes))
     }
 
     /// Bytes of cache when it holds `positions`: full-attention layers keep
     /// them all, sliding-window layers at most their window, state layers
     /// their constant state.
     pub fn kv_cache_bytes(&self, positions: u64) -> u64 {
-        let (sliding_layers, window) = self.sliding_window.map_or((0, 0), |s| {
-            (s.layers.min(self.kv_layers()), s.window_tokens)
-        });
+        let (sliding_layers, window, sliding_bytes) = self.sliding();
         let full_layers = self.kv_layers() - sliding_layers;
-        let layer_positions = full_layers
+        let full = full_layers
             .saturating_mul(positions)
-            .saturating_add(sliding_layers.saturating_mul(positions.min(window)));
+            .saturating_mul(self.kv_bytes_per_layer_position());
+        let sliding = sliding_layers
+            .saturating_mul(positions.min(window))
+            .saturating_mul(sliding_bytes);
         let state = self
             .state_layers
             .map_or(0, |s| s.layers.saturating_mul(s.bytes_per_layer));
-        layer_positions
-            .saturating_mul(self.kv_bytes_per_layer_position())
-            .saturating_add(state)
+        full.saturating_add(sliding).saturating_add(state)
     }
 
     /// For a mixture of experts, the parameters one token works through:
@@ -334,7 +381,8 @@ impl ModelShape {
     }
 
     /// "22 of 26 layers keep at most 512 positions", "10 of 16 layers keep
-    /// a state of 8 KiB whatever the context": what bounds the cache.
+    /// a state of 8 KiB whatever the context", "20 of 35 layers read an
+    /// earlier layer's cache": what bounds the cache.
     pub fn kv_cache_note(&self) -> Option<String> {
         let sliding = self.sliding_window.filter(|s| s.layers > 0).map(|sliding| {
             format!(
@@ -352,10 +400,15 @@ impl ModelShape {
                 binary_size(state.bytes_per_layer)
             )
         });
-        match (sliding, state) {
-            (Some(a), Some(b)) => Some(format!("{a}; {b}")),
-            (a, b) => a.or(b),
-        }
+        let shared = (self.kv_shared_layers > 0).then(|| {
+            format!(
+                "{} of {} layers read an earlier layer's cache",
+                self.kv_shared_layers.min(self.num_hidden_layers),
+                self.num_hidden_layers
+            )
+        });
+        let notes: Vec<String> = [sliding, state, shared].into_iter().flatten().collect();
+        (!notes.is_empty()).then(|| notes.join("; "))
     }
 
     /// "all 128 experts stay in memory; 8 of them work on each token".
@@ -850,7 +903,9 @@ mod tests {
             shape.sliding_window,
             Some(SlidingWindowLayers {
                 layers: 29,
-                window_tokens: 512
+                window_tokens: 512,
+                num_key_value_heads: 4,
+                head_dim: 256
             })
         );
     }
@@ -1205,7 +1260,9 @@ mod tests {
             shape.sliding_window,
             Some(SlidingWindowLayers {
                 layers: 3,
-                window_tokens: 128
+                window_tokens: 128,
+                num_key_value_heads: 2,
+                head_dim: 16
             })
         );
         // Per layer and position: 2 KV heads * 16 * K and V * 2 bytes = 128 B.
@@ -1240,7 +1297,9 @@ mod tests {
             shape.sliding_window,
             Some(SlidingWindowLayers {
                 layers: 1,
-                window_tokens: 256
+                window_tokens: 256,
+                num_key_value_heads: 2,
+                head_dim: 16
             })
         );
         listed["layer_types"] = json!(["full_attention"]);

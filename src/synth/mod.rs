@@ -36,6 +36,10 @@ pub struct SynthOptions {
     /// power-of-two scale per 32 values), the rest affine at `bits`, with
     /// per-module entries in config.json saying which is which.
     pub experts_mxfp4: bool,
+    /// Give the model routed experts (8, 2 per token) where the preset has
+    /// none: the mixture form of a family whose one `model_type` has dense
+    /// and mixture checkpoints.
+    pub experts: bool,
     pub group_size: u32,
     pub dtype: WeightDtype,
     pub seed: u64,
@@ -59,6 +63,7 @@ impl SynthOptions {
             preset,
             arch: &family::LLAMA,
             experts_mxfp4: false,
+            experts: false,
             group_size: 64,
             seed: 0,
             max_shard_bytes: 5_000_000_000,
@@ -67,9 +72,13 @@ impl SynthOptions {
         }
     }
 
-    /// The shape after the family's own conventions are applied.
+    /// The shape after the family's own conventions are applied (and the
+    /// experts asked for).
     pub fn shape(&self) -> Shape {
         let mut shape = self.preset.shape.clone();
+        if self.experts && shape.experts.is_none() {
+            shape.experts = Some(ExpertShape::eight_choose_two(&shape));
+        }
         (self.arch.synth.adjust)(&mut shape);
         shape
     }
@@ -110,6 +119,10 @@ pub enum SynthError {
     )]
     Mxfp4ExpertsUnavailable { arch: String },
     #[error(
+        "{arch} has no mixture-of-experts form for synth to write; pick an architecture whose dense and mixture checkpoints share one model_type, or one with experts of its own"
+    )]
+    ExpertsUnavailable { arch: String },
+    #[error(
         "a quantization group size of {group_size} does not divide the hidden size {hidden}; use 32, 64 or 128"
     )]
     GroupSizeMismatch { group_size: u32, hidden: usize },
@@ -138,6 +151,7 @@ impl SynthError {
             SynthError::UnknownPreset { .. }
             | SynthError::UnsupportedBits { .. }
             | SynthError::Mxfp4ExpertsUnavailable { .. }
+            | SynthError::ExpertsUnavailable { .. }
             | SynthError::GroupSizeMismatch { .. } => ErrorKind::InvalidInput,
             SynthError::TargetNotEmpty { .. } => ErrorKind::FolderNotEmpty,
             SynthError::Io { .. } => ErrorKind::Io,
@@ -319,6 +333,11 @@ pub fn plan_model(
         model_type: options.arch.model_type.to_owned(),
         message: error.to_string(),
     })?;
+    if options.experts && settled.experts.is_none() {
+        return Err(SynthError::ExpertsUnavailable {
+            arch: options.arch.model_type.to_owned(),
+        });
+    }
     let plan = family::tensors::plan(&settled);
     if let Some(quantization) = quantization_json(options, &plan) {
         config["quantization"] = quantization.clone();
@@ -422,6 +441,7 @@ mod tests {
             SynthError::TargetNotEmpty { .. } => "folder_not_empty",
             SynthError::UnsupportedBits { .. } => "invalid_input",
             SynthError::Mxfp4ExpertsUnavailable { .. } => "invalid_input",
+            SynthError::ExpertsUnavailable { .. } => "invalid_input",
             SynthError::GroupSizeMismatch { .. } => "invalid_input",
             SynthError::Io { .. } => "io",
             SynthError::Mlx { .. } => "mlx",
@@ -445,6 +465,9 @@ mod tests {
             },
             SynthError::UnsupportedBits { bits: 3 },
             SynthError::Mxfp4ExpertsUnavailable {
+                arch: "llama".into(),
+            },
+            SynthError::ExpertsUnavailable {
                 arch: "llama".into(),
             },
             SynthError::GroupSizeMismatch {

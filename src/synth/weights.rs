@@ -4,7 +4,7 @@
 //! (seed, tensor name), so a tensor's values do not depend on which other
 //! tensors were made before it. Norm scales are ones; biases are drawn wider
 //! than matrices (normal(0, 0.1) against 0.02), so they visibly change an
-//! output. A quantized model's routers are 8-bit in groups of 64 whatever
+//! output; other gains are drawn between 0.5 and 1.5. A quantized model's routers are 8-bit in groups of 64 whatever
 //! the rest, as mlx-lm's converter keeps Qwen3-MoE's (GLM's stay in floats,
 //! and its score corrections in float32).
 
@@ -76,7 +76,8 @@ fn quant_of(options: &SynthOptions, kind: TensorKind) -> Option<SynthQuant> {
         | TensorKind::Conv
         | TensorKind::LogDecay
         | TensorKind::FloatRouter
-        | TensorKind::ScoreCorrection => None,
+        | TensorKind::ScoreCorrection
+        | TensorKind::Gain => None,
         TensorKind::Matrix => Some(default),
         TensorKind::Router => Some(ROUTER_QUANT),
         TensorKind::Experts if options.experts_mxfp4 => Some(MXFP4),
@@ -155,6 +156,12 @@ fn make_tensor(
                 _ => 0.02,
             };
             random::normal::<f32>(&tensor.shape[..], 0.0, scale, &key)?
+        }
+        // Gains between 0.5 and 1.5: near what a model learns, and far
+        // enough from one that a gain the engine forgot changes the output.
+        TensorKind::Gain => {
+            let key = random::key(tensor_seed(options.seed, &tensor.name))?;
+            random::uniform::<f32, f32>(0.5, 1.5, &tensor.shape[..], &key)?
         }
         // The log of a decay rate between 1 and 16 per head, as mlx-lm
         // initializes it (from 0, which would stop the decay).

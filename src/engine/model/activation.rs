@@ -11,8 +11,9 @@
 //!
 //! What goes into one kernel is what mlx-lm compiles into one: SwiGLU with
 //! its multiply by `up` (mlx-lm's `swiglu`, and gpt-oss's clamped variant),
-//! but GEGLU as the GELU alone with the multiply after it (mlx-lm's
-//! `gelu_approx(gate) * up`). On the CPU a fused kernel rounds every
+//! Gemma 3's GEGLU as the GELU alone with the multiply after it (mlx-lm's
+//! `gelu_approx(gate) * up`), Gemma 4's with the multiply inside (its
+//! `geglu`). On the CPU a fused kernel rounds every
 //! intermediate to its dtype as the separate operations do, but on MLX's
 //! CUDA backend it need not: with the multiply fused into the GELU, a
 //! bfloat16 gemma's greedy tokens departed from mlx-lm's on the H200.
@@ -58,6 +59,11 @@ fn gelu_approx_formula(x: &Array) -> Result<Array, Exception> {
     ops::multiply(&half_x, ops::add(constant(1.0, x)?, ops::tanh(&scaled)?)?)
 }
 
+fn gelu_approx_times(pair: (&Array, &Array)) -> Result<Array, Exception> {
+    let (gate, up) = pair;
+    ops::multiply(gelu_approx_formula(gate)?, up)
+}
+
 /// gpt-oss's SwiGLU: the gate clipped from above at `limit` and weighted by
 /// `sigmoid(1.702 gate)`, the linear part clipped both ways with 1 added,
 /// with mlx-lm's operations in its order.
@@ -79,6 +85,8 @@ thread_local! {
     static SWIGLU: RefCell<Compiled2> = RefCell::new(Box::new(compile(silu_times, true)));
     static GELU_APPROX: RefCell<Compiled1> =
         RefCell::new(Box::new(compile(gelu_approx_formula, true)));
+    static GEGLU_APPROX: RefCell<Compiled2> =
+        RefCell::new(Box::new(compile(gelu_approx_times, true)));
     /// One compiled function per clamp limit (a model has one).
     static CLAMPED_SWIGLU: RefCell<Vec<(u32, Compiled2)>> = const { RefCell::new(Vec::new()) };
 }
@@ -88,11 +96,20 @@ pub fn swiglu(gate: &Array, up: &Array) -> Result<Array, Exception> {
     SWIGLU.with(|f| (f.borrow_mut())((gate, up)))
 }
 
-/// `gelu_approx(gate) * up` (gemma's GEGLU): the GELU in one fused kernel,
-/// the multiply after it.
+/// The tanh approximation of GELU, in one fused kernel.
+pub fn gelu_approx(x: &Array) -> Result<Array, Exception> {
+    GELU_APPROX.with(|f| (f.borrow_mut())(x))
+}
+
+/// `gelu_approx(gate) * up` (Gemma 3's GEGLU): the GELU in one fused
+/// kernel, the multiply after it.
 pub fn geglu_approx(gate: &Array, up: &Array) -> Result<Array, Exception> {
-    let gelu = GELU_APPROX.with(|f| (f.borrow_mut())(gate))?;
-    ops::multiply(&gelu, up)
+    ops::multiply(&gelu_approx(gate)?, up)
+}
+
+/// `gelu_approx(gate) * up` in one fused kernel (Gemma 4's GEGLU).
+pub fn geglu_approx_fused(gate: &Array, up: &Array) -> Result<Array, Exception> {
+    GEGLU_APPROX.with(|f| (f.borrow_mut())((gate, up)))
 }
 
 /// gpt-oss's clamped SwiGLU at `limit`, in one fused kernel.
@@ -133,13 +150,17 @@ mod tests {
         let up = Array::from_slice(&[0.3f32, -1.2, 2.0, 0.9, -0.05, 1.5, -10.0, 10.0], &[8])
             .as_dtype(mlx_rs::Dtype::Bfloat16)
             .unwrap();
-        let cases: [(Array, Array); 3] = [
+        let cases: [(Array, Array); 4] = [
             (
                 swiglu(&gate, &up).unwrap(),
                 silu_times((&gate, &up)).unwrap(),
             ),
             (
                 geglu_approx(&gate, &up).unwrap(),
+                ops::multiply(gelu_approx_formula(&gate).unwrap(), &up).unwrap(),
+            ),
+            (
+                geglu_approx_fused(&gate, &up).unwrap(),
                 ops::multiply(gelu_approx_formula(&gate).unwrap(), &up).unwrap(),
             ),
             (

@@ -4,9 +4,13 @@
 //! biases, q/k norms, fused projections (phi3), norms that add one, scaled
 //! embeddings and norms around both sublayers (gemma3), sliding-window
 //! layers beside full ones, partial rotary dimensions, rope scaling
-//! (llama3, linear, longrope, yarn), and an attention output gated by a
-//! sigmoid (Qwen 3.5). Layers that mix positions otherwise (LFM2's short
-//! convolutions, Qwen 3.5's gated DeltaNet) have their own files.
+//! (llama3, linear, longrope, yarn, proportional), an attention output
+//! gated by a sigmoid (Qwen 3.5), and Gemma 4's full layers with their own
+//! heads (values that may be the keys), value norms, layers that attend
+//! over an earlier layer's keys and values, layer scalars, routed experts
+//! beside the dense MLP and soft-capped logits. Layers that mix positions
+//! otherwise (LFM2's short convolutions, Qwen 3.5's gated DeltaNet) and
+//! Gemma 4's per-layer inputs have their own files.
 
 use std::path::Path;
 
@@ -18,6 +22,7 @@ use mlx_rs::{Array, ops};
 use super::activation;
 use super::experts::SparseExperts;
 use super::gated_delta::GatedDelta;
+use super::per_layer_input::{PerLayerGate, PerLayerInputs};
 use super::short_conv::ShortConv;
 use super::{JointProjection, Linear, QuantConfig};
 use crate::engine::LoadError;
@@ -77,9 +82,14 @@ impl InputScale {
 impl Rope {
     /// The rope of `config`'s full-attention layers (`local: false`) or of
     /// its sliding-window layers, which use `local_rope_theta` unscaled
-    /// when the family has one.
-    fn new(config: &ModelConfig, config_path: &Path, local: bool) -> Result<Self, LoadError> {
-        let dims = config.rotary_dims;
+    /// when the family has one, turning each head's first `dims`
+    /// dimensions.
+    fn new(
+        config: &ModelConfig,
+        config_path: &Path,
+        local: bool,
+        dims: i32,
+    ) -> Result<Self, LoadError> {
         let mut rope = Self {
             dims,
             traditional: config.rope_traditional,
@@ -128,6 +138,21 @@ impl Rope {
                 rope.freqs = Some(freqs);
                 rope.input_scale = (mscale != 1.0).then(|| InputScale::new(mscale));
             }
+            Some("proportional") => {
+                let share = f64::from(s.partial_rotary_factor.unwrap_or(1.0));
+                let turned = (f64::from(dims) * share) as i32;
+                if !(0..=dims).contains(&turned) {
+                    return Err(invalid(format!(
+                        "rope_scaling `proportional` turns {turned} of {dims} dimensions"
+                    )));
+                }
+                rope.freqs = Some(proportional_freqs(
+                    dims,
+                    turned,
+                    config.rope_theta,
+                    s.factor,
+                )?);
+            }
             Some(other) => {
                 return Err(invalid(format!(
                     "rope_scaling type `{other}` is not supported yet"
@@ -137,10 +162,10 @@ impl Rope {
         Ok(rope)
     }
 
-    /// Rotates `x` for positions starting at `offset` (an int32 scalar
-    /// array shared by every layer of a step: one upload per step, where an
+    /// Rotates `x` for positions starting at `offset`: an int32 scalar
+    /// array shared by every layer of a step (one upload per step, where an
     /// integer offset makes MLX create and upload a scalar per call, two per
-    /// layer).
+    /// layer), or one offset per row of a batch.
     fn apply(&self, x: &Array, offset: &Array) -> Result<Array, Exception> {
         let scaled;
         let x = match &self.input_scale {
@@ -188,6 +213,25 @@ fn base_freqs(dims: i32, base: f32) -> Result<Array, Exception> {
         Array::from_f32(dims as f32),
     )?;
     ops::power(Array::from_f32(base), &exponents)
+}
+
+/// Gemma 4's proportional rope over `dims` dimensions: the first `turned`
+/// of them turn at `factor * base^(2i/dims)` (the exponent over the whole
+/// head, not over the turned part), the rest at an infinite wavelength,
+/// which leaves them as they are; in f32 as mlx-lm computes them.
+fn proportional_freqs(dims: i32, turned: i32, base: f32, factor: f32) -> Result<Array, Exception> {
+    let exponents = ops::divide(
+        Array::arange::<_, f32>(0.0, turned as f32, 2.0)?,
+        Array::from_f32(dims as f32),
+    )?;
+    let freqs = ops::multiply(
+        Array::from_f32(factor),
+        ops::power(Array::from_f32(base), &exponents)?,
+    )?;
+    let still = ops::full::<f32>(&[(dims - turned) / 2], Array::from_f32(f32::INFINITY))?;
+    let freqs = ops::concatenate(&[freqs, still], 0)?;
+    freqs.eval()?;
+    Ok(freqs)
 }
 
 /// longrope (Phi-3.5, Phi-4-mini): the base frequencies times the long
@@ -303,9 +347,48 @@ fn llama3_freqs(dims: i32, base: f32, s: &RopeScaling) -> Result<Array, Exceptio
     Ok(out)
 }
 
+/// An attention layer's projections of its input.
+enum Projections {
+    /// Queries, keys and values.
+    Qkv(JointProjection<3>),
+    /// Queries and keys; the values are the keys (Gemma 4's
+    /// `attention_k_eq_v` layers).
+    Qk(JointProjection<2>),
+    /// Queries alone: the keys and values are an earlier layer's (Gemma
+    /// 4's KV-shared layers).
+    Q(Linear),
+}
+
+impl Projections {
+    /// The layers a one-position input runs.
+    fn decode_layers(&self) -> Vec<&Linear> {
+        match self {
+            Projections::Qkv(qkv) => qkv.decode_layers(),
+            Projections::Qk(qk) => qk.decode_layers(),
+            Projections::Q(q) => vec![q],
+        }
+    }
+
+    fn parameters(&self) -> u64 {
+        match self {
+            Projections::Qkv(qkv) => qkv.parameters(),
+            Projections::Qk(qk) => qk.parameters(),
+            Projections::Q(q) => q.parameters(),
+        }
+    }
+
+    fn arrays(&self) -> Vec<&Array> {
+        match self {
+            Projections::Qkv(qkv) => qkv.arrays(),
+            Projections::Qk(qk) => qk.arrays(),
+            Projections::Q(q) => q.arrays(),
+        }
+    }
+}
+
 struct Attention {
-    /// q, k and v.
-    qkv: JointProjection<3>,
+    /// q, k and v (or fewer: `Projections`).
+    proj: Projections,
     o_proj: Linear,
     heads: i32,
     kv_heads: i32,
@@ -323,6 +406,8 @@ struct Attention {
     /// `q_proj` also gives a gate per output element, applied as a sigmoid
     /// to the attention's output (Qwen 3.5).
     output_gate: bool,
+    /// Values RMS-normed without a scale (Gemma 4).
+    value_norm: bool,
 }
 
 struct Mlp {
@@ -332,10 +417,63 @@ struct Mlp {
     activation: Activation,
 }
 
-/// A layer's feed-forward: one dense MLP, or routed experts.
+/// A layer's feed-forward: one dense MLP, routed experts, or both side by
+/// side.
 enum FeedForward {
     Dense(Mlp),
     Experts(SparseExperts),
+    Beside(Box<MlpBesideExperts>),
+}
+
+/// Gemma 4's feed-forward with experts: the dense MLP and the routed
+/// experts side by side, each between norms of its own, their outputs
+/// summed (the layer's pre- and post-feed-forward norms around both).
+struct MlpBesideExperts {
+    mlp: Mlp,
+    /// After the dense MLP (`post_feedforward_layernorm_1`).
+    mlp_post_norm: Array,
+    experts: SparseExperts,
+    /// Before and after the experts (`pre_feedforward_layernorm_2`,
+    /// `post_feedforward_layernorm_2`); the router reads the layer's
+    /// input as it is.
+    experts_pre_norm: Array,
+    experts_post_norm: Array,
+}
+
+impl MlpBesideExperts {
+    /// The block's output for the residual stream `h` and `normed`, `h`
+    /// through the layer's pre-feed-forward norm.
+    fn forward(&self, h: &Array, normed: &Array, eps: f32) -> Result<Array, Exception> {
+        let dense = self.mlp.forward(normed)?;
+        let dense = fast::rms_norm(&dense, Some(&self.mlp_post_norm), eps)?;
+        let routed_input = fast::rms_norm(h, Some(&self.experts_pre_norm), eps)?;
+        let routed = self.experts.forward_routed_by(h, &routed_input)?;
+        let routed = fast::rms_norm(&routed, Some(&self.experts_post_norm), eps)?;
+        ops::add(&dense, &routed)
+    }
+
+    fn parameters(&self) -> u64 {
+        let norms = [
+            &self.mlp_post_norm,
+            &self.experts_pre_norm,
+            &self.experts_post_norm,
+        ];
+        self.mlp.gate_up.parameters()
+            + self.mlp.down_proj.parameters()
+            + self.experts.parameters()
+            + norms.iter().map(|a| a.size() as u64).sum::<u64>()
+    }
+
+    fn arrays(&self) -> Vec<&Array> {
+        let mut out = self.mlp.arrays();
+        out.extend(self.experts.arrays());
+        out.extend([
+            &self.mlp_post_norm,
+            &self.experts_pre_norm,
+            &self.experts_post_norm,
+        ]);
+        out
+    }
 }
 
 /// What mixes positions in a layer: attention over the KV cache, or a
@@ -367,11 +505,23 @@ struct Layer {
     pre_feedforward_layernorm: Option<Array>,
     post_feedforward_layernorm: Option<Array>,
     mlp: FeedForward,
-    /// The sliding window this layer's cache holds, `None` for full attention.
+    /// The sliding window this layer attends over (its cache holds it),
+    /// `None` for full attention.
     window: Option<i32>,
+    /// The earlier layer whose keys and values this one attends over; it
+    /// then keeps no cache (Gemma 4's KV-shared layers).
+    kv_source: Option<usize>,
+    /// A later layer attends over this one's keys and values.
+    kv_read_later: bool,
+    /// Gates this layer's slice of the per-layer inputs into its output
+    /// (Gemma 4).
+    per_layer_gate: Option<PerLayerGate>,
+    /// Multiplies the layer's output (Gemma 4's `layer_scalar`, `[1]`).
+    layer_scalar: Option<Array>,
 }
 
-/// A loaded decoder. The KV cache lives outside, one per layer.
+/// A loaded decoder. The KV cache lives outside, one per layer that keeps
+/// one (`make_cache`).
 pub struct Decoder {
     embed_tokens: Linear,
     layers: Vec<Layer>,
@@ -384,6 +534,11 @@ pub struct Decoder {
     embed_scale: Option<Array>,
     /// Multiplies the queries by position (ministral3).
     query_scale: Option<PositionQueryScale>,
+    /// Gemma 4's second embedding, a slice of it per layer.
+    per_layer_inputs: Option<PerLayerInputs>,
+    /// Logits are `tanh(x / c) * c`: `c`, and `c` in the model's float
+    /// dtype.
+    logit_softcap: Option<(f32, Array)>,
 }
 
 /// The names of the tensors in `w` that start with `prefix`.
@@ -396,7 +551,7 @@ fn names_starting_with(w: &WeightMap, prefix: &str) -> Vec<String> {
 }
 
 /// A norm scale as the layers apply it: gemma stores `w - 1`.
-fn norm_scale(weight: Array, adds_one: bool) -> Result<Array, LoadError> {
+pub(super) fn norm_scale(weight: Array, adds_one: bool) -> Result<Array, LoadError> {
     if !adds_one {
         return Ok(weight);
     }
@@ -414,11 +569,7 @@ impl Decoder {
     ) -> Result<Self, LoadError> {
         let quant = config.quantization.as_ref();
         let hidden = config.hidden_size;
-        let (heads, kv_heads, head_dim) = (
-            config.num_attention_heads,
-            config.num_key_value_heads,
-            config.head_dim,
-        );
+        let heads = config.num_attention_heads;
         let adds_one = config.norms_add_one;
         let root = config.weight_prefix.as_str();
         let w = &mut weights;
@@ -446,29 +597,60 @@ impl Decoder {
             quant,
             false,
         )?;
+        let per_layer_inputs = match &config.per_layer_input {
+            Some(per_layer) => Some(PerLayerInputs::load(w, config, per_layer, quant)?),
+            None => None,
+        };
         let norm = |w: &mut WeightMap, name: String, size: i32| -> Result<Array, LoadError> {
             norm_scale(w.take_float(&name, &[size])?, adds_one)
         };
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         let join = join_projections();
+        let sources: Vec<usize> = (0..config.num_hidden_layers)
+            .filter_map(|i| config.kv_source(i))
+            .collect();
         for i in 0..config.num_hidden_layers {
             let p = format!("{root}.layers.{i}");
             let (qkv_bias, o_bias) = (config.qkv_bias, config.o_bias);
             let names = config.names;
+            let (kv_heads, head_dim) = (config.kv_heads_of(i), config.head_dim_of(i));
+            let shares_kv = config.shares_kv(i);
+            let kv_source = config.kv_source(i);
+            if shares_kv && kv_source.is_none() {
+                return Err(LoadError::ConfigInvalid {
+                    path: config_path.to_owned(),
+                    message: format!(
+                        "layer {i} reads an earlier layer's keys and values, but no earlier layer of its kind computes any"
+                    ),
+                });
+            }
+            if shares_kv {
+                // transformers checkpoints keep these layers' own keys'
+                // and values' projections and norm, which nothing reads
+                // (mlx-lm drops them too).
+                for part in ["k_proj.", "v_proj.", "k_norm."] {
+                    for k in names_starting_with(w, &format!("{p}.self_attn.{part}")) {
+                        w.discard(&k);
+                    }
+                }
+            }
             let input_layernorm = norm(w, format!("{p}.{}.weight", names.input_norm), hidden)?;
             let (q_norm, k_norm) = if config.qk_norm && config.attends(i) {
-                (
-                    Some(norm(
-                        w,
-                        format!("{p}.self_attn.{}.weight", names.q_norm),
-                        head_dim,
-                    )?),
+                let q_norm = norm(
+                    w,
+                    format!("{p}.self_attn.{}.weight", names.q_norm),
+                    head_dim,
+                )?;
+                let k_norm = if shares_kv {
+                    None
+                } else {
                     Some(norm(
                         w,
                         format!("{p}.self_attn.{}.weight", names.k_norm),
                         head_dim,
-                    )?),
-                )
+                    )?)
+                };
+                (Some(q_norm), k_norm)
             } else {
                 (None, None)
             };
@@ -487,21 +669,20 @@ impl Decoder {
                 .gated_delta
                 .as_ref()
                 .filter(|_| config.is_delta_layer(i));
-            let qkv = match config.attends(i) {
+            let proj = match config.attends(i) {
                 false => None,
-                true => Some(if config.fused_projections {
-                    JointProjection::split(
-                        Linear::load(
-                            w,
-                            &format!("{p}.self_attn.qkv_proj"),
-                            q_width + 2 * kv_width,
-                            hidden,
-                            quant,
-                            qkv_bias,
-                        )?,
-                        [q_width, kv_width, kv_width],
-                    )?
-                } else {
+                true if config.fused_projections => Some(Projections::Qkv(JointProjection::split(
+                    Linear::load(
+                        w,
+                        &format!("{p}.self_attn.qkv_proj"),
+                        q_width + 2 * kv_width,
+                        hidden,
+                        quant,
+                        qkv_bias,
+                    )?,
+                    [q_width, kv_width, kv_width],
+                )?)),
+                true => {
                     let mut proj = |name: &str, out: i32| {
                         Linear::load(
                             w,
@@ -512,25 +693,64 @@ impl Decoder {
                             qkv_bias,
                         )
                     };
-                    let parts = [
-                        proj("q_proj", q_proj_width)?,
-                        proj("k_proj", kv_width)?,
-                        proj("v_proj", kv_width)?,
-                    ];
-                    if join {
-                        JointProjection::join(parts)?
+                    let q = proj("q_proj", q_proj_width)?;
+                    Some(if shares_kv {
+                        Projections::Q(q)
+                    } else if config.values_are_keys(i) {
+                        let parts = [q, proj("k_proj", kv_width)?];
+                        Projections::Qk(if join {
+                            JointProjection::join(parts)?
+                        } else {
+                            JointProjection::apart(parts)
+                        })
                     } else {
-                        JointProjection::apart(parts)
-                    }
-                }),
+                        let parts = [q, proj("k_proj", kv_width)?, proj("v_proj", kv_width)?];
+                        Projections::Qkv(if join {
+                            JointProjection::join(parts)?
+                        } else {
+                            JointProjection::apart(parts)
+                        })
+                    })
+                }
             };
-            let mlp =
-                match &config.experts {
-                    Some(experts) if experts.is_sparse(i) => FeedForward::Experts(
-                        SparseExperts::load(w, &format!("{p}.mlp"), hidden, experts, quant)?,
-                    ),
-                    _ => FeedForward::Dense(Mlp::load(w, &p, config, quant, join)?),
-                };
+            let inter = config.intermediate_size_of(i);
+            let mlp = match &config.experts {
+                Some(experts) if experts.is_sparse(i) => {
+                    let block = experts.kind.block_prefix(&p);
+                    let routed = SparseExperts::load(
+                        w,
+                        &block,
+                        hidden,
+                        experts,
+                        quant,
+                        config.rms_norm_eps,
+                    )?;
+                    if experts.kind.beside_dense_mlp() {
+                        FeedForward::Beside(Box::new(MlpBesideExperts {
+                            mlp: Mlp::load(w, &p, config, inter, quant, join)?,
+                            mlp_post_norm: norm(
+                                w,
+                                format!("{p}.post_feedforward_layernorm_1.weight"),
+                                hidden,
+                            )?,
+                            experts: routed,
+                            experts_pre_norm: norm(
+                                w,
+                                format!("{p}.pre_feedforward_layernorm_2.weight"),
+                                hidden,
+                            )?,
+                            experts_post_norm: norm(
+                                w,
+                                format!("{p}.post_feedforward_layernorm_2.weight"),
+                                hidden,
+                            )?,
+                        }))
+                    } else {
+                        FeedForward::Experts(routed)
+                    }
+                }
+                _ => FeedForward::Dense(Mlp::load(w, &p, config, inter, quant, join)?),
+            };
             let window = config.window_of(i);
             let sinks = if config.attention_sinks {
                 Some(w.take_float(&format!("{p}.self_attn.sinks"), &[heads])?)
@@ -553,7 +773,7 @@ impl Decoder {
             } else {
                 (None, None)
             };
-            let mixer = match (short_conv, gated_delta, qkv) {
+            let mixer = match (short_conv, gated_delta, proj) {
                 (Some(conv), _, _) => {
                     Mixer::ShortConv(ShortConv::load(w, &p, hidden, conv, quant)?)
                 }
@@ -566,8 +786,8 @@ impl Decoder {
                     quant,
                     join,
                 )?),
-                (None, None, Some(qkv)) => Mixer::Attention(Attention {
-                    qkv,
+                (None, None, Some(proj)) => Mixer::Attention(Attention {
+                    proj,
                     o_proj: Linear::load(
                         w,
                         &format!("{p}.self_attn.{}", names.o_proj),
@@ -584,12 +804,18 @@ impl Decoder {
                     k_norm,
                     eps: config.rms_norm_eps,
                     rope: if config.uses_rope(i) {
-                        Some(Rope::new(config, config_path, window.is_some())?)
+                        Some(Rope::new(
+                            config,
+                            config_path,
+                            window.is_some(),
+                            config.rotary_dims_of(i),
+                        )?)
                     } else {
                         None
                     },
                     sinks,
                     output_gate: config.attention_output_gate,
+                    value_norm: config.value_norm,
                 }),
                 (None, None, None) => {
                     return Err(LoadError::ConfigInvalid {
@@ -597,6 +823,15 @@ impl Decoder {
                         message: format!("layer {i} is neither attention nor a convolution"),
                     });
                 }
+            };
+            let per_layer_gate = match &config.per_layer_input {
+                Some(per_layer) => Some(PerLayerGate::load(w, &p, config, per_layer, quant)?),
+                None => None,
+            };
+            let layer_scalar = if config.layer_scalar {
+                Some(w.take_float(&format!("{p}.layer_scalar"), &[1])?)
+            } else {
+                None
             };
             layers.push(Layer {
                 input_layernorm,
@@ -610,6 +845,10 @@ impl Decoder {
                 post_feedforward_layernorm,
                 mlp,
                 window,
+                kv_source,
+                kv_read_later: sources.contains(&i),
+                per_layer_gate,
+                layer_scalar,
             });
         }
         let final_norm = norm(
@@ -650,14 +889,15 @@ impl Decoder {
             w.discard(&k);
         }
         weights.finish(&config.model_type)?;
-        let embed_scale = match config.embed_scale {
-            Some(scale) => {
-                let scale = Array::from_f32(scale)
-                    .as_dtype(mlx_rs::Dtype::Bfloat16)?
-                    .as_dtype(final_norm.dtype())?;
-                scale.eval()?;
-                Some(scale)
-            }
+        let float_dtype = final_norm.dtype();
+        let in_float_dtype = |value: f32| -> Result<Array, Exception> {
+            let scalar = Array::from_f32(value).as_dtype(float_dtype)?;
+            scalar.eval()?;
+            Ok(scalar)
+        };
+        let embed_scale = config.embed_scale.map(in_float_dtype).transpose()?;
+        let logit_softcap = match config.final_logit_softcapping {
+            Some(cap) => Some((cap, in_float_dtype(cap)?)),
             None => None,
         };
         let decoder = Self {
@@ -668,6 +908,8 @@ impl Decoder {
             eps: config.rms_norm_eps,
             embed_scale,
             query_scale: config.query_scale,
+            per_layer_inputs,
+            logit_softcap,
         };
         decoder.prepare_decode();
         Ok(decoder)
@@ -684,15 +926,23 @@ impl Decoder {
             // (`Layer::finish`).
             let adds_residual = layer.pre_feedforward_layernorm.is_none();
             let mixing = match &layer.mixer {
-                Mixer::Attention(attn) => attn.qkv.decode_layers(),
+                Mixer::Attention(attn) => attn.proj.decode_layers(),
                 Mixer::ShortConv(conv) => conv.decode_layers(),
                 Mixer::GatedDelta(delta) => delta.decode_layers(),
             };
             matrices.extend(mixing.into_iter().map(|m| (m, false)));
             matrices.push((layer.mixer.out_proj(), adds_residual));
-            if let FeedForward::Dense(mlp) = &layer.mlp {
+            let dense = match &layer.mlp {
+                FeedForward::Dense(mlp) => Some(mlp),
+                FeedForward::Beside(block) => Some(&block.mlp),
+                FeedForward::Experts(_) => None,
+            };
+            if let Some(mlp) = dense {
                 matrices.extend(mlp.gate_up.decode_layers().into_iter().map(|m| (m, false)));
                 matrices.push((&mlp.down_proj, adds_residual));
+            }
+            if let Some(gate) = &layer.per_layer_gate {
+                matrices.extend(gate.decode_layers().into_iter().map(|m| (m, false)));
             }
         }
         matrices.push((self.lm_head.as_ref().unwrap_or(&self.embed_tokens), false));
@@ -716,13 +966,16 @@ impl Decoder {
         format!("{:?}", self.norm.dtype()).to_lowercase()
     }
 
-    /// One empty cache per layer: a sliding-window layer's rotates at its
-    /// window (keeping no leading tokens, as mlx-lm does); a full layer's
-    /// grows, or rotates at `max_kv_size` positions keeping the first
-    /// `ROTATING_KEEP` tokens; a convolution layer's is its state.
+    /// One empty cache per layer that keeps one (a layer that reads an
+    /// earlier layer's keys and values keeps none): a sliding-window
+    /// layer's rotates at its window (keeping no leading tokens, as mlx-lm
+    /// does); a full layer's grows, or rotates at `max_kv_size` positions
+    /// keeping the first `ROTATING_KEEP` tokens; a convolution layer's is
+    /// its state.
     pub fn make_cache(&self, max_kv_size: Option<usize>) -> Vec<LayerCache> {
         self.layers
             .iter()
+            .filter(|layer| layer.kv_source.is_none())
             .map(|layer| match (&layer.mixer, layer.window) {
                 (Mixer::ShortConv(conv), _) => LayerCache::Conv(ConvState::new(conv.kernel())),
                 (Mixer::GatedDelta(delta), _) => {
@@ -754,7 +1007,7 @@ impl Decoder {
                 .sum::<u64>();
             total += match &layer.mixer {
                 Mixer::Attention(attn) => {
-                    attn.qkv.parameters()
+                    attn.proj.parameters()
                         + attn.o_proj.parameters()
                         + [&attn.q_norm, &attn.k_norm, &attn.sinks]
                             .into_iter()
@@ -768,24 +1021,35 @@ impl Decoder {
             total += match &layer.mlp {
                 FeedForward::Dense(mlp) => mlp.gate_up.parameters() + mlp.down_proj.parameters(),
                 FeedForward::Experts(experts) => experts.parameters(),
+                FeedForward::Beside(block) => block.parameters(),
             };
+            total += layer
+                .per_layer_gate
+                .as_ref()
+                .map_or(0, PerLayerGate::parameters);
+            total += layer.layer_scalar.iter().map(size).sum::<u64>();
         }
+        total += self
+            .per_layer_inputs
+            .as_ref()
+            .map_or(0, PerLayerInputs::parameters);
         total
     }
 
     /// Each layer's sliding window as its cache is made (`None`: the layer
-    /// attends to everything), and the elements one position adds to its
-    /// cache (a key and a value vector per KV head; none for a convolution
-    /// layer, whose state is constant).
+    /// attends to everything, or keeps no KV cache), and the elements one
+    /// position adds to its cache (a key and a value vector per KV head;
+    /// none for a convolution layer, whose state is constant, or for a
+    /// layer that reads an earlier layer's keys and values).
     pub fn layer_caches(&self) -> Vec<(Option<i32>, u64)> {
         self.layers
             .iter()
             .map(|layer| match &layer.mixer {
-                Mixer::Attention(attn) => (
+                Mixer::Attention(attn) if layer.kv_source.is_none() => (
                     layer.window,
                     2 * attn.kv_heads.max(0) as u64 * attn.head_dim.max(0) as u64,
                 ),
-                Mixer::ShortConv(_) | Mixer::GatedDelta(_) => (None, 0),
+                Mixer::Attention(_) | Mixer::ShortConv(_) | Mixer::GatedDelta(_) => (None, 0),
             })
             .collect()
     }
@@ -803,13 +1067,20 @@ impl Decoder {
                     out.extend(attn.q_norm.iter());
                     out.extend(attn.k_norm.iter());
                     out.extend(attn.sinks.iter());
-                    out.extend(attn.qkv.arrays());
+                    out.extend(attn.proj.arrays());
                     out.extend(attn.o_proj.arrays());
                 }
                 Mixer::ShortConv(conv) => out.extend(conv.arrays()),
                 Mixer::GatedDelta(delta) => out.extend(delta.arrays()),
             }
             out.extend(layer.mlp.arrays());
+            if let Some(gate) = &layer.per_layer_gate {
+                out.extend(gate.arrays());
+            }
+            out.extend(layer.layer_scalar.iter());
+        }
+        if let Some(per_layer) = &self.per_layer_inputs {
+            out.extend(per_layer.arrays());
         }
         out.push(&self.norm);
         if let Some(head) = &self.lm_head {
@@ -819,9 +1090,11 @@ impl Decoder {
     }
 
     /// Hidden states of the last layer (after the final norm) for `tokens`
-    /// `[batch, length]`, extending `cache` by `length` positions.
+    /// `[batch, length]`, extending `cache` (one per layer that keeps one,
+    /// in order: `make_cache`) by `length` positions.
     pub fn hidden(&self, tokens: &Array, cache: &mut [LayerCache]) -> Result<Array, Exception> {
         let length = tokens.shape()[1];
+        self.check_cache_count(cache)?;
         // Layers of one kind (full, or one window size) hold the same
         // positions, so one mask serves each kind: made from the first
         // cache of that kind.
@@ -841,13 +1114,15 @@ impl Decoder {
             Some(scale) => position_query_scale(scale, length, position, h.dtype())?,
             None => None,
         };
-        self.run_layers(h, cache, &offset, &masks, query_scale.as_ref())
+        self.run_layers(tokens, h, cache, &offset, &masks, query_scale.as_ref())
     }
 
     /// Hidden states of the last layer for one new token per row of a
     /// batched cache (`tokens` `[B, 1]`), row `r` at its own position
     /// `positions[r]` (the tokens it has seen), extending every row by one
-    /// position. The batched KV layers' masks hide each row's padding.
+    /// position. The batched KV layers' masks hide each row's padding; a
+    /// layer that reads an earlier layer's keys and values reads that
+    /// layer's batched ones, under the same mask.
     pub fn hidden_rows(
         &self,
         tokens: &Array,
@@ -861,6 +1136,7 @@ impl Decoder {
                 positions.len()
             )));
         }
+        self.check_cache_count(cache)?;
         let masks = self.masks(cache, LayerCache::batch_mask)?;
         let offsets = Array::from_slice(positions, &[shape[0]]);
         let h = self.embed(tokens)?;
@@ -868,7 +1144,19 @@ impl Decoder {
             Some(scale) => rows_query_scale(scale, positions, h.dtype())?,
             None => None,
         };
-        self.run_layers(h, cache, &offsets, &masks, query_scale.as_ref())
+        self.run_layers(tokens, h, cache, &offsets, &masks, query_scale.as_ref())
+    }
+
+    /// An error unless `cache` has one cache per layer that keeps one.
+    fn check_cache_count(&self, cache: &[LayerCache]) -> Result<(), Exception> {
+        let kept = self.layers.iter().filter(|l| l.kv_source.is_none()).count();
+        if cache.len() != kept {
+            return Err(Exception::custom(format!(
+                "a cache of {} layers for a model whose {kept} layers keep one",
+                cache.len()
+            )));
+        }
+        Ok(())
     }
 
     /// The attention mask of each kind of attention layer (full, or one
@@ -882,6 +1170,7 @@ impl Decoder {
         let attending = self
             .layers
             .iter()
+            .filter(|layer| layer.kv_source.is_none())
             .zip(cache.iter())
             .filter(|(layer, _)| matches!(layer.mixer, Mixer::Attention(_)));
         for (layer, kv) in attending {
@@ -901,46 +1190,102 @@ impl Decoder {
         }
     }
 
-    /// Embeddings `h` through every layer and the final norm, rope rotating
+    /// `tokens`' embeddings `h` through every layer and the final norm
+    /// (`cache`: one per layer that keeps one, in order), rope rotating
     /// from `offset` (a scalar, or one per row), each attention layer
-    /// masked by its kind's mask, and the queries scaled by `query_scale`
-    /// where a family scales them by position.
+    /// masked by its kind's mask, the queries scaled by `query_scale`
+    /// where a family scales them by position, and each layer given its
+    /// slice of the per-layer inputs where the family has them.
     fn run_layers(
         &self,
+        tokens: &Array,
         mut h: Array,
         cache: &mut [LayerCache],
         offset: &Array,
         masks: &[(Option<i32>, AttentionMask)],
         query_scale: Option<&Array>,
     ) -> Result<Array, Exception> {
-        for (layer, kv) in self.layers.iter().zip(cache.iter_mut()) {
+        let per_layer = match &self.per_layer_inputs {
+            Some(inputs) => Some(inputs.inputs(tokens, &h)?),
+            None => None,
+        };
+        // Each layer's own cache, `None` for a layer that reads an earlier
+        // layer's keys and values.
+        let mut caches = cache.iter_mut();
+        let layer_caches = self.layers.iter().map(|layer| match layer.kv_source {
+            Some(_) => None,
+            None => caches.next(),
+        });
+        // The keys and values each layer attended over, kept for the later
+        // layers that read them.
+        let mut attended: Vec<Option<(Array, Array)>> = vec![None; self.layers.len()];
+        for (i, (layer, kv)) in self.layers.iter().zip(layer_caches).enumerate() {
             let mask = masks
                 .iter()
                 .find(|(window, _)| *window == layer.window)
                 .map_or(&AttentionMask::None, |(_, mask)| mask);
             let normed = fast::rms_norm(&h, Some(&layer.input_layernorm), self.eps)?;
-            let mixed = match &layer.mixer {
-                Mixer::Attention(attn) => {
-                    let (mut q, k, v, gate) = attn.project(&normed, offset)?;
+            let mixed = match (&layer.mixer, kv) {
+                (Mixer::Attention(attn), kv) => {
+                    let (mut q, own, gate) = attn.project(&normed, offset)?;
                     if let Some(scale) = query_scale {
                         q = ops::multiply(&q, scale)?;
                     }
-                    attn.attend(q, k, v, gate, kv, mask)?
+                    let (k, v) = match (own, kv, layer.kv_source) {
+                        (Some((k, v)), Some(kv), _) => kv.update_and_fetch(&k, &v)?,
+                        (None, None, Some(source)) => {
+                            attended.get(source).cloned().flatten().ok_or_else(|| {
+                                Exception::custom(format!(
+                                    "layer {i} reads layer {source}'s keys and values, which it has not made"
+                                ))
+                            })?
+                        }
+                        _ => {
+                            return Err(Exception::custom(format!(
+                                "layer {i}'s keys and values have nowhere to go or come from"
+                            )));
+                        }
+                    };
+                    let out = attn.attend(&q, &k, &v, gate, mask)?;
+                    if layer.kv_read_later {
+                        attended[i] = Some((k, v));
+                    }
+                    out
                 }
-                Mixer::ShortConv(conv) => conv.mix(&normed, kv)?,
-                Mixer::GatedDelta(delta) => delta.mix(&normed, kv)?,
+                (Mixer::ShortConv(conv), Some(kv)) => conv.mix(&normed, kv)?,
+                (Mixer::GatedDelta(delta), Some(kv)) => delta.mix(&normed, kv)?,
+                (Mixer::ShortConv(_) | Mixer::GatedDelta(_), None) => {
+                    return Err(Exception::custom(format!("layer {i} has no state")));
+                }
             };
             h = layer.finish(&h, &mixed, self.eps)?;
+            if let (Some(gate), Some(inputs)) = (&layer.per_layer_gate, &per_layer) {
+                h = gate.apply(&h, &inputs.index((.., .., i as i32, ..)), self.eps)?;
+            }
+            if let Some(scalar) = &layer.layer_scalar {
+                h = ops::multiply(&h, scalar)?;
+            }
         }
         fast::rms_norm(&h, Some(&self.norm), self.eps)
     }
 
     /// Logits over the vocabulary for hidden states `[.., hidden]`.
     pub fn logits(&self, hidden: &Array) -> Result<Array, Exception> {
-        match &self.lm_head {
-            Some(head) => head.forward(hidden),
-            None => self.embed_tokens.forward(hidden),
-        }
+        let logits = match &self.lm_head {
+            Some(head) => head.forward(hidden)?,
+            None => self.embed_tokens.forward(hidden)?,
+        };
+        let Some((cap, scalar)) = &self.logit_softcap else {
+            return Ok(logits);
+        };
+        let cast;
+        let scalar = if scalar.dtype() == logits.dtype() {
+            scalar
+        } else {
+            cast = Array::from_f32(*cap).as_dtype(logits.dtype())?;
+            &cast
+        };
+        ops::multiply(ops::tanh(&ops::divide(&logits, scalar)?)?, scalar)
     }
 }
 
@@ -1006,14 +1351,14 @@ impl Layer {
             None => {
                 let h = self.mixer.out_proj().forward_add(heads, h)?;
                 let normed = fast::rms_norm(&h, Some(&self.post_attention_layernorm), eps)?;
-                self.mlp.forward_add(&normed, &h)
+                self.mlp.forward_add(&normed, &h, eps)
             }
             Some(pre_feedforward) => {
                 let attn = self.mixer.out_proj().forward(heads)?;
                 let attn = fast::rms_norm(&attn, Some(&self.post_attention_layernorm), eps)?;
                 let h = residual_add(h, &attn)?;
                 let normed = fast::rms_norm(&h, Some(pre_feedforward), eps)?;
-                let mut out = self.mlp.forward(&normed)?;
+                let mut out = self.mlp.forward(&h, &normed, eps)?;
                 if let Some(post) = &self.post_feedforward_layernorm {
                     out = fast::rms_norm(&out, Some(post), eps)?;
                 }
@@ -1058,14 +1403,15 @@ fn two(parts: Vec<Array>) -> Result<[Array; 2], Exception> {
 
 impl Attention {
     /// Queries, keys and values of `x` as heads, `[B, heads, L, D]`, with
-    /// the queries and keys rotated for positions from `offset`; and, for a
-    /// gated attention, the output's gate `[B, L, heads * D]`.
+    /// the queries and keys rotated for positions from `offset` (no keys and
+    /// values for a layer that reads an earlier layer's); and, for a gated
+    /// attention, the output's gate `[B, L, heads * D]`.
     #[allow(clippy::type_complexity)]
     fn project(
         &self,
         x: &Array,
         offset: &Array,
-    ) -> Result<(Array, Array, Array, Option<Array>), Exception> {
+    ) -> Result<(Array, Option<(Array, Array)>, Option<Array>), Exception> {
         let shape = x.shape();
         let (b, l) = (shape[0], shape[1]);
         // A decode step has one position, and then `[B, 1, H, D]` and
@@ -1089,13 +1435,15 @@ impl Attention {
         // k apart. Each split is one primitive with two views, where two
         // slices were two (the host's dispatch of primitives bounds an 8B
         // decode step on the H200).
-        if let (1, Some(qkv_proj), None, None, false) = (
+        if let (1, Projections::Qkv(qkv), None, None, false, false) = (
             l,
-            self.qkv.joined(),
+            &self.proj,
             &self.q_norm,
             &self.k_norm,
             self.output_gate,
-        ) {
+            self.value_norm,
+        ) && let Some(qkv_proj) = qkv.joined()
+        {
             let rotated = self.heads + self.kv_heads;
             let heads =
                 qkv_proj
@@ -1105,9 +1453,20 @@ impl Attention {
             let [q, k] = two(self
                 .rotate(&qk, offset)?
                 .split_at_indices(&[self.heads], 1)?)?;
-            return Ok((q, k, v, None));
+            return Ok((q, Some((k, v)), None));
         }
-        let [q, k, v] = self.qkv.forward(x)?;
+        let (q, kv) = match &self.proj {
+            Projections::Qkv(qkv) => {
+                let [q, k, v] = qkv.forward(x)?;
+                (q, Some((k, v)))
+            }
+            // The values are the keys as projected, before their norm.
+            Projections::Qk(qk) => {
+                let [q, k] = qk.forward(x)?;
+                (q, Some((k.clone(), k)))
+            }
+            Projections::Q(q) => (q.forward(x)?, None),
+        };
         // A gated attention's heads are each `[query, gate]`.
         let (q, gate) = if self.output_gate {
             let [q, gate] = two(q
@@ -1118,19 +1477,27 @@ impl Attention {
             (q, None)
         };
         let mut q = split(q, self.heads)?;
-        let mut k = split(k, self.kv_heads)?;
-        let v = split(v, self.kv_heads)?;
         if let Some(weight) = &self.q_norm {
             q = fast::rms_norm(&q, Some(weight), self.eps)?;
-        }
-        if let Some(weight) = &self.k_norm {
-            k = fast::rms_norm(&k, Some(weight), self.eps)?;
         }
         // Rope positions count every token seen, also those a rotating
         // cache has dropped.
         let q = self.rotate(&q, offset)?;
-        let k = self.rotate(&k, offset)?;
-        Ok((q, k, v, gate))
+        let kv = match kv {
+            Some((k, v)) => {
+                let mut k = split(k, self.kv_heads)?;
+                let mut v = split(v, self.kv_heads)?;
+                if let Some(weight) = &self.k_norm {
+                    k = fast::rms_norm(&k, Some(weight), self.eps)?;
+                }
+                if self.value_norm {
+                    v = fast::rms_norm(&v, None, self.eps)?;
+                }
+                Some((self.rotate(&k, offset)?, v))
+            }
+            None => None,
+        };
+        Ok((q, kv, gate))
     }
 
     /// `x` rotated for positions from `offset`, or as it is in a layer
@@ -1142,28 +1509,26 @@ impl Attention {
         }
     }
 
-    /// Writes `k` and `v` into the cache and attends `q` over every cached
-    /// position; the heads come back joined, `[B, L, heads * D]`, for the
-    /// output projection, times the sigmoid of `gate` where there is one.
+    /// Attends `q` over keys `k` and values `v` (what the cache holds, or
+    /// an earlier layer's); the heads come back joined, `[B, L, heads * D]`,
+    /// for the output projection, times the sigmoid of `gate` where there
+    /// is one.
     fn attend(
         &self,
-        q: Array,
-        k: Array,
-        v: Array,
+        q: &Array,
+        k: &Array,
+        v: &Array,
         gate: Option<Array>,
-        kv: &mut LayerCache,
         mask: &AttentionMask,
     ) -> Result<Array, Exception> {
         let shape = q.shape();
         let (b, l) = (shape[0], shape[2]);
-        let (k, v) = kv.update_and_fetch(&k, &v)?;
         let mask = match mask {
             AttentionMask::None => None,
             AttentionMask::Causal => Some(ScaledDotProductAttentionMask::Causal),
             AttentionMask::Array(m) => Some(ScaledDotProductAttentionMask::Array(m)),
         };
-        let o =
-            fast::scaled_dot_product_attention(&q, &k, &v, self.scale, mask, self.sinks.as_ref())?;
+        let o = fast::scaled_dot_product_attention(q, k, v, self.scale, mask, self.sinks.as_ref())?;
         let o = if l == 1 {
             o.reshape(&[b, 1, self.heads * self.head_dim])?
         } else {
@@ -1179,20 +1544,17 @@ impl Attention {
 
 impl Mlp {
     /// Loads `{p}.mlp`'s gate and up (stored apart or as one; joined for
-    /// decode steps when `join`) and down projections.
+    /// decode steps when `join`) and down projections, `inter` wide.
     fn load(
         w: &mut WeightMap,
         p: &str,
         config: &ModelConfig,
+        inter: i32,
         quant: Option<&QuantConfig>,
         join: bool,
     ) -> Result<Self, LoadError> {
         let names = config.names;
-        let (hidden, inter, mlp_bias) = (
-            config.hidden_size,
-            config.intermediate_size,
-            config.mlp_bias,
-        );
+        let (hidden, mlp_bias) = (config.hidden_size, config.mlp_bias);
         let gate_up = if config.fused_projections {
             JointProjection::split(
                 Linear::load(
@@ -1264,23 +1626,29 @@ impl Mlp {
         match self.activation {
             Activation::Silu => activation::swiglu(&gate, &up),
             Activation::GeluApprox => activation::geglu_approx(&gate, &up),
+            Activation::GeluApproxFused => activation::geglu_approx_fused(&gate, &up),
         }
     }
 }
 
 impl FeedForward {
-    fn forward(&self, x: &Array) -> Result<Array, Exception> {
+    /// The output for `normed`, the residual stream `h` through the norm
+    /// before the feed-forward (routed experts beside the dense MLP read
+    /// `h` itself).
+    fn forward(&self, h: &Array, normed: &Array, eps: f32) -> Result<Array, Exception> {
         match self {
-            FeedForward::Dense(mlp) => mlp.forward(x),
-            FeedForward::Experts(experts) => experts.forward(x),
+            FeedForward::Dense(mlp) => mlp.forward(normed),
+            FeedForward::Experts(experts) => experts.forward(normed),
+            FeedForward::Beside(block) => block.forward(h, normed, eps),
         }
     }
 
-    /// `residual + forward(x)`.
-    fn forward_add(&self, x: &Array, residual: &Array) -> Result<Array, Exception> {
+    /// `residual + forward(x)`, for a layer whose norm before the
+    /// feed-forward is its only one there.
+    fn forward_add(&self, x: &Array, residual: &Array, eps: f32) -> Result<Array, Exception> {
         match self {
             FeedForward::Dense(mlp) => mlp.forward_add(x, residual),
-            FeedForward::Experts(experts) => ops::add(residual, &experts.forward(x)?),
+            other => ops::add(residual, &other.forward(residual, x, eps)?),
         }
     }
 
@@ -1288,6 +1656,7 @@ impl FeedForward {
         match self {
             FeedForward::Dense(mlp) => mlp.arrays(),
             FeedForward::Experts(experts) => experts.arrays(),
+            FeedForward::Beside(block) => block.arrays(),
         }
     }
 }

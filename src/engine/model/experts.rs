@@ -1,8 +1,9 @@
 //! Routed experts (mixture of experts): a router picks `top_k` of
-//! `num_experts` SwiGLU feed-forwards for each token, and the token's output
-//! is their sum weighted by the router's scores. Only the chosen experts'
-//! matrices are multiplied, through MLX's gather matmuls, so a token costs
-//! `top_k` experts' work while every expert stays resident.
+//! `num_experts` gated feed-forwards (SwiGLU, or Gemma 4's GEGLU) for each
+//! token, and the token's output is their sum weighted by the router's
+//! scores. Only the chosen experts' matrices are multiplied, through MLX's
+//! gather matmuls, so a token costs `top_k` experts' work while every
+//! expert stays resident.
 //!
 //! The computation follows mlx-lm's `SwitchGLU` operation for operation, so
 //! both produce the same floats: softmax in full precision (or GLM's
@@ -127,6 +128,12 @@ impl StackedLinear {
 pub struct SparseExperts {
     /// `[E, hidden]`: one logit per expert.
     router: Linear,
+    /// Gemma 4's router norms its input first: its `router.scale` times
+    /// `hidden^-0.5`, and the norm's epsilon.
+    router_norm: Option<(Array, f32)>,
+    /// Gemma 4's `router.per_expert_scale` `[E]`: each chosen expert's
+    /// weight is multiplied by its own.
+    expert_scales: Option<Array>,
     gate_proj: StackedLinear,
     up_proj: StackedLinear,
     down_proj: StackedLinear,
@@ -213,36 +220,50 @@ impl SharedExpert {
 }
 
 impl SparseExperts {
-    /// Loads the router and the stacked experts, under the family's names
-    /// (Qwen3-MoE: `{prefix}.gate` and `{prefix}.switch_mlp`; gpt-oss:
-    /// `{prefix}.router` and `{prefix}.experts`), the layout mlx-community
-    /// checkpoints store.
-    /// Per-expert tensors as transformers saves them
-    /// (`{prefix}.experts.{e}.gate_proj.weight`, ...) are stacked here first,
-    /// as mlx-lm's loader does.
+    /// Loads the router and the stacked experts of the block at `prefix`
+    /// (`ExpertsKind::block_prefix`), under the family's names (Qwen3-MoE:
+    /// `{prefix}.gate` and `{prefix}.switch_mlp`; gpt-oss: `{prefix}.router`
+    /// and `{prefix}.experts`; Gemma 4: `{prefix}.router.proj` with its
+    /// scales and `{prefix}.experts.switch_glu`), the layout mlx-community
+    /// checkpoints store. Per-expert tensors as transformers saves them
+    /// (`{prefix}.experts.{e}.gate_proj.weight`, ..., or one
+    /// `{prefix}.experts.gate_up_proj`) are stacked or split here first, as
+    /// mlx-lm's loader does. `eps` is the model's RMSNorm epsilon.
     pub fn load(
         weights: &mut WeightMap,
         prefix: &str,
         hidden: i32,
         config: &ExpertsConfig,
         quant: Option<&QuantConfig>,
+        eps: f32,
     ) -> Result<Self, LoadError> {
         let experts = config.num_experts;
         let inter = config.moe_intermediate_size;
         let (router_name, experts_name, biases) = config.kind.tensor_names();
         let switch = format!("{prefix}.{experts_name}");
-        // What mlx-lm's `sanitize` reads besides the stacked layout: each
-        // expert's tensors apart (transformers' Qwen3-MoE and GLM-4.5), and
-        // Qwen 3.5's fused ones.
-        if matches!(
-            config.kind,
-            ExpertsKind::Qwen3Moe | ExpertsKind::Glm4Moe { .. }
-        ) {
-            stack_per_expert_tensors(weights, prefix, &switch, experts)?;
+        match config.kind {
+            ExpertsKind::Qwen3Moe => {
+                stack_per_expert_tensors(weights, prefix, &switch, experts)?;
+                split_fused_expert_tensors(weights, prefix, &switch)?;
+            }
+            ExpertsKind::Glm4Moe { .. } => {
+                stack_per_expert_tensors(weights, prefix, &switch, experts)?
+            }
+            ExpertsKind::Gemma4 => split_fused_expert_tensors(weights, prefix, &switch)?,
+            ExpertsKind::GptOss { .. } => {}
         }
-        if config.kind == ExpertsKind::Qwen3Moe {
-            split_fused_expert_tensors(weights, prefix, &switch)?;
-        }
+        let (router_norm, expert_scales) = if config.kind == ExpertsKind::Gemma4 {
+            let scale = weights.take_float(&format!("{prefix}.router.scale"), &[hidden])?;
+            let root =
+                Array::from_f32(f64::from(hidden).powf(-0.5) as f32).as_dtype(scale.dtype())?;
+            let norm = ops::multiply(&scale, &root)?;
+            norm.eval()?;
+            let scales =
+                weights.take_float(&format!("{prefix}.router.per_expert_scale"), &[experts])?;
+            (Some((norm, eps)), Some(scales))
+        } else {
+            (None, None)
+        };
         let mut stacked = |name: &str, out: i32, inp: i32| {
             StackedLinear::load(
                 weights,
@@ -283,6 +304,8 @@ impl SparseExperts {
                 quant,
                 biases,
             )?,
+            router_norm,
+            expert_scales,
             gate_proj,
             up_proj,
             down_proj,
@@ -296,8 +319,21 @@ impl SparseExperts {
 
     /// The block's output for `x` `[B, L, hidden]`.
     pub fn forward(&self, x: &Array) -> Result<Array, Exception> {
+        self.forward_routed_by(x, x)
+    }
+
+    /// The experts' output for `x` `[B, L, hidden]`, routed by what the
+    /// router makes of `routed` (Gemma 4 routes by the layer's input and
+    /// gives the experts its own norm of it).
+    pub fn forward_routed_by(&self, routed: &Array, x: &Array) -> Result<Array, Exception> {
         let k = self.top_k;
-        let logits = self.router.forward(x)?;
+        let logits = match &self.router_norm {
+            Some((weight, eps)) => {
+                self.router
+                    .forward(&mlx_rs::fast::rms_norm(routed, Some(weight), *eps)?)?
+            }
+            None => self.router.forward(routed)?,
+        };
         // The k largest land in the last k places, in no particular order.
         let top_k = |values: &Array| -> Result<Array, Exception> {
             Ok(ops::argpartition_axis(values, -k, -1)?.index((Ellipsis, -k..)))
@@ -322,6 +358,20 @@ impl SparseExperts {
                 chosen_groups,
                 routed_scaling_factor,
             } => self.choose_in_groups(&logits, groups, chosen_groups, routed_scaling_factor)?,
+            // As gpt-oss, but the softmax as mlx-lm's Gemma 4 asks for it
+            // (not `precise`), then each expert's own scale.
+            ExpertsKind::Gemma4 => {
+                let indices = top_k(&logits)?;
+                let chosen = ops::indexing::take_along_axis(&logits, &indices, -1)?;
+                let weights = ops::softmax_axis(&chosen, -1, false)?;
+                let scores = match &self.expert_scales {
+                    Some(scales) => {
+                        ops::multiply(&weights, ops::indexing::take_axis(scales, &indices, 0)?)?
+                    }
+                    None => weights,
+                };
+                (indices, scores)
+            }
         };
         let y = self.experts(x, &indices)?;
         let weighted = ops::multiply(&y, ops::expand_dims(&scores, -1)?)?;
@@ -391,6 +441,7 @@ impl SparseExperts {
             ExpertsKind::GptOss { swiglu_limit } => {
                 activation::clamped_swiglu(gate, up, swiglu_limit)
             }
+            ExpertsKind::Gemma4 => activation::geglu_approx_fused(gate, up),
         }
     }
 
@@ -430,7 +481,12 @@ impl SparseExperts {
 
     /// Parameters of the router and of every expert.
     pub fn parameters(&self) -> u64 {
+        let router_scales = self.router_norm.iter().map(|(norm, _)| norm);
         self.router.parameters()
+            + router_scales
+                .chain(&self.expert_scales)
+                .map(|a| a.size() as u64)
+                .sum::<u64>()
             + [&self.gate_proj, &self.up_proj, &self.down_proj]
                 .iter()
                 .map(|stacked| stacked.parameters())
@@ -445,6 +501,8 @@ impl SparseExperts {
     /// Every array, for evaluation after loading.
     pub fn arrays(&self) -> Vec<&Array> {
         let mut out = self.router.arrays();
+        out.extend(self.router_norm.iter().map(|(norm, _)| norm));
+        out.extend(&self.expert_scales);
         for stacked in [&self.gate_proj, &self.up_proj, &self.down_proj] {
             out.extend(stacked.arrays());
         }

@@ -9,6 +9,7 @@ pub mod activation;
 pub mod decoder;
 pub mod experts;
 pub mod gated_delta;
+pub mod per_layer_input;
 pub mod quantized;
 pub mod short_conv;
 
