@@ -207,6 +207,7 @@ fn batched(model: &LoadedModel, plans: &[Plan], max_kv_size: Option<usize>) -> V
                     max_tokens: plan.max_tokens,
                     stop_tokens: Vec::new(),
                     cancel: Some(cancels[i].clone()),
+                    prefill_step_size: None,
                 })
                 .unwrap();
             ids.insert(id, i);

@@ -93,6 +93,13 @@ fn base() -> RunRecord {
         server_decode_ms: None,
         server_prefill_tps: None,
         server_decode_tps: None,
+        batch_min_rows: None,
+        batch_median_rows: None,
+        batch_max_rows: None,
+        admission_wait_ms: None,
+        waited_for: None,
+        prefill_chunks: None,
+        interleaved_chunks: None,
         provenance: Provenance {
             app_version: "0.1.0".into(),
             app_commit: "abdad0c5e1f2".into(),

@@ -1157,7 +1157,17 @@ fn open_stream(address: &str, body: &Value) -> (TcpStream, Vec<u8>) {
 #[test]
 fn a_full_queue_and_a_long_wait_are_told_so() {
     let home = Home::new();
-    let served = Served::start(&home, &["--max-waiting", "1", "--wait-limit", "2"]);
+    let served = Served::start(
+        &home,
+        &[
+            "--max-batch",
+            "1",
+            "--max-waiting",
+            "1",
+            "--wait-limit",
+            "2",
+        ],
+    );
     let address = served.address();
     let long = chat_body(
         "tiny",

@@ -144,6 +144,7 @@ impl JobResult {
             pressure_end: r.pressure_end.clone(),
             stop_reason: r.stop_reason,
             conversation_id: r.conversation_id.clone(),
+            batch: self.outcome.stats.batch.clone(),
         }
     }
 
@@ -201,6 +202,12 @@ pub struct OndoRecord {
     pub stop_reason: StopReason,
     /// The cached conversation this request continued.
     pub conversation_id: Option<String>,
+    /// The batch the request shared with others on the engine: the
+    /// sequences in its forward passes (fewest, median, most; 1, 1, 1 when
+    /// it was alone), its wait to be let in and what for, and its prefill
+    /// chunks run between the others' steps. `null` when it ran alone by
+    /// request (a batch of 1).
+    pub batch: Option<crate::engine::stats::BatchShare>,
 }
 
 /// Cancels a generation when dropped: the client went away.
@@ -436,6 +443,8 @@ impl ServerState {
             stop_strings: ask.stop_strings.clone(),
             ignore_eos: ask.ignore_eos,
             delta_every_token: ask.stream,
+            // As many share the engine's batch as the server gives turns.
+            max_batch: self.queue.slots(),
             ..settings.request(&model.dir, ask.prompt.clone())
         };
         let context = RunContext {
@@ -584,6 +593,8 @@ pub struct RequestLog {
     pub ttft_ms: Option<f64>,
     pub decode_tps: Option<f64>,
     pub stop_reason: Option<StopReason>,
+    /// How it shared the engine's batch, in words ("batch 2-6 (median 4)").
+    pub batch: Option<String>,
     pub user_agent: Option<String>,
 }
 
@@ -602,6 +613,12 @@ impl RequestLog {
             ttft_ms: Some(r.ttft_ms),
             decode_tps: Some(r.decode_tps),
             stop_reason: Some(r.stop_reason),
+            batch: result
+                .outcome
+                .stats
+                .batch
+                .as_ref()
+                .map(crate::engine::stats::BatchShare::describe),
             user_agent: ask.user_agent.clone(),
         }
     }
@@ -636,6 +653,7 @@ impl RequestLog {
             ttft_ms: None,
             decode_tps: None,
             stop_reason: None,
+            batch: None,
             user_agent,
         }
     }
@@ -666,6 +684,9 @@ impl RequestLog {
         }
         if let (Some(tps), Some(tokens)) = (self.decode_tps, self.generated_tokens) {
             parts.push(format!("decode {tps:.1} tok/s ({tokens} tokens)"));
+        }
+        if let Some(batch) = &self.batch {
+            parts.push(batch.clone());
         }
         if self.stop_reason == Some(StopReason::Cancelled) {
             parts.push("cancelled: the client went away".into());
@@ -747,6 +768,7 @@ mod tests {
             ttft_ms: Some(9.94),
             decode_tps: Some(1242.19),
             stop_reason: Some(StopReason::MaxTokens),
+            batch: Some("batch 2-4 (median 3)".into()),
             ..RequestLog::plain(
                 "POST /v1/chat/completions",
                 200,
@@ -756,7 +778,7 @@ mod tests {
         assert_eq!(
             log.line(),
             "POST /v1/chat/completions · tiny · 200 · prompt 19 (12 cached) · TTFT 9.9 ms · \
-             decode 1242.2 tok/s (40 tokens) · OpenAI/Python 3.57.0"
+             decode 1242.2 tok/s (40 tokens) · batch 2-4 (median 3) · OpenAI/Python 3.57.0"
         );
         let refused = RequestLog::of_failure("POST /api/chat", None, &ApiError::KeyRefused, None);
         assert!(

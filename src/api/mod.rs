@@ -76,6 +76,9 @@ pub struct ServerConfig {
     pub max_waiting: usize,
     /// The longest a request waits for the engine, in seconds.
     pub wait_limit_s: u64,
+    /// Most requests decoded together in one batch; `None`: the app's saved
+    /// generation setting (`GenerationSettings::max_batch`).
+    pub max_batch: Option<usize>,
     /// Connections open at once; the next waits to be accepted until one
     /// closes.
     pub max_connections: usize,
@@ -95,6 +98,7 @@ impl Default for ServerConfig {
             allowed_origins: Vec::new(),
             max_waiting: 64,
             wait_limit_s: 300,
+            max_batch: None,
             // Room for every request the queue takes and the clients' idle
             // connections besides, well under the 256 files a process may
             // open by default on macOS (each connection is one).
@@ -325,9 +329,14 @@ impl LocalServer {
         let address = listener
             .local_addr()
             .map_err(|e| ApiError::address_unavailable(address, &e))?;
+        let max_batch = config.max_batch.unwrap_or_else(|| {
+            pool.with_store(|store| AppSettings::load(store).generation.max_batch)
+                .unwrap_or(crate::session::chat::DEFAULT_MAX_BATCH)
+        });
         let state = Arc::new(ServerState {
             pool,
             queue: EngineQueue::new(
+                max_batch,
                 config.max_waiting,
                 Duration::from_secs(config.wait_limit_s.max(1)),
             ),

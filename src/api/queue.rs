@@ -1,8 +1,11 @@
-//! The line in front of the engine. The engine runs one generation at a
-//! time, so requests take turns in the order they arrived; at most
+//! The line in front of the engine. The engine decodes up to `slots`
+//! generations together in one batch, so that many requests hold a turn at
+//! once and the rest take turns in the order they arrived; at most
 //! `max_waiting` wait (the next is told the queue is full), and none waits
 //! longer than `wait_limit` (it is told so). Both answers carry a
-//! Retry-After estimated from how long recent requests took.
+//! Retry-After estimated from how long recent requests took. (The engine
+//! may still hold a request with a turn back a little, until its KV cache
+//! fits: its record says how long.)
 
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -15,9 +18,10 @@ use super::error::ApiError;
 
 /// Takes turns at the engine.
 pub(crate) struct EngineQueue {
-    /// One permit: the engine's one generation at a time. Tokio's semaphore
-    /// hands permits out in the order they were asked for.
+    /// A permit per place in the engine's batch. Tokio's semaphore hands
+    /// permits out in the order they were asked for.
     turn: Arc<Semaphore>,
+    slots: usize,
     waiting: AtomicUsize,
     max_waiting: usize,
     wait_limit: Duration,
@@ -42,9 +46,11 @@ impl Drop for Waiting<'_> {
 }
 
 impl EngineQueue {
-    pub fn new(max_waiting: usize, wait_limit: Duration) -> Self {
+    pub fn new(slots: usize, max_waiting: usize, wait_limit: Duration) -> Self {
+        let slots = slots.max(1);
         Self {
-            turn: Arc::new(Semaphore::new(1)),
+            turn: Arc::new(Semaphore::new(slots)),
+            slots,
             waiting: AtomicUsize::new(0),
             max_waiting,
             wait_limit,
@@ -52,7 +58,12 @@ impl EngineQueue {
         }
     }
 
-    /// Requests waiting for their turn now (not the one running).
+    /// Requests that hold a turn at once: the largest batch.
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// Requests waiting for their turn now (not those running).
     pub fn waiting(&self) -> usize {
         self.waiting.load(Ordering::Acquire)
     }
@@ -94,11 +105,12 @@ impl EngineQueue {
         *typical = 0.8 * *typical + 0.2 * took.as_secs_f64();
     }
 
-    /// About when the requests ahead will be done: their count times a
-    /// typical request, between 1 s and a minute.
+    /// About when the requests ahead will be done: a typical request's time
+    /// for each batch's worth of them, between 1 s and a minute.
     fn retry_after(&self, ahead: usize) -> Duration {
         let typical = *self.typical_run_s.lock().unwrap_or_else(|p| p.into_inner());
-        Duration::from_secs_f64((typical * (ahead + 1) as f64).clamp(1.0, 60.0).ceil())
+        let rounds = (ahead / self.slots + 1) as f64;
+        Duration::from_secs_f64((typical * rounds).clamp(1.0, 60.0).ceil())
     }
 }
 
@@ -116,7 +128,7 @@ mod tests {
     #[test]
     fn turns_come_in_arrival_order_and_a_full_queue_says_so() {
         runtime().block_on(async {
-            let queue = Arc::new(EngineQueue::new(2, Duration::from_secs(10)));
+            let queue = Arc::new(EngineQueue::new(1, 2, Duration::from_secs(10)));
             let first = queue.wait_turn().await.unwrap();
             assert_eq!(first.waited, Duration::ZERO);
             let order = Arc::new(Mutex::new(Vec::new()));
@@ -153,9 +165,28 @@ mod tests {
     }
 
     #[test]
+    fn as_many_requests_as_the_batch_holds_have_a_turn_at_once() {
+        runtime().block_on(async {
+            let queue = EngineQueue::new(3, 1, Duration::from_millis(50));
+            let turns = [
+                queue.wait_turn().await.unwrap(),
+                queue.wait_turn().await.unwrap(),
+                queue.wait_turn().await.unwrap(),
+            ];
+            assert!(turns.iter().all(|t| t.waited == Duration::ZERO));
+            assert!(matches!(
+                queue.wait_turn().await,
+                Err(ApiError::QueueTimeout { .. })
+            ));
+            drop(turns);
+            assert!(queue.wait_turn().await.is_ok());
+        });
+    }
+
+    #[test]
     fn a_request_that_waits_too_long_is_told_so() {
         runtime().block_on(async {
-            let queue = EngineQueue::new(8, Duration::from_millis(50));
+            let queue = EngineQueue::new(1, 8, Duration::from_millis(50));
             let _running = queue.wait_turn().await.unwrap();
             let Err(ApiError::QueueTimeout { waited, .. }) = queue.wait_turn().await else {
                 panic!("waited forever");

@@ -634,6 +634,13 @@ fn endpoint_record(parts: EndpointRecord<'_>) -> RunRecord {
         server_decode_ms: answer.server.decode_ms,
         server_prefill_tps: answer.server.prefill_tps(),
         server_decode_tps: answer.server.decode_tps(),
+        batch_min_rows: None,
+        batch_median_rows: None,
+        batch_max_rows: None,
+        admission_wait_ms: None,
+        waited_for: None,
+        prefill_chunks: None,
+        interleaved_chunks: None,
         provenance: Provenance {
             mlx_version: String::new(),
             mlx_rs_version: String::new(),

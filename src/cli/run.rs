@@ -238,6 +238,9 @@ pub fn footer(stats: &RunStats) -> String {
         human_bytes(stats.kv_cache_bytes),
         human_bytes(stats.weights_bytes)
     ));
+    if let Some(batch) = &stats.batch {
+        lines.push(format!("batch    {}", batch.describe()));
+    }
     if crate::session::record::build_profile() == "debug" {
         lines.push("note: debug build; use --release for timings worth comparing".into());
     }

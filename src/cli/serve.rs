@@ -48,6 +48,11 @@ pub struct ServeArgs {
     /// The longest a request waits for the engine, in seconds; longer gets 503.
     #[arg(long, default_value_t = ServerConfig::default().wait_limit_s)]
     wait_limit: u64,
+    /// Most requests decoded together in one batch (default: the app's
+    /// saved setting, else 8). Each step reads the weights once for all of
+    /// them; 1 serves one request at a time.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
+    max_batch: Option<u64>,
     /// Connections open at once; the next waits to be accepted until one closes.
     #[arg(long, default_value_t = ServerConfig::default().max_connections)]
     max_connections: usize,
@@ -74,6 +79,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
         allowed_origins: args.allowed_origins,
         max_waiting: args.max_waiting,
         wait_limit_s: args.wait_limit,
+        max_batch: args.max_batch.map(|n| n as usize),
         max_connections: args.max_connections,
         idle_timeout_s: args.idle_timeout,
     };

@@ -32,6 +32,15 @@ use super::request::{CancelToken, RunError};
 use super::sample::{RecentTokens, Sampler};
 use crate::run_kinds::StopReason;
 
+/// Prompt tokens a joining sequence prefills per step while others decode.
+/// Each step then costs the decoding rows one chunk on top of their own
+/// pass. 256 tokens: on the CPU here a 256-token chunk of the `small`
+/// preset costs about as long as a few batched decode steps, so the
+/// others' streams stall for a fraction of a second at most, while a long
+/// prompt still prefills in chunks big enough to run near full speed
+/// (docs/BENCHMARKS.md, "Continuous batching").
+pub const PREFILL_BUDGET: usize = 256;
+
 /// A sequence in a batch, for as long as the batch knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SequenceId(u64);
@@ -58,6 +67,10 @@ pub struct NewSequence {
     pub stop_tokens: Vec<u32>,
     /// It leaves, at the next step, once this is cancelled.
     pub cancel: Option<CancelToken>,
+    /// Prompt tokens per prefill chunk while no other sequence decodes
+    /// (`None`: the batch's); while others decode, the batch's prefill
+    /// budget bounds it too.
+    pub prefill_step_size: Option<usize>,
 }
 
 /// What a step gave.
@@ -90,6 +103,10 @@ pub struct FinishedSequence {
     /// The rows of each forward pass it was in, in order (its length is the
     /// passes it was in).
     pub batch_sizes: Vec<usize>,
+    /// Prefill chunks its prompt took, and those that ran while other
+    /// sequences decoded.
+    pub prefill_chunks: usize,
+    pub interleaved_chunks: usize,
 }
 
 /// Why a batch could not take a sequence or run a step. After a failed
@@ -131,6 +148,9 @@ struct Row {
     cancel: Option<CancelToken>,
     prefill_snapshot: Option<CacheSnapshot>,
     batch_sizes: Vec<usize>,
+    prefill_step_size: Option<usize>,
+    prefill_chunks: usize,
+    interleaved_chunks: usize,
 }
 
 impl Row {
@@ -146,6 +166,8 @@ impl Row {
             prefill_snapshot: self.prefill_snapshot,
             generated: self.generated,
             batch_sizes: self.batch_sizes,
+            prefill_chunks: self.prefill_chunks,
+            interleaved_chunks: self.interleaved_chunks,
         }
     }
 }
@@ -205,6 +227,7 @@ impl Pass {
 pub struct Batch {
     next_id: u64,
     prefill_step_size: usize,
+    prefill_budget: usize,
     /// Waiting for their prompts to be prefilled, first come first.
     prefilling: VecDeque<Prefill>,
     /// Prefilled, joining at the next step.
@@ -232,6 +255,7 @@ impl Batch {
         Self {
             next_id: 0,
             prefill_step_size: DEFAULT_PREFILL_STEP_SIZE,
+            prefill_budget: PREFILL_BUDGET,
             prefilling: VecDeque::new(),
             ready: Vec::new(),
             rows: Vec::new(),
@@ -241,10 +265,18 @@ impl Batch {
         }
     }
 
-    /// Prefills at most `size` prompt tokens a step: the longest a joining
-    /// prompt delays the decoding rows' next token is one chunk of `size`.
+    /// Prefills at most `size` prompt tokens a step (unless a sequence says
+    /// otherwise).
     pub fn with_prefill_step_size(mut self, size: usize) -> Self {
         self.prefill_step_size = size.max(1);
+        self
+    }
+
+    /// Prefills at most `budget` prompt tokens a step while other sequences
+    /// decode: the longest a joining prompt delays their next token is one
+    /// chunk of `budget`.
+    pub fn with_prefill_budget(mut self, budget: usize) -> Self {
+        self.prefill_budget = budget.max(1);
         self
     }
 
@@ -277,6 +309,9 @@ impl Batch {
             cancel: sequence.cancel,
             prefill_snapshot: None,
             batch_sizes: Vec::new(),
+            prefill_step_size: sequence.prefill_step_size,
+            prefill_chunks: 0,
+            interleaved_chunks: 0,
         };
         let prefill = Prefill {
             row,
@@ -624,7 +659,21 @@ impl Batch {
         let Some(prefill) = self.prefilling.front_mut() else {
             return Ok(());
         };
-        let end = (prefill.filled + self.prefill_step_size).min(prefill.before_last.len());
+        let own = prefill
+            .row
+            .prefill_step_size
+            .unwrap_or(self.prefill_step_size);
+        let others_decode = !self.rows.is_empty() || !self.finishing.is_empty();
+        let chunk = if others_decode {
+            own.min(self.prefill_budget)
+        } else {
+            own
+        };
+        let end = (prefill.filled + chunk.max(1)).min(prefill.before_last.len());
+        prefill.row.prefill_chunks += 1;
+        if others_decode {
+            prefill.row.interleaved_chunks += 1;
+        }
         fill_cache(
             model,
             &mut prefill.cache,
@@ -667,6 +716,7 @@ mod tests {
             max_tokens,
             stop_tokens: Vec::new(),
             cancel: None,
+            prefill_step_size: None,
         }
     }
 

@@ -3,13 +3,15 @@
 //! as several tokens, and the decoder shows U+FFFD until the last byte
 //! arrives. Text is held back while it ends in U+FFFD.
 
+use std::sync::Arc;
+
 use tokenizers::Tokenizer;
 
 const REPLACEMENT: char = '\u{FFFD}';
 
 /// Incremental detokenizer over one answer.
-pub struct StreamingDetokenizer<'t> {
-    tokenizer: &'t Tokenizer,
+pub struct StreamingDetokenizer {
+    tokenizer: Arc<Tokenizer>,
     ids: Vec<u32>,
     /// Start of the window that is decoded again for context (decoders
     /// may drop a leading space when a piece is decoded alone).
@@ -22,8 +24,8 @@ pub struct StreamingDetokenizer<'t> {
     skip_special_tokens: bool,
 }
 
-impl<'t> StreamingDetokenizer<'t> {
-    pub fn new(tokenizer: &'t Tokenizer) -> Self {
+impl StreamingDetokenizer {
+    pub fn new(tokenizer: Arc<Tokenizer>) -> Self {
         Self {
             tokenizer,
             ids: Vec::new(),
@@ -35,7 +37,7 @@ impl<'t> StreamingDetokenizer<'t> {
     }
 
     /// A detokenizer whose text keeps special tokens (`<|channel|>`).
-    pub fn keeping_special_tokens(tokenizer: &'t Tokenizer) -> Self {
+    pub fn keeping_special_tokens(tokenizer: Arc<Tokenizer>) -> Self {
         Self {
             skip_special_tokens: false,
             ..Self::new(tokenizer)
@@ -92,7 +94,7 @@ mod tests {
     use super::*;
     use crate::synth::tokenizer::{TokenizerSpec, write_tokenizer};
 
-    fn tokenizer() -> (tempfile::TempDir, Tokenizer) {
+    fn tokenizer() -> (tempfile::TempDir, Arc<Tokenizer>) {
         let dir = tempfile::tempdir().unwrap();
         write_tokenizer(
             &TokenizerSpec {
@@ -103,7 +105,7 @@ mod tests {
         )
         .unwrap();
         let tokenizer = Tokenizer::from_file(dir.path().join("tokenizer.json")).unwrap();
-        (dir, tokenizer)
+        (dir, Arc::new(tokenizer))
     }
 
     #[test]
@@ -111,7 +113,7 @@ mod tests {
         let (_dir, tokenizer) = tokenizer();
         let text = "La température monte: 온도 is 31°C 🦀🌡 — done.\nNext line";
         let ids = tokenizer.encode(text, false).unwrap().get_ids().to_vec();
-        let mut stream = StreamingDetokenizer::new(&tokenizer);
+        let mut stream = StreamingDetokenizer::new(tokenizer.clone());
         let mut joined = String::new();
         for id in &ids {
             let delta = stream.push(*id).unwrap();
@@ -140,11 +142,13 @@ mod tests {
             text
         };
         assert_eq!(
-            stream_all(StreamingDetokenizer::new(&tokenizer)),
+            stream_all(StreamingDetokenizer::new(tokenizer.clone())),
             "assistanthi"
         );
         assert_eq!(
-            stream_all(StreamingDetokenizer::keeping_special_tokens(&tokenizer)),
+            stream_all(StreamingDetokenizer::keeping_special_tokens(
+                tokenizer.clone()
+            )),
             "<|start_header_id|>assistant<|end_header_id|>hi"
         );
     }
@@ -155,7 +159,7 @@ mod tests {
         // A crab is not in the training text, so it is four byte tokens.
         let ids = tokenizer.encode("🦀", false).unwrap().get_ids().to_vec();
         assert!(ids.len() > 1, "expected the emoji to be split, got {ids:?}");
-        let mut stream = StreamingDetokenizer::new(&tokenizer);
+        let mut stream = StreamingDetokenizer::new(tokenizer.clone());
         let (last, first) = ids.split_last().unwrap();
         for id in first {
             assert_eq!(stream.push(*id).unwrap(), "");
@@ -167,7 +171,7 @@ mod tests {
     fn a_truncated_character_at_the_end_is_flushed_as_the_decoder_shows_it() {
         let (_dir, tokenizer) = tokenizer();
         let ids = tokenizer.encode("ok 🦀", false).unwrap().get_ids().to_vec();
-        let mut stream = StreamingDetokenizer::new(&tokenizer);
+        let mut stream = StreamingDetokenizer::new(tokenizer.clone());
         for id in &ids[..ids.len() - 1] {
             stream.push(*id).unwrap();
         }

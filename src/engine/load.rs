@@ -15,7 +15,8 @@ pub struct LoadedModel {
     pub model_type: String,
     pub config: ModelConfig,
     pub model: Decoder,
-    pub tokenizer: tokenizers::Tokenizer,
+    /// Shared with the runs that stream text from it.
+    pub tokenizer: std::sync::Arc<tokenizers::Tokenizer>,
     /// Token ids that end an answer (from generation_config.json, config.json
     /// and the tokenizer's EOS token).
     pub eos_token_ids: Vec<u32>,
@@ -108,7 +109,7 @@ impl LoadedModel {
             model_type,
             config,
             model,
-            tokenizer,
+            tokenizer: std::sync::Arc::new(tokenizer),
             eos_token_ids,
             weights_bytes,
             chat_template,

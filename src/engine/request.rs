@@ -108,6 +108,19 @@ pub struct GenerateRequest {
     /// MLX prints the graph once, which a chat need not pay for).
     #[serde(default)]
     pub count_graph_nodes: bool,
+    /// The most sequences this request shares a batch with, itself
+    /// included; 1 runs it with the engine to itself (the benchmarks' way).
+    #[serde(default = "one")]
+    pub max_batch: usize,
+    /// Weights and KV caches may take at most this many bytes when this
+    /// request joins a batch (the pool's memory budget); `None`: only the
+    /// system's free memory bounds them.
+    #[serde(default)]
+    pub memory_budget_bytes: Option<u64>,
+}
+
+fn one() -> usize {
+    1
 }
 
 impl GenerateRequest {
@@ -126,6 +139,8 @@ impl GenerateRequest {
             ignore_eos: false,
             delta_every_token: false,
             count_graph_nodes: false,
+            max_batch: 1,
+            memory_budget_bytes: None,
         }
     }
 }

@@ -65,6 +65,82 @@ pub struct RunStats {
     pub stop_reason: StopReason,
     /// Whether the prompt went through the model's chat template.
     pub chat_template: bool,
+    /// The batch the run shared with other runs on the same model; `None`
+    /// for a run that had the engine to itself (a benchmark's sync loop,
+    /// a graph count).
+    #[serde(default)]
+    pub batch: Option<BatchShare>,
+}
+
+/// How a run shared the engine's batch: the rows of the forward passes it
+/// was in, how long it waited to be let in, and how its prompt's prefill
+/// was cut up between the others' decode steps.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+pub struct BatchShare {
+    /// Fewest, median and most sequences in a pass it was in (1, 1, 1: it
+    /// was alone the whole time).
+    pub min_rows: usize,
+    pub median_rows: usize,
+    pub max_rows: usize,
+    /// From the engine receiving the request to the batch taking it in.
+    pub admission_wait_ms: f64,
+    /// What it waited for, when it waited: "memory" (its KV cache did not
+    /// fit beside the batch's), "batch_full", "another_model".
+    pub waited_for: Option<String>,
+    /// Prefill chunks its prompt took, and how many of them ran while other
+    /// sequences were decoding (each delayed their next token by one chunk).
+    pub prefill_chunks: usize,
+    pub interleaved_chunks: usize,
+}
+
+impl BatchShare {
+    /// The pass sizes' fewest, median and most (all 1 for no passes).
+    pub fn rows(sizes: &[usize]) -> (usize, usize, usize) {
+        if sizes.is_empty() {
+            return (1, 1, 1);
+        }
+        let mut sorted = sizes.to_vec();
+        sorted.sort_unstable();
+        (
+            sorted[0],
+            sorted[sorted.len() / 2],
+            sorted[sorted.len() - 1],
+        )
+    }
+
+    /// Whether no other sequence ever shared a pass with it.
+    pub fn alone(&self) -> bool {
+        self.max_rows <= 1
+    }
+
+    /// A few words for footers and logs: "alone", or "batch 2-6 (median 4)".
+    pub fn describe(&self) -> String {
+        let mut words = if self.alone() {
+            "alone".to_owned()
+        } else if self.min_rows == self.max_rows {
+            format!("batch of {}", self.max_rows)
+        } else {
+            format!(
+                "batch {}-{} (median {})",
+                self.min_rows, self.max_rows, self.median_rows
+            )
+        };
+        if self.admission_wait_ms >= 1.0 {
+            let why = self
+                .waited_for
+                .as_deref()
+                .map_or(String::new(), |w| format!(" for {}", w.replace('_', " ")));
+            words.push_str(&format!(", waited {:.0} ms{why}", self.admission_wait_ms));
+        }
+        if self.interleaved_chunks > 0 {
+            words.push_str(&format!(
+                ", {} of {} prefill chunks between others' steps",
+                self.interleaved_chunks, self.prefill_chunks
+            ));
+        }
+        words
+    }
 }
 
 /// `count / (ms / 1000)`, 0 when nothing was timed.
@@ -104,6 +180,32 @@ mod tests {
         }
         assert_eq!(value["load_kind"], "cold");
         assert_eq!(value["stop_reason"], "max_tokens");
+    }
+
+    #[test]
+    fn a_batch_share_names_its_sizes_and_says_when_a_run_was_alone() {
+        assert_eq!(BatchShare::rows(&[3, 1, 4, 4, 2]), (1, 3, 4));
+        assert_eq!(BatchShare::rows(&[]), (1, 1, 1));
+        let alone = BatchShare {
+            min_rows: 1,
+            median_rows: 1,
+            max_rows: 1,
+            ..BatchShare::default()
+        };
+        assert_eq!(alone.describe(), "alone");
+        let shared = BatchShare {
+            min_rows: 2,
+            median_rows: 4,
+            max_rows: 6,
+            admission_wait_ms: 120.0,
+            waited_for: Some("batch_full".into()),
+            prefill_chunks: 3,
+            interleaved_chunks: 2,
+        };
+        assert_eq!(
+            shared.describe(),
+            "batch 2-6 (median 4), waited 120 ms for batch full, 2 of 3 prefill chunks between others' steps"
+        );
     }
 
     #[test]

@@ -15,7 +15,7 @@ use super::load::LoadedModel;
 use super::reply::{ReplyFormat, ReplySegment, ReplySplitter, ToolCall};
 use super::request::{CancelToken, GenerateRequest, Prompt, RunError, RunEvent};
 use super::sample::Sampler;
-use super::stats::{RunStats, per_second};
+use super::stats::{BatchShare, RunStats, per_second};
 use crate::run_kinds::{LoadKind, StopReason};
 
 /// Snapshots of a model's state layers a conversation keeps: the two
@@ -313,8 +313,8 @@ impl DeltaParts {
 /// splits the reply into its parts and gathers them into deltas. Stop
 /// strings are looked for in the raw text (as mlx-lm does), and only text
 /// that cannot be the start of one is split.
-pub struct ReplyStream<'t> {
-    detokenizer: StreamingDetokenizer<'t>,
+pub struct ReplyStream {
+    detokenizer: StreamingDetokenizer,
     splitter: ReplySplitter,
     stop_strings: Vec<String>,
     /// Everything decoded so far.
@@ -347,16 +347,16 @@ pub struct FinishedReply {
     pub reasoning_tokens: Vec<bool>,
 }
 
-impl<'t> ReplyStream<'t> {
+impl ReplyStream {
     pub fn new(
-        tokenizer: &'t tokenizers::Tokenizer,
+        tokenizer: &std::sync::Arc<tokenizers::Tokenizer>,
         format: ReplyFormat,
         stop_strings: &[String],
     ) -> Self {
         let detokenizer = if format.needs_special_tokens() {
-            StreamingDetokenizer::keeping_special_tokens(tokenizer)
+            StreamingDetokenizer::keeping_special_tokens(tokenizer.clone())
         } else {
-            StreamingDetokenizer::new(tokenizer)
+            StreamingDetokenizer::new(tokenizer.clone())
         };
         Self {
             detokenizer,
@@ -506,19 +506,31 @@ impl<'t> ReplyStream<'t> {
     }
 }
 
-/// Runs `request` on `model` with `conversation`'s cache, streaming events to
-/// `sink` (all but the final `Finished`/`Failed`, which the caller sends).
-#[allow(clippy::too_many_arguments)]
-pub fn run(
+/// A request checked and tokenized, its conversation's cache cut back to
+/// the prefix it reuses.
+pub struct PreparedRun {
+    /// The whole prompt's token ids.
+    pub prompt: Vec<u32>,
+    /// Prompt tokens the conversation's cache already holds.
+    pub cached: usize,
+    templated: bool,
+    format: ReplyFormat,
+}
+
+impl PreparedRun {
+    /// The prompt tokens the cache lacks: what the run prefills.
+    pub fn new_tokens(&self) -> &[u32] {
+        &self.prompt[self.cached..]
+    }
+}
+
+/// Checks `request` against `model`, tokenizes its prompt and keeps the
+/// part of `conversation`'s cache the prompt starts with.
+pub fn prepare(
     model: &LoadedModel,
     conversation: &mut Conversation,
     request: &GenerateRequest,
-    load_kind: LoadKind,
-    load_ms: f64,
-    accepted_at: Instant,
-    cancel: &CancelToken,
-    sink: &mut dyn FnMut(RunEvent),
-) -> Result<RunOutcome, RunError> {
+) -> Result<PreparedRun, RunError> {
     request.sampler.validate()?;
     if is_empty(&request.prompt) {
         return Err(RunError::EmptyPrompt);
@@ -558,40 +570,195 @@ pub fn run(
     }
     let max_kv_size = conversation.max_kv_size;
     let cached = conversation.reuse_prefix(&prompt, || model.model.make_cache(max_kv_size));
-    sink(RunEvent::Started {
-        load_kind,
-        load_ms,
-        prompt_tokens: prompt.len(),
-        cached_tokens: cached,
-    });
+    Ok(PreparedRun {
+        prompt,
+        cached,
+        templated,
+        format,
+    })
+}
 
+/// The text side and the clock of one run, fed its tokens one at a time
+/// (by `run`'s loop, or by a batch's steps): stop tokens and stop strings,
+/// the deltas a client sees, and when each token arrived.
+pub struct RunText {
+    reply: ReplyStream,
+    /// Tokens that end the run (the model's end-of-sequence ids, unless the
+    /// request ignores them).
+    stop_tokens: Vec<u32>,
+    delta_every_token: bool,
+    generated: Vec<u32>,
+    /// When each generated token was on the host, for the reasoning's
+    /// share of the decode time.
+    token_times: Vec<Instant>,
+    pending_ids: Vec<u32>,
+    prefill_started: Instant,
+    first_token_at: Option<Instant>,
+    last_token_at: Instant,
+    last_sent: Option<Instant>,
+}
+
+/// A run's text once its last token is in.
+pub struct EndedText {
+    reply: FinishedReply,
+    generated: Vec<u32>,
+    token_times: Vec<Instant>,
+    prefill_started: Instant,
+    first_token_at: Option<Instant>,
+    last_token_at: Instant,
+    ended_at: Instant,
+    stop_reason: StopReason,
+}
+
+impl EndedText {
+    pub fn generated(&self) -> &[u32] {
+        &self.generated
+    }
+}
+
+impl RunText {
+    /// The text of a run of `request` whose prefill starts now.
+    pub fn new(model: &LoadedModel, request: &GenerateRequest, prepared: &PreparedRun) -> Self {
+        let mut reply = ReplyStream::new(&model.tokenizer, prepared.format, &request.stop_strings);
+        if let Prompt::Chat {
+            tools: Some(tools), ..
+        } = &request.prompt
+        {
+            reply.splitter = reply.splitter.with_tools(tools);
+        }
+        let now = Instant::now();
+        Self {
+            reply,
+            stop_tokens: if request.ignore_eos {
+                Vec::new()
+            } else {
+                model.eos_token_ids.clone()
+            },
+            delta_every_token: request.delta_every_token,
+            generated: Vec::with_capacity(request.max_tokens),
+            token_times: Vec::with_capacity(request.max_tokens),
+            pending_ids: Vec::new(),
+            prefill_started: now,
+            first_token_at: None,
+            last_token_at: now,
+            last_sent: None,
+        }
+    }
+
+    /// Tokens generated so far.
+    pub fn generated(&self) -> usize {
+        self.generated.len()
+    }
+
+    /// Takes the next token, sending the deltas that are due to `sink`;
+    /// `Some` when the run ends with it (a stop token, or a stop string
+    /// its text reached).
+    pub fn token(
+        &mut self,
+        token: u32,
+        sink: &mut dyn FnMut(RunEvent),
+    ) -> Result<Option<StopReason>, RunError> {
+        self.last_token_at = Instant::now();
+        self.first_token_at.get_or_insert(self.last_token_at);
+        self.generated.push(token);
+        self.token_times.push(self.last_token_at);
+        if self.stop_tokens.contains(&token) {
+            return Ok(Some(StopReason::Eos));
+        }
+        self.pending_ids.push(token);
+        if self.reply.push(token)? {
+            return Ok(Some(StopReason::StopString));
+        }
+        // The first token is sent at once, even empty, so TTFT is visible;
+        // later ones at most once a frame (unless the request streams every
+        // token): waking the client's thread for every token costs decode
+        // speed on a machine with few cores.
+        let due = self
+            .last_sent
+            .is_none_or(|at| self.last_token_at - at >= DELTA_INTERVAL);
+        if self.generated.len() == 1 || self.delta_every_token || (self.reply.has_news() && due) {
+            self.last_sent = Some(self.last_token_at);
+            for delta in self
+                .reply
+                .take_deltas(std::mem::take(&mut self.pending_ids))
+            {
+                sink(delta);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Ends the text for `stop_reason`: what the detokenizer and the
+    /// splitter still held goes out as the last deltas.
+    pub fn end(
+        mut self,
+        mut stop_reason: StopReason,
+        sink: &mut dyn FnMut(RunEvent),
+    ) -> Result<EndedText, RunError> {
+        let ended_at = Instant::now();
+        if stop_reason != StopReason::StopString {
+            self.reply.finish()?;
+        }
+        if self.reply.has_news() || !self.pending_ids.is_empty() {
+            for delta in self.reply.take_deltas(self.pending_ids) {
+                sink(delta);
+            }
+        }
+        let reply = self.reply.into_reply();
+        if stop_reason == StopReason::Eos && reply.ends_with_call {
+            stop_reason = StopReason::ToolCalls;
+        }
+        Ok(EndedText {
+            reply,
+            generated: self.generated,
+            token_times: self.token_times,
+            prefill_started: self.prefill_started,
+            first_token_at: self.first_token_at,
+            last_token_at: self.last_token_at,
+            ended_at,
+            stop_reason,
+        })
+    }
+}
+
+/// What the engine says of how a run was scheduled, besides its own
+/// timings: the context `conclude` records.
+pub struct RunSetting {
+    pub load_kind: LoadKind,
+    pub load_ms: f64,
+    /// When the engine took the request (after any load).
+    pub accepted_at: Instant,
+    /// The batch it shared, `None` for a run that had the engine alone.
+    pub batch: Option<BatchShare>,
+}
+
+/// Runs `request` on `model` with `conversation`'s cache, streaming events to
+/// `sink` (all but the final `Finished`/`Failed`, which the caller sends).
+pub fn run(
+    model: &LoadedModel,
+    conversation: &mut Conversation,
+    request: &GenerateRequest,
+    setting: RunSetting,
+    cancel: &CancelToken,
+    sink: &mut dyn FnMut(RunEvent),
+) -> Result<RunOutcome, RunError> {
+    let prepared = prepare(model, conversation, request)?;
+    sink(RunEvent::Started {
+        load_kind: setting.load_kind,
+        load_ms: setting.load_ms,
+        prompt_tokens: prepared.prompt.len(),
+        cached_tokens: prepared.cached,
+    });
     let sampler = Sampler::new(request.sampler.clone())?;
-    let new_tokens = &prompt[cached..];
-    let mut steps = TokenSteps::new(&model.model, &mut conversation.cache, new_tokens)?
+    let mut steps = TokenSteps::new(&model.model, &mut conversation.cache, prepared.new_tokens())?
         .with_prefill_step_size(request.prefill_step_size)
         .with_loop_shape(request.loop_shape)
         .with_sampler(sampler)
         .with_cancel(cancel.clone())
         .with_graph_count(request.count_graph_nodes);
-    let mut reply = ReplyStream::new(&model.tokenizer, format, &request.stop_strings);
-    if let Prompt::Chat {
-        tools: Some(tools), ..
-    } = &request.prompt
-    {
-        reply.splitter = reply.splitter.with_tools(tools);
-    }
-    let mut generated: Vec<u32> = Vec::with_capacity(request.max_tokens);
-    // When each generated token was on the host, for the reasoning's share
-    // of the decode time.
-    let mut token_times: Vec<Instant> = Vec::with_capacity(request.max_tokens);
-    let mut pending_ids: Vec<u32> = Vec::new();
-    let prefill_started = Instant::now();
-    let mut first_token_at = None;
-    let mut last_token_at = prefill_started;
+    let mut text = RunText::new(model, request, &prepared);
     let mut stop_reason = StopReason::MaxTokens;
-    let mut last_sent: Option<Instant> = None;
-
-    while generated.len() < request.max_tokens {
+    while text.generated() < request.max_tokens {
         if cancel.is_cancelled() {
             stop_reason = StopReason::Cancelled;
             break;
@@ -605,49 +772,60 @@ pub fn run(
             Some(Err(e)) => return Err(e.into()),
             None => break,
         };
-        last_token_at = Instant::now();
-        first_token_at.get_or_insert(last_token_at);
-        generated.push(token);
-        token_times.push(last_token_at);
-        if !request.ignore_eos && model.eos_token_ids.contains(&token) {
-            stop_reason = StopReason::Eos;
+        if let Some(reason) = text.token(token, sink)? {
+            stop_reason = reason;
             break;
         }
-        pending_ids.push(token);
-        if reply.push(token)? {
-            stop_reason = StopReason::StopString;
-            break;
-        }
-        // The first token is sent at once, even empty, so TTFT is visible;
-        // later ones at most once a frame (unless the request streams every
-        // token): waking the client's thread for every token costs decode
-        // speed on a machine with few cores.
-        let due = last_sent.is_none_or(|at| last_token_at - at >= DELTA_INTERVAL);
-        if generated.len() == 1 || request.delta_every_token || (reply.has_news() && due) {
-            last_sent = Some(last_token_at);
-            for delta in reply.take_deltas(std::mem::take(&mut pending_ids)) {
-                sink(delta);
-            }
-        }
     }
-    let loop_ended_at = Instant::now();
-    if stop_reason != StopReason::StopString {
-        reply.finish()?;
-    }
-    if reply.has_news() || !pending_ids.is_empty() {
-        for delta in reply.take_deltas(pending_ids) {
-            sink(delta);
-        }
-    }
-    let reply = reply.into_reply();
-    if stop_reason == StopReason::Eos && reply.ends_with_call {
-        stop_reason = StopReason::ToolCalls;
-    }
+    let ended = text.end(stop_reason, sink)?;
     let anatomy = steps.anatomy();
     let prefill_snapshot = steps.take_prefill_snapshot();
     drop(steps);
-    // The cache now holds the prompt and every generated token (each step
-    // feeds its token in before the next is read).
+    conclude(
+        model,
+        conversation,
+        request,
+        prepared,
+        ended,
+        prefill_snapshot,
+        anatomy,
+        setting,
+    )
+}
+
+/// The run's outcome once its tokens are in and `conversation.cache` holds
+/// what it fed: the conversation keeps its tokens and this turn's
+/// snapshots, and the timings are worked out.
+#[allow(clippy::too_many_arguments)]
+pub fn conclude(
+    model: &LoadedModel,
+    conversation: &mut Conversation,
+    request: &GenerateRequest,
+    prepared: PreparedRun,
+    ended: EndedText,
+    prefill_snapshot: Option<CacheSnapshot>,
+    anatomy: StepAnatomy,
+    setting: RunSetting,
+) -> Result<RunOutcome, RunError> {
+    let PreparedRun {
+        prompt,
+        cached,
+        templated,
+        ..
+    } = prepared;
+    let EndedText {
+        reply,
+        generated,
+        token_times,
+        prefill_started,
+        first_token_at,
+        last_token_at,
+        ended_at,
+        stop_reason,
+    } = ended;
+    // The cache holds the prompt and the generated tokens fed back (each
+    // step feeds its token in before the next is read; `offset` says how
+    // far it got).
     conversation.tokens = prompt.clone();
     conversation.tokens.extend(&generated);
     let synced = conversation.cache.first().map_or(0, |c| c.offset()) as usize;
@@ -672,10 +850,10 @@ pub fn run(
         // computed (the cache holds them), for as long as they took.
         None => (
             synced.saturating_sub(cached),
-            (loop_ended_at - prefill_started).as_secs_f64() * 1e3,
+            (ended_at - prefill_started).as_secs_f64() * 1e3,
         ),
     };
-    let ttft_ms = (first - accepted_at).as_secs_f64() * 1e3;
+    let ttft_ms = (first - setting.accepted_at).as_secs_f64() * 1e3;
     let decode_ms = (last_token_at - first).as_secs_f64() * 1e3;
     let (reasoning_tokens, reasoning_ms) = reasoning_share(&reply.reasoning_tokens, &token_times);
     let stats = RunStats {
@@ -683,8 +861,8 @@ pub fn run(
         model_type: model.model_type.clone(),
         quantization: model.quantization_label(),
         weights_bytes: model.weights_bytes as u64,
-        load_kind,
-        load_ms,
+        load_kind: setting.load_kind,
+        load_ms: setting.load_ms,
         ttft_ms: if generated.is_empty() { 0.0 } else { ttft_ms },
         prefill_ms,
         decode_ms,
@@ -709,6 +887,7 @@ pub fn run(
         sampler: request.sampler.clone(),
         stop_reason,
         chat_template: templated,
+        batch: setting.batch,
     };
     Ok(RunOutcome {
         text: reply.answer,
@@ -733,7 +912,7 @@ mod tests {
         tool_calls: Some(ToolCallSyntax::Tagged),
     };
 
-    fn tokenizer() -> (tempfile::TempDir, tokenizers::Tokenizer) {
+    fn tokenizer() -> (tempfile::TempDir, std::sync::Arc<tokenizers::Tokenizer>) {
         let dir = tempfile::tempdir().unwrap();
         write_tokenizer(
             &TokenizerSpec {
@@ -745,13 +924,13 @@ mod tests {
         .unwrap();
         let tokenizer =
             tokenizers::Tokenizer::from_file(dir.path().join("tokenizer.json")).unwrap();
-        (dir, tokenizer)
+        (dir, std::sync::Arc::new(tokenizer))
     }
 
     /// Streams `text`'s tokens one by one, taking the deltas after each, as
     /// a run that sends every token would; returns the deltas and the reply.
     fn stream_tokens(
-        tokenizer: &tokenizers::Tokenizer,
+        tokenizer: &std::sync::Arc<tokenizers::Tokenizer>,
         format: ReplyFormat,
         stops: &[String],
         text: &str,

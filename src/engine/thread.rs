@@ -3,17 +3,33 @@
 //! requests; each request brings its own event sink and cancellation token.
 //! The thread keeps loaded models resident and conversations' caches warm
 //! until told to let them go; a failed or panicking request does not stop it.
+//!
+//! Generations on one model share a batch (`engine::batch`): a request
+//! joins the running batch at its next step when its model is the batch's,
+//! the batch has room (`GenerateRequest::max_batch`) and its KV cache fits
+//! the memory left; otherwise it waits, first come first served, and its
+//! record says what it waited for. A request for another model waits until
+//! the batch drains (two batches would each read their own weights every
+//! step and hold two models' caches: on a Mac's one memory that is rarely a
+//! win). A request that asks to run alone (`max_batch` 1, the sync loop, a
+//! graph count: the benchmarks) waits for the batch to drain and then has
+//! the engine to itself. Commands are read between steps, so a load, an
+//! unload or a status question never waits for a whole generation.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
 use std::time::Instant;
 
+use super::anatomy::StepAnatomy;
+use super::batch::{Batch, BatchEvent, FinishedSequence, NewSequence, SequenceId};
 use super::load::LoadedModel;
 use super::request::{CancelToken, EventSink, GenerateRequest, RunError, RunEvent};
-use super::stream::{self, Conversation};
-use crate::run_kinds::LoadKind;
+use super::sample::Sampler;
+use super::stats::BatchShare;
+use super::stream::{self, Conversation, PreparedRun, RunSetting, RunText};
+use crate::run_kinds::{LoadKind, LoopShape, StopReason};
 
 /// What the engine knows about a resident model.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -34,6 +50,7 @@ enum Command {
         request: Box<GenerateRequest>,
         sink: EventSink,
         cancel: CancelToken,
+        received: Instant,
     },
     Load {
         model_dir: PathBuf,
@@ -119,6 +136,7 @@ impl EngineHandle {
             request: Box::new(request),
             sink,
             cancel,
+            received: Instant::now(),
         };
         if let Err(mpsc::SendError(Command::Generate { mut sink, .. })) =
             self.commands.send(command)
@@ -284,9 +302,59 @@ struct Resident {
     conversations: HashMap<String, Conversation>,
 }
 
+/// A generation the engine has received and not started.
+struct Held {
+    request: Box<GenerateRequest>,
+    sink: EventSink,
+    cancel: CancelToken,
+    received: Instant,
+    /// What it first waited for, once it has waited.
+    waited_for: Option<&'static str>,
+}
+
+impl Held {
+    /// Whether it runs with the engine to itself rather than in a batch.
+    fn runs_alone(&self) -> bool {
+        runs_alone(&self.request)
+    }
+}
+
+/// Whether `request` has the engine to itself: it asks for no batch, or
+/// measures something a batch would blur (the sync loop's shape, one
+/// step's graph).
+fn runs_alone(request: &GenerateRequest) -> bool {
+    request.max_batch <= 1 || request.loop_shape == LoopShape::Sync || request.count_graph_nodes
+}
+
+/// A generation in the batch.
+struct LiveRun {
+    request: Box<GenerateRequest>,
+    sink: EventSink,
+    conversation: Conversation,
+    prepared: PreparedRun,
+    text: RunText,
+    load_kind: LoadKind,
+    load_ms: f64,
+    accepted_at: Instant,
+    admission_wait_ms: f64,
+    waited_for: Option<&'static str>,
+    /// Set when its text ended it (a stop string) before the batch did.
+    ended: Option<StopReason>,
+}
+
+/// The batch running now and the runs in it.
+struct Running {
+    key: PathBuf,
+    batch: Batch,
+    runs: HashMap<SequenceId, LiveRun>,
+}
+
 #[derive(Default)]
 struct EngineThread {
     models: HashMap<PathBuf, Resident>,
+    running: Option<Running>,
+    /// Generations waiting to start, first come first served.
+    held: VecDeque<Held>,
 }
 
 /// Folders are compared by their canonical path, so `./m` and `/abs/m` are
@@ -312,91 +380,62 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a panic without a message".into())
 }
 
+fn finished_event(outcome: stream::RunOutcome) -> RunEvent {
+    RunEvent::Finished {
+        text: outcome.text,
+        reasoning: outcome.reasoning,
+        tool_calls: outcome.tool_calls,
+        raw_text: outcome.raw_text,
+        token_ids: outcome.token_ids,
+        stats: Box::new(outcome.stats),
+        anatomy: outcome.anatomy,
+    }
+}
+
+/// Bytes of KV cache a run of `tokens` positions adds on `model`: each
+/// attention layer's keys and values per position, a windowed layer's up
+/// to its window, a bounded cache's up to its bound.
+fn kv_bytes_for(model: &LoadedModel, tokens: usize, max_kv_size: Option<usize>) -> u64 {
+    let element = match model.model.float_dtype().as_str() {
+        "float32" => 4,
+        _ => 2,
+    };
+    let tokens = max_kv_size.map_or(tokens, |bound| tokens.min(bound)) as u64;
+    model
+        .model
+        .layer_caches()
+        .iter()
+        .map(|&(window, per_position)| {
+            let kept = window.map_or(tokens, |w| tokens.min(w.max(0) as u64));
+            per_position * kept * element
+        })
+        .sum()
+}
+
 impl EngineThread {
     fn serve(mut self, commands: mpsc::Receiver<Command>) {
-        for command in commands {
-            match command {
-                Command::Generate {
-                    request,
-                    mut sink,
-                    cancel,
-                } => {
-                    let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                        self.generate(&request, &cancel, &mut sink)
-                    }));
-                    // A pipelined run leaves its last step queued. Let it
-                    // finish before the client hears the end: the next
-                    // request then starts on an idle MLX, and a client that
-                    // exits right away never exits under running work.
-                    wait_for_mlx();
-                    let event = match result {
-                        Ok(Ok(outcome)) => RunEvent::Finished {
-                            text: outcome.text,
-                            reasoning: outcome.reasoning,
-                            tool_calls: outcome.tool_calls,
-                            raw_text: outcome.raw_text,
-                            token_ids: outcome.token_ids,
-                            stats: Box::new(outcome.stats),
-                            anatomy: outcome.anatomy,
-                        },
-                        Ok(Err(error)) => RunEvent::Failed { error },
-                        Err(payload) => {
-                            // The model's state may be half-updated: drop it.
-                            self.models.remove(&model_key(&request.model_dir));
-                            RunEvent::Failed {
-                                error: RunError::Internal(panic_message(payload.as_ref())),
-                            }
-                        }
-                    };
-                    sink(event);
+        let mut open = true;
+        loop {
+            if self.running.is_none() && self.held.is_empty() {
+                // Idle: wait for work.
+                match commands.recv() {
+                    Ok(command) => self.handle(command),
+                    Err(_) => break,
                 }
-                Command::Load { model_dir, reply } => {
-                    let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                        self.ensure_loaded(&model_dir).map(|(_, key)| key)
-                    }))
-                    .unwrap_or_else(|p| Err(RunError::Internal(panic_message(p.as_ref()))))
-                    .map(|key| self.describe(&key));
-                    let _ = reply.send(result.and_then(|d| d.ok_or(RunError::EngineStopped)));
+            }
+            // Whatever else has come in, without waiting.
+            while open {
+                match commands.try_recv() {
+                    Ok(command) => self.handle(command),
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Err(mpsc::TryRecvError::Disconnected) => open = false,
                 }
-                Command::Unload { model_dir, reply } => {
-                    let removed = self.models.remove(&model_key(&model_dir)).is_some();
-                    if removed {
-                        let _ = mlx_rs::memory::clear_cache();
-                    }
-                    let _ = reply.send(removed);
-                }
-                Command::ForgetConversation { id } => {
-                    for resident in self.models.values_mut() {
-                        resident.conversations.remove(&id);
-                    }
-                }
-                Command::DropConversations { model_dir, reply } => {
-                    let key = model_dir.as_deref().map(model_key);
-                    let mut freed = 0u64;
-                    for (dir, resident) in self.models.iter_mut() {
-                        if key.as_ref().is_none_or(|k| k == dir) {
-                            freed += resident
-                                .conversations
-                                .drain()
-                                .map(|(_, c)| c.kv_cache_bytes() as u64)
-                                .sum::<u64>();
-                        }
-                    }
-                    let _ = reply.send(freed);
-                }
-                Command::Call(work) => {
-                    // A panic drops the reply sender; the caller hears of it.
-                    let _ = std::panic::catch_unwind(AssertUnwindSafe(work));
-                }
-                Command::Resident { reply } => {
-                    let mut all: Vec<ResidentModel> = self
-                        .models
-                        .keys()
-                        .filter_map(|k| self.describe(k))
-                        .collect();
-                    all.sort_by(|a, b| a.model_dir.cmp(&b.model_dir));
-                    let _ = reply.send(all);
-                }
+            }
+            self.admit();
+            if self.running.is_some() {
+                self.step();
+            } else if !open && self.held.is_empty() {
+                break;
             }
         }
         // Leave nothing running behind the arrays (and perhaps the process).
@@ -404,7 +443,81 @@ impl EngineThread {
         self.models.clear();
     }
 
+    fn handle(&mut self, command: Command) {
+        match command {
+            Command::Generate {
+                request,
+                sink,
+                cancel,
+                received,
+            } => self.held.push_back(Held {
+                request,
+                sink,
+                cancel,
+                received,
+                waited_for: None,
+            }),
+            Command::Load { model_dir, reply } => {
+                let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    self.ensure_loaded(&model_dir).map(|(_, key)| key)
+                }))
+                .unwrap_or_else(|p| Err(RunError::Internal(panic_message(p.as_ref()))))
+                .map(|key| self.describe(&key));
+                let _ = reply.send(result.and_then(|d| d.ok_or(RunError::EngineStopped)));
+            }
+            Command::Unload { model_dir, reply } => {
+                let key = model_key(&model_dir);
+                // Runs on it end here, as if cancelled, before it goes.
+                if self.running.as_ref().is_some_and(|r| r.key == key) {
+                    self.end_batch(|_| None);
+                }
+                let removed = self.models.remove(&key).is_some();
+                if removed {
+                    let _ = mlx_rs::memory::clear_cache();
+                }
+                let _ = reply.send(removed);
+            }
+            Command::ForgetConversation { id } => {
+                for resident in self.models.values_mut() {
+                    resident.conversations.remove(&id);
+                }
+            }
+            Command::DropConversations { model_dir, reply } => {
+                let key = model_dir.as_deref().map(model_key);
+                let mut freed = 0u64;
+                for (dir, resident) in self.models.iter_mut() {
+                    if key.as_ref().is_none_or(|k| k == dir) {
+                        freed += resident
+                            .conversations
+                            .drain()
+                            .map(|(_, c)| c.kv_cache_bytes() as u64)
+                            .sum::<u64>();
+                    }
+                }
+                let _ = reply.send(freed);
+            }
+            Command::Call(work) => {
+                // A panic drops the reply sender; the caller hears of it.
+                let _ = std::panic::catch_unwind(AssertUnwindSafe(work));
+            }
+            Command::Resident { reply } => {
+                let mut all: Vec<ResidentModel> = self
+                    .models
+                    .keys()
+                    .filter_map(|k| self.describe(k))
+                    .collect();
+                all.sort_by(|a, b| a.model_dir.cmp(&b.model_dir));
+                let _ = reply.send(all);
+            }
+        }
+    }
+
     fn describe(&self, key: &Path) -> Option<ResidentModel> {
+        let in_batch = self
+            .running
+            .as_ref()
+            .filter(|r| r.key == key)
+            .map_or(0, |r| r.batch.kv_cache_bytes() as u64);
         self.models.get(key).map(|r| ResidentModel {
             model_dir: r.model.dir.clone(),
             model_type: r.model.model_type.clone(),
@@ -412,11 +525,11 @@ impl EngineThread {
             weights_bytes: r.model.weights_bytes as u64,
             load_ms: r.load_ms,
             conversations: r.conversations.len(),
-            kv_cache_bytes: r
-                .conversations
-                .values()
-                .map(|c| c.kv_cache_bytes() as u64)
-                .sum(),
+            kv_cache_bytes: in_batch
+                + r.conversations
+                    .values()
+                    .map(|c| c.kv_cache_bytes() as u64)
+                    .sum::<u64>(),
         })
     }
 
@@ -440,7 +553,74 @@ impl EngineThread {
         Ok(((LoadKind::Cold, load_ms), key))
     }
 
-    fn generate(
+    /// Starts the generations at the front of the line that can start now.
+    fn admit(&mut self) {
+        while let Some(front) = self.held.front_mut() {
+            let wait = match &self.running {
+                None => None,
+                Some(running) => {
+                    let key = model_key(&front.request.model_dir);
+                    if front.runs_alone() {
+                        Some("batch_to_drain")
+                    } else if key != running.key {
+                        Some("another_model")
+                    } else if running.runs.len() >= front.request.max_batch {
+                        Some("batch_full")
+                    } else if !front.cancel.is_cancelled()
+                        && !fits(&self.models, running, &front.request)
+                    {
+                        Some("memory")
+                    } else {
+                        None
+                    }
+                }
+            };
+            if let Some(why) = wait {
+                front.waited_for.get_or_insert(why);
+                return;
+            }
+            let Some(held) = self.held.pop_front() else {
+                return;
+            };
+            if held.runs_alone() {
+                self.run_alone(held);
+            } else {
+                self.join(held);
+            }
+        }
+    }
+
+    /// Runs `held` with the engine to itself, to the end.
+    fn run_alone(&mut self, held: Held) {
+        let Held {
+            request,
+            mut sink,
+            cancel,
+            ..
+        } = held;
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            self.generate_alone(&request, &cancel, &mut sink)
+        }));
+        // A pipelined run leaves its last step queued. Let it finish before
+        // the client hears the end: the next request then starts on an
+        // idle MLX, and a client that exits right away never exits under
+        // running work.
+        wait_for_mlx();
+        let event = match result {
+            Ok(Ok(outcome)) => finished_event(outcome),
+            Ok(Err(error)) => RunEvent::Failed { error },
+            Err(payload) => {
+                // The model's state may be half-updated: drop it.
+                self.models.remove(&model_key(&request.model_dir));
+                RunEvent::Failed {
+                    error: RunError::Internal(panic_message(payload.as_ref())),
+                }
+            }
+        };
+        sink(event);
+    }
+
+    fn generate_alone(
         &mut self,
         request: &GenerateRequest,
         cancel: &CancelToken,
@@ -454,23 +634,18 @@ impl EngineThread {
             .models
             .get_mut(&key)
             .ok_or_else(|| RunError::Internal("a loaded model vanished".into()))?;
-        let model = &resident.model;
-        let fresh = || Conversation::new(model, request.max_kv_size);
-        let mut conversation = match &request.conversation {
-            // A different cache size cannot continue the old cache.
-            Some(id) => match resident.conversations.remove(id) {
-                Some(c) if c.max_kv_size == request.max_kv_size => c,
-                _ => fresh(),
-            },
-            None => fresh(),
-        };
-        let outcome = stream::run(
-            model,
-            &mut conversation,
-            request,
+        let mut conversation = take_conversation(resident, request);
+        let setting = RunSetting {
             load_kind,
             load_ms,
             accepted_at,
+            batch: None,
+        };
+        let outcome = stream::run(
+            &resident.model,
+            &mut conversation,
+            request,
+            setting,
             cancel,
             &mut |event| sink(event),
         );
@@ -479,5 +654,350 @@ impl EngineThread {
             resident.conversations.insert(id.clone(), conversation);
         }
         outcome
+    }
+
+    /// Takes `held` into the batch (starting one on its model when none
+    /// runs): loads the model if needed, prepares the prompt on the
+    /// conversation's cache and joins.
+    fn join(&mut self, held: Held) {
+        let Held {
+            request,
+            mut sink,
+            cancel,
+            received,
+            waited_for,
+        } = held;
+        let admitted_at = Instant::now();
+        let joined = std::panic::catch_unwind(AssertUnwindSafe(|| -> Result<(), RunError> {
+            if self.running.is_none() {
+                // Peak memory is per batch: a cold start's includes the load.
+                mlx_rs::memory::reset_peak_memory()?;
+            }
+            let ((load_kind, load_ms), key) = self.ensure_loaded(&request.model_dir)?;
+            let resident = self
+                .models
+                .get_mut(&key)
+                .ok_or_else(|| RunError::Internal("a loaded model vanished".into()))?;
+            let mut conversation = take_conversation(resident, &request);
+            let model = &resident.model;
+            let prepared = stream::prepare(model, &mut conversation, &request)?;
+            sink(RunEvent::Started {
+                load_kind,
+                load_ms,
+                prompt_tokens: prepared.prompt.len(),
+                cached_tokens: prepared.cached,
+            });
+            let sampler = Sampler::new(request.sampler.clone())?;
+            let text = RunText::new(model, &request, &prepared);
+            let sequence = NewSequence {
+                prompt: prepared.new_tokens().to_vec(),
+                cache: std::mem::take(&mut conversation.cache),
+                sampler,
+                max_tokens: request.max_tokens,
+                stop_tokens: if request.ignore_eos {
+                    Vec::new()
+                } else {
+                    model.eos_token_ids.clone()
+                },
+                cancel: Some(cancel.clone()),
+                prefill_step_size: Some(request.prefill_step_size),
+            };
+            let running = self.running.get_or_insert_with(|| Running {
+                key: key.clone(),
+                batch: Batch::new(),
+                runs: HashMap::new(),
+            });
+            let id = running.batch.join(sequence)?;
+            running.runs.insert(
+                id,
+                LiveRun {
+                    request,
+                    sink: Box::new(|_| {}),
+                    conversation,
+                    prepared,
+                    text,
+                    load_kind,
+                    load_ms,
+                    accepted_at: Instant::now(),
+                    admission_wait_ms: (admitted_at - received).as_secs_f64() * 1e3,
+                    waited_for,
+                    ended: None,
+                },
+            );
+            // The sink moves in last: until here a failure still reaches it.
+            if let Some(live) = running.runs.get_mut(&id) {
+                live.sink = std::mem::replace(&mut sink, Box::new(|_| {}));
+            }
+            Ok(())
+        }));
+        let failure = match joined {
+            Ok(Ok(())) => None,
+            Ok(Err(error)) => Some(error),
+            Err(payload) => Some(RunError::Internal(panic_message(payload.as_ref()))),
+        };
+        if let Some(error) = failure {
+            sink(RunEvent::Failed { error });
+            if self.running.as_ref().is_some_and(|r| r.runs.is_empty()) {
+                self.running = None;
+            }
+        }
+    }
+
+    /// One step of the batch, and what it gave: tokens to their runs' text,
+    /// finished runs concluded.
+    fn step(&mut self) {
+        let Some(running) = self.running.as_mut() else {
+            return;
+        };
+        let Some(resident) = self.models.get(&running.key) else {
+            self.end_batch(|_| Some(RunError::Internal("the batch's model is gone".into())));
+            return;
+        };
+        let stepped = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            running.batch.step(&resident.model.model)
+        }));
+        let events = match stepped {
+            Ok(Ok(events)) => events,
+            Ok(Err(error)) => {
+                let error = RunError::from(error);
+                self.end_batch(|_| Some(error.clone()));
+                return;
+            }
+            Err(payload) => {
+                let error = RunError::Internal(panic_message(payload.as_ref()));
+                let key = running.key.clone();
+                self.end_batch(|_| Some(error.clone()));
+                // The model's state may be half-updated: drop it.
+                self.models.remove(&key);
+                return;
+            }
+        };
+        let mut finished = Vec::new();
+        for event in events {
+            match event {
+                BatchEvent::Token { id, token, .. } => {
+                    let Some(live) = running.runs.get_mut(&id) else {
+                        continue;
+                    };
+                    if live.ended.is_some() {
+                        continue;
+                    }
+                    let sink = &mut live.sink;
+                    match live.text.token(token, &mut |event| sink(event)) {
+                        Ok(None) | Ok(Some(StopReason::Eos)) => {}
+                        Ok(Some(reason)) => {
+                            live.ended = Some(reason);
+                            match running.batch.leave(id, reason) {
+                                Ok(Some(done)) => finished.push(done),
+                                // It left at this step anyway; its
+                                // `Finished` follows.
+                                Ok(None) => {}
+                                Err(error) => {
+                                    let error = RunError::from(error);
+                                    self.end_batch(|_| Some(error.clone()));
+                                    return;
+                                }
+                            }
+                        }
+                        Err(error) => {
+                            live.ended = Some(StopReason::Cancelled);
+                            let _ = running.batch.leave(id, StopReason::Cancelled);
+                            if let Some(mut live) = running.runs.remove(&id) {
+                                (live.sink)(RunEvent::Failed { error });
+                            }
+                        }
+                    }
+                }
+                BatchEvent::Finished(done) => finished.push(done),
+            }
+        }
+        for done in finished {
+            self.conclude(done);
+        }
+        if self
+            .running
+            .as_ref()
+            .is_some_and(|r| r.batch.is_empty() && r.runs.is_empty())
+        {
+            // The batch drained: let its last pass finish before anything
+            // runs alone or another model starts.
+            wait_for_mlx();
+            self.running = None;
+        }
+    }
+
+    /// A run that left the batch: its text ended, its conversation keeps
+    /// its cache, and its client hears the outcome.
+    fn conclude(&mut self, done: FinishedSequence) {
+        let Some(running) = self.running.as_mut() else {
+            return;
+        };
+        let Some(live) = running.runs.remove(&done.id) else {
+            return;
+        };
+        let LiveRun {
+            request,
+            mut sink,
+            mut conversation,
+            prepared,
+            text,
+            load_kind,
+            load_ms,
+            accepted_at,
+            admission_wait_ms,
+            waited_for,
+            ended,
+        } = live;
+        let Some(resident) = self.models.get_mut(&running.key) else {
+            sink(RunEvent::Failed {
+                error: RunError::Internal("the batch's model is gone".into()),
+            });
+            return;
+        };
+        let (min_rows, median_rows, max_rows) = BatchShare::rows(&done.batch_sizes);
+        let share = BatchShare {
+            min_rows,
+            median_rows,
+            max_rows,
+            admission_wait_ms,
+            waited_for: waited_for.map(str::to_owned),
+            prefill_chunks: done.prefill_chunks,
+            interleaved_chunks: done.interleaved_chunks,
+        };
+        let reason = ended.unwrap_or(done.reason);
+        conversation.cache = done.cache;
+        let outcome = text
+            .end(reason, &mut |event| sink(event))
+            .and_then(|ended| {
+                stream::conclude(
+                    &resident.model,
+                    &mut conversation,
+                    &request,
+                    prepared,
+                    ended,
+                    done.prefill_snapshot,
+                    StepAnatomy::default(),
+                    RunSetting {
+                        load_kind,
+                        load_ms,
+                        accepted_at,
+                        batch: Some(share),
+                    },
+                )
+            });
+        match outcome {
+            Ok(outcome) => {
+                if let Some(id) = &request.conversation {
+                    resident.conversations.insert(id.clone(), conversation);
+                }
+                sink(finished_event(outcome));
+            }
+            Err(error) => sink(RunEvent::Failed { error }),
+        }
+    }
+
+    /// Ends every run in the batch: each hears `error_of(run)`'s error, or,
+    /// where that is `None`, its outcome so far as cancelled.
+    fn end_batch(&mut self, error_of: impl Fn(&LiveRun) -> Option<RunError>) {
+        let Some(running) = self.running.as_mut() else {
+            return;
+        };
+        let ids: Vec<SequenceId> = running.runs.keys().copied().collect();
+        let mut cancelled = Vec::new();
+        for id in ids {
+            let Some(live) = running.runs.get(&id) else {
+                continue;
+            };
+            match error_of(live) {
+                Some(error) => {
+                    if let Some(mut live) = running.runs.remove(&id) {
+                        (live.sink)(RunEvent::Failed { error });
+                    }
+                }
+                None => {
+                    if let Ok(Some(done)) = running.batch.leave(id, StopReason::Cancelled) {
+                        cancelled.push(done);
+                    } else if let Some(mut live) = running.runs.remove(&id) {
+                        (live.sink)(RunEvent::Failed {
+                            error: RunError::Internal("its batch was stopped".into()),
+                        });
+                    }
+                }
+            }
+        }
+        for done in cancelled {
+            self.conclude(done);
+        }
+        wait_for_mlx();
+        self.running = None;
+    }
+}
+
+/// The conversation `request` continues (taken out of the model's, to be
+/// put back when the run succeeds), or a fresh one.
+fn take_conversation(resident: &mut Resident, request: &GenerateRequest) -> Conversation {
+    let fresh = || Conversation::new(&resident.model, request.max_kv_size);
+    match &request.conversation {
+        // A different cache size cannot continue the old cache.
+        Some(id) => match resident.conversations.remove(id) {
+            Some(c) if c.max_kv_size == request.max_kv_size => c,
+            _ => fresh(),
+        },
+        None => fresh(),
+    }
+}
+
+/// Whether `request`'s KV cache (its prompt and `max_tokens`, or its
+/// bound) fits beside what is resident: within the request's memory budget
+/// when it has one, and in the memory the system has left beyond a reserve
+/// that keeps it out of critical pressure.
+fn fits(models: &HashMap<PathBuf, Resident>, running: &Running, request: &GenerateRequest) -> bool {
+    let Some(resident) = models.get(&running.key) else {
+        return true;
+    };
+    let model = &resident.model;
+    let prompt = stream::prompt_ids(model, &request.prompt).map_or(0, |p| p.ids.len());
+    let need = kv_bytes_for(model, prompt + request.max_tokens, request.max_kv_size);
+    // What the running sequences will still add: each up to its own end.
+    let coming: u64 = running
+        .runs
+        .values()
+        .map(|live| {
+            let total = live.prepared.prompt.len() + live.request.max_tokens;
+            let now = live.prepared.prompt.len() + live.text.generated();
+            kv_bytes_for(model, total, live.request.max_kv_size).saturating_sub(kv_bytes_for(
+                model,
+                now,
+                live.request.max_kv_size,
+            ))
+        })
+        .sum();
+    if let Some(budget) = request.memory_budget_bytes {
+        let held: u64 = models
+            .values()
+            .map(|r| {
+                r.model.weights_bytes as u64
+                    + r.conversations
+                        .values()
+                        .map(|c| c.kv_cache_bytes() as u64)
+                        .sum::<u64>()
+            })
+            .sum::<u64>()
+            + running.batch.kv_cache_bytes() as u64;
+        if held + coming + need > budget {
+            return false;
+        }
+    }
+    match ondo_os::memory_snapshot() {
+        Ok(memory) => {
+            if memory.level == ondo_os::PressureLevel::Critical {
+                return false;
+            }
+            // A tenth of the machine's memory stays free for the system
+            // and other apps: a batch alone never takes the last of it.
+            let reserve = memory.total_bytes / 10;
+            coming + need + reserve <= memory.available_bytes
+        }
+        Err(_) => true,
     }
 }

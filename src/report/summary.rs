@@ -99,6 +99,13 @@ pub(crate) const PER_RUN_FIELDS: &[&str] = &[
     "server_decode_ms",
     "server_prefill_tps",
     "server_decode_tps",
+    "batch_min_rows",
+    "batch_median_rows",
+    "batch_max_rows",
+    "admission_wait_ms",
+    "waited_for",
+    "prefill_chunks",
+    "interleaved_chunks",
 ];
 
 /// The metrics summarised per group, in output order.

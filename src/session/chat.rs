@@ -12,6 +12,14 @@ use crate::engine::sample::SamplerSettings;
 use crate::engine::{GenerateRequest, Prompt, RunEvent};
 use crate::run_kinds::{LoadKind, LoopShape};
 
+/// Conversations decoded together by default. Eight: on the CPU here a
+/// batch of eight decodes about 6x the tokens of one stream in the same
+/// time (docs/BENCHMARKS.md, "Continuous batching"), the gain flattening
+/// past it, while eight sequences' KV caches at a 4k context stay small
+/// beside a 3B model's weights; mlx_lm.server's prompt concurrency is 8
+/// too, and LM Studio's MLX engine takes 4.
+pub const DEFAULT_MAX_BATCH: usize = 8;
+
 /// How to generate: the one definition of each setting's default, limits
 /// and meaning. The CLI's flags (`ondo run`, `ondo chat`), the app's
 /// Settings form (through the generated bindings and `GenerationLimits`) and
@@ -55,6 +63,11 @@ pub struct GenerationSettings {
     /// that keeps the first tokens): bounded memory for long conversations.
     #[arg(long)]
     pub max_kv_size: Option<usize>,
+    /// Most conversations decoded together in one batch (1: one at a time).
+    /// Several clients of the local server, or the app beside them, share
+    /// a step: each step reads the weights once for all of them.
+    #[arg(long, default_value_t = GenerationSettings::DEFAULT.max_batch)]
+    pub max_batch: usize,
 }
 
 /// The ranges each setting accepts (`GenerationSettings::check` applies
@@ -71,6 +84,7 @@ pub struct GenerationLimits {
     pub prefill_step_size: (usize, usize),
     /// The smallest KV bound that still holds a prompt and its answer.
     pub max_kv_size: (usize, usize),
+    pub max_batch: (usize, usize),
 }
 
 impl GenerationSettings {
@@ -85,6 +99,7 @@ impl GenerationSettings {
         loop_shape: LoopShape::Pipelined,
         prefill_step_size: DEFAULT_PREFILL_STEP_SIZE,
         max_kv_size: None,
+        max_batch: DEFAULT_MAX_BATCH,
     };
 
     pub const LIMITS: GenerationLimits = GenerationLimits {
@@ -97,6 +112,7 @@ impl GenerationSettings {
         // A bound beyond what a model reads is harmless: the cache only grows
         // as far as the conversation does.
         max_kv_size: (16, 1 << 32),
+        max_batch: (1, 64),
     };
 }
 
@@ -148,6 +164,12 @@ impl GenerationSettings {
                 "the prefill step size must be between {low} and {high} tokens"
             ));
         }
+        let (low, high) = limits.max_batch;
+        if !(low..=high).contains(&self.max_batch) {
+            return Err(format!(
+                "the largest batch must be between {low} (one conversation at a time) and {high}"
+            ));
+        }
         if let Some(bound) = self.max_kv_size {
             let (low, high) = limits.max_kv_size;
             if !(low..=high).contains(&bound) {
@@ -175,6 +197,7 @@ impl GenerationSettings {
             prefill_step_size: self.prefill_step_size,
             max_kv_size: self.max_kv_size,
             loop_shape: self.loop_shape,
+            max_batch: self.max_batch,
             ..GenerateRequest::new(model_dir, prompt)
         }
     }

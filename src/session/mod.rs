@@ -486,11 +486,14 @@ impl Shared {
 
     fn run(
         &self,
-        request: GenerateRequest,
+        mut request: GenerateRequest,
         mut context: RunContext,
         cancel: CancelToken,
         delivery: EventDelivery<'_>,
     ) -> Result<(RunOutcome, RunRecord), RunError> {
+        // A batch admits a sequence only while weights and caches stay
+        // within the pool's budget.
+        request.memory_budget_bytes = lock(&self.settings).memory_budget_bytes;
         if context.conversation_id.is_none() {
             context.conversation_id = request.conversation.clone();
         }

@@ -220,6 +220,13 @@ pub fn record_from_stats(
         server_decode_ms: None,
         server_prefill_tps: None,
         server_decode_tps: None,
+        batch_min_rows: stats.batch.as_ref().map(|b| b.min_rows as u64),
+        batch_median_rows: stats.batch.as_ref().map(|b| b.median_rows as u64),
+        batch_max_rows: stats.batch.as_ref().map(|b| b.max_rows as u64),
+        admission_wait_ms: stats.batch.as_ref().map(|b| b.admission_wait_ms),
+        waited_for: stats.batch.as_ref().and_then(|b| b.waited_for.clone()),
+        prefill_chunks: stats.batch.as_ref().map(|b| b.prefill_chunks as u64),
+        interleaved_chunks: stats.batch.as_ref().map(|b| b.interleaved_chunks as u64),
         provenance: provenance.clone(),
     };
     (record, memory.timeline)

@@ -314,7 +314,14 @@ run_columns! {
     server_prefill_ms,
     server_decode_ms,
     server_prefill_tps,
-    server_decode_tps;
+    server_decode_tps,
+    batch_min_rows,
+    batch_median_rows,
+    batch_max_rows,
+    admission_wait_ms,
+    waited_for,
+    prefill_chunks,
+    interleaved_chunks;
     provenance {
         app_version,
         app_commit,

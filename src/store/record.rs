@@ -157,6 +157,22 @@ pub struct RunRecord {
     pub server_prefill_tps: Option<f64>,
     pub server_decode_tps: Option<f64>,
 
+    // Sharing the engine (a run in Ondo's batch; `None` for a run that had
+    // the engine to itself, and for an endpoint run).
+    /// Fewest, median and most sequences in a forward pass it was in.
+    pub batch_min_rows: Option<u64>,
+    pub batch_median_rows: Option<u64>,
+    pub batch_max_rows: Option<u64>,
+    /// From the engine receiving the request to the batch taking it in.
+    pub admission_wait_ms: Option<f64>,
+    /// What it waited for: "memory", "batch_full", "another_model" or
+    /// "batch_to_drain" (the batch finishing before a run alone).
+    pub waited_for: Option<String>,
+    /// Its prompt's prefill chunks, and those that ran between the other
+    /// sequences' decode steps.
+    pub prefill_chunks: Option<u64>,
+    pub interleaved_chunks: Option<u64>,
+
     /// Where and with what the run happened; its fields are the record's
     /// own (columns, report fields), not a nested object.
     #[serde(flatten)]

@@ -82,6 +82,13 @@ fn full_record() -> RunRecord {
         server_decode_ms: Some(1990.5),
         server_prefill_tps: Some(1607.5),
         server_decode_tps: Some(64.25),
+        batch_min_rows: Some(2),
+        batch_median_rows: Some(5),
+        batch_max_rows: Some(8),
+        admission_wait_ms: Some(312.5),
+        waited_for: Some("memory".into()),
+        prefill_chunks: Some(3),
+        interleaved_chunks: Some(2),
         provenance: Provenance {
             app_version: "0.1.0".into(),
             app_commit: "abdad0c".into(),
