@@ -804,7 +804,7 @@ fn ondo_run_think_switch_reaches_the_template() {
 
 #[test]
 #[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
-fn twelve_streams_at_once_each_get_their_own_answer() {
+fn twelve_streams_at_once_share_the_batch_and_each_get_their_own_answer() {
     let home = Home::new();
     let served = Served::start(&home, &[]);
     let args = json!({"model": VARIED, "system": SYSTEM, "max_tokens": 16, "clients": 12});
@@ -817,7 +817,11 @@ fn twelve_streams_at_once_each_get_their_own_answer() {
         assert_eq!(stream["finish_reason"], "length", "client {n}");
         assert_eq!(stream["usage"]["completion_tokens"], 16, "client {n}");
     }
-    // They overlapped: some waited for their turn at the engine.
+    // Eight (the default batch) decoded together; the rest waited for a
+    // turn, and joined the batch as places came free.
+    let rows = |s: &Value| s["ondo"]["batch"]["max_rows"].as_u64().unwrap();
+    let widest = streamed.iter().map(rows).max().unwrap();
+    assert!((2..=8).contains(&widest), "{streamed:?}");
     let queued = streamed
         .iter()
         .filter(|s| s["ondo"]["queued_ms"].as_f64().unwrap() > 0.0)

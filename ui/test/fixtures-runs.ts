@@ -103,6 +103,13 @@ export function makeRun(overrides: Partial<RunRecord> & Pick<RunRecord, 'run_id'
     server_decode_ms: null,
     server_prefill_tps: null,
     server_decode_tps: null,
+    batch_min_rows: null,
+    batch_median_rows: null,
+    batch_max_rows: null,
+    admission_wait_ms: null,
+    waited_for: null,
+    prefill_chunks: null,
+    interleaved_chunks: null,
     ...provenance,
   };
   const run = { ...base, ...overrides };

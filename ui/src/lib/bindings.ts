@@ -104,11 +104,11 @@ export const BENCH_LIMITS = {"prompt_tokens":[1,131072],"generate_tokens":[2,819
 
 export const DEFAULT_BENCH_SHAPE = {"prompt_tokens":[128],"generate_tokens":128,"repetitions":5,"warmup":1,"loops":["pipelined","sync"],"prefill_step_size":2048,"max_kv_size":null,"vary":null,"cold_repetitions":3} as const;
 
-export const DEFAULT_SETTINGS = {"keep_alive_minutes":10,"memory_budget_bytes":null,"generation":{"max_tokens":512,"temperature":0.0,"top_p":0.0,"top_k":0,"min_p":0.0,"repetition_penalty":null,"seed":null,"loop":"pipelined","prefill_step_size":2048,"max_kv_size":null},"theme":"system","models_folder":null,"launch_at_login":false,"global_shortcut":"CommandOrControl+Shift+O","local_server":{"enabled":false,"port":11480,"api_key":null,"allowed_origins":[]}} as const;
+export const DEFAULT_SETTINGS = {"keep_alive_minutes":10,"memory_budget_bytes":null,"generation":{"max_tokens":512,"temperature":0.0,"top_p":0.0,"top_k":0,"min_p":0.0,"repetition_penalty":null,"seed":null,"loop":"pipelined","prefill_step_size":2048,"max_kv_size":null,"max_batch":8},"theme":"system","models_folder":null,"launch_at_login":false,"global_shortcut":"CommandOrControl+Shift+O","local_server":{"enabled":false,"port":11480,"api_key":null,"allowed_origins":[]}} as const;
 
 export const ERROR_KINDS = ["invalid_input","model_unavailable","internal","model_not_found","not_a_model_name","invalid_repo_id","invalid_revision","repo_not_found","revision_not_found","entry_not_found","unauthorized","forbidden","token_refused","rate_limited","server_error","link_expired","unreachable","not_cached_offline","disk_full","checksum_mismatch","interrupted","cancelled","busy","not_a_model","unsupported_model_type","http","bad_response","io","not_in_library","load","empty_prompt","prompt_too_long","chat_template","tokenizer","invalid_settings","mlx","engine_stopped","peer","endpoint_unreachable","endpoint_refused","endpoint_model_not_found","endpoint_failed","history","history_unwritable","history_corrupt","history_too_new","history_busy","api_key_required","address_unavailable","api_key_refused","host_refused","origin_refused","body_too_large","no_such_route","queue_full","queue_timeout","folder_not_empty","metal_unavailable","metal_kernels_unavailable"] as const;
 
-export const GENERATION_LIMITS = {"max_tokens":[1,32768],"temperature":[0.0,5.0],"probability":[0.0,1.0],"top_k":[0,100000],"repetition_penalty":[0.5,2.0],"prefill_step_size":[1,65536],"max_kv_size":[16,4294967296]} as const;
+export const GENERATION_LIMITS = {"max_tokens":[1,32768],"temperature":[0.0,5.0],"probability":[0.0,1.0],"top_k":[0,100000],"repetition_penalty":[0.5,2.0],"prefill_step_size":[1,65536],"max_kv_size":[16,4294967296],"max_batch":[1,64]} as const;
 
 export const LOCAL_SERVER_PORTS = [1024,65535] as const;
 
@@ -734,6 +734,12 @@ export type GenerationSettings = {
 	 *  that keeps the first tokens): bounded memory for long conversations.
 	 */
 	max_kv_size?: number | null,
+	/**
+	 *  Most conversations decoded together in one batch (1: one at a time).
+	 *  Several clients of the local server, or the app beside them, share
+	 *  a step: each step reads the weights once for all of them.
+	 */
+	max_batch?: number,
 };
 
 /**  Which OS signal decided a snapshot's `level`. */
@@ -1198,6 +1204,23 @@ export type RunRecord = {
 	 */
 	server_prefill_tps: number | null,
 	server_decode_tps: number | null,
+	/**  Fewest, median and most sequences in a forward pass it was in. */
+	batch_min_rows: number | null,
+	batch_median_rows: number | null,
+	batch_max_rows: number | null,
+	/**  From the engine receiving the request to the batch taking it in. */
+	admission_wait_ms: number | null,
+	/**
+	 *  What it waited for: "memory", "batch_full", "another_model" or
+	 *  "batch_to_drain" (the batch finishing before a run alone).
+	 */
+	waited_for: string | null,
+	/**
+	 *  Its prompt's prefill chunks, and those that ran between the other
+	 *  sequences' decode steps.
+	 */
+	prefill_chunks: number | null,
+	interleaved_chunks: number | null,
 } & Provenance;
 
 /**

@@ -170,6 +170,17 @@ describe('table', () => {
     expect(shortModelName('/Users/me/models/My-Model/')).toBe('My-Model');
   });
 
+  it('says what batch a run shared, what it waited for, and when it had the engine alone', () => {
+    const base = allRuns[0]!;
+    expect(Object.fromEntries(detailRows(base))['Batch']).toBe('none: it had the engine to itself');
+    const shared = { ...base, batch_min_rows: 2, batch_median_rows: 5, batch_max_rows: 8, admission_wait_ms: 312.5, waited_for: 'memory', prefill_chunks: 3, interleaved_chunks: 2 };
+    expect(Object.fromEntries(detailRows(shared))['Batch']).toBe(
+      "2–8 sequences (median 5) · waited 313 ms for memory · 2 of 3 prefill chunks between others' steps",
+    );
+    const alone = { ...base, batch_min_rows: 1, batch_median_rows: 1, batch_max_rows: 1, admission_wait_ms: 0.2, waited_for: null, prefill_chunks: 1, interleaved_chunks: 0 };
+    expect(Object.fromEntries(detailRows(alone))['Batch']).toBe('alone');
+  });
+
   it("shows another program's server by its name, with dashes for what a client cannot see", () => {
     const served = makeRun({
       run_id: 'r-1760000500000-e1',

@@ -415,6 +415,7 @@ export function detailRows(run: RunRecord): [string, string][] {
     ['Decode', `${formatCount(run.generated_tokens)} tok in ${formatMs(run.decode_ms)} · ${formatTps(run.decode_tps)}`],
     ['Prompt', `${formatCount(run.prompt_tokens)} tok, ${formatCount(run.cached_tokens)} cached`],
     ['Loop', run.loop],
+    ['Batch', batchLabel(run)],
     ['Prefill step', formatCount(run.prefill_step_size)],
     ['Max KV', run.max_kv_size === null ? 'unbounded' : formatCount(run.max_kv_size)],
     ['MLX peak', formatBytes(run.mlx_peak_bytes)],
@@ -422,6 +423,32 @@ export function detailRows(run: RunRecord): [string, string][] {
     ['Pressure', `${run.pressure_max} at most`],
     ['Stopped', run.stop_reason],
   ];
+}
+
+/**
+ * How a run shared the engine's batch, in words: the sequences in the
+ * forward passes it was in, its wait to be let in and what for, and the
+ * prefill chunks it ran between the others' steps.
+ */
+export function batchLabel(run: RunRecord): string {
+  if (run.batch_max_rows === null) return 'none: it had the engine to itself';
+  const min = run.batch_min_rows ?? run.batch_max_rows;
+  const median = run.batch_median_rows ?? run.batch_max_rows;
+  const parts = [
+    run.batch_max_rows <= 1
+      ? 'alone'
+      : min === run.batch_max_rows
+        ? `${run.batch_max_rows} sequences`
+        : `${min}–${run.batch_max_rows} sequences (median ${median})`,
+  ];
+  if (run.admission_wait_ms !== null && run.admission_wait_ms >= 1) {
+    const why = run.waited_for === null ? '' : ` for ${run.waited_for.replace(/_/g, ' ')}`;
+    parts.push(`waited ${formatMs(run.admission_wait_ms)}${why}`);
+  }
+  if (run.interleaved_chunks !== null && run.interleaved_chunks > 0) {
+    parts.push(`${run.interleaved_chunks} of ${run.prefill_chunks ?? run.interleaved_chunks} prefill chunks between others' steps`);
+  }
+  return parts.join(' · ');
 }
 
 /** The next row a key moves the selection to; null: the key is not ours. */

@@ -51,6 +51,7 @@ export interface SettingsForm {
   prefill_step_size: string;
   /** Empty: unbounded. */
   max_kv_size: string;
+  max_batch: string;
   theme: AppSettings['theme'];
   launch_at_login: boolean;
   /** Empty: no shortcut. */
@@ -90,6 +91,7 @@ export function settingsToForm(settings: AppSettings): SettingsForm {
     loop: generation.loop,
     prefill_step_size: String(generation.prefill_step_size),
     max_kv_size: optional(generation.max_kv_size),
+    max_batch: String(generation.max_batch ?? DEFAULT_SETTINGS.generation.max_batch),
     theme: settings.theme,
     launch_at_login: settings.launch_at_login,
     global_shortcut: settings.global_shortcut ?? '',
@@ -260,6 +262,15 @@ export function readForm(form: SettingsForm, base: AppSettings): { settings: App
           ),
         ),
         generation.max_kv_size,
+      ),
+      max_batch: take(
+        'max_batch',
+        readWhole(
+          form.max_batch,
+          ...LIMITS.max_batch,
+          `Enter a whole number of conversations ${range(LIMITS.max_batch)} (1: one at a time).`,
+        ),
+        generation.max_batch ?? DEFAULT_SETTINGS.generation.max_batch,
       ),
     },
     theme: form.theme,
@@ -473,6 +484,7 @@ export function firstInvalidField(errors: FieldErrors): FormField | null {
     'loop',
     'prefill_step_size',
     'max_kv_size',
+    'max_batch',
     'theme',
     'launch_at_login',
     'global_shortcut',
