@@ -1159,6 +1159,29 @@ fn open_stream(address: &str, body: &Value) -> (TcpStream, Vec<u8>) {
 }
 
 #[test]
+fn a_short_request_beside_a_long_answer_joins_its_batch_without_waiting() {
+    let home = Home::new();
+    let served = Served::start(&home, &[]);
+    let address = served.address();
+    let long = chat_body(
+        "tiny",
+        json!({"stream": true, "max_tokens": 30000, "ignore_eos": true}),
+    );
+    let (running, _) = open_stream(&address, &long);
+    std::thread::sleep(Duration::from_millis(300));
+    let short = served.post(
+        "/v1/chat/completions",
+        &chat_body("tiny", json!({"max_tokens": 8, "ignore_eos": true})),
+    );
+    assert_eq!(short.status, 200, "{}", short.text());
+    let ondo = &short.json()["ondo"];
+    assert_eq!(ondo["queued_ms"].as_f64(), Some(0.0), "{ondo}");
+    assert_eq!(ondo["batch"]["max_rows"], 2, "{ondo}");
+    assert_eq!(ondo["generated_tokens"], 8, "{ondo}");
+    drop(running);
+}
+
+#[test]
 fn a_full_queue_and_a_long_wait_are_told_so() {
     let home = Home::new();
     let served = Served::start(
@@ -1289,7 +1312,8 @@ fn time_until_closed(stream: &mut TcpStream) -> Duration {
 #[test]
 fn a_client_that_sends_nothing_loses_its_connection_and_connections_are_bounded() {
     let home = Home::new();
-    let served = Served::start(&home, &["--idle-timeout", "2"]);
+    // One request at a time, so that one waits behind another.
+    let served = Served::start(&home, &["--idle-timeout", "2", "--max-batch", "1"]);
     let address = served.address();
     let closed_in_time = |took: Duration| {
         assert!(
