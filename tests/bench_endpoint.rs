@@ -348,6 +348,108 @@ impl Drop for OndoServe {
     }
 }
 
+/// `ondo bench --concurrency`: the same streams at once on Ondo's engine
+/// and on mlx_lm.server, each stream recorded with its round's concurrency
+/// and aggregate rate, and the HTML report charting the aggregate against
+/// the streams.
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
+fn streams_at_once_are_measured_on_the_engine_and_on_mlx_lm_server() {
+    let python = common::python();
+    let root = tempfile::tempdir().unwrap();
+    let folder = synth_tiny(root.path());
+    let folder_text = folder.to_str().unwrap();
+    let server = MlxLmServer::start(&python, &folder);
+    let endpoint = format!("mlx=http://127.0.0.1:{}/v1#{folder_text}", server.port);
+    let result = succeeded(&ondo(
+        root.path(),
+        &[
+            "bench",
+            folder_text,
+            "--endpoint",
+            &endpoint,
+            "--concurrency",
+            "1,3",
+            "--prompt-tokens",
+            "24",
+            "--gen",
+            "12",
+            "--reps",
+            "2",
+            "--warmup",
+            "0",
+            "--json",
+        ],
+    ));
+    assert_eq!(result["sides"], json!(["ondo", "mlx"]));
+    assert_eq!(result["reference"], "ondo");
+    let rows = result["rows"].as_array().unwrap();
+    let levels: Vec<(String, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["side"].as_str().unwrap().to_owned(),
+                r["concurrency"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        levels,
+        [("ondo", 1), ("mlx", 1), ("ondo", 3), ("mlx", 3)]
+            .map(|(s, n)| (s.to_owned(), n))
+            .to_vec()
+    );
+    for row in rows {
+        assert!(median(&row["aggregate_tps"]) > 0.0, "{row}");
+        assert!(
+            median(&row["ttft_p95_ms"]) >= median(&row["ttft_p50_ms"]),
+            "{row}"
+        );
+        assert_eq!(row["aggregate_tps"]["samples"].as_array().unwrap().len(), 2);
+        let is_ondo = row["side"] == "ondo";
+        assert_eq!(row["peak_bytes"].is_null(), !is_ondo, "{row}");
+        assert_eq!(row["aggregate_ratio"].is_null(), is_ondo, "{row}");
+        if row["concurrency"] == 1 {
+            assert_eq!(row["scaling"], 1.0);
+        }
+    }
+    // Every stream is in the history: 2 rounds of 1 and 2 of 3 on each
+    // side, each with its round's concurrency and aggregate rate; Ondo's
+    // three streams shared a batch.
+    let runs = history(root.path(), None);
+    assert_eq!(runs.len(), 2 * (2 + 6));
+    assert!(
+        runs.iter()
+            .all(|r| r.aggregate_tps.is_some_and(|a| a > 0.0))
+    );
+    let ondo_three: Vec<&RunRecord> = runs
+        .iter()
+        .filter(|r| r.kind == RunKind::Bench && r.concurrency == Some(3))
+        .collect();
+    assert_eq!(ondo_three.len(), 6);
+    assert!(ondo_three.iter().any(|r| r.batch_max_rows >= Some(2)));
+    let bench_id = result["bench_id"].as_str().unwrap();
+    let html = root.path().join("concurrency.html");
+    let out = ondo(
+        root.path(),
+        &[
+            "report",
+            "--bench",
+            bench_id,
+            "--out",
+            html.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("Streams at once: aggregate decode"), "{page}");
+    assert!(page.contains("ondo ×3") && page.contains("mlx ×1"));
+}
+
 #[test]
 fn ondo_serve_is_benchmarked_like_any_server_in_both_its_dialects() {
     let root = tempfile::tempdir().unwrap();

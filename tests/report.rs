@@ -100,6 +100,8 @@ fn base() -> RunRecord {
         waited_for: None,
         prefill_chunks: None,
         interleaved_chunks: None,
+        concurrency: None,
+        aggregate_tps: None,
         provenance: Provenance {
             app_version: "0.1.0".into(),
             app_commit: "abdad0c5e1f2".into(),

@@ -6,6 +6,7 @@
 //! start for each side. Every Ondo run goes through the session pool and is
 //! recorded.
 
+pub mod concurrency;
 pub mod endpoint;
 pub mod peer;
 pub mod plan;

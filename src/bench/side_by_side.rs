@@ -98,6 +98,21 @@ pub struct ClientEnvironment {
     pub memory_bytes: u64,
 }
 
+impl ClientEnvironment {
+    /// This machine and build, from the records' provenance.
+    pub fn of(provenance: &Provenance) -> Self {
+        Self {
+            ondo_version: provenance.app_version.clone(),
+            build_profile: provenance.build_profile.clone(),
+            mlx_version: provenance.mlx_version.clone(),
+            backend: provenance.backend.clone(),
+            cpu: provenance.cpu.clone(),
+            os: provenance.os.clone(),
+            memory_bytes: provenance.ram_bytes,
+        }
+    }
+}
+
 /// The whole result.
 #[derive(Debug, Clone, Serialize)]
 pub struct EndpointComparison {
@@ -379,15 +394,7 @@ pub fn compare_with_endpoints(
         sides,
         reference,
         results,
-        environment: ClientEnvironment {
-            ondo_version: provenance.app_version.clone(),
-            build_profile: provenance.build_profile.clone(),
-            mlx_version: provenance.mlx_version.clone(),
-            backend: provenance.backend.clone(),
-            cpu: provenance.cpu.clone(),
-            os: provenance.os.clone(),
-            memory_bytes: provenance.ram_bytes,
-        },
+        environment: ClientEnvironment::of(provenance),
         warnings,
     })
 }
@@ -535,23 +542,23 @@ fn run_server(
 }
 
 /// What an endpoint run's record is made of.
-struct EndpointRecord<'a> {
-    endpoint: &'a Endpoint,
-    name: &'a str,
-    local: Option<&'a ResolvedModel>,
-    prompt: &'a TextPrompt,
-    max_tokens: usize,
-    answer: &'a EndpointRun,
-    context: &'a RunContext,
-    provenance: &'a Provenance,
-    created_at: String,
+pub(super) struct EndpointRecord<'a> {
+    pub endpoint: &'a Endpoint,
+    pub name: &'a str,
+    pub local: Option<&'a ResolvedModel>,
+    pub prompt: &'a TextPrompt,
+    pub max_tokens: usize,
+    pub answer: &'a EndpointRun,
+    pub context: &'a RunContext,
+    pub provenance: &'a Provenance,
+    pub created_at: String,
 }
 
 /// The flat record of one endpoint run: Ondo's fields measured at the
 /// client, the server's own numbers beside them, the model described from
 /// its folder when Ondo finds it here, and this machine's provenance with
 /// the MLX fields left empty (they describe Ondo, not what served).
-fn endpoint_record(parts: EndpointRecord<'_>) -> RunRecord {
+pub(super) fn endpoint_record(parts: EndpointRecord<'_>) -> RunRecord {
     let EndpointRecord {
         endpoint,
         name,
@@ -641,6 +648,8 @@ fn endpoint_record(parts: EndpointRecord<'_>) -> RunRecord {
         waited_for: None,
         prefill_chunks: None,
         interleaved_chunks: None,
+        concurrency: context.concurrency,
+        aggregate_tps: None,
         provenance: Provenance {
             mlx_version: String::new(),
             mlx_rs_version: String::new(),

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::bench::concurrency::{ConcurrencyPlan, ConcurrencyResult};
 use crate::bench::endpoint::EndpointSpec;
 use crate::bench::plan::{BenchOutcome, VarySetting};
 use crate::bench::side_by_side::{EndpointComparison, EndpointPlan};
@@ -61,6 +62,13 @@ measured as the stream arrives; the server's own numbers (Ollama's
 durations) are shown beside them. Cold starts are Ondo's own benchmark's:
 a server's process is not Ondo's to start.
 
+With --concurrency 1,2,4,8, each side gets that many streams at once,
+one level after another, each stream its own prompt: the aggregate decode
+rate (every stream's tokens over the round's wall time, from the first
+request sent to the last token), each stream's own rate, TTFT at the
+median and the 95th percentile, and Ondo's peak memory. Ondo's engine
+decodes a level's streams in one batch; a server does what it does.
+
 Build with --release (`make release`) before trusting the numbers.
 
 Examples:
@@ -69,6 +77,7 @@ Examples:
   ondo bench ./models/tiny --endpoint mlx=http://127.0.0.1:8080/v1#./models/tiny
   ondo bench --endpoint http://127.0.0.1:11434#llama3.2:1b \
       --endpoint http://localhost:1234/v1#qwen3-0.6b --api-key KEY
+  ondo bench tiny --concurrency 1,2,4,8 --endpoint mlx=http://127.0.0.1:8080/v1#./models/tiny
   ondo bench tiny --prompt-tokens 128,1024 --loop sync,pipelined \\
       --vary prefill_step_size=512,2048 --report bench.html")]
 pub struct BenchArgs {
@@ -83,6 +92,16 @@ pub struct BenchArgs {
     /// A server to benchmark alongside: [NAME=]URL#MODEL (repeatable).
     #[arg(long = "endpoint", value_name = "URL#MODEL")]
     endpoints: Vec<EndpointSpec>,
+    /// Send this many streams at once, each level in turn (1,2,4,8,16):
+    /// aggregate and per-stream tok/s, TTFT p50/p95, on Ondo's engine and
+    /// every --endpoint.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "N,N,...",
+        conflicts_with = "peer"
+    )]
+    concurrency: Vec<usize>,
     /// The API key for endpoints whose URL carries none (sent as a bearer token).
     #[arg(long, value_name = "KEY", requires = "endpoints")]
     api_key: Option<String>,
@@ -119,6 +138,16 @@ pub fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
         }
         None => None,
     };
+    if !args.concurrency.is_empty() {
+        let plan = ConcurrencyPlan {
+            ondo: model.map(|m| BenchPlan::new(&m, args.shape.clone())),
+            shape: args.shape.clone(),
+            levels: args.concurrency.clone(),
+            endpoints: args.endpoints.clone(),
+            api_key: args.api_key.clone(),
+        };
+        return run_concurrency_plan(&pool, &plan, &args);
+    }
     if !args.endpoints.is_empty() {
         let plan = EndpointPlan {
             ondo: model.map(|m| BenchPlan::new(&m, args.shape.clone())),
@@ -221,6 +250,118 @@ fn compare_endpoints(
         print!("{}", endpoint_table(&result, args.markdown));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Several streams at once on every side (`--concurrency`).
+fn run_concurrency_plan(
+    pool: &SessionPool,
+    plan: &ConcurrencyPlan,
+    args: &BenchArgs,
+) -> Result<ExitCode, CliError> {
+    if !args.reports.is_empty() {
+        return Err(CliError::from(
+            "--report writes Ondo's own benchmark; for a concurrency run use --json or \
+             --markdown, or `ondo report --bench latest --format html` (every stream is \
+             recorded, with its round's aggregate rate)",
+        ));
+    }
+    let bar = progress_bar("{msg} [{bar:30}] {pos}/{len} rounds, {elapsed}", args.json)?;
+    bar.set_message("streams at once");
+    let result =
+        bench::concurrency::run_concurrency(pool, plan, &CancelToken::new(), &mut |done, total| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+        });
+    bar.finish_and_clear();
+    let result = result?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&result).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", concurrency_table(&result, args.markdown));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The concurrency plan's table: one row per side and stream count.
+pub fn concurrency_table(r: &ConcurrencyResult, markdown: bool) -> String {
+    let e = &r.environment;
+    let shape = &r.shape;
+    let mut out = String::new();
+    out.push_str(&format!(
+        "sides: {} · streams at once: {} · prompts sized with {} · generate {} each · {} \
+         rounds after {} warm-up · bench {}\n",
+        r.sides.join(", "),
+        r.levels
+            .iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+        r.prompt_sizing,
+        shape.generate_tokens,
+        shape.repetitions,
+        shape.warmup,
+        r.bench_id
+    ));
+    out.push_str(&format!(
+        "client: {} · {} · {:.0} GiB · Ondo {} ({}) · MLX {} ({})\n",
+        e.cpu,
+        e.os,
+        e.memory_bytes as f64 / (1u64 << 30) as f64,
+        e.ondo_version,
+        e.build_profile,
+        e.mlx_version,
+        e.backend,
+    ));
+    out.push_str(&format!(
+        "aggregate: every stream's tokens over the round's wall time; scaling: over the \
+         side's own lowest level; ratio: over {}'s aggregate at the same level\n\n",
+        r.reference
+    ));
+    let columns = [
+        Column::left("side"),
+        Column::right("prompt"),
+        Column::right("streams"),
+        Column::right("aggregate tok/s"),
+        Column::right("scaling"),
+        Column::right("ratio"),
+        Column::right("per stream tok/s"),
+        Column::right("TTFT p50 ms"),
+        Column::right("TTFT p95 ms"),
+        Column::right("peak"),
+    ];
+    let rows: Vec<Vec<String>> = r
+        .rows
+        .iter()
+        .map(|row| {
+            vec![
+                row.side.clone(),
+                row.prompt_tokens.to_string(),
+                row.concurrency.to_string(),
+                cell(&row.aggregate_tps, 1),
+                format!("{:.2}x", row.scaling),
+                row.aggregate_ratio
+                    .map_or("—".to_owned(), |v| format!("{v:.2}x")),
+                cell(&row.stream_decode_tps, 1),
+                cell(&row.ttft_p50_ms, 1),
+                cell(&row.ttft_p95_ms, 1),
+                row.peak_bytes
+                    .as_ref()
+                    .map_or("—".to_owned(), |p| human_bytes(p.median as u64)),
+            ]
+        })
+        .collect();
+    out.push_str(&text_table::render(table_style(markdown), &columns, &rows));
+    for warning in &r.warnings {
+        out.push_str(&format!("warning: {warning}\n"));
+    }
+    out.push_str(&format!(
+        "recorded: ondo runs --bench {0} · ondo report --bench {0} --format html\n",
+        r.bench_id
+    ));
+    out
 }
 
 /// The servers' comparison: who the sides are, then one row per side and

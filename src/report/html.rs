@@ -95,6 +95,7 @@ pub(crate) fn write_html(report: &Report, out: &mut dyn Write) -> std::io::Resul
         );
     }
     speed_section(&mut page, report.runs, &runs);
+    concurrency_section(&mut page, report.runs);
     start_section(&mut page, report.runs, &runs);
     memory_section(&mut page, report, &runs);
     summary_section(&mut page, &summary);
@@ -269,6 +270,118 @@ fn speed_section(page: &mut String, runs: &[RunRecord], labels: &RunLabels) {
         );
     }
     page.push_str("</div>\n</section>\n");
+}
+
+/// Each side's median aggregate rate at each stream count of a
+/// concurrency benchmark (`ondo bench --concurrency`): one round per
+/// (side, test, repetition), its aggregate read from any of its streams.
+/// Pairs of (side, streams) with their rounds' aggregates, sides in the
+/// order they first appear and stream counts rising.
+pub(crate) fn concurrency_points(runs: &[RunRecord]) -> Vec<(String, u64, Vec<f64>)> {
+    let mut rounds: Vec<(String, u64, String, Option<u32>, f64)> = Vec::new();
+    for run in runs.iter().filter(|r| !r.warmup && r.error.is_none()) {
+        let (Some(streams), Some(aggregate)) = (run.concurrency, run.aggregate_tps) else {
+            continue;
+        };
+        let side = run.server_name.clone().unwrap_or_else(|| "ondo".to_owned());
+        let test = format!(
+            "{}/{}",
+            run.bench_id.as_deref().unwrap_or(""),
+            run.test.as_deref().unwrap_or("")
+        );
+        if !rounds.iter().any(|(s, n, t, rep, _)| {
+            *s == side && *n == streams && *t == test && *rep == run.repetition
+        }) {
+            rounds.push((side, streams, test, run.repetition, aggregate));
+        }
+    }
+    let mut sides: Vec<String> = Vec::new();
+    for (side, ..) in &rounds {
+        if !sides.contains(side) {
+            sides.push(side.clone());
+        }
+    }
+    let mut points = Vec::new();
+    for side in sides {
+        let mut counts: Vec<u64> = rounds
+            .iter()
+            .filter(|(s, ..)| *s == side)
+            .map(|(_, n, ..)| *n)
+            .collect();
+        counts.sort_unstable();
+        counts.dedup();
+        for n in counts {
+            let values = rounds
+                .iter()
+                .filter(|(s, c, ..)| *s == side && *c == n)
+                .map(|(.., v)| *v)
+                .collect();
+            points.push((side.clone(), n, values));
+        }
+    }
+    points
+}
+
+/// The middle value (the mean of the two middle ones for an even count).
+fn median_of(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+fn concurrency_section(page: &mut String, runs: &[RunRecord]) {
+    let points = concurrency_points(runs);
+    if points.is_empty() {
+        return;
+    }
+    page.push_str(
+        "<section aria-labelledby=\"concurrency\">\n<h2 id=\"concurrency\">Streams at once: aggregate decode</h2>\n",
+    );
+    let fills = [colour::WARM, colour::COLD, colour::FAILED];
+    let mut sides: Vec<&str> = Vec::new();
+    let bars: Vec<Bar> = points
+        .iter()
+        .map(|(side, streams, values)| {
+            if !sides.contains(&side.as_str()) {
+                sides.push(side);
+            }
+            let index = sides.iter().position(|s| *s == side).unwrap_or(0);
+            let median = median_of(values);
+            Bar {
+                tick: format!("{side} ×{streams}"),
+                value: median,
+                fill: fills[index % fills.len()],
+                faded: false,
+                tooltip: format!(
+                    "{side}, {streams} streams at once: {} tok/s in all (median of {} rounds)",
+                    human::fixed2(median),
+                    values.len()
+                ),
+            }
+        })
+        .collect();
+    let description = format!(
+        "Median aggregate decode rate of {} sides at each number of streams sent at once.",
+        sides.len()
+    );
+    let chart = svg::bar_chart(
+        "Aggregate decode against streams at once (tok/s)",
+        &description,
+        "tok/s, all streams",
+        "side × streams at once",
+        &bars,
+    );
+    figure(
+        page,
+        &chart,
+        "Every stream's tokens over the round's wall time, median over the measured rounds: \
+         what several clients get in all when they share one engine or server.",
+    );
+    page.push_str("</section>\n");
 }
 
 fn start_section(page: &mut String, runs: &[RunRecord], labels: &RunLabels) {

@@ -34,6 +34,7 @@ pub(crate) const GROUP_FIELDS: &[&str] = &[
     "top_k",
     "min_p",
     "repetition_penalty",
+    "concurrency",
     "server_name",
     "endpoint_url",
     "endpoint_dialect",
@@ -106,6 +107,7 @@ pub(crate) const PER_RUN_FIELDS: &[&str] = &[
     "waited_for",
     "prefill_chunks",
     "interleaved_chunks",
+    "aggregate_tps",
 ];
 
 /// The metrics summarised per group, in output order.

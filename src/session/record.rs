@@ -89,6 +89,8 @@ pub struct RunContext {
     pub test: Option<String>,
     pub repetition: Option<u32>,
     pub warmup: bool,
+    /// Streams sent at once in a concurrency benchmark's round.
+    pub concurrency: Option<u64>,
 }
 
 impl RunContext {
@@ -227,6 +229,8 @@ pub fn record_from_stats(
         waited_for: stats.batch.as_ref().and_then(|b| b.waited_for.clone()),
         prefill_chunks: stats.batch.as_ref().map(|b| b.prefill_chunks as u64),
         interleaved_chunks: stats.batch.as_ref().map(|b| b.interleaved_chunks as u64),
+        concurrency: context.concurrency,
+        aggregate_tps: None,
         provenance: provenance.clone(),
     };
     (record, memory.timeline)

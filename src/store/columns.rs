@@ -321,7 +321,9 @@ run_columns! {
     admission_wait_ms,
     waited_for,
     prefill_chunks,
-    interleaved_chunks;
+    interleaved_chunks,
+    concurrency,
+    aggregate_tps;
     provenance {
         app_version,
         app_commit,

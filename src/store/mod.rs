@@ -192,6 +192,24 @@ impl Store {
         tx.commit().map_err(fail)
     }
 
+    /// Sets the aggregate rate of a concurrency benchmark's round on each of
+    /// its runs (known only once the last of them has ended).
+    pub fn set_aggregate_tps(&mut self, run_ids: &[String], tps: f64) -> Result<(), StoreError> {
+        let fail = |error| StoreError::from_sqlite(&self.path, error);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(fail)?;
+        for run_id in run_ids {
+            tx.execute(
+                "UPDATE runs SET aggregate_tps = ?1 WHERE run_id = ?2",
+                rusqlite::params![tps, run_id],
+            )
+            .map_err(fail)?;
+        }
+        tx.commit().map_err(fail)
+    }
+
     /// One run by id.
     pub fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
         self.conn

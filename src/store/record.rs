@@ -173,6 +173,13 @@ pub struct RunRecord {
     pub prefill_chunks: Option<u64>,
     pub interleaved_chunks: Option<u64>,
 
+    // A concurrency benchmark (`ondo bench --concurrency`): the streams sent
+    // at once in this run's round, and the tokens all of them generated over
+    // the round's wall time (first request sent to last token arriving), the
+    // same on every stream's record of the round.
+    pub concurrency: Option<u64>,
+    pub aggregate_tps: Option<f64>,
+
     /// Where and with what the run happened; its fields are the record's
     /// own (columns, report fields), not a nested object.
     #[serde(flatten)]

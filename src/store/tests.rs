@@ -89,6 +89,8 @@ fn full_record() -> RunRecord {
         waited_for: Some("memory".into()),
         prefill_chunks: Some(3),
         interleaved_chunks: Some(2),
+        concurrency: Some(8),
+        aggregate_tps: Some(412.5),
         provenance: Provenance {
             app_version: "0.1.0".into(),
             app_commit: "abdad0c".into(),
