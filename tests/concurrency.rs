@@ -299,3 +299,58 @@ fn a_request_whose_cache_does_not_fit_the_budget_waits_for_room() {
         "{words:?}"
     );
 }
+
+#[test]
+fn a_long_prompt_joining_a_decoding_batch_is_prefilled_in_chunks_between_its_steps() {
+    let root = tempfile::tempdir().unwrap();
+    let model = root.path().join("tiny");
+    tiny(&model, 6);
+    let pool = pool(root.path(), PoolSettings::default());
+    let decoding = request(&model, PROMPTS[1], 600, 8);
+    let long = GenerateRequest {
+        max_tokens: 4,
+        ignore_eos: true,
+        max_batch: 8,
+        ..GenerateRequest::new(
+            &model,
+            Prompt::Tokens {
+                ids: (0..1500u32).map(|i| (i * 7 + 3) % 2000 + 10).collect(),
+            },
+        )
+    };
+    let first_token = std::sync::mpsc::channel::<()>();
+    let (decoding_run, long_run) = std::thread::scope(|scope| {
+        let pool = &pool;
+        let tell = first_token.0;
+        let decoding_run = scope.spawn(move || {
+            let mut told = false;
+            pool.run(decoding, context(), CancelToken::new(), move |event| {
+                if !told && matches!(event, RunEvent::Delta { .. }) {
+                    told = true;
+                    let _ = tell.send(());
+                }
+            })
+            .unwrap()
+        });
+        first_token.1.recv().unwrap();
+        let long_run = pool
+            .run(long, context(), CancelToken::new(), |_| {})
+            .unwrap();
+        (decoding_run.join().unwrap(), long_run)
+    });
+    let share = long_run.0.stats.batch.clone().unwrap();
+    // Every chunk ran between the other's decode steps, none larger than
+    // the budget: at least three for 1,499 tokens.
+    assert_eq!(share.interleaved_chunks, share.prefill_chunks, "{share:?}");
+    let budget = ondo::engine::batch::PREFILL_BUDGET;
+    assert!(
+        share.prefill_chunks >= 1499usize.div_ceil(budget),
+        "{share:?}"
+    );
+    assert_eq!(share.max_rows, 2, "{share:?}");
+    assert_eq!(long_run.0.token_ids.len(), 4);
+    assert_eq!(decoding_run.0.token_ids.len(), 600);
+    let record = &decoding_run.1;
+    assert_eq!(record.interleaved_chunks, Some(0));
+    assert_eq!(record.batch_max_rows, Some(2));
+}

@@ -32,14 +32,19 @@ use super::request::{CancelToken, RunError};
 use super::sample::{RecentTokens, Sampler};
 use crate::run_kinds::StopReason;
 
-/// Prompt tokens a joining sequence prefills per step while others decode.
-/// Each step then costs the decoding rows one chunk on top of their own
-/// pass. 256 tokens: on the CPU here a 256-token chunk of the `small`
-/// preset costs about as long as a few batched decode steps, so the
-/// others' streams stall for a fraction of a second at most, while a long
-/// prompt still prefills in chunks big enough to run near full speed
-/// (docs/BENCHMARKS.md, "Continuous batching").
-pub const PREFILL_BUDGET: usize = 256;
+/// The most prompt tokens a joining sequence prefills per step while
+/// others decode. Within it the chunk follows the batch: as many tokens as
+/// prefill in about one decode step's time (both measured as the batch
+/// runs), so a long prompt arriving mid-batch delays the others' next
+/// token by about one step, and never by more than this many tokens' work.
+pub const PREFILL_BUDGET: usize = 512;
+
+/// The fewest prompt tokens a chunk prefills while others decode: smaller
+/// chunks would spend more on each pass's fixed costs than on the prompt.
+pub const SMALLEST_INTERLEAVED_CHUNK: usize = 32;
+
+/// Weight of the newest measurement in the batch's running estimates.
+const ESTIMATE_WEIGHT: f64 = 0.3;
 
 /// A sequence in a batch, for as long as the batch knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -228,6 +233,11 @@ pub struct Batch {
     next_id: u64,
     prefill_step_size: usize,
     prefill_budget: usize,
+    /// Seconds a decode step takes (without a prefill chunk), and prompt
+    /// tokens a chunk prefills per second: running estimates that size the
+    /// chunks run between decode steps.
+    decode_step_secs: Option<f64>,
+    prefill_tokens_per_sec: Option<f64>,
     /// Waiting for their prompts to be prefilled, first come first.
     prefilling: VecDeque<Prefill>,
     /// Prefilled, joining at the next step.
@@ -256,6 +266,8 @@ impl Batch {
             next_id: 0,
             prefill_step_size: DEFAULT_PREFILL_STEP_SIZE,
             prefill_budget: PREFILL_BUDGET,
+            decode_step_secs: None,
+            prefill_tokens_per_sec: None,
             prefilling: VecDeque::new(),
             ready: Vec::new(),
             rows: Vec::new(),
@@ -365,6 +377,7 @@ impl Batch {
     /// token or have all their tokens leave); and one chunk of a waiting
     /// prompt is prefilled. Cancelled sequences leave first.
     pub fn step(&mut self, model: &Decoder) -> Result<Vec<BatchEvent>, BatchError> {
+        let started = std::time::Instant::now();
         let mut events = Vec::new();
         let cancelled: Vec<SequenceId> = self
             .prefilling
@@ -383,11 +396,31 @@ impl Batch {
         self.set_aside_last_tokens()?;
         let queued = self.queue(model)?;
         let read = std::mem::replace(&mut self.pass, queued);
+        let decoded = read.is_some();
         if let Some(read) = read {
             self.read(read, &mut events)?;
         }
-        self.prefill_chunk(model)?;
+        let chunk_secs = self.prefill_chunk(model)?;
+        if decoded {
+            // The step's own decode work: all of it, less the chunk's.
+            let secs = started.elapsed().as_secs_f64() - chunk_secs.unwrap_or(0.0);
+            if secs > 0.0 {
+                self.decode_step_secs = Some(blend(self.decode_step_secs, secs));
+            }
+        }
         Ok(events)
+    }
+
+    /// Prompt tokens a chunk takes while others decode: about one decode
+    /// step's worth, within `SMALLEST_INTERLEAVED_CHUNK` and the budget.
+    pub fn interleaved_chunk(&self) -> usize {
+        let smallest = SMALLEST_INTERLEAVED_CHUNK.min(self.prefill_budget);
+        match (self.decode_step_secs, self.prefill_tokens_per_sec) {
+            (Some(step), Some(rate)) => {
+                ((step * rate) as usize).clamp(smallest, self.prefill_budget)
+            }
+            _ => smallest,
+        }
     }
 
     /// Rows whose token in the queued pass is their last leave the batch
@@ -654,10 +687,11 @@ impl Batch {
     }
 
     /// Prefills one chunk of the first waiting prompt; a prompt done joins
-    /// at the next step.
-    fn prefill_chunk(&mut self, model: &Decoder) -> Result<(), BatchError> {
+    /// at the next step. The seconds it took, when one ran.
+    fn prefill_chunk(&mut self, model: &Decoder) -> Result<Option<f64>, BatchError> {
+        let interleaved = self.interleaved_chunk();
         let Some(prefill) = self.prefilling.front_mut() else {
-            return Ok(());
+            return Ok(None);
         };
         let own = prefill
             .row
@@ -665,7 +699,7 @@ impl Batch {
             .unwrap_or(self.prefill_step_size);
         let others_decode = !self.rows.is_empty() || !self.finishing.is_empty();
         let chunk = if others_decode {
-            own.min(self.prefill_budget)
+            own.min(interleaved)
         } else {
             own
         };
@@ -674,18 +708,33 @@ impl Batch {
         if others_decode {
             prefill.row.interleaved_chunks += 1;
         }
+        let chunk_started = std::time::Instant::now();
         fill_cache(
             model,
             &mut prefill.cache,
             &prefill.before_last[prefill.filled..end],
         )?;
+        let secs = chunk_started.elapsed().as_secs_f64();
+        let tokens = end - prefill.filled;
         prefill.filled = end;
         if end == prefill.before_last.len()
             && let Some(done) = self.prefilling.pop_front()
         {
             self.ready.push(done.into_ready());
         }
-        Ok(())
+        if secs > 0.0 {
+            self.prefill_tokens_per_sec =
+                Some(blend(self.prefill_tokens_per_sec, tokens as f64 / secs));
+        }
+        Ok(Some(secs))
+    }
+}
+
+/// A running estimate moved toward `newest`.
+fn blend(estimate: Option<f64>, newest: f64) -> f64 {
+    match estimate {
+        Some(old) => old + ESTIMATE_WEIGHT * (newest - old),
+        None => newest,
     }
 }
 
