@@ -19,7 +19,7 @@ levels=${2:-1,2,4,8}
 reps=${3:-3}
 shift $(( $# < 3 ? $# : 3 ))
 python=${ONDO_PYTHON:-$root/.venv/bin/python}
-ondo=$root/target/release/ondo
+ondo=${ONDO_BIN:-$root/target/release/ondo}
 [ -x "$ondo" ] || { echo "build first: cargo build --release --bin ondo" >&2; exit 1; }
 work=$(mktemp -d)
 pids=()

@@ -347,6 +347,12 @@ impl Endpoint {
             .user_agent(concat!("ondo/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(CONNECT_TIMEOUT)
             .read_timeout(SILENCE_TIMEOUT)
+            // A fresh connection per request: a kept-alive one that sat idle
+            // while other sides ran may have been closed by the server (Ondo
+            // closes idle ones after 30 s, uvicorn after 5), and the next
+            // request on it would fail before a byte came back. On loopback
+            // a connection costs far less than the generation timed.
+            .pool_max_idle_per_host(0)
             .build()
             .map_err(|e| EndpointError::Unreachable {
                 url: spec.url.to_string(),

@@ -14,7 +14,9 @@
 //! win). A request that asks to run alone (`max_batch` 1, the sync loop, a
 //! graph count: the benchmarks) waits for the batch to drain and then has
 //! the engine to itself. Commands are read between steps, so a load, an
-//! unload or a status question never waits for a whole generation.
+//! unload or a status question never waits for a whole generation. On a
+//! backend where a batch does not pay (`backend::batch_rows_limit`: MLX's
+//! CUDA backend today) every generation runs alone, in turn.
 
 use std::collections::{HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
@@ -349,12 +351,24 @@ struct Running {
     runs: HashMap<SequenceId, LiveRun>,
 }
 
-#[derive(Default)]
 struct EngineThread {
     models: HashMap<PathBuf, Resident>,
     running: Option<Running>,
     /// Generations waiting to start, first come first served.
     held: VecDeque<Held>,
+    /// The backend's bound on a batch's rows (`backend::batch_rows_limit`).
+    rows_limit: usize,
+}
+
+impl Default for EngineThread {
+    fn default() -> Self {
+        Self {
+            models: HashMap::new(),
+            running: None,
+            held: VecDeque::new(),
+            rows_limit: super::backend::batch_rows_limit(),
+        }
+    }
 }
 
 /// Folders are compared by their canonical path, so `./m` and `/abs/m` are
@@ -555,12 +569,15 @@ impl EngineThread {
 
     /// Starts the generations at the front of the line that can start now.
     fn admit(&mut self) {
+        // Where the backend cannot batch, every run has the engine alone.
+        let batching = self.rows_limit > 1;
         while let Some(front) = self.held.front_mut() {
+            let alone = front.runs_alone() || !batching;
             let wait = match &self.running {
                 None => None,
                 Some(running) => {
                     let key = model_key(&front.request.model_dir);
-                    if front.runs_alone() {
+                    if alone {
                         Some("batch_to_drain")
                     } else if key != running.key {
                         Some("another_model")
@@ -582,7 +599,7 @@ impl EngineThread {
             let Some(held) = self.held.pop_front() else {
                 return;
             };
-            if held.runs_alone() {
+            if alone {
                 self.run_alone(held);
             } else {
                 self.join(held);
