@@ -458,13 +458,27 @@ async function useTheRunsWindow() {
  * Linux that opens the tray menu. */
 async function clickTrayIcon() {
   const env = { ...process.env, DISPLAY: display };
-  const { stdout } = await run('xdotool', ['search', '--class', 'trayer'], { env });
-  const trayWindow = stdout.split('\n').filter(Boolean).at(-1);
+  const trayWindow = await trayerWindow(env);
   assert.ok(trayWindow, 'trayer has a window');
   const geometry = await run('xdotool', ['getwindowgeometry', '--shell', trayWindow], { env });
   const value = (key) => Number(new RegExp(`${key}=(\\d+)`).exec(geometry.stdout)?.[1]);
   const [x, y] = [value('X') + value('WIDTH') / 2, value('Y') + value('HEIGHT') / 2];
   await run('xdotool', ['mousemove', String(Math.round(x)), String(Math.round(y)), 'click', '1'], { env });
+}
+
+/** Trayer's window. xdotool walks the whole window tree, and a window that
+ * closes during the walk (the save dialog of the test before, going away)
+ * fails it with BadWindow: then it walks again. */
+async function trayerWindow(env) {
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      const { stdout } = await run('xdotool', ['search', '--class', 'trayer'], { env });
+      return stdout.split('\n').filter(Boolean).at(-1);
+    } catch (error) {
+      if (attempt >= 5) throw error;
+      await sleep(300);
+    }
+  }
 }
 
 /** Picks the first menu item (Open) of the open tray menu with the keyboard. */
