@@ -1221,6 +1221,8 @@ export type RunRecord = {
 	 */
 	prefill_chunks: number | null,
 	interleaved_chunks: number | null,
+	concurrency: number | null,
+	aggregate_tps: number | null,
 } & Provenance;
 
 /**

@@ -109,6 +109,31 @@ export const speedChart: ChartBuilder = (theme, width, height) => ({
   legend: { live: false },
 });
 
+/** Aggregate tok/s over streams at once, a line per side. */
+export function concurrencyChart(sides: readonly string[]): ChartBuilder {
+  return (theme, width, height) => ({
+    width,
+    height,
+    scales: { x: runAxis, y: { distr: 3 } },
+    axes: axes(theme, 'streams at once', 'tok/s in all', compact),
+    series: [
+      { label: 'streams', value: (_self, value) => (value === null ? '—' : `${value}`) },
+      ...sides.map((side, index) => {
+        const colour = theme.series[index % Math.max(1, theme.series.length)] ?? theme.text;
+        return {
+          label: side,
+          stroke: colour,
+          width: 2,
+          points: { show: true, size: 7, width: 1, stroke: colour, fill: colour },
+          value: (_self: uPlot, value: number | null) => (value === null || value === undefined ? '—' : `${compact(value)} tok/s`),
+        } satisfies uPlot.Series;
+      }),
+    ],
+    cursor: { drag: { x: false, y: false } },
+    legend: { live: false },
+  });
+}
+
 /** Load time (cold runs) and time to first token over run index, ms. */
 export const coldWarmChart: ChartBuilder = (theme, width, height) => ({
   width,

@@ -5,6 +5,9 @@ import {
   benchCaseRows,
   coldWarmColumns,
   coldWarmSummary,
+  concurrencyColumns,
+  concurrencySides,
+  concurrencySummary,
   DEFAULT_BENCH_FORM,
   detailRows,
   DEFAULT_SORT,
@@ -168,6 +171,45 @@ describe('table', () => {
     expect(cold.start).toBe('cold 38.2 ms');
     expect(cold.kind).toBe('test run');
     expect(shortModelName('/Users/me/models/My-Model/')).toBe('My-Model');
+  });
+
+  it("charts each side's aggregate decode against streams at once, one round counted once", () => {
+    const stream = (n: number, side: string | null, streams: number, repetition: number, aggregate: number, warmup = false) =>
+      makeRun({
+        run_id: `r-17600009${String(n).padStart(5, '0')}-c`,
+        created_at: `2025-10-09T10:00:${String(n).padStart(2, '0')}Z`,
+        kind: side === null ? 'bench' : 'endpoint',
+        bench_id: 'b-1760000900000',
+        test: `pp64+tg64 x${streams}`,
+        repetition,
+        warmup,
+        server_name: side,
+        concurrency: streams,
+        aggregate_tps: aggregate,
+      });
+    const runs = [
+      stream(1, null, 1, 0, 100),
+      stream(2, 'mlx', 1, 0, 80),
+      stream(3, null, 1, 1, 120),
+      // Two streams of one round carry the same aggregate: counted once.
+      stream(4, null, 2, 0, 180),
+      stream(5, null, 2, 0, 180),
+      stream(6, null, 2, 1, 200),
+      stream(7, 'mlx', 2, 0, 90),
+      stream(8, 'mlx', 2, 0, 90),
+      stream(9, 'mlx', 2, 1, 1000, true),
+      ...allRuns,
+    ];
+    expect(concurrencySides(runs)).toEqual(['ondo', 'mlx']);
+    expect(concurrencyColumns(runs)).toEqual([
+      [1, 2],
+      [110, 190],
+      [80, 90],
+    ]);
+    expect(concurrencySummary(runs)).toBe(
+      'Aggregate decode in all streams: ondo 110 tok/s at 1 stream, 190 tok/s at 2; mlx 80.0 tok/s at 1 stream, 90.0 tok/s at 2.',
+    );
+    expect(concurrencySides(allRuns)).toEqual([]);
   });
 
   it('says what batch a run shared, what it waited for, and when it had the engine alone', () => {

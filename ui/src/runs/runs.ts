@@ -701,6 +701,67 @@ export function speedColumns(runs: readonly RunRecord[]): ChartColumns {
   ];
 }
 
+/** The side a concurrency benchmark's stream ran on: Ondo's engine, or the
+ * server by its name. */
+function concurrencySide(run: RunRecord): string {
+  return run.server_name ?? 'ondo';
+}
+
+/** The sides of the concurrency benchmarks among `runs`, in the order they
+ * first ran. */
+export function concurrencySides(runs: readonly RunRecord[]): string[] {
+  const sides: string[] = [];
+  for (const run of chronological(runs)) {
+    if (run.concurrency === null || run.aggregate_tps === null || run.warmup) continue;
+    const side = concurrencySide(run);
+    if (!sides.includes(side)) sides.push(side);
+  }
+  return sides;
+}
+
+/**
+ * Aggregate tok/s against streams at once, one series per side (the order of
+ * `concurrencySides`): each side's median over its rounds at each stream
+ * count. A round is counted once, whichever of its streams carries it.
+ */
+export function concurrencyColumns(runs: readonly RunRecord[]): ChartColumns {
+  const sides = concurrencySides(runs);
+  const rounds = new Map<string, { side: string; streams: number; aggregate: number }>();
+  for (const run of runs) {
+    if (run.concurrency === null || run.aggregate_tps === null || run.warmup) continue;
+    const side = concurrencySide(run);
+    const key = [side, run.bench_id, run.test, run.repetition, run.concurrency].join('\u0000');
+    if (!rounds.has(key)) rounds.set(key, { side, streams: run.concurrency, aggregate: run.aggregate_tps });
+  }
+  const counts = [...new Set([...rounds.values()].map((round) => round.streams))].sort((a, b) => a - b);
+  return [
+    counts,
+    ...sides.map((side) =>
+      counts.map((streams) => {
+        const values = [...rounds.values()]
+          .filter((round) => round.side === side && round.streams === streams)
+          .map((round) => round.aggregate);
+        return values.length === 0 ? null : positive(median(values));
+      }),
+    ),
+  ];
+}
+
+/** The concurrency chart in words. */
+export function concurrencySummary(runs: readonly RunRecord[]): string {
+  const sides = concurrencySides(runs);
+  const [counts, ...series] = concurrencyColumns(runs);
+  if (sides.length === 0 || counts.length === 0) return 'No concurrency benchmark to chart.';
+  const most = counts[counts.length - 1] as number;
+  const parts = sides.map((side, index) => {
+    const values = series[index] ?? [];
+    const first = values[0] ?? null;
+    const last = values[values.length - 1] ?? null;
+    return `${side} ${formatTps(first)} at ${counts[0]} stream${counts[0] === 1 ? '' : 's'}, ${formatTps(last)} at ${most}`;
+  });
+  return `Aggregate decode in all streams: ${parts.join('; ')}.`;
+}
+
 /** Load time (cold runs only) and TTFT per run, ms. */
 export function coldWarmColumns(runs: readonly RunRecord[]): ChartColumns {
   const ordered = chronological(runs);
