@@ -16,6 +16,9 @@
 #                         FAMILY_PRESET (prompt 128, the pipelined loop)
 #   PRESET-FAMILY.log     its standard error
 #   gpu-bench.md          the table docs/BENCHMARKS.md quotes
+#   concurrency-N.json    ondo bench --concurrency N --json: N streams at once
+#                         on CONCURRENCY_PRESET, prompt 190 (and its .log)
+#   concurrency.md        their table: aggregate tok/s against streams
 # The script exits with status 1, after running everything else, when a
 # token check finds a departure beyond rounding (or a run fails), and names
 # the presets and families that did.
@@ -29,7 +32,9 @@
 # GEN, MODELS (where the synthetic models are kept between runs), FAMILIES
 # (default: every --arch value `ondo synth --help` lists; empty for none),
 # FAMILY_PRESET (their shape, default llama-3.2-1b), FAMILY_PROMPTS (default
-# 128), MATVEC_QUICK=1 (the kernel check at bf16 in groups of 64 alone, the
+# 128), CONCURRENCY (streams at once, default 1,2,4,8,16; empty for none),
+# CONCURRENCY_PRESET (default llama-3.2-3b), CONCURRENCY_REPS (default 3),
+# MATVEC_QUICK=1 (the kernel check at bf16 in groups of 64 alone, the
 # synthetic models' format). NO_MATVEC_CHECK=1 skips the kernel check, which
 # needs CUDA: only for a dry run of this script's logic on a machine
 # without a GPU (for example PRESETS=tiny FAMILIES="llama qwen3_moe"
@@ -56,6 +61,9 @@ python=${ONDO_PYTHON:-python3}
 here=$(cd "$(dirname "$0")" && pwd)
 family_preset=${FAMILY_PRESET:-llama-3.2-1b}
 family_prompts=${FAMILY_PROMPTS:-128}
+concurrency=${CONCURRENCY-1,2,4,8,16}
+concurrency_preset=${CONCURRENCY_PRESET:-llama-3.2-3b}
+concurrency_reps=${CONCURRENCY_REPS:-3}
 mkdir -p "$out" "$models"
 
 # Every architecture `ondo synth --arch` takes, from its help's list of
@@ -99,7 +107,7 @@ if [ -n "${BASELINE:-}" ]; then
       binary=$ondo
       [ "$side" = before ] && binary=$BASELINE
       echo "== pair $pair of $pairs: $side"
-      OUT="$out/pair-$pair/$side" ONDO="$binary" BASELINE="" NO_MATVEC_CHECK=1 FAMILIES="" \
+      OUT="$out/pair-$pair/$side" ONDO="$binary" BASELINE="" NO_MATVEC_CHECK=1 FAMILIES="" CONCURRENCY="" \
         "$0" > "$out/pair-$pair/$side.log" 2>&1 \
         || { tail -5 "$out/pair-$pair/$side.log"; exit 1; }
     done
@@ -177,6 +185,39 @@ done
 
 "$python" "$here/gpu_bench_table.py" "$out" $presets --families ${rows[@]+"${rows[@]}"} \
   | tee "$out/gpu-bench.md"
+
+# Streams at once on one model, Ondo's engine: each level its own run (a
+# run cut short keeps the levels it finished), prompts of about 190 tokens,
+# $gen tokens each; concurrency.md has the table: aggregate tok/s over each
+# round's wall time, scaling over one stream, TTFT p50/p95.
+if [ -n "$concurrency" ]; then
+  dir=$models/$concurrency_preset
+  [ -f "$dir/config.json" ] || "$ondo" synth "$concurrency_preset" "$dir" > /dev/null
+  for level in ${concurrency//,/ }; do
+    echo "== $concurrency_preset: $level streams at once, prompt 190, $gen tokens each"
+    "$ondo" bench "$dir" --concurrency "$level" --prompt-tokens 190 --gen "$gen" \
+      --reps "$concurrency_reps" --warmup 1 --json > "$out/concurrency-$level.json" \
+      2> "$out/concurrency-$level.log" \
+      || failed+=("concurrency $level (ondo bench failed: $out/concurrency-$level.log)")
+  done
+  "$python" - "$out" "$concurrency_preset" ${concurrency//,/ } <<'PY' | tee "$out/concurrency.md"
+import json, sys
+out, preset, levels = sys.argv[1], sys.argv[2], sys.argv[3:]
+print(f"| {preset}, streams | aggregate tok/s (min-max) | x one stream | stream tok/s | TTFT p50 ms | TTFT p95 ms |")
+print("|---|---|---|---|---|---|")
+single = None
+for level in levels:
+    try:
+        row = json.load(open(f"{out}/concurrency-{level}.json"))["rows"][0]
+    except (OSError, ValueError, KeyError, IndexError):
+        print(f"| {level} | (no result) | | | | |")
+        continue
+    agg = row["aggregate_tps"]
+    single = single or agg["median"]
+    print(f"| {level} | {agg['median']:.0f} ({agg['min']:.0f}-{agg['max']:.0f}) | {agg['median'] / single:.2f}x "
+          f"| {row['stream_decode_tps']['median']:.0f} | {row['ttft_p50_ms']['median']:.0f} | {row['ttft_p95_ms']['median']:.0f} |")
+PY
+fi
 
 if [ ${#failed[@]} -gt 0 ]; then
   printf 'FAILED: %s\n' "${failed[@]}" >&2

@@ -23,9 +23,11 @@ median of 7; for the small shapes that measures MLX's host more than the GPU
     python scripts/gpu-matvec.py --check   # the correctness check alone
     python scripts/gpu-matvec.py --check --quick   # bf16, groups of 64
     python scripts/gpu-matvec.py --host    # the check and the host's cost
+    python scripts/gpu-matvec.py --many    # the check, then B vectors at once: MLX's against Ondo's
 """
 
 import hashlib
+import pathlib
 import sys
 import time
 
@@ -61,29 +63,44 @@ SHAPES = [
 ]
 DTYPE_TAG = {mx.bfloat16: "bf16", mx.float16: "f16", mx.float32: "f32"}
 # MLX keeps compiled kernels by name, so the name carries the source's hash.
-SOURCE_HASH = hashlib.sha256(SOURCE.encode()).hexdigest()[:12]
+# The several-positions kernel is its own, with qmv4_many.cuh after qmv4.cuh.
+MANY_SOURCE = (pathlib.Path(__file__).resolve().parent.parent / "src/engine/backend/cuda/qmv4_many.cuh").read_text()
+SOURCE_HASH = hashlib.sha256((SOURCE + MANY_SOURCE).encode()).hexdigest()[:12]
 
 
-HEADER = "\n".join(l.strip() for l in SOURCE.splitlines() if l.strip() and not l.strip().startswith("//"))
+def compact(source):
+    return "\n".join(l.strip() for l in source.splitlines() if l.strip() and not l.strip().startswith("//"))
+
+
+HEADER = compact(SOURCE)
+MANY_HEADER = HEADER + "\n" + compact(MANY_SOURCE)
 _kernels = {}
 
 
-def kernel_for(dtype, group, n, k, layout):
-    key = (DTYPE_TAG[dtype], group, n, k, layout)
+def kernel_for(dtype, group, n, k, layout, many=False):
+    key = (DTYPE_TAG[dtype], group, n, k, layout, many)
     if key not in _kernels:
         rows, chunks, split = layout
         t = CUDA_TYPE[key[0]]
-        body = (
-            f"const {t}* r = residual_ndim > 1 ? reinterpret_cast<const {t}*>(residual) : nullptr;\n"
-            f"ondo_qmv4<{group}, {rows}, {chunks}, {split}, {WARPS}, {k}, {n}>(reinterpret_cast<const {t}*>(x), w, "
-            f"reinterpret_cast<const {t}*>(scales), reinterpret_cast<const {t}*>(biases), reinterpret_cast<{t}*>(y), r);"
+        args = (
+            f"(reinterpret_cast<const {t}*>(x), w, reinterpret_cast<const {t}*>(scales), "
+            f"reinterpret_cast<const {t}*>(biases), reinterpret_cast<{t}*>(y), r"
         )
+        residual = f"const {t}* r = residual_ndim > 1 ? reinterpret_cast<const {t}*>(residual) : nullptr;\n"
+        if many:
+            vecs = min(8, 32 // rows)
+            body = (
+                residual + "int m = 1;\nfor (int i = 0; i + 1 < x_ndim; ++i) { m *= x_shape[i]; }\n"
+                f"ondo_qmv4_many<{group}, {rows}, {split}, {WARPS}, {vecs}, {k}, {n}>{args}, m);"
+            )
+        else:
+            body = residual + f"ondo_qmv4<{group}, {rows}, {chunks}, {split}, {WARPS}, {k}, {n}>{args});"
         _kernels[key] = mx.fast.cuda_kernel(
-            name=kernel_name(*key) + "_" + SOURCE_HASH,
+            name=kernel_name(*key[:5]) + ("_many" if many else "") + "_" + SOURCE_HASH,
             input_names=["x", "w", "scales", "biases", "residual"],
             output_names=["y"],
             source=body,
-            header=HEADER,
+            header=MANY_HEADER if many else HEADER,
             ensure_row_contiguous=True,
         )
     return _kernels[key]
@@ -97,7 +114,8 @@ def ondo_qmv4(x, w, scales, biases, group, layout=None, residual=None):
     grid, block = launch_for(n, layout)
     if residual is None:
         residual = mx.zeros((1,), dtype=x.dtype)
-    return kernel_for(x.dtype, group, n, k, layout)(
+    many = x.size // k > 1
+    return kernel_for(x.dtype, group, n, k, layout, many)(
         inputs=[x, w, scales, biases, residual],
         grid=grid,
         threadgroup=block,
@@ -143,6 +161,39 @@ def check():
                         failed += 1
                         differ = (fused != apart).sum().item()
                         print(f"WRONG residual {dtype} group {group} {n}x{k} launch {launch}: {differ} of {n} outputs differ")
+    # Several positions at once (a batch's decode step): within one walk
+    # over the rows (5) and past it (11), bf16 in groups of 64, the engine's
+    # layout and a split over 4 warps.
+    for n, k in CHECK_SHAPES:
+        w, s, b = mx.quantize(mx.random.normal((n, k)).astype(mx.bfloat16), group_size=64, bits=4)
+        for positions in [2, 5, 11]:
+            x = mx.random.normal((positions, 1, k)).astype(mx.bfloat16)
+            f32 = mx.float32
+            exact = mx.quantized_matmul(x.astype(f32), w, s.astype(f32), b.astype(f32), transpose=True, group_size=64, bits=4)
+            scale = mx.abs(exact).max()
+            mlx = mx.quantized_matmul(x, w, s, b, transpose=True, group_size=64, bits=4).astype(f32)
+            mlx_error = (mx.abs(mlx - exact).max() / scale).item()
+            rows, chunks, _ = layout_for(n, k)
+            for launch in [None, (rows, chunks, 4)]:
+                ondo = ondo_qmv4(x, w, s, b, 64, launch).astype(f32)
+                ondo_error = (mx.abs(ondo - exact).max() / scale).item()
+                total += 1
+                if ondo_error > max(2 * mlx_error, 1e-5):
+                    failed += 1
+                    print(f"WRONG {positions} positions {n}x{k} launch {launch}: error {ondo_error:.2e}, MLX's {mlx_error:.2e}")
+                r = mx.random.normal((positions, 1, n)).astype(mx.bfloat16)
+                fused = ondo_qmv4(x, w, s, b, 64, launch, residual=r)
+                apart = r + ondo_qmv4(x, w, s, b, 64, launch)
+                total += 1
+                if not mx.array_equal(fused, apart).item():
+                    failed += 1
+                    print(f"WRONG residual {positions} positions {n}x{k} launch {launch}")
+                # Each position's outputs are that position's product alone.
+                one = mx.concatenate([ondo_qmv4(x[i : i + 1], w, s, b, 64, launch) for i in range(positions)])
+                total += 1
+                if not mx.allclose(ondo.astype(mx.bfloat16), one, rtol=1e-2, atol=1e-2).item():
+                    failed += 1
+                    print(f"WRONG {positions} positions {n}x{k}: a row is not its own product")
     print(f"Ondo's kernel: {total - failed} of {total} cases right (within twice MLX's error; with a residual, MLX's add exactly)", flush=True)
     return failed == 0
 
@@ -193,6 +244,35 @@ def bandwidth(weights, make_call):
     return nbytes / median_seconds(lambda: [make_call(w) for w in weights]) / 1e9
 
 
+def many():
+    """Time per call of a batch's product, B vectors at once, MLX's
+    quantized_matmul against Ondo's kernel, on the 3B shapes: each as many
+    weight copies as fill 1 GiB, one call each in one eval, median of 7,
+    relative to MLX's one-vector call."""
+    print("B vectors at once, time per call relative to MLX's call for one vector (3B shapes, bf16, groups of 64)")
+    levels = [1, 2, 4, 8, 16, 32]
+    print(f"{'matrix':34s} " + " ".join(f"{'B=' + str(b):>15s}" for b in levels) + "   (MLX / Ondo)")
+    for name, rows, cols in SHAPES[6:] + [("3B head, 128256x3072", 128256, 3072)]:
+        copies = copies_for(rows * cols // 2)
+        weights = [
+            mx.quantize(mx.random.normal((rows, cols)).astype(mx.bfloat16), group_size=64, bits=4)
+            for _ in range(copies)
+        ]
+        mx.eval(weights)
+        base = None
+        cells = []
+        for b in levels:
+            x = mx.random.normal((b, 1, cols)).astype(mx.bfloat16)
+            mx.eval(x)
+            mlx = median_seconds(lambda: [mx.quantized_matmul(x, *w, transpose=True, group_size=64, bits=4) for w in weights]) / copies
+            ondo = median_seconds(lambda: [ondo_qmv4(x, *w, 64) for w in weights]) / copies
+            base = base or mlx
+            cells.append(f"{mlx / base:6.2f}/{ondo / base:5.2f}")
+        print(f"{name:34s} " + " ".join(f"{c:>15s}" for c in cells) + f"   (MLX B=1: {base * 1e6:.1f} us)", flush=True)
+        del weights
+        mx.clear_cache()
+
+
 def main():
     mx.random.seed(0)
     w, s, b = mx.quantize(mx.random.normal((512, 2048)).astype(mx.bfloat16), group_size=64, bits=4)
@@ -202,6 +282,9 @@ def main():
     mx.eval(ondo_qmv4(x, w, s, b, 64))
     print(f"first call of a bf16 group-64 kernel (NVRTC): {time.perf_counter() - start:.2f} s", flush=True)
     ok = check()
+    if "--many" in sys.argv:
+        many()
+        sys.exit(0 if ok else 1)
     if "--check" in sys.argv:
         sys.exit(0 if ok else 1)
     host_cost()

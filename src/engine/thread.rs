@@ -16,7 +16,7 @@
 //! the engine to itself. Commands are read between steps, so a load, an
 //! unload or a status question never waits for a whole generation. On a
 //! backend where a batch does not pay (`backend::batch_rows_limit`: MLX's
-//! CUDA backend today) every generation runs alone, in turn.
+//! CUDA backend without Ondo's kernel) every generation runs alone, in turn.
 
 use std::collections::{HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;

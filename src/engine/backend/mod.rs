@@ -55,17 +55,22 @@ pub fn prepare<'a>(matrices: impl IntoIterator<Item = (AffineMatrix<'a>, bool)>)
 
 /// The most sequences a batch decodes together on this backend: no bound
 /// on the CPU and on a Mac, where one step over several rows costs little
-/// more than over one (MLX reads each matrix once for all of them); one on
-/// MLX's CUDA backend, where a step's cost grows with the rows (its 4-bit
-/// product and Ondo's own kernel take one vector at a time: on an H200 at
-/// Llama 3.2 3B's shape four streams decoded together gave 0.67x the
-/// tokens of one stream alone, docs/BENCHMARKS.md), so requests there take
-/// turns as before until a kernel reads the weights once for several rows.
+/// more than over one (MLX reads each matrix once for all of them), nor on
+/// MLX's CUDA backend while Ondo's kernel runs there (it reads each weight
+/// once for up to 8 rows). Without that kernel (`ONDO_CUDA_MATVEC=0`) a
+/// CUDA step's cost grows with its rows (MLX's 4-bit product for a few
+/// vectors reads the weights again for nearly each: on an H200 at Llama
+/// 3.2 3B's shape four streams decoded together gave 0.67x the tokens of
+/// one stream alone, docs/BENCHMARKS.md), so requests there take turns.
 pub fn batch_rows_limit() -> usize {
     let mut cuda = false;
     // SAFETY: the probe writes one bool through a valid pointer.
     let status = unsafe { mlx_sys::mlx_cuda_is_available(&mut cuda) };
-    if status == 0 && cuda { 1 } else { usize::MAX }
+    if status == 0 && cuda && !own_kernels_active() {
+        1
+    } else {
+        usize::MAX
+    }
 }
 
 /// Whether decode steps in this process run a kernel of Ondo's own, whose

@@ -14,15 +14,23 @@
 //! departure (`bench::token_check`).
 //!
 //! Where it applies: the GPU as MLX's default device, affine 4-bit weights
-//! in groups of 32, 64 or 128 with biases, one position, scales in the
+//! in groups of 32, 64 or 128 with biases, up to `MAX_POSITIONS` positions
+//! (a decode step of one sequence or of a batch), scales in the
 //! activations' dtype, and a matrix of at least `MIN_WEIGHTS` (a custom
 //! kernel costs MLX's host more per call than its own, which only large
 //! matrices repay). Where a residual add follows the product (the
 //! attention's output projection and the MLP's down projection of a layer
 //! without norms after them), the kernel makes the add too, rounding as
 //! MLX's matmul and add would: one kernel fewer, so every such product
-//! repays the call (`MIN_WEIGHTS_WITH_ADD`). Everything else, prefill
-//! included, runs MLX's `quantized_matmul`.
+//! repays the call (`MIN_WEIGHTS_WITH_ADD`). Everything else, a prefill's
+//! chunks of more than `MAX_POSITIONS` tokens included, runs MLX's
+//! `quantized_matmul`.
+//!
+//! Several positions (a batch's decode step, a sequence per row) go
+//! through `ondo_qmv4_many`, which reads each weight once for up to 8 of
+//! them: MLX's 4-bit product for a few vectors reads the weights again for
+//! nearly each one (its time grows about linearly past 2 on the H200), so a
+//! batch decoded through it gains nothing there.
 //!
 //! How it is built: one MLX custom kernel per activation dtype and group
 //! size, with a branch for each matrix shape of the model's decode step,
@@ -48,6 +56,10 @@ use crate::family::{QuantMode, QuantParams};
 /// The kernel's source, shared with `scripts/gpu-qmv-lab.py` (which compiles
 /// it without MLX to time it on the GPU alone).
 const SOURCE: &str = include_str!("qmv4.cuh");
+
+/// The several-positions kernel's own source (`ondo_qmv4_many`), which
+/// builds on `SOURCE`'s helpers.
+const MANY_SOURCE: &str = include_str!("qmv4_many.cuh");
 
 /// The source this process builds: `SOURCE`, or for measurements the file
 /// `ONDO_CUDA_MATVEC_SOURCE` names (a variant of `qmv4.cuh` timed in the
@@ -80,14 +92,23 @@ fn source_hash() -> u64 {
 /// hashes (8.0 KB with the comments, 4.5 KB without).
 fn compact_source() -> &'static str {
     static COMPACT: OnceLock<String> = OnceLock::new();
-    COMPACT.get_or_init(|| {
-        source()
-            .lines()
-            .map(str::trim)
-            .filter(|line| !line.is_empty() && !line.starts_with("//"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    })
+    COMPACT.get_or_init(|| compact(source()))
+}
+
+/// The several-positions kernel's header: the one-position kernel's, then
+/// `MANY_SOURCE`, each without comments.
+fn compact_many_source() -> &'static str {
+    static COMPACT: OnceLock<String> = OnceLock::new();
+    COMPACT.get_or_init(|| format!("{}\n{}", compact_source(), compact(MANY_SOURCE)))
+}
+
+fn compact(source: &str) -> String {
+    source
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 /// Warps per block.
 const WARPS: i32 = 4;
@@ -174,13 +195,30 @@ struct Spec {
     layout: Layout,
 }
 
-/// MLX's handle to an instance, the shapes it was built for, and what a
-/// call without a residual passes in the residual's place.
+/// MLX's handles to an instance, the one-position kernel and the
+/// several-positions one, the shapes they were built for, and what a call
+/// without a residual passes in the residual's place.
 #[derive(Clone)]
 struct Kernel {
     handle: mlx_sys::mlx_fast_cuda_kernel,
+    many: mlx_sys::mlx_fast_cuda_kernel,
     specs: Vec<Spec>,
     no_residual: Array,
+}
+
+impl Kernel {
+    /// Frees both handles.
+    ///
+    /// # Safety
+    /// Nothing may use the handles afterwards (graphs built with them keep
+    /// their own copy of the kernel's name and source).
+    unsafe fn free(&self) {
+        // SAFETY: as the caller promises.
+        unsafe {
+            mlx_sys::mlx_fast_cuda_kernel_free(self.handle);
+            mlx_sys::mlx_fast_cuda_kernel_free(self.many);
+        }
+    }
 }
 
 // SAFETY: the handle is an immutable description (name, source, argument
@@ -225,8 +263,8 @@ fn available() -> bool {
     };
     match make_kernel(probe, vec![spec]) {
         Some(kernel) => {
-            // SAFETY: the probe's handle was made here and is used nowhere else.
-            unsafe { mlx_sys::mlx_fast_cuda_kernel_free(kernel.handle) };
+            // SAFETY: the probe's handles were made here and are used nowhere else.
+            unsafe { kernel.free() };
             true
         }
         None => false,
@@ -305,6 +343,43 @@ fn kernel_body(instance: Instance, specs: &[Spec]) -> String {
     body
 }
 
+/// The several-positions kernel's body: the positions counted from `x`'s
+/// leading dimensions, then a branch per shape as in `kernel_body`.
+fn many_kernel_body(instance: Instance, specs: &[Spec]) -> String {
+    let t = cuda_type(instance.dtype);
+    let mut body = format!(
+        "const int n = w_shape[0];\nconst int k = w_shape[1] * 8;\nint m = 1;\nfor (int i = 0; i + 1 \
+         < x_ndim; ++i) {{\nm *= x_shape[i];\n}}\nconst {t}* r = residual_ndim > 1 ? \
+         reinterpret_cast<const {t}*>(residual) : nullptr;\n"
+    );
+    for (i, Spec { n, k, layout }) in specs.iter().enumerate() {
+        let Layout { rows, split, .. } = layout;
+        let branch = if i == 0 { "if" } else { "else if" };
+        let vecs = positions_per_pass(*rows);
+        body.push_str(&format!(
+            "{branch} (n == {n} && k == {k}) {{\n  ondo_qmv4_many<{group}, {rows}, {split}, \
+             {WARPS}, {vecs}, {k}, {n}>(reinterpret_cast<const {t}*>(x), w, \
+             reinterpret_cast<const {t}*>(scales), reinterpret_cast<const {t}*>(biases), \
+             reinterpret_cast<{t}*>(y), r, m);\n}}\n",
+            group = instance.group,
+        ));
+    }
+    body
+}
+
+/// The positions a warp takes in one walk over its rows when a call has
+/// several (`ondo_qmv4_many`): as many as give one lane per output of the
+/// warp's rows (8 with 4 rows per warp), each adding its sums to the
+/// registers the walk holds.
+fn positions_per_pass(rows: i32) -> i32 {
+    (32 / rows).min(8)
+}
+
+/// The most positions one call takes: a batch's decode step has one per
+/// sequence. Past it (a prefill's chunk) MLX's kernel, built for many
+/// positions, computes the product.
+const MAX_POSITIONS: usize = 32;
+
 /// A call's launch for an `n` x `k` matrix, in MLX's terms (the grid in
 /// threads): blocks of 32 lanes x `split` warps per row set x the row sets
 /// that fill `WARPS` warps, laid along z, which allows 65535 blocks (at
@@ -335,26 +410,59 @@ fn kernels() -> &'static Mutex<HashMap<Instance, Kernel>> {
 }
 
 /// The instance for this dtype and group if it was built for `spec`: its
-/// handle and its placeholder for a call without a residual.
-fn kernel_for(instance: Instance, spec: Spec) -> Option<(mlx_sys::mlx_fast_cuda_kernel, Array)> {
+/// handle for a call of `positions` positions and its placeholder for a
+/// call without a residual.
+fn kernel_for(
+    instance: Instance,
+    spec: Spec,
+    positions: usize,
+) -> Option<(mlx_sys::mlx_fast_cuda_kernel, Array)> {
     let kernels = kernels().lock().ok()?;
     let kernel = kernels.get(&instance)?;
+    let handle = if positions > 1 {
+        kernel.many
+    } else {
+        kernel.handle
+    };
     kernel
         .specs
         .contains(&spec)
-        .then(|| (kernel.handle, kernel.no_residual.clone()))
+        .then(|| (handle, kernel.no_residual.clone()))
 }
 
 fn make_kernel(instance: Instance, mut specs: Vec<Spec>) -> Option<Kernel> {
     specs.sort();
     specs.dedup();
-    let name = CString::new(kernel_name(source_hash(), instance, &specs)).ok()?;
-    let body = CString::new(kernel_body(instance, &specs)).ok()?;
-    let header = CString::new(compact_source()).ok()?;
+    let name = kernel_name(source_hash(), instance, &specs);
     // A call without a residual passes a one-dimensional placeholder, which
     // the body tells from a residual stream ([.., n]) by its rank.
     let no_residual = mlx_rs::ops::zeros_dtype(&[1], instance.dtype).ok()?;
     no_residual.eval().ok()?;
+    let handle = new_kernel(&name, &kernel_body(instance, &specs), compact_source())?;
+    let many_name = format!("{name}_many{:016x}", fnv1a(MANY_SOURCE.as_bytes()));
+    let Some(many) = new_kernel(
+        &many_name,
+        &many_kernel_body(instance, &specs),
+        compact_many_source(),
+    ) else {
+        // SAFETY: the handle was made here and is used nowhere else.
+        unsafe { mlx_sys::mlx_fast_cuda_kernel_free(handle) };
+        return None;
+    };
+    Some(Kernel {
+        handle,
+        many,
+        specs,
+        no_residual,
+    })
+}
+
+/// MLX's handle to one custom kernel of Ondo's inputs and output (nothing
+/// is compiled until its first call).
+fn new_kernel(name: &str, body: &str, header: &str) -> Option<mlx_sys::mlx_fast_cuda_kernel> {
+    let name = CString::new(name).ok()?;
+    let body = CString::new(body).ok()?;
+    let header = CString::new(header).ok()?;
     let mut inputs = [c"x", c"w", c"scales", c"biases", c"residual"].map(CStr::as_ptr);
     let mut output = c"y".as_ptr();
     // SAFETY: the strings outlive the calls; mlx-c copies them into its own
@@ -373,15 +481,11 @@ fn make_kernel(instance: Instance, mut specs: Vec<Spec>) -> Option<Kernel> {
         );
         mlx_sys::mlx_vector_string_free(input_names);
         mlx_sys::mlx_vector_string_free(output_names);
-        (!handle.ctx.is_null()).then_some(Kernel {
-            handle,
-            specs,
-            no_residual,
-        })
+        (!handle.ctx.is_null()).then_some(handle)
     }
 }
 
-/// The kernel and shape that would compute `x @ W.T` with for one position,
+/// The kernel and shape that would compute `x @ W.T` with for a decode step,
 /// for this matrix with its affine biases, whether or not it was compiled;
 /// `adds_residual` when a residual add follows the product (which the
 /// kernel then makes, so smaller matrices repay its call).
@@ -418,7 +522,7 @@ fn candidate(matrix: AffineMatrix, adds_residual: bool) -> Option<(Instance, Spe
 }
 
 /// Whether `x @ W.T` for this matrix (with its affine biases) and input is
-/// one the kernel computes: one position, and a kernel compiled for the
+/// one the kernel computes: at most `MAX_POSITIONS` positions, and a kernel compiled for the
 /// matrix's shape as its model loaded (`prepare`); with `residual`,
 /// `residual + x @ W.T`, for a residual stream of the output's shape and
 /// dtype. The cached switch comes first: every matmul of a CPU run asks.
@@ -428,7 +532,8 @@ pub fn applies(x: &Array, matrix: AffineMatrix, residual: Option<&Array>) -> boo
     }
     let k = x.shape().last().copied().unwrap_or(0);
     let n = matrix.weight.shape().first().copied().unwrap_or(0);
-    x.size() == k as usize
+    let positions = if k > 0 { x.size() / k as usize } else { 0 };
+    (1..=MAX_POSITIONS).contains(&positions)
         && x.dtype() == matrix.scales.dtype()
         && matrix
             .weight
@@ -437,15 +542,17 @@ pub fn applies(x: &Array, matrix: AffineMatrix, residual: Option<&Array>) -> boo
             .is_some_and(|&packed| packed * 8 == k)
         && residual.is_none_or(|r| fused_residual() && takes_residual(r, x, n))
         && candidate(matrix, residual.is_some())
-            .is_some_and(|(instance, spec)| kernel_for(instance, spec).is_some())
+            .is_some_and(|(instance, spec)| kernel_for(instance, spec, positions).is_some())
 }
 
-/// A residual the kernel adds: one position of `n` values in `x`'s dtype,
-/// of rank 2 or more (a rank-1 input is what the body reads as none).
+/// A residual the kernel adds: `n` values for each of `x`'s positions, in
+/// its dtype, of rank 2 or more (a rank-1 input is what the body reads as
+/// none).
 fn takes_residual(residual: &Array, x: &Array, n: i32) -> bool {
+    let k = x.shape().last().copied().unwrap_or(0).max(1) as usize;
     residual.dtype() == x.dtype()
         && residual.ndim() >= 2
-        && residual.size() == n as usize
+        && residual.size() == x.size() / k * n as usize
         && residual.shape().last() == Some(&n)
 }
 
@@ -521,18 +628,22 @@ pub fn prepare<'a>(matrices: impl IntoIterator<Item = (AffineMatrix<'a>, bool)>)
         if let Some(kernel) = discarded {
             // SAFETY: the map no longer holds this handle, and graphs built
             // with it keep their own copy of the kernel's name and source.
-            unsafe { mlx_sys::mlx_fast_cuda_kernel_free(kernel.handle) };
+            unsafe { kernel.free() };
         }
     }
 }
 
-/// One call on a zero vector, evaluated: compiles the instance at its
-/// first call, and runs this shape's branch once.
+/// A call on one zero vector and one on two, evaluated: compiles both
+/// kernels of the instance at their first call, and runs this shape's
+/// branch of each once.
 fn compile(matrix: AffineMatrix, instance: Instance, spec: Spec) -> Result<(), Exception> {
-    let x = mlx_rs::ops::zeros_dtype(&[1, 1, spec.k], matrix.scales.dtype())?;
-    let (handle, no_residual) = kernel_for(instance, spec)
-        .ok_or_else(|| Exception::custom("the instance was not built"))?;
-    call(handle, spec, &x, matrix, &no_residual)?.eval()
+    for positions in [1, 2] {
+        let x = mlx_rs::ops::zeros_dtype(&[positions, 1, spec.k], matrix.scales.dtype())?;
+        let (handle, no_residual) = kernel_for(instance, spec, positions as usize)
+            .ok_or_else(|| Exception::custom("the instance was not built"))?;
+        call(handle, spec, &x, matrix, &no_residual)?.eval()?;
+    }
+    Ok(())
 }
 
 /// `MIN_WEIGHTS` (`MIN_WEIGHTS_WITH_ADD` for a product a residual add
@@ -550,7 +661,7 @@ fn min_weights(adds_residual: bool) -> i64 {
     })[usize::from(adds_residual)]
 }
 
-/// `x @ W.T` for one position `x` `[.., K]` and a 4-bit affine `W` `[N, K/8]`,
+/// `x @ W.T` for the positions of `x` `[.., K]` and a 4-bit affine `W` `[N, K/8]`,
 /// as `[.., N]` in `x`'s dtype; with `residual`, `residual + x @ W.T`, each
 /// output rounded as MLX's matmul and add would. Call only where `applies`
 /// said yes.
@@ -561,7 +672,8 @@ pub fn matvec(
 ) -> Result<Array, Exception> {
     let (instance, spec) = candidate(matrix, residual.is_some())
         .ok_or_else(|| Exception::custom("Ondo's CUDA kernel does not take this matrix"))?;
-    let (handle, no_residual) = kernel_for(instance, spec)
+    let positions = x.size() / spec.k.max(1) as usize;
+    let (handle, no_residual) = kernel_for(instance, spec, positions)
         .ok_or_else(|| Exception::custom("Ondo's CUDA kernel was not built for this matrix"))?;
     let residual = residual.unwrap_or(&no_residual);
     call(handle, spec, x, matrix, residual)
@@ -646,7 +758,8 @@ fn call(
 /// `ondo doctor`'s check of the kernel where it runs: random 4-bit weights
 /// of a 4096 x 4096 and a 4097 x 4096 matrix (the smallest the kernel takes
 /// without a residual add, and a row count no multiple of the rows per
-/// warp) in bf16, groups of 64,
+/// warp) in bf16, groups of 64, at one position and at several (5, within
+/// one walk over the rows, and 11, past it),
 /// against MLX's quantized product in float32. The kernel's error must be
 /// at most twice MLX's own kernel's in bf16 (it is about half), and with a
 /// residual its output must be its product followed by MLX's add, bit for
@@ -655,19 +768,24 @@ pub fn check() -> Option<Result<String, String>> {
     if !enabled() {
         return None;
     }
-    let shapes = [(4096, 4096), (4097, 4096)];
+    let shapes = [
+        (4096, 4096, 1),
+        (4097, 4096, 1),
+        (4096, 4096, 5),
+        (4097, 4096, 11),
+    ];
     Some(
         shapes
             .iter()
-            .map(|&(n, k)| {
-                check_shape(n, k).unwrap_or_else(|e| Err(crate::engine::mlx_failure(&e)))
+            .map(|&(n, k, positions)| {
+                check_shape(n, k, positions).unwrap_or_else(|e| Err(crate::engine::mlx_failure(&e)))
             })
             .collect::<Result<Vec<_>, _>>()
             .map(|details| details.join("; ")),
     )
 }
 
-fn check_shape(n: i32, k: i32) -> Result<Result<String, String>, Exception> {
+fn check_shape(n: i32, k: i32, positions: i32) -> Result<Result<String, String>, Exception> {
     use mlx_rs::{ops, random};
     let params = QuantParams {
         group_size: 64,
@@ -678,9 +796,9 @@ fn check_shape(n: i32, k: i32) -> Result<Result<String, String>, Exception> {
     let w = random::normal::<f32>(&[n, k], None, None, &key)?.as_dtype(Dtype::Bfloat16)?;
     let (weight, scales, biases) = crate::engine::model::quantized::quantize(&w, params)?;
     let biases = biases.ok_or_else(|| Exception::custom("affine weights without biases"))?;
-    let x = random::normal::<f32>(&[1, 1, k], None, None, &random::key(7)?)?
+    let x = random::normal::<f32>(&[positions, 1, k], None, None, &random::key(7)?)?
         .as_dtype(Dtype::Bfloat16)?;
-    let residual = random::normal::<f32>(&[1, 1, n], None, None, &random::key(8)?)?
+    let residual = random::normal::<f32>(&[positions, 1, n], None, None, &random::key(8)?)?
         .as_dtype(Dtype::Bfloat16)?;
     let matrix = AffineMatrix {
         weight: &weight,
@@ -691,8 +809,8 @@ fn check_shape(n: i32, k: i32) -> Result<Result<String, String>, Exception> {
     prepare([(matrix, false), (matrix, true)]);
     if !applies(&x, matrix, None) || !applies(&x, matrix, Some(&residual)) {
         return Ok(Err(format!(
-            "the kernel did not build for {n}x{k}; decode steps use MLX's kernel (see the \
-             line ondo printed about it)"
+            "the kernel did not build for {n}x{k} at {positions} positions; decode steps use \
+             MLX's kernel (see the line ondo printed about it)"
         )));
     }
     let f32 = Dtype::Float32;
@@ -721,19 +839,20 @@ fn check_shape(n: i32, k: i32) -> Result<Result<String, String>, Exception> {
         .map_err(|e| Exception::custom(e.to_string()))?;
     if ondo_error > (2.0 * mlx_error).max(1e-5) {
         return Ok(Err(format!(
-            "{n}x{k} bf16: error {ondo_error:.2e} against float32, over twice MLX's \
+            "{n}x{k} bf16, {positions} positions: error {ondo_error:.2e} against float32, over twice MLX's \
              {mlx_error:.2e}; Ondo's CUDA kernel computes wrong results here: turn it off \
              with ONDO_CUDA_MATVEC=0"
         )));
     }
     if !same_bits {
         return Ok(Err(format!(
-            "{n}x{k} bf16: the kernel's residual add differs from its product plus MLX's add; \
+            "{n}x{k} bf16, {positions} positions: the kernel's residual add differs from its \
+             product plus MLX's add; \
              turn it off with ONDO_CUDA_MATVEC_RESIDUAL=0"
         )));
     }
     Ok(Ok(format!(
-        "{n}x{k} bf16 error {ondo_error:.1e} (MLX {mlx_error:.1e}), residual add exact"
+        "{n}x{k} x{positions} bf16 error {ondo_error:.1e} (MLX {mlx_error:.1e}), residual add exact"
     )))
 }
 
@@ -899,6 +1018,26 @@ mod tests {
             assert!(body[at..].contains(call), "{call}: {body}");
         }
         assert_eq!(body.matches("ondo_qmv4<").count(), 3, "{body}");
+        assert!(!body.contains("ondo_qmv4_many"), "{body}");
+        // Several positions (a batch's step): their own kernel, the walk
+        // that reads each weight once for 8 of them, the positions counted
+        // from x's leading dimensions.
+        let many = super::many_kernel_body(
+            bf16,
+            &[spec(28672, 4096), spec(4096, 14336), spec(128256, 4096)],
+        );
+        assert!(many.contains("m *= x_shape[i];"), "{many}");
+        assert!(
+            many.contains("ondo_qmv4_many<64, 4, 2, 4, 8, 4096, 28672>("),
+            "{many}"
+        );
+        assert_eq!(
+            many.matches("reinterpret_cast<ondo_bf16*>(y), r, m);")
+                .count(),
+            3,
+            "{many}"
+        );
+        assert_eq!(many.matches("ondo_qmv4<").count(), 0, "{many}");
         let f16 = Instance {
             dtype: mlx_rs::Dtype::Float16,
             group: 32,
@@ -927,12 +1066,39 @@ mod tests {
         assert!(!takes(&zeros(&[1, 1, 256], Dtype::Bfloat16)));
         assert!(!takes(&zeros(&[1, 2, 512], Dtype::Bfloat16)));
         assert!(!takes(&zeros(&[1, 1, 512], Dtype::Float32)));
+        // A batch's step: a residual of the product's positions, and no other.
+        let rows = zeros(&[3, 1, 256], Dtype::Bfloat16);
+        assert!(super::takes_residual(
+            &zeros(&[3, 1, 512], Dtype::Bfloat16),
+            &rows,
+            512
+        ));
+        assert!(!super::takes_residual(
+            &zeros(&[1, 1, 512], Dtype::Bfloat16),
+            &rows,
+            512
+        ));
+        assert!(!super::takes_residual(
+            &zeros(&[4, 1, 512], Dtype::Bfloat16),
+            &rows,
+            512
+        ));
     }
 
     /// What MLX gets as the header is the kernel without its comments,
-    /// blank lines and indentation, and nothing of the code lost.
+    /// blank lines and indentation, and nothing of the code lost; the
+    /// several-positions kernel's header adds its own source, and the
+    /// one-position kernel's does not carry it.
     #[test]
     fn the_header_is_the_source_without_comments() {
+        let many = super::compact_many_source();
+        assert!(many.starts_with(super::compact_source()));
+        assert!(!super::compact_source().contains("ondo_qmv4_many"));
+        for line in super::MANY_SOURCE.lines().map(str::trim) {
+            if !line.is_empty() && !line.starts_with("//") {
+                assert!(many.contains(line), "{line}");
+            }
+        }
         let compact = super::compact_source();
         assert!(
             compact.len() * 3 < super::SOURCE.len() * 2,
