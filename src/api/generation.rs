@@ -633,7 +633,9 @@ impl RequestLog {
         Self {
             route: route.to_owned(),
             model,
-            status: error.status().as_u16(),
+            status: super::Dialect::of_path(route.split(' ').nth(1).unwrap_or(route))
+                .status(error)
+                .as_u16(),
             error: Some(format!("{}: {error}", error.kind())),
             ..Self::plain(route, 0, user_agent)
         }

@@ -144,7 +144,9 @@ pub fn count_prompt_tokens(dir: &std::path::Path, prompt: &Prompt) -> Result<usi
     let tokenizer = tokenizers::Tokenizer::from_file(&path)
         .map_err(|e| RunError::Load(format!("could not read {}: {e}", path.display())))?;
     let template = ChatTemplate::from_model_dir(dir).map_err(|e| RunError::Load(e.to_string()))?;
-    Ok(prompt_ids_with(&tokenizer, template.as_ref(), prompt)?.ids.len())
+    Ok(prompt_ids_with(&tokenizer, template.as_ref(), prompt)?
+        .ids
+        .len())
 }
 
 fn prompt_ids_with(
