@@ -68,7 +68,8 @@ pub struct ServerConfig {
     pub host: String,
     /// 0 lets the system choose a free port.
     pub port: u16,
-    /// When set, every request must send `Authorization: Bearer <key>`.
+    /// When set, every request must send `Authorization: Bearer <key>` (or,
+    /// as Anthropic's clients do, `x-api-key: <key>`).
     pub api_key: Option<String>,
     /// Web origins (`https://app.example`) whose pages may call the server;
     /// `*` allows any. Empty: no web page may.
