@@ -677,6 +677,46 @@ fn the_real_anthropic_client_gets_what_ondo_run_says() {
         "{cut:?} of {text:?}"
     );
 
+    // `thinking` switches the template's reasoning on: it comes back as a
+    // thinking block, streamed as thinking deltas and an empty signature.
+    // (Sampled: greedy random weights repeat one token, which may be blank.)
+    let thinking = json!({
+        "model": THINKER, "max_tokens": MAX_TOKENS, "temperature": 1.0,
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "messages": [{"role": "user", "content": USER}],
+    });
+    let thought = served.post("/v1/messages", &thinking).json();
+    assert_eq!(thought["content"][0]["type"], "thinking", "{thought}");
+    assert!(
+        !thought["content"][0]["thinking"]
+            .as_str()
+            .unwrap()
+            .is_empty(),
+        "{thought}"
+    );
+    let mut streamed_thinking = thinking.clone();
+    streamed_thinking["stream"] = json!(true);
+    let events = sse_events(&served.post("/v1/messages", &streamed_thinking).text());
+    let deltas: Vec<&str> = events
+        .iter()
+        .filter(|(name, _)| name == "content_block_delta")
+        .map(|(_, data)| data["delta"]["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(deltas.first(), Some(&"thinking_delta"), "{events:?}");
+    assert!(deltas.contains(&"signature_delta"), "{events:?}");
+    let mut plain = thinking.clone();
+    plain["thinking"] = json!({"type": "disabled"});
+    let plain = served.post("/v1/messages", &plain).json();
+    assert_eq!(plain["content"][0]["type"], "text", "{plain}");
+    let prompt = |answer: &Value| {
+        answer["usage"]["input_tokens"].as_u64().unwrap()
+            + answer["usage"]["cache_read_input_tokens"].as_u64().unwrap()
+    };
+    assert!(
+        prompt(&plain) < prompt(&thought),
+        "the switched-off template opens no <think>"
+    );
+
     // What it refuses, as the client's exceptions.
     let refused = python_client("anthropic_client.py", &served, "errors", json!({}));
     for (case, status, exception, error_type, words) in [
