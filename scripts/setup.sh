@@ -30,6 +30,7 @@ MAC_MLX_DIR=target/mlx-metal
 # The official clients the local server's tests drive it with.
 OPENAI_VERSION=3.57.0
 OLLAMA_VERSION=0.6.3
+ANTHROPIC_VERSION=2.16.0
 TAURI_DRIVER_VERSION=2.1.0
 # Which build of MLX the venv holds: the wheel's extra, and the package that
 # carries libmlx for it (the other backend's package is removed, since both
@@ -68,7 +69,8 @@ setup_venv() {
   if [ -x "$py" ] && "$py" - <<PY 2>/dev/null
 import importlib.metadata as m, sys
 want = {"mlx": "$MLX_VERSION", "$MLX_BACKEND_PKG": "$MLX_VERSION", "mlx-lm": "$MLX_LM_VERSION",
-        "openai": "$OPENAI_VERSION", "ollama": "$OLLAMA_VERSION"}
+        "openai": "$OPENAI_VERSION", "ollama": "$OLLAMA_VERSION",
+        "anthropic": "$ANTHROPIC_VERSION"}
 def installed(name):
     try:
         return m.version(name)
@@ -79,7 +81,7 @@ ok = ok and not any(installed(name) for name in "$MLX_OTHER_PKGS".split())
 sys.exit(0 if ok else 1)
 PY
   then return 0; fi
-  say "setting up .venv: mlx[$MLX_EXTRA]==$MLX_VERSION, mlx-lm==$MLX_LM_VERSION, openai==$OPENAI_VERSION, ollama==$OLLAMA_VERSION"
+  say "setting up .venv: mlx[$MLX_EXTRA]==$MLX_VERSION, mlx-lm==$MLX_LM_VERSION, openai==$OPENAI_VERSION, ollama==$OLLAMA_VERSION, anthropic==$ANTHROPIC_VERSION"
   [ -x "$py" ] || python3 -m venv .venv
   local other switched=""
   for other in $MLX_OTHER_PKGS; do
@@ -90,7 +92,7 @@ PY
     fi
   done
   .venv/bin/pip install -q --disable-pip-version-check "mlx[$MLX_EXTRA]==$MLX_VERSION" "mlx-lm==$MLX_LM_VERSION" \
-    "openai==$OPENAI_VERSION" "ollama==$OLLAMA_VERSION"
+    "openai==$OPENAI_VERSION" "ollama==$OLLAMA_VERSION" "anthropic==$ANTHROPIC_VERSION"
   if [ -n "$switched" ]; then
     # The package removed took the mlx/lib files both install with it;
     # reinstalling the chosen one puts them back.

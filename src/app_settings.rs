@@ -72,7 +72,8 @@ pub struct LocalServerSettings {
     pub enabled: bool,
     /// The port on 127.0.0.1, within `LOCAL_SERVER_PORTS`.
     pub port: u16,
-    /// When set, every request must send `Authorization: Bearer <key>`.
+    /// When set, every request must send `Authorization: Bearer <key>` (or,
+    /// as Anthropic's clients do, `x-api-key: <key>`).
     /// Kept in the run history's settings table with the other settings.
     pub api_key: Option<String>,
     /// Web origins (`https://app.example`, or `*` for any) whose pages may

@@ -1,6 +1,6 @@
 //! `ondo serve` as other programs meet it: the real binary on a free port,
-//! driven by the official `openai` and `ollama` Python packages (from the
-//! project venv) and by plain HTTP. Greedy answers equal `ondo run`'s;
+//! driven by the official `openai`, `anthropic` and `ollama` Python packages
+//! (from the project venv) and by plain HTTP. Greedy answers equal `ondo run`'s;
 //! streamed answers equal whole ones; twelve streams at once all finish
 //! right; a client that hangs up frees the engine; every bad request gets its
 //! status and a JSON error (naming no path on the server) and the server
@@ -30,6 +30,23 @@ const MAX_TOKENS: usize = 12;
 const VARIED: &str = "ondo-test/varied";
 /// One whose chat template opens `<think>` when asked to think.
 const THINKER: &str = "ondo-test/thinker";
+
+/// One that answers by rote (tests/python/make_tool_caller.py): a tool call
+/// when its turn opens, " sunny" after a tool's result.
+const CALLER: &str = "ondo-test/caller";
+
+/// Renders tools, tool calls in `<tool_call>` tags (so replies are read
+/// for them) and tool results; after a result, the reply starts `Weather:`.
+const TOOL_TEMPLATE: &str = "{{ bos_token }}\
+{% if tools %}<|start_header_id|>system<|end_header_id|>\n\nTools: {{ tools | tojson }}<|eot_id|>{% endif %}\
+{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{{ m.content }}\
+{% for c in m.tool_calls or [] %}<tool_call>{{ c.function | tojson }}</tool_call>{% endfor %}<|eot_id|>{% endfor %}\
+{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n\
+{% if messages[-1].role == 'tool' %}Weather:{% endif %}{% endif %}";
+
+/// The call the rote model makes, as one token of its vocabulary.
+const ROTE_CALL: &str =
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
 
 /// A generation prompt that opens `<think>` when `enable_thinking` is set,
 /// and renders tools.
@@ -482,6 +499,343 @@ fn real_openai_and_ollama_clients_get_what_ondo_run_says() {
     );
     assert!(log.contains("TTFT ") && log.contains(" tok/s"), "{log}");
     assert!(log.contains("GET /api/tags · 200"), "{log}");
+}
+
+/// The events of an Anthropic stream: each `event:` name with its data.
+fn sse_events(body: &str) -> Vec<(String, Value)> {
+    body.split("\n\n")
+        .filter(|event| !event.trim().is_empty())
+        .map(|event| {
+            let (name, data) = event
+                .split_once('\n')
+                .unwrap_or_else(|| panic!("no data in {event:?}"));
+            let name = name.strip_prefix("event: ").unwrap().to_owned();
+            let data = serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap();
+            (name, data)
+        })
+        .collect()
+}
+
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
+fn the_real_anthropic_client_gets_what_ondo_run_says() {
+    let home = Home::new();
+    let expected = home.ondo_run(VARIED, USER, &["--system-prompt", SYSTEM]);
+    let prompt_tokens = expected["prompt_tokens"].as_u64().unwrap();
+    let served = Served::start(&home, &[]);
+    let args = json!({"model": VARIED, "system": SYSTEM, "user": USER, "max_tokens": MAX_TOKENS});
+    let got = python_client("anthropic_client.py", &served, "basics", args);
+
+    let whole = &got["whole"];
+    assert_eq!(
+        whole["text"], expected["text"],
+        "the Messages API's greedy answer differs from ondo run's"
+    );
+    assert_eq!(whole["type"], "message");
+    assert_eq!(whole["role"], "assistant");
+    assert_eq!(whole["model"], VARIED);
+    assert!(whole["id"].as_str().unwrap().starts_with("msg_"), "{whole}");
+    assert_eq!(whole["content"][0]["type"], "text");
+    assert_eq!(whole["stop_reason"], "max_tokens");
+    assert!(whole["stop_sequence"].is_null());
+    // A first request reads nothing from the cache: every prompt token is
+    // an input token.
+    assert_eq!(
+        whole["usage"],
+        json!({
+            "input_tokens": prompt_tokens,
+            "output_tokens": MAX_TOKENS,
+            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": 0,
+        }),
+        "{whole}"
+    );
+    assert_eq!(whole["ondo"]["load_kind"], "cold");
+    assert!(whole["ondo"]["run_id"].as_str().unwrap().starts_with("r-"));
+
+    // Streamed, through the client's own stream helper: the same answer.
+    let streamed = &got["streamed"];
+    assert_eq!(streamed["text"], whole["text"], "streamed and whole differ");
+    assert_eq!(streamed["text_events"], whole["text"]);
+    assert_eq!(streamed["stop_reason"], "max_tokens");
+    assert_eq!(streamed["usage"]["output_tokens"], MAX_TOKENS);
+    let events: Vec<&str> = streamed["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    for name in [
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "text",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ] {
+        assert!(events.contains(&name), "no {name} in {events:?}");
+    }
+    assert_eq!(events.first(), Some(&"message_start"));
+    assert_eq!(events.last(), Some(&"message_stop"));
+    // The same prompt again: all but the last token come from the cache.
+    let usage = &streamed["usage"];
+    let cached = usage["cache_read_input_tokens"].as_u64().unwrap();
+    assert!(cached > 0, "{usage}");
+    assert_eq!(
+        cached + usage["input_tokens"].as_u64().unwrap(),
+        prompt_tokens
+    );
+
+    // Counted without generating: the prompt the template builds.
+    assert_eq!(got["count_tokens"], prompt_tokens);
+    assert_eq!(got["count_tokens_blocks"], prompt_tokens);
+
+    // A follow-up turn prefills only what is new.
+    let follow_up = &got["follow_up"]["usage"];
+    let cached = follow_up["cache_read_input_tokens"].as_u64().unwrap();
+    assert!(cached >= prompt_tokens - 1, "{follow_up}");
+    assert!(follow_up["input_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(got["follow_up"]["ondo"]["cached_tokens"], cached);
+
+    // Every generation is a recorded run of kind api, with its client.
+    let runs = home.api_runs();
+    assert_eq!(runs.len(), 3, "{:?}", served.log());
+    assert!(runs.iter().all(|r| r.model_id == VARIED));
+    assert!(
+        runs.iter().all(|r| r
+            .user_agent
+            .as_deref()
+            .is_some_and(|a| a.starts_with("Anthropic/Python"))),
+        "{runs:?}"
+    );
+    let log = served.log().join("\n");
+    assert!(
+        log.contains(&format!("POST /v1/messages · {VARIED} · 200 · prompt ")),
+        "{log}"
+    );
+    assert!(
+        log.contains("POST /v1/messages/count_tokens · 200"),
+        "{log}"
+    );
+
+    // On the wire, as Anthropic sends it: named events, a ping after the
+    // start, Ondo's record on the message's delta.
+    let wire = served.post(
+        "/v1/messages",
+        &json!({
+            "model": VARIED, "max_tokens": 4, "stream": true, "temperature": 0,
+            "messages": [{"role": "user", "content": USER}],
+        }),
+    );
+    assert_eq!(wire.status, 200, "{}", wire.text());
+    assert_eq!(wire.header("content-type"), Some("text/event-stream"));
+    let events = sse_events(&wire.text());
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names[..3], ["message_start", "ping", "content_block_start"]);
+    assert_eq!(
+        names[names.len() - 3..],
+        ["content_block_stop", "message_delta", "message_stop"]
+    );
+    assert!(
+        events
+            .iter()
+            .all(|(name, data)| data["type"] == name.as_str())
+    );
+    let (_, delta) = &events[events.len() - 2];
+    assert_eq!(delta["delta"]["stop_reason"], "max_tokens");
+    assert_eq!(delta["usage"]["output_tokens"], 4);
+    assert_eq!(delta["ondo"]["generated_tokens"], 4);
+
+    // A stop sequence ends the reply where the text first reaches it, and
+    // is named: the greedy answer's last characters (the model's words
+    // are the same each time).
+    let text = whole["text"].as_str().unwrap();
+    let stop: String = text
+        .chars()
+        .rev()
+        .take(2)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    let stopped = served
+        .post(
+            "/v1/messages",
+            &json!({
+                "model": VARIED, "max_tokens": MAX_TOKENS, "temperature": 0,
+                "system": SYSTEM, "stop_sequences": ["never said", stop],
+                "messages": [{"role": "user", "content": USER}],
+            }),
+        )
+        .json();
+    assert_eq!(stopped["stop_reason"], "stop_sequence", "{stopped}");
+    assert_eq!(stopped["stop_sequence"], stop.as_str());
+    let cut = stopped["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.starts_with(cut) && !cut.contains(&stop),
+        "{cut:?} of {text:?}"
+    );
+
+    // `thinking` switches the template's reasoning on: it comes back as a
+    // thinking block, streamed as thinking deltas and an empty signature.
+    // (Sampled: greedy random weights repeat one token, which may be blank.)
+    let thinking = json!({
+        "model": THINKER, "max_tokens": MAX_TOKENS, "temperature": 1.0,
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "messages": [{"role": "user", "content": USER}],
+    });
+    let thought = served.post("/v1/messages", &thinking).json();
+    assert_eq!(thought["content"][0]["type"], "thinking", "{thought}");
+    assert!(
+        !thought["content"][0]["thinking"]
+            .as_str()
+            .unwrap()
+            .is_empty(),
+        "{thought}"
+    );
+    let mut streamed_thinking = thinking.clone();
+    streamed_thinking["stream"] = json!(true);
+    let events = sse_events(&served.post("/v1/messages", &streamed_thinking).text());
+    let deltas: Vec<&str> = events
+        .iter()
+        .filter(|(name, _)| name == "content_block_delta")
+        .map(|(_, data)| data["delta"]["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(deltas.first(), Some(&"thinking_delta"), "{events:?}");
+    assert!(deltas.contains(&"signature_delta"), "{events:?}");
+    let mut plain = thinking.clone();
+    plain["thinking"] = json!({"type": "disabled"});
+    let plain = served.post("/v1/messages", &plain).json();
+    assert_eq!(plain["content"][0]["type"], "text", "{plain}");
+    let prompt = |answer: &Value| {
+        answer["usage"]["input_tokens"].as_u64().unwrap()
+            + answer["usage"]["cache_read_input_tokens"].as_u64().unwrap()
+    };
+    assert!(
+        prompt(&plain) < prompt(&thought),
+        "the switched-off template opens no <think>"
+    );
+
+    // What it refuses, as the client's exceptions.
+    let refused = python_client("anthropic_client.py", &served, "errors", json!({}));
+    for (case, status, exception, error_type, words) in [
+        (
+            "no_max_tokens",
+            400,
+            "BadRequestError",
+            "invalid_request_error",
+            "max_tokens is required",
+        ),
+        (
+            "image",
+            400,
+            "BadRequestError",
+            "invalid_request_error",
+            "not supported yet by Ondo; send text",
+        ),
+        (
+            "unknown_block",
+            400,
+            "BadRequestError",
+            "invalid_request_error",
+            "'hologram'",
+        ),
+        (
+            "unknown_model",
+            404,
+            "NotFoundError",
+            "not_found_error",
+            "org/missing",
+        ),
+        (
+            "count_unknown_model",
+            404,
+            "NotFoundError",
+            "not_found_error",
+            "org/missing",
+        ),
+    ] {
+        let got = &refused[case];
+        assert_eq!(got["status"], status, "{case}: {got}");
+        assert_eq!(got["exception"], exception, "{case}: {got}");
+        assert_eq!(got["body"]["type"], "error", "{case}: {got}");
+        assert_eq!(got["body"]["error"]["type"], error_type, "{case}: {got}");
+        let message = got["body"]["error"]["message"].as_str().unwrap();
+        assert!(message.contains(words), "{case}: {message}");
+    }
+}
+
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
+fn an_anthropic_client_gets_tool_use_and_sends_the_result_back() {
+    let home = Home::new();
+    let caller = home.cache_model(CALLER, &[]);
+    std::fs::write(caller.join("chat_template.jinja"), TOOL_TEMPLATE).unwrap();
+    let rules = json!({"call": ROTE_CALL, "\n\n": [ROTE_CALL], ":": [" sunny"]});
+    let made = Command::new(common::python())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/make_tool_caller.py"))
+        .arg(&caller)
+        .arg(rules.to_string())
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let served = Served::start(&home, &[]);
+    let args = json!({"model": CALLER, "system": SYSTEM, "user": USER, "max_tokens": MAX_TOKENS});
+    let got = python_client("anthropic_client.py", &served, "tools", args);
+
+    // The model's call comes back as a tool_use block, and the reply ends
+    // for it.
+    let call = &got["call"];
+    assert_eq!(call["stop_reason"], "tool_use", "{call}");
+    let content = call["content"].as_array().unwrap();
+    assert_eq!(content.len(), 1, "{call}");
+    assert_eq!(content[0]["type"], "tool_use");
+    assert_eq!(content[0]["name"], "get_weather");
+    assert_eq!(content[0]["input"], json!({"city": "Paris"}));
+    assert!(
+        content[0]["id"].as_str().unwrap().starts_with("toolu_"),
+        "{call}"
+    );
+    // Streamed, the input arrives as JSON text the client puts together.
+    let streamed = &got["streamed"];
+    assert_eq!(streamed["stop_reason"], "tool_use", "{streamed}");
+    assert_eq!(streamed["content"][0]["type"], "tool_use");
+    assert_eq!(streamed["content"][0]["input"], json!({"city": "Paris"}));
+    assert!(
+        streamed["events"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("input_json")),
+        "{streamed}"
+    );
+    // The result went back into the prompt, and the model answered it.
+    let answered = &got["answered"];
+    assert_eq!(answered["stop_reason"], "end_turn", "{answered}");
+    assert_eq!(
+        answered["text"].as_str().unwrap().trim(),
+        "sunny",
+        "{answered}"
+    );
+    let prompt = |usage: &Value| {
+        usage["input_tokens"].as_u64().unwrap() + usage["cache_read_input_tokens"].as_u64().unwrap()
+    };
+    assert!(prompt(&answered["usage"]) > prompt(&call["usage"]) + 5);
+    // tool_choice none: the tools are not offered, and what the model says
+    // is its text, markers and all.
+    let refused = &got["tool_choice_none"];
+    assert_eq!(refused["stop_reason"], "end_turn", "{refused}");
+    assert_eq!(refused["content"].as_array().unwrap().len(), 1);
+    assert!(
+        refused["text"].as_str().unwrap().contains("<tool_call>"),
+        "{refused}"
+    );
+    assert!(prompt(&refused["usage"]) + 10 < prompt(&call["usage"]));
+    // count_tokens counts the tools as the template renders them.
+    assert_eq!(
+        got["count_tokens"].as_u64().unwrap(),
+        prompt(&call["usage"])
+    );
 }
 
 #[test]
@@ -972,6 +1326,86 @@ fn bad_requests_get_their_status_and_a_json_error_and_the_server_serves_on() {
         assert!(answer.json()["error"].is_string(), "{path}: {}", answer.text());
     }
 
+    // Anthropic's shape, {"type": "error", "error": {"type", "message"}},
+    // whatever is wrong with the request (a body that is not JSON too).
+    let messages = |body: Value| send("POST", "/v1/messages", body.to_string().as_bytes());
+    let hi = json!([{"role": "user", "content": "hi"}]);
+    for (answer, status, error_type) in [
+        (
+            send("POST", "/v1/messages", b"{not json"),
+            400,
+            "invalid_request_error",
+        ),
+        (
+            send("POST", "/v1/messages", b""),
+            400,
+            "invalid_request_error",
+        ),
+        (
+            messages(json!({"model": "tiny", "messages": hi})),
+            400,
+            "invalid_request_error",
+        ),
+        (
+            messages(json!({"model": "tiny", "max_tokens": 4, "messages": [
+                {"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "https://a.example/b.png"}}]},
+            ]})),
+            400,
+            "invalid_request_error",
+        ),
+        (
+            messages(json!({"model": "tiny", "max_tokens": 4, "temperature": 99, "messages": hi})),
+            400,
+            "invalid_request_error",
+        ),
+        (
+            messages(
+                json!({"model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "  "}]}),
+            ),
+            400,
+            "invalid_request_error",
+        ),
+        (
+            messages(json!({"model": "org/missing", "max_tokens": 4, "messages": hi})),
+            404,
+            "not_found_error",
+        ),
+        (
+            send("POST", "/v1/messages/count_tokens", b"{oops"),
+            400,
+            "invalid_request_error",
+        ),
+        (
+            send("POST", "/v1/messages/batches", b"{}"),
+            404,
+            "not_found_error",
+        ),
+        (send("GET", "/v1/messages", b""), 404, "not_found_error"),
+        (
+            send("POST", "/v1/messages", &huge),
+            413,
+            "request_too_large",
+        ),
+    ] {
+        assert_eq!(answer.status, status, "{}", answer.text());
+        let body = answer.json();
+        assert_eq!(body["type"], "error", "{body}");
+        assert_eq!(body["error"]["type"], error_type, "{body}");
+        assert!(!body["error"]["message"].as_str().unwrap().is_empty());
+    }
+    // Any anthropic-version is fine.
+    let versioned = http(
+        &address,
+        "POST",
+        "/v1/messages",
+        &[("anthropic-version", "2023-06-01")],
+        json!({"model": "tiny", "max_tokens": 3, "messages": hi})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(versioned.status, 200, "{}", versioned.text());
+    assert_eq!(versioned.json()["usage"]["output_tokens"], 3);
+
     // After all that, it answers.
     let fine = send("POST", chat, &good.to_string().into_bytes());
     assert_eq!(fine.status, 200, "{}", fine.text());
@@ -1089,11 +1523,54 @@ fn only_this_machine_allowed_origins_and_the_key_get_in() {
         let ollama = http(&address, "GET", "/api/tags", &headers, b"");
         assert_eq!(ollama.status, status, "{headers:?}");
     }
+    // Anthropic's clients send the key as x-api-key; either header does.
+    let count = json!({"model": "tiny", "messages": [{"role": "user", "content": "hi"}]});
+    for (headers, status) in [
+        (vec![("x-api-key", "s3cret")], 200),
+        (vec![("x-api-key", "wrong")], 401),
+        (
+            vec![
+                ("x-api-key", "placeholder"),
+                ("Authorization", "Bearer s3cret"),
+            ],
+            200,
+        ),
+        (vec![("Authorization", "Bearer s3cret")], 200),
+        (vec![], 401),
+    ] {
+        let answer = http(
+            &address,
+            "POST",
+            "/v1/messages/count_tokens",
+            &headers,
+            count.to_string().as_bytes(),
+        );
+        assert_eq!(answer.status, status, "{headers:?}: {}", answer.text());
+        if status == 401 {
+            assert_eq!(answer.json()["error"]["type"], "authentication_error");
+        }
+        let models = http(&address, "GET", "/v1/models", &headers, b"");
+        assert_eq!(models.status, status, "{headers:?}");
+    }
     let args = json!({"key": "not-the-key"});
     // Without Python (ONDO_SKIP_PYTHON), the checks above and below still run.
     if !cfg!(ondo_skip_python) {
         let got = python_client("openai_client.py", &keyed, "wrong_key", args);
         assert_eq!(got["status"], 401);
+        let got = python_client(
+            "anthropic_client.py",
+            &keyed,
+            "keys",
+            json!({"key": "s3cret"}),
+        );
+        assert_eq!(got["x_api_key"]["status"], 200, "{got}");
+        assert_eq!(got["bearer"]["status"], 200, "{got}");
+        assert_eq!(got["wrong"]["status"], 401, "{got}");
+        assert_eq!(got["wrong"]["exception"], "AuthenticationError", "{got}");
+        assert_eq!(
+            got["wrong"]["body"]["error"]["type"],
+            "authentication_error"
+        );
     }
     drop(keyed);
     // The key from the environment, on every network.
@@ -1224,6 +1701,14 @@ fn a_full_queue_and_a_long_wait_are_told_so() {
     assert_eq!(full.status, 503, "{}", full.text());
     assert!(full.json()["error"].as_str().unwrap().contains("waiting"));
     assert!(full.header("retry-after").unwrap().parse::<u64>().unwrap() >= 1);
+    // Anthropic's clients are told as Anthropic tells them: 529 overloaded.
+    let overloaded = served.post(
+        "/v1/messages",
+        &json!({"model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}),
+    );
+    assert_eq!(overloaded.status, 529, "{}", overloaded.text());
+    assert_eq!(overloaded.json()["error"]["type"], "overloaded_error");
+    assert!(overloaded.header("retry-after").is_some());
     // A request that only loads or unloads a model (tiny is loaded, so it
     // has nothing to wait for but its turn) is refused the same way.
     for (path, body) in [

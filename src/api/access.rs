@@ -3,7 +3,8 @@
 //! machine (a web page that points its own domain at 127.0.0.1, DNS
 //! rebinding, is refused); a request from a web page (it carries `Origin`)
 //! is refused unless its origin was allowed, and an allowed one gets the
-//! CORS headers; with an API key, every route wants `Authorization: Bearer`.
+//! CORS headers; with an API key, every route wants `Authorization: Bearer`
+//! or, as Anthropic's clients send it, `x-api-key`.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -54,11 +55,18 @@ impl AccessRules {
         if let Some(key) = &self.api_key
             && !preflight
         {
-            let sent = headers
+            let bearer = headers
                 .get(header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok())
                 .and_then(bearer_token);
-            if !sent.is_some_and(|sent| same_secret(sent, key)) {
+            let api_key = headers
+                .get("x-api-key")
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim);
+            // Either header may carry it (a client may fill the other with
+            // a placeholder).
+            let sent = [bearer, api_key];
+            if !sent.iter().flatten().any(|sent| same_secret(sent, key)) {
                 return Err(ApiError::KeyRefused);
             }
         }
@@ -137,7 +145,9 @@ pub(crate) async fn enforce(
         );
         headers.insert(
             header::ACCESS_CONTROL_ALLOW_HEADERS,
-            HeaderValue::from_static("authorization, content-type"),
+            HeaderValue::from_static(
+                "authorization, content-type, x-api-key, anthropic-version, anthropic-beta",
+            ),
         );
         headers.insert(
             header::ACCESS_CONTROL_MAX_AGE,
@@ -218,6 +228,15 @@ mod tests {
             rules.check(&HeaderMap::new(), false),
             Err(ApiError::KeyRefused)
         ));
+        // Anthropic's clients send it as x-api-key.
+        let keyed = |value: &str| headers(&[(header::HeaderName::from_static("x-api-key"), value)]);
+        assert!(rules.check(&keyed("s3cret"), false).is_ok());
+        for wrong in ["s3cre", "Bearer s3cret", ""] {
+            assert!(
+                matches!(rules.check(&keyed(wrong), false), Err(ApiError::KeyRefused)),
+                "{wrong}"
+            );
+        }
         // A preflight carries no key.
         assert!(rules.check(&HeaderMap::new(), true).is_ok());
     }

@@ -1,7 +1,8 @@
 //! What the local server refuses and why: one error type for the layer,
 //! one table from an error's kind to its HTTP status, and the body each
 //! dialect expects (`{"error": {"message", "type", "param", "code"}}` for
-//! OpenAI clients, `{"error": "message"}` for Ollama's). The server's log
+//! OpenAI clients, `{"type": "error", "error": {"type", "message"}}` for
+//! Anthropic's, `{"error": "message"}` for Ollama's). The server's log
 //! gets each error's whole message; a client gets it without the server's
 //! paths (`client_message`), since a client must not learn where anything
 //! lives on the server.
@@ -40,7 +41,7 @@ pub enum ApiError {
     )]
     BodyTooLarge { limit_bytes: usize },
     #[error(
-        "this server needs its API key: send the header 'Authorization: Bearer <key>' with the key it was started with"
+        "this server needs its API key: send the header 'Authorization: Bearer <key>' (or 'x-api-key: <key>') with the key it was started with"
     )]
     KeyRefused,
     #[error(
@@ -52,7 +53,7 @@ pub enum ApiError {
     )]
     OriginRefused { origin: String },
     #[error(
-        "there is no {method} {path} here; the routes are under /v1 (OpenAI) and /api (Ollama)"
+        "there is no {method} {path} here; the routes are under /v1 (OpenAI), /v1/messages (Anthropic) and /api (Ollama)"
     )]
     NoSuchRoute { method: String, path: String },
     #[error(
@@ -308,16 +309,32 @@ pub fn http_status(kind: ErrorKind) -> StatusCode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
     OpenAi,
+    Anthropic,
     Ollama,
 }
 
 impl Dialect {
-    /// The dialect of a path: `/v1/...` is OpenAI's, the rest Ollama's.
+    /// The dialect of a path: `/v1/messages...` is Anthropic's, the rest
+    /// of `/v1/...` OpenAI's, everything else Ollama's.
     pub fn of_path(path: &str) -> Self {
-        if path == "/v1" || path.starts_with("/v1/") {
+        if path == "/v1/messages" || path.starts_with("/v1/messages/") {
+            Dialect::Anthropic
+        } else if path == "/v1" || path.starts_with("/v1/") {
             Dialect::OpenAi
         } else {
             Dialect::Ollama
+        }
+    }
+
+    /// The status `error` is answered with in this dialect: the one table's,
+    /// except that Anthropic's clients are told the engine is busy with 529
+    /// (`overloaded_error`), as Anthropic's own API tells them.
+    pub fn status(self, error: &ApiError) -> StatusCode {
+        let status = error.status();
+        if self == Dialect::Anthropic && status == StatusCode::SERVICE_UNAVAILABLE {
+            StatusCode::from_u16(529).unwrap_or(status)
+        } else {
+            status
         }
     }
 }
@@ -348,6 +365,10 @@ impl ApiFailure {
         Self::new(Dialect::Ollama, error)
     }
 
+    pub fn anthropic(error: impl Into<ApiError>) -> Self {
+        Self::new(Dialect::Anthropic, error)
+    }
+
     /// The same failure, already in the log (a run's end wrote it).
     pub(crate) fn logged(mut self) -> Self {
         self.logged = true;
@@ -373,7 +394,28 @@ pub fn error_body(dialect: Dialect, error: &ApiError) -> serde_json::Value {
                 "code": error.kind().as_str(),
             }
         }),
+        Dialect::Anthropic => serde_json::json!({
+            "type": "error",
+            "error": {
+                "type": anthropic_error_type(dialect.status(error)),
+                "message": message,
+            }
+        }),
         Dialect::Ollama => serde_json::json!({ "error": message }),
+    }
+}
+
+/// Anthropic's error `type` for a status, as its own API names them.
+fn anthropic_error_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        503 | 529 => "overloaded_error",
+        status if (400..500).contains(&status) => "invalid_request_error",
+        _ => "api_error",
     }
 }
 
@@ -391,7 +433,7 @@ fn openai_error_type(status: StatusCode) -> &'static str {
 
 impl IntoResponse for ApiFailure {
     fn into_response(self) -> Response {
-        let status = self.error.status();
+        let status = self.dialect.status(&self.error);
         let mut response = (status, axum::Json(self.body())).into_response();
         let headers = response.headers_mut();
         if let Some(wait) = self.error.retry_after() {
@@ -574,6 +616,25 @@ mod tests {
         assert!(body["error"]["param"].is_null());
         let failure = ApiFailure::ollama(ApiError::KeyRefused);
         assert!(failure.body()["error"].as_str().unwrap().contains("Bearer"));
+        let failure = ApiFailure::anthropic(ApiError::InvalidField("max_tokens".into()));
+        assert_eq!(
+            failure.body(),
+            serde_json::json!({"type": "error", "error": {"type": "invalid_request_error", "message": "max_tokens"}})
+        );
+        let body = ApiFailure::anthropic(ApiError::KeyRefused).body();
+        assert_eq!(body["error"]["type"], "authentication_error");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("x-api-key")
+        );
+        assert_eq!(Dialect::of_path("/v1/messages"), Dialect::Anthropic);
+        assert_eq!(
+            Dialect::of_path("/v1/messages/count_tokens"),
+            Dialect::Anthropic
+        );
+        assert_eq!(Dialect::of_path("/v1/messagesx"), Dialect::OpenAi);
         assert_eq!(Dialect::of_path("/v1/models"), Dialect::OpenAi);
         assert_eq!(Dialect::of_path("/api/tags"), Dialect::Ollama);
         assert_eq!(Dialect::of_path("/v10"), Dialect::Ollama);
@@ -629,7 +690,7 @@ mod tests {
             assert!(told.contains(says), "{told}");
             assert!(!told.contains("/srv") && !told.contains("/tmp"), "{told}");
             assert!(!told.contains("/home"), "{told}");
-            for dialect in [Dialect::OpenAi, Dialect::Ollama] {
+            for dialect in [Dialect::OpenAi, Dialect::Anthropic, Dialect::Ollama] {
                 let body = error_body(dialect, &error).to_string();
                 assert!(!body.contains("/srv") && !body.contains("/home"), "{body}");
             }
@@ -673,5 +734,14 @@ mod tests {
         assert_eq!(response.headers()[header::RETRY_AFTER], "1");
         let response = ApiFailure::ollama(ApiError::KeyRefused).into_response();
         assert_eq!(response.headers()[header::WWW_AUTHENTICATE], "Bearer");
+        // Anthropic's clients read a busy server as 529 overloaded_error.
+        let full = ApiFailure::anthropic(ApiError::QueueFull {
+            waiting: 3,
+            retry_after: Duration::from_secs(2),
+        });
+        assert_eq!(full.body()["error"]["type"], "overloaded_error");
+        let response = full.into_response();
+        assert_eq!(response.status().as_u16(), 529);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "2");
     }
 }

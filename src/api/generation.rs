@@ -167,7 +167,7 @@ pub(crate) fn finish_reason(stop: StopReason) -> &'static str {
 
 /// Ondo's record of one API request: what no other server reports, under
 /// the one field `ondo` of each final response (and last streamed chunk),
-/// which OpenAI and Ollama clients ignore. Times in milliseconds, rates in
+/// which OpenAI, Anthropic and Ollama clients ignore. Times in milliseconds, rates in
 /// tokens per second (DESIGN's definitions, as the run history keeps them).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[cfg_attr(feature = "specta", derive(specta::Type))]
@@ -633,7 +633,9 @@ impl RequestLog {
         Self {
             route: route.to_owned(),
             model,
-            status: error.status().as_u16(),
+            status: super::Dialect::of_path(route.split(' ').nth(1).unwrap_or(route))
+                .status(error)
+                .as_u16(),
             error: Some(format!("{}: {error}", error.kind())),
             ..Self::plain(route, 0, user_agent)
         }

@@ -1,5 +1,6 @@
 //! The local server: other programs use Ondo's warm models over HTTP, in
-//! the OpenAI dialect (`/v1/...`) and the Ollama dialect (`/api/...`). It is
+//! the OpenAI dialect (`/v1/...`), the Anthropic dialect (`/v1/messages`)
+//! and the Ollama dialect (`/api/...`). It is
 //! a client of the session pool like the app and the CLI, so an API request
 //! and a chat in the popover share the warm models, the keep-alive and the
 //! memory-pressure policy, and every request is a recorded run (kind `api`).
@@ -12,6 +13,7 @@
 //! request under `ondo`.
 
 mod access;
+mod anthropic;
 mod connections;
 mod conversations;
 pub mod error;
@@ -66,7 +68,8 @@ pub struct ServerConfig {
     pub host: String,
     /// 0 lets the system choose a free port.
     pub port: u16,
-    /// When set, every request must send `Authorization: Bearer <key>`.
+    /// When set, every request must send `Authorization: Bearer <key>` (or,
+    /// as Anthropic's clients do, `x-api-key: <key>`).
     pub api_key: Option<String>,
     /// Web origins (`https://app.example`) whose pages may call the server;
     /// `*` allows any. Empty: no web page may.
@@ -469,6 +472,8 @@ fn router(state: Arc<ServerState>, rules: access::AccessRules) -> Router {
         .route("/v1/models/{*id}", get(openai::model))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/completions", post(openai::completions))
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/api/version", get(ollama::version))
         .route("/api/tags", get(ollama::tags))
         .route("/api/ps", get(ollama::ps))

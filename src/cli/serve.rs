@@ -18,9 +18,11 @@ use crate::store::Store;
 
 #[derive(Debug, Args)]
 #[command(after_help = "\
-Any OpenAI or Ollama client works: point its base URL at the server.
+Any OpenAI, Anthropic or Ollama client works: point its base URL at the server.
   curl http://127.0.0.1:11480/v1/chat/completions \\
     -d '{\"model\": \"tiny\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}'
+  curl http://127.0.0.1:11480/v1/messages \\
+    -d '{\"model\": \"tiny\", \"max_tokens\": 64, \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}'
   curl http://127.0.0.1:11480/api/chat \\
     -d '{\"model\": \"tiny\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}'
 Models are named by repo id (as `ondo ls` lists them) or tiny. Every
@@ -34,8 +36,8 @@ pub struct ServeArgs {
     /// The port (0: any free one).
     #[arg(long, default_value_t = DEFAULT_PORT)]
     port: u16,
-    /// Ask every request for `Authorization: Bearer KEY` (default: the
-    /// ONDO_API_KEY environment variable, if set).
+    /// Ask every request for `Authorization: Bearer KEY` or `x-api-key:
+    /// KEY` (default: the ONDO_API_KEY environment variable, if set).
     #[arg(long)]
     api_key: Option<String>,
     /// Let web pages from this origin call the server, e.g.

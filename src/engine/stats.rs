@@ -63,6 +63,9 @@ pub struct RunStats {
     pub max_kv_size: Option<usize>,
     pub sampler: SamplerSettings,
     pub stop_reason: StopReason,
+    /// The stop string the text reached, when one ended the run.
+    #[serde(default)]
+    pub stop_string: Option<String>,
     /// Whether the prompt went through the model's chat template.
     pub chat_template: bool,
     /// The batch the run shared with other runs on the same model; `None`

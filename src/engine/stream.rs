@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::anatomy::StepAnatomy;
 use super::cache::{CacheSnapshot, LayerCache};
-use super::chat_template::ChatMessage;
+use super::chat_template::{ChatMessage, ChatTemplate};
 use super::detokenize::StreamingDetokenizer;
 use super::generate::TokenSteps;
 use super::load::LoadedModel;
@@ -133,9 +133,29 @@ pub struct PromptTokens {
 
 /// The prompt's token ids, whether the chat template made them, and its text.
 pub fn prompt_ids(model: &LoadedModel, prompt: &Prompt) -> Result<PromptTokens, RunError> {
+    prompt_ids_with(&model.tokenizer, model.chat_template.as_ref(), prompt)
+}
+
+/// The tokens of `prompt` for the model in `dir`, read from its tokenizer
+/// and chat template alone: counting a prompt needs no weights, so a model
+/// not loaded stays so, and the engine is not asked.
+pub fn count_prompt_tokens(dir: &std::path::Path, prompt: &Prompt) -> Result<usize, RunError> {
+    let path = dir.join("tokenizer.json");
+    let tokenizer = tokenizers::Tokenizer::from_file(&path)
+        .map_err(|e| RunError::Load(format!("could not read {}: {e}", path.display())))?;
+    let template = ChatTemplate::from_model_dir(dir).map_err(|e| RunError::Load(e.to_string()))?;
+    Ok(prompt_ids_with(&tokenizer, template.as_ref(), prompt)?
+        .ids
+        .len())
+}
+
+fn prompt_ids_with(
+    tokenizer: &tokenizers::Tokenizer,
+    chat_template: Option<&ChatTemplate>,
+    prompt: &Prompt,
+) -> Result<PromptTokens, RunError> {
     let encode = |text: &str, add_special: bool| -> Result<Vec<u32>, RunError> {
-        model
-            .tokenizer
+        tokenizer
             .encode(text, add_special)
             .map(|e| e.get_ids().to_vec())
             .map_err(|e| RunError::Tokenizer(e.to_string()))
@@ -162,7 +182,7 @@ pub fn prompt_ids(model: &LoadedModel, prompt: &Prompt) -> Result<PromptTokens, 
                 all.push(ChatMessage::system(system.clone()));
             }
             all.extend(messages.iter().cloned());
-            match &model.chat_template {
+            match chat_template {
                 // The template writes the special tokens itself (BOS
                 // included), as transformers' apply_chat_template does.
                 Some(template) => {
@@ -328,6 +348,8 @@ pub struct ReplyStream {
     tool_calls: Vec<ToolCall>,
     /// The last part the model said was a tool call.
     ends_with_call: bool,
+    /// The stop string the text reached, once it has.
+    stopped_at: Option<String>,
     /// Deltas complete and waiting (a part came out of a delta's order).
     queued: Vec<DeltaParts>,
     /// The delta being gathered.
@@ -342,6 +364,8 @@ pub struct FinishedReply {
     pub raw_text: String,
     /// The reply ended with tool calls (nothing after the last one).
     pub ends_with_call: bool,
+    /// The stop string that ended it, if one did.
+    pub stop_string: Option<String>,
     /// For each token pushed, in order: whether it was part of the
     /// reasoning (its text starts inside it, markers included).
     pub reasoning_tokens: Vec<bool>,
@@ -373,6 +397,7 @@ impl ReplyStream {
             reasoning: String::new(),
             tool_calls: Vec::new(),
             ends_with_call: false,
+            stopped_at: None,
             queued: Vec::new(),
             pending: DeltaParts::default(),
         }
@@ -388,12 +413,14 @@ impl ReplyStream {
         self.token_starts.push(self.raw.len());
         self.raw.push_str(&text);
         let unsplit = &self.raw[self.split_upto..];
-        if let Some(at) = self
+        // The earliest match wins; among those at one place, the first given.
+        if let Some((at, stop)) = self
             .stop_strings
             .iter()
-            .filter_map(|s| unsplit.find(s.as_str()))
-            .min()
+            .filter_map(|s| unsplit.find(s.as_str()).map(|at| (at, s)))
+            .min_by_key(|(at, _)| *at)
         {
+            self.stopped_at = Some(stop.clone());
             self.raw.truncate(self.split_upto + at);
             self.split(self.raw.len());
             self.finish_split();
@@ -502,6 +529,7 @@ impl ReplyStream {
             tool_calls: self.tool_calls,
             raw_text: self.raw,
             ends_with_call: self.ends_with_call,
+            stop_string: self.stopped_at,
         }
     }
 }
@@ -886,6 +914,7 @@ pub fn conclude(
         max_kv_size: request.max_kv_size,
         sampler: request.sampler.clone(),
         stop_reason,
+        stop_string: reply.stop_string.clone(),
         chat_template: templated,
         batch: setting.batch,
     };
@@ -1146,6 +1175,13 @@ mod tests {
         assert_eq!(reply.answer, "The answer ");
         let (_, answer, _, _) = joined(&deltas);
         assert_eq!(answer, reply.answer);
+        assert_eq!(reply.stop_string.as_deref(), Some("STOP"));
+        // Of several, the one the text reached first is named.
+        let stops = vec!["more".to_owned(), "answer".to_owned()];
+        let (_, reply, _) = stream_tokens(&tokenizer, QWEN_TOOLS, &stops, text);
+        assert_eq!(reply.stop_string.as_deref(), Some("answer"));
+        let (_, reply, _) = stream_tokens(&tokenizer, QWEN_TOOLS, &[], text);
+        assert_eq!(reply.stop_string, None);
     }
 
     #[test]

@@ -811,7 +811,8 @@ export type LocalServerSettings = {
 	/**  The port on 127.0.0.1, within `LOCAL_SERVER_PORTS`. */
 	port?: number,
 	/**
-	 *  When set, every request must send `Authorization: Bearer <key>`.
+	 *  When set, every request must send `Authorization: Bearer <key>` (or,
+	 *  as Anthropic's clients do, `x-api-key: <key>`).
 	 *  Kept in the run history's settings table with the other settings.
 	 */
 	api_key?: string | null,
