@@ -1,6 +1,15 @@
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_SETTINGS } from './bindings';
-import { clientText, curlExample, generateApiKey, routeName, serverAddress, statusParts } from './local-server';
+import {
+  CLIENT_KINDS,
+  clientSetup,
+  clientText,
+  curlExample,
+  generateApiKey,
+  routeName,
+  serverAddress,
+  statusParts,
+} from './local-server';
 
 describe('the local server as the pages describe it', () => {
   it('gives the loopback address on the port, the core default included', () => {
@@ -17,6 +26,37 @@ describe('the local server as the pages describe it', () => {
     expect(curlExample(11480, true, 'ondo-abc')).toContain('Bearer ondo-abc');
   });
 
+  it('writes each client a set-up that points it at its dialect, with the key when there is one', () => {
+    const claude = clientSetup('claude-code', 2000, false);
+    expect(claude.baseUrl).toBe('http://127.0.0.1:2000');
+    expect(claude.text).toContain('export ANTHROPIC_BASE_URL=http://127.0.0.1:2000\n');
+    expect(claude.text).toContain('export ANTHROPIC_MODEL=tiny');
+    // Claude Code insists on a token; without a key the server ignores it.
+    expect(claude.text).toContain('export ANTHROPIC_AUTH_TOKEN="ondo"');
+    expect(clientSetup('claude-code', 2000, true, 'ondo-abc', 'qwen').text).toContain(
+      'ANTHROPIC_AUTH_TOKEN="ondo-abc"\nexport ANTHROPIC_MODEL=qwen',
+    );
+
+    const codex = clientSetup('codex', 2000, false);
+    expect(codex.text).toBe(
+      'model = "tiny"\nmodel_provider = "ondo"\n\n[model_providers.ondo]\nname = "Ondo"\n' +
+        'base_url = "http://127.0.0.1:2000/v1"\nwire_api = "responses"',
+    );
+    expect(clientSetup('codex', 2000, true).text).toContain('env_key = "ONDO_API_KEY"');
+    expect(clientSetup('codex', 2000, true).where).toContain('export ONDO_API_KEY');
+
+    expect(clientSetup('openai', 2000, true).text).toBe(
+      'export OPENAI_BASE_URL=http://127.0.0.1:2000/v1\nexport OPENAI_API_KEY="$ONDO_API_KEY"',
+    );
+    expect(clientSetup('ollama', 2000, false).text).toBe('export OLLAMA_HOST=http://127.0.0.1:2000');
+    expect(CLIENT_KINDS.map((kind) => clientSetup(kind, 1, false).title)).toEqual([
+      'Claude Code',
+      'Codex CLI',
+      'OpenAI clients',
+      'Ollama clients',
+    ]);
+  });
+
   it('generates keys from the random source: 128 bits as hex, different each time', () => {
     expect(generateApiKey((bytes) => bytes.fill(0xab))).toBe(`ondo-${'ab'.repeat(16)}`);
     const first = generateApiKey();
@@ -28,6 +68,8 @@ describe('the local server as the pages describe it', () => {
     expect(routeName('POST /v1/chat/completions')).toBe('chat');
     expect(routeName('POST /api/generate')).toBe('generate');
     expect(routeName('POST /v1/completions')).toBe('completion');
+    expect(routeName('POST /v1/messages')).toBe('messages');
+    expect(routeName('POST /v1/responses')).toBe('response');
     expect(routeName('GET /v1/models')).toBe('/v1/models');
     const client = { route: 'POST /v1/chat/completions', model: 'tiny', user_agent: 'curl/8.5.0', running_ms: 40 };
     expect(clientText(client)).toBe('curl/8.5.0 (chat, tiny)');

@@ -18,6 +18,88 @@ export function curlExample(port: number, keyed: boolean, key: string | null = n
   return lines.join('\n');
 }
 
+/** The clients the Settings section writes a set-up for. */
+export type ClientKind = 'claude-code' | 'codex' | 'openai' | 'ollama';
+
+/** One client's set-up: the dialect's base URL, what to paste, and where. */
+export interface ClientSetup {
+  kind: ClientKind;
+  title: string;
+  /** The base URL this client's dialect takes. */
+  baseUrl: string;
+  /** What to paste, as written. */
+  text: string;
+  /** Where it goes, in one line. */
+  where: string;
+}
+
+/** The clients, in the order the Settings section offers them. */
+export const CLIENT_KINDS: ClientKind[] = ['claude-code', 'codex', 'openai', 'ollama'];
+
+/** A ready-to-paste set-up of `kind` for the server on `port`, asking for
+ * `model`. With a key it sends it: the real one when `key` is given, else
+ * `$ONDO_API_KEY`; without one the clients that insist on a key get a
+ * placeholder the server ignores. */
+export function clientSetup(
+  kind: ClientKind,
+  port: number,
+  keyed: boolean,
+  key: string | null = null,
+  model = 'tiny',
+): ClientSetup {
+  const address = serverAddress(port);
+  const secret = keyed ? (key ?? '$ONDO_API_KEY') : 'ondo';
+  switch (kind) {
+    case 'claude-code':
+      return {
+        kind,
+        title: 'Claude Code',
+        baseUrl: address,
+        where: 'In the shell you start claude from (Anthropic Messages, /v1/messages).',
+        text: [
+          `export ANTHROPIC_BASE_URL=${address}`,
+          `export ANTHROPIC_AUTH_TOKEN="${secret}"`,
+          `export ANTHROPIC_MODEL=${model}`,
+          `export ANTHROPIC_DEFAULT_HAIKU_MODEL=${model}`,
+          'claude',
+        ].join('\n'),
+      };
+    case 'codex':
+      return {
+        kind,
+        title: 'Codex CLI',
+        baseUrl: `${address}/v1`,
+        where: `In ~/.codex/config.toml (OpenAI Responses, /v1/responses)${keyed ? '; export ONDO_API_KEY with the key' : ''}.`,
+        text: [
+          `model = "${model}"`,
+          'model_provider = "ondo"',
+          '',
+          '[model_providers.ondo]',
+          'name = "Ondo"',
+          `base_url = "${address}/v1"`,
+          'wire_api = "responses"',
+          ...(keyed ? ['env_key = "ONDO_API_KEY"'] : []),
+        ].join('\n'),
+      };
+    case 'openai':
+      return {
+        kind,
+        title: 'OpenAI clients',
+        baseUrl: `${address}/v1`,
+        where: 'In the environment of any program built on the openai library (chat completions, /v1).',
+        text: [`export OPENAI_BASE_URL=${address}/v1`, `export OPENAI_API_KEY="${secret}"`].join('\n'),
+      };
+    case 'ollama':
+      return {
+        kind,
+        title: 'Ollama clients',
+        baseUrl: address,
+        where: `In the environment of the ollama library or CLI, or as the Ollama URL in Open WebUI (/api)${keyed ? ': they send no key, so leave the key empty for them' : ''}.`,
+        text: `export OLLAMA_HOST=${address}`,
+      };
+  }
+}
+
 /** A new random API key: "ondo-" and 32 hex digits (128 bits) from the
  * system's random source. */
 export function generateApiKey(random: (bytes: Uint8Array) => Uint8Array = (b) => crypto.getRandomValues(b)): string {
@@ -33,6 +115,10 @@ export function routeName(route: string): string {
     '/v1/completions': 'completion',
     '/api/chat': 'chat',
     '/api/generate': 'generate',
+    '/v1/messages': 'messages',
+    '/v1/responses': 'response',
+    '/v1/embeddings': 'embeddings',
+    '/api/embed': 'embeddings',
   };
   return known[path] ?? path;
 }

@@ -337,6 +337,33 @@ describe('SettingsView', () => {
       await waitFor(() => expect(writeText).toHaveBeenLastCalledWith(expect.stringContaining('curl http://127.0.0.1:11480/')));
     });
 
+    it('writes a set-up for Claude Code, Codex, OpenAI and Ollama clients, and copies it', async () => {
+      const writeText = vi.fn(async () => undefined);
+      vi.stubGlobal('navigator', { ...navigator, clipboard: { writeText } });
+      await open();
+      expect(screen.queryByTestId('server-setup')).toBeNull();
+      await fireEvent.click(screen.getByRole('checkbox', { name: 'Run the local server' }));
+      await type('Port', '2000');
+      const client = screen.getByRole('combobox', { name: 'Set up a client' }) as HTMLSelectElement;
+      expect(client.value).toBe('claude-code');
+      expect(screen.getByTestId('server-setup-text').textContent).toContain('export ANTHROPIC_BASE_URL=http://127.0.0.1:2000');
+      expect(screen.getByTestId('server-setup-url').textContent).toBe('http://127.0.0.1:2000');
+
+      await fireEvent.change(client, { target: { value: 'codex' } });
+      expect(screen.getByTestId('server-setup-text').textContent).toContain('wire_api = "responses"');
+      expect(screen.getByTestId('server-setup-url').textContent).toBe('http://127.0.0.1:2000/v1');
+      await fireEvent.click(button('Copy the Codex CLI set-up'));
+      await waitFor(() => expect(writeText).toHaveBeenCalledWith(expect.stringContaining('[model_providers.ondo]')));
+
+      // With a key shown, the set-up carries it; hidden, it names it.
+      await fireEvent.change(client, { target: { value: 'openai' } });
+      await fireEvent.click(button('Generate a key'));
+      const key = (screen.getByLabelText('API key') as HTMLInputElement).value;
+      expect(screen.getByTestId('server-setup-text').textContent).toContain(`OPENAI_API_KEY="${key}"`);
+      await fireEvent.click(button('Hide'));
+      expect(screen.getByTestId('server-setup-text').textContent).toContain('OPENAI_API_KEY="$ONDO_API_KEY"');
+    });
+
     it('shows the error when the port is taken', async () => {
       const api = await open();
       api.setSettings.mockRejectedValueOnce({
