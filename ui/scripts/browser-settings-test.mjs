@@ -211,8 +211,18 @@ test('keyboard only: turn the local server on with a generated key and save', as
     api_key: key,
     allowed_origins: [],
   });
+  // The client set-ups: chosen from the keyboard, Codex's names the
+  // Responses dialect and the key's variable.
+  const client = page.getByRole('combobox', { name: 'Set up a client' });
+  await client.focus();
+  await page.keyboard.press('ArrowDown');
+  assert.equal(await client.inputValue(), 'codex');
+  const setup = await page.getByTestId('server-setup-text').innerText();
+  assert.match(setup, /wire_api = "responses"/);
+  assert.match(setup, /env_key = "ONDO_API_KEY"/);
   // Hidden again, the key shows as dots in the picture.
   await page.getByRole('button', { name: 'Hide' }).click();
+  await page.getByTestId('server-setup-text').scrollIntoViewIfNeeded();
   await browser.screenshot(page, 'settings-server.png');
   assert.deepEqual(problems, []);
   await page.close();
