@@ -1043,6 +1043,46 @@ fn the_real_openai_client_speaks_the_responses_api() {
     assert_eq!(last["response"]["ondo"]["generated_tokens"], 4);
     assert_eq!(last["response"]["output"][0]["id"], item_id);
 
+    // `reasoning.effort` switches the template's thinking on: the reasoning
+    // comes back as a reasoning item, streamed as reasoning_text deltas.
+    // (Sampled: greedy random weights repeat one token, which may be blank.)
+    let thinking = json!({
+        "model": THINKER, "input": USER, "max_output_tokens": MAX_TOKENS,
+        "temperature": 1.0, "reasoning": {"effort": "medium"},
+    });
+    let thought = served.post("/v1/responses", &thinking).json();
+    let item = &thought["output"][0];
+    assert_eq!(item["type"], "reasoning", "{thought}");
+    assert!(item["id"].as_str().unwrap().starts_with("rs_"), "{thought}");
+    assert_eq!(item["content"][0]["type"], "reasoning_text");
+    assert!(!item["content"][0]["text"].as_str().unwrap().is_empty());
+    assert_eq!(
+        thought["usage"]["output_tokens_details"]["reasoning_tokens"],
+        thought["ondo"]["reasoning_tokens"]
+    );
+    let mut streamed_thinking = thinking.clone();
+    streamed_thinking["stream"] = json!(true);
+    let events = sse_events(&served.post("/v1/responses", &streamed_thinking).text());
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names[..4],
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.reasoning_text.delta"
+        ],
+        "{names:?}"
+    );
+    assert!(names.contains(&"response.reasoning_text.done"), "{names:?}");
+    let mut plain = thinking.clone();
+    plain["reasoning"] = json!({"effort": "none"});
+    let plain = served.post("/v1/responses", &plain).json();
+    assert!(
+        plain["usage"]["input_tokens"].as_u64() < thought["usage"]["input_tokens"].as_u64(),
+        "the switched-off template opens no <think>"
+    );
+
     // What it refuses, as the client's exceptions.
     let refused = python_client("responses_client.py", &served, "errors", json!({}));
     for (case, status, exception, words) in [

@@ -18,25 +18,23 @@ import sys
 
 import openai
 
+from openai_client import client_for
 
-def client_for(base, args):
-    return openai.OpenAI(
-        base_url=base + "/v1",
-        api_key=args.get("key", "no-key"),
-        max_retries=0,
-        timeout=120,
-    )
+
+def request(args, extra):
+    """The arguments of a greedy request: the test's and `extra`."""
+    return {
+        "model": args["model"],
+        "instructions": args["system"],
+        "input": args["user"],
+        "max_output_tokens": args["max_tokens"],
+        "temperature": 0,
+        **extra,
+    }
 
 
 def create(client, args, **extra):
-    extra.setdefault("input", args["user"])
-    return client.responses.create(
-        model=args["model"],
-        instructions=args["system"],
-        max_output_tokens=args["max_tokens"],
-        temperature=0,
-        **extra,
-    )
+    return client.responses.create(**request(args, extra))
 
 
 def described(response):
@@ -62,14 +60,7 @@ def described(response):
 
 def streamed(client, args, **extra):
     events, texts, arguments = [], [], []
-    extra.setdefault("input", args["user"])
-    with client.responses.stream(
-        model=args["model"],
-        instructions=args["system"],
-        max_output_tokens=args["max_tokens"],
-        temperature=0,
-        **extra,
-    ) as stream:
+    with client.responses.stream(**request(args, extra)) as stream:
         final = None
         for event in stream:
             events.append(event.type)
