@@ -41,6 +41,10 @@ const ROUTE: &str = "POST /v1/responses";
 /// How many responses the store keeps; the oldest goes first.
 pub(crate) const STORED_RESPONSES: usize = 256;
 
+/// How many bytes of responses (as JSON, conversation included) the store
+/// keeps: bodies may be 4 MiB each, and 256 of those would hold 1 GiB.
+pub(crate) const STORED_RESPONSE_BYTES: usize = 64 << 20;
+
 /// A kept response: what `GET` answers, and the conversation a follow-up
 /// continues (its input and its output, without its instructions, which
 /// OpenAI does not carry over).
@@ -51,28 +55,54 @@ struct StoredResponse {
     conversation: Vec<ChatMessage>,
 }
 
-/// The last [`STORED_RESPONSES`] responses kept, oldest first.
+impl StoredResponse {
+    /// Its size as JSON, which the store's bound counts.
+    fn bytes(&self) -> usize {
+        let conversation: usize = self
+            .conversation
+            .iter()
+            .map(|m| serde_json::to_string(m).map_or(0, |j| j.len()))
+            .sum();
+        self.response.to_string().len() + conversation
+    }
+}
+
+/// The last responses kept, oldest first: at most [`STORED_RESPONSES`] of
+/// them and [`STORED_RESPONSE_BYTES`] in all.
 #[derive(Debug, Default)]
 pub(crate) struct ResponseStore {
-    kept: VecDeque<StoredResponse>,
+    kept: VecDeque<(StoredResponse, usize)>,
+    bytes: usize,
 }
 
 impl ResponseStore {
     fn keep(&mut self, stored: StoredResponse) {
-        if self.kept.len() >= STORED_RESPONSES {
-            self.kept.pop_front();
+        let bytes = stored.bytes();
+        self.bytes += bytes;
+        self.kept.push_back((stored, bytes));
+        // The newest stays even alone over the bound: a follow-up to the
+        // last response is the one most likely to come.
+        while self.kept.len() > 1
+            && (self.kept.len() > STORED_RESPONSES || self.bytes > STORED_RESPONSE_BYTES)
+        {
+            if let Some((_, gone)) = self.kept.pop_front() {
+                self.bytes -= gone;
+            }
         }
-        self.kept.push_back(stored);
     }
 
     fn find(&self, id: &str) -> Option<&StoredResponse> {
-        self.kept.iter().find(|r| r.id == id)
+        self.kept.iter().map(|(r, _)| r).find(|r| r.id == id)
     }
 
     fn remove(&mut self, id: &str) -> bool {
-        let before = self.kept.len();
-        self.kept.retain(|r| r.id != id);
-        self.kept.len() < before
+        let Some(at) = self.kept.iter().position(|(r, _)| r.id == id) else {
+            return false;
+        };
+        if let Some((_, bytes)) = self.kept.remove(at) {
+            self.bytes -= bytes;
+        }
+        true
     }
 }
 
@@ -1144,6 +1174,18 @@ mod tests {
         assert!(store.find("resp_0").is_none() && store.find("resp_1").is_none());
         assert!(store.find("resp_2").is_some());
         assert!(store.remove("resp_2") && !store.remove("resp_2"));
+        // A few large ones: the oldest go to keep the bytes bound.
+        let large = "x".repeat(STORED_RESPONSE_BYTES / 3 - 1000);
+        for i in 0..4 {
+            store.keep(StoredResponse {
+                id: format!("large_{i}"),
+                response: json!({}),
+                conversation: vec![ChatMessage::user(large.clone())],
+            });
+        }
+        assert!(store.find("large_0").is_none() && store.find("resp_3").is_none());
+        assert!(store.find("large_1").is_some() && store.find("large_3").is_some());
+        assert!(store.bytes <= STORED_RESPONSE_BYTES, "{}", store.bytes);
         assert_eq!(
             function_call_item_id(&ToolCall::new("f", json!({})))[..3],
             *"fc_"
