@@ -1083,6 +1083,17 @@ fn the_real_openai_client_speaks_the_responses_api() {
         "the switched-off template opens no <think>"
     );
 
+    // A body that is not a request, and an item this server does not read:
+    // 400 in OpenAI's shape, and the server serves on.
+    for body in [
+        json!({"input": "no model"}),
+        json!({"model": VARIED, "input": [{"type": "item_reference", "id": "x"}]}),
+    ] {
+        let refused = served.post("/v1/responses", &body);
+        assert_eq!(refused.status, 400, "{}", refused.text());
+        assert_eq!(refused.json()["error"]["type"], "invalid_request_error");
+    }
+
     // What it refuses, as the client's exceptions.
     let refused = python_client("responses_client.py", &served, "errors", json!({}));
     for (case, status, exception, words) in [
