@@ -256,7 +256,7 @@ pub(crate) struct ServerState {
     flights: Flights,
     on_request: RequestLogger,
     /// Responses kept for `previous_response_id` and `GET /v1/responses/{id}`.
-    responses: Mutex<responses::ResponseStore>,
+    responses: Arc<Mutex<responses::ResponseStore>>,
 }
 
 impl ServerState {
@@ -351,7 +351,7 @@ impl LocalServer {
             tiny: Mutex::new(None),
             flights: Flights::default(),
             on_request,
-            responses: Mutex::new(responses::ResponseStore::default()),
+            responses: Arc::default(),
         });
         let rules = access::AccessRules {
             loopback_only_hosts: address.ip().is_loopback(),

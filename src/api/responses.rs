@@ -12,7 +12,7 @@
 //! names, each numbered by `sequence_number`.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -683,7 +683,7 @@ struct Finisher {
     model: String,
     echo: Echo,
     conversation: Vec<ChatMessage>,
-    state: Arc<ServerState>,
+    store: Arc<Mutex<ResponseStore>>,
 }
 
 impl Finisher {
@@ -699,7 +699,7 @@ impl Finisher {
         if self.echo.store {
             let mut conversation = self.conversation.clone();
             conversation.push(result.outcome.to_message());
-            lock(&self.state.responses).keep(StoredResponse {
+            lock(&self.store).keep(StoredResponse {
                 id: self.ids.response.clone(),
                 response: response.clone(),
                 conversation,
@@ -949,7 +949,7 @@ pub(super) async fn create(
         model: job.model.clone(),
         echo: asked.echo,
         conversation: asked.conversation,
-        state: state.clone(),
+        store: state.responses.clone(),
     };
     if asked.stream {
         let encoder = EventEncoder {
@@ -1159,6 +1159,82 @@ mod tests {
         assert!(
             with(json!({"text": {"format": {"type": "text"}}, "store": false, "parallel_tool_calls": false, "reasoning": {"effort": "none", "summary": "auto"}})).is_ok()
         );
+    }
+
+    #[test]
+    fn a_stream_opens_an_item_per_part_and_numbers_every_event() {
+        let echo = with(json!({})).unwrap().echo;
+        let mut encoder = EventEncoder {
+            finisher: Finisher {
+                ids: ResponseIds::new(),
+                created: 1,
+                model: "tiny".into(),
+                echo,
+                conversation: Vec::new(),
+                store: Arc::default(),
+            },
+            sequence: 0,
+            open: None,
+            items: 0,
+            text: String::new(),
+        };
+        let mut out = encoder.prelude();
+        out.extend(encoder.delta("", "Hmm", &[]));
+        out.extend(encoder.delta("", " ok", &[]));
+        out.extend(encoder.delta("", "", &[]));
+        out.extend(encoder.delta("Hi", "", &[]));
+        out.extend(encoder.delta("", "", &[ToolCall::new("f", json!({"x": 1}))]));
+        out.extend(encoder.failed(&ApiError::Stopping));
+        let out = String::from_utf8(out).unwrap();
+        let events: Vec<(&str, Value)> = out
+            .split("\n\n")
+            .filter(|e| !e.is_empty())
+            .map(|e| {
+                let (name, data) = e.split_once('\n').unwrap();
+                let data: Value =
+                    serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap();
+                (name.strip_prefix("event: ").unwrap(), data)
+            })
+            .collect();
+        for (i, (name, data)) in events.iter().enumerate() {
+            assert_eq!(data["type"], *name);
+            assert_eq!(data["sequence_number"], i);
+        }
+        let names: Vec<&str> = events.iter().map(|(n, _)| *n).collect();
+        assert_eq!(
+            names,
+            [
+                "response.created",
+                "response.in_progress",
+                "response.output_item.added",
+                "response.reasoning_text.delta",
+                "response.reasoning_text.delta",
+                "response.reasoning_text.done",
+                "response.output_item.done",
+                "response.output_item.added",
+                "response.content_part.added",
+                "response.output_text.delta",
+                "response.output_text.done",
+                "response.content_part.done",
+                "response.output_item.done",
+                "response.output_item.added",
+                "response.function_call_arguments.delta",
+                "response.function_call_arguments.done",
+                "response.output_item.done",
+                "error",
+                "response.failed",
+            ]
+        );
+        assert_eq!(events[0].1["response"]["status"], "in_progress");
+        assert_eq!(events[5].1["text"], "Hmm ok");
+        assert_eq!(events[6].1["item"]["type"], "reasoning");
+        assert_eq!(events[7].1["output_index"], 1);
+        assert_eq!(events[10].1["text"], "Hi");
+        assert_eq!(events[13].1["item"]["type"], "function_call");
+        assert_eq!(events[13].1["output_index"], 2);
+        assert_eq!(events[15].1["arguments"], "{\"x\":1}");
+        assert_eq!(events[18].1["response"]["status"], "failed");
+        assert_eq!(events[18].1["response"]["error"]["code"], "engine_stopped");
     }
 
     #[test]
