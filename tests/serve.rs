@@ -1,6 +1,7 @@
 //! `ondo serve` as other programs meet it: the real binary on a free port,
-//! driven by the official `openai`, `anthropic` and `ollama` Python packages
-//! (from the project venv) and by plain HTTP. Greedy answers equal `ondo run`'s;
+//! driven by the official `openai` (chat completions and the Responses API),
+//! `anthropic` and `ollama` Python packages (from the project venv) and by
+//! plain HTTP. Greedy answers equal `ondo run`'s;
 //! streamed answers equal whole ones; twelve streams at once all finish
 //! right; a client that hangs up frees the engine; every bad request gets its
 //! status and a JSON error (naming no path on the server) and the server
@@ -90,6 +91,21 @@ impl Home {
         std::fs::create_dir_all(repo.join("refs")).unwrap();
         std::fs::write(repo.join("refs/main"), commit).unwrap();
         snapshot
+    }
+
+    /// Writes the rote tool caller ([`CALLER`]): a call when its turn
+    /// opens, " sunny" after a tool's result.
+    fn cache_rote_caller(&self) {
+        let caller = self.cache_model(CALLER, &[]);
+        std::fs::write(caller.join("chat_template.jinja"), TOOL_TEMPLATE).unwrap();
+        let rules = json!({"call": ROTE_CALL, "\n\n": [ROTE_CALL], ":": [" sunny"]});
+        let made = Command::new(common::python())
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/make_tool_caller.py"))
+            .arg(&caller)
+            .arg(rules.to_string())
+            .output()
+            .unwrap();
+        assert!(made.status.success(), "{made:?}");
     }
 
     fn path(&self) -> &Path {
@@ -770,16 +786,7 @@ fn the_real_anthropic_client_gets_what_ondo_run_says() {
 #[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
 fn an_anthropic_client_gets_tool_use_and_sends_the_result_back() {
     let home = Home::new();
-    let caller = home.cache_model(CALLER, &[]);
-    std::fs::write(caller.join("chat_template.jinja"), TOOL_TEMPLATE).unwrap();
-    let rules = json!({"call": ROTE_CALL, "\n\n": [ROTE_CALL], ":": [" sunny"]});
-    let made = Command::new(common::python())
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/make_tool_caller.py"))
-        .arg(&caller)
-        .arg(rules.to_string())
-        .output()
-        .unwrap();
-    assert!(made.status.success(), "{made:?}");
+    home.cache_rote_caller();
     let served = Served::start(&home, &[]);
     let args = json!({"model": CALLER, "system": SYSTEM, "user": USER, "max_tokens": MAX_TOKENS});
     let got = python_client("anthropic_client.py", &served, "tools", args);
@@ -835,6 +842,356 @@ fn an_anthropic_client_gets_tool_use_and_sends_the_result_back() {
     assert_eq!(
         got["count_tokens"].as_u64().unwrap(),
         prompt(&call["usage"])
+    );
+}
+
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
+fn the_real_openai_client_speaks_the_responses_api() {
+    let home = Home::new();
+    let expected = home.ondo_run(VARIED, USER, &["--system-prompt", SYSTEM]);
+    let prompt_tokens = expected["prompt_tokens"].as_u64().unwrap();
+    let served = Served::start(&home, &[]);
+    let args = json!({"model": VARIED, "system": SYSTEM, "user": USER, "max_tokens": MAX_TOKENS});
+    let got = python_client("responses_client.py", &served, "basics", args);
+
+    // The greedy answer is ondo run's, as the client reads it (its
+    // output_text, put together from the output items).
+    let whole = &got["whole"];
+    assert_eq!(
+        whole["output_text"], expected["text"],
+        "the Responses API's greedy answer differs from ondo run's"
+    );
+    assert_eq!(whole["object"], "response");
+    assert!(
+        whole["id"].as_str().unwrap().starts_with("resp_"),
+        "{whole}"
+    );
+    assert_eq!(whole["model"], VARIED);
+    assert_eq!(whole["status"], "incomplete");
+    assert_eq!(
+        whole["incomplete_details"],
+        json!({"reason": "max_output_tokens"})
+    );
+    assert_eq!(whole["instructions"], SYSTEM);
+    assert_eq!(whole["metadata"], json!({"purpose": "test"}));
+    let output = whole["output"].as_array().unwrap();
+    assert_eq!(output.len(), 1, "{whole}");
+    assert_eq!(output[0]["type"], "message");
+    assert_eq!(output[0]["role"], "assistant");
+    assert!(output[0]["id"].as_str().unwrap().starts_with("msg_"));
+    assert_eq!(output[0]["content"][0]["type"], "output_text");
+    assert_eq!(
+        whole["usage"],
+        json!({
+            "input_tokens": prompt_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": MAX_TOKENS,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt_tokens + MAX_TOKENS as u64,
+        }),
+        "{whole}"
+    );
+    assert_eq!(whole["ondo"]["load_kind"], "cold");
+
+    // Streamed through the client's helper: the same text, in OpenAI's
+    // events, and the same prompt read from the cache but for its last token.
+    let streamed = &got["streamed"];
+    assert_eq!(streamed["output_text"], whole["output_text"]);
+    assert_eq!(streamed["text_deltas"], whole["output_text"]);
+    assert_eq!(streamed["status"], "incomplete");
+    assert_eq!(
+        streamed["usage"]["input_tokens_details"]["cached_tokens"],
+        prompt_tokens - 1
+    );
+    let events: Vec<&str> = streamed["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    let deltas = events
+        .iter()
+        .filter(|e| **e == "response.output_text.delta")
+        .count();
+    assert!(deltas > 1, "{events:?}");
+    let others: Vec<&str> = events
+        .iter()
+        .copied()
+        .filter(|e| *e != "response.output_text.delta")
+        .collect();
+    assert_eq!(
+        others,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.incomplete",
+        ]
+    );
+
+    // previous_response_id continues the conversation: its prompt holds
+    // the first turn's, which the cache gives back.
+    let follow_up = &got["follow_up"];
+    assert_eq!(follow_up["previous_response_id"], whole["id"]);
+    let usage = &follow_up["usage"];
+    assert!(
+        usage["input_tokens"].as_u64().unwrap() > prompt_tokens + MAX_TOKENS as u64 / 2,
+        "{usage}"
+    );
+    assert!(
+        usage["input_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap()
+            >= prompt_tokens,
+        "{usage}"
+    );
+    // One not stored is not there to continue.
+    assert_eq!(got["unstored"]["store"], false);
+    let missing = &got["after_unstored"];
+    assert_eq!(missing["status"], 404, "{missing}");
+    assert_eq!(missing["exception"], "NotFoundError");
+    assert_eq!(
+        missing["body"]["message"],
+        format!(
+            "Previous response with id '{}' not found.",
+            got["unstored"]["id"].as_str().unwrap()
+        )
+    );
+    assert_eq!(missing["body"]["type"], "invalid_request_error");
+    // Retrieved as it was answered; deleted, it is gone.
+    assert_eq!(got["retrieved"], got["whole"]);
+    assert_eq!(got["after_delete"]["status"], 404);
+    assert_eq!(got["after_delete"]["exception"], "NotFoundError");
+    let deleted = http(
+        &served.address(),
+        "DELETE",
+        &format!("/v1/responses/{}", follow_up["id"].as_str().unwrap()),
+        &[],
+        b"",
+    );
+    assert_eq!(
+        deleted.json(),
+        json!({"id": follow_up["id"], "object": "response", "deleted": true})
+    );
+    let again = http(
+        &served.address(),
+        "DELETE",
+        &format!("/v1/responses/{}", follow_up["id"].as_str().unwrap()),
+        &[],
+        b"",
+    );
+    assert_eq!(again.status, 404);
+    assert_eq!(again.json()["error"]["type"], "invalid_request_error");
+
+    // The same conversation through chat completions: the same words.
+    let chat = served
+        .post(
+            "/v1/chat/completions",
+            &chat_body(VARIED, json!({"temperature": 0})),
+        )
+        .json();
+    assert_eq!(
+        chat["choices"][0]["message"]["content"],
+        whole["output_text"]
+    );
+
+    // Every generation is a recorded run, logged under its route.
+    let runs = home.api_runs();
+    assert_eq!(runs.len(), 5, "{:?}", served.log());
+    assert!(
+        runs[..4].iter().all(|r| r
+            .user_agent
+            .as_deref()
+            .is_some_and(|a| a.starts_with("OpenAI/Python"))),
+        "{runs:?}"
+    );
+    let log = served.log().join("\n");
+    assert!(
+        log.contains(&format!("POST /v1/responses · {VARIED} · 200 · prompt ")),
+        "{log}"
+    );
+
+    // On the wire: named events, numbered in order, the item's id in each
+    // delta, Ondo's record on the final response.
+    let wire = served.post(
+        "/v1/responses",
+        &json!({"model": VARIED, "input": USER, "max_output_tokens": 4, "temperature": 0,
+                "stream": true}),
+    );
+    assert_eq!(wire.header("content-type"), Some("text/event-stream"));
+    let events = sse_events(&wire.text());
+    for (i, (name, data)) in events.iter().enumerate() {
+        assert_eq!(data["type"], name.as_str());
+        assert_eq!(data["sequence_number"], i, "{name}");
+    }
+    let (_, added) = &events[2];
+    let item_id = added["item"]["id"].as_str().unwrap();
+    assert_eq!(added["item"]["status"], "in_progress");
+    let (_, delta) = &events[4];
+    assert_eq!(delta["item_id"], item_id);
+    assert_eq!(
+        (&delta["output_index"], &delta["content_index"]),
+        (&json!(0), &json!(0))
+    );
+    let (name, last) = events.last().unwrap();
+    assert_eq!(name, "response.incomplete");
+    assert_eq!(last["response"]["ondo"]["generated_tokens"], 4);
+    assert_eq!(last["response"]["output"][0]["id"], item_id);
+
+    // `reasoning.effort` switches the template's thinking on: the reasoning
+    // comes back as a reasoning item, streamed as reasoning_text deltas.
+    // (Sampled: greedy random weights repeat one token, which may be blank.)
+    let thinking = json!({
+        "model": THINKER, "input": USER, "max_output_tokens": MAX_TOKENS,
+        "temperature": 1.0, "reasoning": {"effort": "medium"},
+    });
+    let thought = served.post("/v1/responses", &thinking).json();
+    let item = &thought["output"][0];
+    assert_eq!(item["type"], "reasoning", "{thought}");
+    assert!(item["id"].as_str().unwrap().starts_with("rs_"), "{thought}");
+    assert_eq!(item["content"][0]["type"], "reasoning_text");
+    assert!(!item["content"][0]["text"].as_str().unwrap().is_empty());
+    assert_eq!(
+        thought["usage"]["output_tokens_details"]["reasoning_tokens"],
+        thought["ondo"]["reasoning_tokens"]
+    );
+    let mut streamed_thinking = thinking.clone();
+    streamed_thinking["stream"] = json!(true);
+    let events = sse_events(&served.post("/v1/responses", &streamed_thinking).text());
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names[..4],
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.reasoning_text.delta"
+        ],
+        "{names:?}"
+    );
+    assert!(names.contains(&"response.reasoning_text.done"), "{names:?}");
+    let mut plain = thinking.clone();
+    plain["reasoning"] = json!({"effort": "none"});
+    let plain = served.post("/v1/responses", &plain).json();
+    assert!(
+        plain["usage"]["input_tokens"].as_u64() < thought["usage"]["input_tokens"].as_u64(),
+        "the switched-off template opens no <think>"
+    );
+
+    // A body that is not a request, and an item this server does not read:
+    // 400 in OpenAI's shape, and the server serves on.
+    for body in [
+        json!({"input": "no model"}),
+        json!({"model": VARIED, "input": [{"type": "item_reference", "id": "x"}]}),
+    ] {
+        let refused = served.post("/v1/responses", &body);
+        assert_eq!(refused.status, 400, "{}", refused.text());
+        assert_eq!(refused.json()["error"]["type"], "invalid_request_error");
+    }
+
+    // What it refuses, as the client's exceptions.
+    let refused = python_client("responses_client.py", &served, "errors", json!({}));
+    for (case, status, exception, words) in [
+        (
+            "json_schema",
+            400,
+            "BadRequestError",
+            "constrained output) is not supported yet",
+        ),
+        (
+            "image",
+            400,
+            "BadRequestError",
+            "images and files are not supported yet by Ondo",
+        ),
+        ("web_search", 400, "BadRequestError", "'web_search'"),
+        ("unknown_model", 404, "NotFoundError", "org/missing"),
+        (
+            "unknown_previous",
+            404,
+            "NotFoundError",
+            "'resp_missing' not found",
+        ),
+    ] {
+        let got = &refused[case];
+        assert_eq!(got["status"], status, "{case}: {got}");
+        assert_eq!(got["exception"], exception, "{case}: {got}");
+        let message = got["body"]["message"].as_str().unwrap();
+        assert!(message.contains(words), "{case}: {message}");
+    }
+}
+
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
+fn a_responses_client_gets_function_calls_and_sends_the_output_back() {
+    let home = Home::new();
+    home.cache_rote_caller();
+    let served = Served::start(&home, &[]);
+    let args = json!({"model": CALLER, "system": SYSTEM, "user": USER, "max_tokens": MAX_TOKENS});
+    let got = python_client("responses_client.py", &served, "tools", args);
+
+    // The model's call comes back as a function_call item.
+    let call = &got["call"];
+    assert_eq!(call["status"], "completed", "{call}");
+    let output = call["output"].as_array().unwrap();
+    assert_eq!(output.len(), 1, "{call}");
+    assert_eq!(output[0]["type"], "function_call");
+    assert_eq!(output[0]["name"], "get_weather");
+    assert_eq!(output[0]["status"], "completed");
+    let arguments: Value = serde_json::from_str(output[0]["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(arguments, json!({"city": "Paris"}));
+    assert!(output[0]["id"].as_str().unwrap().starts_with("fc_"));
+    assert!(output[0]["call_id"].as_str().unwrap().starts_with("call_"));
+    // Streamed, the arguments arrive in their own events.
+    let streamed = &got["streamed"];
+    assert_eq!(streamed["output"][0]["type"], "function_call", "{streamed}");
+    assert_eq!(streamed["argument_deltas"], output[0]["arguments"]);
+    for name in [
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.completed",
+    ] {
+        assert!(
+            streamed["events"]
+                .as_array()
+                .unwrap()
+                .contains(&json!(name)),
+            "no {name}: {streamed}"
+        );
+    }
+    // The output went back (after the stored call, and with the whole
+    // conversation sent again), and the model answered it.
+    for case in ["answered", "resent"] {
+        let answered = &got[case];
+        assert_eq!(answered["status"], "completed", "{case}: {answered}");
+        assert_eq!(
+            answered["output_text"].as_str().unwrap().trim(),
+            "sunny",
+            "{case}: {answered}"
+        );
+    }
+    assert_eq!(
+        got["answered"]["usage"]["input_tokens"],
+        got["resent"]["usage"]["input_tokens"]
+    );
+    assert!(
+        got["answered"]["usage"]["input_tokens"].as_u64().unwrap()
+            > call["usage"]["input_tokens"].as_u64().unwrap() + 5
+    );
+    // tool_choice none: no tools offered, the markers are text.
+    let refused = &got["tool_choice_none"];
+    assert_eq!(refused["output"][0]["type"], "message", "{refused}");
+    assert!(
+        refused["output_text"]
+            .as_str()
+            .unwrap()
+            .contains("<tool_call>"),
+        "{refused}"
     );
 }
 

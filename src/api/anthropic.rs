@@ -414,12 +414,7 @@ fn tools_offered(
                         "tool_choice of type tool needs the name of the tool".into(),
                     ));
                 };
-                offered.retain(|t| t["function"]["name"] == name.as_str());
-                if offered.is_empty() {
-                    return Err(ApiError::InvalidField(format!(
-                        "tool_choice names the tool '{name}', which is not among the tools"
-                    )));
-                }
+                only_tool(&mut offered, &name)?;
             }
             other => {
                 return Err(ApiError::InvalidField(format!(
@@ -429,6 +424,18 @@ fn tools_offered(
         },
     }
     Ok((!offered.is_empty()).then_some(offered))
+}
+
+/// Keeps of the tools offered (in the template's function shape) only the
+/// one `tool_choice` names; a name not among them is an error.
+pub(super) fn only_tool(offered: &mut Vec<Value>, name: &str) -> Result<(), ApiError> {
+    offered.retain(|t| t["function"]["name"] == name);
+    if offered.is_empty() {
+        return Err(ApiError::InvalidField(format!(
+            "tool_choice names the tool '{name}', which is not among the tools"
+        )));
+    }
+    Ok(())
 }
 
 impl MessagesRequest {
@@ -512,8 +519,8 @@ impl MessagesRequest {
     }
 }
 
-/// An id with Anthropic's prefix for its kind, unique like a run id.
-fn new_id(prefix: &str) -> String {
+/// An id with the prefix for its kind (`msg_`, `resp_`), unique like a run id.
+pub(super) fn new_id(prefix: &str) -> String {
     crate::session::record::new_run_id().replacen("r-", prefix, 1)
 }
 
@@ -596,8 +603,9 @@ fn message_out(id: &str, model: &str, result: &JobResult) -> Value {
     })
 }
 
-/// One server-sent event as Anthropic writes them: its name, then its data.
-fn event(name: &str, data: &Value) -> Vec<u8> {
+/// One server-sent event as Anthropic (and OpenAI's Responses API) write
+/// them: its name, then its data.
+pub(super) fn event(name: &str, data: &Value) -> Vec<u8> {
     format!("event: {name}\ndata: {data}\n\n").into_bytes()
 }
 

@@ -1,5 +1,6 @@
 //! The local server: other programs use Ondo's warm models over HTTP, in
-//! the OpenAI dialect (`/v1/...`), the Anthropic dialect (`/v1/messages`)
+//! the OpenAI dialect (`/v1/...`, chat completions and the Responses API),
+//! the Anthropic dialect (`/v1/messages`)
 //! and the Ollama dialect (`/api/...`). It is
 //! a client of the session pool like the app and the CLI, so an API request
 //! and a chat in the popover share the warm models, the keep-alive and the
@@ -21,6 +22,7 @@ pub mod generation;
 mod ollama;
 mod openai;
 mod queue;
+mod responses;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -253,6 +255,8 @@ pub(crate) struct ServerState {
     tiny: Mutex<Option<ResolvedModel>>,
     flights: Flights,
     on_request: RequestLogger,
+    /// Responses kept for `previous_response_id` and `GET /v1/responses/{id}`.
+    responses: Arc<Mutex<responses::ResponseStore>>,
 }
 
 impl ServerState {
@@ -347,6 +351,7 @@ impl LocalServer {
             tiny: Mutex::new(None),
             flights: Flights::default(),
             on_request,
+            responses: Arc::default(),
         });
         let rules = access::AccessRules {
             loopback_only_hosts: address.ip().is_loopback(),
@@ -474,6 +479,11 @@ fn router(state: Arc<ServerState>, rules: access::AccessRules) -> Router {
         .route("/v1/completions", post(openai::completions))
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
+        .route("/v1/responses", post(responses::create))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::retrieve).delete(responses::delete),
+        )
         .route("/api/version", get(ollama::version))
         .route("/api/tags", get(ollama::tags))
         .route("/api/ps", get(ollama::ps))

@@ -44,8 +44,9 @@ enum Command {
     /// Time prefill, decode and cold start over repetitions (median and
     /// spread), optionally against Python mlx-lm on the same model.
     Bench(bench::BenchArgs),
-    /// Serve the models to other programs over HTTP, in the OpenAI and the
-    /// Ollama dialects, on this machine's warm pool (every request recorded).
+    /// Serve the models to other programs over HTTP, in the OpenAI (chat
+    /// completions and Responses), Anthropic and Ollama dialects, on this
+    /// machine's warm pool (every request recorded).
     Serve(serve::ServeArgs),
     /// Download a model from the Hugging Face hub into the shared cache
     /// (resumable: Ctrl-C pauses, the same command continues).

@@ -121,7 +121,10 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
         Arc::new(|log: &crate::api::RequestLog| eprintln!("{}", log.line())),
     )?;
     let url = server.url();
-    println!("Ondo is serving at {url} (OpenAI API under /v1, Ollama API under /api)");
+    println!(
+        "Ondo is serving at {url} (OpenAI API and Responses under /v1, Anthropic under \
+         /v1/messages, Ollama API under /api)"
+    );
     let _ = std::io::stdout().flush();
     eprintln!(
         "models: {}{}\nCtrl-C stops after answering the requests in flight",
