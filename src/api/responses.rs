@@ -345,16 +345,24 @@ fn input_messages(input: InputIn, earlier: &[ChatMessage]) -> Result<Vec<ChatMes
 }
 
 /// The tools as the chat template takes them (nested under `function`, as
-/// chat completions sends them), as `tool_choice` offers them.
+/// chat completions sends them), as `tool_choice` offers them. Tools of
+/// another type (OpenAI's hosted web_search or file_search, Codex CLI's
+/// local_shell or free-form custom tools) are not offered to the model:
+/// nothing here runs them, and agents such as Codex send them beside their
+/// function tools on every turn, which a refusal would break. A tool
+/// without a type is malformed and refused.
 fn tools_offered(tools: &[Value], choice: &Value) -> Result<Option<Vec<Value>>, ApiError> {
     let mut offered = Vec::with_capacity(tools.len());
     for (i, tool) in tools.iter().enumerate() {
-        let kind = tool.get("type").and_then(Value::as_str).unwrap_or("");
-        if kind != "function" {
-            return Err(ApiError::InvalidField(format!(
-                "tool {i} is of type '{kind}'; this server runs only function tools the client \
-                 defines, not OpenAI's own (web_search, file_search, ...)"
-            )));
+        match tool.get("type").and_then(Value::as_str) {
+            Some("function") => {}
+            Some(_) => continue,
+            None => {
+                return Err(ApiError::InvalidField(format!(
+                    "tool {i} has no type; a function tool is {{\"type\": \"function\", \
+                     \"name\": ..., \"parameters\": ...}}"
+                )));
+            }
         }
         let Some(name) = tool.get("name").and_then(Value::as_str) else {
             return Err(ApiError::InvalidField(format!(
@@ -1101,8 +1109,13 @@ mod tests {
 
     #[test]
     fn tool_choice_decides_which_tools_are_offered() {
+        // Codex CLI sends hosted and free-form tools beside its functions:
+        // they are left out, the functions offered.
         let tools = json!([
             {"type": "function", "name": "a", "parameters": {}},
+            {"type": "web_search"},
+            {"type": "custom", "name": "apply_patch", "format": {"type": "grammar"}},
+            {"type": "local_shell"},
             {"type": "function", "name": "b", "parameters": {}},
         ]);
         let offered = |choice: Value| -> Option<Vec<String>> {
@@ -1137,10 +1150,7 @@ mod tests {
                 json!({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}),
                 "images and files are not supported yet by Ondo",
             ),
-            (
-                json!({"tools": [{"type": "web_search"}]}),
-                "type 'web_search'",
-            ),
+            (json!({"tools": [{"name": "f"}]}), "tool 0 has no type"),
             (
                 json!({"tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "function", "name": "g"}}),
                 "'g', which is not among the tools",
