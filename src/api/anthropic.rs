@@ -92,7 +92,8 @@ struct ToolIn {
     description: Option<String>,
     input_schema: Option<Value>,
     /// `custom` (or absent) for a tool the client runs; Anthropic's own
-    /// tools (`web_search_...`, `bash_...`) name themselves here.
+    /// server tools (`web_search_...`, `bash_...`) name themselves here and
+    /// are left out.
     #[serde(rename = "type")]
     kind: Option<String>,
 }
@@ -373,7 +374,9 @@ fn chat_messages(
 }
 
 /// The tools as the chat template takes them (OpenAI's function shape), as
-/// `tool_choice` offers them.
+/// `tool_choice` offers them. Anthropic's own server tools (web search, code
+/// execution, ...) are not offered to the model: nothing here runs them,
+/// and a client that sends them beside its own tools still gets an answer.
 fn tools_offered(
     tools: Option<Vec<ToolIn>>,
     choice: Option<ToolChoiceIn>,
@@ -381,19 +384,14 @@ fn tools_offered(
     let tools = tools.unwrap_or_default();
     let mut offered = Vec::with_capacity(tools.len());
     for tool in tools {
-        let custom = tool.kind.as_deref().is_none_or(|k| k == "custom");
-        let Some(schema) = tool.input_schema.filter(|_| custom) else {
-            return Err(ApiError::InvalidField(match tool.kind {
-                Some(kind) if !custom => format!(
-                    "tool '{}' is Anthropic's own ({kind}); this server runs only tools the \
-                     client defines, with a name, a description and an input_schema",
-                    tool.name
-                ),
-                _ => format!(
-                    "tool '{}' has no input_schema; give it the JSON schema of its input",
-                    tool.name
-                ),
-            }));
+        if !tool.kind.as_deref().is_none_or(|k| k == "custom") {
+            continue;
+        }
+        let Some(schema) = tool.input_schema else {
+            return Err(ApiError::InvalidField(format!(
+                "tool '{}' has no input_schema; give it the JSON schema of its input",
+                tool.name
+            )));
         };
         let mut function = Map::new();
         function.insert("name".into(), tool.name.into());
@@ -899,8 +897,10 @@ mod tests {
 
     #[test]
     fn tool_choice_decides_which_tools_are_offered() {
+        // A server tool beside the client's own is left out.
         let tools = json!([
             {"name": "a", "input_schema": {"type": "object"}},
+            {"name": "web_search", "type": "web_search_20250305", "max_uses": 5},
             {"name": "b", "input_schema": {"type": "object"}},
         ]);
         let offered = |choice: Value| -> Option<Vec<String>> {
@@ -970,10 +970,6 @@ mod tests {
             (
                 json!({"messages": [{"role": "system", "content": "hi"}]}),
                 "role 'system'",
-            ),
-            (
-                json!({"tools": [{"name": "web_search", "type": "web_search_20250305"}]}),
-                "Anthropic's own (web_search_20250305)",
             ),
             (
                 json!({"tools": [{"name": "f"}]}),
