@@ -384,7 +384,7 @@ fn tools_offered(
     let tools = tools.unwrap_or_default();
     let mut offered = Vec::with_capacity(tools.len());
     for tool in tools {
-        if !tool.kind.as_deref().is_none_or(|k| k == "custom") {
+        if tool.kind.as_deref().is_some_and(|k| k != "custom") {
             continue;
         }
         let Some(schema) = tool.input_schema else {
