@@ -100,6 +100,8 @@ fn base() -> RunRecord {
         waited_for: None,
         prefill_chunks: None,
         interleaved_chunks: None,
+        constraint: None,
+        mask_ms_per_token: None,
         concurrency: None,
         aggregate_tps: None,
         provenance: Provenance {

@@ -335,7 +335,12 @@ fn python_client(script: &str, served: &Served, scenario: &str, args: Value) -> 
         String::from_utf8_lossy(&output.stderr),
         served.log().join("\n")
     );
-    serde_json::from_slice(&output.stdout).unwrap()
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{script} {scenario} printed what is not JSON ({e}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
 }
 
 fn chat_body(model: &str, extra: Value) -> Value {
@@ -1199,6 +1204,123 @@ fn a_responses_client_gets_function_calls_and_sends_the_output_back() {
             .contains("<tool_call>"),
         "{refused}"
     );
+}
+
+/// A person, as the structured-output tests ask for one: every string
+/// bounded, so even random weights finish the object within the budget.
+fn person_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "role": {"enum": ["admin", "user"]},
+            "age": {"type": "integer", "minimum": 0, "maximum": 99},
+        },
+        "required": ["role", "age"],
+        "additionalProperties": false,
+    })
+}
+
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
+fn outputs_held_to_a_json_schema_are_valid_through_every_official_client() {
+    let home = Home::new();
+    let schema = person_schema();
+    let budget = 300;
+    // ondo run holds its answer to the same schema: the greedy answer every
+    // dialect must give.
+    let output = home
+        .ondo()
+        .args(["run", VARIED, USER, "--json", "--no-history"])
+        .args(["--max-tokens", &budget.to_string()])
+        .args(["--json-schema", &schema.to_string()])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let expected: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let expected_text = expected["text"].as_str().unwrap();
+    let parsed: Value = serde_json::from_str(expected_text)
+        .unwrap_or_else(|e| panic!("ondo run's held answer is not JSON: {e}: {expected_text:?}"));
+    assert!(
+        parsed["role"] == "admin" || parsed["role"] == "user",
+        "{parsed}"
+    );
+    assert_eq!(expected["stop_reason"], "eos", "{expected}");
+    assert_eq!(expected["constraint"]["kind"], "json_schema");
+
+    let served = Served::start(&home, &[]);
+    let args = json!({"model": VARIED, "user": USER, "max_tokens": budget, "schema": schema});
+    let got = python_client("structured_client.py", &served, "dialects", args);
+    for dialect in [
+        "chat",
+        "chat_streamed",
+        "responses",
+        "ollama_chat",
+        "anthropic",
+    ] {
+        assert_eq!(got[dialect]["valid"], true, "{dialect}: {}", got[dialect]);
+    }
+    // "json" bounds no string: random weights may run out of tokens inside
+    // one, but what they wrote is an object's start, and a finished one is
+    // an object.
+    let any_object = &got["ollama_generate_json"];
+    assert!(
+        any_object["text"].as_str().unwrap().starts_with('{'),
+        "{any_object}"
+    );
+    if any_object["done_reason"] == "stop" {
+        assert_eq!(any_object["valid"], true, "{any_object}");
+    }
+    // One prompt, one greedy walk through one grammar: the same text.
+    for dialect in [
+        "chat",
+        "chat_streamed",
+        "responses",
+        "ollama_chat",
+        "anthropic",
+    ] {
+        assert_eq!(got[dialect]["text"], expected_text, "{dialect}");
+    }
+    assert_eq!(got["chat"]["finish_reason"], "stop");
+    assert_eq!(got["anthropic"]["stop_reason"], "end_turn");
+    assert_eq!(got["responses"]["format_echoed"], "json_schema");
+    // The SDKs' own helpers parse the reply into the model they asked with.
+    for helper in ["chat_parse", "responses_parse"] {
+        let person = &got[helper]["parsed"];
+        assert!(person["age"].is_i64(), "{helper}: {}", got[helper]);
+    }
+    let ondo = &got["chat"]["ondo"];
+    assert_eq!(ondo["constraint"]["kind"], "json_schema", "{ondo}");
+    assert!(ondo["constraint"]["masks"].as_u64().unwrap() > 0, "{ondo}");
+
+    // The history says which runs were held, and what a mask cost.
+    let runs = home.api_runs();
+    assert!(!runs.is_empty());
+    for run in &runs {
+        let kind = run.constraint.as_deref();
+        assert!(
+            kind == Some("json_schema") || kind == Some("json_object"),
+            "{:?}",
+            run.constraint
+        );
+        assert!(run.mask_ms_per_token.is_some_and(|ms| ms > 0.0), "{run:?}");
+    }
+
+    // A schema the grammar engine refuses is each dialect's 400, quoting it.
+    let refused = python_client(
+        "structured_client.py",
+        &served,
+        "errors",
+        json!({"model": VARIED}),
+    );
+    for client in ["openai", "ollama", "anthropic"] {
+        assert_eq!(
+            refused[client]["status"], 400,
+            "{client}: {}",
+            refused[client]
+        );
+        let message = refused[client]["message"].as_str().unwrap();
+        assert!(message.contains("strng"), "{client}: {message}");
+    }
 }
 
 #[test]

@@ -12,6 +12,7 @@
 //! server-sent events with Anthropic's event names; a busy engine is 529
 //! `overloaded_error`, as Anthropic's clients expect.
 
+use super::output_format::anthropic_output_format;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -54,11 +55,14 @@ struct MessagesRequest {
     top_k: Option<i64>,
     thinking: Option<ThinkingIn>,
     output_config: Option<OutputConfigIn>,
+    /// Structured outputs as first released (`output_format`), before they
+    /// moved to `output_config.format`.
+    output_format: Option<Value>,
     stream: Option<bool>,
 }
 
-/// `output_config`: `effort` is Claude's own and ignored; `format` (output
-/// held to a JSON schema) is refused until the server can hold it.
+/// `output_config`: `effort` is Claude's own and ignored; `format` holds
+/// the reply to a JSON schema.
 #[derive(Debug, Deserialize)]
 struct OutputConfigIn {
     format: Option<Value>,
@@ -439,17 +443,6 @@ pub(super) fn only_tool(offered: &mut Vec<Value>, name: &str) -> Result<(), ApiE
 impl MessagesRequest {
     /// The prompt the chat template renders: system, messages and tools.
     fn prompt(&mut self) -> Result<Prompt, ApiError> {
-        if self
-            .output_config
-            .as_ref()
-            .is_some_and(|c| c.format.as_ref().is_some_and(|f| !f.is_null()))
-        {
-            return Err(ApiError::InvalidField(
-                "output_config.format (output held to a JSON schema) is not supported yet; ask \
-                 for JSON in the prompt instead"
-                    .into(),
-            ));
-        }
         let messages = chat_messages(self.system.take(), std::mem::take(&mut self.messages))?;
         let tools = tools_offered(self.tools.take(), self.tool_choice.take())?;
         let mut template_options = Map::new();
@@ -499,6 +492,10 @@ impl MessagesRequest {
     }
 
     fn into_ask(mut self, user_agent: Option<String>) -> Result<(Ask, bool), ApiError> {
+        let constraint = anthropic_output_format(
+            self.output_format.as_ref(),
+            self.output_config.as_ref().and_then(|c| c.format.as_ref()),
+        )?;
         let settings = self.settings()?;
         let prompt = self.prompt()?;
         let stream = self.stream.unwrap_or(false);
@@ -512,6 +509,7 @@ impl MessagesRequest {
             keep_alive: KeepAliveAsked::Unchanged,
             user_agent,
             stream,
+            constraint,
         };
         Ok((ask, stream))
     }
@@ -985,8 +983,8 @@ mod tests {
             ),
             (json!({"thinking": {"type": "deep"}}), "type 'deep'"),
             (
-                json!({"output_config": {"format": {"type": "json_schema", "schema": {}}}}),
-                "output_config.format",
+                json!({"output_config": {"format": {"type": "json_schema"}}}),
+                "output_format json_schema needs its schema",
             ),
         ] {
             let Err(error) = with(body.clone()) else {

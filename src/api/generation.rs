@@ -15,6 +15,7 @@ use super::ServerState;
 use super::conversations::PromptParts;
 use super::error::ApiError;
 use super::queue::Turn;
+use crate::engine::constrain::OutputConstraint;
 use crate::engine::stream::RunOutcome;
 use crate::engine::{CancelToken, GenerateRequest, Prompt, RunEvent, ToolCall};
 use crate::resolve::ResolvedModel;
@@ -84,6 +85,8 @@ pub(crate) struct Ask {
     /// The answer streams: the engine sends every token as it comes (a
     /// whole answer is better served by the engine's merged deltas).
     pub stream: bool,
+    /// What the reply is held to (JSON, a JSON schema); `None`: free text.
+    pub constraint: Option<OutputConstraint>,
 }
 
 /// What a running job says, in order: `Started`, any `Delta`s, then one of
@@ -145,6 +148,7 @@ impl JobResult {
             stop_reason: r.stop_reason,
             conversation_id: r.conversation_id.clone(),
             batch: self.outcome.stats.batch.clone(),
+            constraint: self.outcome.stats.constraint.clone(),
         }
     }
 
@@ -208,6 +212,9 @@ pub struct OndoRecord {
     /// chunks run between the others' steps. `null` when it ran alone by
     /// request (a batch of 1).
     pub batch: Option<crate::engine::stats::BatchShare>,
+    /// The grammar the reply was held to (`json_object`, `json_schema`),
+    /// its compile time and the mask time per token; `null` for free text.
+    pub constraint: Option<crate::engine::constrain::ConstraintStats>,
 }
 
 /// Cancels a generation when dropped: the client went away.
@@ -446,7 +453,8 @@ impl ServerState {
             // As many share the engine's batch as the server gives turns.
             max_batch: self.queue.slots(),
             ..settings.request(&model.dir, ask.prompt.clone())
-        };
+        }
+        .hold_to(ask.constraint.clone());
         let context = RunContext {
             conversation_id: Some(conversation),
             user_agent: ask.user_agent.clone(),

@@ -21,6 +21,7 @@ pub mod error;
 pub mod generation;
 mod ollama;
 mod openai;
+mod output_format;
 mod queue;
 mod responses;
 

@@ -6,6 +6,8 @@
 //! the pool; `think` is the template's `enable_thinking` (or, as a word,
 //! gpt-oss's `reasoning_effort`), and the reasoning comes back as `thinking`.
 
+use super::output_format::ollama_format;
+use crate::engine::constrain::OutputConstraint;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -93,15 +95,9 @@ struct CommonIn {
 }
 
 impl CommonIn {
-    fn check(&self) -> Result<(), ApiError> {
-        match &self.format {
-            None | Some(Value::Null) => Ok(()),
-            Some(Value::String(s)) if s.is_empty() => Ok(()),
-            Some(_) => Err(ApiError::InvalidField(
-                "format (structured output) is not supported; ask for JSON in the prompt instead"
-                    .into(),
-            )),
-        }
+    /// What `format` holds the reply to.
+    fn constraint(&self) -> Result<Option<OutputConstraint>, ApiError> {
+        ollama_format(self.format.as_ref())
     }
 
     fn settings(&self) -> Result<SettingsAsked, ApiError> {
@@ -299,7 +295,7 @@ enum Asked {
 
 impl ChatIn {
     fn into_request(mut self, user_agent: Option<String>) -> Result<Asked, ApiError> {
-        self.common.check()?;
+        let constraint = self.common.constraint()?;
         let keep_alive = self.common.keep_alive()?;
         let messages = self.messages.unwrap_or_default();
         if messages.is_empty() {
@@ -325,6 +321,7 @@ impl ChatIn {
             keep_alive,
             user_agent,
             stream: self.common.stream.unwrap_or(true),
+            constraint,
         };
         Ok(Asked::Generate(
             Box::new(ask),
@@ -335,7 +332,7 @@ impl ChatIn {
 
 impl GenerateIn {
     fn into_request(mut self, user_agent: Option<String>) -> Result<Asked, ApiError> {
-        self.common.check()?;
+        let constraint = self.common.constraint()?;
         refuse_images(self.images.as_ref())?;
         if self.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
             return Err(ApiError::InvalidField(
@@ -367,6 +364,7 @@ impl GenerateIn {
             keep_alive,
             user_agent,
             stream: self.common.stream.unwrap_or(true),
+            constraint,
         };
         Ok(Asked::Generate(
             Box::new(ask),
@@ -911,8 +909,8 @@ mod tests {
                 "role 'bot'",
             ),
             (
-                json!({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "format": "json"}),
-                "format",
+                json!({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "format": "yaml"}),
+                "format 'yaml'",
             ),
             (
                 json!({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "think": 3}),

@@ -6,6 +6,7 @@
 //! the app's Settings keep. Streams are server-sent events, one chunk per
 //! token, ending with `data: [DONE]`.
 
+use super::output_format::openai_response_format;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -245,14 +246,7 @@ impl ChatCompletionRequest {
                 "messages is empty; send at least one message".into(),
             ));
         }
-        if let Some(format) = &self.response_format {
-            let kind = format.get("type").and_then(Value::as_str).unwrap_or("");
-            if !format.is_null() && kind != "text" {
-                return Err(ApiError::InvalidField(format!(
-                    "response_format '{kind}' is not supported; ask for JSON in the prompt instead"
-                )));
-            }
-        }
+        let constraint = openai_response_format(self.response_format.as_ref())?;
         let settings = self.sampling.settings()?;
         let messages = self
             .messages
@@ -279,6 +273,7 @@ impl ChatCompletionRequest {
             keep_alive: KeepAliveAsked::Unchanged,
             user_agent,
             stream: self.sampling.stream.unwrap_or(false),
+            constraint,
         };
         Ok((
             ask,
@@ -348,6 +343,7 @@ impl CompletionRequest {
             keep_alive: KeepAliveAsked::Unchanged,
             user_agent,
             stream: self.sampling.stream.unwrap_or(false),
+            constraint: None,
         };
         Ok((
             ask,
@@ -801,8 +797,8 @@ mod tests {
             (json!({"max_tokens": -5}), "max_tokens is -5"),
             (json!({"logprobs": true}), "logprobs"),
             (
-                json!({"response_format": {"type": "json_object"}}),
-                "json_object",
+                json!({"response_format": {"type": "grammar"}}),
+                "response_format type 'grammar'",
             ),
             (json!({"messages": []}), "messages is empty"),
             (

@@ -11,6 +11,7 @@
 //! (and its KV cache). Streams are server-sent events with OpenAI's event
 //! names, each numbered by `sequence_number`.
 
+use super::output_format::responses_text_format;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
@@ -158,6 +159,8 @@ struct Echo {
     metadata: Value,
     parallel_tool_calls: bool,
     effort: Option<String>,
+    /// `text.format` as asked (`{"type": "text"}` when not).
+    text_format: Value,
 }
 
 /// What a client is told for an image or a file.
@@ -434,15 +437,12 @@ impl ResponsesRequest {
         earlier: Vec<ChatMessage>,
         user_agent: Option<String>,
     ) -> Result<Asked, ApiError> {
-        if let Some(format) = self.text.as_ref().and_then(|t| t.format.as_ref()) {
-            let kind = format.get("type").and_then(Value::as_str).unwrap_or("");
-            if !format.is_null() && kind != "text" {
-                return Err(ApiError::InvalidField(format!(
-                    "text.format '{kind}' (constrained output) is not supported yet; ask for \
-                     JSON in the prompt instead"
-                )));
-            }
-        }
+        let text_format = self
+            .text
+            .and_then(|t| t.format)
+            .filter(|f| !f.is_null())
+            .unwrap_or_else(|| json!({"type": "text"}));
+        let constraint = responses_text_format(Some(&text_format))?;
         let max_tokens = match self.max_output_tokens {
             Some(n) if n < 1 => {
                 return Err(ApiError::InvalidField(format!(
@@ -509,6 +509,7 @@ impl ResponsesRequest {
             keep_alive: KeepAliveAsked::Unchanged,
             user_agent,
             stream,
+            constraint,
         };
         let echo = Echo {
             instructions: self.instructions,
@@ -526,6 +527,7 @@ impl ResponsesRequest {
             metadata: self.metadata.unwrap_or_else(|| json!({})),
             parallel_tool_calls: self.parallel_tool_calls.unwrap_or(true),
             effort,
+            text_format,
         };
         Ok(Asked {
             ask,
@@ -674,7 +676,7 @@ fn response_object(
         "metadata": echo.metadata,
         "parallel_tool_calls": echo.parallel_tool_calls,
         "reasoning": {"effort": echo.effort, "summary": null},
-        "text": {"format": {"type": "text"}},
+        "text": {"format": echo.text_format},
         "truncation": "disabled",
     });
     if let Some(ondo) = ondo {
@@ -1139,12 +1141,12 @@ mod tests {
     fn what_this_server_cannot_do_is_refused_by_name() {
         for (body, words) in [
             (
-                json!({"text": {"format": {"type": "json_schema", "name": "x", "schema": {}}}}),
-                "constrained output) is not supported yet",
+                json!({"text": {"format": {"type": "json_schema", "name": "x", "schema": 3}}}),
+                "text.format: the schema cannot be enforced",
             ),
             (
-                json!({"text": {"format": {"type": "json_object"}}}),
-                "'json_object'",
+                json!({"text": {"format": {"type": "grammar"}}}),
+                "text.format type 'grammar'",
             ),
             (
                 json!({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}),

@@ -648,6 +648,8 @@ pub(super) fn endpoint_record(parts: EndpointRecord<'_>) -> RunRecord {
         waited_for: None,
         prefill_chunks: None,
         interleaved_chunks: None,
+        constraint: None,
+        mask_ms_per_token: None,
         concurrency: context.concurrency,
         aggregate_tps: None,
         provenance: Provenance {

@@ -11,6 +11,7 @@ use clap::Args;
 use crate::ErrorKind;
 use crate::cli::error::CliError;
 use crate::engine::chat_template::ChatMessage;
+use crate::engine::constrain::OutputConstraint;
 use crate::engine::{CancelToken, GenerateRequest, Prompt, RunEvent, RunStats};
 use crate::paths::DataDirs;
 use crate::resolve::{NamedBy, ResolvedModel, resolve_model};
@@ -59,6 +60,26 @@ pub struct GenerationArgs {
     /// without the switch ignore it (a note says so).
     #[arg(long, value_name = "on|off", value_parser = on_or_off)]
     think: Option<bool>,
+    /// Hold the answer to JSON valid against this JSON schema: a file, or
+    /// the schema itself ('{"type": "object", ...}'). Each token is drawn
+    /// only among those the schema allows; the footer says what working
+    /// that out cost per token.
+    #[arg(long, value_name = "FILE|SCHEMA", conflicts_with = "json_object")]
+    json_schema: Option<String>,
+    /// Hold the answer to a JSON object (any keys and values).
+    #[arg(long)]
+    json_object: bool,
+}
+
+/// `--json-schema`'s value: the schema itself, or a file holding it.
+fn read_schema(value: &str) -> Result<serde_json::Value, String> {
+    let text = if value.trim_start().starts_with(['{', '[']) || value.trim() == "true" {
+        value.to_owned()
+    } else {
+        std::fs::read_to_string(value)
+            .map_err(|e| format!("--json-schema {value}: {e}; give a file or the schema itself"))?
+    };
+    serde_json::from_str(&text).map_err(|e| format!("--json-schema: not JSON: {e}"))
 }
 
 /// `--think`'s value.
@@ -92,6 +113,25 @@ impl GenerationArgs {
             ignore_eos: self.ignore_eos,
             ..self.settings.request(model_dir, prompt)
         }
+        .hold_to(self.constraint().ok().flatten())
+    }
+
+    /// What --json-schema or --json-object hold the answer to.
+    fn constraint(&self) -> Result<Option<OutputConstraint>, String> {
+        if self.json_object {
+            return Ok(Some(OutputConstraint::JsonObject));
+        }
+        let Some(value) = &self.json_schema else {
+            return Ok(None);
+        };
+        let constraint = OutputConstraint::JsonSchema {
+            schema: read_schema(value)?,
+            strict: true,
+        };
+        constraint
+            .check()
+            .map_err(|e| format!("--json-schema cannot be enforced: {e}"))?;
+        Ok(Some(constraint))
     }
 
     /// The pool this command runs through and the model it names, with the
@@ -99,6 +139,8 @@ impl GenerationArgs {
     fn start(&self) -> Result<(SessionPool, ResolvedModel), CliError> {
         self.settings
             .check()
+            .map_err(|e| CliError::new(ErrorKind::InvalidSettings, e))?;
+        self.constraint()
             .map_err(|e| CliError::new(ErrorKind::InvalidSettings, e))?;
         let pool = session_pool(self.no_history)?;
         let model = resolve_model(&pool, &self.model, NamedBy::Local)
@@ -240,6 +282,14 @@ pub fn footer(stats: &RunStats) -> String {
     ));
     if let Some(batch) = &stats.batch {
         lines.push(format!("batch    {}", batch.describe()));
+    }
+    if let Some(held) = &stats.constraint {
+        lines.push(format!(
+            "held to  {} · mask {:.3} ms/token · compile {:.1} ms",
+            held.kind.replace('_', " "),
+            held.mask_ms_per_token,
+            held.compile_ms
+        ));
     }
     if crate::session::record::build_profile() == "debug" {
         lines.push("note: debug build; use --release for timings worth comparing".into());

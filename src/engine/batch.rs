@@ -25,7 +25,10 @@ use mlx_rs::error::Exception;
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::{Array, ops};
 
+use std::sync::Arc;
+
 use super::cache::{CacheError, CacheSnapshot, LayerCache};
+use super::constrain::{ConstraintStats, TokenConstraint};
 use super::generate::{DEFAULT_PREFILL_STEP_SIZE, fill_cache};
 use super::model::decoder::Decoder;
 use super::request::{CancelToken, RunError};
@@ -76,6 +79,9 @@ pub struct NewSequence {
     /// (`None`: the batch's); while others decode, the batch's prefill
     /// budget bounds it too.
     pub prefill_step_size: Option<usize>,
+    /// The grammar its tokens are held to; it leaves once the grammar is
+    /// complete.
+    pub constraint: Option<TokenConstraint>,
 }
 
 /// What a step gave.
@@ -112,6 +118,8 @@ pub struct FinishedSequence {
     /// sequences decoded.
     pub prefill_chunks: usize,
     pub interleaved_chunks: usize,
+    /// What holding it to its grammar cost, when it had one.
+    pub constraint: Option<ConstraintStats>,
 }
 
 /// Why a batch could not take a sequence or run a step. After a failed
@@ -156,6 +164,7 @@ struct Row {
     prefill_step_size: Option<usize>,
     prefill_chunks: usize,
     interleaved_chunks: usize,
+    constraint: Option<TokenConstraint>,
 }
 
 impl Row {
@@ -173,6 +182,7 @@ impl Row {
             batch_sizes: self.batch_sizes,
             prefill_chunks: self.prefill_chunks,
             interleaved_chunks: self.interleaved_chunks,
+            constraint: self.constraint.as_ref().map(TokenConstraint::stats),
         }
     }
 }
@@ -197,8 +207,9 @@ struct Ready {
 
 /// A forward pass queued (lazy, computing) and not read yet.
 struct Pass {
-    /// The token drawn for each row, `[B]`.
-    tokens: Array,
+    /// The token drawn for each row, `[B]`; `None` until the draw of a pass
+    /// with a row held to a grammar, which waits for the tokens before it.
+    tokens: Option<Array>,
     /// What each was drawn from, `[B, vocab]`.
     logprobs: Array,
     /// The rows, in order.
@@ -220,7 +231,10 @@ impl Pass {
         }
         let indices = Array::from_slice(&keep, &[keep.len() as i32]);
         Ok(Some(Pass {
-            tokens: self.tokens.take_axis(&indices, 0)?,
+            tokens: match self.tokens {
+                Some(tokens) => Some(tokens.take_axis(&indices, 0)?),
+                None => None,
+            },
             logprobs: self.logprobs.take_axis(&indices, 0)?,
             ids: keep.iter().map(|&i| self.ids[i as usize]).collect(),
         }))
@@ -324,6 +338,7 @@ impl Batch {
             prefill_step_size: sequence.prefill_step_size,
             prefill_chunks: 0,
             interleaved_chunks: 0,
+            constraint: sequence.constraint,
         };
         let prefill = Prefill {
             row,
@@ -400,6 +415,7 @@ impl Batch {
         if let Some(read) = read {
             self.read(read, &mut events)?;
         }
+        self.draw_held()?;
         let chunk_secs = self.prefill_chunk(model)?;
         if decoded {
             // The step's own decode work: all of it, less the chunk's.
@@ -570,8 +586,18 @@ impl Batch {
             &mut self.cache,
         )?;
         let logits = model.logits(&hidden)?.squeeze_axes(&[1])?;
-        let (tokens, logprobs) = self.sample(logits, &inputs)?;
-        mlx_rs::transforms::async_eval([&tokens, &logprobs])?;
+        let logprobs = self.logprobs(logits, &inputs)?;
+        // A row held to a grammar needs its mask for this draw, and the mask
+        // needs the token before, read after this pass is queued: the draw
+        // waits (`draw_held`) while the forward pass runs.
+        let tokens = if self.rows.iter().any(|r| r.constraint.is_some()) {
+            mlx_rs::transforms::async_eval([&logprobs])?;
+            None
+        } else {
+            let tokens = self.draw(&logprobs)?;
+            mlx_rs::transforms::async_eval([&tokens, &logprobs])?;
+            Some(tokens)
+        };
         for row in &mut self.rows {
             row.position += 1;
             row.batch_sizes.push(rows);
@@ -586,14 +612,18 @@ impl Batch {
     /// The tokens the queued pass draws for the decoding rows, in their
     /// order (the pass may also hold rows that have left the batch).
     fn queued_tokens(&self) -> Result<Array, BatchError> {
-        let Some(pass) = &self.pass else {
+        let Some((pass, tokens)) = self
+            .pass
+            .as_ref()
+            .and_then(|p| p.tokens.as_ref().map(|t| (p, t)))
+        else {
             return Err(BatchError::Mlx(Exception::custom(
-                "decoding rows without a queued pass to take their inputs from",
+                "decoding rows without a drawn pass to take their inputs from",
             )));
         };
         let order: Vec<SequenceId> = self.rows.iter().map(|r| r.id).collect();
         if pass.ids == order {
-            return Ok(pass.tokens.clone());
+            return Ok(tokens.clone());
         }
         let indices = order
             .iter()
@@ -607,16 +637,13 @@ impl Batch {
                     })
             })
             .collect::<Result<Vec<i32>, Exception>>()?;
-        Ok(pass
-            .tokens
-            .take_axis(Array::from_slice(&indices, &[indices.len() as i32]), 0)?)
+        Ok(tokens.take_axis(Array::from_slice(&indices, &[indices.len() as i32]), 0)?)
     }
 
-    /// Each row's next token from `logits` (`[B, vocab]`): its repetition
-    /// penalty applied (`inputs`, `[B]`, join its recent tokens), then
-    /// normalized to log-probabilities as `generate` does, then drawn by its
-    /// own sampler. Greedy rows take one argmax over the whole batch.
-    fn sample(&mut self, logits: Array, inputs: &Array) -> Result<(Array, Array), Exception> {
+    /// Each row's log-probabilities from `logits` (`[B, vocab]`): its
+    /// repetition penalty applied (`inputs`, `[B]`, join its recent
+    /// tokens), then normalized as `generate` does.
+    fn logprobs(&mut self, logits: Array, inputs: &Array) -> Result<Array, Exception> {
         let logits = if self.rows.iter().any(|r| r.recent.is_some()) {
             let mut parts = Vec::with_capacity(self.rows.len());
             for (i, row) in self.rows.iter_mut().enumerate() {
@@ -631,25 +658,104 @@ impl Batch {
         } else {
             logits
         };
-        let logprobs = ops::subtract(&logits, logits.logsumexp_axis(-1, true)?)?;
-        let tokens = if self.rows.iter().all(|r| r.sampler.settings().is_greedy()) {
-            ops::indexing::argmax_axis(&logprobs, -1, None)?
+        ops::subtract(&logits, logits.logsumexp_axis(-1, true)?)
+    }
+
+    /// Each decoding row's token from `logprobs`, drawn by its own sampler.
+    /// Greedy rows take one argmax over the whole batch.
+    fn draw(&mut self, logprobs: &Array) -> Result<Array, Exception> {
+        if self.rows.iter().all(|r| r.sampler.settings().is_greedy()) {
+            return ops::indexing::argmax_axis(logprobs, -1, None);
+        }
+        let mut drawn = Vec::with_capacity(self.rows.len());
+        for (i, row) in self.rows.iter_mut().enumerate() {
+            let r = i as i32;
+            drawn.push(row.sampler.sample(&logprobs.index(r..r + 1))?);
+        }
+        ops::concatenate(&drawn, 0)
+    }
+
+    /// Draws the queued pass's tokens when it waited for its rows' grammars:
+    /// each constrained row's mask, worked out now that the token before it
+    /// is read, bars the tokens its grammar does not allow; then each row's
+    /// sampler draws as in `draw`.
+    fn draw_held(&mut self) -> Result<(), BatchError> {
+        let Some(mut pass) = self.pass.take() else {
+            return Ok(());
+        };
+        if pass.tokens.is_some() {
+            self.pass = Some(pass);
+            return Ok(());
+        }
+        let mut grammars = None;
+        let mut masks = Vec::with_capacity(pass.ids.len());
+        for id in &pass.ids {
+            let row = self
+                .rows
+                .iter_mut()
+                .chain(self.finishing.iter_mut().map(|(row, _)| row))
+                .find(|row| row.id == *id);
+            let mask = match row.and_then(|row| row.constraint.as_mut()) {
+                Some(constraint) => {
+                    grammars.get_or_insert_with(|| Arc::clone(constraint.grammars()));
+                    Some(constraint.next_mask().map_err(Exception::custom)?)
+                }
+                None => None,
+            };
+            masks.push(mask);
+        }
+        let masked = match &grammars {
+            Some(grammars) => {
+                let bytes: Vec<u8> = masks
+                    .into_iter()
+                    .flat_map(|mask| mask.unwrap_or_else(|| grammars.allow_all()))
+                    .collect();
+                grammars.apply(&pass.logprobs, &bytes, pass.ids.len())?
+            }
+            None => pass.logprobs.clone(),
+        };
+        let greedy = pass.ids.iter().all(|id| {
+            self.rows
+                .iter()
+                .chain(self.finishing.iter().map(|(row, _)| row))
+                .find(|row| row.id == *id)
+                .is_none_or(|row| row.sampler.settings().is_greedy())
+        });
+        let tokens = if greedy {
+            ops::indexing::argmax_axis(&masked, -1, None)?
         } else {
-            let mut drawn = Vec::with_capacity(self.rows.len());
-            for (i, row) in self.rows.iter_mut().enumerate() {
+            let mut drawn = Vec::with_capacity(pass.ids.len());
+            for (i, id) in pass.ids.iter().enumerate() {
                 let r = i as i32;
-                drawn.push(row.sampler.sample(&logprobs.index(r..r + 1))?);
+                let own = masked.index(r..r + 1);
+                let row = self
+                    .rows
+                    .iter_mut()
+                    .chain(self.finishing.iter_mut().map(|(row, _)| row))
+                    .find(|row| row.id == *id);
+                drawn.push(match row {
+                    Some(row) => row.sampler.sample(&own)?,
+                    None => ops::indexing::argmax_axis(&own, -1, None)?,
+                });
             }
             ops::concatenate(&drawn, 0)?
         };
-        Ok((tokens, logprobs))
+        mlx_rs::transforms::async_eval([&tokens])?;
+        pass.tokens = Some(tokens);
+        self.pass = Some(pass);
+        Ok(())
     }
 
     /// Reads the tokens of `pass`; rows that drew a stop token or have all
     /// their tokens leave.
     fn read(&mut self, pass: Pass, events: &mut Vec<BatchEvent>) -> Result<(), BatchError> {
-        pass.tokens.eval()?;
-        let tokens: Vec<u32> = pass.tokens.as_slice::<u32>().to_vec();
+        let Some(drawn) = &pass.tokens else {
+            return Err(BatchError::Mlx(Exception::custom(
+                "a pass read before its tokens were drawn",
+            )));
+        };
+        drawn.eval()?;
+        let tokens: Vec<u32> = drawn.as_slice::<u32>().to_vec();
         let mut stopped = Vec::new();
         for (i, (&id, &token)) in pass.ids.iter().zip(&tokens).enumerate() {
             let row = match self.rows.iter_mut().find(|r| r.id == id) {
@@ -666,7 +772,16 @@ impl Batch {
                 token,
                 logprobs: pass.logprobs.index(i as i32),
             });
-            if row.stop_tokens.contains(&token) {
+            let complete = match &mut row.constraint {
+                Some(constraint) => {
+                    constraint.accept(token).map_err(Exception::custom)?;
+                    constraint.is_complete()
+                }
+                None => false,
+            };
+            // A grammar that allows nothing more ends the reply as a stop
+            // token would.
+            if row.stop_tokens.contains(&token) || complete {
                 stopped.push((id, StopReason::Eos));
             } else if row.generated >= row.max_tokens {
                 stopped.push((id, StopReason::MaxTokens));
@@ -766,6 +881,7 @@ mod tests {
             stop_tokens: Vec::new(),
             cancel: None,
             prefill_step_size: None,
+            constraint: None,
         }
     }
 

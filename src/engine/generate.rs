@@ -19,6 +19,7 @@ use mlx_rs::{Array, ops};
 use super::anatomy::{StepAnatomy, StepClock, graph_size};
 
 use super::cache::{CacheSnapshot, LayerCache};
+use super::constrain::TokenConstraint;
 use super::model::decoder::Decoder;
 use super::request::CancelToken;
 use super::sample::{RecentTokens, Sampler, SamplerSettings};
@@ -56,6 +57,8 @@ pub struct TokenSteps<'a> {
     /// token), for a conversation to branch from later; `None` for a model
     /// without state layers.
     prefill_snapshot: Option<CacheSnapshot>,
+    /// The grammar the tokens are held to, when there is one.
+    constraint: Option<TokenConstraint>,
 }
 
 impl<'a> TokenSteps<'a> {
@@ -80,7 +83,27 @@ impl<'a> TokenSteps<'a> {
             clock: StepClock::default(),
             count_graph: false,
             prefill_snapshot: None,
+            constraint: None,
         })
+    }
+
+    /// Holds the tokens to `constraint`'s grammar; the steps end when the
+    /// grammar is complete.
+    pub fn with_constraint(mut self, constraint: Option<TokenConstraint>) -> Self {
+        self.constraint = constraint;
+        self
+    }
+
+    /// The grammar, once the steps are done with it.
+    pub fn constraint(&self) -> Option<&TokenConstraint> {
+        self.constraint.as_ref()
+    }
+
+    /// Whether the steps ended because the grammar was complete.
+    pub fn grammar_complete(&self) -> bool {
+        self.constraint
+            .as_ref()
+            .is_some_and(TokenConstraint::is_complete)
     }
 
     /// Prefills in chunks of `size` tokens, evaluating the cache after each
@@ -139,6 +162,14 @@ impl<'a> TokenSteps<'a> {
     /// Builds (without evaluating) one step: `input` `[1, 1]` token id in,
     /// the next token `[1]` and its log-probabilities `[1, vocab]` out.
     fn build_step(&mut self, input: &Array) -> Result<(Array, Array), Exception> {
+        let logprobs = self.build_logprobs(input)?;
+        let token = self.sampler.sample(&logprobs)?;
+        Ok((token, logprobs))
+    }
+
+    /// Builds one step's forward pass up to the log-probabilities
+    /// `[1, vocab]` of the next token, without drawing it.
+    fn build_logprobs(&mut self, input: &Array) -> Result<Array, Exception> {
         let hidden = self.model.hidden(input, self.cache)?;
         // Only the last position's logits are needed for the next token.
         let last = hidden.index((.., -1.., ..));
@@ -148,14 +179,40 @@ impl<'a> TokenSteps<'a> {
         }
         // Normalised to log-probabilities first, as mlx-lm does: in bf16 the
         // shift can merge near-ties, and greedy must pick what mlx-lm picks.
-        let logprobs = ops::subtract(&logits, logits.logsumexp_axis(-1, true)?)?;
-        let token = self.sampler.sample(&logprobs)?;
+        ops::subtract(&logits, logits.logsumexp_axis(-1, true)?)
+    }
+
+    /// Draws from `logprobs` among the tokens the grammar allows next. The
+    /// forward pass behind `logprobs` is already queued: the mask is worked
+    /// out while it runs.
+    fn draw_constrained(&mut self, logprobs: Array) -> Result<(Array, Array), Exception> {
+        let Some(constraint) = self.constraint.as_mut() else {
+            return Err(Exception::custom("a constrained draw without a grammar"));
+        };
+        let mask = constraint.next_mask().map_err(Exception::custom)?;
+        let masked = constraint.grammars().apply(&logprobs, &mask, 1)?;
+        let token = self.sampler.sample(&masked)?;
         Ok((token, logprobs))
+    }
+
+    /// Moves the grammar past `token`.
+    fn accept(&mut self, token: u32) -> Result<(), Exception> {
+        match self.constraint.as_mut() {
+            Some(constraint) => constraint.accept(token).map_err(Exception::custom),
+            None => Ok(()),
+        }
     }
 
     /// The first token: prefill, then the last prompt token alone (as
     /// mlx-lm does: the cache takes all but the last prompt token).
     fn first(&mut self, prompt: Vec<u32>) -> Result<(Array, Array), Exception> {
+        let last = self.prefill(prompt)?;
+        self.build_step(&last)
+    }
+
+    /// Fills the cache with all but the last prompt token; that one, `[1, 1]`,
+    /// is the first step's input.
+    fn prefill(&mut self, prompt: Vec<u32>) -> Result<Array, Exception> {
         let Some((last, rest)) = prompt.split_last() else {
             return Err(Exception::custom("the prompt has no tokens"));
         };
@@ -167,7 +224,7 @@ impl<'a> TokenSteps<'a> {
             fill_cache(self.model, self.cache, chunk)?;
         }
         self.prefill_snapshot = CacheSnapshot::take(self.cache);
-        self.build_step(&Array::from_slice(&[*last], &[1, 1]))
+        Ok(Array::from_slice(&[*last], &[1, 1]))
     }
 
     fn read(token: &Array) -> Result<u32, Exception> {
@@ -184,7 +241,67 @@ impl<'a> TokenSteps<'a> {
         }
     }
 
+    /// A step held to a grammar. Each draw waits for its mask, which needs
+    /// the token before it; the forward pass does not, so it is queued
+    /// first and the mask worked out while it runs. In the pipelined shape
+    /// the pass for step n+1 is queued from the lazy token n before n is
+    /// read, as unconstrained; only its draw waits.
+    fn advance_constrained(&mut self) -> Result<Option<u32>, Exception> {
+        if self.grammar_complete() {
+            self.pending = None;
+            return Ok(None);
+        }
+        let decoding = self.prompt.is_none();
+        let (current, logprobs) = match (self.prompt.take(), self.pending.take()) {
+            (Some(prompt), _) => {
+                let last = self.prefill(prompt)?;
+                let logprobs = self.build_logprobs(&last)?;
+                mlx_rs::transforms::async_eval([&logprobs])?;
+                self.draw_constrained(logprobs)?
+            }
+            (None, Some(previous)) => previous,
+            (None, None) => return Ok(None),
+        };
+        let started = Instant::now();
+        let (token, next_logprobs, waited) = match self.shape {
+            LoopShape::Sync => {
+                mlx_rs::transforms::eval([&current])?;
+                let token = Self::read(&current)?;
+                let waited = started.elapsed();
+                self.accept(token)?;
+                if self.grammar_complete() {
+                    (token, None, waited)
+                } else {
+                    let next = self.build_logprobs(&Array::from_slice(&[token], &[1, 1]))?;
+                    mlx_rs::transforms::async_eval([&next])?;
+                    (token, Some(next), waited)
+                }
+            }
+            LoopShape::Pipelined => {
+                let next = self.build_logprobs(&current.reshape(&[1, 1])?)?;
+                mlx_rs::transforms::async_eval([&next])?;
+                let asked = Instant::now();
+                let token = Self::read(&current)?;
+                let waited = asked.elapsed();
+                self.accept(token)?;
+                (token, Some(next), waited)
+            }
+        };
+        self.last_logprobs = Some(logprobs);
+        self.pending = match next_logprobs {
+            Some(next) if !self.grammar_complete() => Some(self.draw_constrained(next)?),
+            _ => None,
+        };
+        if decoding {
+            self.clock.add(started.elapsed() - waited, waited);
+        }
+        Ok(Some(token))
+    }
+
     fn advance(&mut self) -> Result<Option<u32>, Exception> {
+        if self.constraint.is_some() {
+            return self.advance_constrained();
+        }
         // The call that returns the first token waits for the prefill; the
         // ones after it are decode steps, and only those are clocked.
         let decoding = self.prompt.is_none();

@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 
 use super::LoadError;
 use super::chat_template::ChatTemplate;
+use super::constrain::{Grammars, OutputConstraint, TokenConstraint};
 use super::model::decoder::Decoder;
+use super::request::RunError;
 use super::weights::load_weight_map;
 use crate::family::{self, ModelConfig};
 
@@ -26,6 +28,9 @@ pub struct LoadedModel {
     pub chat_template: Option<ChatTemplate>,
     /// The dtype of the unquantized weights ("float32", "bfloat16", ...).
     pub float_dtype: String,
+    /// The vocabulary as the grammar engine sees it, built the first time
+    /// a reply is held to a grammar.
+    grammars: std::sync::OnceLock<Result<std::sync::Arc<Grammars>, String>>,
 }
 
 fn read_json(path: &Path) -> Result<serde_json::Value, LoadError> {
@@ -114,7 +119,35 @@ impl LoadedModel {
             weights_bytes,
             chat_template,
             float_dtype,
+            grammars: std::sync::OnceLock::new(),
         })
+    }
+
+    /// A walker of `constraint`'s grammar over this model's vocabulary; a
+    /// grammar that cannot be compiled is a request to change.
+    pub fn constraint(&self, constraint: &OutputConstraint) -> Result<TokenConstraint, RunError> {
+        let built_now = self.grammars.get().is_none();
+        let grammars = self
+            .grammars
+            .get_or_init(|| {
+                Grammars::new(
+                    &self.dir.join("tokenizer.json"),
+                    &self.eos_token_ids,
+                    self.config.vocab_size.max(0) as usize,
+                )
+                .map(std::sync::Arc::new)
+            })
+            .as_ref()
+            .map_err(|e| {
+                RunError::InvalidSettings(format!("this model's output cannot be constrained: {e}"))
+            })?;
+        let mut walker = grammars.start(constraint).map_err(|e| {
+            RunError::InvalidSettings(format!("the {} cannot be enforced: {e}", constraint.kind()))
+        })?;
+        if built_now {
+            walker.add_setup_ms(grammars.build_ms);
+        }
+        Ok(walker)
     }
 
     /// "4bit", "8bit", or the float dtype when the weights are not quantized.

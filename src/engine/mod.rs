@@ -7,6 +7,7 @@ pub mod backend;
 pub mod batch;
 pub mod cache;
 pub mod chat_template;
+pub mod constrain;
 pub mod detokenize;
 pub mod generate;
 pub mod load;

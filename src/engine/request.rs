@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::LoadError;
 use super::anatomy::StepAnatomy;
 use super::chat_template::{ChatMessage, ChatTemplateError, ENABLE_THINKING};
+use super::constrain::OutputConstraint;
 use super::generate::DEFAULT_PREFILL_STEP_SIZE;
 use super::reply::ToolCall;
 use super::sample::{SamplerError, SamplerSettings};
@@ -117,6 +118,9 @@ pub struct GenerateRequest {
     /// system's free memory bounds them.
     #[serde(default)]
     pub memory_budget_bytes: Option<u64>,
+    /// Hold the reply to a grammar (JSON, a JSON schema); `None`: free text.
+    #[serde(default)]
+    pub constraint: Option<OutputConstraint>,
 }
 
 fn one() -> usize {
@@ -124,6 +128,24 @@ fn one() -> usize {
 }
 
 impl GenerateRequest {
+    /// Holds the reply to `constraint`. A model that thinks first is asked
+    /// not to (unless the request asked for thinking itself): the grammar
+    /// holds every token of the reply, reasoning included, and JSON has no
+    /// room for it.
+    pub fn hold_to(mut self, constraint: Option<OutputConstraint>) -> Self {
+        if constraint.is_some()
+            && let Prompt::Chat {
+                template_options, ..
+            } = &mut self.prompt
+        {
+            template_options
+                .entry(ENABLE_THINKING)
+                .or_insert(serde_json::Value::Bool(false));
+        }
+        self.constraint = constraint;
+        self
+    }
+
     /// Defaults like mlx-lm's: greedy, 256 tokens, prefill step 2048.
     pub fn new(model_dir: impl Into<PathBuf>, prompt: Prompt) -> Self {
         Self {
@@ -141,6 +163,7 @@ impl GenerateRequest {
             count_graph_nodes: false,
             max_batch: 1,
             memory_budget_bytes: None,
+            constraint: None,
         }
     }
 }

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::constrain::ConstraintStats;
 use super::sample::SamplerSettings;
 use crate::run_kinds::{LoadKind, LoopShape, StopReason};
 
@@ -73,6 +74,10 @@ pub struct RunStats {
     /// a graph count).
     #[serde(default)]
     pub batch: Option<BatchShare>,
+    /// The grammar the reply was held to, and what holding it cost; `None`
+    /// for free text.
+    #[serde(default)]
+    pub constraint: Option<ConstraintStats>,
 }
 
 /// How a run shared the engine's batch: the rows of the forward passes it

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use super::anatomy::StepAnatomy;
 use super::cache::{CacheSnapshot, LayerCache};
 use super::chat_template::{ChatMessage, ChatTemplate};
+use super::constrain::TokenConstraint;
 use super::detokenize::StreamingDetokenizer;
 use super::generate::TokenSteps;
 use super::load::LoadedModel;
@@ -778,7 +779,13 @@ pub fn run(
         cached_tokens: prepared.cached,
     });
     let sampler = Sampler::new(request.sampler.clone())?;
+    let constraint = request
+        .constraint
+        .as_ref()
+        .map(|c| model.constraint(c))
+        .transpose()?;
     let mut steps = TokenSteps::new(&model.model, &mut conversation.cache, prepared.new_tokens())?
+        .with_constraint(constraint)
         .with_prefill_step_size(request.prefill_step_size)
         .with_loop_shape(request.loop_shape)
         .with_sampler(sampler)
@@ -798,18 +805,29 @@ pub fn run(
                 break;
             }
             Some(Err(e)) => return Err(e.into()),
-            None => break,
+            None => {
+                // The grammar allows nothing more: the reply is whole.
+                if steps.grammar_complete() {
+                    stop_reason = StopReason::Eos;
+                }
+                break;
+            }
         };
         if let Some(reason) = text.token(token, sink)? {
             stop_reason = reason;
             break;
         }
     }
+    // The grammar may be complete with the last token the budget allowed.
+    if stop_reason == StopReason::MaxTokens && steps.grammar_complete() {
+        stop_reason = StopReason::Eos;
+    }
     let ended = text.end(stop_reason, sink)?;
     let anatomy = steps.anatomy();
     let prefill_snapshot = steps.take_prefill_snapshot();
+    let constraint = steps.constraint().map(TokenConstraint::stats);
     drop(steps);
-    conclude(
+    let mut outcome = conclude(
         model,
         conversation,
         request,
@@ -818,7 +836,9 @@ pub fn run(
         prefill_snapshot,
         anatomy,
         setting,
-    )
+    )?;
+    outcome.stats.constraint = constraint;
+    Ok(outcome)
 }
 
 /// The run's outcome once its tokens are in and `conversation.cache` holds
@@ -917,6 +937,8 @@ pub fn conclude(
         stop_string: reply.stop_string.clone(),
         chat_template: templated,
         batch: setting.batch,
+        // The caller adds what holding the reply to a grammar cost.
+        constraint: None,
     };
     Ok(RunOutcome {
         text: reply.answer,

@@ -705,8 +705,14 @@ impl EngineThread {
                 cached_tokens: prepared.cached,
             });
             let sampler = Sampler::new(request.sampler.clone())?;
+            let constraint = request
+                .constraint
+                .as_ref()
+                .map(|c| model.constraint(c))
+                .transpose()?;
             let text = RunText::new(model, &request, &prepared);
             let sequence = NewSequence {
+                constraint,
                 prompt: prepared.new_tokens().to_vec(),
                 cache: std::mem::take(&mut conversation.cache),
                 sampler,
@@ -903,7 +909,8 @@ impl EngineThread {
                 )
             });
         match outcome {
-            Ok(outcome) => {
+            Ok(mut outcome) => {
+                outcome.stats.constraint = done.constraint;
                 if let Some(id) = &request.conversation {
                     resident.conversations.insert(id.clone(), conversation);
                 }

@@ -37,6 +37,7 @@ pub(crate) const GROUP_FIELDS: &[&str] = &[
     "server_name",
     "endpoint_url",
     "endpoint_dialect",
+    "constraint",
     "concurrency",
     "app_version",
     "app_commit",
@@ -107,6 +108,7 @@ pub(crate) const PER_RUN_FIELDS: &[&str] = &[
     "waited_for",
     "prefill_chunks",
     "interleaved_chunks",
+    "mask_ms_per_token",
     "aggregate_tps",
 ];
 

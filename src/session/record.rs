@@ -229,6 +229,8 @@ pub fn record_from_stats(
         waited_for: stats.batch.as_ref().and_then(|b| b.waited_for.clone()),
         prefill_chunks: stats.batch.as_ref().map(|b| b.prefill_chunks as u64),
         interleaved_chunks: stats.batch.as_ref().map(|b| b.interleaved_chunks as u64),
+        constraint: stats.constraint.as_ref().map(|c| c.kind.clone()),
+        mask_ms_per_token: stats.constraint.as_ref().map(|c| c.mask_ms_per_token),
         concurrency: context.concurrency,
         aggregate_tps: None,
         provenance: provenance.clone(),

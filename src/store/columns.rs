@@ -322,6 +322,8 @@ run_columns! {
     waited_for,
     prefill_chunks,
     interleaved_chunks,
+    constraint,
+    mask_ms_per_token,
     concurrency,
     aggregate_tps;
     provenance {

@@ -173,6 +173,12 @@ pub struct RunRecord {
     pub prefill_chunks: Option<u64>,
     pub interleaved_chunks: Option<u64>,
 
+    // Output held to a grammar (`None` for free text).
+    /// "json_object" or "json_schema".
+    pub constraint: Option<String>,
+    /// Host time working out which tokens the grammar allows, per token.
+    pub mask_ms_per_token: Option<f64>,
+
     // A concurrency benchmark (`ondo bench --concurrency`): the streams sent
     // at once in this run's round, and the tokens all of them generated over
     // the round's wall time (first request sent to last token arriving), the

@@ -89,6 +89,8 @@ fn full_record() -> RunRecord {
         waited_for: Some("memory".into()),
         prefill_chunks: Some(3),
         interleaved_chunks: Some(2),
+        constraint: Some("json_schema".into()),
+        mask_ms_per_token: Some(0.12),
         concurrency: Some(8),
         aggregate_tps: Some(412.5),
         provenance: Provenance {

@@ -110,6 +110,8 @@ export function makeRun(overrides: Partial<RunRecord> & Pick<RunRecord, 'run_id'
     waited_for: null,
     prefill_chunks: null,
     interleaved_chunks: null,
+    constraint: null,
+    mask_ms_per_token: null,
     concurrency: null,
     aggregate_tps: null,
     ...provenance,

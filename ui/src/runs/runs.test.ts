@@ -223,6 +223,13 @@ describe('table', () => {
     expect(Object.fromEntries(detailRows(alone))['Batch']).toBe('alone');
   });
 
+  it('says what grammar a run was held to and what its masks cost, and nothing for free text', () => {
+    const base = allRuns[0]!;
+    expect(Object.fromEntries(detailRows(base))['Held to']).toBeUndefined();
+    const held = { ...base, constraint: 'json_schema', mask_ms_per_token: 0.1234 };
+    expect(Object.fromEntries(detailRows(held))['Held to']).toBe('json schema · mask 0.123 ms per token');
+  });
+
   it("shows another program's server by its name, with dashes for what a client cannot see", () => {
     const served = makeRun({
       run_id: 'r-1760000500000-e1',

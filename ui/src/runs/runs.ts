@@ -416,6 +416,9 @@ export function detailRows(run: RunRecord): [string, string][] {
     ['Prompt', `${formatCount(run.prompt_tokens)} tok, ${formatCount(run.cached_tokens)} cached`],
     ['Loop', run.loop],
     ['Batch', batchLabel(run)],
+    ...(run.constraint !== null
+      ? ([['Held to', `${run.constraint.replace(/_/g, ' ')} · mask ${run.mask_ms_per_token === null ? '–' : `${run.mask_ms_per_token.toFixed(3)} ms`} per token`]] as [string, string][])
+      : []),
     ['Prefill step', formatCount(run.prefill_step_size)],
     ['Max KV', run.max_kv_size === null ? 'unbounded' : formatCount(run.max_kv_size)],
     ['MLX peak', formatBytes(run.mlx_peak_bytes)],
