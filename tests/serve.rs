@@ -1106,7 +1106,7 @@ fn the_real_openai_client_speaks_the_responses_api() {
             "json_schema",
             400,
             "BadRequestError",
-            "constrained output) is not supported yet",
+            "text.format: the schema cannot be enforced",
         ),
         (
             "image",
@@ -1298,12 +1298,30 @@ fn outputs_held_to_a_json_schema_are_valid_through_every_official_client() {
     for run in &runs {
         let kind = run.constraint.as_deref();
         assert!(
-            kind == Some("json_schema") || kind == Some("json_object"),
+            kind == Some("json_schema") || kind == Some("json_object") || kind == Some("tool_call"),
             "{:?}",
             run.constraint
         );
         assert!(run.mask_ms_per_token.is_some_and(|ms| ms > 0.0), "{run:?}");
     }
+
+    // A call forced by tool_choice is a call, its arguments held to the
+    // tool's parameters, even from random weights.
+    let parameters = json!({
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 12}},
+        "required": ["city"],
+        "additionalProperties": false,
+    });
+    let args = json!({"model": VARIED, "max_tokens": budget, "parameters": parameters});
+    let called = python_client("structured_client.py", &served, "tools", args);
+    for dialect in ["chat", "responses", "anthropic"] {
+        let got = &called[dialect];
+        assert_eq!(got["names"], json!(["get_weather"]), "{dialect}: {got}");
+        assert_eq!(got["arguments"][0]["valid"], true, "{dialect}: {got}");
+    }
+    assert_eq!(called["chat"]["finish_reason"], "tool_calls");
+    assert_eq!(called["anthropic"]["stop_reason"], "tool_use");
 
     // A schema the grammar engine refuses is each dialect's 400, quoting it.
     let refused = python_client(

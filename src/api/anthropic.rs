@@ -12,7 +12,7 @@
 //! server-sent events with Anthropic's event names; a busy engine is 529
 //! `overloaded_error`, as Anthropic's clients expect.
 
-use super::output_format::anthropic_output_format;
+use super::output_format::{anthropic_output_format, forced_tool_call};
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -496,8 +496,13 @@ impl MessagesRequest {
             self.output_format.as_ref(),
             self.output_config.as_ref().and_then(|c| c.format.as_ref()),
         )?;
+        let forced = self
+            .tool_choice
+            .as_ref()
+            .is_some_and(|c| c.kind == "any" || c.kind == "tool");
         let settings = self.settings()?;
         let prompt = self.prompt()?;
+        let constraint = forced_tool_call(forced, &prompt).or(constraint);
         let stream = self.stream.unwrap_or(false);
         let ask = Ask {
             route: ROUTE,

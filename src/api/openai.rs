@@ -6,7 +6,7 @@
 //! the app's Settings keep. Streams are server-sent events, one chunk per
 //! token, ending with `data: [DONE]`.
 
-use super::output_format::openai_response_format;
+use super::output_format::{forced_tool_call, openai_response_format};
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -255,18 +255,37 @@ impl ChatCompletionRequest {
             .map(|(i, m)| m.into_chat(i))
             .collect::<Result<Vec<_>, _>>()?;
         let tools_refused = self.tool_choice.as_ref().and_then(Value::as_str) == Some("none");
-        let tools = self
+        let mut tools = self
             .tools
             .filter(|tools| !tools.is_empty() && !tools_refused);
+        // "required", or a function by name (which is then the only one
+        // offered): the reply is a call, held to the tools' schemas.
+        let named = self
+            .tool_choice
+            .as_ref()
+            .and_then(|c| c.pointer("/function/name"))
+            .and_then(Value::as_str);
+        if let (Some(name), Some(offered)) = (named, tools.as_mut()) {
+            offered.retain(|t| t.pointer("/function/name").and_then(Value::as_str) == Some(name));
+            if offered.is_empty() {
+                return Err(ApiError::InvalidField(format!(
+                    "tool_choice names the function '{name}', which is not among the tools"
+                )));
+            }
+        }
+        let forced = named.is_some()
+            || self.tool_choice.as_ref().and_then(Value::as_str) == Some("required");
+        let prompt = Prompt::Chat {
+            system_prompt: None,
+            messages,
+            tools,
+            template_options: self.chat_template_kwargs.unwrap_or_default(),
+        };
+        let constraint = forced_tool_call(forced, &prompt).or(constraint);
         let ask = Ask {
             route: "POST /v1/chat/completions",
             model: self.model,
-            prompt: Prompt::Chat {
-                system_prompt: None,
-                messages,
-                tools,
-                template_options: self.chat_template_kwargs.unwrap_or_default(),
-            },
+            prompt,
             settings,
             stop_strings: self.sampling.stop_strings(),
             ignore_eos: self.sampling.ignore_eos.unwrap_or(false),

@@ -7,6 +7,7 @@
 use serde_json::Value;
 
 use super::error::ApiError;
+use crate::engine::Prompt;
 use crate::engine::constrain::OutputConstraint;
 
 /// OpenAI chat's `response_format`: `{"type": "text" | "json_object"}` or
@@ -106,6 +107,21 @@ pub(crate) fn anthropic_output_format(
         other => return Err(unknown(other, "output_format")),
     };
     checked(constraint, "output_format")
+}
+
+/// A call the request forces (OpenAI's `tool_choice` "required" or a
+/// function by name, Anthropic's "any" or a tool by name), held to the
+/// offered tools' schemas, when `prompt` offers tools. It takes the place of
+/// any output format: the reply is the call.
+pub(crate) fn forced_tool_call(forced: bool, prompt: &Prompt) -> Option<OutputConstraint> {
+    match prompt {
+        Prompt::Chat {
+            tools: Some(tools), ..
+        } if forced && !tools.is_empty() => Some(OutputConstraint::ToolCall {
+            tools: tools.clone(),
+        }),
+        _ => None,
+    }
 }
 
 fn type_of<'a>(format: &'a Value, field: &str) -> Result<&'a str, ApiError> {

@@ -11,7 +11,7 @@
 //! (and its KV cache). Streams are server-sent events with OpenAI's event
 //! names, each numbered by `sequence_number`.
 
-use super::output_format::responses_text_format;
+use super::output_format::{forced_tool_call, responses_text_format};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
@@ -455,6 +455,8 @@ impl ResponsesRequest {
         let tools_in = self.tools.unwrap_or_default();
         let tool_choice = self.tool_choice.unwrap_or(Value::Null);
         let tools = tools_offered(&tools_in, &tool_choice)?;
+        let forced = tool_choice == "required"
+            || tool_choice.get("type").and_then(Value::as_str) == Some("function");
         let Some(input) = self.input else {
             return Err(ApiError::InvalidField(
                 "input is missing; send text or a list of items".into(),
@@ -489,15 +491,17 @@ impl ResponsesRequest {
             template_options.insert("enable_thinking".into(), Value::Bool(on));
         }
         let stream = self.stream.unwrap_or(false);
+        let prompt = Prompt::Chat {
+            system_prompt: None,
+            messages,
+            tools,
+            template_options,
+        };
+        let constraint = forced_tool_call(forced, &prompt).or(constraint);
         let ask = Ask {
             route: ROUTE,
             model: self.model,
-            prompt: Prompt::Chat {
-                system_prompt: None,
-                messages,
-                tools,
-                template_options,
-            },
+            prompt,
             settings: SettingsAsked {
                 max_tokens,
                 temperature: self.temperature,

@@ -25,6 +25,8 @@ use mlx_rs::{Array, Dtype, ops};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::family::ToolCallSyntax;
+
 /// Whitespace between two JSON tokens, at most this many characters: a
 /// model cannot spend its tokens on blank space, and pretty-printing a
 /// dozen levels deep still fits.
@@ -45,6 +47,11 @@ pub enum OutputConstraint {
         #[serde(default)]
         strict: bool,
     },
+    /// A call to one of `tools` (OpenAI-style function tools), in the
+    /// model's own tool-call syntax, its arguments valid against the
+    /// tool's parameters: what `tool_choice` "required" (Anthropic's "any")
+    /// or a tool by name asks for.
+    ToolCall { tools: Vec<Value> },
 }
 
 impl OutputConstraint {
@@ -53,15 +60,20 @@ impl OutputConstraint {
         match self {
             OutputConstraint::JsonObject => "json_object",
             OutputConstraint::JsonSchema { .. } => "json_schema",
+            OutputConstraint::ToolCall { .. } => "tool_call",
         }
     }
 
     /// The grammar llguidance compiles: the schema with Ondo's whitespace
-    /// bound, unless the schema sets its own `x-guidance` options.
-    fn grammar(&self) -> Result<TopLevelGrammar, String> {
+    /// bound, unless the schema sets its own `x-guidance` options. A tool
+    /// call's grammar needs the model's tool-call `syntax`; `None` when the
+    /// syntax is one Ondo does not hold calls to (the call is then left to
+    /// the model).
+    fn grammar(&self, syntax: Option<ToolCallSyntax>) -> Result<Option<TopLevelGrammar>, String> {
         let (mut schema, strict) = match self {
             OutputConstraint::JsonObject => (json!({"type": "object"}), true),
             OutputConstraint::JsonSchema { schema, strict } => (schema.clone(), *strict),
+            OutputConstraint::ToolCall { tools } => return tool_call_grammar(tools, syntax),
         };
         match &mut schema {
             Value::Object(map) => {
@@ -78,14 +90,16 @@ impl OutputConstraint {
                 ));
             }
         }
-        Ok(TopLevelGrammar::from_json_schema(schema))
+        Ok(Some(TopLevelGrammar::from_json_schema(schema)))
     }
 
     /// Checks that the grammar compiles, without a model: what a server
     /// answers 400 with before anything is queued or loaded. The reason is
     /// llguidance's own words.
     pub fn check(&self) -> Result<(), String> {
-        let grammar = self.grammar()?;
+        let Some(grammar) = self.grammar(Some(ToolCallSyntax::Tagged))? else {
+            return Ok(());
+        };
         let factory = ParserFactory::new_simple(&ApproximateTokEnv::single_byte_env())
             .map_err(|e| e.to_string())?;
         let mut factory = factory;
@@ -95,6 +109,51 @@ impl OutputConstraint {
             .map(|_| ())
             .map_err(|e| e.to_string())
     }
+}
+
+/// One call to one of `tools`, in `syntax`: Hermes/Qwen's
+/// `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` or Llama's
+/// bare `{"name": ..., "parameters": {...}}`.
+fn tool_call_grammar(
+    tools: &[Value],
+    syntax: Option<ToolCallSyntax>,
+) -> Result<Option<TopLevelGrammar>, String> {
+    let (arguments, wrap): (&str, fn(&str) -> String) = match syntax {
+        Some(ToolCallSyntax::Tagged) => ("arguments", |call| {
+            format!("start: \"<tool_call>\\n\" call \"\\n</tool_call>\"\ncall: {call}\n")
+        }),
+        Some(ToolCallSyntax::BareJson) => {
+            ("parameters", |call| format!("start: call\ncall: {call}\n"))
+        }
+        _ => return Ok(None),
+    };
+    let mut calls = Vec::with_capacity(tools.len());
+    for tool in tools {
+        let function = tool.get("function").unwrap_or(tool);
+        let name = function
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or("a tool has no name")?;
+        let parameters = function
+            .get("parameters")
+            .cloned()
+            .unwrap_or_else(|| json!({"type": "object"}));
+        calls.push(json!({
+            "type": "object",
+            "properties": {"name": {"const": name}, arguments: parameters},
+            "required": ["name", arguments],
+            "additionalProperties": false,
+        }));
+    }
+    let mut schema = match <[Value; 1]>::try_from(calls) {
+        Ok([only]) => only,
+        Err(calls) if calls.is_empty() => return Err("no tool to call".into()),
+        Err(calls) => json!({"anyOf": calls}),
+    };
+    schema["x-guidance"] = json!({"whitespace_pattern": JSON_WHITESPACE, "lenient": true});
+    Ok(Some(TopLevelGrammar::from_lark(wrap(&format!(
+        "%json {schema}"
+    )))))
 }
 
 fn json_kind(value: &Value) -> &'static str {
@@ -164,28 +223,34 @@ impl Grammars {
         self.vocab.div_ceil(32) * 4
     }
 
-    /// A walker of `constraint`'s grammar from its start.
+    /// A walker of `constraint`'s grammar from its start, for a reply in
+    /// `syntax` (a tool call's); `None` when the grammar needs a syntax
+    /// Ondo does not hold calls to.
     pub fn start(
         self: &Arc<Self>,
         constraint: &OutputConstraint,
-    ) -> Result<TokenConstraint, String> {
+        syntax: Option<ToolCallSyntax>,
+    ) -> Result<Option<TokenConstraint>, String> {
         let started = Instant::now();
+        let Some(grammar) = constraint.grammar(syntax)? else {
+            return Ok(None);
+        };
         let parser = self
             .factory
-            .create_parser(constraint.grammar()?)
+            .create_parser(grammar)
             .map_err(|e| e.to_string())?;
         let matcher = Matcher::new(Ok(parser));
         if let Some(error) = matcher.get_error() {
             return Err(error);
         }
-        Ok(TokenConstraint {
+        Ok(Some(TokenConstraint {
             grammars: Arc::clone(self),
             matcher,
             kind: constraint.kind(),
             compile_ms: started.elapsed().as_secs_f64() * 1e3,
             mask_secs: 0.0,
             masks: 0,
-        })
+        }))
     }
 
     /// `logprobs` (`[B, vocab]`) with every token a row's mask leaves out at
@@ -226,7 +291,7 @@ pub struct TokenConstraint {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct ConstraintStats {
-    /// "json_object" or "json_schema".
+    /// "json_object", "json_schema" or "tool_call".
     pub kind: String,
     /// Compiling the grammar for this run (the vocabulary's own set-up,
     /// once per loaded model, included when this run paid it).

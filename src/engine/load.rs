@@ -7,6 +7,7 @@ use super::LoadError;
 use super::chat_template::ChatTemplate;
 use super::constrain::{Grammars, OutputConstraint, TokenConstraint};
 use super::model::decoder::Decoder;
+use super::reply::ReplyFormat;
 use super::request::RunError;
 use super::weights::load_weight_map;
 use crate::family::{self, ModelConfig};
@@ -125,7 +126,11 @@ impl LoadedModel {
 
     /// A walker of `constraint`'s grammar over this model's vocabulary; a
     /// grammar that cannot be compiled is a request to change.
-    pub fn constraint(&self, constraint: &OutputConstraint) -> Result<TokenConstraint, RunError> {
+    pub fn constraint(
+        &self,
+        constraint: &OutputConstraint,
+        format: ReplyFormat,
+    ) -> Result<Option<TokenConstraint>, RunError> {
         let built_now = self.grammars.get().is_none();
         let grammars = self
             .grammars
@@ -141,10 +146,14 @@ impl LoadedModel {
             .map_err(|e| {
                 RunError::InvalidSettings(format!("this model's output cannot be constrained: {e}"))
             })?;
-        let mut walker = grammars.start(constraint).map_err(|e| {
+        let syntax = match format {
+            ReplyFormat::Marked { tool_calls, .. } => tool_calls,
+            ReplyFormat::Harmony { .. } => None,
+        };
+        let mut walker = grammars.start(constraint, syntax).map_err(|e| {
             RunError::InvalidSettings(format!("the {} cannot be enforced: {e}", constraint.kind()))
         })?;
-        if built_now {
+        if built_now && let Some(walker) = &mut walker {
             walker.add_setup_ms(grammars.build_ms);
         }
         Ok(walker)

@@ -543,7 +543,8 @@ pub struct PreparedRun {
     /// Prompt tokens the conversation's cache already holds.
     pub cached: usize,
     templated: bool,
-    format: ReplyFormat,
+    /// How the reply marks reasoning and tool calls.
+    pub format: ReplyFormat,
 }
 
 impl PreparedRun {
@@ -782,8 +783,9 @@ pub fn run(
     let constraint = request
         .constraint
         .as_ref()
-        .map(|c| model.constraint(c))
-        .transpose()?;
+        .map(|c| model.constraint(c, prepared.format))
+        .transpose()?
+        .flatten();
     let mut steps = TokenSteps::new(&model.model, &mut conversation.cache, prepared.new_tokens())?
         .with_constraint(constraint)
         .with_prefill_step_size(request.prefill_step_size)

@@ -708,8 +708,9 @@ impl EngineThread {
             let constraint = request
                 .constraint
                 .as_ref()
-                .map(|c| model.constraint(c))
-                .transpose()?;
+                .map(|c| model.constraint(c, prepared.format))
+                .transpose()?
+                .flatten();
             let text = RunText::new(model, &request, &prepared);
             let sequence = NewSequence {
                 constraint,

@@ -157,7 +157,7 @@ def errors(client, args):
             lambda: client.responses.create(
                 model="tiny",
                 input="hi",
-                text={"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}},
+                text={"format": {"type": "json_schema", "name": "x", "schema": {"type": "strng"}}},
             )
         ),
         "image": status_of(

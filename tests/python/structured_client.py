@@ -10,6 +10,9 @@ Scenarios:
             and the client's own `parse` with a Pydantic model), the
             Responses API (text.format, and `responses.parse`), ollama
             (format as a schema, and "json"), anthropic (output_format)
+  tools     a call forced by tool_choice (openai chat "required", the
+            Responses API's function by name, anthropic "any"): a call to
+            the tool, its arguments valid against its parameters
   errors    a schema the server cannot hold the output to, through each
             client, as the client's exception
 """
@@ -145,6 +148,60 @@ def dialects(base, args):
     return got
 
 
+def tools(base, args):
+    """A call forced by tool_choice in each dialect: the reply is a call to
+    the tool, its arguments valid against the tool's parameters."""
+    parameters = args["parameters"]
+    model = args["model"]
+    budget = args["max_tokens"]
+    function = {"name": "get_weather", "description": "The weather in a city", "parameters": parameters}
+    got = {}
+    client = client_for(base, args)
+    chat = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": "Weather in Paris?"}],
+        max_tokens=budget,
+        temperature=0,
+        tools=[{"type": "function", "function": function}],
+        tool_choice="required",
+    )
+    calls = chat.choices[0].message.tool_calls or []
+    got["chat"] = {
+        "finish_reason": chat.choices[0].finish_reason,
+        "names": [c.function.name for c in calls],
+        "arguments": [checked(c.function.arguments, parameters) for c in calls],
+        "content": chat.choices[0].message.content,
+    }
+    response = client.responses.create(
+        model=model,
+        input="Weather in Paris?",
+        max_output_tokens=budget,
+        temperature=0,
+        tools=[{"type": "function", **function}],
+        tool_choice={"type": "function", "name": "get_weather"},
+    )
+    calls = [item for item in response.output if item.type == "function_call"]
+    got["responses"] = {
+        "names": [c.name for c in calls],
+        "arguments": [checked(c.arguments, parameters) for c in calls],
+    }
+    claude = anthropic.Anthropic(base_url=base, api_key="no-key", max_retries=0)
+    message = claude.messages.create(
+        model=model,
+        max_tokens=budget,
+        messages=[{"role": "user", "content": "Weather in Paris?"}],
+        tools=[{"name": "get_weather", "description": "The weather in a city", "input_schema": parameters}],
+        tool_choice={"type": "any"},
+    )
+    uses = [block for block in message.content if block.type == "tool_use"]
+    got["anthropic"] = {
+        "stop_reason": message.stop_reason,
+        "names": [u.name for u in uses],
+        "arguments": [checked(json.dumps(u.input), parameters) for u in uses],
+    }
+    return got
+
+
 def errors(base, args):
     bad = {"type": "object", "properties": {"a": {"type": "strng"}}}
     model = args["model"]
@@ -186,7 +243,7 @@ def errors(base, args):
 def main():
     base, scenario, raw = sys.argv[1], sys.argv[2], sys.argv[3]
     args = json.loads(raw)
-    print(json.dumps({"dialects": dialects, "errors": errors}[scenario](base, args)))
+    print(json.dumps({"dialects": dialects, "tools": tools, "errors": errors}[scenario](base, args)))
 
 
 if __name__ == "__main__":
