@@ -31,6 +31,7 @@ Examples:
   ondo synth tiny ./models/gemma-tiny --arch gemma3_text --sliding-window 32
   ondo synth tiny ./models/phi-tiny --arch phi3 --bits 4
   ondo synth tiny ./models/gemma4-moe --arch gemma4 --experts --bits 4
+  ondo synth tiny ./models/embed-tiny --arch qwen3 --embedding   # like Qwen3-Embedding
   python -m mlx_lm generate --model ./models/tiny --prompt hi   # mlx-lm loads it too")]
 pub struct SynthArgs {
     /// Preset shape: tiny, small, llama-3.2-1b, llama-3.2-3b or llama-3.1-8b.
@@ -76,6 +77,12 @@ pub struct SynthArgs {
     /// everything. Small windows let a short prompt cross it.
     #[arg(long, default_value_t = synth::DEFAULT_SLIDING_WINDOW)]
     sliding_window: usize,
+    /// Write an embedding model: sentence-transformers' modules.json and
+    /// 1_Pooling/config.json (last-token pooling, normalized, as
+    /// Qwen3-Embedding), and a tokenizer that appends <|end_of_text|> to
+    /// every input. `ondo embed` and /v1/embeddings then take it.
+    #[arg(long)]
+    embedding: bool,
     /// Print a JSON summary instead of text.
     #[arg(long)]
     json: bool,
@@ -199,6 +206,12 @@ pub fn run(args: SynthArgs) -> Result<ExitCode, CliError> {
         bar.set_message(p.current);
     })?;
     bar.finish_and_clear();
+    if args.embedding {
+        synth::embedding::make_embedding_folder(
+            &args.out,
+            crate::family::embedding::Pooling::LastToken,
+        )?;
+    }
 
     if args.json {
         let text = serde_json::to_string_pretty(&summary)

@@ -26,6 +26,9 @@ pub struct LoadedModel {
     pub chat_template: Option<ChatTemplate>,
     /// The dtype of the unquantized weights ("float32", "bfloat16", ...).
     pub float_dtype: String,
+    /// How it pools its vectors, when the folder is an embedding model
+    /// (sentence-transformers files); `None` for a chat model.
+    pub embedding: Option<family::embedding::EmbeddingSetup>,
 }
 
 fn read_json(path: &Path) -> Result<serde_json::Value, LoadError> {
@@ -104,6 +107,7 @@ impl LoadedModel {
                 path: dir.join("tokenizer_config.json"),
                 message: e.to_string(),
             })?;
+        let embedding = family::embedding::detect(dir, &model_type);
         Ok(Self {
             dir: dir.to_owned(),
             model_type,
@@ -114,6 +118,7 @@ impl LoadedModel {
             weights_bytes,
             chat_template,
             float_dtype,
+            embedding,
         })
     }
 

@@ -8,6 +8,7 @@ pub mod batch;
 pub mod cache;
 pub mod chat_template;
 pub mod detokenize;
+pub mod embed;
 pub mod generate;
 pub mod load;
 pub mod mlx_settings;

@@ -25,6 +25,7 @@ use std::sync::{Arc, mpsc};
 use std::time::Instant;
 
 use super::anatomy::StepAnatomy;
+use super::embed::{EmbedOutcome, EmbedRequest};
 use super::batch::{Batch, BatchEvent, FinishedSequence, NewSequence, SequenceId};
 use super::load::LoadedModel;
 use super::request::{CancelToken, EventSink, GenerateRequest, RunError, RunEvent};
@@ -71,6 +72,12 @@ enum Command {
     },
     Resident {
         reply: mpsc::Sender<Vec<ResidentModel>>,
+    },
+    /// Embeddings: run between decode steps, at once (one forward pass, no
+    /// decode loop to join).
+    Embed {
+        request: Box<EmbedRequest>,
+        reply: mpsc::Sender<Result<EmbedOutcome, RunError>>,
     },
     /// Other MLX work (self-tests, writing synthetic models) that must not
     /// run beside the engine's.
@@ -288,6 +295,19 @@ impl EngineHandle {
             .map_err(|_| RunError::Internal("the work sent to the engine thread panicked".into()))
     }
 
+    /// Embeds the request's inputs with its model (loaded, or found
+    /// resident, in the same pool as the chat models) and waits for them.
+    pub fn embed(&self, request: EmbedRequest) -> Result<EmbedOutcome, RunError> {
+        let (reply, answer) = mpsc::channel();
+        self.commands
+            .send(Command::Embed {
+                request: Box::new(request),
+                reply,
+            })
+            .map_err(|_| RunError::EngineStopped)?;
+        answer.recv().map_err(|_| RunError::EngineStopped)?
+    }
+
     /// The models resident now.
     pub fn resident(&self) -> Result<Vec<ResidentModel>, RunError> {
         let (reply, answer) = mpsc::channel();
@@ -383,6 +403,18 @@ fn wait_for_mlx() {
     // thread.
     unsafe {
         mlx_sys::mlx_synchronize_default();
+    }
+}
+
+/// An embedding model makes vectors, not replies: a generation on one is
+/// refused with a word on what to do.
+fn refuse_embedding_model(model: &LoadedModel) -> Result<(), RunError> {
+    match model.embedding {
+        Some(_) => Err(RunError::InvalidSettings(format!(
+            "{} is an embedding model: it turns text into vectors and cannot chat; ask it for embeddings (ondo embed, /v1/embeddings, /api/embed) or pick a chat model",
+            model.dir.display()
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -509,6 +541,18 @@ impl EngineThread {
                     }
                 }
                 let _ = reply.send(freed);
+            }
+            Command::Embed { request, reply } => {
+                let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    let ((load_kind, load_ms), key) = self.ensure_loaded(&request.model_dir)?;
+                    let resident = self
+                        .models
+                        .get(&key)
+                        .ok_or_else(|| RunError::Internal("a loaded model vanished".into()))?;
+                    super::embed::embed(&resident.model, &request, load_kind, load_ms)
+                }))
+                .unwrap_or_else(|p| Err(RunError::Internal(panic_message(p.as_ref()))));
+                let _ = reply.send(result);
             }
             Command::Call(work) => {
                 // A panic drops the reply sender; the caller hears of it.
@@ -651,6 +695,7 @@ impl EngineThread {
             .models
             .get_mut(&key)
             .ok_or_else(|| RunError::Internal("a loaded model vanished".into()))?;
+        refuse_embedding_model(&resident.model)?;
         let mut conversation = take_conversation(resident, request);
         let setting = RunSetting {
             load_kind,
@@ -695,6 +740,7 @@ impl EngineThread {
                 .models
                 .get_mut(&key)
                 .ok_or_else(|| RunError::Internal("a loaded model vanished".into()))?;
+            refuse_embedding_model(&resident.model)?;
             let mut conversation = take_conversation(resident, &request);
             let model = &resident.model;
             let prepared = stream::prepare(model, &mut conversation, &request)?;
