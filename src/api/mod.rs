@@ -17,6 +17,7 @@ mod access;
 mod anthropic;
 mod connections;
 mod conversations;
+mod embeddings;
 pub mod error;
 pub mod generation;
 mod ollama;
@@ -477,6 +478,7 @@ fn router(state: Arc<ServerState>, rules: access::AccessRules) -> Router {
         .route("/v1/models/{*id}", get(openai::model))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/completions", post(openai::completions))
+        .route("/v1/embeddings", post(embeddings::openai_embeddings))
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/responses", post(responses::create))
@@ -490,6 +492,8 @@ fn router(state: Arc<ServerState>, rules: access::AccessRules) -> Router {
         .route("/api/show", post(ollama::show))
         .route("/api/chat", post(ollama::chat))
         .route("/api/generate", post(ollama::generate))
+        .route("/api/embed", post(embeddings::ollama_embed))
+        .route("/api/embeddings", post(embeddings::ollama_embeddings))
         .fallback(no_such_route)
         .method_not_allowed_fallback(no_such_route)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -148,7 +148,7 @@ impl CommonIn {
 /// Ollama's `keep_alive`: seconds as a number, or a duration ("5m", "1h30m",
 /// "300ms"); negative keeps the model loaded until the pool needs room, 0
 /// unloads it right after.
-fn keep_alive_from(value: &Value) -> Result<KeepAlive, ApiError> {
+pub(super) fn keep_alive_from(value: &Value) -> Result<KeepAlive, ApiError> {
     let refused = || {
         ApiError::InvalidField(format!(
             "keep_alive is {value}; give seconds, or a duration such as \"5m\" (0 unloads, -1 keeps it)"
