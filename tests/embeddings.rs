@@ -423,3 +423,64 @@ fn official_clients_get_the_vectors_and_bad_requests_their_dialects_errors() {
     assert!(runs.len() >= 10, "{} embed runs recorded", runs.len());
     assert!(runs.iter().all(|r| r.model_id == EMBEDDER));
 }
+
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
+fn bert_vectors_equal_a_reference_and_a_batch_equals_each_alone() {
+    let home = tempfile::tempdir().unwrap();
+    let ondo = || {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_ondo"));
+        command.env("ONDO_HOME", home.path().join("ondo"));
+        command
+    };
+    for pooling in ["cls", "mean"] {
+        let dir = home.path().join(format!("bert-{pooling}"));
+        let written = ondo()
+            .args(["synth", "tiny"])
+            .arg(&dir)
+            .args(["--encoder", "bert", "--pooling", pooling])
+            .output()
+            .unwrap();
+        assert!(written.status.success(), "{written:?}");
+        let embed = |texts: &[&str]| -> Value {
+            let output = ondo()
+                .arg("embed")
+                .arg(&dir)
+                .args(texts)
+                .args(["--json", "--no-history"])
+                .output()
+                .unwrap();
+            assert!(output.status.success(), "{output:?}");
+            serde_json::from_slice(&output.stdout).unwrap()
+        };
+        let batch = embed(&TEXTS);
+        let batched = vectors(&batch["embeddings"]);
+        let reference = Command::new(common::python())
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/bert_reference.py"))
+            .arg(&dir)
+            .arg(json!(TEXTS).to_string())
+            .output()
+            .unwrap();
+        assert!(reference.status.success(), "{reference:?}");
+        let reference: Value = serde_json::from_slice(&reference.stdout).unwrap();
+        assert_eq!(reference["tokens"], batch["tokens_per_input"], "{pooling}");
+        assert_close(&batched, &vectors(&reference["embeddings"]), pooling);
+        let alone: Vec<Vec<f64>> = TEXTS
+            .iter()
+            .map(|text| vectors(&embed(&[text])["embeddings"]).remove(0))
+            .collect();
+        assert_close(&batched, &alone, &format!("{pooling} one by one"));
+    }
+    // An encoder cannot chat, and says so.
+    let chat = ondo()
+        .arg("run")
+        .arg(home.path().join("bert-cls"))
+        .args(["hi", "--no-history"])
+        .output()
+        .unwrap();
+    assert!(!chat.status.success());
+    assert!(
+        String::from_utf8_lossy(&chat.stderr).contains("embedding model"),
+        "{chat:?}"
+    );
+}

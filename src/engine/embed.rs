@@ -12,7 +12,9 @@ use mlx_rs::Array;
 use mlx_rs::ops;
 use serde::{Deserialize, Serialize};
 
+use super::LoadError;
 use super::load::LoadedModel;
+use super::model::bert::{Bert, BertConfig};
 use super::request::RunError;
 use super::stats::RunStats;
 use crate::family::embedding::{EmbeddingSetup, Pooling};
@@ -58,51 +60,209 @@ pub struct EmbedOutcome {
     pub stats: RunStats,
 }
 
+pub use crate::family::embedding::ENCODER_MODEL_TYPES;
+
+/// Whether the folder `dir` holds an encoder (by its config's model_type).
+pub fn is_encoder_folder(dir: &std::path::Path) -> bool {
+    std::fs::read_to_string(dir.join("config.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|c| c["model_type"].as_str().map(str::to_owned))
+        .is_some_and(|t| ENCODER_MODEL_TYPES.contains(&t.as_str()))
+}
+
+/// An encoder ready to embed: weights resident, tokenizer loaded.
+pub struct LoadedEncoder {
+    pub dir: PathBuf,
+    pub model_type: String,
+    pub model: Bert,
+    pub tokenizer: tokenizers::Tokenizer,
+    pub weights_bytes: usize,
+    pub float_dtype: String,
+    pub embedding: Option<EmbeddingSetup>,
+    /// The id rows are padded with (`[PAD]`, else 0); the mask hides it.
+    pub pad_id: u32,
+}
+
+impl LoadedEncoder {
+    /// Loads `dir` (a BERT folder) and evaluates every weight.
+    pub fn load(dir: &std::path::Path) -> Result<Self, LoadError> {
+        let config_path = dir.join("config.json");
+        let invalid = |message: String| LoadError::ConfigInvalid {
+            path: config_path.clone(),
+            message,
+        };
+        let text = std::fs::read_to_string(&config_path).map_err(|e| invalid(e.to_string()))?;
+        let value: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+        let model_type = value["model_type"].as_str().unwrap_or_default().to_owned();
+        let config: BertConfig =
+            serde_json::from_value(value.clone()).map_err(|e| invalid(e.to_string()))?;
+        if !matches!(config.hidden_act.as_str(), "gelu" | "gelu_python") {
+            return Err(invalid(format!(
+                "hidden_act {} is not one Ondo's BERT computes (gelu)",
+                config.hidden_act
+            )));
+        }
+        let model = Bert::load(config, super::weights::load_weight_map(dir)?)?;
+        let arrays = model.arrays();
+        mlx_rs::transforms::eval(arrays.iter().copied())?;
+        let weights_bytes = arrays.iter().map(|a| a.nbytes()).sum();
+        let float_dtype = format!("{:?}", arrays[0].dtype()).to_lowercase();
+        let tokenizer_path = dir.join("tokenizer.json");
+        let tokenizer = tokenizers::Tokenizer::from_file(&tokenizer_path).map_err(|e| {
+            LoadError::ConfigInvalid {
+                path: tokenizer_path.clone(),
+                message: e.to_string(),
+            }
+        })?;
+        let pad_id = tokenizer.token_to_id("[PAD]").unwrap_or(0);
+        Ok(Self {
+            dir: dir.to_owned(),
+            embedding: crate::family::embedding::detect(dir, &model_type),
+            model_type,
+            model,
+            tokenizer,
+            weights_bytes,
+            float_dtype,
+            pad_id,
+        })
+    }
+}
+
+/// A resident model that embeds: a decoder read as one, or an encoder.
+#[derive(Clone, Copy)]
+pub enum Embedder<'a> {
+    Decoder(&'a LoadedModel),
+    Encoder(&'a LoadedEncoder),
+}
+
+impl Embedder<'_> {
+    fn dir(&self) -> &std::path::Path {
+        match self {
+            Embedder::Decoder(m) => &m.dir,
+            Embedder::Encoder(m) => &m.dir,
+        }
+    }
+
+    fn tokenizer(&self) -> &tokenizers::Tokenizer {
+        match self {
+            Embedder::Decoder(m) => &m.tokenizer,
+            Embedder::Encoder(m) => &m.tokenizer,
+        }
+    }
+
+    /// The context an input may fill, in tokens.
+    fn context(&self) -> usize {
+        match self {
+            Embedder::Decoder(m) => m.config.max_position_embeddings.unwrap_or(usize::MAX),
+            Embedder::Encoder(m) => m.model.config.max_position_embeddings,
+        }
+    }
+
+    fn vocab_size(&self) -> usize {
+        match self {
+            Embedder::Decoder(m) => m.config.vocab_size as usize,
+            Embedder::Encoder(m) => m.model.config.vocab_size,
+        }
+    }
+
+    fn hidden_size(&self) -> usize {
+        match self {
+            Embedder::Decoder(m) => m.config.hidden_size as usize,
+            Embedder::Encoder(m) => m.model.config.hidden_size,
+        }
+    }
+
+    fn model_type(&self) -> &str {
+        match self {
+            Embedder::Decoder(m) => &m.model_type,
+            Embedder::Encoder(m) => &m.model_type,
+        }
+    }
+
+    fn quantization(&self) -> String {
+        match self {
+            Embedder::Decoder(m) => m.quantization_label(),
+            Embedder::Encoder(m) => m.float_dtype.clone(),
+        }
+    }
+
+    fn weights_bytes(&self) -> usize {
+        match self {
+            Embedder::Decoder(m) => m.weights_bytes,
+            Embedder::Encoder(m) => m.weights_bytes,
+        }
+    }
+
+    fn pad_id(&self) -> u32 {
+        match self {
+            Embedder::Decoder(m) => m.eos_token_ids.first().copied().unwrap_or(0),
+            Embedder::Encoder(m) => m.pad_id,
+        }
+    }
+
+    /// The last layer's states `[batch, length, hidden]` of right-padded
+    /// `tokens`, row `r` with `lengths[r]` real tokens.
+    fn hidden(&self, tokens: &Array, lengths: &[usize]) -> Result<Array, RunError> {
+        match self {
+            // The decoder attends causally, so a real token never sees the
+            // padding after it: the causal mask is the padding mask, and
+            // each row's states equal those of the row run alone.
+            Embedder::Decoder(m) => {
+                let mut cache = m.model.make_cache(None);
+                Ok(m.model.hidden(tokens, &mut cache)?)
+            }
+            // The encoder attends both ways: its mask hides the padding.
+            Embedder::Encoder(m) => Ok(m.model.hidden(tokens, lengths)?),
+        }
+    }
+}
+
 /// Most positions (rows times padded length) in one forward pass: a
 /// request beyond it runs as a few passes, so a large batch of long inputs
 /// does not hold every layer's attention at once.
 const MAX_POSITIONS_PER_PASS: usize = 16_384;
 
 /// The setup of `model`, or the refusal a chat model earns.
-pub fn setup_of(model: &LoadedModel) -> Result<&EmbeddingSetup, RunError> {
-    model.embedding.as_ref().ok_or_else(|| {
+fn setup_of<'a>(model: &Embedder<'a>) -> Result<&'a EmbeddingSetup, RunError> {
+    let setup = match *model {
+        Embedder::Decoder(m) => m.embedding.as_ref(),
+        Embedder::Encoder(m) => m.embedding.as_ref(),
+    };
+    setup.ok_or_else(|| {
         RunError::InvalidSettings(format!(
             "{} is not an embedding model (its folder has no sentence-transformers pooling in modules.json and 1_Pooling/config.json); pick an embedding model such as Qwen3-Embedding, or use this one for chat",
-            model.dir.display()
+            model.dir().display()
         ))
     })
 }
 
-/// The context an input may fill, in tokens.
-fn context_of(model: &LoadedModel) -> usize {
-    model.config.max_position_embeddings.unwrap_or(usize::MAX)
-}
-
 /// Embeds `request.inputs` with `model`, already resident.
 pub fn embed(
-    model: &LoadedModel,
+    model: Embedder<'_>,
     request: &EmbedRequest,
     load_kind: LoadKind,
     load_ms: f64,
 ) -> Result<EmbedOutcome, RunError> {
-    let setup = setup_of(model)?;
+    let setup = setup_of(&model)?;
     if request.inputs.is_empty() {
         return Err(RunError::InvalidSettings(
             "there is nothing to embed; send at least one input".into(),
         ));
     }
     if let Some(dimensions) = request.dimensions {
-        check_dimensions(model, setup, dimensions)?;
+        check_dimensions(model.hidden_size(), setup, dimensions)?;
     }
     mlx_rs::memory::reset_peak_memory()?;
     let started = Instant::now();
-    let context = context_of(model);
+    let context = model.context();
     let mut truncated_inputs = 0;
     let mut rows: Vec<Vec<u32>> = Vec::with_capacity(request.inputs.len());
     for (index, input) in request.inputs.iter().enumerate() {
         let mut ids = match input {
             EmbedInput::Text(text) => model
-                .tokenizer
+                .tokenizer()
                 .encode(text.as_str(), true)
                 .map_err(|e| RunError::Tokenizer(e.to_string()))?
                 .get_ids()
@@ -112,10 +272,10 @@ pub fn embed(
         if ids.is_empty() {
             return Err(RunError::EmptyPrompt);
         }
-        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= model.config.vocab_size as usize) {
+        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= model.vocab_size()) {
             return Err(RunError::InvalidSettings(format!(
                 "input {index} has token id {bad}, beyond this model's vocabulary of {}; send ids below it",
-                model.config.vocab_size
+                model.vocab_size()
             )));
         }
         if ids.len() > context {
@@ -168,10 +328,10 @@ pub fn embed(
     let tokens_per_input: Vec<usize> = rows.iter().map(Vec::len).collect();
     let total: usize = tokens_per_input.iter().sum();
     let stats = RunStats {
-        model_dir: model.dir.display().to_string(),
-        model_type: model.model_type.clone(),
-        quantization: model.quantization_label(),
-        weights_bytes: model.weights_bytes as u64,
+        model_dir: model.dir().display().to_string(),
+        model_type: model.model_type().to_owned(),
+        quantization: model.quantization(),
+        weights_bytes: model.weights_bytes() as u64,
         load_kind,
         load_ms,
         ttft_ms: forward_ms,
@@ -211,11 +371,10 @@ fn rate(tokens: usize, ms: f64) -> f64 {
 
 /// Refuses a `dimensions` the model cannot give.
 pub fn check_dimensions(
-    model: &LoadedModel,
+    full: usize,
     setup: &EmbeddingSetup,
     dimensions: usize,
 ) -> Result<(), RunError> {
-    let full = model.config.hidden_size as usize;
     if !setup.matryoshka && dimensions != full {
         return Err(RunError::InvalidSettings(format!(
             "this model gives {full}-dimensional vectors and was not trained to be cut shorter; leave out dimensions (or ask for {full})"
@@ -241,38 +400,35 @@ fn normalize(vector: &mut [f32]) {
 
 /// One padded forward pass over `rows`, pooled: one vector per row.
 fn forward_pooled(
-    model: &LoadedModel,
+    model: Embedder<'_>,
     pooling: Pooling,
     rows: &[&[u32]],
 ) -> Result<Vec<Vec<f32>>, RunError> {
     let batch = rows.len();
     let length = rows.iter().map(|r| r.len()).max().unwrap_or(0);
-    // Rows are padded on the right. The decoder attends causally, so a real
-    // token never sees the padding after it: the causal mask is the padding
-    // mask, and each row's states equal those of the row run alone.
-    let pad = model.eos_token_ids.first().copied().unwrap_or(0);
+    let pad = model.pad_id();
     let mut ids: Vec<u32> = Vec::with_capacity(batch * length);
     for row in rows {
         ids.extend_from_slice(row);
         ids.extend(std::iter::repeat_n(pad, length - row.len()));
     }
+    let lengths: Vec<usize> = rows.iter().map(|r| r.len()).collect();
     let tokens = Array::from_slice(&ids, &[batch as i32, length as i32]);
-    let mut cache = model.model.make_cache(None);
-    let hidden = model.model.hidden(&tokens, &mut cache)?;
+    let hidden = model.hidden(&tokens, &lengths)?;
     let hidden = hidden.as_dtype(mlx_rs::Dtype::Float32)?;
     let width = hidden.shape()[2];
     let pooled = match pooling {
         Pooling::LastToken => {
-            let last: Vec<i32> = rows.iter().map(|r| r.len() as i32 - 1).collect();
+            let last: Vec<i32> = lengths.iter().map(|&n| n as i32 - 1).collect();
             let index = Array::from_slice(&last, &[batch as i32, 1, 1]);
             let index = ops::broadcast_to(&index, &[batch as i32, 1, width])?;
             hidden.take_along_axis(&index, 1)?
         }
         Pooling::Cls => hidden.take_along_axis(ops::zeros::<i32>(&[batch as i32, 1, width])?, 1)?,
         Pooling::Mean => {
-            let mask: Vec<f32> = rows
+            let mask: Vec<f32> = lengths
                 .iter()
-                .flat_map(|r| (0..length).map(move |p| if p < r.len() { 1.0 } else { 0.0 }))
+                .flat_map(|&n| (0..length).map(move |p| if p < n { 1.0 } else { 0.0 }))
                 .collect();
             let mask = Array::from_slice(&mask, &[batch as i32, length as i32, 1]);
             let summed = ops::multiply(&hidden, &mask)?.sum_axis(1, true)?;

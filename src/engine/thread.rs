@@ -25,7 +25,7 @@ use std::sync::{Arc, mpsc};
 use std::time::Instant;
 
 use super::anatomy::StepAnatomy;
-use super::embed::{EmbedOutcome, EmbedRequest};
+use super::embed::{EmbedOutcome, EmbedRequest, Embedder, LoadedEncoder};
 use super::batch::{Batch, BatchEvent, FinishedSequence, NewSequence, SequenceId};
 use super::load::LoadedModel;
 use super::request::{CancelToken, EventSink, GenerateRequest, RunError, RunEvent};
@@ -373,6 +373,9 @@ struct Running {
 
 struct EngineThread {
     models: HashMap<PathBuf, Resident>,
+    /// Encoders (BERT) kept warm beside the decoders, with their load
+    /// times: they only embed.
+    encoders: HashMap<PathBuf, (LoadedEncoder, f64)>,
     running: Option<Running>,
     /// Generations waiting to start, first come first served.
     held: VecDeque<Held>,
@@ -384,6 +387,7 @@ impl Default for EngineThread {
     fn default() -> Self {
         Self {
             models: HashMap::new(),
+            encoders: HashMap::new(),
             running: None,
             held: VecDeque::new(),
             rows_limit: super::backend::batch_rows_limit(),
@@ -487,6 +491,7 @@ impl EngineThread {
         // Leave nothing running behind the arrays (and perhaps the process).
         wait_for_mlx();
         self.models.clear();
+        self.encoders.clear();
     }
 
     fn handle(&mut self, command: Command) {
@@ -517,7 +522,8 @@ impl EngineThread {
                 if self.running.as_ref().is_some_and(|r| r.key == key) {
                     self.end_batch(|_| None);
                 }
-                let removed = self.models.remove(&key).is_some();
+                let removed =
+                    self.models.remove(&key).is_some() | self.encoders.remove(&key).is_some();
                 if removed {
                     let _ = mlx_rs::memory::clear_cache();
                 }
@@ -544,12 +550,31 @@ impl EngineThread {
             }
             Command::Embed { request, reply } => {
                 let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    if super::embed::is_encoder_folder(&request.model_dir) {
+                        let ((load_kind, load_ms), key) =
+                            self.ensure_encoder(&request.model_dir)?;
+                        let (encoder, _) = self
+                            .encoders
+                            .get(&key)
+                            .ok_or_else(|| RunError::Internal("a loaded model vanished".into()))?;
+                        return super::embed::embed(
+                            Embedder::Encoder(encoder),
+                            &request,
+                            load_kind,
+                            load_ms,
+                        );
+                    }
                     let ((load_kind, load_ms), key) = self.ensure_loaded(&request.model_dir)?;
                     let resident = self
                         .models
                         .get(&key)
                         .ok_or_else(|| RunError::Internal("a loaded model vanished".into()))?;
-                    super::embed::embed(&resident.model, &request, load_kind, load_ms)
+                    super::embed::embed(
+                        Embedder::Decoder(&resident.model),
+                        &request,
+                        load_kind,
+                        load_ms,
+                    )
                 }))
                 .unwrap_or_else(|p| Err(RunError::Internal(panic_message(p.as_ref()))));
                 let _ = reply.send(result);
@@ -564,6 +589,15 @@ impl EngineThread {
                     .keys()
                     .filter_map(|k| self.describe(k))
                     .collect();
+                all.extend(self.encoders.values().map(|(e, load_ms)| ResidentModel {
+                    model_dir: e.dir.clone(),
+                    model_type: e.model_type.clone(),
+                    quantization: e.float_dtype.clone(),
+                    weights_bytes: e.weights_bytes as u64,
+                    load_ms: *load_ms,
+                    conversations: 0,
+                    kv_cache_bytes: 0,
+                }));
                 all.sort_by(|a, b| a.model_dir.cmp(&b.model_dir));
                 let _ = reply.send(all);
             }
@@ -591,11 +625,32 @@ impl EngineThread {
         })
     }
 
+    /// Loads the encoder `dir` unless resident; returns (cold or warm, key).
+    fn ensure_encoder(&mut self, dir: &Path) -> Result<((LoadKind, f64), PathBuf), RunError> {
+        let key = model_key(dir);
+        if self.encoders.contains_key(&key) {
+            return Ok(((LoadKind::Warm, 0.0), key));
+        }
+        let start = Instant::now();
+        let encoder = LoadedEncoder::load(dir)?;
+        let load_ms = start.elapsed().as_secs_f64() * 1e3;
+        self.encoders.insert(key.clone(), (encoder, load_ms));
+        Ok(((LoadKind::Cold, load_ms), key))
+    }
+
     /// Loads `dir` unless resident; returns (cold or warm, key).
     fn ensure_loaded(&mut self, dir: &Path) -> Result<((LoadKind, f64), PathBuf), RunError> {
         let key = model_key(dir);
         if self.models.contains_key(&key) {
             return Ok(((LoadKind::Warm, 0.0), key));
+        }
+        // An encoder only embeds: a generation (or a chat preload) on one
+        // is told so rather than that its architecture is unknown.
+        if super::embed::is_encoder_folder(dir) {
+            return Err(RunError::InvalidSettings(format!(
+                "{} is an embedding model (an encoder): it turns text into vectors and cannot chat; ask it for embeddings (ondo embed, /v1/embeddings, /api/embed) or pick a chat model",
+                dir.display()
+            )));
         }
         let start = Instant::now();
         let model = LoadedModel::load(dir)?;

@@ -9,6 +9,10 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+/// The model types that are encoders (attending both ways): the engine
+/// loads them apart from the decoder families, and they only embed.
+pub const ENCODER_MODEL_TYPES: [&str; 1] = ["bert"];
+
 /// How one vector is made from a sequence's hidden states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "specta", derive(specta::Type))]

@@ -7,6 +7,7 @@
 //! seed. Folders are written next to the target and renamed into place, so a
 //! killed process never leaves a half-written model behind.
 
+pub mod bert;
 pub mod embedding;
 pub mod presets;
 pub mod tokenizer;
