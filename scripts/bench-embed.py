@@ -56,8 +56,22 @@ def main():
     args = parser.parse_args()
 
     home = tempfile.mkdtemp(prefix="ondo-bench-embed-")
-    env = dict(os.environ, ONDO_HOME=os.path.join(home, "ondo"))
-    model_dir = os.path.join(home, "encoder")
+    env = dict(
+        os.environ,
+        ONDO_HOME=os.path.join(home, "ondo"),
+        HF_HOME=os.path.join(home, "hf"),
+        HF_HUB_OFFLINE="1",
+    )
+    env.pop("HF_HUB_CACHE", None)
+    # The server serves models by name: the encoder goes where a download
+    # of `ondo-bench/encoder` would be, in this run's own cache.
+    model = "ondo-bench/encoder"
+    commit = "0" * 40
+    repo = os.path.join(home, "hf", "hub", "models--ondo-bench--encoder")
+    model_dir = os.path.join(repo, "snapshots", commit)
+    os.makedirs(os.path.join(repo, "refs"))
+    with open(os.path.join(repo, "refs", "main"), "w") as ref:
+        ref.write(commit)
     subprocess.run(
         [args.ondo, "synth", args.preset, model_dir, "--encoder", "bert"],
         env=env,
@@ -76,9 +90,9 @@ def main():
         connection = http.client.HTTPConnection(url.hostname, url.port, timeout=600)
         rng = random.Random(0)
         # Warm-up: the load, and both shapes once.
-        post(connection, model_dir, texts_for(rng, args.texts))
+        post(connection, model, texts_for(rng, args.texts))
         for text in texts_for(rng, 4):
-            post(connection, model_dir, [text])
+            post(connection, model, [text])
         ratios, batched_s, separate_s = [], [], []
         for round_index in range(args.rounds):
             texts = texts_for(rng, args.texts)
@@ -87,11 +101,11 @@ def main():
             for shape in order:
                 start = time.perf_counter()
                 if shape == "batched":
-                    answer = post(connection, model_dir, texts)
+                    answer = post(connection, model, texts)
                     assert len(answer["data"]) == len(texts)
                 else:
                     for text in texts:
-                        post(connection, model_dir, [text])
+                        post(connection, model, [text])
                 timings[shape] = time.perf_counter() - start
             batched_s.append(timings["batched"])
             separate_s.append(timings["separate"])

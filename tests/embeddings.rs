@@ -117,7 +117,13 @@ fn vectors(value: &Value) -> Vec<Vec<f64>> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|v| v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect())
+        .map(|v| {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .collect()
+        })
         .collect()
 }
 
@@ -181,7 +187,10 @@ fn vectors_equal_mlx_lm_and_a_batch_equals_each_alone() {
         .iter()
         .map(|n| n.as_u64().unwrap())
         .sum();
-    assert!(runs.iter().any(|r| r.prompt_tokens == total && r.generated_tokens == 0));
+    assert!(
+        runs.iter()
+            .any(|r| r.prompt_tokens == total && r.generated_tokens == 0)
+    );
     assert!(runs.iter().all(|r| r.prefill_ms > 0.0));
 }
 
@@ -230,7 +239,10 @@ impl Served {
         let text = String::from_utf8_lossy(&raw).into_owned();
         let (head, rest) = text.split_once("\r\n\r\n").unwrap();
         let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-        let rest = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        let rest = if head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked")
+        {
             dechunk(rest)
         } else {
             rest.to_owned()
@@ -317,11 +329,18 @@ fn official_clients_get_the_vectors_and_bad_requests_their_dialects_errors() {
     );
     assert_eq!(openai["short"].as_array().unwrap().len(), 16);
     assert!(openai["usage"]["prompt_tokens"].as_u64().unwrap() > 0);
-    assert_eq!(openai["usage"]["prompt_tokens"], openai["usage"]["total_tokens"]);
+    assert_eq!(
+        openai["usage"]["prompt_tokens"],
+        openai["usage"]["total_tokens"]
+    );
 
     let ollama = &got["ollama"];
     assert_close(&vectors(&ollama["embeddings"]), &expected, "ollama embed");
-    assert_close(&vectors(&ollama["single"]), &expected[..1], "ollama embed one");
+    assert_close(
+        &vectors(&ollama["single"]),
+        &expected[..1],
+        "ollama embed one",
+    );
     assert_close(
         &[serde_json::from_value(ollama["legacy"].clone()).unwrap()],
         &expected[..1],
@@ -352,7 +371,11 @@ fn official_clients_get_the_vectors_and_bad_requests_their_dialects_errors() {
     let v1 = |body: Value| served.post("/v1/embeddings", &body);
     openai_error(&v1(json!({"model": EMBEDDER, "input": []})), 400, "empty");
     openai_error(&v1(json!({"model": EMBEDDER, "input": ""})), 400, "empty");
-    openai_error(&v1(json!({"model": EMBEDDER, "input": {"a": 1}})), 400, "input");
+    openai_error(
+        &v1(json!({"model": EMBEDDER, "input": {"a": 1}})),
+        400,
+        "input",
+    );
     openai_error(
         &v1(json!({"model": EMBEDDER, "input": "x", "encoding_format": "int8"})),
         400,
@@ -363,11 +386,19 @@ fn official_clients_get_the_vectors_and_bad_requests_their_dialects_errors() {
         400,
         "dimensions",
     );
-    openai_error(&v1(json!({"model": EMBEDDER, "input": [[99999]]})), 400, "vocabulary");
+    openai_error(
+        &v1(json!({"model": EMBEDDER, "input": [[99999]]})),
+        400,
+        "vocabulary",
+    );
     openai_error(&v1(json!({"input": "x"})), 400, "model");
     openai_error(&v1(json!({"model": "nobody/here", "input": "x"})), 404, "");
     // A chat model makes no embeddings, and an embedding model no chat.
-    openai_error(&v1(json!({"model": CHATTER, "input": "x"})), 400, "not an embedding model");
+    openai_error(
+        &v1(json!({"model": CHATTER, "input": "x"})),
+        400,
+        "not an embedding model",
+    );
     let chat = served.post(
         "/v1/chat/completions",
         &json!({"model": EMBEDDER, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}),
@@ -376,7 +407,11 @@ fn official_clients_get_the_vectors_and_bad_requests_their_dialects_errors() {
     // Longer than the context (4096 tokens): OpenAI refuses, Ollama cuts
     // unless told not to.
     let long = "word ".repeat(6000);
-    openai_error(&v1(json!({"model": EMBEDDER, "input": long})), 400, "context");
+    openai_error(
+        &v1(json!({"model": EMBEDDER, "input": long})),
+        400,
+        "context",
+    );
     let cut = served.post("/api/embed", &json!({"model": EMBEDDER, "input": long}));
     assert_eq!(cut.0, 200, "{cut:?}");
     assert_eq!(cut.1["prompt_eval_count"], 4096);
@@ -414,7 +449,11 @@ fn official_clients_get_the_vectors_and_bad_requests_their_dialects_errors() {
         400,
         "embedding model",
     );
-    ollama_error(&served.post("/api/embeddings", &json!({"model": EMBEDDER})), 400, "prompt");
+    ollama_error(
+        &served.post("/api/embeddings", &json!({"model": EMBEDDER})),
+        400,
+        "prompt",
+    );
     let still = v1(json!({"model": EMBEDDER, "input": TEXTS[0]}));
     assert_eq!(still.0, 200, "{still:?}");
 

@@ -282,8 +282,7 @@ pub(super) async fn ollama_embed(
 ) -> Result<Response, ApiFailure> {
     let request: OllamaEmbedIn = parse_body(body).map_err(ApiFailure::ollama)?;
     let inputs = ollama_inputs(&request.input).map_err(ApiFailure::ollama)?;
-    let keep_alive =
-        ollama_keep_alive(request.keep_alive.as_ref()).map_err(ApiFailure::ollama)?;
+    let keep_alive = ollama_keep_alive(request.keep_alive.as_ref()).map_err(ApiFailure::ollama)?;
     if inputs.is_empty() {
         // Ollama answers an empty input with no vectors (it loads the model).
         return Ok(axum::Json(json!({"model": request.model, "embeddings": []})).into_response());
@@ -325,8 +324,7 @@ pub(super) async fn ollama_embeddings(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiFailure> {
     let request: OllamaEmbeddingsIn = parse_body(body).map_err(ApiFailure::ollama)?;
-    let keep_alive =
-        ollama_keep_alive(request.keep_alive.as_ref()).map_err(ApiFailure::ollama)?;
+    let keep_alive = ollama_keep_alive(request.keep_alive.as_ref()).map_err(ApiFailure::ollama)?;
     if request.prompt.is_empty() {
         return Ok(axum::Json(json!({"embedding": []})).into_response());
     }

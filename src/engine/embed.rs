@@ -439,8 +439,5 @@ fn forward_pooled(
     let pooled = pooled.reshape(&[batch as i32, width])?;
     pooled.eval()?;
     let flat: &[f32] = pooled.as_slice();
-    Ok(flat
-        .chunks(width as usize)
-        .map(<[f32]>::to_vec)
-        .collect())
+    Ok(flat.chunks(width as usize).map(<[f32]>::to_vec).collect())
 }

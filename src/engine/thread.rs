@@ -25,8 +25,8 @@ use std::sync::{Arc, mpsc};
 use std::time::Instant;
 
 use super::anatomy::StepAnatomy;
-use super::embed::{EmbedOutcome, EmbedRequest, Embedder, LoadedEncoder};
 use super::batch::{Batch, BatchEvent, FinishedSequence, NewSequence, SequenceId};
+use super::embed::{EmbedOutcome, EmbedRequest, Embedder, LoadedEncoder};
 use super::load::LoadedModel;
 use super::request::{CancelToken, EventSink, GenerateRequest, RunError, RunEvent};
 use super::sample::Sampler;

@@ -575,8 +575,16 @@ impl Shared {
         let after = ondo_os::memory_snapshot().ok();
         self.end_use(&key, &context);
         let outcome = result?;
-        self.finish(&outcome.stats, &context, was_resident, started, started_unix_ms, before, after)
-            .map(|record| (outcome, record))
+        self.finish(
+            &outcome.stats,
+            &context,
+            was_resident,
+            started,
+            started_unix_ms,
+            before,
+            after,
+        )
+        .map(|record| (outcome, record))
     }
 
     /// Marks `key` busy (making room for it when it is not resident);
@@ -647,7 +655,11 @@ impl Shared {
             self.note(
                 "load",
                 &context.model_id,
-                if was_resident { "reloaded" } else { "first use" },
+                if was_resident {
+                    "reloaded"
+                } else {
+                    "first use"
+                },
                 Some(stats.weights_bytes),
             );
         }

@@ -51,8 +51,14 @@ pub fn write_bert(
     let h = shape.hidden_size as i32;
     let i = shape.intermediate_size as i32;
     let mut tensors: Vec<(String, Vec<i32>)> = vec![
-        ("embeddings.word_embeddings.weight".into(), vec![vocab_size as i32, h]),
-        ("embeddings.position_embeddings.weight".into(), vec![MAX_POSITIONS as i32, h]),
+        (
+            "embeddings.word_embeddings.weight".into(),
+            vec![vocab_size as i32, h],
+        ),
+        (
+            "embeddings.position_embeddings.weight".into(),
+            vec![MAX_POSITIONS as i32, h],
+        ),
         ("embeddings.token_type_embeddings.weight".into(), vec![2, h]),
         ("embeddings.LayerNorm.weight".into(), vec![h]),
         ("embeddings.LayerNorm.bias".into(), vec![h]),
@@ -87,7 +93,8 @@ pub fn write_bert(
             tensor: name.clone(),
             message: crate::engine::mlx_failure(&e),
         };
-        let key = random::key(seed.wrapping_mul(1_000_003).wrapping_add(index as u64)).map_err(mlx)?;
+        let key =
+            random::key(seed.wrapping_mul(1_000_003).wrapping_add(index as u64)).map_err(mlx)?;
         // LayerNorm scales near 1, biases and matrices small: random, yet
         // every layer visibly changes the states.
         let array = if name.ends_with("LayerNorm.weight") {
@@ -144,13 +151,8 @@ pub fn write_bert(
     })
 }
 
-type WordPieceTokenizer = TokenizerImpl<
-    WordPiece,
-    BertNormalizer,
-    BertPreTokenizer,
-    BertProcessing,
-    WordPieceDecoder,
->;
+type WordPieceTokenizer =
+    TokenizerImpl<WordPiece, BertNormalizer, BertPreTokenizer, BertProcessing, WordPieceDecoder>;
 
 /// Trains a WordPiece vocabulary of at most `vocab_size` on the built-in
 /// corpus and writes `tokenizer.json` and `tokenizer_config.json`; returns
@@ -170,17 +172,24 @@ fn write_wordpiece(dir: &Path, vocab_size: usize, seed: u64) -> Result<usize, Sy
         .vocab_size(vocab_size)
         .min_frequency(0)
         .show_progress(false)
-        .special_tokens(SPECIALS.iter().map(|t| AddedToken::from(*t, true)).collect())
+        .special_tokens(
+            SPECIALS
+                .iter()
+                .map(|t| AddedToken::from(*t, true))
+                .collect(),
+        )
         .build();
     let documents = corpus_documents(seed);
     tokenizer
         .train(&mut trainer, documents.iter())
         .map_err(|e| build("training the WordPiece vocabulary")(&e))?;
     let id = |token: &str| {
-        tokenizer.token_to_id(token).ok_or_else(|| TokenizerSynthError::Build {
-            step: "adding the special tokens",
-            reason: format!("{token} has no id"),
-        })
+        tokenizer
+            .token_to_id(token)
+            .ok_or_else(|| TokenizerSynthError::Build {
+                step: "adding the special tokens",
+                reason: format!("{token} has no id"),
+            })
     };
     let (cls, sep) = (id("[CLS]")?, id("[SEP]")?);
     tokenizer.with_post_processor(Some(BertProcessing::new(

@@ -47,11 +47,10 @@ pub fn make_embedding_folder(dir: &Path, pooling: Pooling) -> Result<(), SynthEr
 /// `<|end_of_text|>` (and prepends nothing).
 fn append_end_of_text(path: &Path) -> Result<(), SynthError> {
     let step = "making the tokenizer append the end-of-text token";
-    let mut tokenizer =
-        Tokenizer::from_file(path).map_err(|e| TokenizerSynthError::Build {
-            step,
-            reason: e.to_string(),
-        })?;
+    let mut tokenizer = Tokenizer::from_file(path).map_err(|e| TokenizerSynthError::Build {
+        step,
+        reason: e.to_string(),
+    })?;
     let end = tokenizer
         .token_to_id(END_OF_TEXT)
         .ok_or_else(|| TokenizerSynthError::Build {

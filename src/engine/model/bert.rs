@@ -128,8 +128,10 @@ impl Bert {
         let h = config.hidden_size;
         let i = config.intermediate_size;
         let w = &mut weights;
-        let word_embeddings =
-            w.take_float("embeddings.word_embeddings.weight", &[config.vocab_size as i32, h as i32])?;
+        let word_embeddings = w.take_float(
+            "embeddings.word_embeddings.weight",
+            &[config.vocab_size as i32, h as i32],
+        )?;
         let position_embeddings = w.take_float(
             "embeddings.position_embeddings.weight",
             &[config.max_position_embeddings as i32, h as i32],
