@@ -454,6 +454,9 @@ fn official_clients_get_the_vectors_and_bad_requests_their_dialects_errors() {
         400,
         "prompt",
     );
+    // Ollama's clients read what a model can do from /api/show.
+    let shown = served.post("/api/show", &json!({"model": EMBEDDER}));
+    assert_eq!(shown.1["capabilities"], json!(["embedding"]), "{shown:?}");
     let still = v1(json!({"model": EMBEDDER, "input": TEXTS[0]}));
     assert_eq!(still.0, 200, "{still:?}");
 

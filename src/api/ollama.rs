@@ -742,11 +742,16 @@ pub(super) async fn show(
             .and_then(|bytes| serde_json::from_slice(&bytes).ok())
             .unwrap_or_default();
         let template = ChatTemplate::from_model_dir(&dir).ok().flatten();
-        let mut capabilities = vec!["completion"];
-        if template.as_ref().is_some_and(ChatTemplate::takes_tools) {
+        // An embedding model answers /api/embed only, as Ollama says of its own.
+        let mut capabilities = vec![if described.embedding {
+            "embedding"
+        } else {
+            "completion"
+        }];
+        if !described.embedding && template.as_ref().is_some_and(ChatTemplate::takes_tools) {
             capabilities.push("tools");
         }
-        if template.as_ref().is_some_and(ChatTemplate::thinks) {
+        if !described.embedding && template.as_ref().is_some_and(ChatTemplate::thinks) {
             capabilities.push("thinking");
         }
         let template = template.map(|t| t.source().to_owned()).unwrap_or_default();
