@@ -50,6 +50,13 @@ pub struct EmbeddingSetup {
 
 /// Reads the sentence-transformers files of `dir`; `None` when it has none
 /// (a chat model) or they name no pooling Ondo knows.
+///
+/// A converted folder may keep `modules.json` (and
+/// `config_sentence_transformers.json`) but not the `1_Pooling/` folder
+/// (conversions copy the top-level files): its pooling is then the one
+/// sentence-transformers gives such a model, last token for a decoder
+/// (every decoder embedding model pools so: Qwen3-Embedding, gte-Qwen2),
+/// the mean for an encoder (sentence-transformers' default).
 pub fn detect(dir: &Path, model_type: &str) -> Option<EmbeddingSetup> {
     let modules: Vec<serde_json::Value> = read_json(&dir.join("modules.json"))
         .and_then(|v| serde_json::from_value(v).ok())
@@ -61,20 +68,30 @@ pub fn detect(dir: &Path, model_type: &str) -> Option<EmbeddingSetup> {
                 .is_some_and(|t| t.ends_with(&format!(".{kind}")) || t == kind)
         })
     };
-    let pooling_module = module_of("Pooling")?;
-    let pooling_dir = pooling_module["path"].as_str().unwrap_or("1_Pooling");
-    let pooling_config = read_json(&dir.join(pooling_dir).join("config.json"))?;
-    let on = |key: &str| pooling_config[key].as_bool().unwrap_or(false);
-    // sentence-transformers' order of precedence when several are set is
-    // not one mode; real folders set exactly one.
-    let pooling = if on("pooling_mode_lasttoken") {
-        Pooling::LastToken
-    } else if on("pooling_mode_cls_token") {
-        Pooling::Cls
-    } else if on("pooling_mode_mean_tokens") {
-        Pooling::Mean
-    } else {
+    let made_for_sentence_transformers =
+        module_of("Pooling").is_some() || dir.join("config_sentence_transformers.json").is_file();
+    if !made_for_sentence_transformers {
         return None;
+    }
+    let pooling_dir = module_of("Pooling")
+        .and_then(|m| m["path"].as_str())
+        .unwrap_or("1_Pooling");
+    let pooling = match read_json(&dir.join(pooling_dir).join("config.json")) {
+        Some(config) => {
+            let on = |key: &str| config[key].as_bool().unwrap_or(false);
+            // Real folders set exactly one mode.
+            if on("pooling_mode_lasttoken") {
+                Pooling::LastToken
+            } else if on("pooling_mode_cls_token") {
+                Pooling::Cls
+            } else if on("pooling_mode_mean_tokens") {
+                Pooling::Mean
+            } else {
+                return None;
+            }
+        }
+        None if ENCODER_MODEL_TYPES.contains(&model_type) => Pooling::Mean,
+        None => Pooling::LastToken,
     };
     // Qwen3-Embedding is trained with Matryoshka representation learning
     // (its model card: "MRL support"); its folder does not say so, so the
@@ -160,6 +177,21 @@ mod tests {
             assert_eq!(setup.normalize, normalize);
             assert_eq!(setup.matryoshka, pooling == Pooling::LastToken);
         }
+    }
+
+    #[test]
+    fn a_converted_folder_without_its_pooling_folder_pools_as_its_kind_does() {
+        let dir = tempfile::tempdir().unwrap();
+        for (path, value) in sentence_transformers_files(Pooling::Cls, 64, true) {
+            if path.starts_with("1_Pooling") {
+                continue;
+            }
+            std::fs::write(dir.path().join(path), value.to_string()).unwrap();
+        }
+        let decoder = detect(dir.path(), "qwen3").unwrap();
+        assert_eq!(decoder.pooling, Pooling::LastToken);
+        assert!(decoder.normalize && decoder.matryoshka);
+        assert_eq!(detect(dir.path(), "bert").unwrap().pooling, Pooling::Mean);
     }
 
     #[test]
