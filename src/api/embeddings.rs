@@ -69,9 +69,18 @@ impl ServerState {
             ..model.run_context(RunKind::Embed)
         };
         let keep_alive = ask.keep_alive;
+        let (route, user_agent) = (ask.route, ask.user_agent.clone());
         let result = tokio::task::spawn_blocking(move || {
+            // In the server's status while it runs, and counted as served.
+            let flight = state.flights.begin_route(
+                route,
+                user_agent,
+                &held.name,
+                crate::engine::CancelToken::new(),
+            );
             let at_engine = Instant::now();
             let result = state.pool.embed(request, context);
+            drop(flight);
             state.queue.note_run(at_engine.elapsed());
             let keep = match keep_alive {
                 KeepAliveAsked::Unchanged => None,

@@ -204,11 +204,22 @@ impl Drop for Flight<'_> {
 
 impl Flights {
     fn begin(&self, ask: &Ask, model: &str, cancel: CancelToken) -> Flight<'_> {
+        self.begin_route(ask.route, ask.user_agent.clone(), model, cancel)
+    }
+
+    /// As `begin`, for a request that is no generation (embeddings).
+    fn begin_route(
+        &self,
+        route: &str,
+        user_agent: Option<String>,
+        model: &str,
+        cancel: CancelToken,
+    ) -> Flight<'_> {
         let id = self.next_id.fetch_add(1, Ordering::AcqRel);
         let client = ClientInFlight {
-            route: ask.route.to_owned(),
+            route: route.to_owned(),
             model: model.to_owned(),
-            user_agent: ask.user_agent.clone(),
+            user_agent,
             running_ms: 0,
         };
         if self.all_cancelled.load(Ordering::Acquire) {
