@@ -28,6 +28,9 @@ pub enum RunKind {
     /// A request to the local server (`ondo serve`, the app's Local
     /// server), from another program.
     Api,
+    /// Embeddings (`ondo embed`, `/v1/embeddings`, `/api/embed`): one
+    /// forward pass over the inputs, no decode.
+    Embed,
     /// A kind written by a newer Ondo sharing this history.
     #[serde(other)]
     Other,
@@ -35,7 +38,7 @@ pub enum RunKind {
 
 impl RunKind {
     /// Every kind this Ondo writes (for filters and help texts).
-    pub const ALL: [RunKind; 7] = [
+    pub const ALL: [RunKind; 8] = [
         RunKind::Run,
         RunKind::Chat,
         RunKind::Bench,
@@ -43,6 +46,7 @@ impl RunKind {
         RunKind::Demo,
         RunKind::Endpoint,
         RunKind::Api,
+        RunKind::Embed,
     ];
 
     /// The name the history and the reports use.
@@ -55,6 +59,7 @@ impl RunKind {
             RunKind::Demo => "demo",
             RunKind::Endpoint => "endpoint",
             RunKind::Api => "api",
+            RunKind::Embed => "embed",
             RunKind::Other => "other",
         }
     }

@@ -1794,7 +1794,9 @@ fn bad_requests_get_their_status_and_a_json_error_and_the_server_serves_on() {
     let huge = vec![b' '; (4 << 20) + 1];
     openai_error(&send("POST", chat, &huge), 413, "body_too_large");
     openai_error(&send("GET", chat, b""), 404, "no_such_route");
-    openai_error(&send("POST", "/v1/embeddings", b"{}"), 404, "no_such_route");
+    openai_error(&send("POST", "/v1/nothing", b"{}"), 404, "no_such_route");
+    // Embeddings are served (tests/embeddings.rs); a body without a model is 400.
+    openai_error(&send("POST", "/v1/embeddings", b"{}"), 400, "invalid_input");
     let completions = |extra: Value| {
         let mut body = json!({"model": "tiny", "prompt": "Once", "max_tokens": 4});
         for (k, v) in extra.as_object().unwrap() {

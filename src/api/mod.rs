@@ -17,6 +17,7 @@ mod access;
 mod anthropic;
 mod connections;
 mod conversations;
+mod embeddings;
 pub mod error;
 pub mod generation;
 mod ollama;
@@ -204,11 +205,22 @@ impl Drop for Flight<'_> {
 
 impl Flights {
     fn begin(&self, ask: &Ask, model: &str, cancel: CancelToken) -> Flight<'_> {
+        self.begin_route(ask.route, ask.user_agent.clone(), model, cancel)
+    }
+
+    /// As `begin`, for a request that is no generation (embeddings).
+    fn begin_route(
+        &self,
+        route: &str,
+        user_agent: Option<String>,
+        model: &str,
+        cancel: CancelToken,
+    ) -> Flight<'_> {
         let id = self.next_id.fetch_add(1, Ordering::AcqRel);
         let client = ClientInFlight {
-            route: ask.route.to_owned(),
+            route: route.to_owned(),
             model: model.to_owned(),
-            user_agent: ask.user_agent.clone(),
+            user_agent,
             running_ms: 0,
         };
         if self.all_cancelled.load(Ordering::Acquire) {
@@ -478,6 +490,7 @@ fn router(state: Arc<ServerState>, rules: access::AccessRules) -> Router {
         .route("/v1/models/{*id}", get(openai::model))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/completions", post(openai::completions))
+        .route("/v1/embeddings", post(embeddings::openai_embeddings))
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/responses", post(responses::create))
@@ -491,6 +504,8 @@ fn router(state: Arc<ServerState>, rules: access::AccessRules) -> Router {
         .route("/api/show", post(ollama::show))
         .route("/api/chat", post(ollama::chat))
         .route("/api/generate", post(ollama::generate))
+        .route("/api/embed", post(embeddings::ollama_embed))
+        .route("/api/embeddings", post(embeddings::ollama_embeddings))
         .fallback(no_such_route)
         .method_not_allowed_fallback(no_such_route)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

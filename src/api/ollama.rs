@@ -144,7 +144,7 @@ impl CommonIn {
 /// Ollama's `keep_alive`: seconds as a number, or a duration ("5m", "1h30m",
 /// "300ms"); negative keeps the model loaded until the pool needs room, 0
 /// unloads it right after.
-fn keep_alive_from(value: &Value) -> Result<KeepAlive, ApiError> {
+pub(super) fn keep_alive_from(value: &Value) -> Result<KeepAlive, ApiError> {
     let refused = || {
         ApiError::InvalidField(format!(
             "keep_alive is {value}; give seconds, or a duration such as \"5m\" (0 unloads, -1 keeps it)"
@@ -740,11 +740,16 @@ pub(super) async fn show(
             .and_then(|bytes| serde_json::from_slice(&bytes).ok())
             .unwrap_or_default();
         let template = ChatTemplate::from_model_dir(&dir).ok().flatten();
-        let mut capabilities = vec!["completion"];
-        if template.as_ref().is_some_and(ChatTemplate::takes_tools) {
+        // An embedding model answers /api/embed only, as Ollama says of its own.
+        let mut capabilities = vec![if described.embedding {
+            "embedding"
+        } else {
+            "completion"
+        }];
+        if !described.embedding && template.as_ref().is_some_and(ChatTemplate::takes_tools) {
             capabilities.push("tools");
         }
-        if template.as_ref().is_some_and(ChatTemplate::thinks) {
+        if !described.embedding && template.as_ref().is_some_and(ChatTemplate::thinks) {
             capabilities.push("thinking");
         }
         let template = template.map(|t| t.source().to_owned()).unwrap_or_default();

@@ -41,6 +41,9 @@ enum Command {
     /// Talk with a model in the terminal; later turns reuse the warm model
     /// and the conversation's KV cache.
     Chat(run::ChatArgs),
+    /// Turn texts into vectors with an embedding model (Qwen3-Embedding):
+    /// prints dimensions, tokens and time; --json prints the vectors.
+    Embed(embed::EmbedArgs),
     /// Time prefill, decode and cold start over repetitions (median and
     /// spread), optionally against Python mlx-lm on the same model.
     Bench(bench::BenchArgs),
@@ -68,6 +71,7 @@ enum Command {
 }
 
 mod demo;
+mod embed;
 
 /// Parses the command line, runs the command, and returns the exit code.
 /// A failure prints its message, then a hint in the terminal's words.
@@ -83,6 +87,7 @@ pub fn main() -> std::process::ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Run(args) => run::run(args),
         Command::Chat(args) => run::chat(args),
+        Command::Embed(args) => embed::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Pull(args) => models::pull(args),

@@ -361,6 +361,8 @@ fn library_row(model: &LibraryModel) -> [String; 6] {
         format!("{name} [incomplete]")
     } else if model.unsupported.is_some() {
         format!("{name} [not supported yet]")
+    } else if model.embedding {
+        format!("{name} [embedding]")
     } else {
         name
     };

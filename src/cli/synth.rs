@@ -31,6 +31,9 @@ Examples:
   ondo synth tiny ./models/gemma-tiny --arch gemma3_text --sliding-window 32
   ondo synth tiny ./models/phi-tiny --arch phi3 --bits 4
   ondo synth tiny ./models/gemma4-moe --arch gemma4 --experts --bits 4
+  ondo synth tiny ./models/embed-tiny --arch qwen3 --embedding   # like Qwen3-Embedding
+  ondo synth small ./models/bge-small --encoder bert              # like bge-small (CLS)
+  ondo synth tiny ./models/minilm --encoder bert --pooling mean   # like all-MiniLM
   python -m mlx_lm generate --model ./models/tiny --prompt hi   # mlx-lm loads it too")]
 pub struct SynthArgs {
     /// Preset shape: tiny, small, llama-3.2-1b, llama-3.2-3b or llama-3.1-8b.
@@ -76,6 +79,21 @@ pub struct SynthArgs {
     /// everything. Small windows let a short prompt cross it.
     #[arg(long, default_value_t = synth::DEFAULT_SLIDING_WINDOW)]
     sliding_window: usize,
+    /// Write an embedding model: sentence-transformers' modules.json and
+    /// 1_Pooling/config.json (last-token pooling, normalized, as
+    /// Qwen3-Embedding), and a tokenizer that appends <|end_of_text|> to
+    /// every input. `ondo embed` and /v1/embeddings then take it.
+    #[arg(long)]
+    embedding: bool,
+    /// Write an encoder embedding model instead of a decoder: `bert` (the
+    /// bge / all-MiniLM / e5 form, WordPiece tokenizer, float32) of the
+    /// preset's width, depth and heads.
+    #[arg(long, value_parser = ["bert"])]
+    encoder: Option<String>,
+    /// With --encoder: how the vectors are pooled, `cls` (bge) or `mean`
+    /// (all-MiniLM, e5).
+    #[arg(long, value_parser = ["cls", "mean"], default_value = "cls")]
+    pooling: String,
     /// Print a JSON summary instead of text.
     #[arg(long)]
     json: bool,
@@ -184,6 +202,28 @@ pub fn run(args: SynthArgs) -> Result<ExitCode, CliError> {
     options.force = args.force;
     options.sliding_window = args.sliding_window.max(1);
 
+    if args.encoder.is_some() {
+        let dir_used = std::fs::read_dir(&args.out).is_ok_and(|mut d| d.next().is_some());
+        if dir_used && !args.force {
+            return Err(synth::SynthError::TargetNotEmpty { dir: args.out }.into());
+        }
+        let pooling = if args.pooling == "mean" {
+            crate::family::embedding::Pooling::Mean
+        } else {
+            crate::family::embedding::Pooling::Cls
+        };
+        let written = synth::bert::write_bert(&options.shape(), &args.out, args.seed, pooling)?;
+        println!(
+            "wrote a bert encoder ({}, {:.1}M parameters, vocab {}, {} pooling) to {}",
+            args.preset,
+            written.parameters as f64 / 1e6,
+            written.vocab_size,
+            pooling.as_str(),
+            args.out.display()
+        );
+        println!("random weights: for speed tests, not for meaning");
+        return Ok(ExitCode::SUCCESS);
+    }
     let bar = ProgressBar::new(0);
     bar.set_style(
         ProgressStyle::with_template("{spinner} writing tensors [{bar:30}] {pos}/{len} {msg}")
@@ -199,6 +239,12 @@ pub fn run(args: SynthArgs) -> Result<ExitCode, CliError> {
         bar.set_message(p.current);
     })?;
     bar.finish_and_clear();
+    if args.embedding {
+        synth::embedding::make_embedding_folder(
+            &args.out,
+            crate::family::embedding::Pooling::LastToken,
+        )?;
+    }
 
     if args.json {
         let text = serde_json::to_string_pretty(&summary)

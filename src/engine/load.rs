@@ -32,6 +32,9 @@ pub struct LoadedModel {
     /// The vocabulary as the grammar engine sees it, built the first time
     /// a reply is held to a grammar.
     grammars: std::sync::OnceLock<Result<std::sync::Arc<Grammars>, String>>,
+    /// How it pools its vectors, when the folder is an embedding model
+    /// (sentence-transformers files); `None` for a chat model.
+    pub embedding: Option<family::embedding::EmbeddingSetup>,
 }
 
 fn read_json(path: &Path) -> Result<serde_json::Value, LoadError> {
@@ -110,6 +113,7 @@ impl LoadedModel {
                 path: dir.join("tokenizer_config.json"),
                 message: e.to_string(),
             })?;
+        let embedding = family::embedding::detect(dir, &model_type);
         Ok(Self {
             dir: dir.to_owned(),
             model_type,
@@ -121,6 +125,7 @@ impl LoadedModel {
             chat_template,
             float_dtype,
             grammars: std::sync::OnceLock::new(),
+            embedding,
         })
     }
 

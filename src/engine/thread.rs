@@ -26,6 +26,7 @@ use std::time::Instant;
 
 use super::anatomy::StepAnatomy;
 use super::batch::{Batch, BatchEvent, FinishedSequence, NewSequence, SequenceId};
+use super::embed::{EmbedOutcome, EmbedRequest, Embedder, LoadedEncoder};
 use super::load::LoadedModel;
 use super::request::{CancelToken, EventSink, GenerateRequest, RunError, RunEvent};
 use super::sample::Sampler;
@@ -71,6 +72,12 @@ enum Command {
     },
     Resident {
         reply: mpsc::Sender<Vec<ResidentModel>>,
+    },
+    /// Embeddings: run between decode steps, at once (one forward pass, no
+    /// decode loop to join).
+    Embed {
+        request: Box<EmbedRequest>,
+        reply: mpsc::Sender<Result<EmbedOutcome, RunError>>,
     },
     /// Other MLX work (self-tests, writing synthetic models) that must not
     /// run beside the engine's.
@@ -288,6 +295,19 @@ impl EngineHandle {
             .map_err(|_| RunError::Internal("the work sent to the engine thread panicked".into()))
     }
 
+    /// Embeds the request's inputs with its model (loaded, or found
+    /// resident, in the same pool as the chat models) and waits for them.
+    pub fn embed(&self, request: EmbedRequest) -> Result<EmbedOutcome, RunError> {
+        let (reply, answer) = mpsc::channel();
+        self.commands
+            .send(Command::Embed {
+                request: Box::new(request),
+                reply,
+            })
+            .map_err(|_| RunError::EngineStopped)?;
+        answer.recv().map_err(|_| RunError::EngineStopped)?
+    }
+
     /// The models resident now.
     pub fn resident(&self) -> Result<Vec<ResidentModel>, RunError> {
         let (reply, answer) = mpsc::channel();
@@ -353,6 +373,9 @@ struct Running {
 
 struct EngineThread {
     models: HashMap<PathBuf, Resident>,
+    /// Encoders (BERT) kept warm beside the decoders, with their load
+    /// times: they only embed.
+    encoders: HashMap<PathBuf, (LoadedEncoder, f64)>,
     running: Option<Running>,
     /// Generations waiting to start, first come first served.
     held: VecDeque<Held>,
@@ -364,6 +387,7 @@ impl Default for EngineThread {
     fn default() -> Self {
         Self {
             models: HashMap::new(),
+            encoders: HashMap::new(),
             running: None,
             held: VecDeque::new(),
             rows_limit: super::backend::batch_rows_limit(),
@@ -383,6 +407,18 @@ fn wait_for_mlx() {
     // thread.
     unsafe {
         mlx_sys::mlx_synchronize_default();
+    }
+}
+
+/// An embedding model makes vectors, not replies: a generation on one is
+/// refused with a word on what to do.
+fn refuse_embedding_model(model: &LoadedModel) -> Result<(), RunError> {
+    match model.embedding {
+        Some(_) => Err(RunError::InvalidSettings(format!(
+            "{} is an embedding model: it turns text into vectors and cannot chat; ask it for embeddings (ondo embed, /v1/embeddings, /api/embed) or pick a chat model",
+            model.dir.display()
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -455,6 +491,7 @@ impl EngineThread {
         // Leave nothing running behind the arrays (and perhaps the process).
         wait_for_mlx();
         self.models.clear();
+        self.encoders.clear();
     }
 
     fn handle(&mut self, command: Command) {
@@ -485,7 +522,8 @@ impl EngineThread {
                 if self.running.as_ref().is_some_and(|r| r.key == key) {
                     self.end_batch(|_| None);
                 }
-                let removed = self.models.remove(&key).is_some();
+                let removed =
+                    self.models.remove(&key).is_some() | self.encoders.remove(&key).is_some();
                 if removed {
                     let _ = mlx_rs::memory::clear_cache();
                 }
@@ -510,6 +548,37 @@ impl EngineThread {
                 }
                 let _ = reply.send(freed);
             }
+            Command::Embed { request, reply } => {
+                let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    if super::embed::is_encoder_folder(&request.model_dir) {
+                        let ((load_kind, load_ms), key) =
+                            self.ensure_encoder(&request.model_dir)?;
+                        let (encoder, _) = self
+                            .encoders
+                            .get(&key)
+                            .ok_or_else(|| RunError::Internal("a loaded model vanished".into()))?;
+                        return super::embed::embed(
+                            Embedder::Encoder(encoder),
+                            &request,
+                            load_kind,
+                            load_ms,
+                        );
+                    }
+                    let ((load_kind, load_ms), key) = self.ensure_loaded(&request.model_dir)?;
+                    let resident = self
+                        .models
+                        .get(&key)
+                        .ok_or_else(|| RunError::Internal("a loaded model vanished".into()))?;
+                    super::embed::embed(
+                        Embedder::Decoder(&resident.model),
+                        &request,
+                        load_kind,
+                        load_ms,
+                    )
+                }))
+                .unwrap_or_else(|p| Err(RunError::Internal(panic_message(p.as_ref()))));
+                let _ = reply.send(result);
+            }
             Command::Call(work) => {
                 // A panic drops the reply sender; the caller hears of it.
                 let _ = std::panic::catch_unwind(AssertUnwindSafe(work));
@@ -520,6 +589,15 @@ impl EngineThread {
                     .keys()
                     .filter_map(|k| self.describe(k))
                     .collect();
+                all.extend(self.encoders.values().map(|(e, load_ms)| ResidentModel {
+                    model_dir: e.dir.clone(),
+                    model_type: e.model_type.clone(),
+                    quantization: e.float_dtype.clone(),
+                    weights_bytes: e.weights_bytes as u64,
+                    load_ms: *load_ms,
+                    conversations: 0,
+                    kv_cache_bytes: 0,
+                }));
                 all.sort_by(|a, b| a.model_dir.cmp(&b.model_dir));
                 let _ = reply.send(all);
             }
@@ -547,11 +625,32 @@ impl EngineThread {
         })
     }
 
+    /// Loads the encoder `dir` unless resident; returns (cold or warm, key).
+    fn ensure_encoder(&mut self, dir: &Path) -> Result<((LoadKind, f64), PathBuf), RunError> {
+        let key = model_key(dir);
+        if self.encoders.contains_key(&key) {
+            return Ok(((LoadKind::Warm, 0.0), key));
+        }
+        let start = Instant::now();
+        let encoder = LoadedEncoder::load(dir)?;
+        let load_ms = start.elapsed().as_secs_f64() * 1e3;
+        self.encoders.insert(key.clone(), (encoder, load_ms));
+        Ok(((LoadKind::Cold, load_ms), key))
+    }
+
     /// Loads `dir` unless resident; returns (cold or warm, key).
     fn ensure_loaded(&mut self, dir: &Path) -> Result<((LoadKind, f64), PathBuf), RunError> {
         let key = model_key(dir);
         if self.models.contains_key(&key) {
             return Ok(((LoadKind::Warm, 0.0), key));
+        }
+        // An encoder only embeds: a generation (or a chat preload) on one
+        // is told so rather than that its architecture is unknown.
+        if super::embed::is_encoder_folder(dir) {
+            return Err(RunError::InvalidSettings(format!(
+                "{} is an embedding model (an encoder): it turns text into vectors and cannot chat; ask it for embeddings (ondo embed, /v1/embeddings, /api/embed) or pick a chat model",
+                dir.display()
+            )));
         }
         let start = Instant::now();
         let model = LoadedModel::load(dir)?;
@@ -651,6 +750,7 @@ impl EngineThread {
             .models
             .get_mut(&key)
             .ok_or_else(|| RunError::Internal("a loaded model vanished".into()))?;
+        refuse_embedding_model(&resident.model)?;
         let mut conversation = take_conversation(resident, request);
         let setting = RunSetting {
             load_kind,
@@ -695,6 +795,7 @@ impl EngineThread {
                 .models
                 .get_mut(&key)
                 .ok_or_else(|| RunError::Internal("a loaded model vanished".into()))?;
+            refuse_embedding_model(&resident.model)?;
             let mut conversation = take_conversation(resident, &request);
             let model = &resident.model;
             let prepared = stream::prepare(model, &mut conversation, &request)?;

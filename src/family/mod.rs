@@ -8,6 +8,7 @@
 //! about a family. docs/ADDING_A_FAMILY.md says how to add one.
 
 pub mod config;
+pub mod embedding;
 pub mod quant;
 pub mod synth;
 pub mod tensors;

@@ -58,6 +58,9 @@ pub struct LibraryModel {
     pub complete: bool,
     /// What is wrong when it is not complete.
     pub problem: Option<String>,
+    /// An embedding model (sentence-transformers' pooling files): it makes
+    /// vectors (`ondo embed`, `/v1/embeddings`), not chat.
+    pub embedding: bool,
 }
 
 /// Lists the whole library, cached repos first, each group sorted.
@@ -230,8 +233,16 @@ pub fn describe_folder(id: String, source: ModelSource, dir: &Path) -> LibraryMo
         .filter(|m| m.is_file())
         .map(|m| m.len())
         .sum();
+    let embedding = crate::family::embedding::is_embedding_folder(dir);
+    // The encoders Ondo runs (BERT) are no decoder family; as embedding
+    // models they run.
+    let encoder = config
+        .as_ref()
+        .and_then(|c| c["model_type"].as_str())
+        .is_some_and(|t| crate::family::embedding::ENCODER_MODEL_TYPES.contains(&t));
     let unsupported = config
         .as_ref()
+        .filter(|_| !(embedding && encoder))
         .and_then(architecture::unsupported_config_reason);
     let config = config.unwrap_or_default();
     LibraryModel {
@@ -248,6 +259,7 @@ pub fn describe_folder(id: String, source: ModelSource, dir: &Path) -> LibraryMo
         parameters: count_parameters(&config, &present),
         complete: problem.is_none(),
         problem,
+        embedding,
     }
 }
 

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use ondo_os::{PressureLevel, PressureSampler};
 use serde::{Deserialize, Serialize};
 
+use crate::engine::embed::{EmbedOutcome, EmbedRequest};
 use crate::engine::stream::RunOutcome;
 use crate::engine::thread::EventDelivery;
 use crate::engine::{CancelToken, EngineHandle, GenerateRequest, RunError, RunEvent};
@@ -232,6 +233,17 @@ impl SessionPool {
     ) -> Result<(RunOutcome, RunRecord), RunError> {
         let delivery = EventDelivery::EngineThread(Box::new(on_event));
         self.shared.run(request, context, cancel, delivery)
+    }
+
+    /// Embeds through the engine, keeping the model warm like a chat
+    /// model's, and records the run (its kind from `context`, normally
+    /// `embed`).
+    pub fn embed(
+        &self,
+        request: EmbedRequest,
+        context: RunContext,
+    ) -> Result<(EmbedOutcome, RunRecord), RunError> {
+        self.shared.embed(request, context)
     }
 
     /// Unloads a model now (the user asked); true if it was resident.
@@ -498,21 +510,7 @@ impl Shared {
             context.conversation_id = request.conversation.clone();
         }
         let key = model_key(&request.model_dir);
-        let was_resident = {
-            let mut models = lock(&self.models);
-            match models.get_mut(&key) {
-                Some(entry) => {
-                    entry.busy += 1;
-                    true
-                }
-                None => false,
-            }
-        };
-        if was_resident {
-            self.note("hit", &context.model_id, "warm", None);
-        } else {
-            self.make_room(weights_on_disk(&key), &key)?;
-        }
+        let was_resident = self.begin_use(&key, &context)?;
         self.sampler.set_interval(SAMPLE_WHILE_RUNNING);
         let started = Instant::now();
         let started_unix_ms = unix_ms();
@@ -521,39 +519,9 @@ impl Shared {
             .engine
             .generate_blocking_with(request.clone(), cancel, delivery);
         let after = ondo_os::memory_snapshot().ok();
-
-        // Keep the entry (or make it) and mark the model used now.
-        let resident = self.engine.resident().unwrap_or_default();
-        let now_resident = resident.iter().find(|r| model_key(&r.model_dir) == key);
-        {
-            let mut models = lock(&self.models);
-            match now_resident {
-                Some(r) => {
-                    let entry = models.entry(key.clone()).or_insert_with(|| Entry {
-                        model_id: context.model_id.clone(),
-                        model_dir: r.model_dir.clone(),
-                        weights_bytes: r.weights_bytes,
-                        kv_cache_bytes: 0,
-                        last_used: Instant::now(),
-                        busy: 0,
-                        keep_alive: None,
-                    });
-                    entry.weights_bytes = r.weights_bytes;
-                    entry.kv_cache_bytes = r.kv_cache_bytes;
-                    entry.last_used = Instant::now();
-                    entry.busy = entry.busy.saturating_sub(1);
-                }
-                None => {
-                    models.remove(&key);
-                }
-            }
-            if models.values().all(|e| e.busy == 0) {
-                self.sampler.set_interval(SAMPLE_WHILE_IDLE);
-            }
-        }
         // A model kept for no time at all (a client's keep-alive 0) goes as
         // soon as its last run ends, not at the next tick.
-        self.expire_idle();
+        self.end_use(&key, &context);
         let outcome = result?;
         if outcome.stats.load_kind == LoadKind::Cold {
             self.note(
@@ -590,6 +558,121 @@ impl Shared {
             }
         }
         Ok((outcome, record))
+    }
+
+    fn embed(
+        &self,
+        request: EmbedRequest,
+        context: RunContext,
+    ) -> Result<(EmbedOutcome, RunRecord), RunError> {
+        let key = model_key(&request.model_dir);
+        let was_resident = self.begin_use(&key, &context)?;
+        self.sampler.set_interval(SAMPLE_WHILE_RUNNING);
+        let started = Instant::now();
+        let started_unix_ms = unix_ms();
+        let before = ondo_os::memory_snapshot().ok();
+        let result = self.engine.embed(request);
+        let after = ondo_os::memory_snapshot().ok();
+        self.end_use(&key, &context);
+        let outcome = result?;
+        self.finish(
+            &outcome.stats,
+            &context,
+            was_resident,
+            started,
+            started_unix_ms,
+            before,
+            after,
+        )
+        .map(|record| (outcome, record))
+    }
+
+    /// Marks `key` busy (making room for it when it is not resident);
+    /// whether it was resident.
+    fn begin_use(&self, key: &Path, context: &RunContext) -> Result<bool, RunError> {
+        let was_resident = match lock(&self.models).get_mut(key) {
+            Some(entry) => {
+                entry.busy += 1;
+                true
+            }
+            None => false,
+        };
+        if was_resident {
+            self.note("hit", &context.model_id, "warm", None);
+        } else {
+            self.make_room(weights_on_disk(key), key)?;
+        }
+        Ok(was_resident)
+    }
+
+    /// Keeps the entry of `key` (or makes it) as the engine now holds it,
+    /// used now and no longer busy for this run.
+    fn end_use(&self, key: &Path, context: &RunContext) {
+        let resident = self.engine.resident().unwrap_or_default();
+        let now_resident = resident.iter().find(|r| model_key(&r.model_dir) == key);
+        {
+            let mut models = lock(&self.models);
+            match now_resident {
+                Some(r) => {
+                    let entry = models.entry(key.to_owned()).or_insert_with(|| Entry {
+                        model_id: context.model_id.clone(),
+                        model_dir: r.model_dir.clone(),
+                        weights_bytes: r.weights_bytes,
+                        kv_cache_bytes: 0,
+                        last_used: Instant::now(),
+                        busy: 0,
+                        keep_alive: None,
+                    });
+                    entry.weights_bytes = r.weights_bytes;
+                    entry.kv_cache_bytes = r.kv_cache_bytes;
+                    entry.last_used = Instant::now();
+                    entry.busy = entry.busy.saturating_sub(1);
+                }
+                None => {
+                    models.remove(key);
+                }
+            }
+            if models.values().all(|e| e.busy == 0) {
+                self.sampler.set_interval(SAMPLE_WHILE_IDLE);
+            }
+        }
+        self.expire_idle();
+    }
+
+    /// Notes a cold load and writes the run's record.
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &self,
+        stats: &crate::engine::RunStats,
+        context: &RunContext,
+        was_resident: bool,
+        started: Instant,
+        started_unix_ms: u64,
+        before: Option<ondo_os::MemorySnapshot>,
+        after: Option<ondo_os::MemorySnapshot>,
+    ) -> Result<RunRecord, RunError> {
+        if stats.load_kind == LoadKind::Cold {
+            self.note(
+                "load",
+                &context.model_id,
+                if was_resident {
+                    "reloaded"
+                } else {
+                    "first use"
+                },
+                Some(stats.weights_bytes),
+            );
+        }
+        let memory = self.memory_during(started, started_unix_ms, before, after);
+        let provenance = record::provenance(&self.engine);
+        let (record, timeline) =
+            record::record_from_stats(stats, context, provenance, memory, None);
+        if let Some(store) = &self.store
+            && let Err(err) = lock(store).insert_run(&record, &timeline)
+        {
+            *lock(&self.last_store_error) = Some(err.to_string());
+        }
+        Ok(record)
     }
 
     /// The run's memory: pressure at start, worst and end, swap growth, and

@@ -7,6 +7,8 @@
 //! seed. Folders are written next to the target and renamed into place, so a
 //! killed process never leaves a half-written model behind.
 
+pub mod bert;
+pub mod embedding;
 pub mod presets;
 pub mod tokenizer;
 pub mod weights;
@@ -390,7 +392,7 @@ fn quantization_json(
     Some(quantization)
 }
 
-fn write_json(path: &Path, value: &serde_json::Value) -> Result<(), SynthError> {
+pub(crate) fn write_json(path: &Path, value: &serde_json::Value) -> Result<(), SynthError> {
     let text = serde_json::to_string_pretty(value).map_err(|e| SynthError::Io {
         path: path.to_owned(),
         source: std::io::Error::other(e),

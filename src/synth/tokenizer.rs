@@ -493,7 +493,7 @@ impl SplitMix64 {
 
 /// The training documents for `seed`: every hand-written fragment, then generated
 /// prose, lists and code. Deterministic in `seed`.
-fn corpus_documents(seed: u64) -> Vec<String> {
+pub(crate) fn corpus_documents(seed: u64) -> Vec<String> {
     let mut rng = SplitMix64(seed);
     let invented: Vec<String> = (0..INVENTED_WORDS)
         .map(|_| invented_word(&mut rng))

@@ -6,6 +6,7 @@
 //! strict (see `weights::WeightMap`).
 
 pub mod activation;
+pub mod bert;
 pub mod decoder;
 pub mod experts;
 pub mod gated_delta;

@@ -790,6 +790,11 @@ export type LibraryModel = {
 	complete: boolean,
 	/**  What is wrong when it is not complete. */
 	problem: string | null,
+	/**
+	 *  An embedding model (sentence-transformers' pooling files): it makes
+	 *  vectors (`ondo embed`, `/v1/embeddings`), not chat.
+	 */
+	embedding: boolean,
 };
 
 /**  Whether the model had to be loaded for this run. */
@@ -1090,6 +1095,11 @@ export type RunKind =
  *  server), from another program.
  */
 "api" | 
+/**
+ *  Embeddings (`ondo embed`, `/v1/embeddings`, `/api/embed`): one
+ *  forward pass over the inputs, no decode.
+ */
+"embed" | 
 /**  A kind written by a newer Ondo sharing this history. */
 string;
 
@@ -1222,6 +1232,10 @@ export type RunRecord = {
 	 */
 	prefill_chunks: number | null,
 	interleaved_chunks: number | null,
+	/**  "json_object" or "json_schema". */
+	constraint: string | null,
+	/**  Host time working out which tokens the grammar allows, per token. */
+	mask_ms_per_token: number | null,
 	concurrency: number | null,
 	aggregate_tps: number | null,
 } & Provenance;

@@ -40,7 +40,7 @@ export const NO_FILTER: RunsFilterState = {
   includeWarmup: false,
 };
 
-export const KIND_ORDER = ['chat', 'run', 'bench', 'bench_cold', 'endpoint', 'api'] as const;
+export const KIND_ORDER = ['chat', 'run', 'bench', 'bench_cold', 'endpoint', 'api', 'embed'] as const;
 
 /** A record's bench id; null for chat and test runs. */
 export function benchIdOf(run: RunRecord): string | null {
@@ -293,6 +293,8 @@ export function kindLabel(kind: string): string {
       return 'other server';
     case 'api':
       return 'API request';
+    case 'embed':
+      return 'embeddings';
     default:
       return kind;
   }
