@@ -208,6 +208,7 @@ fn batched(model: &LoadedModel, plans: &[Plan], max_kv_size: Option<usize>) -> V
                     stop_tokens: Vec::new(),
                     cancel: Some(cancels[i].clone()),
                     prefill_step_size: None,
+                    constraint: None,
                 })
                 .unwrap();
             ids.insert(id, i);

@@ -250,6 +250,7 @@ export const cachedQwen: LibraryModel = {
   unsupported: null,
   complete: true,
   problem: null,
+  embedding: false,
 };
 
 export const partialLlama: LibraryModel = {
@@ -266,6 +267,7 @@ export const partialLlama: LibraryModel = {
   unsupported: null,
   complete: false,
   problem: 'model.safetensors is partly downloaded; download it again to finish',
+  embedding: false,
 };
 
 /** The models view once Qwen3 0.6B is downloaded. */

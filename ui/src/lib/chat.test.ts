@@ -27,6 +27,8 @@ describe('chat helpers', () => {
       unsupported: 'not supported yet: model_type mamba (Ondo runs: llama, mistral, qwen2, qwen3)',
     };
     expect(chatModelOptions([cachedQwen, mamba]).map((option) => option.value)).toEqual(['tiny', cachedQwen.id]);
+    const embedder = { ...cachedQwen, id: 'mlx-community/Qwen3-Embedding-0.6B-4bit', embedding: true };
+    expect(chatModelOptions([cachedQwen, embedder]).map((option) => option.value)).toEqual(['tiny', cachedQwen.id]);
   });
 
   it('writes the footer of a cold and of a warm answer', () => {

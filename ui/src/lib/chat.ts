@@ -30,12 +30,15 @@ export interface ChatTurn {
   record?: RunRecord | null;
 }
 
-/** The models a chat can use: the tiny model, then complete library models the engine runs. */
+/**
+ * The models a chat can use: the tiny model, then complete library models
+ * the engine runs, less embedding models (they make vectors, not replies).
+ */
 export function chatModelOptions(library: LibraryModel[]): { value: string; label: string }[] {
   return [
     { value: TINY_MODEL, label: TINY_MODEL_LABEL },
     ...library
-      .filter((model) => model.complete && model.unsupported === null)
+      .filter((model) => model.complete && model.unsupported === null && !model.embedding)
       .map((model) => ({ value: model.id, label: model.id })),
   ];
 }
