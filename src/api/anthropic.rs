@@ -366,10 +366,31 @@ fn chat_messages(
                     ..ChatMessage::assistant(texts.join("\n"))
                 });
             }
+            // Claude Code sends system-role messages among the turns. Chat
+            // templates take a system prompt only first, so their text joins it.
+            "system" => {
+                let text = blocks
+                    .into_iter()
+                    .filter_map(|block| match block {
+                        Block::Text(text) => Some(text),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                if !text.is_empty() {
+                    match chat.first_mut().filter(|first| first.role == "system") {
+                        Some(first) => {
+                            first.content.push_str("\n\n");
+                            first.content.push_str(&text);
+                        }
+                        None => chat.insert(0, ChatMessage::system(text)),
+                    }
+                }
+            }
             other => {
                 return Err(ApiError::InvalidField(format!(
-                    "message {index} has the role '{other}'; messages are user or assistant \
-                     (the system prompt goes in `system`)"
+                    "message {index} has the role '{other}'; messages are user, assistant or \
+                     system (the system prompt may also go in `system`)"
                 )));
             }
         }
@@ -832,6 +853,28 @@ mod tests {
     }
 
     #[test]
+    fn system_messages_among_the_turns_join_the_system_prompt() {
+        // As Claude Code sends them; templates take a system prompt only first.
+        let (asked, _) = ask(json!({
+            "model": "tiny",
+            "max_tokens": 8,
+            "system": "Be brief.",
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "system", "content": [{"type": "text", "text": "Today is Friday."}]},
+                {"role": "user", "content": "and?"},
+            ],
+        }))
+        .unwrap();
+        let Prompt::Chat { messages, .. } = asked.prompt else {
+            panic!("not a chat");
+        };
+        let roles: Vec<&str> = messages.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["system", "user", "user"]);
+        assert_eq!(messages[0].content, "Be brief.\n\nToday is Friday.");
+    }
+
+    #[test]
     fn a_conversation_with_tools_maps_onto_the_templates_messages() {
         let (ask, stream) = ask(json!({
             "model": "tiny",
@@ -971,8 +1014,8 @@ mod tests {
                 "message 0, block 0 (a text block) is malformed",
             ),
             (
-                json!({"messages": [{"role": "system", "content": "hi"}]}),
-                "role 'system'",
+                json!({"messages": [{"role": "robot", "content": "hi"}]}),
+                "role 'robot'",
             ),
             (
                 json!({"tools": [{"name": "f"}]}),
