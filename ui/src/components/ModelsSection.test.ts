@@ -287,6 +287,16 @@ describe('ModelsSection', () => {
     expect(qwen.textContent).not.toContain('not supported');
   });
 
+  it('marks an embedding model as one, and a chat model not', async () => {
+    const embedder = { ...cachedQwen, id: 'mlx-community/Qwen3-Embedding-0.6B-4bit', embedding: true };
+    const { api } = fakeApi([{ ...modelsViewWithQwen, library: [cachedQwen, embedder] }]);
+    render(ModelsSection, { ...base, api });
+    const library = await screen.findByRole('list', { name: 'Models on this Mac' });
+    const [qwen, other] = within(library).getAllByTestId('library-model') as [HTMLElement, HTMLElement];
+    expect(within(other).getByText('embedding').getAttribute('title')).toContain('does not chat');
+    expect(within(qwen).queryByText('embedding')).toBeNull();
+  });
+
   it('lists library models with an incomplete badge, and deletes after a confirm naming the size', async () => {
     const withModels = { ...modelsViewWithQwen, library: [...modelsViewWithQwen.library, partialLlama] };
     const { api } = fakeApi([withModels, emptyModelsView]);
