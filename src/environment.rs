@@ -194,6 +194,27 @@ pub const MACOS_BUNDLE: Variable = Variable {
     read_by: ReadBy::BuildAndTests,
 };
 
+pub const PROMPT_CACHE: Variable = Variable {
+    name: "ONDO_PROMPT_CACHE",
+    purpose: "0 turns off the prompt cache on disk (nothing saved, nothing read back)",
+    default: "on, in the prompt-cache folder of Ondo's data folder",
+    read_by: ReadBy::Ondo,
+};
+
+pub const PROMPT_CACHE_MIN_TOKENS: Variable = Variable {
+    name: "ONDO_PROMPT_CACHE_MIN_TOKENS",
+    purpose: "the shortest prompt prefix saved to and read from the disk cache, in tokens",
+    default: "256",
+    read_by: ReadBy::Tuning,
+};
+
+pub const TEST_CACHE_WRITE_PAUSE_MS: Variable = Variable {
+    name: "ONDO_TEST_CACHE_WRITE_PAUSE_MS",
+    purpose: "pauses a prompt cache write between tensors, so a fault test can kill the process mid-write",
+    default: "no pause",
+    read_by: ReadBy::BuildAndTests,
+};
+
 pub const WRITE_BINDINGS: Variable = Variable {
     name: "ONDO_WRITE_BINDINGS",
     purpose: "1 makes the app's bindings test rewrite ui/src/lib/bindings.ts from the Rust types",
@@ -207,9 +228,11 @@ pub const ALL: &[Variable] = &[
     API_KEY,
     PYTHON,
     NO_KEYCHAIN,
+    PROMPT_CACHE,
     SPAWNED_AT_NS,
     DUMP_GRAPH,
     JOIN_PROJECTIONS,
+    PROMPT_CACHE_MIN_TOKENS,
     CUDA_MATVEC,
     CUDA_MATVEC_MIN,
     CUDA_MATVEC_MIN_ADD,
@@ -222,6 +245,7 @@ pub const ALL: &[Variable] = &[
     SKIP_MACOS_CHECK,
     MLX,
     MACOS_BUNDLE,
+    TEST_CACHE_WRITE_PAUSE_MS,
     WRITE_BINDINGS,
 ];
 

@@ -1,7 +1,7 @@
 //! Where Ondo keeps its files: its own data folder and the shared Hugging Face
 //! cache, each overridable through the environment the way users expect.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The folders Ondo reads and writes.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -18,6 +18,11 @@ pub struct DataDirs {
 }
 
 impl DataDirs {
+    /// Where prompt caches saved to the disk go.
+    pub fn prompt_cache_dir(&self) -> PathBuf {
+        self.data_dir.join("prompt-cache")
+    }
+
     /// Resolves the folders from the process environment.
     pub fn from_env() -> Self {
         Self::from_lookup(|name| std::env::var_os(name).filter(|v| !v.is_empty()))
@@ -43,6 +48,35 @@ impl DataDirs {
             hf_cache_dir,
         }
     }
+}
+
+/// Free bytes for an unprivileged user on the filesystem holding `path` (or
+/// its nearest existing parent).
+pub fn free_disk_bytes(path: &Path) -> Option<u64> {
+    let existing = path.ancestors().find(|p| p.exists())?;
+    statvfs_available(existing)
+}
+
+#[cfg(unix)]
+fn statvfs_available(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut stats = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: a valid NUL-terminated path and a buffer of the right type;
+    // the struct is read only when the call succeeded.
+    let stats = unsafe {
+        if libc::statvfs(c_path.as_ptr(), stats.as_mut_ptr()) != 0 {
+            return None;
+        }
+        stats.assume_init()
+    };
+    #[allow(clippy::unnecessary_cast)] // the field types differ between Linux and macOS
+    Some(stats.f_bavail as u64 * stats.f_frsize as u64)
+}
+
+#[cfg(not(unix))]
+fn statvfs_available(_path: &Path) -> Option<u64> {
+    None
 }
 
 #[cfg(test)]

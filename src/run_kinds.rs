@@ -105,6 +105,48 @@ impl std::fmt::Display for LoadKind {
     }
 }
 
+/// Where a run's cached prompt tokens came from: the third state beside
+/// cold and warm (a warm model may still prefill a long prompt again, or
+/// read it back from the disk).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+#[serde(rename_all = "lowercase")]
+pub enum PrefixSource {
+    /// Nothing was reused: the whole prompt was prefilled.
+    #[default]
+    None,
+    /// The conversation's KV cache in memory.
+    Memory,
+    /// A prompt cache saved on disk, read back.
+    Disk,
+}
+
+impl PrefixSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PrefixSource::None => "none",
+            PrefixSource::Memory => "memory",
+            PrefixSource::Disk => "disk",
+        }
+    }
+
+    /// The value `as_str` gave; anything else (a newer Ondo's word) reads
+    /// as none.
+    pub fn parse(text: &str) -> Self {
+        match text {
+            "memory" => PrefixSource::Memory,
+            "disk" => PrefixSource::Disk,
+            _ => PrefixSource::None,
+        }
+    }
+}
+
+impl std::fmt::Display for PrefixSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Why generation ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "specta", derive(specta::Type))]

@@ -144,6 +144,11 @@ pub async fn delete_model<R: Runtime>(
     let model = ModelRef::parse(&model)?;
     let cache_dir = state.hub().config().cache_dir.clone();
     let freed = crate::commands::on_blocking_thread(move || {
+        // Its prompt caches go with it (matched by folder, so first).
+        ondo::session::prompt_cache::clear(
+            &ondo::paths::DataDirs::from_env(),
+            Some(&cache_dir.join(model.cache_folder_name())),
+        );
         Ok(library::delete_cached(&cache_dir, &model)?)
     })
     .await?;

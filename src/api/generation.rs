@@ -596,6 +596,8 @@ pub struct RequestLog {
     pub error: Option<String>,
     pub prompt_tokens: Option<u64>,
     pub cached_tokens: Option<u64>,
+    /// Those cached tokens were read back from a prompt cache on disk.
+    pub cached_from_disk: bool,
     pub generated_tokens: Option<u64>,
     pub queued_ms: Option<f64>,
     pub ttft_ms: Option<f64>,
@@ -616,6 +618,7 @@ impl RequestLog {
             error: None,
             prompt_tokens: Some(r.prompt_tokens),
             cached_tokens: Some(r.cached_tokens),
+            cached_from_disk: r.prefix_source == crate::run_kinds::PrefixSource::Disk,
             generated_tokens: Some(r.generated_tokens),
             queued_ms: Some(result.queued.as_secs_f64() * 1e3),
             ttft_ms: Some(r.ttft_ms),
@@ -658,6 +661,7 @@ impl RequestLog {
             error: None,
             prompt_tokens: None,
             cached_tokens: None,
+            cached_from_disk: false,
             generated_tokens: None,
             queued_ms: None,
             ttft_ms: None,
@@ -680,7 +684,9 @@ impl RequestLog {
         }
         if let Some(prompt) = self.prompt_tokens {
             let cached = self.cached_tokens.unwrap_or(0);
-            parts.push(if cached > 0 {
+            parts.push(if cached > 0 && self.cached_from_disk {
+                format!("prompt {prompt} ({cached} cached, from disk)")
+            } else if cached > 0 {
                 format!("prompt {prompt} ({cached} cached)")
             } else {
                 format!("prompt {prompt}")

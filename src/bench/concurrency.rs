@@ -297,6 +297,8 @@ fn ondo_round(
                         ignore_eos: true,
                         delta_every_token: true,
                         max_batch: prompts.len(),
+                        // A benchmark times prefill: no prompt cache read from the disk.
+                        disk_cache: false,
                         ..GenerateRequest::new(
                             &ondo.model_dir,
                             Prompt::Raw {

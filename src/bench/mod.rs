@@ -429,6 +429,8 @@ pub fn compare_with_mlx_lm(
                         // Counting prints the graph once: only in the
                         // first warm-up, never in a measured run.
                         count_graph_nodes: round == 0 && !measured,
+                        // A benchmark times prefill: no prompt cache read from the disk.
+                        disk_cache: false,
                         ..GenerateRequest::new(
                             &plan.model_dir,
                             Prompt::Tokens {

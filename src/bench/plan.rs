@@ -210,6 +210,8 @@ pub fn run_plan(
                 ignore_eos: true,
                 // Counting prints the graph once: in the first warm-up only.
                 count_graph_nodes: round == 0 && warmup,
+                // A benchmark times prefill: no prompt cache read from the disk.
+                disk_cache: false,
                 ..GenerateRequest::new(
                     &plan.model_dir,
                     Prompt::Tokens {
@@ -398,6 +400,8 @@ pub(super) fn fresh_process_run(
         .args(["--prefill-step-size", &prefill_step_size.to_string()])
         .args(["--loop", &loop_shape.to_string()])
         .args(["--ignore-eos", "--json", "--no-history", "--load-anyway"])
+        // A cold start pays its whole prefill: no prompt cache from the disk.
+        .arg("--no-disk-cache")
         .env(
             crate::environment::SPAWNED_AT_NS.name,
             spawned_at.to_string(),

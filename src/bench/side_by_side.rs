@@ -440,6 +440,8 @@ fn run_ondo(
         prefill_step_size: shape.prefill_step_size,
         loop_shape,
         ignore_eos: true,
+        // A benchmark times prefill: no prompt cache read from the disk.
+        disk_cache: false,
         ..GenerateRequest::new(
             &ondo.model_dir,
             Prompt::Raw {
@@ -626,6 +628,13 @@ pub(super) fn endpoint_record(parts: EndpointRecord<'_>) -> RunRecord {
         generated_tokens: generated,
         load_kind: LoadKind::Warm,
         fresh_process: false,
+        prefix_source: if cached > 0 {
+            crate::run_kinds::PrefixSource::Memory
+        } else {
+            crate::run_kinds::PrefixSource::None
+        },
+        prefix_read_bytes: None,
+        prefix_read_ms: None,
         max_tokens: max_tokens as u64,
         temperature: 0.0,
         stop_reason: match answer.stop_reason {

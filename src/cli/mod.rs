@@ -1,6 +1,7 @@
 //! The `ondo` command: thin parsing and printing over the core library.
 
 mod bench;
+mod cache;
 mod doctor;
 pub mod error;
 mod history;
@@ -68,6 +69,9 @@ enum Command {
     Runs(history::RunsArgs),
     /// Write recorded runs as JSON, JSONL, CSV, Markdown or an HTML page with charts.
     Report(history::ReportArgs),
+    /// The prompt caches saved on disk (long prompts not prefilled twice,
+    /// also after a restart): list them, or remove a model's or all.
+    Cache(cache::CacheArgs),
 }
 
 mod demo;
@@ -96,6 +100,7 @@ pub fn main() -> std::process::ExitCode {
         Command::Fit(args) => models::fit(args),
         Command::Search(args) => models::search(args),
         Command::Runs(args) => history::runs(args),
+        Command::Cache(args) => cache::run(args),
         Command::Report(args) => history::report(args),
     };
     match result {

@@ -15,7 +15,7 @@ use crate::engine::constrain::OutputConstraint;
 use crate::engine::{CancelToken, GenerateRequest, Prompt, RunEvent, RunStats};
 use crate::paths::DataDirs;
 use crate::resolve::{NamedBy, ResolvedModel, resolve_model};
-use crate::run_kinds::RunKind;
+use crate::run_kinds::{PrefixSource, RunKind};
 use crate::session::chat::{ChatFeatures, GenerationSettings};
 use crate::session::{PoolSettings, SessionPool};
 use crate::store::Store;
@@ -69,6 +69,10 @@ pub struct GenerationArgs {
     /// Hold the answer to a JSON object (any keys and values).
     #[arg(long)]
     json_object: bool,
+    /// Neither read a saved prompt cache from the disk nor save this
+    /// conversation's there (the whole prompt is prefilled; see `ondo cache`).
+    #[arg(long)]
+    no_disk_cache: bool,
 }
 
 /// `--json-schema`'s value: the schema itself, or a file holding it.
@@ -111,6 +115,7 @@ impl GenerationArgs {
         GenerateRequest {
             stop_strings: self.stop_strings.clone(),
             ignore_eos: self.ignore_eos,
+            disk_cache: !self.no_disk_cache,
             ..self.settings.request(model_dir, prompt)
         }
         .hold_to(self.constraint().ok().flatten())
@@ -255,10 +260,15 @@ pub fn footer(stats: &RunStats) -> String {
         "{} · {} · TTFT {:.1} ms · {} · stop: {}",
         stats.load_kind, load, stats.ttft_ms, stats.quantization, stats.stop_reason
     ));
-    let cached = if stats.cached_tokens > 0 {
-        format!(" ({} cached)", stats.cached_tokens)
-    } else {
-        String::new()
+    let cached = match stats.prefix_source {
+        _ if stats.cached_tokens == 0 => String::new(),
+        PrefixSource::Disk => format!(
+            " ({} cached, read from disk: {} in {:.1} ms)",
+            stats.cached_tokens,
+            human_bytes(stats.prefix_read_bytes),
+            stats.prefix_read_ms
+        ),
+        _ => format!(" ({} cached)", stats.cached_tokens),
     };
     lines.push(format!(
         "prefill  {:>5} tokens{cached} {:>9.1} tok/s  {:>8.1} ms",

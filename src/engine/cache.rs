@@ -32,6 +32,7 @@ use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::{Array, Stream, ops};
 
 mod batch;
+pub mod file;
 
 /// Positions added whenever the cache runs out of room.
 pub const STEP: i32 = 256;

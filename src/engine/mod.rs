@@ -9,6 +9,7 @@ pub mod cache;
 pub mod chat_template;
 pub mod constrain;
 pub mod detokenize;
+pub mod disk_cache;
 pub mod embed;
 pub mod generate;
 pub mod load;

@@ -121,10 +121,19 @@ pub struct GenerateRequest {
     /// Hold the reply to a grammar (JSON, a JSON schema); `None`: free text.
     #[serde(default)]
     pub constraint: Option<OutputConstraint>,
+    /// Read a saved prompt cache from the disk where one holds more of the
+    /// prompt than memory does, and save this conversation's cache there
+    /// when it leaves memory. Benchmarks that time a prefill turn it off.
+    #[serde(default = "yes")]
+    pub disk_cache: bool,
 }
 
 fn one() -> usize {
     1
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl GenerateRequest {
@@ -164,6 +173,7 @@ impl GenerateRequest {
             max_batch: 1,
             memory_budget_bytes: None,
             constraint: None,
+            disk_cache: true,
         }
     }
 }

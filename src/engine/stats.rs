@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::constrain::ConstraintStats;
 use super::sample::SamplerSettings;
-use crate::run_kinds::{LoadKind, LoopShape, StopReason};
+use crate::run_kinds::{LoadKind, LoopShape, PrefixSource, StopReason};
 
 /// Timings, counts and memory of one run. Durations in milliseconds, rates
 /// in tokens per second, memory in bytes.
@@ -32,6 +32,17 @@ pub struct RunStats {
     pub prompt_tokens: usize,
     /// Prompt tokens the conversation's cache already held.
     pub cached_tokens: usize,
+    /// Where those came from: none, the conversation in memory, or a
+    /// prompt cache on disk.
+    #[serde(default)]
+    pub prefix_source: PrefixSource,
+    /// Bytes read from the disk for them (0 unless from disk).
+    #[serde(default)]
+    pub prefix_read_bytes: u64,
+    /// Time reading them took: part of the time to first token, before
+    /// the prefill.
+    #[serde(default)]
+    pub prefix_read_ms: f64,
     /// Prompt tokens run through the model by this request.
     pub prefill_tokens: usize,
     pub generated_tokens: usize,

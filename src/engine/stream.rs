@@ -11,13 +11,14 @@ use super::cache::{CacheSnapshot, LayerCache};
 use super::chat_template::{ChatMessage, ChatTemplate};
 use super::constrain::TokenConstraint;
 use super::detokenize::StreamingDetokenizer;
+use super::disk_cache::DiskPromptCache;
 use super::generate::TokenSteps;
 use super::load::LoadedModel;
 use super::reply::{ReplyFormat, ReplySegment, ReplySplitter, ToolCall};
 use super::request::{CancelToken, GenerateRequest, Prompt, RunError, RunEvent};
 use super::sample::Sampler;
 use super::stats::{BatchShare, RunStats, per_second};
-use crate::run_kinds::{LoadKind, StopReason};
+use crate::run_kinds::{LoadKind, PrefixSource, StopReason};
 
 /// Snapshots of a model's state layers a conversation keeps: the two
 /// latest turns' boundaries (the end of a prompt's prefill and the end of
@@ -33,6 +34,9 @@ pub struct Conversation {
     pub tokens: Vec<u32>,
     pub cache: Vec<LayerCache>,
     pub max_kv_size: Option<usize>,
+    /// Whether its cache may go to the disk when it leaves memory (its
+    /// latest request allowed the disk cache).
+    pub save_to_disk: bool,
     /// Oldest first, each at a position `tokens` reaches; empty for a
     /// model without state layers.
     snapshots: Vec<CacheSnapshot>,
@@ -49,6 +53,7 @@ impl Conversation {
             tokens: Vec::new(),
             cache,
             max_kv_size,
+            save_to_disk: true,
             snapshots: Vec::new(),
         }
     }
@@ -78,6 +83,28 @@ impl Conversation {
         self.snapshots.push(snapshot);
         let excess = self.snapshots.len().saturating_sub(KEPT_SNAPSHOTS);
         self.snapshots.drain(..excess);
+    }
+
+    /// Tokens the cache would lose if `prompt` reused it (those after the
+    /// common prefix).
+    pub fn would_drop(&self, prompt: &[u32]) -> usize {
+        let common = self
+            .tokens
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(prompt.len().saturating_sub(1));
+        self.tokens.len().saturating_sub(common)
+    }
+
+    /// Replaces the cache with `cache` holding `tokens` (read back from the
+    /// disk); returns how many tokens it holds.
+    pub fn restore_from(&mut self, tokens: Vec<u32>, cache: Vec<LayerCache>) -> usize {
+        self.cache = cache;
+        self.snapshots.clear();
+        self.tokens = tokens;
+        self.tokens.len()
     }
 
     /// Keeps the longest prefix of the cached tokens that `prompt` starts
@@ -542,6 +569,8 @@ pub struct PreparedRun {
     pub prompt: Vec<u32>,
     /// Prompt tokens the conversation's cache already holds.
     pub cached: usize,
+    /// Where those came from, and what reading them from the disk took.
+    pub prefix: PrefixRead,
     templated: bool,
     /// How the reply marks reasoning and tool calls.
     pub format: ReplyFormat,
@@ -554,12 +583,24 @@ impl PreparedRun {
     }
 }
 
+/// Where a run's cached prompt tokens came from.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PrefixRead {
+    pub source: PrefixSource,
+    pub bytes: u64,
+    pub ms: f64,
+}
+
 /// Checks `request` against `model`, tokenizes its prompt and keeps the
-/// part of `conversation`'s cache the prompt starts with.
+/// part of `conversation`'s cache the prompt starts with, or, where a
+/// prompt cache on disk holds more of the prompt, reads that back. A
+/// conversation about to lose a long tail (another prompt reuses its
+/// cache) is saved to the disk first.
 pub fn prepare(
     model: &LoadedModel,
     conversation: &mut Conversation,
     request: &GenerateRequest,
+    mut disk: Option<&mut DiskPromptCache>,
 ) -> Result<PreparedRun, RunError> {
     request.sampler.validate()?;
     if is_empty(&request.prompt) {
@@ -599,10 +640,43 @@ pub fn prepare(
         )));
     }
     let max_kv_size = conversation.max_kv_size;
-    let cached = conversation.reuse_prefix(&prompt, || model.model.make_cache(max_kv_size));
+    conversation.save_to_disk = request.disk_cache;
+    let disk = disk.as_deref_mut().filter(|_| request.disk_cache);
+    let mut prefix = PrefixRead::default();
+    let cached = match disk {
+        None => conversation.reuse_prefix(&prompt, || model.model.make_cache(max_kv_size)),
+        Some(disk) => {
+            let key = disk.key(&model.dir, max_kv_size);
+            if conversation.would_drop(&prompt) >= disk.min_tokens() {
+                disk.save(&key, &model.dir, &conversation.tokens, &conversation.cache);
+            }
+            let in_memory =
+                conversation.reuse_prefix(&prompt, || model.model.make_cache(max_kv_size));
+            let template = model.model.make_cache(max_kv_size);
+            let trims = template.iter().all(LayerCache::can_trim);
+            match disk
+                .find(&key, &prompt, in_memory, trims)
+                .and_then(|found| disk.restore(found, &template))
+            {
+                Some(restored) => {
+                    prefix = PrefixRead {
+                        source: PrefixSource::Disk,
+                        bytes: restored.bytes,
+                        ms: restored.read_ms,
+                    };
+                    conversation.restore_from(restored.tokens, restored.cache)
+                }
+                None => in_memory,
+            }
+        }
+    };
+    if prefix.source == PrefixSource::None && cached > 0 {
+        prefix.source = PrefixSource::Memory;
+    }
     Ok(PreparedRun {
         prompt,
         cached,
+        prefix,
         templated,
         format,
     })
@@ -769,10 +843,11 @@ pub fn run(
     conversation: &mut Conversation,
     request: &GenerateRequest,
     setting: RunSetting,
+    disk: Option<&mut DiskPromptCache>,
     cancel: &CancelToken,
     sink: &mut dyn FnMut(RunEvent),
 ) -> Result<RunOutcome, RunError> {
-    let prepared = prepare(model, conversation, request)?;
+    let prepared = prepare(model, conversation, request, disk)?;
     sink(RunEvent::Started {
         load_kind: setting.load_kind,
         load_ms: setting.load_ms,
@@ -860,6 +935,7 @@ pub fn conclude(
     let PreparedRun {
         prompt,
         cached,
+        prefix,
         templated,
         ..
     } = prepared;
@@ -918,6 +994,9 @@ pub fn conclude(
         decode_ms,
         prompt_tokens: prompt.len(),
         cached_tokens: cached,
+        prefix_source: prefix.source,
+        prefix_read_bytes: prefix.bytes,
+        prefix_read_ms: prefix.ms,
         prefill_tokens,
         generated_tokens: generated.len(),
         reasoning_tokens,

@@ -26,6 +26,7 @@ use std::time::Instant;
 
 use super::anatomy::StepAnatomy;
 use super::batch::{Batch, BatchEvent, FinishedSequence, NewSequence, SequenceId};
+use super::disk_cache::{DiskCacheSettings, DiskPromptCache};
 use super::embed::{EmbedOutcome, EmbedRequest, Embedder, LoadedEncoder};
 use super::load::LoadedModel;
 use super::request::{CancelToken, EventSink, GenerateRequest, RunError, RunEvent};
@@ -82,6 +83,11 @@ enum Command {
     /// Other MLX work (self-tests, writing synthetic models) that must not
     /// run beside the engine's.
     Call(Box<dyn FnOnce() + Send>),
+    /// Sets up the prompt cache on disk (`None`: none).
+    DiskCache {
+        settings: Option<DiskCacheSettings>,
+        reply: mpsc::Sender<()>,
+    },
 }
 
 /// Where a blocking generation's events are heard.
@@ -255,6 +261,17 @@ impl EngineHandle {
             .map_err(|_| RunError::EngineStopped)
     }
 
+    /// Sets up the prompt cache on disk (`None` turns it off): caches that
+    /// leave memory are saved there and read back for prompts that start
+    /// the same way. Writes already asked finish first.
+    pub fn set_disk_cache(&self, settings: Option<DiskCacheSettings>) -> Result<(), RunError> {
+        let (reply, answer) = mpsc::channel();
+        self.commands
+            .send(Command::DiskCache { settings, reply })
+            .map_err(|_| RunError::EngineStopped)?;
+        answer.recv().map_err(|_| RunError::EngineStopped)
+    }
+
     /// Drops every conversation cache of one resident model (or of all):
     /// later turns prefill from scratch. Returns the KV bytes freed.
     pub fn drop_conversations(&self, model_dir: Option<&Path>) -> Result<u64, RunError> {
@@ -381,6 +398,11 @@ struct EngineThread {
     held: VecDeque<Held>,
     /// The backend's bound on a batch's rows (`backend::batch_rows_limit`).
     rows_limit: usize,
+    /// The prompt cache on disk, when set up.
+    disk: Option<DiskPromptCache>,
+    /// Conversations that ended with their run (no id to keep them
+    /// under), to be saved to the disk once their client has its answer.
+    retiring: Vec<(PathBuf, Conversation)>,
 }
 
 impl Default for EngineThread {
@@ -391,6 +413,8 @@ impl Default for EngineThread {
             running: None,
             held: VecDeque::new(),
             rows_limit: super::backend::batch_rows_limit(),
+            disk: None,
+            retiring: Vec::new(),
         }
     }
 }
@@ -490,6 +514,16 @@ impl EngineThread {
         }
         // Leave nothing running behind the arrays (and perhaps the process).
         wait_for_mlx();
+        // Quitting: what the conversations hold goes to the disk, and the
+        // writes finish before the thread does.
+        self.save_retiring();
+        let keys: Vec<PathBuf> = self.models.keys().cloned().collect();
+        for key in keys {
+            self.save_conversations(&key, |_| true);
+        }
+        if let Some(mut disk) = self.disk.take() {
+            disk.finish_writes();
+        }
         self.models.clear();
         self.encoders.clear();
     }
@@ -522,6 +556,7 @@ impl EngineThread {
                 if self.running.as_ref().is_some_and(|r| r.key == key) {
                     self.end_batch(|_| None);
                 }
+                self.save_conversations(&key, |_| true);
                 let removed =
                     self.models.remove(&key).is_some() | self.encoders.remove(&key).is_some();
                 if removed {
@@ -530,12 +565,35 @@ impl EngineThread {
                 let _ = reply.send(removed);
             }
             Command::ForgetConversation { id } => {
+                let keys: Vec<PathBuf> = self.models.keys().cloned().collect();
+                for key in keys {
+                    self.save_conversations(&key, |c| c == id);
+                }
                 for resident in self.models.values_mut() {
                     resident.conversations.remove(&id);
                 }
             }
+            Command::DiskCache { settings, reply } => {
+                if let Some(mut old) = self.disk.take() {
+                    old.finish_writes();
+                }
+                self.disk = settings.map(|s| {
+                    super::disk_cache::write_readme(&s.folder);
+                    DiskPromptCache::open(&s)
+                });
+                let _ = reply.send(());
+            }
             Command::DropConversations { model_dir, reply } => {
                 let key = model_dir.as_deref().map(model_key);
+                let dirs: Vec<PathBuf> = self
+                    .models
+                    .keys()
+                    .filter(|dir| key.as_ref().is_none_or(|k| k == *dir))
+                    .cloned()
+                    .collect();
+                for dir in dirs {
+                    self.save_conversations(&dir, |_| true);
+                }
                 let mut freed = 0u64;
                 for (dir, resident) in self.models.iter_mut() {
                     if key.as_ref().is_none_or(|k| k == dir) {
@@ -727,6 +785,7 @@ impl EngineThread {
             Ok(Err(error)) => RunEvent::Failed { error },
             Err(payload) => {
                 // The model's state may be half-updated: drop it.
+                self.retiring.clear();
                 self.models.remove(&model_key(&request.model_dir));
                 RunEvent::Failed {
                     error: RunError::Internal(panic_message(payload.as_ref())),
@@ -734,6 +793,29 @@ impl EngineThread {
             }
         };
         sink(event);
+        self.save_retiring();
+    }
+
+    /// Saves the conversations that ended with their runs to the disk.
+    fn save_retiring(&mut self) {
+        for (key, conversation) in std::mem::take(&mut self.retiring) {
+            if let (Some(disk), Some(resident)) = (self.disk.as_mut(), self.models.get(&key)) {
+                save_conversation(disk, &resident.model, &conversation);
+            }
+        }
+    }
+
+    /// Saves to the disk the conversations of the model at `key` whose id
+    /// `chosen` picks (they are about to leave memory).
+    fn save_conversations(&mut self, key: &Path, chosen: impl Fn(&str) -> bool) {
+        let (Some(disk), Some(resident)) = (self.disk.as_mut(), self.models.get(key)) else {
+            return;
+        };
+        for (id, conversation) in &resident.conversations {
+            if chosen(id) {
+                save_conversation(disk, &resident.model, conversation);
+            }
+        }
     }
 
     fn generate_alone(
@@ -763,12 +845,17 @@ impl EngineThread {
             &mut conversation,
             request,
             setting,
+            self.disk.as_mut(),
             cancel,
             &mut |event| sink(event),
         );
         // A failed turn leaves the cache in an unknown state: drop it.
-        if let (Ok(_), Some(id)) = (&outcome, &request.conversation) {
-            resident.conversations.insert(id.clone(), conversation);
+        match (&outcome, &request.conversation) {
+            (Ok(_), Some(id)) => {
+                resident.conversations.insert(id.clone(), conversation);
+            }
+            (Ok(_), None) => self.retiring.push((key, conversation)),
+            (Err(_), _) => {}
         }
         outcome
     }
@@ -798,7 +885,7 @@ impl EngineThread {
             refuse_embedding_model(&resident.model)?;
             let mut conversation = take_conversation(resident, &request);
             let model = &resident.model;
-            let prepared = stream::prepare(model, &mut conversation, &request)?;
+            let prepared = stream::prepare(model, &mut conversation, &request, self.disk.as_mut())?;
             sink(RunEvent::Started {
                 load_kind,
                 load_ms,
@@ -939,6 +1026,7 @@ impl EngineThread {
         for done in finished {
             self.conclude(done);
         }
+        self.save_retiring();
         if self
             .running
             .as_ref()
@@ -1013,8 +1101,11 @@ impl EngineThread {
         match outcome {
             Ok(mut outcome) => {
                 outcome.stats.constraint = done.constraint;
-                if let Some(id) = &request.conversation {
-                    resident.conversations.insert(id.clone(), conversation);
+                match &request.conversation {
+                    Some(id) => {
+                        resident.conversations.insert(id.clone(), conversation);
+                    }
+                    None => self.retiring.push((running.key.clone(), conversation)),
                 }
                 sink(finished_event(outcome));
             }
@@ -1057,6 +1148,15 @@ impl EngineThread {
         wait_for_mlx();
         self.running = None;
     }
+}
+
+/// Saves `conversation`'s cache to the disk when its requests allowed it.
+fn save_conversation(disk: &mut DiskPromptCache, model: &LoadedModel, conversation: &Conversation) {
+    if !conversation.save_to_disk {
+        return;
+    }
+    let key = disk.key(&model.dir, conversation.max_kv_size);
+    disk.save(&key, &model.dir, &conversation.tokens, &conversation.cache);
 }
 
 /// The conversation `request` continues (taken out of the model's, to be

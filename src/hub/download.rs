@@ -866,34 +866,7 @@ fn check_free_space(model: &ModelRef, cache_dir: &Path, needed_bytes: u64) -> Re
     Ok(())
 }
 
-/// Free bytes for an unprivileged user on the filesystem holding `path` (or
-/// its nearest existing parent).
-pub fn free_disk_bytes(path: &Path) -> Option<u64> {
-    let existing = path.ancestors().find(|p| p.exists())?;
-    statvfs_available(existing)
-}
-
-#[cfg(unix)]
-fn statvfs_available(path: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    let mut stats = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: a valid NUL-terminated path and a buffer of the right type;
-    // the struct is read only when the call succeeded.
-    let stats = unsafe {
-        if libc::statvfs(c_path.as_ptr(), stats.as_mut_ptr()) != 0 {
-            return None;
-        }
-        stats.assume_init()
-    };
-    #[allow(clippy::unnecessary_cast)] // the field types differ between Linux and macOS
-    Some(stats.f_bavail as u64 * stats.f_frsize as u64)
-}
-
-#[cfg(not(unix))]
-fn statvfs_available(_path: &Path) -> Option<u64> {
-    None
-}
+pub use crate::paths::free_disk_bytes;
 
 /// Byte counts and a speed over a sliding window of a few seconds, so the ETA
 /// follows the connection as it is now, not its average since the start.

@@ -44,6 +44,7 @@ pub(crate) fn label(name: &str) -> (&'static str, Topic) {
         "parameters" => ("params", Topic::Model),
         "weights_bytes" => ("weights", Topic::Model),
         "load_kind" => ("load", Topic::Settings),
+        "prefix_source" => ("prefix from", Topic::Settings),
         "fresh_process" => ("process", Topic::Settings),
         "loop" => ("loop", Topic::Settings),
         "prefill_step_size" => ("prefill step", Topic::Settings),

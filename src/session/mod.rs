@@ -6,6 +6,7 @@
 //! the memory it saw, and every load, hit, eviction and unload with its reason.
 
 pub mod chat;
+pub mod prompt_cache;
 pub mod record;
 pub mod roofline;
 
@@ -136,6 +137,10 @@ impl SessionPool {
         pressure: PressureSource,
     ) -> Result<Self, RunError> {
         let engine = EngineHandle::spawn()?;
+        engine.set_disk_cache(prompt_cache::settings_for(
+            &crate::paths::DataDirs::from_env(),
+            None,
+        ))?;
         let sampler = PressureSampler::start(SAMPLE_WHILE_IDLE);
         Ok(Self::build(engine, settings, store, sampler, pressure))
     }
@@ -349,6 +354,17 @@ impl SessionPool {
     /// does this every few hundred milliseconds).
     pub fn tick(&self) {
         self.shared.tick();
+    }
+
+    /// Sets the prompt cache's budget on disk (`None`: the default, the
+    /// smaller of 20 GiB and a quarter of the free space; `Some(0)`: off).
+    pub fn set_prompt_cache_budget(&self, budget_bytes: Option<u64>) -> Result<(), RunError> {
+        self.shared
+            .engine
+            .set_disk_cache(prompt_cache::settings_for(
+                &crate::paths::DataDirs::from_env(),
+                budget_bytes,
+            ))
     }
 
     /// Forgets a conversation's KV cache (the next turn prefills it all).

@@ -5,7 +5,7 @@
 use std::sync::OnceLock;
 
 use crate::engine::{EngineHandle, RunStats};
-use crate::run_kinds::RunKind;
+use crate::run_kinds::{PrefixSource, RunKind};
 use crate::store::{MemorySample, Provenance, RunRecord, now_rfc3339};
 
 /// mlx-rs as pinned in Cargo.toml (`=0.33.0`); tests/sessions.rs checks it.
@@ -201,6 +201,10 @@ pub fn record_from_stats(
         decode_roofline_pct: roofline,
         load_kind: stats.load_kind,
         fresh_process: false,
+        prefix_source: stats.prefix_source,
+        prefix_read_bytes: (stats.prefix_source == PrefixSource::Disk)
+            .then_some(stats.prefix_read_bytes),
+        prefix_read_ms: (stats.prefix_source == PrefixSource::Disk).then_some(stats.prefix_read_ms),
         loop_shape: stats.loop_shape,
         prefill_step_size: stats.prefill_step_size as u64,
         max_kv_size: stats.max_kv_size.map(|n| n as u64),

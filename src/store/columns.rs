@@ -149,6 +149,19 @@ text_enum_column!(
     super::record::EndpointDialect
 );
 
+/// Rows written before the column existed read as "none".
+impl ColumnValue for crate::run_kinds::PrefixSource {
+    const SQL_TYPE: &'static str = "TEXT";
+    const DEFAULT: Option<&'static str> = Some("'none'");
+
+    fn to_column(&self) -> Value {
+        Value::Text(self.as_str().to_owned())
+    }
+    fn from_column(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        String::column_result(value).map(|text| Self::parse(&text))
+    }
+}
+
 /// One `runs` column: its name and its definition for ALTER TABLE ADD COLUMN.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct RunColumn {
@@ -294,6 +307,9 @@ run_columns! {
     decode_roofline_pct,
     load_kind,
     fresh_process,
+    prefix_source,
+    prefix_read_bytes,
+    prefix_read_ms,
     loop_shape as "loop",
     prefill_step_size,
     max_kv_size,

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::run_kinds::{LoadKind, LoopShape, RunKind, StopReason};
+use crate::run_kinds::{LoadKind, LoopShape, PrefixSource, RunKind, StopReason};
 
 /// The protocol an endpoint run spoke.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -120,6 +120,15 @@ pub struct RunRecord {
     pub load_kind: LoadKind,
     /// The run paid for a process start too (bench_cold).
     pub fresh_process: bool,
+    /// Where the cached prompt tokens came from: none, the conversation in
+    /// memory, or a prompt cache on disk (the third state beside cold and
+    /// warm).
+    #[serde(default)]
+    pub prefix_source: PrefixSource,
+    /// Bytes read from a prompt cache on disk, and the time reading took
+    /// (part of the time to first token); `None` unless read from disk.
+    pub prefix_read_bytes: Option<u64>,
+    pub prefix_read_ms: Option<f64>,
     #[serde(rename = "loop")]
     pub loop_shape: LoopShape,
     pub prefill_step_size: u64,
