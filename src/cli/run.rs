@@ -73,6 +73,11 @@ pub struct GenerationArgs {
     /// conversation's there (the whole prompt is prefilled; see `ondo cache`).
     #[arg(long)]
     no_disk_cache: bool,
+    /// Start from this prompt cache (a file `mlx_lm.cache_prompt` wrote, or
+    /// one `ondo cache ls` lists) and read the prompt as what follows it,
+    /// as `mlx_lm.generate --prompt-cache-file` does.
+    #[arg(long, value_name = "FILE")]
+    prompt_cache_file: Option<std::path::PathBuf>,
 }
 
 /// `--json-schema`'s value: the schema itself, or a file holding it.
@@ -116,6 +121,7 @@ impl GenerationArgs {
             stop_strings: self.stop_strings.clone(),
             ignore_eos: self.ignore_eos,
             disk_cache: !self.no_disk_cache,
+            prompt_cache_file: self.prompt_cache_file.clone(),
             ..self.settings.request(model_dir, prompt)
         }
         .hold_to(self.constraint().ok().flatten())

@@ -432,7 +432,7 @@ fn format_tokens(tokens: &[u32]) -> String {
     text
 }
 
-fn parse_tokens(text: &str) -> Option<Vec<u32>> {
+pub(crate) fn parse_tokens(text: &str) -> Option<Vec<u32>> {
     if text.is_empty() {
         return Some(Vec::new());
     }

@@ -126,6 +126,12 @@ pub struct GenerateRequest {
     /// when it leaves memory. Benchmarks that time a prefill turn it off.
     #[serde(default = "yes")]
     pub disk_cache: bool,
+    /// Start from this prompt cache file (mlx-lm's layout, as
+    /// `mlx_lm.cache_prompt` writes it) and read the prompt as what follows
+    /// it, the way `mlx_lm.generate --prompt-cache-file` does: a chat is
+    /// rendered and cut where its last message's text starts.
+    #[serde(default)]
+    pub prompt_cache_file: Option<PathBuf>,
 }
 
 fn one() -> usize {
@@ -174,6 +180,7 @@ impl GenerateRequest {
             memory_budget_bytes: None,
             constraint: None,
             disk_cache: true,
+            prompt_cache_file: None,
         }
     }
 }

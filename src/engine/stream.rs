@@ -611,6 +611,9 @@ pub fn prepare(
             "max_tokens is 0; ask for at least one token".into(),
         ));
     }
+    if let Some(path) = &request.prompt_cache_file {
+        return prepare_after_cache_file(model, conversation, request, path);
+    }
     let PromptTokens {
         ids: prompt,
         templated,
@@ -679,6 +682,110 @@ pub fn prepare(
         prefix,
         templated,
         format,
+    })
+}
+
+/// `prepare` for a run that starts from a prompt cache file: the file's
+/// cache becomes the conversation's, and the prompt is what follows it.
+fn prepare_after_cache_file(
+    model: &LoadedModel,
+    conversation: &mut Conversation,
+    request: &GenerateRequest,
+    path: &std::path::Path,
+) -> Result<PreparedRun, RunError> {
+    let start = Instant::now();
+    let template = model.model.make_cache(conversation.max_kv_size);
+    let decoded = super::cache::file::read(path, &template, false).map_err(|e| {
+        RunError::InvalidSettings(format!(
+            "{e}; give a prompt cache written for this model (mlx_lm.cache_prompt, or a file              of `ondo cache ls`) with the same --max-kv-size"
+        ))
+    })?;
+    let read_ms = start.elapsed().as_secs_f64() * 1e3;
+    let held = decoded.offset.max(0) as usize;
+    let PromptTokens {
+        ids: suffix,
+        templated,
+        text,
+    } = tokens_after_cache_file(model, &request.prompt)?;
+    let vocab = model.config.vocab_size.max(0) as u32;
+    if let Some(bad) = suffix.iter().find(|&&id| id >= vocab) {
+        return Err(RunError::InvalidSettings(format!(
+            "token id {bad} is outside the vocabulary of {} ({vocab} ids)",
+            model.dir.display()
+        )));
+    }
+    // The ids the file holds, when Ondo wrote it; a file without them
+    // (mlx-lm's) holds ids no prompt matches, and is never saved again.
+    let known = decoded
+        .metadata
+        .get(super::disk_cache::TOKENS_KEY)
+        .and_then(|t| super::disk_cache::parse_tokens(t))
+        .filter(|t| t.len() == held);
+    conversation.save_to_disk = request.disk_cache && known.is_some();
+    let mut prompt = known.unwrap_or_else(|| vec![u32::MAX; held]);
+    let cached = conversation.restore_from(prompt.clone(), decoded.layers);
+    prompt.extend(suffix);
+    if cached >= prompt.len() {
+        return Err(RunError::EmptyPrompt);
+    }
+    Ok(PreparedRun {
+        format: reply_format(model, &request.prompt, text.as_deref()),
+        prompt,
+        cached,
+        prefix: PrefixRead {
+            source: PrefixSource::Disk,
+            bytes: decoded.bytes,
+            ms: read_ms,
+        },
+        templated,
+    })
+}
+
+/// The tokens that follow a prompt cache file's prefix, built as
+/// `mlx_lm.generate --prompt-cache-file` builds them: a chat rendered
+/// (generation prompt included) and cut where its last message's text
+/// starts, since the file holds what comes before (`mlx_lm.cache_prompt`
+/// renders the message open-ended); raw text and token ids as they are.
+fn tokens_after_cache_file(model: &LoadedModel, prompt: &Prompt) -> Result<PromptTokens, RunError> {
+    const MARK: &str = "<query>";
+    let (
+        Prompt::Chat {
+            system_prompt,
+            messages,
+            tools,
+            template_options,
+        },
+        Some(template),
+    ) = (prompt, model.chat_template.as_ref())
+    else {
+        return prompt_ids(model, prompt);
+    };
+    let mut all: Vec<ChatMessage> = Vec::with_capacity(messages.len() + 1);
+    if let Some(system) = system_prompt.as_ref().filter(|s| !s.trim().is_empty()) {
+        all.push(ChatMessage::system(system.clone()));
+    }
+    all.extend(messages.iter().cloned());
+    let full = template.render_with(&all, tools.as_deref(), template_options, true)?;
+    if let Some(last) = all.last_mut() {
+        last.content = MARK.into();
+    }
+    let marked = template.render_with(&all, tools.as_deref(), template_options, true)?;
+    let at = marked.find(MARK).ok_or_else(|| {
+        RunError::InvalidSettings(
+            "this chat template does not show the last message's text, so a prompt cache file              cannot be continued with a chat; give the prompt as raw text"
+                .into(),
+        )
+    })?;
+    let text = full.get(at..).unwrap_or_default().to_owned();
+    let ids = model
+        .tokenizer
+        .encode(text.as_str(), false)
+        .map(|e| e.get_ids().to_vec())
+        .map_err(|e| RunError::Tokenizer(e.to_string()))?;
+    Ok(PromptTokens {
+        ids,
+        templated: true,
+        text: Some(text),
     })
 }
 
