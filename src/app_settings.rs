@@ -38,6 +38,9 @@ pub struct AppSettings {
     /// Most bytes of weights and KV caches kept warm; `None`: no bound but
     /// memory pressure.
     pub memory_budget_bytes: Option<u64>,
+    /// Most bytes of prompt caches saved on disk; `None`: the smaller of
+    /// 20 GiB and a quarter of the free space; 0: none saved or read.
+    pub prompt_cache_budget_bytes: Option<u64>,
     /// Defaults for new conversations.
     pub generation: GenerationSettings,
     pub theme: Theme,
@@ -193,6 +196,7 @@ impl Default for AppSettings {
         Self {
             keep_alive_minutes: Some(10),
             memory_budget_bytes: None,
+            prompt_cache_budget_bytes: None,
             generation: GenerationSettings::default(),
             theme: Theme::System,
             models_folder: None,

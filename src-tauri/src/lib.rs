@@ -44,6 +44,8 @@ macro_rules! with_commands {
             models::unload_model,
             models::get_settings,
             models::set_settings<tauri::Wry>,
+            models::prompt_cache_status,
+            models::clear_prompt_cache,
             chat::chat_send<tauri::Wry>,
             chat::chat_stop,
             chat::chat_forget,

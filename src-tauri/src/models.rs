@@ -221,6 +221,34 @@ pub(crate) fn history<T>(
         .map_err(CommandError::History)
 }
 
+/// The prompt cache on disk: its folder, what it holds now and its budget.
+#[tauri::command]
+#[specta::specta]
+pub async fn prompt_cache_status(
+    state: State<'_>,
+) -> Result<ondo::session::prompt_cache::PromptCacheStatus, CommandError> {
+    let budget = get_settings(state).prompt_cache_budget_bytes;
+    crate::commands::on_blocking_thread(move || {
+        Ok(ondo::session::prompt_cache::status(
+            &ondo::paths::DataDirs::from_env(),
+            budget,
+        ))
+    })
+    .await
+}
+
+/// Removes every saved prompt cache (later prompts prefill in full once);
+/// how many files went.
+#[tauri::command]
+#[specta::specta]
+pub async fn clear_prompt_cache() -> Result<u32, CommandError> {
+    crate::commands::on_blocking_thread(move || {
+        let removed = ondo::session::prompt_cache::clear(&ondo::paths::DataDirs::from_env(), None);
+        Ok(u32::try_from(removed).unwrap_or(u32::MAX))
+    })
+    .await
+}
+
 /// The Settings screen's values (defaults until the user changes them).
 #[tauri::command]
 #[specta::specta]
@@ -249,6 +277,12 @@ pub async fn set_settings<R: Runtime>(
         .apply_models_folder(&settings)
         .map_err(CommandError::InvalidInput)?;
     state.pool.set_settings(settings.pool_settings());
+    let budget = settings.prompt_cache_budget_bytes;
+    if get_settings(state.clone()).prompt_cache_budget_bytes != budget {
+        let pool = state.pool.clone();
+        crate::commands::on_blocking_thread(move || Ok(pool.set_prompt_cache_budget(budget)?))
+            .await?;
+    }
     history(&state, |store| settings.save(store))?;
     if folder_changed {
         crate::events::models_changed(&app);

@@ -8,7 +8,7 @@ use ondo::bench::plan::{self, BenchProgress, CaseSummary};
 use ondo::bench::{BenchPlan, BenchShape, Summary};
 use ondo::engine::CancelToken;
 use ondo::report::ReportFormat;
-use ondo::run_kinds::{LoopShape, RunKind};
+use ondo::run_kinds::{LoopShape, PrefixSource, RunKind};
 use ondo::store::{RunQuery, RunRecord, Store};
 use serde::{Deserialize, Serialize};
 use tauri::ipc::Channel;
@@ -39,6 +39,9 @@ pub struct RunFilter {
     pub prefill_step_size: Option<u64>,
     /// Only runs with this KV bound (0: only unbounded runs).
     pub max_kv_size: Option<u64>,
+    /// Only runs whose cached prompt tokens came from here (none, memory,
+    /// disk).
+    pub prefix_source: Option<PrefixSource>,
 }
 
 impl RunFilter {
@@ -58,6 +61,7 @@ impl RunFilter {
             loop_shape: self.loop_shape,
             prefill_step_size: self.prefill_step_size,
             max_kv_size: self.max_kv_size,
+            prefix_source: self.prefix_source,
             conversation_id: None,
         }
     }

@@ -63,6 +63,11 @@ impl AppState {
         if let Some(problem) = &mlx_problem {
             eprintln!("ondo-app: {problem}");
         }
+        if settings.prompt_cache_budget_bytes.is_some()
+            && let Err(error) = pool.set_prompt_cache_budget(settings.prompt_cache_budget_bytes)
+        {
+            eprintln!("ondo-app: the prompt cache budget was not applied: {error}");
+        }
         let pool = Arc::new(pool);
         // The server starts with the app when it is turned on; one that
         // cannot (its port taken) leaves the app running and the popover

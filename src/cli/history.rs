@@ -10,7 +10,7 @@ use crate::ErrorKind;
 use crate::cli::error::CliError;
 use crate::paths::DataDirs;
 use crate::report::ReportFormat;
-use crate::run_kinds::{LoadKind, LoopShape, RunKind};
+use crate::run_kinds::{LoadKind, LoopShape, PrefixSource, RunKind};
 use crate::store::{RunQuery, RunRecord, Store};
 use crate::text_table::{self, Column, TableStyle};
 use crate::units::human_bytes;
@@ -39,6 +39,10 @@ pub struct Selection {
     /// Only runs with this KV cache bound (0: only runs without one).
     #[arg(long)]
     max_kv_size: Option<u64>,
+    /// Only runs whose cached prompt came from here: none (all prefilled),
+    /// memory (the conversation's cache) or disk (a saved prompt cache).
+    #[arg(long, value_name = "none|memory|disk", value_parser = prefix_source)]
+    prefix: Option<PrefixSource>,
     /// Include benchmark warm-up runs.
     #[arg(long)]
     include_warmup: bool,
@@ -70,7 +74,15 @@ fn query(store: &Store, selection: &Selection) -> Result<RunQuery, CliError> {
         loop_shape: selection.loop_shape,
         prefill_step_size: selection.prefill_step_size,
         max_kv_size: selection.max_kv_size,
+        prefix_source: selection.prefix,
     })
+}
+
+fn prefix_source(value: &str) -> Result<PrefixSource, String> {
+    match value {
+        "none" | "memory" | "disk" => Ok(PrefixSource::parse(value)),
+        other => Err(format!("`{other}`: say none, memory or disk")),
+    }
 }
 
 fn select(store: &Store, selection: &Selection) -> Result<Vec<RunRecord>, CliError> {

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 
-use crate::run_kinds::{LoopShape, RunKind};
+use crate::run_kinds::{LoopShape, PrefixSource, RunKind};
 
 use columns::{ColumnValue, RUN_COLUMN_LIST, read_column, run_from_row, run_values};
 
@@ -55,6 +55,8 @@ pub struct RunQuery {
     pub prefill_step_size: Option<u64>,
     /// Only runs with this KV bound; 0: only runs without one.
     pub max_kv_size: Option<u64>,
+    /// Only runs whose cached prompt tokens came from here.
+    pub prefix_source: Option<PrefixSource>,
 }
 
 static INSERT_RUN: LazyLock<String> = LazyLock::new(|| {
@@ -233,6 +235,7 @@ impl Store {
                 query.conversation_id.clone().map(Value::Text),
             ),
             ("loop", query.loop_shape.map(|l| l.to_column())),
+            ("prefix_source", query.prefix_source.map(|p| p.to_column())),
             (
                 "prefill_step_size",
                 query.prefill_step_size.map(|n| n.to_column()),

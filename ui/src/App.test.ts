@@ -40,6 +40,8 @@ function fakeBackend(overrides: Partial<Backend> = {}): Backend {
     chatFeatures: vi.fn(async () => ({ thinking_switch: false })),
     getSettings: vi.fn(notUsedHere),
     setSettings: vi.fn(notUsedHere),
+    promptCacheStatus: vi.fn(notUsedHere),
+    clearPromptCache: vi.fn(notUsedHere),
     listRuns: vi.fn(notUsedHere),
     runBenchmark: vi.fn(notUsedHere),
     cancelBenchmark: vi.fn(notUsedHere),

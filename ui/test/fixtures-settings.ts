@@ -9,6 +9,7 @@ const GiB = 2 ** 30;
 export const savedSettings: AppSettings = {
   keep_alive_minutes: 5,
   memory_budget_bytes: 16 * GiB,
+  prompt_cache_budget_bytes: null,
   generation: {
     max_tokens: 256,
     temperature: 0.7,
@@ -38,6 +39,7 @@ export const savedSettings: AppSettings = {
 export const chatSettings: AppSettings = {
   keep_alive_minutes: 5,
   memory_budget_bytes: null,
+  prompt_cache_budget_bytes: null,
   generation: {
     max_tokens: 64,
     temperature: 0.7,

@@ -59,6 +59,7 @@ export type {
   PoolStatus,
   PreparedModel,
   PressureLevel,
+  PromptCacheStatus,
   ReportFormat,
   RunFilter,
   RunRecord,

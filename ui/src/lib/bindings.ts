@@ -58,6 +58,13 @@ export const commands = {
 	 *  when the port is taken).
 	 */
 	setSettings: (settings: AppSettings) => __TAURI_INVOKE<null>("set_settings", { settings }),
+	/**  The prompt cache on disk: its folder, what it holds now and its budget. */
+	promptCacheStatus: () => __TAURI_INVOKE<PromptCacheStatus>("prompt_cache_status"),
+	/**
+	 *  Removes every saved prompt cache (later prompts prefill in full once);
+	 *  how many files went.
+	 */
+	clearPromptCache: () => __TAURI_INVOKE<number>("clear_prompt_cache"),
 	/**
 	 *  Answers the last user message of `messages` with `model` ("tiny", a
 	 *  folder, or a repo id in the cache), streaming the text to `on_event`;
@@ -104,7 +111,7 @@ export const BENCH_LIMITS = {"prompt_tokens":[1,131072],"generate_tokens":[2,819
 
 export const DEFAULT_BENCH_SHAPE = {"prompt_tokens":[128],"generate_tokens":128,"repetitions":5,"warmup":1,"loops":["pipelined","sync"],"prefill_step_size":2048,"max_kv_size":null,"vary":null,"cold_repetitions":3} as const;
 
-export const DEFAULT_SETTINGS = {"keep_alive_minutes":10,"memory_budget_bytes":null,"generation":{"max_tokens":512,"temperature":0.0,"top_p":0.0,"top_k":0,"min_p":0.0,"repetition_penalty":null,"seed":null,"loop":"pipelined","prefill_step_size":2048,"max_kv_size":null,"max_batch":8},"theme":"system","models_folder":null,"launch_at_login":false,"global_shortcut":"CommandOrControl+Shift+O","local_server":{"enabled":false,"port":11480,"api_key":null,"allowed_origins":[]}} as const;
+export const DEFAULT_SETTINGS = {"keep_alive_minutes":10,"memory_budget_bytes":null,"prompt_cache_budget_bytes":null,"generation":{"max_tokens":512,"temperature":0.0,"top_p":0.0,"top_k":0,"min_p":0.0,"repetition_penalty":null,"seed":null,"loop":"pipelined","prefill_step_size":2048,"max_kv_size":null,"max_batch":8},"theme":"system","models_folder":null,"launch_at_login":false,"global_shortcut":"CommandOrControl+Shift+O","local_server":{"enabled":false,"port":11480,"api_key":null,"allowed_origins":[]}} as const;
 
 export const ERROR_KINDS = ["invalid_input","model_unavailable","internal","model_not_found","not_a_model_name","invalid_repo_id","invalid_revision","repo_not_found","revision_not_found","entry_not_found","unauthorized","forbidden","token_refused","rate_limited","server_error","link_expired","unreachable","not_cached_offline","disk_full","checksum_mismatch","interrupted","cancelled","busy","not_a_model","unsupported_model_type","http","bad_response","io","not_in_library","load","empty_prompt","prompt_too_long","chat_template","tokenizer","invalid_settings","mlx","engine_stopped","peer","endpoint_unreachable","endpoint_refused","endpoint_model_not_found","endpoint_failed","history","history_unwritable","history_corrupt","history_too_new","history_busy","api_key_required","address_unavailable","api_key_refused","host_refused","origin_refused","body_too_large","no_such_route","queue_full","queue_timeout","folder_not_empty","metal_unavailable","metal_kernels_unavailable"] as const;
 
@@ -171,6 +178,11 @@ export type AppSettings = {
 	 *  memory pressure.
 	 */
 	memory_budget_bytes?: number | null,
+	/**
+	 *  Most bytes of prompt caches saved on disk; `None`: the smaller of
+	 *  20 GiB and a quarter of the free space; 0: none saved or read.
+	 */
+	prompt_cache_budget_bytes?: number | null,
 	/**  Defaults for new conversations. */
 	generation?: GenerationSettings,
 	theme?: Theme,
@@ -990,6 +1002,19 @@ export type PooledModel = {
 	busy: boolean,
 };
 
+/**
+ *  Where a run's cached prompt tokens came from: the third state beside
+ *  cold and warm (a warm model may still prefill a long prompt again, or
+ *  read it back from the disk).
+ */
+export type PrefixSource = 
+/**  Nothing was reused: the whole prompt was prefilled. */
+"none" | 
+/**  The conversation's KV cache in memory. */
+"memory" | 
+/**  A prompt cache saved on disk, read back. */
+"disk";
+
 /**  The built-in tiny model, once written. */
 export type PreparedModel = {
 	model_dir: string,
@@ -1002,6 +1027,17 @@ export type PreparedModel = {
 export type PressureLevel = "normal" | "warning" | "critical" | 
 /**  The OS did not say (the probe failed or returned a value we do not know). */
 "unknown";
+
+/**  What the folder holds now, for Settings and `ondo cache`. */
+export type PromptCacheStatus = {
+	folder: string,
+	/**  Bytes its files take now. */
+	bytes: number,
+	/**  The budget in force (the default's value when none is set). */
+	budget_bytes: number,
+	enabled: boolean,
+	saved: SavedPrefix[],
+};
 
 /**
  *  Where and with what a run happened: Ondo's build, the MLX it ran on and
@@ -1068,6 +1104,11 @@ export type RunFilter = {
 	prefill_step_size?: number | null,
 	/**  Only runs with this KV bound (0: only unbounded runs). */
 	max_kv_size?: number | null,
+	/**
+	 *  Only runs whose cached prompt tokens came from here (none, memory,
+	 *  disk).
+	 */
+	prefix_source?: PrefixSource | null,
 };
 
 /**  What a run was for. */
@@ -1179,6 +1220,18 @@ export type RunRecord = {
 	load_kind: LoadKind,
 	/**  The run paid for a process start too (bench_cold). */
 	fresh_process: boolean,
+	/**
+	 *  Where the cached prompt tokens came from: none, the conversation in
+	 *  memory, or a prompt cache on disk (the third state beside cold and
+	 *  warm).
+	 */
+	prefix_source?: PrefixSource,
+	/**
+	 *  Bytes read from a prompt cache on disk, and the time reading took
+	 *  (part of the time to first token); `None` unless read from disk.
+	 */
+	prefix_read_bytes: number | null,
+	prefix_read_ms: number | null,
 	loop: LoopShape,
 	prefill_step_size: number,
 	max_kv_size: number | null,
@@ -1239,6 +1292,17 @@ export type RunRecord = {
 	concurrency: number | null,
 	aggregate_tps: number | null,
 } & Provenance;
+
+/**  A saved cache as listed. */
+export type SavedPrefix = {
+	path: string,
+	/**  The model folder that wrote it. */
+	model_dir: string,
+	tokens: number,
+	bytes: number,
+	/**  Seconds since the Unix epoch of its last use. */
+	last_used_unix: number,
+};
 
 /**
  *  Why the server is not serving although it is turned on, as the UI

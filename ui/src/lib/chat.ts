@@ -109,8 +109,9 @@ function loadPart(kind: string, loadMs: number | null): string {
   return kind === 'cold' ? `cold · load ${formatMs(loadMs)}` : 'warm';
 }
 
-function promptPart(promptTokens: number, cachedTokens: number): string {
-  const cached = cachedTokens > 0 ? ` (${formatCount(cachedTokens)} cached)` : '';
+function promptPart(promptTokens: number, cachedTokens: number, fromDiskMs: number | null = null): string {
+  const from = fromDiskMs === null ? '' : `, read from disk in ${formatMs(fromDiskMs)}`;
+  const cached = cachedTokens > 0 ? ` (${formatCount(cachedTokens)} cached${from})` : '';
   return `prompt ${formatCount(promptTokens)} tok${cached}`;
 }
 
@@ -125,7 +126,7 @@ export function chatFooterParts(record: RunRecord): string[] {
   return [
     loadPart(record.load_kind, record.load_ms),
     `TTFT ${formatMs(record.ttft_ms)}`,
-    `${promptPart(record.prompt_tokens, record.cached_tokens)} · prefill ${formatTps(record.prefill_tps)}`,
+    `${promptPart(record.prompt_tokens, record.cached_tokens, record.prefix_source === 'disk' ? (record.prefix_read_ms ?? 0) : null)} · prefill ${formatTps(record.prefill_tps)}`,
     `${formatCount(record.generated_tokens)} tok${reasoningPart(record)} · decode ${formatTps(record.decode_tps)}`,
     `peak ${formatBytes(record.mlx_peak_bytes)}`,
   ];

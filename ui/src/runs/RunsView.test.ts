@@ -94,6 +94,7 @@ const DEFAULT_RUN_FILTER: RunFilter = {
   loop: null,
   prefill_step_size: null,
   max_kv_size: null,
+  prefix_source: null,
 };
 
 describe('RunsView', () => {

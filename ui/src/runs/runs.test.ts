@@ -31,6 +31,7 @@ import {
   timelineSummary,
   toRunFilter,
   validateBenchForm,
+  prefixCell,
 } from './runs';
 
 describe('filters', () => {
@@ -50,6 +51,7 @@ describe('filters', () => {
       loop: 'sync',
       prefill_step_size: null,
       max_kv_size: null,
+      prefix_source: null,
     });
     expect(toRunFilter(NO_FILTER, BENCH_ID)).toEqual({
       last: 500,
@@ -60,7 +62,9 @@ describe('filters', () => {
       loop: null,
       prefill_step_size: null,
       max_kv_size: null,
+      prefix_source: null,
     });
+    expect(toRunFilter({ ...NO_FILTER, prefix: 'disk' }, BENCH_ID)).toMatchObject({ prefix_source: 'disk' });
   });
 
   it('sends a setting as its field; unbounded KV as 0', () => {
@@ -395,5 +399,26 @@ describe('charts', () => {
     expect(timelineSummary(samples)).toMatch(/^24 samples over 230 ms: used memory peaked at .* GiB, Ondo's footprint at .* MiB; pressure reached warning at/);
     expect(timelineSummary(makeTimeline({ ttft_ms: 1, decode_ms: 9, mlx_peak_bytes: 0 }))).toMatch(/pressure normal throughout\.$/);
     expect(timelineSummary([])).toBe('No memory samples were recorded for this run.');
+  });
+});
+
+describe('prefix source', () => {
+  it('offers the sources present, and says where a prefix came from and what reading it took', () => {
+    const fromDisk = makeRun({
+      run_id: 'disk',
+      created_at: '2026-12-04T10:00:00Z',
+      cached_tokens: 900,
+      prefix_source: 'disk',
+      prefix_read_bytes: 3 * 2 ** 20,
+      prefix_read_ms: 12.5,
+    });
+    const runs = [fromDisk, makeRun({ run_id: 'none', created_at: '2026-12-04T10:00:01Z' })];
+    expect(filterOptions(runs).prefixes).toEqual([
+      { value: 'none', label: 'all prefilled' },
+      { value: 'disk', label: 'read from disk' },
+    ]);
+    expect(prefixCell(fromDisk)).toBe('disk 12.5 ms');
+    expect(prefixCell(runs[1]!)).toBe('none');
+    expect(detailRows(fromDisk)).toContainEqual(['Prefix', 'read from disk: 3.00 MiB in 12.5 ms']);
   });
 });

@@ -28,6 +28,8 @@ export interface RunsFilterState {
   loop: string;
   /** '', `prefill_step_size=N`, `max_kv_size=N` or `max_kv_size=none`. */
   setting: string;
+  /** '', 'none', 'memory' or 'disk': where the cached prompt came from. */
+  prefix: string;
   includeWarmup: boolean;
 }
 
@@ -37,6 +39,7 @@ export const NO_FILTER: RunsFilterState = {
   bench: '',
   loop: '',
   setting: '',
+  prefix: '',
   includeWarmup: false,
 };
 
@@ -91,6 +94,7 @@ export function toRunFilter(state: RunsFilterState, latest: string | null, last 
     prefill_step_size: setting?.name === 'prefill_step_size' ? setting.value : null,
     // The backend reads 0 as "only unbounded runs".
     max_kv_size: setting?.name === 'max_kv_size' ? (setting.value ?? 0) : null,
+    prefix_source: state.prefix === 'none' || state.prefix === 'memory' || state.prefix === 'disk' ? state.prefix : null,
   };
 }
 
@@ -108,7 +112,8 @@ export function selectsEveryRun(filter: RunFilter): boolean {
     !filter.bench_id &&
     !filter.loop &&
     (filter.prefill_step_size ?? null) === null &&
-    (filter.max_kv_size ?? null) === null
+    (filter.max_kv_size ?? null) === null &&
+    (filter.prefix_source ?? null) === null
   );
 }
 
@@ -131,7 +136,15 @@ export interface FilterOptions {
   benches: FilterOption[];
   loops: FilterOption[];
   settings: FilterOption[];
+  prefixes: FilterOption[];
 }
+
+/** Where a run's cached prompt came from, in words. */
+export const PREFIX_LABELS: Record<string, string> = {
+  none: 'all prefilled',
+  memory: 'cached in memory',
+  disk: 'read from disk',
+};
 
 const unique = <T>(values: Iterable<T>): T[] => [...new Set(values)];
 
@@ -151,6 +164,7 @@ export function filterOptions(runs: readonly RunRecord[]): FilterOptions {
   }
   const benches = [...newestOfBench.entries()].sort((a, b) => b[1].localeCompare(a[1])).map(([id]) => id);
   const loops = unique(runs.map((run) => run.loop)).sort();
+  const prefixes = ['none', 'memory', 'disk'].filter((source) => runs.some((run) => run.prefix_source === source));
   const steps = unique(runs.map((run) => run.prefill_step_size)).sort((a, b) => a - b);
   const kvs = unique(runs.map((run) => run.max_kv_size)).sort((a, b) => (a ?? Infinity) - (b ?? Infinity));
   return {
@@ -158,6 +172,7 @@ export function filterOptions(runs: readonly RunRecord[]): FilterOptions {
     kinds: kinds.map((kind) => ({ value: kind, label: kindLabel(kind) })),
     benches: benches.map((id) => ({ value: id, label: id })),
     loops: loops.map((loop) => ({ value: loop, label: loop })),
+    prefixes: prefixes.map((source) => ({ value: source, label: PREFIX_LABELS[source] ?? source })),
     settings: [
       ...steps.map((step) => ({ value: `prefill_step_size=${step}`, label: `prefill step ${formatCount(step)}` })),
       ...kvs.map((kv) => ({
@@ -184,6 +199,7 @@ export type SortKey =
   | 'loop'
   | 'prefill_step_size'
   | 'max_kv_size'
+  | 'prefix_source'
   | 'pressure_max';
 
 export type SortDirection = 'ascending' | 'descending';
@@ -223,6 +239,12 @@ export const COLUMNS: readonly Column[] = [
   { key: 'loop', label: 'Loop', description: 'decode loop shape', numeric: false },
   { key: 'prefill_step_size', label: 'Step', description: 'prefill step size', numeric: true },
   { key: 'max_kv_size', label: 'Max KV', description: 'rotating KV cache size', numeric: true },
+  {
+    key: 'prefix_source',
+    label: 'Prefix',
+    description: 'where the cached prompt came from: none, the conversation in memory, or a prompt cache read from disk',
+    numeric: false,
+  },
   { key: 'pressure_max', label: 'Pressure', description: 'highest memory pressure during the run', numeric: false },
 ];
 
@@ -234,7 +256,8 @@ function sortValue(run: RunRecord, key: SortKey): number | string {
     case 'model_id':
     case 'kind':
     case 'loop':
-      return run[key];
+    case 'prefix_source':
+      return run[key] ?? 'none';
     case 'pressure_max':
       return PRESSURE_RANK[run.pressure_max] ?? 0;
     case 'max_kv_size':
@@ -341,6 +364,7 @@ export interface RunCells {
   loop: string;
   step: string;
   maxKv: string;
+  prefix: string;
   pressure: string;
 }
 
@@ -358,6 +382,13 @@ export function runCells(run: RunRecord): RunCells {
     };
   }
   return ondoRunCells(run);
+}
+
+/** "disk 12 ms", "memory" or "none". */
+export function prefixCell(run: RunRecord): string {
+  return run.prefix_source === 'disk' && run.prefix_read_ms !== null
+    ? `disk ${formatMs(run.prefix_read_ms)}`
+    : (run.prefix_source ?? 'none');
 }
 
 function ondoRunCells(run: RunRecord): RunCells {
@@ -378,11 +409,20 @@ function ondoRunCells(run: RunRecord): RunCells {
     loop: run.loop,
     step: formatCount(run.prefill_step_size),
     maxKv: run.max_kv_size === null ? 'unbounded' : formatCount(run.max_kv_size),
+    prefix: prefixCell(run),
     pressure: run.pressure_max,
   };
 }
 
 /** The selected run's details, as term and value. */
+/** Where the cached prompt came from, with what reading it from disk took. */
+function prefixDetail(run: RunRecord): string {
+  if (run.prefix_source !== 'disk') return PREFIX_LABELS[run.prefix_source ?? 'none'] ?? 'all prefilled';
+  const bytes = run.prefix_read_bytes === null ? '' : ` ${formatBytes(run.prefix_read_bytes)}`;
+  const ms = run.prefix_read_ms === null ? '' : ` in ${formatMs(run.prefix_read_ms)}`;
+  return `read from disk:${bytes}${ms}`;
+}
+
 export function detailRows(run: RunRecord): [string, string][] {
   const kind: [string, string] = ['Kind', `${runKindLabel(run)}${run.warmup ? ' (warm-up)' : ''}`];
   const bench: [string, string][] =
@@ -416,6 +456,7 @@ export function detailRows(run: RunRecord): [string, string][] {
     ['TTFT', formatMs(run.ttft_ms)],
     ['Decode', `${formatCount(run.generated_tokens)} tok in ${formatMs(run.decode_ms)} · ${formatTps(run.decode_tps)}`],
     ['Prompt', `${formatCount(run.prompt_tokens)} tok, ${formatCount(run.cached_tokens)} cached`],
+    ['Prefix', prefixDetail(run)],
     ['Loop', run.loop],
     ['Batch', batchLabel(run)],
     ...(run.constraint !== null

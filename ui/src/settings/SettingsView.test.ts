@@ -35,8 +35,30 @@ function fakeApi({
       if (memoryFails) throw { kind: 'internal', message: 'no memory stats' };
       return memorySnapshot;
     }),
+    promptCacheStatus: vi.fn(async () => ({ ...promptCache, saved: [...promptCache.saved] })),
+    clearPromptCache: vi.fn(async () => {
+      const removed = promptCache.saved.length;
+      promptCache = { ...promptCache, bytes: 0, saved: [] };
+      return removed;
+    }),
   };
 }
+
+/** Two saved prompts, 3 GiB of a 20 GiB budget. */
+const savedPrompt = (tokens: number) => ({
+  path: `/data/prompt-cache/abc/${tokens}.safetensors`,
+  model_dir: '/models/qwen',
+  tokens,
+  bytes: 1.5 * 2 ** 30,
+  last_used_unix: 1_700_000_000,
+});
+let promptCache = {
+  folder: '/data/prompt-cache',
+  bytes: 3 * 2 ** 30,
+  budget_bytes: 20 * 2 ** 30,
+  enabled: true,
+  saved: [savedPrompt(12_000), savedPrompt(9_000)],
+};
 
 async function open(api = fakeApi()) {
   render(SettingsView, { api, mac: false });
@@ -148,6 +170,23 @@ describe('SettingsView', () => {
     // Editing again clears the "Saved" note.
     await type('Top k', '20');
     expect(status()).toBe('');
+  });
+
+  it('shows what the prompt cache holds, clears it, and saves its budget', async () => {
+    const api = await open();
+    await waitFor(() => expect(screen.getByTestId('prompt-cache-size').textContent).toMatch(/Holds 3\.00 GiB \(2 prompts\) of 20\.0 GiB/));
+    expect(description(input('Prompt cache on disk'))).toMatch(/also after a\s+restart/);
+    await fireEvent.click(screen.getByTestId('clear-prompt-cache'));
+    await waitFor(() => expect(screen.getByTestId('prompt-cache-size').textContent).toMatch(/Holds 0 B \(0 prompts\) of 20\.0 GiB\. Removed 2 saved prompts\./));
+    expect(api.clearPromptCache).toHaveBeenCalledOnce();
+    expect((screen.getByTestId('clear-prompt-cache') as HTMLButtonElement).disabled).toBe(true);
+
+    await type('Prompt cache on disk', 'lots');
+    expect(description(input('Prompt cache on disk'))).toMatch(/0 turns the prompt cache off/);
+    await type('Prompt cache on disk', '2');
+    await fireEvent.click(button('Save'));
+    await waitFor(() => expect(api.setSettings).toHaveBeenCalled());
+    expect(api.setSettings.mock.calls[0]?.[0].prompt_cache_budget_bytes).toBe(2 * 2 ** 30);
   });
 
   it('saves with Ctrl+S', async () => {

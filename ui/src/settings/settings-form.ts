@@ -38,6 +38,8 @@ export interface SettingsForm {
   keep_alive: string;
   /** GiB; empty: no budget. */
   memory_budget_gib: string;
+  /** GiB of prompt caches on disk; empty: the default; 0: off. */
+  prompt_cache_gib: string;
   max_tokens: string;
   temperature: string;
   top_p: string;
@@ -81,6 +83,10 @@ export function settingsToForm(settings: AppSettings): SettingsForm {
     models_folder: settings.models_folder,
     keep_alive: settings.keep_alive_minutes === null ? UNTIL_MEMORY_IS_NEEDED : String(settings.keep_alive_minutes),
     memory_budget_gib: settings.memory_budget_bytes === null ? '' : gibText(settings.memory_budget_bytes),
+    prompt_cache_gib:
+      settings.prompt_cache_budget_bytes === null || settings.prompt_cache_budget_bytes === undefined
+        ? ''
+        : gibText(settings.prompt_cache_budget_bytes),
     max_tokens: String(generation.max_tokens),
     temperature: String(generation.temperature),
     top_p: String(generation.top_p),
@@ -173,6 +179,19 @@ export function readForm(form: SettingsForm, base: AppSettings): { settings: App
   let budgetBytes = budgetGib === null ? null : Math.round(budgetGib * GiB);
   if (form.memory_budget_gib.trim() === baseBudgetText) budgetBytes = base.memory_budget_bytes;
 
+  const basePromptCache = base.prompt_cache_budget_bytes ?? null;
+  const promptCacheGib = take(
+    'prompt_cache_gib',
+    orNull(form.prompt_cache_gib, (text) =>
+      readDecimal(text, 0, 1_000_000, 'Enter GiB (0 turns the prompt cache off), or leave it empty for the default.'),
+    ),
+    null,
+  );
+  let promptCacheBytes = promptCacheGib === null ? null : Math.round(promptCacheGib * GiB);
+  if (form.prompt_cache_gib.trim() === (basePromptCache === null ? '' : gibText(basePromptCache))) {
+    promptCacheBytes = basePromptCache;
+  }
+
   const shortcutError = checkShortcut(form.global_shortcut);
   if (shortcutError) errors.global_shortcut = shortcutError;
 
@@ -197,6 +216,7 @@ export function readForm(form: SettingsForm, base: AppSettings): { settings: App
     ...base,
     keep_alive_minutes: keepAlive,
     memory_budget_bytes: budgetBytes,
+    prompt_cache_budget_bytes: promptCacheBytes,
     generation: {
       ...generation,
       max_tokens: take(
@@ -474,6 +494,7 @@ export function firstInvalidField(errors: FieldErrors): FormField | null {
     'models_folder',
     'keep_alive',
     'memory_budget_gib',
+    'prompt_cache_gib',
     'max_tokens',
     'temperature',
     'top_p',
