@@ -8,12 +8,15 @@
 //! killed in the middle of a write leaves nothing that is read back.
 
 mod common;
+#[path = "common/served.rs"]
+mod served;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use served::Served;
 
 /// Ondo's data folder and the models of one test.
 struct Home {
@@ -382,4 +385,46 @@ fn a_process_killed_while_writing_a_cache_leaves_nothing_that_is_read_back() {
         "a half-written file is never read"
     );
     assert_eq!(run["cached_tokens"], 0);
+}
+
+/// `ondo serve` saves its conversations when it is told to stop, and the
+/// next server answers the same long prompt from the disk: the OpenAI
+/// dialect's `cached_tokens` and the `ondo` field say so.
+#[test]
+fn a_server_that_stops_saves_its_conversations_and_the_next_one_reads_them() {
+    let home = Home::new();
+    let words: Vec<String> = (0..200).map(|i| format!("word{i}")).collect();
+    let body = serde_json::json!({
+        "model": "tiny",
+        "messages": [{"role": "user", "content": words.join(" ")}],
+        "max_tokens": 4,
+        "temperature": 0,
+    });
+    let first = Served::start(home.ondo());
+    let (status, answer) = first.post("/v1/chat/completions", &body);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["ondo"]["prefix_source"], "none");
+    first.stop();
+    assert_eq!(
+        home.saved().len(),
+        1,
+        "the conversation was saved when the server stopped"
+    );
+
+    let second = Served::start(home.ondo());
+    let (status, again) = second.post("/v1/chat/completions", &body);
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["ondo"]["prefix_source"], "disk");
+    let cached = again["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(
+        cached + 1,
+        again["usage"]["prompt_tokens"].as_u64().unwrap()
+    );
+    assert_eq!(
+        again["choices"][0]["message"]["content"],
+        answer["choices"][0]["message"]["content"]
+    );
+    second.stop();
 }

@@ -8,16 +8,16 @@
 //! and records every call as a run of kind `embed`.
 
 mod common;
+#[path = "common/served.rs"]
+mod served;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 use ondo::run_kinds::RunKind;
 use ondo::store::{RunQuery, Store};
 use serde_json::{Value, json};
+use served::Served;
 
 const EMBEDDER: &str = "ondo-test/embedder";
 const CHATTER: &str = "ondo-test/chatter";
@@ -194,84 +194,6 @@ fn vectors_equal_mlx_lm_and_a_batch_equals_each_alone() {
     assert!(runs.iter().all(|r| r.prefill_ms > 0.0));
 }
 
-/// A running `ondo serve`.
-struct Served {
-    child: Child,
-    url: String,
-}
-
-impl Served {
-    fn start(home: &Home) -> Self {
-        let mut child = home
-            .ondo()
-            .args(["serve", "--port", "0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut first = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut first)
-            .unwrap();
-        let url = first
-            .split_whitespace()
-            .find(|word| word.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no address in {first:?}"))
-            .to_owned();
-        Self { child, url }
-    }
-
-    /// POSTs `body` and returns the status and the JSON answer.
-    fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        let address = self.url.trim_start_matches("http://");
-        let mut stream = TcpStream::connect(address).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(120)))
-            .unwrap();
-        let body = body.to_string();
-        let request = format!(
-            "POST {path} HTTP/1.1\r\nConnection: close\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        stream.write_all(request.as_bytes()).unwrap();
-        let mut raw = Vec::new();
-        let _ = stream.read_to_end(&mut raw);
-        let text = String::from_utf8_lossy(&raw).into_owned();
-        let (head, rest) = text.split_once("\r\n\r\n").unwrap();
-        let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-        let rest = if head
-            .to_ascii_lowercase()
-            .contains("transfer-encoding: chunked")
-        {
-            dechunk(rest)
-        } else {
-            rest.to_owned()
-        };
-        let value = serde_json::from_str(&rest).unwrap_or_else(|e| panic!("{e}: {rest}"));
-        (status, value)
-    }
-}
-
-fn dechunk(mut raw: &str) -> String {
-    let mut body = String::new();
-    while let Some((size, rest)) = raw.split_once("\r\n") {
-        let size = usize::from_str_radix(size.trim(), 16).unwrap();
-        if size == 0 {
-            break;
-        }
-        body.push_str(&rest[..size]);
-        raw = &rest[size + 2..];
-    }
-    body
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn openai_error(answer: &(u16, Value), status: u16, mentions: &str) {
     assert_eq!(answer.0, status, "{answer:?}");
     let message = answer.1["error"]["message"].as_str().unwrap_or_default();
@@ -293,7 +215,7 @@ fn ollama_error(answer: &(u16, Value), status: u16, mentions: &str) {
 fn official_clients_get_the_vectors_and_bad_requests_their_dialects_errors() {
     let home = Home::new();
     let expected = vectors(&home.embed(&TEXTS, &["--no-history"])["embeddings"]);
-    let served = Served::start(&home);
+    let served = Served::start(home.ondo());
 
     let clients = Command::new(common::python())
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/embed_clients.py"))

@@ -136,6 +136,9 @@ impl JobResult {
             decode_tps: r.decode_tps,
             prompt_tokens: r.prompt_tokens,
             cached_tokens: r.cached_tokens,
+            prefix_source: r.prefix_source,
+            prefix_read_bytes: r.prefix_read_bytes,
+            prefix_read_ms: r.prefix_read_ms,
             prefill_tokens: r.prefill_tokens,
             generated_tokens: r.generated_tokens,
             reasoning_tokens: r.reasoning_tokens,
@@ -192,6 +195,11 @@ pub struct OndoRecord {
     pub prompt_tokens: u64,
     /// Prompt tokens the conversation's KV cache already held.
     pub cached_tokens: u64,
+    /// Where the cached tokens came from: none, memory or disk.
+    pub prefix_source: crate::run_kinds::PrefixSource,
+    /// Bytes read from a prompt cache on disk and the time it took.
+    pub prefix_read_bytes: Option<u64>,
+    pub prefix_read_ms: Option<f64>,
     pub prefill_tokens: u64,
     pub generated_tokens: u64,
     /// Generated tokens that were reasoning, and their part of `decode_ms`.
