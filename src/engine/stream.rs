@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use super::anatomy::StepAnatomy;
-use super::cache::{CacheSnapshot, LayerCache};
+use super::cache::{CacheSnapshot, KvQuantization, LayerCache};
 use super::chat_template::{ChatMessage, ChatTemplate};
 use super::constrain::TokenConstraint;
 use super::detokenize::StreamingDetokenizer;
@@ -33,14 +33,25 @@ pub struct Conversation {
     pub tokens: Vec<u32>,
     pub cache: Vec<LayerCache>,
     pub max_kv_size: Option<usize>,
+    /// How its growing layers are quantized once long enough (`None`:
+    /// never); a request asking for other settings starts over.
+    pub kv_quantization: Option<KvQuantization>,
     /// Oldest first, each at a position `tokens` reaches; empty for a
     /// model without state layers.
     snapshots: Vec<CacheSnapshot>,
 }
 
 impl Conversation {
-    pub fn new(model: &LoadedModel, max_kv_size: Option<usize>) -> Self {
-        Self::with_cache(model.model.make_cache(max_kv_size), max_kv_size)
+    pub fn new(
+        model: &LoadedModel,
+        max_kv_size: Option<usize>,
+        kv_quantization: Option<KvQuantization>,
+    ) -> Self {
+        Self::with_cache(
+            model.model.make_cache(max_kv_size, kv_quantization),
+            max_kv_size,
+        )
+        .quantized_by(kv_quantization)
     }
 
     /// A conversation over an empty `cache`.
@@ -49,8 +60,16 @@ impl Conversation {
             tokens: Vec::new(),
             cache,
             max_kv_size,
+            kv_quantization: None,
             snapshots: Vec::new(),
         }
+    }
+
+    /// Records how the cache's growing layers are quantized (the cache
+    /// must have been made with the same settings).
+    pub fn quantized_by(mut self, kv_quantization: Option<KvQuantization>) -> Self {
+        self.kv_quantization = kv_quantization;
+        self
     }
 
     /// Bytes the cache holds, its kept snapshots included.
@@ -114,7 +133,8 @@ impl Conversation {
                 .map(|s| s.position)
         };
         let Some(reused) = reused else {
-            *self = Conversation::with_cache(empty(), self.max_kv_size);
+            *self = Conversation::with_cache(empty(), self.max_kv_size)
+                .quantized_by(self.kv_quantization);
             return 0;
         };
         self.tokens.truncate(reused);
@@ -598,8 +618,24 @@ pub fn prepare(
             model.dir.display(),
         )));
     }
+    let kv_quantization = request.kv_quantization();
+    if let Some(quantization) = kv_quantization {
+        quantization
+            .check(&model.model.growing_head_dims())
+            .map_err(RunError::InvalidSettings)?;
+    }
+    if conversation.kv_quantization != kv_quantization {
+        // A cache quantized otherwise (or not at all) cannot continue.
+        *conversation = Conversation::with_cache(
+            model.model.make_cache(conversation.max_kv_size, kv_quantization),
+            conversation.max_kv_size,
+        )
+        .quantized_by(kv_quantization);
+    }
     let max_kv_size = conversation.max_kv_size;
-    let cached = conversation.reuse_prefix(&prompt, || model.model.make_cache(max_kv_size));
+    let cached = conversation.reuse_prefix(&prompt, || {
+        model.model.make_cache(max_kv_size, kv_quantization)
+    });
     Ok(PreparedRun {
         prompt,
         cached,
