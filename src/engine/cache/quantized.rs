@@ -420,3 +420,303 @@ pub fn quantized_attention(
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::LayerCache;
+    use super::*;
+    use mlx_rs::random;
+
+    const EIGHT: KvQuantization = KvQuantization {
+        bits: 8,
+        group_size: 32,
+        start: 0,
+    };
+
+    /// `[b, h, n, d]` normal values from `seed`.
+    fn normal(shape: &[i32], seed: u64) -> Array {
+        let key = random::key(seed).unwrap();
+        random::normal::<f32>(shape, 0.0, 1.0, &key).unwrap()
+    }
+
+    fn floats(a: &Array) -> Vec<f32> {
+        let a = a.as_dtype(Dtype::Float32).unwrap();
+        a.eval().unwrap();
+        a.as_slice::<f32>().to_vec()
+    }
+
+    fn largest_difference(a: &Array, b: &Array) -> f32 {
+        let (a, b) = (floats(a), floats(b));
+        assert_eq!(a.len(), b.len());
+        a.iter()
+            .zip(&b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f32::max)
+    }
+
+    /// What quantizing `x` at once and reading it back gives.
+    fn round_trip(x: &Array, q: KvQuantization) -> Array {
+        QuantizedArrays::quantize(x, q)
+            .unwrap()
+            .dequantize(q)
+            .unwrap()
+    }
+
+    #[test]
+    fn positions_come_back_as_quantizing_them_at_once_gives_across_growth() {
+        for bits in [4, 8] {
+            let q = KvQuantization { bits, ..EIGHT };
+            let keys = normal(&[1, 2, 300, 64], 1);
+            let values = normal(&[1, 2, 300, 64], 2);
+            let mut cache = QuantizedKvCache::new(q);
+            cache
+                .update_and_fetch(
+                    &keys.index((.., .., ..260, ..)),
+                    &values.index((.., .., ..260, ..)),
+                )
+                .unwrap();
+            let mut last = None;
+            for p in 260..300 {
+                last = Some(
+                    cache
+                        .update_and_fetch(
+                            &keys.index((.., .., p..p + 1, ..)),
+                            &values.index((.., .., p..p + 1, ..)),
+                        )
+                        .unwrap(),
+                );
+            }
+            assert_eq!(cache.offset(), 300);
+            let (k, v) = last.unwrap();
+            assert_eq!(k.packed.shape(), &[1, 2, 300, 64 * bits / 32]);
+            // Positions are quantized on their own: exactly as all at once.
+            assert_eq!(floats(&k.dequantize(q).unwrap()), floats(&round_trip(&keys, q)));
+            assert_eq!(floats(&v.dequantize(q).unwrap()), floats(&round_trip(&values, q)));
+            // And within the quantization's error of the floats.
+            let error = largest_difference(&k.dequantize(q).unwrap(), &keys);
+            let bound = if bits == 8 { 0.03 } else { 0.5 };
+            assert!(error < bound, "{bits} bits: error {error}");
+        }
+    }
+
+    #[test]
+    fn a_growing_cache_switches_once_it_holds_the_start_and_keeps_its_positions() {
+        let q = KvQuantization { start: 5, ..EIGHT };
+        let keys = normal(&[1, 1, 8, 32], 3);
+        let mut cache = LayerCache::attention(None, Some(q));
+        let chunk = keys.index((.., .., ..4, ..));
+        cache.update_and_fetch(&chunk, &chunk).unwrap();
+        let step = |cache: &mut LayerCache, p: i32| {
+            let k = keys.index((.., .., p..p + 1, ..));
+            cache.update_and_fetch_cached(&k, &k).unwrap()
+        };
+        // 4 positions: below the start, the fifth is written in floats.
+        assert!(matches!(step(&mut cache, 4), CachedKv::Float(..)));
+        assert!(matches!(cache, LayerCache::Growing(_)));
+        // 5 positions: the next pass finds the cache quantized.
+        let CachedKv::Quantized(k, _, _) = step(&mut cache, 5) else {
+            panic!("the cache holds the start: it is quantized");
+        };
+        assert!(matches!(cache, LayerCache::Quantized(_)));
+        assert_eq!(cache.offset(), 6);
+        let held = keys.index((.., .., ..6, ..));
+        assert_eq!(floats(&k.dequantize(q).unwrap()), floats(&round_trip(&held, q)));
+        // A bounded cache never quantizes.
+        let mut bounded = LayerCache::attention(Some(64), Some(q));
+        for p in 0..8 {
+            let k = keys.index((.., .., p..p + 1, ..));
+            assert!(matches!(
+                bounded.update_and_fetch_cached(&k, &k).unwrap(),
+                CachedKv::Float(..)
+            ));
+        }
+        // Nor does an empty one at start 0 before its first pass: the first
+        // chunk attends in floats, as mlx-lm's first chunk does.
+        let mut from_zero = LayerCache::attention(None, Some(EIGHT));
+        assert!(matches!(
+            from_zero.update_and_fetch_cached(&chunk, &chunk).unwrap(),
+            CachedKv::Float(..)
+        ));
+        assert!(matches!(
+            step(&mut from_zero, 4),
+            CachedKv::Quantized(..)
+        ));
+    }
+
+    #[test]
+    fn trim_drops_positions_exactly_and_bytes_count_packed_scales_and_biases() {
+        let keys = normal(&[1, 1, 10, 64], 4);
+        let mut cache = LayerCache::Quantized(QuantizedKvCache::new(EIGHT));
+        cache.update_and_fetch(&keys, &keys).unwrap();
+        // Per position and side: 64 bytes of 8-bit elements, 2 groups of 32
+        // with a 4-byte scale and a 4-byte bias each.
+        assert_eq!(cache.nbytes(), 10 * 2 * (64 + 2 * 2 * 4));
+        assert!(cache.can_trim());
+        assert_eq!(cache.trim(4).unwrap(), 4);
+        assert_eq!(cache.offset(), 6);
+        assert_eq!(cache.nbytes(), 6 * 2 * (64 + 2 * 2 * 4));
+        let other = normal(&[1, 1, 2, 64], 5);
+        let (k, _) = cache.update_and_fetch(&other, &other).unwrap();
+        let expected = ops::concatenate(
+            &[keys.index((.., .., ..6, ..)), other.clone()],
+            2,
+        )
+        .unwrap();
+        assert_eq!(floats(&k), floats(&round_trip(&expected, EIGHT)));
+        assert_eq!(
+            EIGHT.bytes_per_position(64, 4),
+            64 + 2 * 2 * 4,
+            "the estimate counts what the cache holds"
+        );
+    }
+
+    /// Float attention over what the quantized cache stands for.
+    fn float_attention(
+        q: &Array,
+        k: &QuantizedArrays,
+        v: &QuantizedArrays,
+        scale: f32,
+        mask: &AttentionMask,
+    ) -> Array {
+        use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
+        let mask = match mask {
+            AttentionMask::None => None,
+            AttentionMask::Causal => Some(ScaledDotProductAttentionMask::Causal),
+            AttentionMask::Array(m) => Some(ScaledDotProductAttentionMask::Array(m)),
+        };
+        let (k, v) = (k.dequantize(EIGHT).unwrap(), v.dequantize(EIGHT).unwrap());
+        fast::scaled_dot_product_attention(q, &k, &v, scale, mask, None).unwrap()
+    }
+
+    #[test]
+    fn attention_over_the_quantized_cache_equals_attention_over_what_it_holds() {
+        // Four query heads over two KV heads (grouped), a causal chunk, a
+        // decode step, and a batch whose first row is padded.
+        let keys = normal(&[2, 2, 9, 32], 6);
+        let values = normal(&[2, 2, 9, 32], 7);
+        let (k, v) = (
+            QuantizedArrays::quantize(&keys, EIGHT).unwrap(),
+            QuantizedArrays::quantize(&values, EIGHT).unwrap(),
+        );
+        let padded = Array::from_slice(
+            &[[false; 3].as_slice(), [true; 6].as_slice(), [true; 9].as_slice()].concat(),
+            &[2, 1, 1, 9],
+        );
+        let cases = [
+            (normal(&[2, 4, 5, 32], 8), AttentionMask::Causal),
+            (normal(&[2, 4, 1, 32], 9), AttentionMask::None),
+            (normal(&[2, 4, 1, 32], 10), AttentionMask::Array(padded)),
+        ];
+        for (i, (queries, mask)) in cases.iter().enumerate() {
+            let ours = quantized_attention(queries, &k, &v, 0.2, mask, EIGHT).unwrap();
+            let reference = float_attention(queries, &k, &v, 0.2, mask);
+            assert_eq!(ours.shape(), reference.shape());
+            let difference = largest_difference(&ours, &reference);
+            assert!(difference < 1e-4, "case {i}: {difference}");
+        }
+    }
+
+    /// `[1, 1, n, 32]` keys whose every element is its position.
+    fn positions(start: i32, n: i32) -> Array {
+        let data: Vec<f32> = (start..start + n)
+            .flat_map(|p| std::iter::repeat_n(p as f32, 32))
+            .collect();
+        Array::from_slice(&data, &[1, 1, n, 32])
+    }
+
+    /// The positions a quantized layer holds, read back (row `row`).
+    fn held(cache: &LayerCache) -> Vec<f32> {
+        let LayerCache::Quantized(c) = cache else {
+            panic!("a quantized cache stays one");
+        };
+        let (k, _) = c.used().unwrap();
+        floats(&k.dequantize(EIGHT).unwrap())
+            .chunks(32)
+            .map(|c| c[0])
+            .collect()
+    }
+
+    fn quantized_rows(lengths: &[i32]) -> Vec<LayerCache> {
+        lengths
+            .iter()
+            .enumerate()
+            .map(|(r, &n)| {
+                let mut c = LayerCache::Quantized(QuantizedKvCache::new(EIGHT));
+                let start = 10 * r as i32;
+                c.update_and_fetch(&positions(start, n), &positions(start, n))
+                    .unwrap();
+                c
+            })
+            .collect()
+    }
+
+    #[test]
+    fn quantized_rows_batch_step_and_come_apart_as_each_alone() {
+        let lengths = [2, 5, 3];
+        let mut alone = quantized_rows(&lengths);
+        let mut batch = LayerCache::stack(&quantized_rows(&lengths)).unwrap();
+        assert_eq!(batch.rows(), 3);
+        assert_eq!(batch.offset(), 5);
+        let LayerCache::Quantized(c) = &batch else {
+            panic!("quantized rows stack into a quantized batch");
+        };
+        assert_eq!(c.left_padding(), &[3, 0, 2]);
+        let AttentionMask::Array(mask) = batch.batch_mask().unwrap() else {
+            panic!("padded rows need a mask");
+        };
+        assert_eq!(mask.shape(), &[3, 1, 1, 6]);
+        // Two decode steps for every row, then each row taken out.
+        for step in 0..2 {
+            let next: Vec<f32> = lengths
+                .iter()
+                .enumerate()
+                .map(|(r, &n)| (10 * r as i32 + n + step) as f32)
+                .collect();
+            let data: Vec<f32> = next.iter().flat_map(|&p| [p; 32]).collect();
+            let keys = Array::from_slice(&data, &[3, 1, 1, 32]);
+            batch.update_and_fetch(&keys, &keys).unwrap();
+            for (row, cache) in alone.iter_mut().enumerate() {
+                let one = positions(next[row] as i32, 1);
+                cache.update_and_fetch(&one, &one).unwrap();
+            }
+        }
+        let offsets: Vec<i32> = lengths.iter().map(|n| n + 2).collect();
+        let rows = batch.split(&offsets).unwrap();
+        for (row, cache) in rows.iter().enumerate() {
+            assert_eq!(cache.offset(), offsets[row]);
+            assert_eq!(held(cache), held(&alone[row]), "row {row}");
+        }
+        // Filtering to the shorter rows drops the padding they share.
+        let two = batch.filter(&[0, 2]).unwrap();
+        assert_eq!(two.offset(), 5);
+        assert_eq!(held(&two.split_row(0, 4).unwrap()), held(&alone[0]));
+        // A float row joining a quantized batch is quantized with it.
+        let mut float = LayerCache::attention(None, Some(EIGHT));
+        float
+            .update_and_fetch(&positions(40, 4), &positions(40, 4))
+            .unwrap();
+        let wider = batch.extend(&[float]).unwrap();
+        assert_eq!(wider.rows(), 4);
+        assert_eq!(held(&wider.split_row(3, 4).unwrap()), vec![40., 41., 42., 43.]);
+        // Other bits do not batch with these.
+        let mut four = LayerCache::Quantized(QuantizedKvCache::new(KvQuantization {
+            bits: 4,
+            ..EIGHT
+        }));
+        four.update_and_fetch(&positions(0, 1), &positions(0, 1))
+            .unwrap();
+        assert!(batch.extend(&[four]).is_err());
+    }
+
+    #[test]
+    fn settings_that_cannot_quantize_are_named() {
+        assert!(EIGHT.check(&[64, 128]).is_ok());
+        let three = KvQuantization { bits: 3, ..EIGHT };
+        assert!(three.check(&[64]).unwrap_err().contains("4 or 8"));
+        let odd = KvQuantization {
+            group_size: 128,
+            ..EIGHT
+        };
+        assert!(odd.check(&[64]).unwrap_err().contains("head dimension 64"));
+    }
+}
