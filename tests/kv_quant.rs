@@ -177,8 +177,14 @@ fn greedy_tokens_with_a_quantized_cache_equal_mlx_lms() {
             reference.classes
         );
         let ours = ondo(&model, &ids, TOKENS, Some(q));
-        assert_eq!(ours.classes, "QuantizedKVCache", "{what}: Ondo's cache is quantized");
-        assert_eq!(ours.ids, reference.ids, "{what}: Ondo's greedy tokens equal mlx-lm's");
+        assert_eq!(
+            ours.classes, "QuantizedKVCache",
+            "{what}: Ondo's cache is quantized"
+        );
+        assert_eq!(
+            ours.ids, reference.ids,
+            "{what}: Ondo's greedy tokens equal mlx-lm's"
+        );
         let difference = largest_difference(&ours, &reference);
         assert!(
             difference <= TOLERANCE,
@@ -201,7 +207,10 @@ fn greedy_tokens_with_a_quantized_cache_equal_mlx_lms() {
     let reference = mlx_lm(&dir, &ids, TOKENS, q);
     let ours = ondo(&model, &ids, TOKENS, Some(q));
     assert_eq!(ours.ids, reference.ids, "groups of 32");
-    assert!(largest_difference(&ours, &reference) <= TOLERANCE, "groups of 32");
+    assert!(
+        largest_difference(&ours, &reference) <= TOLERANCE,
+        "groups of 32"
+    );
 }
 
 fn floats(a: &mlx_rs::Array) -> Vec<f32> {

@@ -728,9 +728,7 @@ impl LayerCache {
     /// The attention mask for `n` positions about to be added.
     pub fn mask(&self, n: i32) -> Result<AttentionMask, Exception> {
         match self {
-            LayerCache::Growing(_) | LayerCache::Quantized(_) if n > 1 => {
-                Ok(AttentionMask::Causal)
-            }
+            LayerCache::Growing(_) | LayerCache::Quantized(_) if n > 1 => Ok(AttentionMask::Causal),
             LayerCache::Rotating(c) => c.mask(n),
             _ => Ok(AttentionMask::None),
         }

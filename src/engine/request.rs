@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use super::LoadError;
 use super::anatomy::StepAnatomy;
-use super::chat_template::{ChatMessage, ChatTemplateError, ENABLE_THINKING};
 use super::cache::KvQuantization;
+use super::chat_template::{ChatMessage, ChatTemplateError, ENABLE_THINKING};
 use super::constrain::OutputConstraint;
 use super::generate::DEFAULT_PREFILL_STEP_SIZE;
 use super::reply::ToolCall;

@@ -627,7 +627,9 @@ pub fn prepare(
     if conversation.kv_quantization != kv_quantization {
         // A cache quantized otherwise (or not at all) cannot continue.
         *conversation = Conversation::with_cache(
-            model.model.make_cache(conversation.max_kv_size, kv_quantization),
+            model
+                .model
+                .make_cache(conversation.max_kv_size, kv_quantization),
             conversation.max_kv_size,
         )
         .quantized_by(kv_quantization);

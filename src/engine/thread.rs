@@ -1115,8 +1115,11 @@ fn fits(models: &HashMap<PathBuf, Resident>, running: &Running, request: &Genera
         .map(|live| {
             let total = live.prepared.prompt.len() + live.request.max_tokens;
             let now = live.prepared.prompt.len() + live.text.generated();
-            kv_bytes_for(model, total, &live.request)
-                .saturating_sub(kv_bytes_for(model, now, &live.request))
+            kv_bytes_for(model, total, &live.request).saturating_sub(kv_bytes_for(
+                model,
+                now,
+                &live.request,
+            ))
         })
         .sum();
     if let Some(budget) = request.memory_budget_bytes {

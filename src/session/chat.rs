@@ -361,6 +361,47 @@ mod tests {
     }
 
     #[test]
+    fn kv_cache_quantization_is_checked_and_reaches_the_request() {
+        let defaults = GenerationSettings::default();
+        assert_eq!(
+            (
+                defaults.kv_bits,
+                defaults.kv_group_size,
+                defaults.quantized_kv_start
+            ),
+            (None, 64, 5000),
+            "mlx-lm's defaults"
+        );
+        let four = GenerationSettings {
+            kv_bits: Some(4),
+            quantized_kv_start: 0,
+            ..defaults.clone()
+        };
+        assert!(four.check().is_ok());
+        let request = four.request(Path::new("m"), Prompt::user("hi"));
+        let q = request.kv_quantization().unwrap();
+        assert_eq!((q.bits, q.group_size, q.start), (4, 64, 0));
+        assert_eq!(
+            defaults
+                .request(Path::new("m"), Prompt::user("hi"))
+                .kv_quantization(),
+            None
+        );
+        let three = GenerationSettings {
+            kv_bits: Some(3),
+            ..defaults.clone()
+        };
+        assert!(three.check().unwrap_err().contains("4 or 8 bits"));
+        let odd = GenerationSettings {
+            kv_group_size: 48,
+            ..defaults
+        };
+        assert!(odd.check().unwrap_err().contains("32, 64 or 128"));
+        assert!(parse_kv_bits("8").is_ok());
+        assert!(parse_kv_bits("16").unwrap_err().contains("4 or 8 bits"));
+    }
+
+    #[test]
     fn settings_read_what_the_ui_sends_with_defaults_for_the_rest() {
         let s: GenerationSettings =
             serde_json::from_str(r#"{"max_tokens": 64, "loop": "sync"}"#).unwrap();

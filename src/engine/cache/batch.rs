@@ -180,7 +180,9 @@ impl LayerCache {
                 };
                 let (parts, left) = select_positions(&[k, v], &c.left_padding, keep)?;
                 let [k, v]: [Array; 2] = parts.try_into().map_err(|_| lost())?;
-                Ok(LayerCache::Growing(KvCache::holding(k, v, left, c.quantize)))
+                Ok(LayerCache::Growing(KvCache::holding(
+                    k, v, left, c.quantize,
+                )))
             }
             LayerCache::Quantized(c) => {
                 let Some((k, v)) = c.used() else {
@@ -357,6 +359,9 @@ fn join_quantized(
     ))
 }
 
+/// A joined batch's position arrays and each row's padding.
+type JoinedBlocks = (Vec<Array>, Vec<i32>);
+
 /// One block of a growing batch to join: its position arrays (`None`: one
 /// row that has seen nothing), the positions it holds and its rows'
 /// padding (empty for one row).
@@ -370,7 +375,7 @@ struct PositionBlock<'a> {
 /// with zeros before its positions to the longest and joined on the batch
 /// axis, every row's padding recorded (empty for a single row); `None`
 /// when no block holds anything.
-fn join_blocks(blocks: &[PositionBlock]) -> Result<Option<(Vec<Array>, Vec<i32>)>, CacheError> {
+fn join_blocks(blocks: &[PositionBlock]) -> Result<Option<JoinedBlocks>, CacheError> {
     let longest = blocks.iter().map(|c| c.offset).max().unwrap_or(0);
     let Some(template) = blocks.iter().find_map(|c| c.parts.as_ref()) else {
         return Ok(None);

@@ -267,9 +267,8 @@ impl QuantizedKvCache {
              -> Result<QuantizedArrays, Exception> {
                 let shape = new.shape();
                 let (b, h, dim) = (shape[0], shape[1], shape[3]);
-                let room = |last: i32, dtype: Dtype| {
-                    ops::zeros_dtype(&[b, h, steps * STEP, last], dtype)
-                };
+                let room =
+                    |last: i32, dtype: Dtype| ops::zeros_dtype(&[b, h, steps * STEP, last], dtype);
                 let groups = dim / q.group_size;
                 let fresh = QuantizedArrays {
                     packed: room(dim / q.per_word(), Dtype::Uint32)?,
@@ -490,8 +489,14 @@ mod tests {
             let (k, v) = last.unwrap();
             assert_eq!(k.packed.shape(), &[1, 2, 300, 64 * bits / 32]);
             // Positions are quantized on their own: exactly as all at once.
-            assert_eq!(floats(&k.dequantize(q).unwrap()), floats(&round_trip(&keys, q)));
-            assert_eq!(floats(&v.dequantize(q).unwrap()), floats(&round_trip(&values, q)));
+            assert_eq!(
+                floats(&k.dequantize(q).unwrap()),
+                floats(&round_trip(&keys, q))
+            );
+            assert_eq!(
+                floats(&v.dequantize(q).unwrap()),
+                floats(&round_trip(&values, q))
+            );
             // And within the quantization's error of the floats.
             let error = largest_difference(&k.dequantize(q).unwrap(), &keys);
             let bound = if bits == 8 { 0.03 } else { 0.5 };
@@ -520,7 +525,10 @@ mod tests {
         assert!(matches!(cache, LayerCache::Quantized(_)));
         assert_eq!(cache.offset(), 6);
         let held = keys.index((.., .., ..6, ..));
-        assert_eq!(floats(&k.dequantize(q).unwrap()), floats(&round_trip(&held, q)));
+        assert_eq!(
+            floats(&k.dequantize(q).unwrap()),
+            floats(&round_trip(&held, q))
+        );
         // A bounded cache never quantizes.
         let mut bounded = LayerCache::attention(Some(64), Some(q));
         for p in 0..8 {
@@ -537,10 +545,7 @@ mod tests {
             from_zero.update_and_fetch_cached(&chunk, &chunk).unwrap(),
             CachedKv::Float(..)
         ));
-        assert!(matches!(
-            step(&mut from_zero, 4),
-            CachedKv::Quantized(..)
-        ));
+        assert!(matches!(step(&mut from_zero, 4), CachedKv::Quantized(..)));
     }
 
     #[test]
@@ -557,11 +562,8 @@ mod tests {
         assert_eq!(cache.nbytes(), 6 * 2 * (64 + 2 * 2 * 4));
         let other = normal(&[1, 1, 2, 64], 5);
         let (k, _) = cache.update_and_fetch(&other, &other).unwrap();
-        let expected = ops::concatenate(
-            &[keys.index((.., .., ..6, ..)), other.clone()],
-            2,
-        )
-        .unwrap();
+        let expected =
+            ops::concatenate(&[keys.index((.., .., ..6, ..)), other.clone()], 2).unwrap();
         assert_eq!(floats(&k), floats(&round_trip(&expected, EIGHT)));
         assert_eq!(
             EIGHT.bytes_per_position(64, 4),
@@ -599,7 +601,12 @@ mod tests {
             QuantizedArrays::quantize(&values, EIGHT).unwrap(),
         );
         let padded = Array::from_slice(
-            &[[false; 3].as_slice(), [true; 6].as_slice(), [true; 9].as_slice()].concat(),
+            &[
+                [false; 3].as_slice(),
+                [true; 6].as_slice(),
+                [true; 9].as_slice(),
+            ]
+            .concat(),
             &[2, 1, 1, 9],
         );
         let cases = [
@@ -697,12 +704,13 @@ mod tests {
             .unwrap();
         let wider = batch.extend(&[float]).unwrap();
         assert_eq!(wider.rows(), 4);
-        assert_eq!(held(&wider.split_row(3, 4).unwrap()), vec![40., 41., 42., 43.]);
+        assert_eq!(
+            held(&wider.split_row(3, 4).unwrap()),
+            vec![40., 41., 42., 43.]
+        );
         // Other bits do not batch with these.
-        let mut four = LayerCache::Quantized(QuantizedKvCache::new(KvQuantization {
-            bits: 4,
-            ..EIGHT
-        }));
+        let mut four =
+            LayerCache::Quantized(QuantizedKvCache::new(KvQuantization { bits: 4, ..EIGHT }));
         four.update_and_fetch(&positions(0, 1), &positions(0, 1))
             .unwrap();
         assert!(batch.extend(&[four]).is_err());
