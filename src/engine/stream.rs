@@ -623,6 +623,13 @@ pub fn prepare(
         quantization
             .check(&model.model.growing_head_dims())
             .map_err(RunError::InvalidSettings)?;
+        if request.max_kv_size.is_none() && model.model.growing_attention_has_sinks() {
+            return Err(RunError::InvalidSettings(format!(
+                "{} has attention sinks, which attention over a quantized KV cache does not \
+                 take (mlx-lm refuses them too); run it without kv_bits",
+                model.dir.display()
+            )));
+        }
     }
     if conversation.kv_quantization != kv_quantization {
         // A cache quantized otherwise (or not at all) cannot continue.

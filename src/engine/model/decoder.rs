@@ -1063,19 +1063,26 @@ impl Decoder {
             .collect()
     }
 
-    /// The head dimension of each attention layer whose cache grows (no
-    /// window, its own keys and values): the layers a quantized KV cache
-    /// quantizes.
+    /// The attention layers whose cache grows (no window, their own keys
+    /// and values): the layers a quantized KV cache quantizes.
+    fn growing_attention(&self) -> impl Iterator<Item = &Attention> {
+        self.layers.iter().filter_map(|layer| match &layer.mixer {
+            Mixer::Attention(attn) if layer.kv_source.is_none() && layer.window.is_none() => {
+                Some(attn)
+            }
+            _ => None,
+        })
+    }
+
+    /// The head dimension of each layer a quantized KV cache quantizes.
     pub fn growing_head_dims(&self) -> Vec<i32> {
-        self.layers
-            .iter()
-            .filter_map(|layer| match &layer.mixer {
-                Mixer::Attention(attn) if layer.kv_source.is_none() && layer.window.is_none() => {
-                    Some(attn.head_dim)
-                }
-                _ => None,
-            })
-            .collect()
+        self.growing_attention().map(|attn| attn.head_dim).collect()
+    }
+
+    /// Whether a layer a quantized KV cache quantizes has attention sinks
+    /// (which attention over a quantized cache does not take).
+    pub fn growing_attention_has_sinks(&self) -> bool {
+        self.growing_attention().any(|attn| attn.sinks.is_some())
     }
 
     /// Every weight array, to evaluate (make resident) after loading.
