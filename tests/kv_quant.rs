@@ -314,3 +314,63 @@ fn quantized_rows_decoded_in_one_batch_equal_each_row_alone() {
         }
     }
 }
+
+/// A conversation keeps its cache while the KV settings stay; a request
+/// asking for other bits (or none) starts it over, as a different
+/// `max_kv_size` does; a head dimension the group size does not divide is
+/// refused with a message that says so.
+#[test]
+fn a_conversation_asked_for_other_kv_settings_starts_over() {
+    use ondo::engine::stream::{self, Conversation, RunSetting};
+    use ondo::engine::{CancelToken, GenerateRequest, Prompt};
+    let root = tempfile::tempdir().unwrap();
+    let dir = tiny(root.path());
+    let model = LoadedModel::load(&dir).unwrap();
+    let first = prompt(40, 0);
+    let request = |ids: Vec<u32>, kv_bits: Option<u8>| GenerateRequest {
+        kv_bits,
+        quantized_kv_start: 0,
+        max_tokens: 3,
+        ..GenerateRequest::new(&dir, Prompt::Tokens { ids })
+    };
+    let eight = request(first.clone(), Some(8));
+    let mut conversation = Conversation::new(&model, None, eight.kv_quantization());
+    let setting = RunSetting {
+        load_kind: ondo::run_kinds::LoadKind::Warm,
+        load_ms: 0.0,
+        accepted_at: std::time::Instant::now(),
+        batch: None,
+    };
+    let outcome = stream::run(
+        &model,
+        &mut conversation,
+        &eight,
+        setting,
+        &CancelToken::new(),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert!(all_quantized(&conversation.cache));
+    assert!(outcome.stats.kv_cache_bytes > 0);
+    let longer = [first.clone(), prompt(5, 9)].concat();
+    let same = stream::prepare(&model, &mut conversation, &request(longer.clone(), Some(8)));
+    assert_eq!(
+        same.unwrap().cached,
+        first.len(),
+        "the same settings reuse the prefix"
+    );
+    let other = stream::prepare(&model, &mut conversation, &request(longer.clone(), Some(4)));
+    assert_eq!(other.unwrap().cached, 0, "other bits start over");
+    assert_eq!(conversation.kv_quantization.map(|q| q.bits), Some(4));
+    let floats = stream::prepare(&model, &mut conversation, &request(longer.clone(), None));
+    assert_eq!(floats.unwrap().cached, 0);
+    assert!(conversation.kv_quantization.is_none());
+    let odd = GenerateRequest {
+        kv_group_size: 128,
+        ..request(longer, Some(4))
+    };
+    let Err(error) = stream::prepare(&model, &mut conversation, &odd) else {
+        panic!("groups of 128 cannot split a head of 64");
+    };
+    assert!(error.to_string().contains("head dimension 64"), "{error}");
+}
