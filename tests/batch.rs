@@ -151,7 +151,7 @@ fn alone(
     tokens: usize,
     max_kv_size: Option<usize>,
 ) -> Run {
-    let mut cache = model.model.make_cache(max_kv_size);
+    let mut cache = model.model.make_cache(max_kv_size, None);
     alone_on(model, &mut cache, prompt, settings, tokens)
 }
 
@@ -202,7 +202,7 @@ fn batched(model: &LoadedModel, plans: &[Plan], max_kv_size: Option<usize>) -> V
             let id = batch
                 .join(NewSequence {
                     prompt: plan.prompt.clone(),
-                    cache: model.model.make_cache(max_kv_size),
+                    cache: model.model.make_cache(max_kv_size, None),
                     sampler: Sampler::new(plan.settings.clone()).unwrap(),
                     max_tokens: plan.max_tokens,
                     stop_tokens: Vec::new(),

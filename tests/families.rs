@@ -152,7 +152,7 @@ fn the_cache_the_engine_fills_is_the_one_fit_estimates() {
     for (what, options) in FAMILIES.iter().flat_map(|f| variants(f, &tiny)) {
         let (config, decoder) = built(&options);
         let shape = ModelShape::from_config(&config, None).unwrap();
-        let mut cache = decoder.make_cache(None);
+        let mut cache = decoder.make_cache(None, None);
         let prompt = Array::from_slice(&[5i32; 40], &[1, 40]);
         decoder.hidden(&prompt, &mut cache).unwrap().eval().unwrap();
         let one = Array::from_slice(&[7i32], &[1, 1]);

@@ -854,7 +854,7 @@ fn assert_follow_up_turn_equals_mlx_lm(
 /// of `step`.
 fn ondo_first_logprobs(dir: &Path, prompt: &[u32], step: usize) -> Vec<f32> {
     let loaded = LoadedModel::load(dir).unwrap();
-    let mut cache = loaded.model.make_cache(None);
+    let mut cache = loaded.model.make_cache(None, None);
     let mut steps = TokenSteps::new(&loaded.model, &mut cache, prompt)
         .unwrap()
         .with_prefill_step_size(step);

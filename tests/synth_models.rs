@@ -65,7 +65,7 @@ fn mlx_lm_generate_chunked(
 fn ondo_generate(dir: &Path, prompt_ids: &[u32], tokens: usize) -> Vec<u32> {
     let loaded = LoadedModel::load(dir).expect("Ondo loads the synthetic model");
     let run = |shape| {
-        let mut cache = loaded.model.make_cache(None);
+        let mut cache = loaded.model.make_cache(None, None);
         ondo::engine::generate::TokenSteps::new(&loaded.model, &mut cache, prompt_ids)
             .unwrap()
             .with_loop_shape(shape)
@@ -159,7 +159,7 @@ fn greedy_parity_holds_for_one_token_and_long_prompts() {
     // Prefill in chunks of 64 (the prompt is longer than the step size).
     let (prompt_ids, reference) = mlx_lm_generate_chunked(&python, &dir, &long, 16, 64);
     let loaded = LoadedModel::load(&dir).unwrap();
-    let mut cache = loaded.model.make_cache(None);
+    let mut cache = loaded.model.make_cache(None, None);
     let ours = ondo::engine::generate::TokenSteps::new(&loaded.model, &mut cache, &prompt_ids)
         .unwrap()
         .with_prefill_step_size(64)

@@ -230,7 +230,17 @@ fn check_fit(dir: &Path, args: &GenerationArgs) -> Result<(), String> {
         .settings
         .max_kv_size
         .map_or(crate::hub::fit::DEFAULT_CONTEXT_TOKENS, |n| n as u64);
-    let estimate = facts.estimate(context, sizing::MachineMemory::read(None));
+    let settings = &args.settings;
+    // A bounded cache rotates in floats; a growing one may be quantized.
+    let kv_bits = settings
+        .kv_bits
+        .filter(|_| settings.max_kv_size.is_none())
+        .map(|bits| crate::hub::fit::KvCacheBits {
+            bits: u64::from(bits),
+            group_size: u64::from(settings.kv_group_size),
+            start: settings.quantized_kv_start as u64,
+        });
+    let estimate = facts.estimate_held_in(context, sizing::MachineMemory::read(None), kv_bits);
     let line = crate::cli::models::verdict_line(&estimate);
     match estimate.verdict {
         Verdict::Fits => Ok(()),

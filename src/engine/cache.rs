@@ -1,10 +1,13 @@
 //! The cache of a model, outside the model: one `LayerCache` per layer (but
-//! a layer that reads an earlier layer's keys and values), of one of four
+//! a layer that reads an earlier layer's keys and values), of one of five
 //! kinds.
 //!
 //! - `KvCache` (growing KV) grows in steps of `STEP` positions and writes
 //!   each new position into the spare room, so a decode step costs a slice
 //!   update rather than a copy of the whole cache.
+//! - `QuantizedKvCache` is a growing cache held in 4 or 8 bits (mlx-lm's
+//!   `kv_bits`): a growing cache made with a `KvQuantization` becomes one
+//!   once it holds `quantized_kv_start` positions (`quantized`).
 //! - `RotatingKvCache` holds at most `max_kv_size` positions for long
 //!   conversations (or a sliding window): it keeps the first tokens and
 //!   overwrites the oldest of the rest, with mlx-lm's semantics.
@@ -33,6 +36,11 @@ use mlx_rs::{Array, Stream, ops};
 
 mod batch;
 pub mod file;
+mod quantized;
+
+pub use quantized::{
+    CachedKv, KvQuantization, QuantizedArrays, QuantizedKvCache, quantized_attention,
+};
 
 /// Positions added whenever the cache runs out of room.
 pub const STEP: i32 = 256;
@@ -115,9 +123,33 @@ pub struct KvCache {
     /// In a batch: the padding positions before each row's first token
     /// (rows are left-padded to the longest). Empty for one row.
     left_padding: Vec<i32>,
+    /// Quantize the cache once it holds `start` positions; `None`: stay
+    /// in floats.
+    quantize: Option<KvQuantization>,
 }
 
 impl KvCache {
+    /// An empty cache that becomes a quantized one once it holds
+    /// `quantize.start` positions (never, for `None`).
+    pub fn quantizing(quantize: Option<KvQuantization>) -> Self {
+        Self {
+            quantize,
+            ..Self::default()
+        }
+    }
+
+    /// The settings this cache quantizes with once due.
+    pub fn quantization(&self) -> Option<KvQuantization> {
+        self.quantize
+    }
+
+    /// Whether the next forward pass should find this cache quantized: it
+    /// holds positions, at least `start` of them.
+    fn quantization_due(&self) -> Option<KvQuantization> {
+        self.quantize
+            .filter(|q| self.offset > 0 && self.offset >= q.start)
+    }
+
     /// Positions already cached (the rope offset of the next token).
     pub fn offset(&self) -> i32 {
         self.offset
@@ -138,13 +170,19 @@ impl KvCache {
     }
 
     /// A cache holding exactly `keys` and `values` (`[B, H, n, D]`).
-    fn holding(keys: Array, values: Array, left_padding: Vec<i32>) -> Self {
+    fn holding(
+        keys: Array,
+        values: Array,
+        left_padding: Vec<i32>,
+        quantize: Option<KvQuantization>,
+    ) -> Self {
         let offset = keys.shape()[2];
         Self {
             keys: Some(keys),
             values: Some(values),
             offset,
             left_padding,
+            quantize,
         }
     }
 
@@ -572,9 +610,10 @@ impl RecurrentState {
     }
 }
 
-/// One layer's cache, of one of the four kinds.
+/// One layer's cache, of one of the five kinds.
 pub enum LayerCache {
     Growing(KvCache),
+    Quantized(QuantizedKvCache),
     Rotating(RotatingKvCache),
     Conv(ConvState),
     Recurrent(RecurrentState),
@@ -592,6 +631,17 @@ impl LayerCache {
         }
     }
 
+    /// A full attention layer's cache: rotating at `max_kv_size`
+    /// positions, or growing, and then quantized by `quantize` once due.
+    /// A rotating cache is never quantized (mlx-lm does not quantize
+    /// `RotatingKVCache`: its `to_quantized` raises "not yet implemented").
+    pub fn attention(max_kv_size: Option<usize>, quantize: Option<KvQuantization>) -> Self {
+        match max_kv_size {
+            Some(_) => Self::new(max_kv_size),
+            None => LayerCache::Growing(KvCache::quantizing(quantize)),
+        }
+    }
+
     /// The cache of a sliding-window layer: it holds the last `window`
     /// positions (plus one prefill chunk) and keeps no leading tokens, as
     /// mlx-lm's sliding-window layers do.
@@ -603,6 +653,7 @@ impl LayerCache {
     pub fn offset(&self) -> i32 {
         match self {
             LayerCache::Growing(c) => c.offset(),
+            LayerCache::Quantized(c) => c.offset(),
             LayerCache::Rotating(c) => c.offset,
             LayerCache::Conv(c) => c.offset(),
             LayerCache::Recurrent(c) => c.offset(),
@@ -613,6 +664,7 @@ impl LayerCache {
     pub fn kind(&self) -> &'static str {
         match self {
             LayerCache::Growing(_) => "growing KV cache",
+            LayerCache::Quantized(_) => "quantized KV cache",
             LayerCache::Rotating(_) => "rotating KV cache",
             LayerCache::Conv(_) => "convolution state",
             LayerCache::Recurrent(_) => "recurrent state",
@@ -625,16 +677,48 @@ impl LayerCache {
         matches!(self, LayerCache::Conv(_) | LayerCache::Recurrent(_))
     }
 
-    /// Appends `[B, H, n, D]` keys and values; returns what attention sees.
+    /// Appends `[B, H, n, D]` keys and values; returns what attention sees
+    /// as floats (a quantized cache's dequantized).
     pub fn update_and_fetch(
         &mut self,
         keys: &Array,
         values: &Array,
     ) -> Result<(Array, Array), Exception> {
+        self.update_and_fetch_cached(keys, values)?.into_float()
+    }
+
+    /// A growing cache whose quantization is due becomes a quantized one
+    /// (before the forward pass that writes to it, so every layer of a
+    /// model switches at the same token: they hold the same positions).
+    pub fn quantize_if_due(&mut self) -> Result<(), Exception> {
+        if let LayerCache::Growing(c) = self
+            && let Some(q) = c.quantization_due()
+        {
+            *self = LayerCache::Quantized(QuantizedKvCache::from_float(c, q)?);
+        }
+        Ok(())
+    }
+
+    /// Appends `[B, H, n, D]` keys and values; returns what attention
+    /// reads: floats, or the quantized cache as it is held. A growing
+    /// cache whose quantization is due is quantized first.
+    pub fn update_and_fetch_cached(
+        &mut self,
+        keys: &Array,
+        values: &Array,
+    ) -> Result<CachedKv, Exception> {
+        self.quantize_if_due()?;
+        let float = |(k, v)| CachedKv::Float(k, v);
         match self {
-            LayerCache::Growing(c) => c.update_and_fetch(keys, values),
-            LayerCache::Rotating(c) if keys.shape()[2] == 1 => c.append_one(keys, values),
-            LayerCache::Rotating(c) => c.append_many(keys, values),
+            LayerCache::Growing(c) => c.update_and_fetch(keys, values).map(float),
+            LayerCache::Quantized(c) => {
+                let (k, v) = c.update_and_fetch(keys, values)?;
+                Ok(CachedKv::Quantized(k, v, c.quantization()))
+            }
+            LayerCache::Rotating(c) if keys.shape()[2] == 1 => {
+                c.append_one(keys, values).map(float)
+            }
+            LayerCache::Rotating(c) => c.append_many(keys, values).map(float),
             LayerCache::Conv(_) | LayerCache::Recurrent(_) => Err(Exception::custom(format!(
                 "an attention layer was given a {} instead of a KV cache",
                 self.kind()
@@ -645,7 +729,7 @@ impl LayerCache {
     /// The attention mask for `n` positions about to be added.
     pub fn mask(&self, n: i32) -> Result<AttentionMask, Exception> {
         match self {
-            LayerCache::Growing(_) if n > 1 => Ok(AttentionMask::Causal),
+            LayerCache::Growing(_) | LayerCache::Quantized(_) if n > 1 => Ok(AttentionMask::Causal),
             LayerCache::Rotating(c) => c.mask(n),
             _ => Ok(AttentionMask::None),
         }
@@ -656,7 +740,7 @@ impl LayerCache {
     /// a state mixes every position in).
     pub fn can_trim(&self) -> bool {
         match self {
-            LayerCache::Growing(_) => true,
+            LayerCache::Growing(_) | LayerCache::Quantized(_) => true,
             LayerCache::Rotating(c) => c.offset < c.max_size,
             LayerCache::Conv(_) | LayerCache::Recurrent(_) => false,
         }
@@ -670,6 +754,7 @@ impl LayerCache {
         }
         match self {
             LayerCache::Growing(c) => Ok(c.trim(n)),
+            LayerCache::Quantized(c) => Ok(c.trim(n)),
             LayerCache::Rotating(c) if c.offset < c.max_size => {
                 let dropped = n.clamp(0, c.offset);
                 c.offset -= dropped;
@@ -687,6 +772,7 @@ impl LayerCache {
     pub fn nbytes(&self) -> usize {
         match self {
             LayerCache::Growing(c) => c.nbytes(),
+            LayerCache::Quantized(c) => c.nbytes(),
             LayerCache::Rotating(c) => {
                 let held = |a: &Option<Array>| {
                     a.as_ref().map_or(0, |a| {
@@ -705,6 +791,7 @@ impl LayerCache {
     pub fn state(&self) -> Vec<&Array> {
         match self {
             LayerCache::Growing(c) => c.state(),
+            LayerCache::Quantized(c) => c.state(),
             LayerCache::Rotating(c) => c.keys.iter().chain(c.values.iter()).collect(),
             LayerCache::Conv(c) => c.arrays(),
             LayerCache::Recurrent(c) => c.arrays(),
@@ -739,7 +826,7 @@ impl LayerCache {
         match self {
             LayerCache::Conv(c) => Some(LayerCache::Conv(c.clone())),
             LayerCache::Recurrent(c) => Some(LayerCache::Recurrent(c.clone())),
-            LayerCache::Growing(_) | LayerCache::Rotating(_) => None,
+            LayerCache::Growing(_) | LayerCache::Quantized(_) | LayerCache::Rotating(_) => None,
         }
     }
 }

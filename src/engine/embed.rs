@@ -210,7 +210,7 @@ impl Embedder<'_> {
             // padding after it: the causal mask is the padding mask, and
             // each row's states equal those of the row run alone.
             Embedder::Decoder(m) => {
-                let mut cache = m.model.make_cache(None);
+                let mut cache = m.model.make_cache(None, None);
                 Ok(m.model.hidden(tokens, &mut cache)?)
             }
             // The encoder attends both ways: its mask hides the padding.

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::LoadError;
 use super::anatomy::StepAnatomy;
+use super::cache::KvQuantization;
 use super::chat_template::{ChatMessage, ChatTemplateError, ENABLE_THINKING};
 use super::constrain::OutputConstraint;
 use super::generate::DEFAULT_PREFILL_STEP_SIZE;
@@ -93,6 +94,18 @@ pub struct GenerateRequest {
     /// Hold at most this many positions (a rotating cache that keeps the
     /// first tokens); `None` lets the cache grow.
     pub max_kv_size: Option<usize>,
+    /// Hold the KV cache in this many bits per element (4 or 8) once it
+    /// has `quantized_kv_start` positions; `None` keeps it in the model's
+    /// float dtype. A bounded (`max_kv_size`) cache stays in floats.
+    #[serde(default)]
+    pub kv_bits: Option<u8>,
+    /// Elements of one head's key or value sharing a scale and a bias in
+    /// the quantized cache (32, 64 or 128).
+    #[serde(default = "default_kv_group_size")]
+    pub kv_group_size: u32,
+    /// Positions the cache holds in floats before it is quantized.
+    #[serde(default = "default_quantized_kv_start")]
+    pub quantized_kv_start: usize,
     pub loop_shape: LoopShape,
     /// Generation stops when the text reaches one of these (not included).
     pub stop_strings: Vec<String>,
@@ -142,7 +155,29 @@ fn yes() -> bool {
     true
 }
 
+/// mlx-lm's `kv_group_size` default.
+pub const DEFAULT_KV_GROUP_SIZE: u32 = 64;
+/// mlx-lm's `quantized_kv_start` default (`DEFAULT_QUANTIZED_KV_START`).
+pub const DEFAULT_QUANTIZED_KV_START: usize = 5000;
+
+fn default_kv_group_size() -> u32 {
+    DEFAULT_KV_GROUP_SIZE
+}
+
+fn default_quantized_kv_start() -> usize {
+    DEFAULT_QUANTIZED_KV_START
+}
+
 impl GenerateRequest {
+    /// How the request's KV cache is quantized, `None` when it is not.
+    pub fn kv_quantization(&self) -> Option<KvQuantization> {
+        self.kv_bits.map(|bits| KvQuantization {
+            bits: i32::from(bits),
+            group_size: i32::try_from(self.kv_group_size).unwrap_or(i32::MAX),
+            start: i32::try_from(self.quantized_kv_start).unwrap_or(i32::MAX),
+        })
+    }
+
     /// Holds the reply to `constraint`. A model that thinks first is asked
     /// not to (unless the request asked for thinking itself): the grammar
     /// holds every token of the reply, reasoning included, and JSON has no
@@ -171,6 +206,9 @@ impl GenerateRequest {
             sampler: SamplerSettings::default(),
             prefill_step_size: DEFAULT_PREFILL_STEP_SIZE,
             max_kv_size: None,
+            kv_bits: None,
+            kv_group_size: DEFAULT_KV_GROUP_SIZE,
+            quantized_kv_start: DEFAULT_QUANTIZED_KV_START,
             loop_shape: LoopShape::default(),
             stop_strings: Vec::new(),
             ignore_eos: false,

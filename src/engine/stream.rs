@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use super::anatomy::StepAnatomy;
-use super::cache::{CacheSnapshot, LayerCache};
+use super::cache::{CacheSnapshot, KvQuantization, LayerCache};
 use super::chat_template::{ChatMessage, ChatTemplate};
 use super::constrain::TokenConstraint;
 use super::detokenize::StreamingDetokenizer;
@@ -37,14 +37,25 @@ pub struct Conversation {
     /// Whether its cache may go to the disk when it leaves memory (its
     /// latest request allowed the disk cache).
     pub save_to_disk: bool,
+    /// How its growing layers are quantized once long enough (`None`:
+    /// never); a request asking for other settings starts over.
+    pub kv_quantization: Option<KvQuantization>,
     /// Oldest first, each at a position `tokens` reaches; empty for a
     /// model without state layers.
     snapshots: Vec<CacheSnapshot>,
 }
 
 impl Conversation {
-    pub fn new(model: &LoadedModel, max_kv_size: Option<usize>) -> Self {
-        Self::with_cache(model.model.make_cache(max_kv_size), max_kv_size)
+    pub fn new(
+        model: &LoadedModel,
+        max_kv_size: Option<usize>,
+        kv_quantization: Option<KvQuantization>,
+    ) -> Self {
+        Self::with_cache(
+            model.model.make_cache(max_kv_size, kv_quantization),
+            max_kv_size,
+        )
+        .quantized_by(kv_quantization)
     }
 
     /// A conversation over an empty `cache`.
@@ -54,8 +65,16 @@ impl Conversation {
             cache,
             max_kv_size,
             save_to_disk: true,
+            kv_quantization: None,
             snapshots: Vec::new(),
         }
+    }
+
+    /// Records how the cache's growing layers are quantized (the cache
+    /// must have been made with the same settings).
+    pub fn quantized_by(mut self, kv_quantization: Option<KvQuantization>) -> Self {
+        self.kv_quantization = kv_quantization;
+        self
     }
 
     /// Bytes the cache holds, its kept snapshots included.
@@ -141,7 +160,8 @@ impl Conversation {
                 .map(|s| s.position)
         };
         let Some(reused) = reused else {
-            *self = Conversation::with_cache(empty(), self.max_kv_size);
+            *self = Conversation::with_cache(empty(), self.max_kv_size)
+                .quantized_by(self.kv_quantization);
             return 0;
         };
         self.tokens.truncate(reused);
@@ -642,20 +662,48 @@ pub fn prepare(
             model.dir.display(),
         )));
     }
+    let kv_quantization = request.kv_quantization();
+    if let Some(quantization) = kv_quantization {
+        quantization
+            .check(&model.model.growing_head_dims())
+            .map_err(RunError::InvalidSettings)?;
+        if request.max_kv_size.is_none() && model.model.growing_attention_has_sinks() {
+            return Err(RunError::InvalidSettings(format!(
+                "{} has attention sinks, which attention over a quantized KV cache does not \
+                 take (mlx-lm refuses them too); run it without kv_bits",
+                model.dir.display()
+            )));
+        }
+    }
+    if conversation.kv_quantization != kv_quantization {
+        // A cache quantized otherwise (or not at all) cannot continue.
+        *conversation = Conversation::with_cache(
+            model
+                .model
+                .make_cache(conversation.max_kv_size, kv_quantization),
+            conversation.max_kv_size,
+        )
+        .quantized_by(kv_quantization);
+    }
     let max_kv_size = conversation.max_kv_size;
-    conversation.save_to_disk = request.disk_cache;
-    let disk = disk.as_deref_mut().filter(|_| request.disk_cache);
+    // A quantized cache is not saved to the disk (nor read from it).
+    let use_disk = request.disk_cache && kv_quantization.is_none();
+    conversation.save_to_disk = use_disk;
+    let disk = disk.as_deref_mut().filter(|_| use_disk);
     let mut prefix = PrefixRead::default();
     let cached = match disk {
-        None => conversation.reuse_prefix(&prompt, || model.model.make_cache(max_kv_size)),
+        None => conversation.reuse_prefix(&prompt, || {
+            model.model.make_cache(max_kv_size, kv_quantization)
+        }),
         Some(disk) => {
             let key = disk.key(&model.dir, max_kv_size);
             if conversation.would_drop(&prompt) >= disk.min_tokens() {
                 disk.save(&key, &model.dir, &conversation.tokens, &conversation.cache);
             }
-            let in_memory =
-                conversation.reuse_prefix(&prompt, || model.model.make_cache(max_kv_size));
-            let template = model.model.make_cache(max_kv_size);
+            let in_memory = conversation.reuse_prefix(&prompt, || {
+                model.model.make_cache(max_kv_size, kv_quantization)
+            });
+            let template = model.model.make_cache(max_kv_size, kv_quantization);
             let trims = template.iter().all(LayerCache::can_trim);
             match disk
                 .find(&key, &prompt, in_memory, trims)
@@ -694,7 +742,12 @@ fn prepare_after_cache_file(
     path: &std::path::Path,
 ) -> Result<PreparedRun, RunError> {
     let start = Instant::now();
-    let template = model.model.make_cache(conversation.max_kv_size);
+    if request.kv_quantization().is_some() {
+        return Err(RunError::InvalidSettings(
+            "a prompt cache file is read into a float KV cache: run without kv_bits".into(),
+        ));
+    }
+    let template = model.model.make_cache(conversation.max_kv_size, None);
     let decoded = super::cache::file::read(path, &template, false).map_err(|e| {
         RunError::InvalidSettings(format!(
             "{e}; give a prompt cache written for this model (mlx_lm.cache_prompt, or a file              of `ondo cache ls`) with the same --max-kv-size"

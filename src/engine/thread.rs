@@ -466,22 +466,34 @@ fn finished_event(outcome: stream::RunOutcome) -> RunEvent {
     }
 }
 
-/// Bytes of KV cache a run of `tokens` positions adds on `model`: each
-/// attention layer's keys and values per position, a windowed layer's up
-/// to its window, a bounded cache's up to its bound.
-fn kv_bytes_for(model: &LoadedModel, tokens: usize, max_kv_size: Option<usize>) -> u64 {
+/// Bytes of KV cache a run of `tokens` positions adds on `model` with
+/// `request`'s cache settings: each attention layer's keys and values per
+/// position, a windowed layer's up to its window, a bounded cache's up to
+/// its bound; a growing layer's in `kv_bits` bits plus a scale and a bias
+/// per group once the cache has `quantized_kv_start` positions (all of it
+/// is quantized then).
+fn kv_bytes_for(model: &LoadedModel, tokens: usize, request: &GenerateRequest) -> u64 {
     let element = match model.model.float_dtype().as_str() {
         "float32" => 4,
         _ => 2,
     };
-    let tokens = max_kv_size.map_or(tokens, |bound| tokens.min(bound)) as u64;
+    let bounded = request.max_kv_size.is_some();
+    let tokens = request
+        .max_kv_size
+        .map_or(tokens, |bound| tokens.min(bound)) as u64;
+    let quantized = request
+        .kv_quantization()
+        .filter(|q| !bounded && tokens > 0 && tokens >= q.start.max(0) as u64);
     model
         .model
         .layer_caches()
         .iter()
-        .map(|&(window, per_position)| {
-            let kept = window.map_or(tokens, |w| tokens.min(w.max(0) as u64));
-            per_position * kept * element
+        .map(|&(window, per_position)| match (window, quantized) {
+            (None, Some(q)) => q.bytes_per_position(per_position, element) * tokens,
+            _ => {
+                let kept = window.map_or(tokens, |w| tokens.min(w.max(0) as u64));
+                per_position * kept * element
+            }
         })
         .sum()
 }
@@ -1162,11 +1174,23 @@ fn save_conversation(disk: &mut DiskPromptCache, model: &LoadedModel, conversati
 /// The conversation `request` continues (taken out of the model's, to be
 /// put back when the run succeeds), or a fresh one.
 fn take_conversation(resident: &mut Resident, request: &GenerateRequest) -> Conversation {
-    let fresh = || Conversation::new(&resident.model, request.max_kv_size);
+    let fresh = || {
+        Conversation::new(
+            &resident.model,
+            request.max_kv_size,
+            request.kv_quantization(),
+        )
+    };
     match &request.conversation {
-        // A different cache size cannot continue the old cache.
+        // A different cache size or quantization cannot continue the old
+        // cache.
         Some(id) => match resident.conversations.remove(id) {
-            Some(c) if c.max_kv_size == request.max_kv_size => c,
+            Some(c)
+                if c.max_kv_size == request.max_kv_size
+                    && c.kv_quantization == request.kv_quantization() =>
+            {
+                c
+            }
             _ => fresh(),
         },
         None => fresh(),
@@ -1183,7 +1207,7 @@ fn fits(models: &HashMap<PathBuf, Resident>, running: &Running, request: &Genera
     };
     let model = &resident.model;
     let prompt = stream::prompt_ids(model, &request.prompt).map_or(0, |p| p.ids.len());
-    let need = kv_bytes_for(model, prompt + request.max_tokens, request.max_kv_size);
+    let need = kv_bytes_for(model, prompt + request.max_tokens, request);
     // What the running sequences will still add: each up to its own end.
     let coming: u64 = running
         .runs
@@ -1191,10 +1215,10 @@ fn fits(models: &HashMap<PathBuf, Resident>, running: &Running, request: &Genera
         .map(|live| {
             let total = live.prepared.prompt.len() + live.request.max_tokens;
             let now = live.prepared.prompt.len() + live.text.generated();
-            kv_bytes_for(model, total, live.request.max_kv_size).saturating_sub(kv_bytes_for(
+            kv_bytes_for(model, total, &live.request).saturating_sub(kv_bytes_for(
                 model,
                 now,
-                live.request.max_kv_size,
+                &live.request,
             ))
         })
         .sum();

@@ -612,6 +612,7 @@ mod tests {
             available_bytes: 8 << 30,
             total_bytes: 16 << 30,
             working_set_bytes: None,
+            kv_bits: None,
         });
         // 28 layers * 8 KV heads * 128 * K and V * 2 bytes * 4096 tokens.
         assert_eq!(estimate.kv_bytes_per_token, 114_688);
@@ -640,6 +641,7 @@ mod tests {
             available_bytes: 64 << 30,
             total_bytes: 64 << 30,
             working_set_bytes: None,
+            kv_bits: None,
         })
     }
 

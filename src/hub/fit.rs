@@ -356,11 +356,25 @@ impl ModelShape {
     /// them all, sliding-window layers at most their window, state layers
     /// their constant state.
     pub fn kv_cache_bytes(&self, positions: u64) -> u64 {
+        self.kv_cache_bytes_held_in(positions, None)
+    }
+
+    /// `kv_cache_bytes`, with the full-attention layers held in `kv_bits`
+    /// once the cache has its start's positions (the whole cache is
+    /// quantized then; sliding-window layers stay in floats).
+    pub fn kv_cache_bytes_held_in(&self, positions: u64, kv_bits: Option<KvCacheBits>) -> u64 {
         let (sliding_layers, window, sliding_bytes) = self.sliding();
         let full_layers = self.kv_layers() - sliding_layers;
+        let per_position = match kv_bits {
+            Some(q) if positions > 0 && positions >= q.start => {
+                let elements = self.num_key_value_heads.saturating_mul(self.head_dim) * 2;
+                q.bytes_for(elements, self.kv_dtype.bytes())
+            }
+            _ => self.kv_bytes_per_layer_position(),
+        };
         let full = full_layers
             .saturating_mul(positions)
-            .saturating_mul(self.kv_bytes_per_layer_position());
+            .saturating_mul(per_position);
         let sliding = sliding_layers
             .saturating_mul(positions.min(window))
             .saturating_mul(sliding_bytes);
@@ -533,6 +547,30 @@ pub fn safetensors_float_dtype(header_json: &[u8]) -> Option<String> {
         .map(|(dtype, _)| dtype.to_string())
 }
 
+/// A KV cache held in fewer bits once it has `start` positions: the
+/// engine's `kv_bits`, `kv_group_size` and `quantized_kv_start` (repeated
+/// here: the hub does not depend on the engine).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvCacheBits {
+    /// Bits per element: 4 or 8.
+    pub bits: u64,
+    /// Elements sharing a scale and a bias (each in the float dtype).
+    pub group_size: u64,
+    pub start: u64,
+}
+
+impl KvCacheBits {
+    /// Bytes `elements` float elements of `float_bytes` take quantized:
+    /// `bits / 8` each, and a scale and a bias per group.
+    pub fn bytes_for(&self, elements: u64, float_bytes: u64) -> u64 {
+        let groups = elements / self.group_size.max(1);
+        elements
+            .saturating_mul(self.bits)
+            .div_ceil(8)
+            .saturating_add(groups.saturating_mul(2 * float_bytes))
+    }
+}
+
 /// What is known before loading: the model, the context wanted and the
 /// machine's memory, all in bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -548,6 +586,8 @@ pub struct FitInput {
     pub total_bytes: u64,
     /// macOS: MLX's recommended GPU working set; None elsewhere.
     pub working_set_bytes: Option<u64>,
+    /// The KV cache held in fewer bits, when the settings ask for it.
+    pub kv_bits: Option<KvCacheBits>,
 }
 
 /// Will it fit: the parts of the estimate, the verdict and what to do about it.
@@ -728,7 +768,7 @@ pub fn estimate_fit(input: &FitInput) -> FitEstimate {
 fn kv_cache_bytes(input: &FitInput, context: u64) -> u64 {
     let step = KV_CACHE_STEP;
     let positions = context.div_ceil(step).saturating_mul(step);
-    input.shape.kv_cache_bytes(positions)
+    input.shape.kv_cache_bytes_held_in(positions, input.kv_bits)
 }
 
 fn overhead_bytes(input: &FitInput, context: u64) -> u64 {
@@ -831,6 +871,7 @@ mod tests {
             available_bytes,
             total_bytes: 16 * GIB,
             working_set_bytes: None,
+            kv_bits: None,
         }
     }
     const LLAMA_3B_OVERHEAD: u64 = 268_435_456 + 201_326_592;
@@ -1008,6 +1049,30 @@ mod tests {
         );
         config["num_key_value_heads"] = json!(0);
         assert!(ModelShape::from_config(&config, None).is_err());
+    }
+
+    #[test]
+    fn a_quantized_kv_cache_counts_its_bits_scales_and_biases_after_its_start() {
+        let four = KvCacheBits {
+            bits: 4,
+            group_size: 64,
+            start: 5000,
+        };
+        // Per layer and position: 2 * 8 * 128 elements, half a byte each,
+        // and 32 groups with a 2-byte scale and bias: 1,024 + 128 B, where
+        // bfloat16 takes 4,096 B.
+        assert_eq!(four.bytes_for(2 * 8 * 128, 2), 1024 + 128);
+        let at = |context, kv_bits| {
+            estimate_fit(&FitInput {
+                kv_bits,
+                ..llama_3b_input(context, 8 * GIB)
+            })
+            .kv_cache_bytes
+        };
+        // Below the start the cache is still in floats.
+        assert_eq!(at(4096, Some(four)), at(4096, None));
+        assert_eq!(at(32768, Some(four)), 28 * 32768 * (1024 + 128));
+        assert!(at(32768, Some(four)) * 10 <= at(32768, None) * 3);
     }
 
     #[test]
@@ -1363,6 +1428,7 @@ mod tests {
             available_bytes,
             total_bytes: 16 * GIB,
             working_set_bytes: None,
+            kv_bits: None,
         };
         // 1,024 B per layer and position. At 32768 tokens: 4 * 32768 + 22 *
         // 512 layer-positions, a quarter of the 26 * 32768 a full cache holds.

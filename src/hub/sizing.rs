@@ -50,6 +50,16 @@ impl MachineMemory {
 
 impl ModelFacts {
     pub fn estimate(&self, context_tokens: u64, machine: MachineMemory) -> FitEstimate {
+        self.estimate_held_in(context_tokens, machine, None)
+    }
+
+    /// `estimate`, with the KV cache held in `kv_bits` where asked.
+    pub fn estimate_held_in(
+        &self,
+        context_tokens: u64,
+        machine: MachineMemory,
+        kv_bits: Option<fit::KvCacheBits>,
+    ) -> FitEstimate {
         fit::estimate_fit(&FitInput {
             weights_bytes: self.weights_bytes,
             shape: self.shape.clone(),
@@ -57,6 +67,7 @@ impl ModelFacts {
             available_bytes: machine.available_bytes,
             total_bytes: machine.total_bytes,
             working_set_bytes: machine.working_set_bytes,
+            kv_bits,
         })
     }
 }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::chat_template::ChatTemplate;
 use crate::engine::generate::DEFAULT_PREFILL_STEP_SIZE;
+use crate::engine::request::{DEFAULT_KV_GROUP_SIZE, DEFAULT_QUANTIZED_KV_START};
 use crate::engine::sample::SamplerSettings;
 use crate::engine::{GenerateRequest, Prompt, RunEvent};
 use crate::run_kinds::{LoadKind, LoopShape};
@@ -63,11 +64,40 @@ pub struct GenerationSettings {
     /// that keeps the first tokens): bounded memory for long conversations.
     #[arg(long)]
     pub max_kv_size: Option<usize>,
+    /// Hold the KV cache in 4 or 8 bits per element once it has
+    /// --quantized-kv-start positions: a long context in about a quarter
+    /// (4) or a half (8) of the memory of a 16-bit cache, for a small loss
+    /// of accuracy (mlx-lm's --kv-bits). Unset: the model's float dtype. A
+    /// bounded cache (--max-kv-size) and sliding windows stay in floats.
+    #[arg(long, value_parser = parse_kv_bits)]
+    pub kv_bits: Option<u8>,
+    /// Elements of a head's key or value sharing one scale and one bias in
+    /// the quantized KV cache: 32, 64 or 128. Smaller groups follow the
+    /// values more closely and take more memory (a scale and a bias per
+    /// group).
+    #[arg(long, default_value_t = GenerationSettings::DEFAULT.kv_group_size)]
+    pub kv_group_size: u32,
+    /// Positions the KV cache holds in full precision before --kv-bits
+    /// quantizes it (all of it at once, then each new position): short
+    /// conversations keep full precision, long ones save memory. 0
+    /// quantizes from the first prefill chunk on.
+    #[arg(long, default_value_t = GenerationSettings::DEFAULT.quantized_kv_start)]
+    pub quantized_kv_start: usize,
     /// Most conversations decoded together in one batch (1: one at a time).
     /// Several clients of the local server, or the app beside them, share
     /// a step: each step reads the weights once for all of them.
     #[arg(long, default_value_t = GenerationSettings::DEFAULT.max_batch)]
     pub max_batch: usize,
+}
+
+/// `--kv-bits`: 4 or 8, or a message that says so.
+fn parse_kv_bits(text: &str) -> Result<u8, String> {
+    match text.trim().parse::<u8>() {
+        Ok(bits @ (4 | 8)) => Ok(bits),
+        _ => Err(format!(
+            "'{text}' is not a KV cache width; the KV cache can be held in 4 or 8 bits"
+        )),
+    }
 }
 
 /// The ranges each setting accepts (`GenerationSettings::check` applies
@@ -85,6 +115,8 @@ pub struct GenerationLimits {
     /// The smallest KV bound that still holds a prompt and its answer.
     pub max_kv_size: (usize, usize),
     pub max_batch: (usize, usize),
+    /// Positions held in floats before the KV cache is quantized.
+    pub quantized_kv_start: (usize, usize),
 }
 
 impl GenerationSettings {
@@ -99,6 +131,9 @@ impl GenerationSettings {
         loop_shape: LoopShape::Pipelined,
         prefill_step_size: DEFAULT_PREFILL_STEP_SIZE,
         max_kv_size: None,
+        kv_bits: None,
+        kv_group_size: DEFAULT_KV_GROUP_SIZE,
+        quantized_kv_start: DEFAULT_QUANTIZED_KV_START,
         max_batch: DEFAULT_MAX_BATCH,
     };
 
@@ -113,6 +148,7 @@ impl GenerationSettings {
         // as far as the conversation does.
         max_kv_size: (16, 1 << 32),
         max_batch: (1, 64),
+        quantized_kv_start: (0, 1 << 32),
     };
 }
 
@@ -178,6 +214,26 @@ impl GenerationSettings {
                 ));
             }
         }
+        if let Some(bits) = self.kv_bits
+            && !matches!(bits, 4 | 8)
+        {
+            return Err(format!(
+                "kv bits is {bits}; the KV cache can be held in 4 or 8 bits (or unset, for the \
+                 model's float dtype)"
+            ));
+        }
+        if !matches!(self.kv_group_size, 32 | 64 | 128) {
+            return Err(format!(
+                "the KV group size is {}; choose 32, 64 or 128 elements",
+                self.kv_group_size
+            ));
+        }
+        let (low, high) = limits.quantized_kv_start;
+        if !(low..=high).contains(&self.quantized_kv_start) {
+            return Err(format!(
+                "the quantized KV start must be between {low} and {high} positions"
+            ));
+        }
         Ok(())
     }
 
@@ -196,6 +252,9 @@ impl GenerationSettings {
             },
             prefill_step_size: self.prefill_step_size,
             max_kv_size: self.max_kv_size,
+            kv_bits: self.kv_bits,
+            kv_group_size: self.kv_group_size,
+            quantized_kv_start: self.quantized_kv_start,
             loop_shape: self.loop_shape,
             max_batch: self.max_batch,
             ..GenerateRequest::new(model_dir, prompt)
@@ -299,6 +358,47 @@ mod tests {
             ..GenerationSettings::default()
         };
         assert!(bad.check().unwrap_err().contains("top p"));
+    }
+
+    #[test]
+    fn kv_cache_quantization_is_checked_and_reaches_the_request() {
+        let defaults = GenerationSettings::default();
+        assert_eq!(
+            (
+                defaults.kv_bits,
+                defaults.kv_group_size,
+                defaults.quantized_kv_start
+            ),
+            (None, 64, 5000),
+            "mlx-lm's defaults"
+        );
+        let four = GenerationSettings {
+            kv_bits: Some(4),
+            quantized_kv_start: 0,
+            ..defaults.clone()
+        };
+        assert!(four.check().is_ok());
+        let request = four.request(Path::new("m"), Prompt::user("hi"));
+        let q = request.kv_quantization().unwrap();
+        assert_eq!((q.bits, q.group_size, q.start), (4, 64, 0));
+        assert_eq!(
+            defaults
+                .request(Path::new("m"), Prompt::user("hi"))
+                .kv_quantization(),
+            None
+        );
+        let three = GenerationSettings {
+            kv_bits: Some(3),
+            ..defaults.clone()
+        };
+        assert!(three.check().unwrap_err().contains("4 or 8 bits"));
+        let odd = GenerationSettings {
+            kv_group_size: 48,
+            ..defaults
+        };
+        assert!(odd.check().unwrap_err().contains("32, 64 or 128"));
+        assert!(parse_kv_bits("8").is_ok());
+        assert!(parse_kv_bits("16").unwrap_err().contains("4 or 8 bits"));
     }
 
     #[test]

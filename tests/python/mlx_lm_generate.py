@@ -12,8 +12,14 @@ Options beyond the plain run:
                             with the generation prompt, as `mlx_lm.generate` does
   --max-kv-size N           rotating KV cache of N tokens, keeping the first 4
                             (make_prompt_cache; see make_cache for llama)
+  --kv-bits N [--kv-group-size G] [--quantized-kv-start S]
+                            generate_step's quantized KV cache: N bits (4 or
+                            8), groups of G (default 64), once the cache holds
+                            S positions (default mlx-lm's 5000)
   --logits-out PATH         write the first step's log-probabilities (float32
                             values, JSON list) to PATH
+  --all-logits-out PATH     write every step's log-probabilities (a JSON list
+                            of such lists) to PATH
   --followup TEXT [--followup-tokens N]
                             second chat turn on the same prompt cache (a fresh
                             one when it cannot be trimmed; implies
@@ -65,8 +71,10 @@ def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=False)
 
 
-def generate(model, prompt_ids, cache, max_tokens, prefill_step_size):
-    """Greedy ids and the first step's log-probabilities."""
+def generate(model, prompt_ids, cache, max_tokens, prefill_step_size, kv=None, every=None):
+    """Greedy ids and the first step's log-probabilities; `kv` holds
+    generate_step's KV quantization arguments, when there are any, and
+    `every` (a list), when given, gets every step's log-probabilities."""
     ids, first_logprobs = [], None
     for token, logprobs in generate_step(
         mx.array(prompt_ids),
@@ -74,9 +82,12 @@ def generate(model, prompt_ids, cache, max_tokens, prefill_step_size):
         max_tokens=max_tokens,
         prompt_cache=cache,
         prefill_step_size=prefill_step_size,
+        **(kv or {}),
     ):
         if first_logprobs is None:
             first_logprobs = logprobs
+        if every is not None:
+            every.append(logprobs.astype(mx.float32).tolist())
         ids.append(int(token))
     return ids, first_logprobs
 
@@ -116,7 +127,11 @@ def main() -> int:
     parser.add_argument("--chat", action="store_true")
     parser.add_argument("--system-prompt")
     parser.add_argument("--max-kv-size", type=int)
+    parser.add_argument("--kv-bits", type=int)
+    parser.add_argument("--kv-group-size", type=int, default=64)
+    parser.add_argument("--quantized-kv-start", type=int)
     parser.add_argument("--logits-out")
+    parser.add_argument("--all-logits-out")
     parser.add_argument("--followup")
     parser.add_argument("--followup-tokens", type=int)
     parser.add_argument("--ignore-eos", action="store_true", help="always on")
@@ -127,6 +142,8 @@ def main() -> int:
         parser.error("--chat/--followup need --prompt text, not --prompt-ids")
     if args.system_prompt is not None and not chat:
         parser.error("--system-prompt needs --chat")
+    if args.kv_bits is not None and args.followup is not None:
+        parser.error("--kv-bits applies to one turn; --followup does not take it")
     if args.followup_tokens is not None and args.followup is None:
         parser.error("--followup-tokens needs --followup")
 
@@ -153,8 +170,14 @@ def main() -> int:
         # One explicit cache (what generate_step would build itself) so a
         # follow-up turn can continue on it.
         cache = make_cache(model, args.max_kv_size)
+        kv = None
+        if args.kv_bits is not None:
+            kv = {"kv_bits": args.kv_bits, "kv_group_size": args.kv_group_size}
+            if args.quantized_kv_start is not None:
+                kv["quantized_kv_start"] = args.quantized_kv_start
+        every = [] if args.all_logits_out is not None else None
         generated, first_logprobs = generate(
-            model, prompt_ids, cache, args.max_tokens, args.prefill_step_size
+            model, prompt_ids, cache, args.max_tokens, args.prefill_step_size, kv, every
         )
         result = {
             "model_type": getattr(model, "model_type", None),
@@ -162,6 +185,10 @@ def main() -> int:
             "generated_ids": generated,
             "kv_cache": "+".join(sorted({type(c).__name__ for c in cache})),
         }
+
+        if args.all_logits_out is not None:
+            with open(args.all_logits_out, "w") as file:
+                json.dump(every, file)
 
         if args.logits_out is not None:
             values = first_logprobs.astype(mx.float32).tolist()

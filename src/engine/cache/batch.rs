@@ -21,7 +21,8 @@ use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::{Array, ops};
 
 use super::{
-    AttentionMask, CacheError, ConvState, KvCache, LayerCache, RecurrentState, RotatingKvCache,
+    AttentionMask, CacheError, ConvState, KvCache, LayerCache, QuantizedArrays, QuantizedKvCache,
+    RecurrentState, RotatingKvCache,
 };
 
 impl LayerCache {
@@ -39,7 +40,9 @@ impl LayerCache {
             )));
         }
         match first {
-            LayerCache::Growing(_) => Ok(LayerCache::Growing(join_kv(&kv_rows(rows)?)?)),
+            LayerCache::Growing(_) | LayerCache::Quantized(_) => {
+                join_growing(&rows.iter().collect::<Vec<_>>())
+            }
             LayerCache::Rotating(_) => {
                 Ok(LayerCache::Rotating(stack_rotating(&rotating_rows(rows)?)?))
             }
@@ -62,16 +65,17 @@ impl LayerCache {
         };
         match self {
             LayerCache::Growing(batch) if batch.keys.is_none() => Err(empty()),
+            LayerCache::Quantized(batch) if batch.keys.is_none() => Err(empty()),
             LayerCache::Rotating(batch) if batch.keys.is_none() => Err(empty()),
             LayerCache::Conv(_) | LayerCache::Recurrent(_)
                 if self.rows() == 0 && rows.iter().any(|r| r.rows() > 0) =>
             {
                 Err(empty())
             }
-            LayerCache::Growing(batch) => {
-                let mut blocks = vec![batch];
-                blocks.extend(kv_rows(rows)?);
-                Ok(LayerCache::Growing(join_kv(&blocks)?))
+            LayerCache::Growing(_) | LayerCache::Quantized(_) => {
+                let mut blocks = vec![self];
+                blocks.extend(rows);
+                join_growing(&blocks)
             }
             LayerCache::Rotating(batch) => {
                 // Windows are small: take the batch apart and stack every
@@ -98,7 +102,7 @@ impl LayerCache {
             )));
         }
         match self {
-            LayerCache::Growing(_) => {
+            LayerCache::Growing(_) | LayerCache::Quantized(_) => {
                 let single = self.select(&[row])?;
                 if rows > 0 && single.offset() != offset {
                     return Err(CacheError::Mismatch(format!(
@@ -144,15 +148,8 @@ impl LayerCache {
     /// no row's padding is among them.
     pub fn batch_mask(&self) -> Result<AttentionMask, Exception> {
         match self {
-            LayerCache::Growing(c) if c.left_padding.iter().any(|&p| p > 0) => {
-                let keys = c.offset + 1;
-                let rows = c.left_padding.len() as i32;
-                let slots = Array::arange::<_, i32>(0, keys, 1)?.reshape(&[1, keys])?;
-                let padding = Array::from_slice(&c.left_padding, &[rows, 1]);
-                Ok(AttentionMask::Array(
-                    ops::ge(&slots, &padding)?.reshape(&[rows, 1, 1, keys])?,
-                ))
-            }
+            LayerCache::Growing(c) => left_padding_mask(c.offset, &c.left_padding),
+            LayerCache::Quantized(c) => left_padding_mask(c.offset, &c.left_padding),
             LayerCache::Rotating(c) if !c.padding.is_empty() => c.batch_mask(),
             _ => Ok(AttentionMask::None),
         }
@@ -164,7 +161,7 @@ impl LayerCache {
         match self {
             LayerCache::Conv(c) => c.offset = offset,
             LayerCache::Recurrent(c) => c.conv.offset = offset,
-            LayerCache::Growing(_) | LayerCache::Rotating(_) => {}
+            LayerCache::Growing(_) | LayerCache::Quantized(_) | LayerCache::Rotating(_) => {}
         }
     }
 
@@ -179,22 +176,27 @@ impl LayerCache {
         match self {
             LayerCache::Growing(c) => {
                 let Some((k, v)) = c.used() else {
-                    return Ok(LayerCache::Growing(KvCache::default()));
+                    return Ok(LayerCache::Growing(KvCache::quantizing(c.quantize)));
                 };
-                let padding: Vec<i32> = keep
-                    .iter()
-                    .map(|&r| c.left_padding.get(r).copied().unwrap_or(0))
-                    .collect();
-                // Padding every kept row has is not needed any more.
-                let shared = padding.iter().copied().min().unwrap_or(0);
-                let (k, v) = (pick(&k)?, pick(&v)?);
-                let (k, v) = (
-                    k.index((.., .., shared.., ..)),
-                    v.index((.., .., shared.., ..)),
-                );
-                let left: Vec<i32> = padding.iter().map(|p| p - shared).collect();
-                let left = if keep.len() == 1 { Vec::new() } else { left };
-                Ok(LayerCache::Growing(KvCache::holding(k, v, left)))
+                let (parts, left) = select_positions(&[k, v], &c.left_padding, keep)?;
+                let [k, v]: [Array; 2] = parts.try_into().map_err(|_| lost())?;
+                Ok(LayerCache::Growing(KvCache::holding(
+                    k, v, left, c.quantize,
+                )))
+            }
+            LayerCache::Quantized(c) => {
+                let Some((k, v)) = c.used() else {
+                    return Ok(LayerCache::Quantized(QuantizedKvCache::new(c.quantization)));
+                };
+                let all: Vec<Array> = k.parts().into_iter().chain(v.parts()).cloned().collect();
+                let (parts, left) = select_positions(&all, &c.left_padding, keep)?;
+                let [kp, ks, kb, vp, vs, vb]: [Array; 6] = parts.try_into().map_err(|_| lost())?;
+                Ok(LayerCache::Quantized(QuantizedKvCache::holding(
+                    QuantizedArrays::from_parts([kp, ks, kb]),
+                    QuantizedArrays::from_parts([vp, vs, vb]),
+                    left,
+                    c.quantization,
+                )))
             }
             LayerCache::Rotating(c) => Ok(LayerCache::Rotating(RotatingKvCache {
                 keys: pick_state(c.keys.as_ref())?,
@@ -233,13 +235,182 @@ fn mismatch(first: &LayerCache) -> CacheError {
     ))
 }
 
-fn kv_rows(rows: &[LayerCache]) -> Result<Vec<&KvCache>, CacheError> {
-    rows.iter()
-        .map(|r| match r {
-            LayerCache::Growing(c) => Ok(c),
-            other => Err(mismatch(other)),
-        })
-        .collect()
+/// An error for arrays that should be there and are not.
+fn lost() -> CacheError {
+    CacheError::Mismatch("a KV cache lost some of its arrays".into())
+}
+
+/// `[B, 1, 1, keys]`, true where a row's key is its own and not its left
+/// padding, for the keys a growing cache of `offset` positions holds once
+/// it has written one more; `None` when no row has padding.
+fn left_padding_mask(offset: i32, left_padding: &[i32]) -> Result<AttentionMask, Exception> {
+    if !left_padding.iter().any(|&p| p > 0) {
+        return Ok(AttentionMask::None);
+    }
+    let keys = offset + 1;
+    let rows = left_padding.len() as i32;
+    let slots = Array::arange::<_, i32>(0, keys, 1)?.reshape(&[1, keys])?;
+    let padding = Array::from_slice(left_padding, &[rows, 1]);
+    Ok(AttentionMask::Array(
+        ops::ge(&slots, &padding)?.reshape(&[rows, 1, 1, keys])?,
+    ))
+}
+
+/// The rows `keep` of a growing cache's position arrays (`[B, H, n, _]`
+/// each, keys and values, or their quantized parts) and each kept row's
+/// padding; padding every kept row has is dropped.
+fn select_positions(
+    parts: &[Array],
+    left_padding: &[i32],
+    keep: &[usize],
+) -> Result<(Vec<Array>, Vec<i32>), Exception> {
+    let indices: Vec<i32> = keep.iter().map(|&r| r as i32).collect();
+    let indices = Array::from_slice(&indices, &[indices.len() as i32]);
+    let padding: Vec<i32> = keep
+        .iter()
+        .map(|&r| left_padding.get(r).copied().unwrap_or(0))
+        .collect();
+    // Padding every kept row has is not needed any more.
+    let shared = padding.iter().copied().min().unwrap_or(0);
+    let parts = parts
+        .iter()
+        .map(|a| Ok(a.take_axis(&indices, 0)?.index((.., .., shared.., ..))))
+        .collect::<Result<Vec<_>, Exception>>()?;
+    let left: Vec<i32> = padding.iter().map(|p| p - shared).collect();
+    let left = if keep.len() == 1 { Vec::new() } else { left };
+    Ok((parts, left))
+}
+
+/// Growing caches (float or quantized; a batch, or one row each) joined
+/// into one batch. When any is quantized, the float ones are quantized
+/// with its settings first: one batch holds one kind of arrays. (A row
+/// may so be quantized earlier than it would be alone; a batch switches
+/// as a whole, when its longest row reaches `quantized_kv_start`.)
+fn join_growing(blocks: &[&LayerCache]) -> Result<LayerCache, CacheError> {
+    let quantized = blocks.iter().find_map(|b| match b {
+        LayerCache::Quantized(c) => Some(c.quantization),
+        _ => None,
+    });
+    match quantized {
+        None => {
+            let rows = blocks
+                .iter()
+                .map(|r| match r {
+                    LayerCache::Growing(c) => Ok(c),
+                    other => Err(mismatch(other)),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(LayerCache::Growing(join_kv(&rows)?))
+        }
+        Some(q) => {
+            let converted = blocks
+                .iter()
+                .map(|r| match r {
+                    LayerCache::Growing(c) => Ok(Some(QuantizedKvCache::from_float(c, q)?)),
+                    LayerCache::Quantized(c) if c.quantization == q => Ok(None),
+                    LayerCache::Quantized(c) => Err(CacheError::Mismatch(format!(
+                        "quantized caches of {} bits in groups of {} and of {} bits in groups \
+                         of {} cannot be stacked",
+                        q.bits, q.group_size, c.quantization.bits, c.quantization.group_size
+                    ))),
+                    other => Err(mismatch(other)),
+                })
+                .collect::<Result<Vec<_>, CacheError>>()?;
+            let rows: Vec<&QuantizedKvCache> = blocks
+                .iter()
+                .zip(&converted)
+                .filter_map(|(block, converted)| match (block, converted) {
+                    (_, Some(c)) => Some(c),
+                    (LayerCache::Quantized(c), None) => Some(c),
+                    _ => None,
+                })
+                .collect();
+            Ok(LayerCache::Quantized(join_quantized(&rows, q)?))
+        }
+    }
+}
+
+/// Quantized blocks joined as `join_kv` joins float ones.
+fn join_quantized(
+    blocks: &[&QuantizedKvCache],
+    q: super::KvQuantization,
+) -> Result<QuantizedKvCache, CacheError> {
+    let joined = join_blocks(
+        &blocks
+            .iter()
+            .map(|c| PositionBlock {
+                parts: c
+                    .used()
+                    .map(|(k, v)| k.parts().into_iter().chain(v.parts()).cloned().collect()),
+                offset: c.offset,
+                left_padding: &c.left_padding,
+            })
+            .collect::<Vec<_>>(),
+    )?;
+    let Some((parts, padding)) = joined else {
+        return Ok(QuantizedKvCache::new(q));
+    };
+    let [kp, ks, kb, vp, vs, vb]: [Array; 6] = parts.try_into().map_err(|_| lost())?;
+    Ok(QuantizedKvCache::holding(
+        QuantizedArrays::from_parts([kp, ks, kb]),
+        QuantizedArrays::from_parts([vp, vs, vb]),
+        padding,
+        q,
+    ))
+}
+
+/// A joined batch's position arrays and each row's padding.
+type JoinedBlocks = (Vec<Array>, Vec<i32>);
+
+/// One block of a growing batch to join: its position arrays (`None`: one
+/// row that has seen nothing), the positions it holds and its rows'
+/// padding (empty for one row).
+struct PositionBlock<'a> {
+    parts: Option<Vec<Array>>,
+    offset: i32,
+    left_padding: &'a [i32],
+}
+
+/// Blocks aligned on their newest position: each block's arrays padded
+/// with zeros before its positions to the longest and joined on the batch
+/// axis, every row's padding recorded (empty for a single row); `None`
+/// when no block holds anything.
+fn join_blocks(blocks: &[PositionBlock]) -> Result<Option<JoinedBlocks>, CacheError> {
+    let longest = blocks.iter().map(|c| c.offset).max().unwrap_or(0);
+    let Some(template) = blocks.iter().find_map(|c| c.parts.as_ref()) else {
+        return Ok(None);
+    };
+    let mut joined: Vec<Vec<Array>> = vec![Vec::with_capacity(blocks.len()); template.len()];
+    let mut padding = Vec::with_capacity(blocks.len());
+    for block in blocks {
+        let pad = longest - block.offset;
+        let rows = block.parts.as_ref().map_or(1, |p| p[0].shape()[0]);
+        for (i, like) in template.iter().enumerate() {
+            let shape = like.shape();
+            let zeros = || ops::zeros_dtype(&[rows, shape[1], pad, shape[3]], like.dtype());
+            let part = match &block.parts {
+                Some(parts) if pad > 0 => ops::concatenate(&[zeros()?, parts[i].clone()], 2)?,
+                Some(parts) => parts[i].clone(),
+                None => zeros()?,
+            };
+            joined[i].push(part);
+        }
+        if block.left_padding.is_empty() {
+            padding.extend(std::iter::repeat_n(pad, rows as usize));
+        } else {
+            padding.extend(block.left_padding.iter().map(|p| p + pad));
+        }
+    }
+    let padding = if padding.len() == 1 {
+        Vec::new()
+    } else {
+        padding
+    };
+    let parts = joined
+        .iter()
+        .map(|parts| ops::concatenate(parts, 0))
+        .collect::<Result<Vec<_>, Exception>>()?;
+    Ok(Some((parts, padding)))
 }
 
 /// The rotating caches `rows`, which must rotate alike.
@@ -257,45 +428,22 @@ fn rotating_rows(rows: &[LayerCache]) -> Result<Vec<&RotatingKvCache>, CacheErro
 /// and joined on the batch axis, every row's padding recorded. An empty
 /// block is one row that has seen nothing.
 fn join_kv(blocks: &[&KvCache]) -> Result<KvCache, CacheError> {
-    let longest = blocks.iter().map(|c| c.offset).max().unwrap_or(0);
-    let Some((template, _)) = blocks.iter().find_map(|c| c.used()) else {
-        return Ok(KvCache::default());
+    let quantize = blocks.first().and_then(|c| c.quantize);
+    let joined = join_blocks(
+        &blocks
+            .iter()
+            .map(|c| PositionBlock {
+                parts: c.used().map(|(k, v)| vec![k, v]),
+                offset: c.offset,
+                left_padding: &c.left_padding,
+            })
+            .collect::<Vec<_>>(),
+    )?;
+    let Some((parts, padding)) = joined else {
+        return Ok(KvCache::quantizing(quantize));
     };
-    let shape = template.shape().to_vec();
-    let mut keys = Vec::with_capacity(blocks.len());
-    let mut values = Vec::with_capacity(blocks.len());
-    let mut padding = Vec::with_capacity(blocks.len());
-    for block in blocks {
-        let pad = longest - block.offset;
-        let used = block.used();
-        let rows = used.as_ref().map_or(1, |(k, _)| k.shape()[0]);
-        let zeros = |dtype| ops::zeros_dtype(&[rows, shape[1], pad, shape[3]], dtype);
-        let (k, v) = match used {
-            Some((k, v)) if pad > 0 => (
-                ops::concatenate(&[zeros(k.dtype())?, k], 2)?,
-                ops::concatenate(&[zeros(v.dtype())?, v], 2)?,
-            ),
-            Some(kv) => kv,
-            None => (zeros(template.dtype())?, zeros(template.dtype())?),
-        };
-        keys.push(k);
-        values.push(v);
-        if block.left_padding.is_empty() {
-            padding.extend(std::iter::repeat_n(pad, rows as usize));
-        } else {
-            padding.extend(block.left_padding.iter().map(|p| p + pad));
-        }
-    }
-    let padding = if padding.len() == 1 {
-        Vec::new()
-    } else {
-        padding
-    };
-    Ok(KvCache::holding(
-        ops::concatenate(&keys, 0)?,
-        ops::concatenate(&values, 0)?,
-        padding,
-    ))
+    let [k, v]: [Array; 2] = parts.try_into().map_err(|_| lost())?;
+    Ok(KvCache::holding(k, v, padding, quantize))
 }
 
 /// Rotating caches of one row each in one batch: each row in the order

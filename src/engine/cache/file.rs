@@ -245,6 +245,11 @@ impl EncodedCache {
                     entries.scalar("4", c.max_size);
                     entries.scalar("5", c.write_at);
                 }
+                LayerCache::Quantized(_) => {
+                    return Err(Exception::custom(
+                        "a quantized KV cache is not saved to a prompt cache file",
+                    ));
+                }
                 LayerCache::Conv(c) => {
                     classes.push("ArraysCache");
                     entries.array("0.0", c.inputs.as_ref())?;
@@ -674,6 +679,7 @@ fn decode_layers(
                             k.index((.., .., ..offset, ..)),
                             v.index((.., .., ..offset, ..)),
                             Vec::new(),
+                            None,
                         ))
                     }
                     None => LayerCache::Growing(KvCache::default()),

@@ -26,7 +26,10 @@ use super::per_layer_input::{PerLayerGate, PerLayerInputs};
 use super::short_conv::ShortConv;
 use super::{JointProjection, Linear, QuantConfig};
 use crate::engine::LoadError;
-use crate::engine::cache::{AttentionMask, ConvState, LayerCache, RecurrentState};
+use crate::engine::cache::{
+    AttentionMask, CachedKv, ConvState, KvQuantization, LayerCache, RecurrentState,
+    quantized_attention,
+};
 use crate::engine::weights::WeightMap;
 use crate::family::{Activation, ModelConfig, PositionQueryScale, RopeScaling};
 
@@ -971,8 +974,14 @@ impl Decoder {
     /// layer's rotates at its window (keeping no leading tokens, as mlx-lm
     /// does); a full layer's grows, or rotates at `max_kv_size` positions
     /// keeping the first `ROTATING_KEEP` tokens; a convolution layer's is
-    /// its state.
-    pub fn make_cache(&self, max_kv_size: Option<usize>) -> Vec<LayerCache> {
+    /// its state. A full layer's growing cache is quantized by `quantize`
+    /// once it holds `quantize.start` positions (windowed and rotating
+    /// caches stay in floats, as in mlx-lm).
+    pub fn make_cache(
+        &self,
+        max_kv_size: Option<usize>,
+        quantize: Option<KvQuantization>,
+    ) -> Vec<LayerCache> {
         self.layers
             .iter()
             .filter(|layer| layer.kv_source.is_none())
@@ -982,7 +991,7 @@ impl Decoder {
                     LayerCache::Recurrent(RecurrentState::new(delta.conv_kernel()))
                 }
                 (Mixer::Attention(_), Some(window)) => LayerCache::window(window),
-                (Mixer::Attention(_), None) => LayerCache::new(max_kv_size),
+                (Mixer::Attention(_), None) => LayerCache::attention(max_kv_size, quantize),
             })
             .collect()
     }
@@ -1052,6 +1061,28 @@ impl Decoder {
                 Mixer::Attention(_) | Mixer::ShortConv(_) | Mixer::GatedDelta(_) => (None, 0),
             })
             .collect()
+    }
+
+    /// The attention layers whose cache grows (no window, their own keys
+    /// and values): the layers a quantized KV cache quantizes.
+    fn growing_attention(&self) -> impl Iterator<Item = &Attention> {
+        self.layers.iter().filter_map(|layer| match &layer.mixer {
+            Mixer::Attention(attn) if layer.kv_source.is_none() && layer.window.is_none() => {
+                Some(attn)
+            }
+            _ => None,
+        })
+    }
+
+    /// The head dimension of each layer a quantized KV cache quantizes.
+    pub fn growing_head_dims(&self) -> Vec<i32> {
+        self.growing_attention().map(|attn| attn.head_dim).collect()
+    }
+
+    /// Whether a layer a quantized KV cache quantizes has attention sinks
+    /// (which attention over a quantized cache does not take).
+    pub fn growing_attention_has_sinks(&self) -> bool {
+        self.growing_attention().any(|attn| attn.sinks.is_some())
     }
 
     /// Every weight array, to evaluate (make resident) after loading.
@@ -1218,7 +1249,7 @@ impl Decoder {
         });
         // The keys and values each layer attended over, kept for the later
         // layers that read them.
-        let mut attended: Vec<Option<(Array, Array)>> = vec![None; self.layers.len()];
+        let mut attended: Vec<Option<CachedKv>> = vec![None; self.layers.len()];
         for (i, (layer, kv)) in self.layers.iter().zip(layer_caches).enumerate() {
             let mask = masks
                 .iter()
@@ -1231,8 +1262,8 @@ impl Decoder {
                     if let Some(scale) = query_scale {
                         q = ops::multiply(&q, scale)?;
                     }
-                    let (k, v) = match (own, kv, layer.kv_source) {
-                        (Some((k, v)), Some(kv), _) => kv.update_and_fetch(&k, &v)?,
+                    let cached = match (own, kv, layer.kv_source) {
+                        (Some((k, v)), Some(kv), _) => kv.update_and_fetch_cached(&k, &v)?,
                         (None, None, Some(source)) => {
                             attended.get(source).cloned().flatten().ok_or_else(|| {
                                 Exception::custom(format!(
@@ -1246,9 +1277,9 @@ impl Decoder {
                             )));
                         }
                     };
-                    let out = attn.attend(&q, &k, &v, gate, mask)?;
+                    let out = attn.attend(&q, &cached, gate, mask)?;
                     if layer.kv_read_later {
-                        attended[i] = Some((k, v));
+                        attended[i] = Some(cached);
                     }
                     out
                 }
@@ -1509,26 +1540,38 @@ impl Attention {
         }
     }
 
-    /// Attends `q` over keys `k` and values `v` (what the cache holds, or
-    /// an earlier layer's); the heads come back joined, `[B, L, heads * D]`,
-    /// for the output projection, times the sigmoid of `gate` where there
-    /// is one.
+    /// Attends `q` over the cached keys and values (what the cache holds,
+    /// or an earlier layer's; float, or quantized); the heads come back
+    /// joined, `[B, L, heads * D]`, for the output projection, times the
+    /// sigmoid of `gate` where there is one.
     fn attend(
         &self,
         q: &Array,
-        k: &Array,
-        v: &Array,
+        cached: &CachedKv,
         gate: Option<Array>,
         mask: &AttentionMask,
     ) -> Result<Array, Exception> {
         let shape = q.shape();
         let (b, l) = (shape[0], shape[2]);
-        let mask = match mask {
-            AttentionMask::None => None,
-            AttentionMask::Causal => Some(ScaledDotProductAttentionMask::Causal),
-            AttentionMask::Array(m) => Some(ScaledDotProductAttentionMask::Array(m)),
+        let o = match cached {
+            CachedKv::Float(k, v) => {
+                let mask = match mask {
+                    AttentionMask::None => None,
+                    AttentionMask::Causal => Some(ScaledDotProductAttentionMask::Causal),
+                    AttentionMask::Array(m) => Some(ScaledDotProductAttentionMask::Array(m)),
+                };
+                fast::scaled_dot_product_attention(q, k, v, self.scale, mask, self.sinks.as_ref())?
+            }
+            CachedKv::Quantized(k, v, quantization) => {
+                if self.sinks.is_some() {
+                    return Err(Exception::custom(
+                        "this model's attention has sinks, which attention over a quantized KV \
+                         cache does not take (mlx-lm refuses them too); run it without kv_bits",
+                    ));
+                }
+                quantized_attention(q, k, v, self.scale, mask, *quantization)?
+            }
         };
-        let o = fast::scaled_dot_product_attention(q, k, v, self.scale, mask, self.sinks.as_ref())?;
         let o = if l == 1 {
             o.reshape(&[b, 1, self.heads * self.head_dim])?
         } else {

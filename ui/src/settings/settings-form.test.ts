@@ -9,6 +9,7 @@ import {
   firstInvalidField,
   isWebOrigin,
   keepAliveOptions,
+  KV_BITS_OFF,
   readForm,
   sameSettings,
   settingsToForm,
@@ -91,6 +92,23 @@ describe('settingsToForm and readForm', () => {
     expect(readForm(form, odd).settings.memory_budget_bytes).toBe(12_345_678_901);
   });
 
+  it('reads the KV cache bits, group size and start', () => {
+    const form = settingsToForm(DEFAULT_SETTINGS);
+    expect([form.kv_bits, form.kv_group_size, form.quantized_kv_start]).toEqual([KV_BITS_OFF, '64', '5000']);
+    const { settings, errors } = readForm(
+      edited({ kv_bits: '4', kv_group_size: '32', quantized_kv_start: '0' }),
+      savedSettings,
+    );
+    expect(errors).toEqual({});
+    expect(settings.generation).toEqual({
+      ...savedSettings.generation,
+      kv_bits: 4,
+      kv_group_size: 32,
+      quantized_kv_start: 0,
+    });
+    expect(readForm(edited({ kv_bits: KV_BITS_OFF }), savedSettings).settings.generation.kv_bits).toBeNull();
+  });
+
   it('keeps fields the form does not know about', () => {
     const newer = { ...savedSettings, api_port: 11435 } as AppSettings;
     expect(readForm(settingsToForm(newer), newer).settings).toEqual(newer);
@@ -116,6 +134,9 @@ describe('validation', () => {
     ['prefill_step_size', '0', 'Enter a whole number from 1 to 65,536.'],
     ['prefill_step_size', '65537', 'Enter a whole number from 1 to 65,536.'],
     ['max_kv_size', '15', 'Enter a whole number of tokens from 16 to 4,294,967,296, or leave it empty for unbounded.'],
+    ['kv_bits', '3', 'Choose 8 or 4 bits, or off.'],
+    ['kv_group_size', '48', 'Choose 32, 64 or 128 elements.'],
+    ['quantized_kv_start', '-1', 'Enter a whole number of tokens from 0 to 4,294,967,296 (0: from the start).'],
     ['memory_budget_gib', '0', 'Enter at least 0.25 GiB (less holds no model), or leave it empty for no budget.'],
     ['memory_budget_gib', '0.2', 'Enter at least 0.25 GiB (less holds no model), or leave it empty for no budget.'],
     ['memory_budget_gib', '-4', 'Enter at least 0.25 GiB (less holds no model), or leave it empty for no budget.'],

@@ -27,6 +27,15 @@ function range([low, high]: readonly [number, number]): string {
 /** The keep-alive choice that keeps a model until memory is needed (null). */
 export const UNTIL_MEMORY_IS_NEEDED = 'until-memory-is-needed';
 
+/** The KV-cache-bits choice that keeps the cache in the model's float dtype (null). */
+export const KV_BITS_OFF = 'off';
+
+/** Bits a quantized KV cache holds per element, as the select offers them. */
+export const KV_BITS = [8, 4] as const;
+
+/** Elements sharing a scale and a bias in a quantized KV cache. */
+export const KV_GROUP_SIZES = [32, 64, 128] as const;
+
 /** Keep-alive choices in minutes, as the select offers them. */
 export const KEEP_ALIVE_MINUTES = [1, 5, 10, 30, 60] as const;
 
@@ -53,6 +62,11 @@ export interface SettingsForm {
   prefill_step_size: string;
   /** Empty: unbounded. */
   max_kv_size: string;
+  /** KV_BITS_OFF, '4' or '8'. */
+  kv_bits: string;
+  /** One of KV_GROUP_SIZES, as text. */
+  kv_group_size: string;
+  quantized_kv_start: string;
   max_batch: string;
   theme: AppSettings['theme'];
   launch_at_login: boolean;
@@ -97,6 +111,9 @@ export function settingsToForm(settings: AppSettings): SettingsForm {
     loop: generation.loop,
     prefill_step_size: String(generation.prefill_step_size),
     max_kv_size: optional(generation.max_kv_size),
+    kv_bits: generation.kv_bits === null || generation.kv_bits === undefined ? KV_BITS_OFF : String(generation.kv_bits),
+    kv_group_size: String(generation.kv_group_size ?? DEFAULT_SETTINGS.generation.kv_group_size),
+    quantized_kv_start: String(generation.quantized_kv_start ?? DEFAULT_SETTINGS.generation.quantized_kv_start),
     max_batch: String(generation.max_batch ?? DEFAULT_SETTINGS.generation.max_batch),
     theme: settings.theme,
     launch_at_login: settings.launch_at_login,
@@ -282,6 +299,31 @@ export function readForm(form: SettingsForm, base: AppSettings): { settings: App
           ),
         ),
         generation.max_kv_size,
+      ),
+      kv_bits: take(
+        'kv_bits',
+        form.kv_bits === KV_BITS_OFF
+          ? { value: null }
+          : (KV_BITS as readonly number[]).includes(Number(form.kv_bits))
+            ? { value: Number(form.kv_bits) }
+            : { error: 'Choose 8 or 4 bits, or off.' },
+        generation.kv_bits ?? null,
+      ),
+      kv_group_size: take(
+        'kv_group_size',
+        (KV_GROUP_SIZES as readonly number[]).includes(Number(form.kv_group_size))
+          ? { value: Number(form.kv_group_size) }
+          : { error: 'Choose 32, 64 or 128 elements.' },
+        generation.kv_group_size ?? DEFAULT_SETTINGS.generation.kv_group_size,
+      ),
+      quantized_kv_start: take(
+        'quantized_kv_start',
+        readWhole(
+          form.quantized_kv_start,
+          ...LIMITS.quantized_kv_start,
+          `Enter a whole number of tokens ${range(LIMITS.quantized_kv_start)} (0: from the start).`,
+        ),
+        generation.quantized_kv_start ?? DEFAULT_SETTINGS.generation.quantized_kv_start,
       ),
       max_batch: take(
         'max_batch',
@@ -505,6 +547,9 @@ export function firstInvalidField(errors: FieldErrors): FormField | null {
     'loop',
     'prefill_step_size',
     'max_kv_size',
+    'kv_bits',
+    'kv_group_size',
+    'quantized_kv_start',
     'max_batch',
     'theme',
     'launch_at_login',
