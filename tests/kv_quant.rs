@@ -346,6 +346,7 @@ fn a_conversation_asked_for_other_kv_settings_starts_over() {
         &mut conversation,
         &eight,
         setting,
+        None,
         &CancelToken::new(),
         &mut |_| {},
     )
@@ -353,23 +354,38 @@ fn a_conversation_asked_for_other_kv_settings_starts_over() {
     assert!(all_quantized(&conversation.cache));
     assert!(outcome.stats.kv_cache_bytes > 0);
     let longer = [first.clone(), prompt(5, 9)].concat();
-    let same = stream::prepare(&model, &mut conversation, &request(longer.clone(), Some(8)));
+    let same = stream::prepare(
+        &model,
+        &mut conversation,
+        &request(longer.clone(), Some(8)),
+        None,
+    );
     assert_eq!(
         same.unwrap().cached,
         first.len(),
         "the same settings reuse the prefix"
     );
-    let other = stream::prepare(&model, &mut conversation, &request(longer.clone(), Some(4)));
+    let other = stream::prepare(
+        &model,
+        &mut conversation,
+        &request(longer.clone(), Some(4)),
+        None,
+    );
     assert_eq!(other.unwrap().cached, 0, "other bits start over");
     assert_eq!(conversation.kv_quantization.map(|q| q.bits), Some(4));
-    let floats = stream::prepare(&model, &mut conversation, &request(longer.clone(), None));
+    let floats = stream::prepare(
+        &model,
+        &mut conversation,
+        &request(longer.clone(), None),
+        None,
+    );
     assert_eq!(floats.unwrap().cached, 0);
     assert!(conversation.kv_quantization.is_none());
     let odd = GenerateRequest {
         kv_group_size: 128,
         ..request(longer, Some(4))
     };
-    let Err(error) = stream::prepare(&model, &mut conversation, &odd) else {
+    let Err(error) = stream::prepare(&model, &mut conversation, &odd, None) else {
         panic!("groups of 128 cannot split a head of 64");
     };
     assert!(error.to_string().contains("head dimension 64"), "{error}");
