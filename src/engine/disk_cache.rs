@@ -630,7 +630,7 @@ pub fn list(folder: &Path) -> Vec<SavedPrefix> {
             });
         }
     }
-    saved.sort_by(|a, b| b.last_used_unix.cmp(&a.last_used_unix));
+    saved.sort_by_key(|s| std::cmp::Reverse(s.last_used_unix));
     saved
 }
 

@@ -620,7 +620,7 @@ pub fn prepare(
     model: &LoadedModel,
     conversation: &mut Conversation,
     request: &GenerateRequest,
-    mut disk: Option<&mut DiskPromptCache>,
+    disk: Option<&mut DiskPromptCache>,
 ) -> Result<PreparedRun, RunError> {
     request.sampler.validate()?;
     if is_empty(&request.prompt) {
@@ -689,7 +689,7 @@ pub fn prepare(
     // A quantized cache is not saved to the disk (nor read from it).
     let use_disk = request.disk_cache && kv_quantization.is_none();
     conversation.save_to_disk = use_disk;
-    let disk = disk.as_deref_mut().filter(|_| use_disk);
+    let disk = disk.filter(|_| use_disk);
     let mut prefix = PrefixRead::default();
     let cached = match disk {
         None => conversation.reuse_prefix(&prompt, || {

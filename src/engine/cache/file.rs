@@ -320,7 +320,7 @@ impl EncodedCache {
             at = end;
         }
         let mut bytes = serde_json::to_vec(&header).unwrap_or_default();
-        while bytes.len() % 8 != 0 {
+        while !bytes.len().is_multiple_of(8) {
             bytes.push(b' ');
         }
         bytes
@@ -423,12 +423,11 @@ fn parse_header(path: &Path, bytes: &[u8], file_len: u64) -> Result<Header, Cach
             .ok_or_else(|| foreign(format!("tensor {name} has an unknown dtype")))?;
         let shape: Vec<i32> = entry["shape"]
             .as_array()
-            .map(|s| {
+            .and_then(|s| {
                 s.iter()
                     .map(|d| d.as_i64().and_then(|d| i32::try_from(d).ok()))
                     .collect::<Option<Vec<i32>>>()
             })
-            .flatten()
             .ok_or_else(|| foreign(format!("tensor {name} has no shape")))?;
         let (Some(start), Some(end)) = (
             entry["data_offsets"][0].as_u64(),
