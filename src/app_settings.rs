@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::hub::HubConfig;
 use crate::paths::DataDirs;
 use crate::session::chat::GenerationSettings;
+use crate::session::prompt_cache::DiskCacheSettings;
 use crate::session::{KeepAlive, PoolSettings};
 use crate::store::{Store, StoreError};
 
@@ -259,6 +260,14 @@ impl AppSettings {
             config.cache_dir = folder.clone();
         }
         config
+    }
+
+    /// The prompt cache on disk these settings ask for, in `dirs`' folder
+    /// (`None`: off).
+    pub fn prompt_cache_settings(&self, dirs: &DataDirs) -> Option<DiskCacheSettings> {
+        let folder = dirs.prompt_cache_dir();
+        let free = crate::paths::free_disk_bytes(&folder);
+        crate::session::prompt_cache::settings(folder, self.prompt_cache_budget_bytes, free)
     }
 
     /// The pool's policy these settings ask for.

@@ -146,7 +146,7 @@ pub async fn delete_model<R: Runtime>(
     let freed = crate::commands::on_blocking_thread(move || {
         // Its prompt caches go with it (matched by folder, so first).
         ondo::session::prompt_cache::clear(
-            &ondo::paths::DataDirs::from_env(),
+            &ondo::paths::DataDirs::from_env().prompt_cache_dir(),
             Some(&cache_dir.join(model.cache_folder_name())),
         );
         Ok(library::delete_cached(&cache_dir, &model)?)
@@ -227,11 +227,12 @@ pub(crate) fn history<T>(
 pub async fn prompt_cache_status(
     state: State<'_>,
 ) -> Result<ondo::session::prompt_cache::PromptCacheStatus, CommandError> {
-    let budget = get_settings(state).prompt_cache_budget_bytes;
+    let settings = get_settings(state);
     crate::commands::on_blocking_thread(move || {
+        let dirs = ondo::paths::DataDirs::from_env();
         Ok(ondo::session::prompt_cache::status(
-            &ondo::paths::DataDirs::from_env(),
-            budget,
+            &dirs.prompt_cache_dir(),
+            settings.prompt_cache_settings(&dirs).as_ref(),
         ))
     })
     .await
@@ -243,7 +244,8 @@ pub async fn prompt_cache_status(
 #[specta::specta]
 pub async fn clear_prompt_cache() -> Result<u32, CommandError> {
     crate::commands::on_blocking_thread(move || {
-        let removed = ondo::session::prompt_cache::clear(&ondo::paths::DataDirs::from_env(), None);
+        let folder = ondo::paths::DataDirs::from_env().prompt_cache_dir();
+        let removed = ondo::session::prompt_cache::clear(&folder, None);
         Ok(u32::try_from(removed).unwrap_or(u32::MAX))
     })
     .await
@@ -277,11 +279,10 @@ pub async fn set_settings<R: Runtime>(
         .apply_models_folder(&settings)
         .map_err(CommandError::InvalidInput)?;
     state.pool.set_settings(settings.pool_settings());
-    let budget = settings.prompt_cache_budget_bytes;
-    if get_settings(state.clone()).prompt_cache_budget_bytes != budget {
+    if get_settings(state.clone()).prompt_cache_budget_bytes != settings.prompt_cache_budget_bytes {
         let pool = state.pool.clone();
-        crate::commands::on_blocking_thread(move || Ok(pool.set_prompt_cache_budget(budget)?))
-            .await?;
+        let wanted = settings.prompt_cache_settings(&ondo::paths::DataDirs::from_env());
+        crate::commands::on_blocking_thread(move || Ok(pool.set_prompt_cache(wanted)?)).await?;
     }
     history(&state, |store| settings.save(store))?;
     if folder_changed {

@@ -63,10 +63,8 @@ impl AppState {
         if let Some(problem) = &mlx_problem {
             eprintln!("ondo-app: {problem}");
         }
-        if settings.prompt_cache_budget_bytes.is_some()
-            && let Err(error) = pool.set_prompt_cache_budget(settings.prompt_cache_budget_bytes)
-        {
-            eprintln!("ondo-app: the prompt cache budget was not applied: {error}");
+        if let Err(error) = pool.set_prompt_cache(settings.prompt_cache_settings(&dirs)) {
+            eprintln!("ondo-app: the prompt cache on disk is off: {error}");
         }
         let pool = Arc::new(pool);
         // The server starts with the app when it is turned on; one that

@@ -63,7 +63,7 @@ pub fn run(args: CacheArgs) -> Result<ExitCode, CliError> {
                 (_, true) | (None, _) => None,
                 (Some(name), false) => Some(model_folder(&dirs, name)?),
             };
-            let removed = prompt_cache::clear(&dirs, folder.as_deref());
+            let removed = prompt_cache::clear(&dirs.prompt_cache_dir(), folder.as_deref());
             let what = model.as_deref().unwrap_or("every model");
             println!(
                 "removed {removed} saved prompt cache{} of {what}",
@@ -89,7 +89,11 @@ fn model_folder(dirs: &DataDirs, name: &str) -> Result<PathBuf, CliError> {
 }
 
 fn ls(dirs: &DataDirs, json: bool) -> Result<ExitCode, CliError> {
-    let status = prompt_cache::status(dirs, None);
+    let saved = crate::store::Store::open_default(&dirs.data_dir)
+        .map(|store| crate::app_settings::AppSettings::load(&store))
+        .unwrap_or_default();
+    let settings = saved.prompt_cache_settings(dirs);
+    let status = prompt_cache::status(&dirs.prompt_cache_dir(), settings.as_ref());
     if json {
         println!(
             "{}",
@@ -131,7 +135,9 @@ fn ls(dirs: &DataDirs, json: bool) -> Result<ExitCode, CliError> {
             status.folder.display()
         );
     } else {
-        println!("the prompt cache on disk is off (ONDO_PROMPT_CACHE=0)");
+        println!(
+            "the prompt cache on disk is off (a budget of 0 in Settings, or ONDO_PROMPT_CACHE=0)"
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -451,7 +451,7 @@ pub fn rm(args: RmArgs) -> Result<ExitCode, CliError> {
             .any(|f| same_path(f, as_path))
     {
         library::remove_folder(&dirs, as_path)?;
-        crate::session::prompt_cache::clear(&dirs, Some(as_path));
+        crate::session::prompt_cache::clear(&dirs.prompt_cache_dir(), Some(as_path));
         println!("forgot {} (its files are untouched)", as_path.display());
         return Ok(ExitCode::SUCCESS);
     }
@@ -491,7 +491,7 @@ pub fn rm(args: RmArgs) -> Result<ExitCode, CliError> {
     }
     // Its prompt caches go with it (matched by folder, so first).
     crate::session::prompt_cache::clear(
-        &dirs,
+        &dirs.prompt_cache_dir(),
         Some(&dirs.hf_cache_dir.join(model.cache_folder_name())),
     );
     let freed = library::delete_cached(&dirs.hf_cache_dir, &model)?;

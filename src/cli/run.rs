@@ -437,7 +437,14 @@ pub(crate) fn session_pool(no_history: bool) -> Result<SessionPool, CliError> {
             }
         }
     };
-    Ok(SessionPool::start(PoolSettings::default(), store)?)
+    // The prompt cache on disk, within the budget the app's Settings name.
+    let saved = store
+        .as_ref()
+        .map(crate::app_settings::AppSettings::load)
+        .unwrap_or_default();
+    let pool = SessionPool::start(PoolSettings::default(), store)?;
+    pool.set_prompt_cache(saved.prompt_cache_settings(&DataDirs::from_env()))?;
+    Ok(pool)
 }
 
 pub fn chat(args: ChatArgs) -> Result<ExitCode, CliError> {

@@ -114,7 +114,9 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let pool = Arc::new(SessionPool::start(pool_settings, store)?);
+    let pool = SessionPool::start(pool_settings, store)?;
+    pool.set_prompt_cache(saved.prompt_cache_settings(&dirs))?;
+    let pool = Arc::new(pool);
     let mut server = LocalServer::start(
         pool,
         config,

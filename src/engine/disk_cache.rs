@@ -54,6 +54,26 @@ pub struct DiskCacheSettings {
 /// Prefixes shorter than this are not saved or read by default.
 pub const DEFAULT_MIN_TOKENS: usize = 256;
 
+/// The settings for a cache in `folder` with `budget_bytes` (`None`: the
+/// smaller of 20 GiB and a quarter of `free_bytes`; `Some(0)`: off). `None`
+/// when the cache is off (a zero budget, or `ONDO_PROMPT_CACHE=0`).
+pub fn settings(
+    folder: PathBuf,
+    budget_bytes: Option<u64>,
+    free_bytes: Option<u64>,
+) -> Option<DiskCacheSettings> {
+    if crate::environment::PROMPT_CACHE.switch() == Some(false) || budget_bytes == Some(0) {
+        return None;
+    }
+    Some(DiskCacheSettings {
+        folder,
+        budget_bytes: budget_bytes.unwrap_or_else(|| default_budget(free_bytes)),
+        min_tokens: crate::environment::PROMPT_CACHE_MIN_TOKENS
+            .parsed()
+            .unwrap_or(DEFAULT_MIN_TOKENS),
+    })
+}
+
 /// The default budget: the smaller of 20 GiB and a quarter of the free
 /// space where the folder is.
 pub fn default_budget(free_bytes: Option<u64>) -> u64 {

@@ -137,10 +137,6 @@ impl SessionPool {
         pressure: PressureSource,
     ) -> Result<Self, RunError> {
         let engine = EngineHandle::spawn()?;
-        engine.set_disk_cache(prompt_cache::settings_for(
-            &crate::paths::DataDirs::from_env(),
-            None,
-        ))?;
         let sampler = PressureSampler::start(SAMPLE_WHILE_IDLE);
         Ok(Self::build(engine, settings, store, sampler, pressure))
     }
@@ -356,15 +352,14 @@ impl SessionPool {
         self.shared.tick();
     }
 
-    /// Sets the prompt cache's budget on disk (`None`: the default, the
-    /// smaller of 20 GiB and a quarter of the free space; `Some(0)`: off).
-    pub fn set_prompt_cache_budget(&self, budget_bytes: Option<u64>) -> Result<(), RunError> {
-        self.shared
-            .engine
-            .set_disk_cache(prompt_cache::settings_for(
-                &crate::paths::DataDirs::from_env(),
-                budget_bytes,
-            ))
+    /// Sets up the prompt cache on disk (`None`: none): conversations that
+    /// leave memory are saved there and read back for prompts that start
+    /// the same way (`AppSettings::prompt_cache_settings` makes them).
+    pub fn set_prompt_cache(
+        &self,
+        settings: Option<prompt_cache::DiskCacheSettings>,
+    ) -> Result<(), RunError> {
+        self.shared.engine.set_disk_cache(settings)
     }
 
     /// Forgets a conversation's KV cache (the next turn prefills it all).
