@@ -239,6 +239,36 @@ fn a_request_for_another_model_waits_for_the_batch_to_drain() {
 }
 
 #[test]
+fn a_request_for_a_cache_quantized_otherwise_waits_for_the_batch_to_drain() {
+    let root = tempfile::tempdir().unwrap();
+    let model = root.path().join("tiny");
+    tiny(&model, 6);
+    let pool = pool(root.path(), PoolSettings::default());
+    let quantized = GenerateRequest {
+        kv_bits: Some(8),
+        kv_group_size: 32,
+        quantized_kv_start: 0,
+        ..request(&model, PROMPTS[0], 16, 8)
+    };
+    let requests = [request(&model, PROMPTS[1], 200, 8), quantized];
+    let expected = alone(&pool, &requests);
+    let runs = together(&pool, &requests, None);
+    for (i, ((outcome, _), alone)) in runs.iter().zip(&expected).enumerate() {
+        assert_eq!(outcome.token_ids, alone.token_ids, "request {i}");
+    }
+    let waited: Vec<&RunRecord> = runs
+        .iter()
+        .map(|(_, r)| r)
+        .filter(|r| r.waited_for.is_some())
+        .collect();
+    assert_eq!(waited.len(), 1, "exactly one waited");
+    assert_eq!(waited[0].waited_for.as_deref(), Some("kv_settings"));
+    assert_eq!(runs[1].1.kv_bits, Some(8));
+    assert_eq!(runs[0].1.kv_bits, None);
+    assert!(runs.iter().all(|(_, r)| share(r) == (1, 1)));
+}
+
+#[test]
 fn a_request_whose_cache_does_not_fit_the_budget_waits_for_room() {
     let root = tempfile::tempdir().unwrap();
     let model = root.path().join("tiny");

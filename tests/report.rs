@@ -78,6 +78,7 @@ fn base() -> RunRecord {
         loop_shape: LoopShape::Pipelined,
         prefill_step_size: 256,
         max_kv_size: None,
+        kv_bits: None,
         max_tokens: 64,
         temperature: 0.0,
         top_p: 1.0,

@@ -145,6 +145,7 @@ impl JobResult {
             reasoning_ms: r.reasoning_ms,
             mlx_peak_bytes: r.mlx_peak_bytes,
             kv_cache_bytes: r.kv_cache_bytes,
+            kv_bits: r.kv_bits,
             pressure_start: r.pressure_start.clone(),
             pressure_max: r.pressure_max.clone(),
             pressure_end: r.pressure_end.clone(),
@@ -207,6 +208,8 @@ pub struct OndoRecord {
     pub reasoning_ms: f64,
     pub mlx_peak_bytes: u64,
     pub kv_cache_bytes: u64,
+    /// Bits per element of a quantized KV cache; null: float.
+    pub kv_bits: Option<u64>,
     /// Memory pressure at the start, the worst during, and at the end.
     pub pressure_start: String,
     pub pressure_max: String,

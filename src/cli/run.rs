@@ -300,8 +300,12 @@ pub fn footer(stats: &RunStats) -> String {
             stats.reasoning_tokens, stats.reasoning_ms
         ));
     }
+    let kv_bits = stats
+        .kv_bits
+        .map(|bits| format!(" in {bits} bits"))
+        .unwrap_or_default();
     lines.push(format!(
-        "memory   peak {} · KV cache {} · weights {}",
+        "memory   peak {} · KV cache {}{kv_bits} · weights {}",
         human_bytes(stats.mlx_peak_bytes),
         human_bytes(stats.kv_cache_bytes),
         human_bytes(stats.weights_bytes)

@@ -30,7 +30,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use sha2::Digest;
 
-use super::cache::LayerCache;
+use super::cache::{KvQuantization, LayerCache};
+
+/// What a cache key is computed from: the model folder, `max_kv_size`,
+/// and a quantized KV cache's bits and group size.
+type CacheKeyInputs = (PathBuf, Option<usize>, Option<(i32, i32)>);
 use super::cache::file::{self, CacheFileError, EncodedCache, TEMPORARY_SUFFIX};
 
 /// The metadata key with the token ids a file's cache holds.
@@ -151,7 +155,7 @@ pub struct DiskPromptCache {
     min_tokens: usize,
     known: HashMap<PathBuf, Known>,
     /// The key of each model folder with its cache settings.
-    keys: HashMap<(PathBuf, Option<usize>), String>,
+    keys: HashMap<CacheKeyInputs, String>,
     writer: Option<(mpsc::Sender<WriteJob>, std::thread::JoinHandle<()>)>,
 }
 
@@ -198,11 +202,18 @@ impl DiskPromptCache {
         }
     }
 
-    /// The key of `model_dir`'s caches with `max_kv_size`.
-    pub fn key(&mut self, model_dir: &Path, max_kv_size: Option<usize>) -> String {
+    /// The key of `model_dir`'s caches with `max_kv_size` and the KV
+    /// cache quantized by `kv` (or not).
+    pub fn key(
+        &mut self,
+        model_dir: &Path,
+        max_kv_size: Option<usize>,
+        kv: Option<KvQuantization>,
+    ) -> String {
+        let held = kv.map(|q| (q.bits, q.group_size));
         self.keys
-            .entry((model_dir.to_owned(), max_kv_size))
-            .or_insert_with(|| cache_key(model_dir, max_kv_size))
+            .entry((model_dir.to_owned(), max_kv_size, held))
+            .or_insert_with(|| cache_key(model_dir, max_kv_size, kv))
             .clone()
     }
 
@@ -474,8 +485,15 @@ fn hex(bytes: &[u8]) -> String {
 /// What names a model snapshot for its caches: the folder, and the files
 /// that decide what a cache holds (config, tokenizer and chat template by
 /// content, weight files by name, size and modification time), and the
-/// cache settings.
-pub fn cache_key(model_dir: &Path, max_kv_size: Option<usize>) -> String {
+/// cache settings: `max_kv_size`, and the bits and group size of a
+/// quantized KV cache (a float cache's key names none, and a cache
+/// quantized from another position holds the same positions once
+/// quantized, so `start` is not part of it).
+pub fn cache_key(
+    model_dir: &Path,
+    max_kv_size: Option<usize>,
+    kv: Option<KvQuantization>,
+) -> String {
     let mut hasher = sha2::Sha256::new();
     let dir = std::fs::canonicalize(model_dir).unwrap_or_else(|_| model_dir.to_owned());
     hasher.update(dir.display().to_string().as_bytes());
@@ -516,6 +534,9 @@ pub fn cache_key(model_dir: &Path, max_kv_size: Option<usize>) -> String {
         hasher.update(format!("{name}:{len}:{modified};").as_bytes());
     }
     hasher.update(format!("max_kv_size={max_kv_size:?}").as_bytes());
+    if let Some(q) = kv {
+        hasher.update(format!(";kv_bits={};kv_group_size={}", q.bits, q.group_size).as_bytes());
+    }
     hex(&hasher.finalize()[..8])
 }
 
@@ -745,7 +766,7 @@ mod tests {
         let folder = tempfile::tempdir().unwrap();
         let model = tempfile::tempdir().unwrap();
         let mut disk = open(folder.path(), 1 << 30);
-        let key = disk.key(model.path(), None);
+        let key = disk.key(model.path(), None, None);
         let tokens: Vec<u32> = (100..120).collect();
         disk.save(&key, model.path(), &tokens, &cache_of(20));
         disk.finish_writes();
@@ -779,7 +800,7 @@ mod tests {
         let model = tempfile::tempdir().unwrap();
         // Room for two 64-token caches (2 KiB of tensors and a header each).
         let mut disk = open(folder.path(), 6000);
-        let key = disk.key(model.path(), None);
+        let key = disk.key(model.path(), None, None);
         let a: Vec<u32> = (0..64).collect();
         let b: Vec<u32> = (1000..1064).collect();
         let c: Vec<u32> = (2000..2064).collect();
@@ -829,7 +850,7 @@ mod tests {
         let folder = tempfile::tempdir().unwrap();
         let model = tempfile::tempdir().unwrap();
         let mut disk = open(folder.path(), 1 << 30);
-        let key = disk.key(model.path(), None);
+        let key = disk.key(model.path(), None, None);
         let tokens: Vec<u32> = (0..32).collect();
         disk.save(&key, model.path(), &tokens, &cache_of(32));
         disk.finish_writes();

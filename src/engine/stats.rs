@@ -73,6 +73,10 @@ pub struct RunStats {
     pub loop_shape: LoopShape,
     pub prefill_step_size: usize,
     pub max_kv_size: Option<usize>,
+    /// Bits per element of the KV cache when it is quantized (4 or 8);
+    /// `None`: in the model's float dtype.
+    #[serde(default)]
+    pub kv_bits: Option<u8>,
     pub sampler: SamplerSettings,
     pub stop_reason: StopReason,
     /// The stop string the text reached, when one ended the run.
@@ -105,7 +109,8 @@ pub struct BatchShare {
     /// From the engine receiving the request to the batch taking it in.
     pub admission_wait_ms: f64,
     /// What it waited for, when it waited: "memory" (its KV cache did not
-    /// fit beside the batch's), "batch_full", "another_model".
+    /// fit beside the batch's), "batch_full", "another_model",
+    /// "kv_settings" (its KV cache quantized otherwise than the batch's).
     pub waited_for: Option<String>,
     /// Prefill chunks its prompt took, and how many of them ran while other
     /// sequences were decoding (each delayed their next token by one chunk).

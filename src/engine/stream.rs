@@ -686,8 +686,7 @@ pub fn prepare(
         .quantized_by(kv_quantization);
     }
     let max_kv_size = conversation.max_kv_size;
-    // A quantized cache is not saved to the disk (nor read from it).
-    let use_disk = request.disk_cache && kv_quantization.is_none();
+    let use_disk = request.disk_cache;
     conversation.save_to_disk = use_disk;
     let disk = disk.filter(|_| use_disk);
     let mut prefix = PrefixRead::default();
@@ -696,7 +695,7 @@ pub fn prepare(
             model.model.make_cache(max_kv_size, kv_quantization)
         }),
         Some(disk) => {
-            let key = disk.key(&model.dir, max_kv_size);
+            let key = disk.key(&model.dir, max_kv_size, kv_quantization);
             if conversation.would_drop(&prompt) >= disk.min_tokens() {
                 disk.save(&key, &model.dir, &conversation.tokens, &conversation.cache);
             }
@@ -742,12 +741,9 @@ fn prepare_after_cache_file(
     path: &std::path::Path,
 ) -> Result<PreparedRun, RunError> {
     let start = Instant::now();
-    if request.kv_quantization().is_some() {
-        return Err(RunError::InvalidSettings(
-            "a prompt cache file is read into a float KV cache: run without kv_bits".into(),
-        ));
-    }
-    let template = model.model.make_cache(conversation.max_kv_size, None);
+    let template = model
+        .model
+        .make_cache(conversation.max_kv_size, conversation.kv_quantization);
     let decoded = super::cache::file::read(path, &template, false).map_err(|e| {
         RunError::InvalidSettings(format!(
             "{e}; give a prompt cache written for this model (mlx_lm.cache_prompt, or a file              of `ondo cache ls`) with the same --max-kv-size"
@@ -1173,6 +1169,11 @@ pub fn conclude(
         loop_shape: request.loop_shape,
         prefill_step_size: request.prefill_step_size,
         max_kv_size: request.max_kv_size,
+        // A bounded (rotating) cache stays in floats whatever kv_bits says.
+        kv_bits: request
+            .kv_quantization()
+            .filter(|_| request.max_kv_size.is_none())
+            .map(|q| q.bits as u8),
         sampler: request.sampler.clone(),
         stop_reason,
         stop_string: reply.stop_string.clone(),

@@ -388,6 +388,17 @@ struct Running {
     runs: HashMap<SequenceId, LiveRun>,
 }
 
+impl Running {
+    /// Whether `request`'s KV cache can sit in this batch's: every row of
+    /// a layer's cache is float, or quantized the same way (bits, group
+    /// size and from which position).
+    fn holds_kv_like(&self, request: &GenerateRequest) -> bool {
+        self.runs
+            .values()
+            .all(|run| run.request.kv_quantization() == request.kv_quantization())
+    }
+}
+
 struct EngineThread {
     models: HashMap<PathBuf, Resident>,
     /// Encoders (BERT) kept warm beside the decoders, with their load
@@ -752,6 +763,8 @@ impl EngineThread {
                         Some("another_model")
                     } else if running.runs.len() >= front.request.max_batch {
                         Some("batch_full")
+                    } else if !running.holds_kv_like(&front.request) {
+                        Some("kv_settings")
                     } else if !front.cancel.is_cancelled()
                         && !fits(&self.models, running, &front.request)
                     {
@@ -1167,7 +1180,11 @@ fn save_conversation(disk: &mut DiskPromptCache, model: &LoadedModel, conversati
     if !conversation.save_to_disk {
         return;
     }
-    let key = disk.key(&model.dir, conversation.max_kv_size);
+    let key = disk.key(
+        &model.dir,
+        conversation.max_kv_size,
+        conversation.kv_quantization,
+    );
     disk.save(&key, &model.dir, &conversation.tokens, &conversation.cache);
 }
 

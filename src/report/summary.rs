@@ -29,6 +29,7 @@ pub(crate) const GROUP_FIELDS: &[&str] = &[
     "loop",
     "prefill_step_size",
     "max_kv_size",
+    "kv_bits",
     "max_tokens",
     "temperature",
     "top_p",

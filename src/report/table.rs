@@ -49,6 +49,7 @@ pub(crate) fn label(name: &str) -> (&'static str, Topic) {
         "loop" => ("loop", Topic::Settings),
         "prefill_step_size" => ("prefill step", Topic::Settings),
         "max_kv_size" => ("max kv", Topic::Settings),
+        "kv_bits" => ("kv bits", Topic::Settings),
         "max_tokens" => ("max tokens", Topic::Settings),
         "temperature" => ("temp", Topic::Settings),
         "top_p" => ("top p", Topic::Settings),
@@ -81,6 +82,7 @@ pub(crate) fn display(name: &str, cell: &Cell) -> String {
         ("fresh_process", Cell::Bool(true)) => "fresh".into(),
         ("fresh_process", Cell::Bool(false)) => "same".into(),
         ("max_kv_size", Cell::Null) => "unbounded".into(),
+        ("kv_bits", Cell::Null) => "float".into(),
         ("repetition_penalty", Cell::Null) => "off".into(),
         ("constraint", Cell::Null) => "free text".into(),
         ("prefix_source", Cell::Text(source)) if source == "none" => "prefilled".into(),
@@ -194,6 +196,7 @@ impl SummaryTable {
                         | "weights_bytes"
                         | "prefill_step_size"
                         | "max_kv_size"
+                        | "kv_bits"
                         | "max_tokens")
                 ),
             })

@@ -208,6 +208,7 @@ pub fn record_from_stats(
         loop_shape: stats.loop_shape,
         prefill_step_size: stats.prefill_step_size as u64,
         max_kv_size: stats.max_kv_size.map(|n| n as u64),
+        kv_bits: stats.kv_bits.map(u64::from),
         max_tokens: 0,
         temperature: f64::from(stats.sampler.temperature),
         top_p: f64::from(stats.sampler.top_p),

@@ -313,6 +313,7 @@ run_columns! {
     loop_shape as "loop",
     prefill_step_size,
     max_kv_size,
+    kv_bits,
     max_tokens,
     temperature,
     top_p,

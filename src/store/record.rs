@@ -133,6 +133,9 @@ pub struct RunRecord {
     pub loop_shape: LoopShape,
     pub prefill_step_size: u64,
     pub max_kv_size: Option<u64>,
+    /// Bits per element of a quantized KV cache (4 or 8); `None`: float.
+    #[serde(default)]
+    pub kv_bits: Option<u64>,
     pub max_tokens: u64,
     pub temperature: f64,
     pub top_p: f64,
@@ -174,7 +177,8 @@ pub struct RunRecord {
     pub batch_max_rows: Option<u64>,
     /// From the engine receiving the request to the batch taking it in.
     pub admission_wait_ms: Option<f64>,
-    /// What it waited for: "memory", "batch_full", "another_model" or
+    /// What it waited for: "memory", "batch_full", "another_model",
+    /// "kv_settings" (a KV cache quantized otherwise than the batch's) or
     /// "batch_to_drain" (the batch finishing before a run alone).
     pub waited_for: Option<String>,
     /// Its prompt's prefill chunks, and those that ran between the other

@@ -66,6 +66,7 @@ fn full_record() -> RunRecord {
         loop_shape: crate::run_kinds::LoopShape::Sync,
         prefill_step_size: 512,
         max_kv_size: Some(4096),
+        kv_bits: Some(8),
         max_tokens: 256,
         temperature: 0.7,
         top_p: 0.9,

@@ -88,6 +88,7 @@ export function makeRun(overrides: Partial<RunRecord> & Pick<RunRecord, 'run_id'
     decode_roofline_pct: null,
     prefill_step_size: 2048,
     max_kv_size: null,
+    kv_bits: null,
     max_tokens: 64,
     temperature: 0,
     top_p: 1,

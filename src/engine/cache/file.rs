@@ -31,7 +31,10 @@ use mlx_rs::error::Exception;
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::{Array, Dtype};
 
-use super::{ConvState, KvCache, LayerCache, RecurrentState, RotatingKvCache};
+use super::{
+    ConvState, KvCache, KvQuantization, LayerCache, QuantizedArrays, QuantizedKvCache,
+    RecurrentState, RotatingKvCache,
+};
 
 /// The metadata key holding the CRC-32 of the tensor bytes (hex).
 pub const CHECKSUM_KEY: &str = "ondo_crc32";
@@ -245,10 +248,28 @@ impl EncodedCache {
                     entries.scalar("4", c.max_size);
                     entries.scalar("5", c.write_at);
                 }
-                LayerCache::Quantized(_) => {
-                    return Err(Exception::custom(
-                        "a quantized KV cache is not saved to a prompt cache file",
-                    ));
+                LayerCache::Quantized(c) => {
+                    // mlx-lm's QuantizedKVCache state: (keys, values,
+                    // offset, group_size, bits), keys and values each
+                    // (packed, scales, biases).
+                    classes.push("QuantizedKVCache");
+                    let q = c.quantization();
+                    match c.used() {
+                        Some((keys, values)) => {
+                            for (side, arrays) in [("0", &keys), ("1", &values)] {
+                                for (part, array) in arrays.parts().into_iter().enumerate() {
+                                    entries.array(&format!("{side}.{part}"), Some(array))?;
+                                }
+                            }
+                        }
+                        None => {
+                            entries.array("0", None)?;
+                            entries.array("1", None)?;
+                        }
+                    }
+                    entries.scalar("2", c.offset());
+                    entries.scalar("3", q.group_size);
+                    entries.scalar("4", q.bits);
                 }
                 LayerCache::Conv(c) => {
                     classes.push("ArraysCache");
@@ -616,6 +637,73 @@ fn kv_pair(state: &LayerState) -> Result<Option<(Array, Array)>, CacheFileError>
     }
 }
 
+/// A `QuantizedKVCache` layer: its bits and group size must be those the
+/// model's layer quantizes with, when it quantizes (a float layer takes
+/// the file's, as mlx-lm's loader does); `quantized_kv_start` is not in
+/// the file and does not matter once a cache is quantized.
+fn quantized_layer(
+    state: &LayerState,
+    expected: &LayerCache,
+) -> Result<QuantizedKvCache, CacheFileError> {
+    let (offset, group_size, bits) = (state.scalar("2")?, state.scalar("3")?, state.scalar("4")?);
+    let wanted = match expected {
+        LayerCache::Growing(c) => c.quantization(),
+        LayerCache::Quantized(c) => Some(c.quantization()),
+        _ => None,
+    };
+    let quantization = match wanted {
+        Some(q) if (q.bits, q.group_size) != (bits, group_size) => {
+            return Err(state.mismatch(format!(
+                "the file's keys and values are in {bits} bits (groups of {group_size}), the \
+                 run asks for {} bits (groups of {})",
+                q.bits, q.group_size
+            )));
+        }
+        Some(q) => q,
+        None => KvQuantization {
+            bits,
+            group_size,
+            start: 0,
+        },
+    };
+    quantization
+        .check(&[])
+        .map_err(|e| state.mismatch(format!("the file says: {e}")))?;
+    let side = |at: &str| -> Result<Option<QuantizedArrays>, CacheFileError> {
+        if state.specials.get(&state.name(at)).map(String::as_str) == Some("none") {
+            return Ok(None);
+        }
+        let mut parts = Vec::with_capacity(3);
+        for part in 0..3 {
+            match state.array(&format!("{at}.{part}"))? {
+                Some(a) if a.ndim() == 4 && a.shape()[2] >= offset => {
+                    parts.push(a.index((.., .., ..offset, ..)));
+                }
+                _ => {
+                    return Err(state.mismatch(format!(
+                        "{at}.{part} must be [B, H, positions, _] holding at least {offset} \
+                         positions"
+                    )));
+                }
+            }
+        }
+        let [packed, scales, biases]: [Array; 3] = parts
+            .try_into()
+            .map_err(|_| state.mismatch("three arrays per side".into()))?;
+        Ok(Some(QuantizedArrays::from_parts([packed, scales, biases])))
+    };
+    match (side("0")?, side("1")?) {
+        (Some(keys), Some(values)) => Ok(QuantizedKvCache::holding(
+            keys,
+            values,
+            Vec::new(),
+            quantization,
+        )),
+        (None, None) => Ok(QuantizedKvCache::new(quantization)),
+        _ => Err(state.mismatch("keys without values, or values without keys".into())),
+    }
+}
+
 fn decode_layers(
     path: &Path,
     header: &Header,
@@ -664,7 +752,7 @@ fn decode_layers(
             specials: &specials,
         };
         let decoded = match (class.as_str(), expected) {
-            ("KVCache", LayerCache::Growing(_)) => {
+            ("KVCache", LayerCache::Growing(want)) => {
                 let offset = state.scalar("2")?;
                 match kv_pair(&state)? {
                     Some((k, v)) => {
@@ -674,15 +762,34 @@ fn decode_layers(
                                 k.shape()[2]
                             )));
                         }
+                        // It quantizes as the run asks once due.
                         LayerCache::Growing(KvCache::holding(
                             k.index((.., .., ..offset, ..)),
                             v.index((.., .., ..offset, ..)),
                             Vec::new(),
-                            None,
+                            want.quantization(),
                         ))
                     }
-                    None => LayerCache::Growing(KvCache::default()),
+                    None => LayerCache::Growing(KvCache::quantizing(want.quantization())),
                 }
+            }
+            ("KVCache", LayerCache::Quantized(want)) => {
+                // A float cache read where the quantized one was due: it
+                // is quantized at the next forward pass.
+                let offset = state.scalar("2")?;
+                let q = Some(want.quantization());
+                match kv_pair(&state)? {
+                    Some((k, v)) => LayerCache::Growing(KvCache::holding(
+                        k.index((.., .., ..offset.min(k.shape()[2]), ..)),
+                        v.index((.., .., ..offset.min(v.shape()[2]), ..)),
+                        Vec::new(),
+                        q,
+                    )),
+                    None => LayerCache::Growing(KvCache::quantizing(q)),
+                }
+            }
+            ("QuantizedKVCache", LayerCache::Growing(_) | LayerCache::Quantized(_)) => {
+                LayerCache::Quantized(quantized_layer(&state, expected)?)
             }
             ("RotatingKVCache", LayerCache::Rotating(want)) => {
                 let (offset, keep, max_size, write_at) = (
@@ -826,6 +933,76 @@ mod tests {
             .err()
             .unwrap();
         assert!(matches!(error, CacheFileError::Mismatch { .. }), "{error}");
+    }
+
+    #[test]
+    fn a_quantized_cache_comes_back_quantized_and_continues_as_it_would_have() {
+        let four = KvQuantization {
+            bits: 4,
+            group_size: 32,
+            start: 0,
+        };
+        let key = mlx_rs::random::key(7).unwrap();
+        let keys = mlx_rs::random::normal::<f32>(&[1, 2, 40, 64], 0.0, 1.0, &key).unwrap();
+        let floats = |a: &Array| {
+            a.eval().unwrap();
+            a.as_slice::<f32>().to_vec()
+        };
+        let mut kept = LayerCache::Quantized(QuantizedKvCache::new(four));
+        kept.update_and_fetch(
+            &keys.index((.., .., ..37, ..)),
+            &keys.index((.., .., ..37, ..)),
+        )
+        .unwrap();
+        kept.trim(2).unwrap();
+        let template = || vec![LayerCache::attention(None, Some(four))];
+        let mut back = round_trip(std::slice::from_ref(&kept), &template()).layers;
+        assert!(matches!(back[0], LayerCache::Quantized(_)));
+        assert_eq!(back[0].offset(), 35);
+        assert_eq!(back[0].nbytes(), kept.nbytes());
+        // The next positions find exactly what the cache kept in memory
+        // would have given.
+        let next = keys.index((.., .., 35..40, ..));
+        let (a, _) = back[0]
+            .update_and_fetch_cached(&next, &next)
+            .unwrap()
+            .into_float()
+            .unwrap();
+        let (b, _) = kept
+            .update_and_fetch_cached(&next, &next)
+            .unwrap()
+            .into_float()
+            .unwrap();
+        assert_eq!(floats(&a), floats(&b));
+        // A run asking for 8 bits does not read 4-bit keys.
+        let folder = tempfile::tempdir().unwrap();
+        let path = folder.path().join("c.safetensors");
+        EncodedCache::encode(std::slice::from_ref(&kept), BTreeMap::new())
+            .unwrap()
+            .write_atomically(&path, &|| {})
+            .unwrap();
+        let eight = KvQuantization { bits: 8, ..four };
+        let error = read(&path, &[LayerCache::attention(None, Some(eight))], true)
+            .err()
+            .unwrap();
+        assert!(error.to_string().contains("4 bits"), "{error}");
+        // A float run takes the file's quantization, as mlx-lm's loader does.
+        let float = read(&path, &[LayerCache::attention(None, None)], true).unwrap();
+        let LayerCache::Quantized(c) = &float.layers[0] else {
+            panic!("a quantized file reads into a quantized cache");
+        };
+        assert_eq!(
+            (c.quantization().bits, c.quantization().group_size),
+            (4, 32)
+        );
+        // And a float file read for a quantized run quantizes when due.
+        let mut plain = vec![LayerCache::attention(None, None)];
+        plain[0].update_and_fetch(&next, &next).unwrap();
+        let mut due = round_trip(&plain, &template()).layers;
+        assert!(matches!(due[0], LayerCache::Growing(_)));
+        let one = keys.index((.., .., ..1, ..));
+        due[0].update_and_fetch_cached(&one, &one).unwrap();
+        assert!(matches!(due[0], LayerCache::Quantized(_)));
     }
 
     #[test]

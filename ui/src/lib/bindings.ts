@@ -1257,6 +1257,8 @@ export type RunRecord = {
 	loop: LoopShape,
 	prefill_step_size: number,
 	max_kv_size: number | null,
+	/**  Bits per element of a quantized KV cache (4 or 8); `None`: float. */
+	kv_bits?: number | null,
 	max_tokens: number,
 	temperature: number | null,
 	top_p: number | null,
@@ -1297,7 +1299,8 @@ export type RunRecord = {
 	/**  From the engine receiving the request to the batch taking it in. */
 	admission_wait_ms: number | null,
 	/**
-	 *  What it waited for: "memory", "batch_full", "another_model" or
+	 *  What it waited for: "memory", "batch_full", "another_model",
+	 *  "kv_settings" (a KV cache quantized otherwise than the batch's) or
 	 *  "batch_to_drain" (the batch finishing before a run alone).
 	 */
 	waited_for: string | null,

@@ -465,7 +465,7 @@ export function detailRows(run: RunRecord): [string, string][] {
     ['Prefill step', formatCount(run.prefill_step_size)],
     ['Max KV', run.max_kv_size === null ? 'unbounded' : formatCount(run.max_kv_size)],
     ['MLX peak', formatBytes(run.mlx_peak_bytes)],
-    ['KV cache', formatBytes(run.kv_cache_bytes)],
+    ['KV cache', run.kv_bits === null ? formatBytes(run.kv_cache_bytes) : `${formatBytes(run.kv_cache_bytes)} in ${run.kv_bits} bits`],
     ['Pressure', `${run.pressure_max} at most`],
     ['Stopped', run.stop_reason],
   ];
