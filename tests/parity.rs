@@ -1047,7 +1047,10 @@ fn mlx_lm_scores_a_departure_against_float32() {
             .min_by(|&a, &b| logprobs[a].total_cmp(&logprobs[b]))
             .unwrap() as u32;
         let mut peer = MlxLmPeer::start(&python, &dir).unwrap();
-        let greedy = peer.generate(&prompt, 1, 2048, None).unwrap().generated_ids[0];
+        let greedy = peer
+            .generate(&prompt, 1, 2048, None, &Default::default())
+            .unwrap()
+            .generated_ids[0];
         let tie = |tokens: [u32; 2], peer: &mut MlxLmPeer| {
             let score = peer.score(&prompt, tokens, prompt.len() - 1).unwrap();
             assert!(score.logits[0] >= score.logits[1], "{name}: {score:?}");
@@ -1074,7 +1077,10 @@ fn mlx_lm_scores_a_departure_against_float32() {
         // The model scored in float32 is back in its own dtype afterwards:
         // the same question gets the same rounding, and generation goes on.
         assert_eq!(tie([greedy, least], &mut peer), far, "{name}");
-        let again = peer.generate(&prompt, 1, 2048, None).unwrap().generated_ids[0];
+        let again = peer
+            .generate(&prompt, 1, 2048, None, &Default::default())
+            .unwrap()
+            .generated_ids[0];
         assert_eq!(again, greedy, "{name}");
     }
 }
@@ -1125,7 +1131,10 @@ fn mlx_lm_scores_the_expert_choice_nearest_to_a_tie() {
         let top_k = config["num_experts_per_tok"].as_u64().unwrap() as usize;
 
         let mut peer = MlxLmPeer::start(&python, &dir).unwrap();
-        let generated = peer.generate(&prompt, 6, 2048, None).unwrap().generated_ids;
+        let generated = peer
+            .generate(&prompt, 6, 2048, None, &Default::default())
+            .unwrap()
+            .generated_ids;
         let context: Vec<u32> = prompt.iter().chain(&generated[..5]).copied().collect();
         let route_from = prompt.len() - 1;
         let tokens = [generated[5], generated[0]];
@@ -1157,7 +1166,10 @@ fn mlx_lm_scores_the_expert_choice_nearest_to_a_tie() {
         let error = peer.score(&context, tokens, context.len()).unwrap_err();
         assert!(error.to_string().contains("route_from"), "{name}: {error}");
         // The recorders are gone and the weights back in their dtype.
-        let again = peer.generate(&prompt, 6, 2048, None).unwrap().generated_ids;
+        let again = peer
+            .generate(&prompt, 6, 2048, None, &Default::default())
+            .unwrap()
+            .generated_ids;
         assert_eq!(again, generated, "{name}");
     }
 }

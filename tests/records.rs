@@ -239,6 +239,65 @@ fn the_mlx_lm_comparison_checks_tokens_and_shows_a_decode_steps_anatomy() {
     );
 }
 
+/// `--kv-bits` quantizes the KV cache on both sides of the comparison:
+/// Ondo's runs record it, mlx-lm is asked for it, and their greedy tokens
+/// still agree; a bounded cache with it is refused before anything runs.
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-lm")]
+fn the_mlx_lm_comparison_quantizes_both_sides_kv_caches_alike() {
+    let python = common::python();
+    let root = tempfile::tempdir().unwrap();
+    let common_args = [
+        "bench",
+        "tiny",
+        "--peer",
+        "mlx-lm",
+        "--python",
+        python.to_str().unwrap(),
+        "--prompt-tokens",
+        "24",
+        "--gen",
+        "8",
+        "--reps",
+        "2",
+        "--warmup",
+        "0",
+        "--loop",
+        "pipelined",
+        "--cold",
+        "0",
+        "--json",
+        "--kv-bits",
+        "4",
+        "--kv-group-size",
+        "32",
+    ];
+    let output = ondo(
+        root.path(),
+        &[&common_args[..], &["--quantized-kv-start", "0"]].concat(),
+        "",
+    );
+    assert!(output.status.success(), "{output:?}");
+    let result: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(result["token_verdict"], "identical", "{result}");
+    assert_eq!(result["plan"]["kv_bits"], 4, "{}", result["plan"]);
+    let runs = history(root.path(), None);
+    assert!(!runs.is_empty());
+    assert!(runs.iter().all(|r| r.kv_bits == Some(4)), "{runs:?}");
+    let refused = Command::new(env!("CARGO_BIN_EXE_ondo"))
+        .args([&common_args[..], &["--max-kv-size", "64"]].concat())
+        .env("ONDO_HOME", root.path().join("ondo"))
+        .env("ONDO_NO_KEYCHAIN", "1")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--max-kv-size"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}
+
 #[test]
 fn a_repo_id_is_found_in_the_models_folder_the_app_chose() {
     let root = tempfile::tempdir().unwrap();

@@ -290,7 +290,7 @@ fn ondo_round(
             .map(|prompt| {
                 let (start, context) = (&start, context.clone());
                 scope.spawn(move || -> Result<Stream, BenchError> {
-                    let request = GenerateRequest {
+                    let request = ondo.shape.with_kv(GenerateRequest {
                         max_tokens: ondo.shape.generate_tokens,
                         prefill_step_size: ondo.shape.prefill_step_size,
                         loop_shape: LoopShape::Pipelined,
@@ -305,7 +305,7 @@ fn ondo_round(
                                 text: prompt.text.clone(),
                             },
                         )
-                    };
+                    });
                     let mut first = None;
                     let mut last = None;
                     start.wait();

@@ -8,7 +8,8 @@ Serve mode loads the model once, prints
   {"event":"ready","load_ms","process_to_loaded_ms","spawn_to_loaded_ms",
    "mlx_version","mlx_lm_version","device","model_type"}
 then answers each stdin line
-  {"prompt_ids":[...],"max_tokens":128,"prefill_step_size":2048,"max_kv_size":null}
+  {"prompt_ids":[...],"max_tokens":128,"prefill_step_size":2048,"max_kv_size":null,
+   "kv_bits":null,"kv_group_size":64,"quantized_kv_start":5000}
 (an optional "id" is echoed back) with one line
   {"event":"result","generated_ids","prompt_tokens","generated_tokens",
    "ttft_ms","decode_ms","decode_tps","prefill_tps",
@@ -121,6 +122,11 @@ def run(model, tokenizer, request: dict, received: float):
         sampler=greedy_sampler,
         prompt_cache=cache,
         prefill_step_size=int(request.get("prefill_step_size", 2048)),
+        # generate_step quantizes the cache after a pass that leaves it
+        # holding quantized_kv_start positions.
+        kv_bits=request.get("kv_bits"),
+        kv_group_size=int(request.get("kv_group_size") or 64),
+        quantized_kv_start=int(request.get("quantized_kv_start") or 0),
     ):
         last = time.perf_counter()
         if first is None:

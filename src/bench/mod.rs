@@ -66,6 +66,20 @@ pub struct BenchShape {
     /// prefill_step_size=512,2048 or max_kv_size=1024,4096.
     #[arg(long)]
     pub vary: Option<plan::Vary>,
+    /// Hold the KV cache in 4 or 8 bits (mlx-lm's --kv-bits), on Ondo's
+    /// engine and on the mlx-lm peer alike.
+    #[arg(long)]
+    #[serde(default)]
+    pub kv_bits: Option<u8>,
+    /// Elements sharing one scale and bias in the quantized KV cache.
+    #[arg(long, default_value_t = BenchShape::default().kv_group_size)]
+    #[serde(default = "default_kv_group_size")]
+    pub kv_group_size: u32,
+    /// Positions held in floats before the KV cache is quantized (mlx-lm's
+    /// default 5000; 0 quantizes from the first decode step).
+    #[arg(long, default_value_t = BenchShape::default().quantized_kv_start)]
+    #[serde(default = "default_quantized_kv_start")]
+    pub quantized_kv_start: usize,
     /// Fresh-process cold starts (0 skips them).
     #[arg(long = "cold", default_value_t = BenchShape::default().cold_repetitions)]
     pub cold_repetitions: usize,
@@ -82,7 +96,39 @@ impl Default for BenchShape {
             prefill_step_size: crate::engine::generate::DEFAULT_PREFILL_STEP_SIZE,
             max_kv_size: None,
             vary: None,
+            kv_bits: None,
+            kv_group_size: crate::engine::request::DEFAULT_KV_GROUP_SIZE,
+            quantized_kv_start: crate::engine::request::DEFAULT_QUANTIZED_KV_START,
             cold_repetitions: 3,
+        }
+    }
+}
+
+fn default_kv_group_size() -> u32 {
+    crate::engine::request::DEFAULT_KV_GROUP_SIZE
+}
+
+fn default_quantized_kv_start() -> usize {
+    crate::engine::request::DEFAULT_QUANTIZED_KV_START
+}
+
+impl BenchShape {
+    /// `request` with this benchmark's KV cache settings.
+    pub fn with_kv(&self, request: GenerateRequest) -> GenerateRequest {
+        GenerateRequest {
+            kv_bits: self.kv_bits,
+            kv_group_size: self.kv_group_size,
+            quantized_kv_start: self.quantized_kv_start,
+            ..request
+        }
+    }
+
+    /// The KV cache settings as the mlx-lm peer takes them.
+    fn peer_kv(&self) -> peer::PeerKv {
+        peer::PeerKv {
+            kv_bits: self.kv_bits,
+            kv_group_size: self.kv_group_size,
+            quantized_kv_start: self.quantized_kv_start,
         }
     }
 }
@@ -153,6 +199,21 @@ impl BenchShape {
                 return Err(BenchError::Plan(format!(
                     "{what} must be from {low} to {high}, not {value}"
                 )));
+            }
+        }
+        if let Some(bits) = self.kv_bits {
+            let quantization = crate::engine::cache::KvQuantization {
+                bits: i32::from(bits),
+                group_size: self.kv_group_size as i32,
+                start: self.quantized_kv_start as i32,
+            };
+            quantization.check(&[]).map_err(BenchError::Plan)?;
+            if self.max_kv_size.is_some() || self.vary.is_some() {
+                return Err(BenchError::Plan(
+                    "--kv-bits quantizes a growing KV cache; a bounded one (--max-kv-size) \
+                     stays in floats, in mlx-lm too: give one or the other"
+                        .into(),
+                ));
             }
         }
         let kv_values = self.max_kv_size.into_iter().chain(
@@ -411,6 +472,7 @@ pub fn compare_with_mlx_lm(
                         shape.generate_tokens,
                         shape.prefill_step_size,
                         None,
+                        &shape.peer_kv(),
                     )?;
                     let decode = run.decode_tps.unwrap_or(0.0);
                     peer_tokens = Some(run.generated_ids);
@@ -421,7 +483,7 @@ pub fn compare_with_mlx_lm(
                         run.peak_memory_bytes as f64,
                     ]
                 } else {
-                    let request = GenerateRequest {
+                    let request = shape.with_kv(GenerateRequest {
                         max_tokens: shape.generate_tokens,
                         prefill_step_size: shape.prefill_step_size,
                         loop_shape: shape.loops[side],
@@ -437,7 +499,7 @@ pub fn compare_with_mlx_lm(
                                 ids: prompt.clone(),
                             },
                         )
-                    };
+                    });
                     let context = RunContext {
                         bench_id: Some(bench_id.clone()),
                         test: Some(test.clone()),
@@ -486,6 +548,7 @@ pub fn compare_with_mlx_lm(
                             shape.generate_tokens,
                             shape.prefill_step_size,
                             None,
+                            &shape.peer_kv(),
                         )?
                         .generated_ids,
                     )

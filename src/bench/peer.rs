@@ -132,6 +132,15 @@ fn peer_command(python: &Path) -> Command {
     command
 }
 
+/// mlx-lm's `kv_bits`, `kv_group_size` and `quantized_kv_start`, passed
+/// to `stream_generate` as they are.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PeerKv {
+    pub kv_bits: Option<u8>,
+    pub kv_group_size: u32,
+    pub quantized_kv_start: usize,
+}
+
 /// A running mlx-lm worker with the model loaded.
 pub struct MlxLmPeer {
     child: Child,
@@ -195,12 +204,16 @@ impl MlxLmPeer {
         max_tokens: usize,
         prefill_step_size: usize,
         max_kv_size: Option<usize>,
+        kv: &PeerKv,
     ) -> Result<PeerRun, PeerError> {
         let request = serde_json::json!({
             "prompt_ids": prompt_ids,
             "max_tokens": max_tokens,
             "prefill_step_size": prefill_step_size,
             "max_kv_size": max_kv_size,
+            "kv_bits": kv.kv_bits,
+            "kv_group_size": kv.kv_group_size,
+            "quantized_kv_start": kv.quantized_kv_start,
         });
         writeln!(self.stdin, "{request}").map_err(|e| PeerError::Failed(e.to_string()))?;
         let answer = self.read_line()?;

@@ -202,7 +202,7 @@ pub fn run_plan(
                     if warmup { " (warm-up)" } else { "" }
                 ),
             );
-            let request = GenerateRequest {
+            let request = shape.with_kv(GenerateRequest {
                 max_tokens: shape.generate_tokens,
                 prefill_step_size: case.prefill_step_size,
                 max_kv_size: case.max_kv_size,
@@ -218,7 +218,7 @@ pub fn run_plan(
                         ids: synthetic_prompt(case.prompt_tokens, round, vocab),
                     },
                 )
-            };
+            });
             let context = RunContext {
                 bench_id: Some(bench_id.clone()),
                 test: Some(case.test.clone()),

@@ -435,7 +435,7 @@ fn run_ondo(
     context: RunContext,
 ) -> Result<Sample, BenchError> {
     let shape = &ondo.shape;
-    let request = GenerateRequest {
+    let request = shape.with_kv(GenerateRequest {
         max_tokens: shape.generate_tokens,
         prefill_step_size: shape.prefill_step_size,
         loop_shape,
@@ -448,7 +448,7 @@ fn run_ondo(
                 text: prompt.text.clone(),
             },
         )
-    };
+    });
     let context = RunContext {
         bench_id: context.bench_id,
         test: context.test,

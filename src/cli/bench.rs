@@ -623,16 +623,26 @@ fn cell(s: &Summary, digits: usize) -> String {
 pub fn table(r: &PeerComparison, markdown: bool) -> String {
     let e = &r.environment;
     let mut out = String::new();
+    let shape = &r.plan.shape;
+    let kv = shape
+        .kv_bits
+        .map(|bits| {
+            format!(
+                " · KV cache in {bits} bits (groups of {}, from position {}) on both sides",
+                shape.kv_group_size, shape.quantized_kv_start
+            )
+        })
+        .unwrap_or_default();
     out.push_str(&format!(
-        "model: {} ({} {}, {}) · generate {} · {} reps after {} warm-up · prefill step {}\n",
+        "model: {} ({} {}, {}) · generate {} · {} reps after {} warm-up · prefill step {}{kv}\n",
         r.plan.model_dir.display(),
         e.model_type,
         e.quantization,
         human_bytes(e.weights_bytes),
-        r.plan.shape.generate_tokens,
-        r.plan.shape.repetitions,
-        r.plan.shape.warmup,
-        r.plan.shape.prefill_step_size,
+        shape.generate_tokens,
+        shape.repetitions,
+        shape.warmup,
+        shape.prefill_step_size,
     ));
     out.push_str(&format!(
         "machine: {} · {} · {:.0} GiB · MLX {} ({}) · mlx-lm {} · Ondo {} ({})\n\n",

@@ -109,7 +109,7 @@ export const commands = {
 /* Constants */
 export const BENCH_LIMITS = {"prompt_tokens":[1,131072],"generate_tokens":[2,8192],"repetitions":[1,1000],"warmup":[0,100],"cold_repetitions":[0,100],"prefill_step_size":[1,131072],"max_kv_size":[16,4294967296]} as const;
 
-export const DEFAULT_BENCH_SHAPE = {"prompt_tokens":[128],"generate_tokens":128,"repetitions":5,"warmup":1,"loops":["pipelined","sync"],"prefill_step_size":2048,"max_kv_size":null,"vary":null,"cold_repetitions":3} as const;
+export const DEFAULT_BENCH_SHAPE = {"prompt_tokens":[128],"generate_tokens":128,"repetitions":5,"warmup":1,"loops":["pipelined","sync"],"prefill_step_size":2048,"max_kv_size":null,"vary":null,"kv_bits":null,"kv_group_size":64,"quantized_kv_start":5000,"cold_repetitions":3} as const;
 
 export const DEFAULT_SETTINGS = {"keep_alive_minutes":10,"memory_budget_bytes":null,"prompt_cache_budget_bytes":null,"generation":{"max_tokens":512,"temperature":0.0,"top_p":0.0,"top_k":0,"min_p":0.0,"repetition_penalty":null,"seed":null,"loop":"pipelined","prefill_step_size":2048,"max_kv_size":null,"kv_bits":null,"kv_group_size":64,"quantized_kv_start":5000,"max_batch":8},"theme":"system","models_folder":null,"launch_at_login":false,"global_shortcut":"CommandOrControl+Shift+O","local_server":{"enabled":false,"port":11480,"api_key":null,"allowed_origins":[]}} as const;
 
@@ -256,6 +256,18 @@ export type BenchShape = {
 	 *  prefill_step_size=512,2048 or max_kv_size=1024,4096.
 	 */
 	vary: Vary | null,
+	/**
+	 *  Hold the KV cache in 4 or 8 bits (mlx-lm's --kv-bits), on Ondo's
+	 *  engine and on the mlx-lm peer alike.
+	 */
+	kv_bits?: number | null,
+	/**  Elements sharing one scale and bias in the quantized KV cache. */
+	kv_group_size?: number,
+	/**
+	 *  Positions held in floats before the KV cache is quantized (mlx-lm's
+	 *  default 5000; 0 quantizes from the first decode step).
+	 */
+	quantized_kv_start?: number,
 	/**  Fresh-process cold starts (0 skips them). */
 	cold_repetitions: number,
 };

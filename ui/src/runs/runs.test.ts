@@ -305,11 +305,26 @@ describe('benchmark form', () => {
           prefill_step_size: 2048,
           max_kv_size: null,
           vary: null,
+          kv_bits: null,
+          kv_group_size: 64,
+          quantized_kv_start: 5000,
           cold_repetitions: 3,
         },
       },
     });
     if (result.ok) expect(plannedRuns(result.request)).toBe(1 * 2 * 6 + 3);
+  });
+
+  it('quantizes the KV cache from the first token, and not a bounded one', () => {
+    const result = validateBenchForm({ ...DEFAULT_BENCH_FORM, kvBits: '4' });
+    expect(result.ok).toBe(true);
+    if (result.ok) {
+      expect(result.request.shape.kv_bits).toBe(4);
+      expect(result.request.shape.quantized_kv_start).toBe(0);
+    }
+    const bounded = validateBenchForm({ ...DEFAULT_BENCH_FORM, kvBits: '8', maxKvSize: '1024' });
+    expect(bounded.ok).toBe(false);
+    if (!bounded.ok) expect(bounded.errors.kvBits).toMatch(/stays in floats/);
   });
 
   it('says what is wrong with each field', () => {

@@ -540,6 +540,8 @@ export interface BenchForm {
   pipelined: boolean;
   prefillStepSize: string;
   maxKvSize: string;
+  /** '' (float), '4' or '8': the KV cache's bits on every run. */
+  kvBits: '' | '4' | '8';
   vary: 'none' | 'prefill_step_size' | 'max_kv_size';
   varyValues: string;
   coldRepetitions: string;
@@ -557,6 +559,7 @@ export const DEFAULT_BENCH_FORM: BenchForm = {
   pipelined: DEFAULT_BENCH_SHAPE.loops.includes('pipelined'),
   prefillStepSize: String(DEFAULT_BENCH_SHAPE.prefill_step_size),
   maxKvSize: '',
+  kvBits: '',
   vary: 'none',
   varyValues: '',
   coldRepetitions: String(DEFAULT_BENCH_SHAPE.cold_repetitions),
@@ -626,6 +629,9 @@ export function validateBenchForm(form: BenchForm): BenchValidation {
       ? null
       : take('maxKvSize', wholeNumber(form.maxKvSize, 'max KV size', ...limits.max_kv_size));
   const cold = take('coldRepetitions', wholeNumber(form.coldRepetitions, 'cold starts', ...limits.cold_repetitions));
+  if (form.kvBits !== '' && (form.maxKvSize.trim() !== '' || form.vary !== 'none')) {
+    errors.kvBits = 'A bounded KV cache stays in floats: clear Max KV size (and Vary) or choose float.';
+  }
   const loops: ('sync' | 'pipelined')[] = [];
   if (form.sync) loops.push('sync');
   if (form.pipelined) loops.push('pipelined');
@@ -654,6 +660,11 @@ export function validateBenchForm(form: BenchForm): BenchValidation {
         prefill_step_size: step as number,
         max_kv_size: maxKv,
         vary,
+        kv_bits: form.kvBits === '' ? null : Number(form.kvBits),
+        kv_group_size: DEFAULT_BENCH_SHAPE.kv_group_size,
+        // From the first token: mlx-lm's default start (5000 positions)
+        // would leave a benchmark's short prompts in floats.
+        quantized_kv_start: form.kvBits === '' ? DEFAULT_BENCH_SHAPE.quantized_kv_start : 0,
         cold_repetitions: cold as number,
       },
     },
