@@ -4,6 +4,7 @@ prompt cache on disk against the same prefix prefilled.
 
     scripts/bench-prompt-cache.py [--preset small] [--prefix 8000] [--reps 3]
                                   [--ondo target/release/ondo] [--model DIR]
+                                  [--synth-args '--dtype f32'] [--run-args '--kv-bits 4']
 
 Every run is a fresh `ondo run` process (a restart), so the model's load is
 paid each time and left out of both sides: TTFT is timed from the request
@@ -12,8 +13,8 @@ PREFIX tokens and a suffix, cached when the process ends). Then each round,
 in alternating order: the prefix and a new suffix with --no-disk-cache
 (prefilled), and the same prompt reading the saved prefix back. Prints the
 median and spread of each side's TTFT, the ratio of the medians, the bytes
-read and the read speed, and checks that both sides give the same greedy
-tokens. `--drop-caches` asks the kernel to drop its page cache before each
+read and the read speed, and on how many rounds both sides gave the same
+greedy tokens. `--drop-caches` asks the kernel to drop its page cache before each
 read (root on Linux), so the read comes from the disk and not from memory.
 """
 
@@ -51,6 +52,11 @@ def main():
     parser.add_argument("--ondo", default=os.path.join(ROOT, "target/release/ondo"))
     parser.add_argument("--model")
     parser.add_argument("--drop-caches", action="store_true")
+    parser.add_argument("--synth-args", default="--dtype f32",
+                        help="ondo synth's options for the model (default: float32; empty: the preset's "
+                             "usual format, 4-bit for the Llama shapes)")
+    parser.add_argument("--run-args", default="",
+                        help="options for every ondo run, e.g. '--kv-bits 4 --quantized-kv-start 0'")
     args = parser.parse_args()
 
     work = tempfile.mkdtemp(prefix="ondo-prompt-cache-")
@@ -59,7 +65,7 @@ def main():
     model = args.model
     if model is None:
         model = os.path.join(work, "model")
-        subprocess.run([args.ondo, "synth", args.preset, model, "--dtype", "f32"], check=True,
+        subprocess.run([args.ondo, "synth", args.preset, model, *args.synth_args.split()], check=True,
                        capture_output=True, env=env)
     vocab = json.load(open(os.path.join(model, "config.json")))["vocab_size"]
     prefix = [3 + (i * 7919) % (vocab - 3) for i in range(args.prefix)]
@@ -67,9 +73,10 @@ def main():
     def suffix(n):
         return [3 + (n * 131 + i * 17) % (vocab - 3) for i in range(16)]
 
-    saved = run(args.ondo, model, prefix + suffix(0), [], env)
+    common = args.run_args.split()
+    saved = run(args.ondo, model, prefix + suffix(0), common, env)
     assert saved["prefix_source"] == "none", saved["prefix_source"]
-    prefilled, restored, read_bytes, read_ms = [], [], [], []
+    prefilled, restored, read_bytes, read_ms, same = [], [], [], [], []
     for rep in range(args.reps):
         ids = prefix + suffix(rep + 1)
         order = ["prefill", "disk"] if rep % 2 == 0 else ["disk", "prefill"]
@@ -79,11 +86,15 @@ def main():
                 subprocess.run(["sync"], check=True)
                 with open("/proc/sys/vm/drop_caches", "w") as f:
                     f.write("3\n")
-            extra = ["--no-disk-cache"] if side == "prefill" else []
+            extra = common + (["--no-disk-cache"] if side == "prefill" else [])
             results[side] = run(args.ondo, model, ids, extra, env)
         disk, full = results["disk"], results["prefill"]
         assert disk["prefix_source"] == "disk", disk["prefix_source"]
-        assert disk["token_ids"] == full["token_ids"], "a restored prefix answered otherwise"
+        # Exact on the CPU; a GPU's reductions may tie-break otherwise at
+        # long prompts, and a quantized prefix read back attends to
+        # quantized keys where a whole prefill's first chunk attends in
+        # floats: counted and printed, not asserted.
+        same.append(disk["token_ids"] == full["token_ids"])
         prefilled.append(full["ttft_ms"])
         restored.append(disk["ttft_ms"])
         read_bytes.append(disk["prefix_read_bytes"])
@@ -93,13 +104,14 @@ def main():
               f"{disk['prefix_read_ms']:.1f} ms)", file=sys.stderr)
     ratio = statistics.median(restored) / statistics.median(prefilled)
     speed = statistics.median(b / 2**20 / (ms / 1e3) for b, ms in zip(read_bytes, read_ms))
-    print(f"prefix {args.prefix} tokens, {args.reps} rounds, model {os.path.basename(model)} ({args.preset})")
+    shape = args.preset if args.model is None else "given"
+    print(f"prefix {args.prefix} tokens, {args.reps} rounds, model {os.path.basename(model)} ({shape})")
     print(f"TTFT prefilled ms:  {spread(prefilled)}")
     print(f"TTFT from disk ms:  {spread(restored)}")
     print(f"ratio (disk / prefilled): {ratio:.3f}")
     print(f"read {statistics.median(read_bytes) / 2**20:.1f} MiB at {speed:.0f} MiB/s"
           f"{' (page cache dropped first)' if args.drop_caches else ' (may come from the page cache)'}")
-    print("greedy tokens equal on every round")
+    print(f"greedy tokens equal on {sum(same)} of {len(same)} rounds")
 
 
 if __name__ == "__main__":
