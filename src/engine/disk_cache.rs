@@ -295,15 +295,9 @@ impl DiskPromptCache {
         better_than: usize,
         trims: bool,
     ) -> Option<Found> {
-        let limit = prompt.len().saturating_sub(1);
         let mut best: Option<Found> = None;
         for (path, tokens) in self.entries(key) {
-            let common = tokens
-                .iter()
-                .zip(prompt)
-                .take_while(|(a, b)| a == b)
-                .count()
-                .min(limit);
+            let common = super::stream::reusable_prefix(&tokens, prompt);
             if !trims && common < tokens.len() {
                 continue;
             }
@@ -597,28 +591,37 @@ fn is_disk_full(error: &std::io::Error) -> bool {
 /// Temporary files older than this were left by a process that died.
 const STALE_TEMPORARY: Duration = Duration::from_secs(3600);
 
+/// Every entry of every model's folder under `folder` (the folder holds
+/// one folder per cache key, and the files are in those).
+fn model_files(folder: &Path) -> impl Iterator<Item = std::fs::DirEntry> {
+    std::fs::read_dir(folder)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|model| {
+            std::fs::read_dir(model.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+        })
+}
+
 /// Removes the least recently used cache files until the folder is within
 /// `budget`, and temporary files a dead process left.
 fn keep_within_budget(folder: &Path, budget: u64, just_written: &Path) {
     let mut files: Vec<(SystemTime, u64, PathBuf)> = Vec::new();
-    for model in std::fs::read_dir(folder).into_iter().flatten().flatten() {
-        for entry in std::fs::read_dir(model.path())
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let path = entry.path();
-            let Ok(meta) = entry.metadata() else { continue };
-            let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-            if path.to_string_lossy().ends_with(TEMPORARY_SUFFIX) {
-                if modified.elapsed().is_ok_and(|age| age > STALE_TEMPORARY) {
-                    let _ = std::fs::remove_file(&path);
-                }
-                continue;
+    for entry in model_files(folder) {
+        let path = entry.path();
+        let Ok(meta) = entry.metadata() else { continue };
+        let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+        if path.to_string_lossy().ends_with(TEMPORARY_SUFFIX) {
+            if modified.elapsed().is_ok_and(|age| age > STALE_TEMPORARY) {
+                let _ = std::fs::remove_file(&path);
             }
-            if is_cache_file(&path) {
-                files.push((modified, meta.len(), path));
-            }
+            continue;
+        }
+        if is_cache_file(&path) {
+            files.push((modified, meta.len(), path));
         }
     }
     let mut total: u64 = files.iter().map(|f| f.1).sum();
@@ -636,40 +639,34 @@ fn keep_within_budget(folder: &Path, budget: u64, just_written: &Path) {
 /// Every saved cache under `folder`, most recently used first.
 pub fn list(folder: &Path) -> Vec<SavedPrefix> {
     let mut saved = Vec::new();
-    for model in std::fs::read_dir(folder).into_iter().flatten().flatten() {
-        for entry in std::fs::read_dir(model.path())
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let path = entry.path();
-            if !is_cache_file(&path) {
-                continue;
-            }
-            let Ok(meta) = entry.metadata() else { continue };
-            let Ok(header) = file::read_header(&path) else {
-                continue;
-            };
-            let metadata = header.user_metadata();
-            let tokens = metadata.get(TOKENS_KEY).map_or(0, |t| {
-                if t.is_empty() {
-                    0
-                } else {
-                    t.split(',').count()
-                }
-            });
-            saved.push(SavedPrefix {
-                path,
-                model_dir: metadata.get(MODEL_KEY).cloned().unwrap_or_default(),
-                tokens,
-                bytes: meta.len(),
-                last_used_unix: meta
-                    .modified()
-                    .ok()
-                    .and_then(|m| m.duration_since(SystemTime::UNIX_EPOCH).ok())
-                    .map_or(0, |d| d.as_secs()),
-            });
+    for entry in model_files(folder) {
+        let path = entry.path();
+        if !is_cache_file(&path) {
+            continue;
         }
+        let Ok(meta) = entry.metadata() else { continue };
+        let Ok(header) = file::read_header(&path) else {
+            continue;
+        };
+        let metadata = header.user_metadata();
+        let tokens = metadata.get(TOKENS_KEY).map_or(0, |t| {
+            if t.is_empty() {
+                0
+            } else {
+                t.split(',').count()
+            }
+        });
+        saved.push(SavedPrefix {
+            path,
+            model_dir: metadata.get(MODEL_KEY).cloned().unwrap_or_default(),
+            tokens,
+            bytes: meta.len(),
+            last_used_unix: meta
+                .modified()
+                .ok()
+                .and_then(|m| m.duration_since(SystemTime::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_secs()),
+        });
     }
     saved.sort_by_key(|s| std::cmp::Reverse(s.last_used_unix));
     saved
@@ -677,17 +674,9 @@ pub fn list(folder: &Path) -> Vec<SavedPrefix> {
 
 /// Bytes the folder's files take (temporary ones included).
 pub fn folder_bytes(folder: &Path) -> u64 {
-    let mut total = 0;
-    for model in std::fs::read_dir(folder).into_iter().flatten().flatten() {
-        for entry in std::fs::read_dir(model.path())
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            total += entry.metadata().map_or(0, |m| m.len());
-        }
-    }
-    total
+    model_files(folder)
+        .map(|entry| entry.metadata().map_or(0, |m| m.len()))
+        .sum()
 }
 
 /// Removes the saved caches of models whose folder is `model_dir` or lies
@@ -705,17 +694,14 @@ pub fn remove(folder: &Path, model_dir: Option<&Path>) -> usize {
             removed += 1;
         }
     }
-    // Temporary files and emptied model folders go too when all is cleared.
-    for model in std::fs::read_dir(folder).into_iter().flatten().flatten() {
-        if target.is_none() {
-            for entry in std::fs::read_dir(model.path())
-                .into_iter()
-                .flatten()
-                .flatten()
-            {
-                let _ = std::fs::remove_file(entry.path());
-            }
+    // Temporary files go too when all is cleared, and emptied model
+    // folders always.
+    if target.is_none() {
+        for entry in model_files(folder) {
+            let _ = std::fs::remove_file(entry.path());
         }
+    }
+    for model in std::fs::read_dir(folder).into_iter().flatten().flatten() {
         let _ = std::fs::remove_dir(model.path());
     }
     removed

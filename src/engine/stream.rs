@@ -107,13 +107,7 @@ impl Conversation {
     /// Tokens the cache would lose if `prompt` reused it (those after the
     /// common prefix).
     pub fn would_drop(&self, prompt: &[u32]) -> usize {
-        let common = self
-            .tokens
-            .iter()
-            .zip(prompt)
-            .take_while(|(a, b)| a == b)
-            .count()
-            .min(prompt.len().saturating_sub(1));
+        let common = reusable_prefix(&self.tokens, prompt);
         self.tokens.len().saturating_sub(common)
     }
 
@@ -134,13 +128,7 @@ impl Conversation {
     /// cache that can do neither (no such snapshot, a wrapped rotating
     /// cache) starts over from `empty`.
     fn reuse_prefix(&mut self, prompt: &[u32], empty: impl FnOnce() -> Vec<LayerCache>) -> usize {
-        let common = self
-            .tokens
-            .iter()
-            .zip(prompt)
-            .take_while(|(a, b)| a == b)
-            .count()
-            .min(prompt.len().saturating_sub(1));
+        let common = reusable_prefix(&self.tokens, prompt);
         let cached = self.cache.first().map_or(0, |c| c.offset()) as usize;
         let reused = if common == 0 {
             None
@@ -690,19 +678,17 @@ pub fn prepare(
     conversation.save_to_disk = use_disk;
     let disk = disk.filter(|_| use_disk);
     let mut prefix = PrefixRead::default();
+    // An empty cache of the model's layers (no arrays: cheap to make).
+    let empty = || model.model.make_cache(max_kv_size, kv_quantization);
     let cached = match disk {
-        None => conversation.reuse_prefix(&prompt, || {
-            model.model.make_cache(max_kv_size, kv_quantization)
-        }),
+        None => conversation.reuse_prefix(&prompt, empty),
         Some(disk) => {
             let key = disk.key(&model.dir, max_kv_size, kv_quantization);
             if conversation.would_drop(&prompt) >= disk.min_tokens() {
                 disk.save(&key, &model.dir, &conversation.tokens, &conversation.cache);
             }
-            let in_memory = conversation.reuse_prefix(&prompt, || {
-                model.model.make_cache(max_kv_size, kv_quantization)
-            });
-            let template = model.model.make_cache(max_kv_size, kv_quantization);
+            let in_memory = conversation.reuse_prefix(&prompt, empty);
+            let template = empty();
             let trims = template.iter().all(LayerCache::can_trim);
             match disk
                 .find(&key, &prompt, in_memory, trims)
@@ -730,6 +716,18 @@ pub fn prepare(
         templated,
         format,
     })
+}
+
+/// How many of `cached`'s tokens `prompt` can take from a cache: those
+/// both start with, at most all but the prompt's last token (which must
+/// run to give the first logits).
+pub(super) fn reusable_prefix(cached: &[u32], prompt: &[u32]) -> usize {
+    cached
+        .iter()
+        .zip(prompt)
+        .take_while(|(a, b)| a == b)
+        .count()
+        .min(prompt.len().saturating_sub(1))
 }
 
 /// `prepare` for a run that starts from a prompt cache file: the file's

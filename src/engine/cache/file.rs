@@ -487,17 +487,15 @@ fn io_error(path: &Path) -> impl Fn(std::io::Error) -> CacheFileError + '_ {
     }
 }
 
-/// The header of the file at `path`, without reading its tensors.
-pub fn read_header(path: &Path) -> Result<Header, CacheFileError> {
-    use std::io::Read;
-    let mut file = std::fs::File::open(path).map_err(io_error(path))?;
-    let file_len = file.metadata().map_err(io_error(path))?.len();
-    let mut length = [0u8; 8];
-    file.read_exact(&mut length)
-        .map_err(|_| CacheFileError::Truncated {
+/// The length of the JSON header that `start` (the file's first bytes, at
+/// least 8 of a whole file) announces, checked against the file's length.
+fn header_length(path: &Path, start: &[u8], file_len: u64) -> Result<usize, CacheFileError> {
+    let Some(length) = start.get(..8).and_then(|b| b.try_into().ok()) else {
+        return Err(CacheFileError::Truncated {
             path: path.to_owned(),
             detail: "shorter than a safetensors header".into(),
-        })?;
+        });
+    };
     let length = u64::from_le_bytes(length);
     if length > MAX_HEADER_BYTES || length + 8 > file_len {
         return Err(CacheFileError::Truncated {
@@ -505,7 +503,21 @@ pub fn read_header(path: &Path) -> Result<Header, CacheFileError> {
             detail: format!("its header says {length} bytes, the file has {file_len}"),
         });
     }
-    let mut header = vec![0u8; length as usize];
+    Ok(length as usize)
+}
+
+/// The header of the file at `path`, without reading its tensors.
+pub fn read_header(path: &Path) -> Result<Header, CacheFileError> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).map_err(io_error(path))?;
+    let file_len = file.metadata().map_err(io_error(path))?.len();
+    let mut start = Vec::with_capacity(8);
+    (&mut file)
+        .take(8)
+        .read_to_end(&mut start)
+        .map_err(io_error(path))?;
+    let length = header_length(path, &start, file_len)?;
+    let mut header = vec![0u8; length];
     file.read_exact(&mut header).map_err(io_error(path))?;
     parse_header(path, &header, file_len)
 }
@@ -521,20 +533,8 @@ pub fn read(
 ) -> Result<DecodedCache, CacheFileError> {
     let bytes = std::fs::read(path).map_err(io_error(path))?;
     let file_len = bytes.len() as u64;
-    if bytes.len() < 8 {
-        return Err(CacheFileError::Truncated {
-            path: path.to_owned(),
-            detail: "shorter than a safetensors header".into(),
-        });
-    }
-    let length = u64::from_le_bytes(bytes[..8].try_into().unwrap_or([0; 8]));
-    if length > MAX_HEADER_BYTES || length + 8 > file_len {
-        return Err(CacheFileError::Truncated {
-            path: path.to_owned(),
-            detail: format!("its header says {length} bytes, the file has {file_len}"),
-        });
-    }
-    let header = parse_header(path, &bytes[8..8 + length as usize], file_len)?;
+    let length = header_length(path, &bytes, file_len)?;
+    let header = parse_header(path, &bytes[8..8 + length], file_len)?;
     let data = &bytes[header.data_start as usize..];
     match header.metadata.get(&format!("0.{CHECKSUM_KEY}")) {
         Some(expected) => {
