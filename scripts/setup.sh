@@ -33,6 +33,9 @@ OLLAMA_VERSION=0.6.3
 ANTHROPIC_VERSION=2.16.0
 # Checks that outputs held to a JSON schema are valid against it.
 JSONSCHEMA_VERSION=4.25.1
+# Pillow: the image preprocessors of transformers and mlx-vlm that the
+# vision tests compare Ondo's resizing with.
+PILLOW_VERSION=13.0.0
 TAURI_DRIVER_VERSION=2.1.0
 # Which build of MLX the venv holds: the wheel's extra, and the package that
 # carries libmlx for it (the other backend's package is removed, since both
@@ -72,7 +75,8 @@ setup_venv() {
 import importlib.metadata as m, sys
 want = {"mlx": "$MLX_VERSION", "$MLX_BACKEND_PKG": "$MLX_VERSION", "mlx-lm": "$MLX_LM_VERSION",
         "openai": "$OPENAI_VERSION", "ollama": "$OLLAMA_VERSION",
-        "anthropic": "$ANTHROPIC_VERSION", "jsonschema": "$JSONSCHEMA_VERSION"}
+        "anthropic": "$ANTHROPIC_VERSION", "jsonschema": "$JSONSCHEMA_VERSION",
+        "pillow": "$PILLOW_VERSION"}
 def installed(name):
     try:
         return m.version(name)
@@ -83,7 +87,7 @@ ok = ok and not any(installed(name) for name in "$MLX_OTHER_PKGS".split())
 sys.exit(0 if ok else 1)
 PY
   then return 0; fi
-  say "setting up .venv: mlx[$MLX_EXTRA]==$MLX_VERSION, mlx-lm==$MLX_LM_VERSION, openai==$OPENAI_VERSION, ollama==$OLLAMA_VERSION, anthropic==$ANTHROPIC_VERSION, jsonschema==$JSONSCHEMA_VERSION"
+  say "setting up .venv: mlx[$MLX_EXTRA]==$MLX_VERSION, mlx-lm==$MLX_LM_VERSION, openai==$OPENAI_VERSION, ollama==$OLLAMA_VERSION, anthropic==$ANTHROPIC_VERSION, jsonschema==$JSONSCHEMA_VERSION, pillow==$PILLOW_VERSION"
   [ -x "$py" ] || python3 -m venv .venv
   local other switched=""
   for other in $MLX_OTHER_PKGS; do
@@ -95,7 +99,7 @@ PY
   done
   .venv/bin/pip install -q --disable-pip-version-check "mlx[$MLX_EXTRA]==$MLX_VERSION" "mlx-lm==$MLX_LM_VERSION" \
     "openai==$OPENAI_VERSION" "ollama==$OLLAMA_VERSION" "anthropic==$ANTHROPIC_VERSION" \
-    "jsonschema==$JSONSCHEMA_VERSION"
+    "jsonschema==$JSONSCHEMA_VERSION" "pillow==$PILLOW_VERSION"
   if [ -n "$switched" ]; then
     # The package removed took the mlx/lib files both install with it;
     # reinstalling the chosen one puts them back.

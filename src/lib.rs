@@ -23,6 +23,7 @@ pub mod store;
 pub mod synth;
 pub mod text_table;
 pub mod units;
+pub mod vision;
 pub mod whole_file;
 
 pub use error_kind::ErrorKind;

@@ -20,6 +20,8 @@ const MAY_USE: &[(&str, &[&str])] = &[
     ("run_kinds", &[]),
     ("family", &[]),
     ("metrics", &[]),
+    // Images into pixel values: no model, no MLX.
+    ("vision", &[]),
     // The MLX side: models, generation, the synthetic models.
     (
         "engine",

@@ -1,0 +1,169 @@
+//! An image file or upload into RGB pixels, within limits checked before
+//! any pixel is decoded: a 50 MB upload or a 100-megapixel image is
+//! refused from its size or its header, never decoded into gigabytes.
+//!
+//! The pixels are those mlx-vlm's `load_image` gives a processor: the
+//! EXIF orientation applied, then RGB with any alpha channel dropped (as
+//! Pillow's `convert("RGB")` drops it), and a GIF's first frame.
+
+use std::io::Cursor;
+
+use image::{ImageDecoder, ImageFormat, ImageReader};
+
+use super::resample::Pixels;
+
+/// How large an image may be, in bytes and in pixels (a setting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageLimits {
+    pub max_bytes: u64,
+    pub max_pixels: u64,
+}
+
+impl Default for ImageLimits {
+    /// 20 MiB (what hosted APIs take per image) and 32 megapixels (a
+    /// phone's 24-megapixel photo passes; a 40-megapixel one does not).
+    fn default() -> Self {
+        Self {
+            max_bytes: 20 << 20,
+            max_pixels: 32_000_000,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ImageError {
+    #[error(
+        "the image is {bytes} bytes, more than the {limit} allowed; send a smaller file (or raise \
+         the image size limit in Settings)"
+    )]
+    TooManyBytes { bytes: u64, limit: u64 },
+    #[error(
+        "the image is {width}x{height} pixels, more than the {limit} allowed; scale it down first \
+         (or raise the pixel limit in Settings)"
+    )]
+    TooManyPixels { width: u32, height: u32, limit: u64 },
+    #[error("the file is not an image Ondo reads ({0}); send PNG, JPEG, WebP or GIF")]
+    Unsupported(String),
+    #[error("the image could not be decoded: {0}")]
+    Damaged(String),
+}
+
+/// The formats read; anything else is refused by name.
+const READ: [ImageFormat; 4] = [
+    ImageFormat::Png,
+    ImageFormat::Jpeg,
+    ImageFormat::WebP,
+    ImageFormat::Gif,
+];
+
+/// `bytes` (a whole image file) decoded to RGB pixels within `limits`.
+pub fn decode(bytes: &[u8], limits: ImageLimits) -> Result<Pixels, ImageError> {
+    if bytes.len() as u64 > limits.max_bytes {
+        return Err(ImageError::TooManyBytes {
+            bytes: bytes.len() as u64,
+            limit: limits.max_bytes,
+        });
+    }
+    let format = image::guess_format(bytes)
+        .map_err(|_| ImageError::Unsupported("its first bytes match no image format".into()))?;
+    if !READ.contains(&format) {
+        return Err(ImageError::Unsupported(format!("{format:?}")));
+    }
+    let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
+    // The decoder refuses to allocate past this too, whatever the header
+    // claims (4 bytes a pixel, and room for a decoder's own buffers).
+    let mut decoder_limits = image::Limits::default();
+    decoder_limits.max_alloc = Some(limits.max_pixels.saturating_mul(8).max(1 << 20));
+    reader.limits(decoder_limits);
+    let mut decoder = reader
+        .into_decoder()
+        .map_err(|e| ImageError::Damaged(e.to_string()))?;
+    let (width, height) = decoder.dimensions();
+    if u64::from(width) * u64::from(height) > limits.max_pixels {
+        return Err(ImageError::TooManyPixels {
+            width,
+            height,
+            limit: limits.max_pixels,
+        });
+    }
+    let orientation = decoder.orientation().ok();
+    let mut decoded = image::DynamicImage::from_decoder(decoder).map_err(|e| match e {
+        image::ImageError::Limits(_) => ImageError::TooManyPixels {
+            width,
+            height,
+            limit: limits.max_pixels,
+        },
+        other => ImageError::Damaged(other.to_string()),
+    })?;
+    if let Some(orientation) = orientation {
+        decoded.apply_orientation(orientation);
+    }
+    let rgb = decoded.to_rgb8();
+    Ok(Pixels {
+        width: rgb.width() as usize,
+        height: rgb.height() as usize,
+        channels: 3,
+        data: rgb.into_raw(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn png(width: u32, height: u32) -> Vec<u8> {
+        let image = image::RgbaImage::from_fn(width, height, |x, y| {
+            image::Rgba([x as u8, y as u8, 9, if x % 2 == 0 { 255 } else { 0 }])
+        });
+        let mut bytes = Vec::new();
+        image
+            .write_to(&mut Cursor::new(&mut bytes), ImageFormat::Png)
+            .unwrap();
+        bytes
+    }
+
+    #[test]
+    fn a_png_decodes_to_rgb_with_its_alpha_dropped() {
+        let pixels = decode(&png(5, 3), ImageLimits::default()).unwrap();
+        assert_eq!((pixels.width, pixels.height, pixels.channels), (5, 3, 3));
+        // Pixel (1, 2): fully transparent, its colour kept as it is.
+        let at = (2 * 5 + 1) * 3;
+        assert_eq!(&pixels.data[at..at + 3], &[1, 2, 9]);
+    }
+
+    #[test]
+    fn too_many_bytes_or_pixels_and_other_files_are_refused_by_name() {
+        let bytes = png(40, 30);
+        let small = ImageLimits {
+            max_bytes: 100,
+            max_pixels: 1_000_000,
+        };
+        assert!(matches!(
+            decode(&bytes, small),
+            Err(ImageError::TooManyBytes { .. })
+        ));
+        let few = ImageLimits {
+            max_bytes: 1 << 20,
+            max_pixels: 1000,
+        };
+        assert_eq!(
+            decode(&bytes, few),
+            Err(ImageError::TooManyPixels {
+                width: 40,
+                height: 30,
+                limit: 1000
+            })
+        );
+        let error = decode(b"%PDF-1.7 not an image", ImageLimits::default()).unwrap_err();
+        assert!(
+            error.to_string().contains("PNG, JPEG, WebP or GIF"),
+            "{error}"
+        );
+        let mut cut = png(40, 30);
+        cut.truncate(cut.len() / 2);
+        assert!(matches!(
+            decode(&cut, ImageLimits::default()),
+            Err(ImageError::Damaged(_))
+        ));
+    }
+}
