@@ -131,6 +131,37 @@ mod tests {
         assert_eq!(&pixels.data[at..at + 3], &[1, 2, 9]);
     }
 
+    /// A PNG whose header says `width` x `height` and whose pixels are a
+    /// single row's worth: what a hostile upload looks like.
+    fn png_claiming(width: u32, height: u32) -> Vec<u8> {
+        let mut bytes = png(1, 1);
+        // The IHDR chunk: length (4), "IHDR" (4), width, height, 5 more
+        // bytes, then its CRC over type and data.
+        let ihdr = 8;
+        bytes[ihdr + 8..ihdr + 12].copy_from_slice(&width.to_be_bytes());
+        bytes[ihdr + 12..ihdr + 16].copy_from_slice(&height.to_be_bytes());
+        let crc = crc32fast::hash(&bytes[ihdr + 4..ihdr + 8 + 13]);
+        bytes[ihdr + 8 + 13..ihdr + 8 + 17].copy_from_slice(&crc.to_be_bytes());
+        bytes
+    }
+
+    #[test]
+    fn a_40_megapixel_header_is_refused_before_any_pixel_is_decoded() {
+        let bytes = png_claiming(8000, 5000);
+        // Refused for its size, not as damaged: the header was read, the
+        // missing pixels never asked for.
+        let error = decode(&bytes, ImageLimits::default()).unwrap_err();
+        assert_eq!(
+            error,
+            ImageError::TooManyPixels {
+                width: 8000,
+                height: 5000,
+                limit: 32_000_000
+            }
+        );
+        assert!(error.to_string().contains("8000x5000"), "{error}");
+    }
+
     #[test]
     fn too_many_bytes_or_pixels_and_other_files_are_refused_by_name() {
         let bytes = png(40, 30);
