@@ -20,7 +20,8 @@
 #   OUT=results PARTS="prompt-cache memory" scripts/gpu-warm-disk.sh
 # Environment: ONDO (the binary), ONDO_PYTHON (python3 with mlx_lm), MODELS,
 # PARTS (default: prompt-cache memory decode concurrency), PREFIX (16000),
-# CONTEXT (32768), REPS (5), PRESET (llama-3.2-3b; `tiny` for a dry run of
+# CONTEXT (32768), REPS (5), DECODE_SIDES (float kv4 kv8), CONCURRENCY_SIDES
+# (kv4 float), PRESET (llama-3.2-3b; `tiny` for a dry run of
 # this script's logic on a CPU with small PREFIX and CONTEXT).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -59,7 +60,7 @@ for part in $parts; do
         || failed+=("report")
       ;;
     decode)
-      for side in float kv4 kv8; do
+      for side in ${DECODE_SIDES:-float kv4 kv8}; do
         extra=()
         [ "$side" = kv4 ] && extra=("${kv4[@]}")
         [ "$side" = kv8 ] && extra=(--kv-bits 8 --quantized-kv-start 0)
@@ -69,7 +70,7 @@ for part in $parts; do
       done
       ;;
     concurrency)
-      for side in kv4 float; do
+      for side in ${CONCURRENCY_SIDES:-kv4 float}; do
         extra=()
         [ "$side" = kv4 ] && extra=("${kv4[@]}")
         ONDO_BIN=$ondo ONDO_PYTHON=$python "$root/scripts/bench-concurrency.sh" "$preset" 8 3 \

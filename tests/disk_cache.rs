@@ -212,6 +212,11 @@ fn a_prefix_saved_by_one_process_is_read_back_by_the_next_and_answers_the_same()
             second["prefix_read_bytes"].as_u64().unwrap() > 1000,
             "{name}"
         );
+        // Reading the cache back is part of the time to the first token.
+        assert!(
+            second["ttft_ms"].as_f64().unwrap() >= second["prefix_read_ms"].as_f64().unwrap(),
+            "{name}: {second}"
+        );
         let no_disk = [settings, &["--no-disk-cache"]].concat();
         let (prefilled, _) = home.run(&model, &second_prompt, &no_disk);
         assert_eq!(prefilled["prefix_source"], "none", "{name}");

@@ -903,6 +903,9 @@ impl EngineThread {
                 mlx_rs::memory::reset_peak_memory()?;
             }
             let ((load_kind, load_ms), key) = self.ensure_loaded(&request.model_dir)?;
+            // The time to first token starts here, with the model loaded:
+            // reading a prompt cache from the disk (in prepare) is part of it.
+            let accepted_at = Instant::now();
             let resident = self
                 .models
                 .get_mut(&key)
@@ -955,7 +958,7 @@ impl EngineThread {
                     text,
                     load_kind,
                     load_ms,
-                    accepted_at: Instant::now(),
+                    accepted_at,
                     admission_wait_ms: (admitted_at - received).as_secs_f64() * 1e3,
                     waited_for,
                     ended: None,

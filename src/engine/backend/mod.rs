@@ -91,3 +91,20 @@ pub fn self_check() -> Option<(&'static str, Result<String, String>)> {
     #[cfg(not(target_os = "linux"))]
     None
 }
+
+/// Whether attention over a quantized KV cache runs as quantized matrix
+/// products (mlx-lm's `quantized_scaled_dot_product_attention`). MLX 0.32's
+/// CUDA backend has no quantized matmul for attention's shapes (a decode
+/// step's `[1, 128] x [positions, 128]` per head fails with "No
+/// implementation for problem shape"), so there one layer's keys and
+/// values are dequantized for its attention instead: the cache is held in
+/// 4 or 8 bits all the same, and a layer's float copy lives for its step.
+pub fn attends_quantized_directly() -> bool {
+    static DIRECT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DIRECT.get_or_init(|| {
+        let mut cuda = false;
+        // SAFETY: the probe writes one bool through a valid pointer.
+        let status = unsafe { mlx_sys::mlx_cuda_is_available(&mut cuda) };
+        !(status == 0 && cuda)
+    })
+}

@@ -1554,14 +1554,14 @@ impl Attention {
         let shape = q.shape();
         let (b, l) = (shape[0], shape[2]);
         let o = match cached {
-            CachedKv::Float(k, v) => {
-                let mask = match mask {
-                    AttentionMask::None => None,
-                    AttentionMask::Causal => Some(ScaledDotProductAttentionMask::Causal),
-                    AttentionMask::Array(m) => Some(ScaledDotProductAttentionMask::Array(m)),
-                };
-                fast::scaled_dot_product_attention(q, k, v, self.scale, mask, self.sinks.as_ref())?
-            }
+            CachedKv::Float(k, v) => fast::scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                self.scale,
+                fused_mask(mask),
+                self.sinks.as_ref(),
+            )?,
             CachedKv::Quantized(k, v, quantization) => {
                 if self.sinks.is_some() {
                     return Err(Exception::custom(
@@ -1569,7 +1569,19 @@ impl Attention {
                          cache does not take (mlx-lm refuses them too); run it without kv_bits",
                     ));
                 }
-                quantized_attention(q, k, v, self.scale, mask, *quantization)?
+                if crate::engine::backend::attends_quantized_directly() {
+                    quantized_attention(q, k, v, self.scale, mask, *quantization)?
+                } else {
+                    let (k, v) = (k.dequantize(*quantization)?, v.dequantize(*quantization)?);
+                    fast::scaled_dot_product_attention(
+                        q,
+                        &k,
+                        &v,
+                        self.scale,
+                        fused_mask(mask),
+                        None,
+                    )?
+                }
             }
         };
         let o = if l == 1 {
@@ -1582,6 +1594,15 @@ impl Attention {
             Some(gate) => ops::multiply(&o, ops::sigmoid(&gate)?),
             None => Ok(o),
         }
+    }
+}
+
+/// `mask` as MLX's fused attention takes it.
+fn fused_mask(mask: &AttentionMask) -> Option<ScaledDotProductAttentionMask<'_>> {
+    match mask {
+        AttentionMask::None => None,
+        AttentionMask::Causal => Some(ScaledDotProductAttentionMask::Causal),
+        AttentionMask::Array(m) => Some(ScaledDotProductAttentionMask::Array(m)),
     }
 }
 
