@@ -11,7 +11,9 @@
 # Every side runs the same synthesized model (`ondo synth PRESET`), put in a
 # Hugging Face cache of its own as the repo `bench/PRESET` (a server is
 # given repo ids, not folders); set SYNTH_ARGS to change how it is written
-# (e.g. SYNTH_ARGS="--bits 4").
+# (e.g. SYNTH_ARGS="--bits 4"). MLX_SERVER_ARGS adds options to
+# mlx_lm.server (e.g. "--kv-bits 4 --quantized-kv-start 0", with which it
+# serves one request at a time).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 preset=${1:-small}
@@ -50,9 +52,10 @@ ondo_port=$(free_port)
 "$ondo" serve --port "$ondo_port" --max-batch "$most" --no-history >"$work/serve.log" 2>&1 &
 pids+=($!)
 mlx_port=$(free_port)
+# shellcheck disable=SC2086
 "$python" -m mlx_lm.server --model "$repo" \
   --host 127.0.0.1 --port "$mlx_port" --decode-concurrency "$most" \
-  --prompt-concurrency "$most" >"$work/mlx.log" 2>&1 &
+  --prompt-concurrency "$most" ${MLX_SERVER_ARGS:-} >"$work/mlx.log" 2>&1 &
 pids+=($!)
 wait_for "$ondo_port" /v1/models
 wait_for "$mlx_port" /v1/models
