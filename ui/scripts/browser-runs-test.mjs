@@ -190,6 +190,9 @@ test('a benchmark runs with progress to a per-case summary; the table shows its 
       prefill_step_size: 2048,
       max_kv_size: null,
       vary: null,
+      kv_bits: null,
+      kv_group_size: 64,
+      quantized_kv_start: 5000,
       cold_repetitions: 3,
     },
   });
