@@ -121,6 +121,14 @@ fn together(
     })
 }
 
+/// The records of the runs that waited to join the batch.
+fn waited(runs: &[(RunOutcome, RunRecord)]) -> Vec<&RunRecord> {
+    runs.iter()
+        .map(|(_, r)| r)
+        .filter(|r| r.waited_for.is_some())
+        .collect()
+}
+
 fn share(record: &RunRecord) -> (u64, u64) {
     (
         record
@@ -227,11 +235,7 @@ fn a_request_for_another_model_waits_for_the_batch_to_drain() {
     }
     // Whichever came first, the other waited for its model's batch to end
     // and never shared a step with it.
-    let waited: Vec<&RunRecord> = runs
-        .iter()
-        .map(|(_, r)| r)
-        .filter(|r| r.waited_for.is_some())
-        .collect();
+    let waited = waited(&runs);
     assert_eq!(waited.len(), 1, "exactly one waited");
     assert_eq!(waited[0].waited_for.as_deref(), Some("another_model"));
     assert!(waited[0].admission_wait_ms.unwrap() > 0.0);
@@ -256,11 +260,7 @@ fn a_request_for_a_cache_quantized_otherwise_waits_for_the_batch_to_drain() {
     for (i, ((outcome, _), alone)) in runs.iter().zip(&expected).enumerate() {
         assert_eq!(outcome.token_ids, alone.token_ids, "request {i}");
     }
-    let waited: Vec<&RunRecord> = runs
-        .iter()
-        .map(|(_, r)| r)
-        .filter(|r| r.waited_for.is_some())
-        .collect();
+    let waited = waited(&runs);
     assert_eq!(waited.len(), 1, "exactly one waited");
     assert_eq!(waited[0].waited_for.as_deref(), Some("kv_settings"));
     assert_eq!(runs[1].1.kv_bits, Some(8));

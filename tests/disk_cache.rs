@@ -137,19 +137,7 @@ fn prompt(seed: u32, n: usize) -> Vec<u32> {
 }
 
 fn mlx_lm(args: &[&str]) -> Value {
-    let script =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/prompt_cache_reference.py");
-    let out = Command::new(common::python())
-        .arg(script)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "mlx-lm: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    common::python_script_json("prompt_cache_reference.py", args)
 }
 
 fn csv(ids: &[u32]) -> String {

@@ -9,7 +9,6 @@ mod common;
 
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use image::{ImageFormat, RgbImage, RgbaImage};
 use ondo::vision::{Filter, ImageLimits, ImageProcessor, Pixels, decode};
@@ -43,18 +42,7 @@ fn encode(image: &image::DynamicImage, format: ImageFormat) -> Vec<u8> {
 }
 
 fn reference(args: &[&str]) -> Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/image_reference.py");
-    let out = Command::new(common::python())
-        .arg(script)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "Pillow: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    common::python_script_json("image_reference.py", args)
 }
 
 /// Pillow's pixels of `file`, resized to `size` with `filter` when given.

@@ -34,3 +34,23 @@ pub fn python() -> PathBuf {
     };
     python
 }
+
+/// Runs `tests/python/SCRIPT` with `args` in the Python of `python()` and
+/// reads the JSON it prints; panics with its standard error when it fails.
+#[allow(dead_code)] // Not every test binary that shares this module runs one.
+pub fn python_script_json(script: &str, args: &[&str]) -> serde_json::Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(script);
+    let out = std::process::Command::new(python())
+        .arg(path)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}

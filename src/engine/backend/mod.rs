@@ -63,10 +63,7 @@ pub fn prepare<'a>(matrices: impl IntoIterator<Item = (AffineMatrix<'a>, bool)>)
 /// 3.2 3B's shape four streams decoded together gave 0.67x the tokens of
 /// one stream alone, docs/BENCHMARKS.md), so requests there take turns.
 pub fn batch_rows_limit() -> usize {
-    let mut cuda = false;
-    // SAFETY: the probe writes one bool through a valid pointer.
-    let status = unsafe { mlx_sys::mlx_cuda_is_available(&mut cuda) };
-    if status == 0 && cuda && !own_kernels_active() {
+    if on_cuda() && !own_kernels_active() {
         1
     } else {
         usize::MAX
@@ -100,11 +97,16 @@ pub fn self_check() -> Option<(&'static str, Result<String, String>)> {
 /// values are dequantized for its attention instead: the cache is held in
 /// 4 or 8 bits all the same, and a layer's float copy lives for its step.
 pub fn attends_quantized_directly() -> bool {
-    static DIRECT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *DIRECT.get_or_init(|| {
+    !on_cuda()
+}
+
+/// Whether MLX runs on its CUDA backend (asked of MLX once per process).
+fn on_cuda() -> bool {
+    static CUDA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CUDA.get_or_init(|| {
         let mut cuda = false;
         // SAFETY: the probe writes one bool through a valid pointer.
         let status = unsafe { mlx_sys::mlx_cuda_is_available(&mut cuda) };
-        !(status == 0 && cuda)
+        status == 0 && cuda
     })
 }

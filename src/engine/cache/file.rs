@@ -637,20 +637,16 @@ fn kv_pair(state: &LayerState) -> Result<Option<(Array, Array)>, CacheFileError>
     }
 }
 
-/// A `QuantizedKVCache` layer: its bits and group size must be those the
-/// model's layer quantizes with, when it quantizes (a float layer takes
+/// A `QuantizedKVCache` layer, read where the model's empty growing layer
+/// quantizes with `wanted`: its bits and group size must be those, when
+/// it quantizes (a float layer takes
 /// the file's, as mlx-lm's loader does); `quantized_kv_start` is not in
 /// the file and does not matter once a cache is quantized.
 fn quantized_layer(
     state: &LayerState,
-    expected: &LayerCache,
+    wanted: Option<KvQuantization>,
 ) -> Result<QuantizedKvCache, CacheFileError> {
     let (offset, group_size, bits) = (state.scalar("2")?, state.scalar("3")?, state.scalar("4")?);
-    let wanted = match expected {
-        LayerCache::Growing(c) => c.quantization(),
-        LayerCache::Quantized(c) => Some(c.quantization()),
-        _ => None,
-    };
     let quantization = match wanted {
         Some(q) if (q.bits, q.group_size) != (bits, group_size) => {
             return Err(state.mismatch(format!(
@@ -773,23 +769,8 @@ fn decode_layers(
                     None => LayerCache::Growing(KvCache::quantizing(want.quantization())),
                 }
             }
-            ("KVCache", LayerCache::Quantized(want)) => {
-                // A float cache read where the quantized one was due: it
-                // is quantized at the next forward pass.
-                let offset = state.scalar("2")?;
-                let q = Some(want.quantization());
-                match kv_pair(&state)? {
-                    Some((k, v)) => LayerCache::Growing(KvCache::holding(
-                        k.index((.., .., ..offset.min(k.shape()[2]), ..)),
-                        v.index((.., .., ..offset.min(v.shape()[2]), ..)),
-                        Vec::new(),
-                        q,
-                    )),
-                    None => LayerCache::Growing(KvCache::quantizing(q)),
-                }
-            }
-            ("QuantizedKVCache", LayerCache::Growing(_) | LayerCache::Quantized(_)) => {
-                LayerCache::Quantized(quantized_layer(&state, expected)?)
+            ("QuantizedKVCache", LayerCache::Growing(want)) => {
+                LayerCache::Quantized(quantized_layer(&state, want.quantization())?)
             }
             ("RotatingKVCache", LayerCache::Rotating(want)) => {
                 let (offset, keep, max_size, write_at) = (
