@@ -36,6 +36,12 @@ JSONSCHEMA_VERSION=4.25.1
 # Pillow: the image preprocessors of transformers and mlx-vlm that the
 # vision tests compare Ondo's resizing with.
 PILLOW_VERSION=13.0.0
+# mlx-vlm: the reference for the vision models, as mlx-lm is for text.
+# Installed without its dependencies (opencv, datasets, mlx-audio, a web
+# server: none on the path from a folder to an answer); the one it imports
+# beyond mlx-lm's is requests.
+MLX_VLM_VERSION=0.7.10
+REQUESTS_VERSION=2.34.2
 TAURI_DRIVER_VERSION=2.1.0
 # Which build of MLX the venv holds: the wheel's extra, and the package that
 # carries libmlx for it (the other backend's package is removed, since both
@@ -76,7 +82,8 @@ import importlib.metadata as m, sys
 want = {"mlx": "$MLX_VERSION", "$MLX_BACKEND_PKG": "$MLX_VERSION", "mlx-lm": "$MLX_LM_VERSION",
         "openai": "$OPENAI_VERSION", "ollama": "$OLLAMA_VERSION",
         "anthropic": "$ANTHROPIC_VERSION", "jsonschema": "$JSONSCHEMA_VERSION",
-        "pillow": "$PILLOW_VERSION"}
+        "pillow": "$PILLOW_VERSION", "mlx-vlm": "$MLX_VLM_VERSION",
+        "requests": "$REQUESTS_VERSION"}
 def installed(name):
     try:
         return m.version(name)
@@ -87,7 +94,7 @@ ok = ok and not any(installed(name) for name in "$MLX_OTHER_PKGS".split())
 sys.exit(0 if ok else 1)
 PY
   then return 0; fi
-  say "setting up .venv: mlx[$MLX_EXTRA]==$MLX_VERSION, mlx-lm==$MLX_LM_VERSION, openai==$OPENAI_VERSION, ollama==$OLLAMA_VERSION, anthropic==$ANTHROPIC_VERSION, jsonschema==$JSONSCHEMA_VERSION, pillow==$PILLOW_VERSION"
+  say "setting up .venv: mlx[$MLX_EXTRA]==$MLX_VERSION, mlx-lm==$MLX_LM_VERSION, openai==$OPENAI_VERSION, ollama==$OLLAMA_VERSION, anthropic==$ANTHROPIC_VERSION, jsonschema==$JSONSCHEMA_VERSION, pillow==$PILLOW_VERSION, mlx-vlm==$MLX_VLM_VERSION"
   [ -x "$py" ] || python3 -m venv .venv
   local other switched=""
   for other in $MLX_OTHER_PKGS; do
@@ -99,7 +106,8 @@ PY
   done
   .venv/bin/pip install -q --disable-pip-version-check "mlx[$MLX_EXTRA]==$MLX_VERSION" "mlx-lm==$MLX_LM_VERSION" \
     "openai==$OPENAI_VERSION" "ollama==$OLLAMA_VERSION" "anthropic==$ANTHROPIC_VERSION" \
-    "jsonschema==$JSONSCHEMA_VERSION" "pillow==$PILLOW_VERSION"
+    "jsonschema==$JSONSCHEMA_VERSION" "pillow==$PILLOW_VERSION" "requests==$REQUESTS_VERSION"
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps "mlx-vlm==$MLX_VLM_VERSION"
   if [ -n "$switched" ]; then
     # The package removed took the mlx/lib files both install with it;
     # reinstalling the chosen one puts them back.

@@ -112,6 +112,47 @@ pub struct Found {
     pub common: usize,
 }
 
+/// What a restore costs against what it saves, from the reads and the
+/// prefills seen so far: a read is skipped when it would take longer than
+/// prefilling the tokens it brings. On a Mac the read wins by an order of
+/// magnitude; on a GPU that prefills tens of thousands of tokens a second
+/// it can lose, and then prefilling is the faster way to the first token.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Speeds {
+    /// Bytes per millisecond of the reads back, a running mean.
+    read_bytes_per_ms: Option<f64>,
+}
+
+/// The weight of the newest sample in a running mean.
+const NEWEST: f64 = 0.5;
+
+fn running_mean(old: Option<f64>, sample: f64) -> f64 {
+    old.map_or(sample, |old| old + NEWEST * (sample - old))
+}
+
+impl Speeds {
+    fn note_read(&mut self, bytes: u64, ms: f64) {
+        if ms > 0.0 && bytes > 0 {
+            self.read_bytes_per_ms = Some(running_mean(self.read_bytes_per_ms, bytes as f64 / ms));
+        }
+    }
+
+    /// Whether reading `bytes` to skip prefilling `tokens` at
+    /// `prefill_tokens_per_ms` is slower than the prefill. Without a
+    /// measure of either, read: the first read is what measures it.
+    fn read_is_slower(
+        &self,
+        bytes: u64,
+        tokens: usize,
+        prefill_tokens_per_ms: Option<f64>,
+    ) -> bool {
+        let (Some(read), Some(prefill)) = (self.read_bytes_per_ms, prefill_tokens_per_ms) else {
+            return false;
+        };
+        bytes as f64 / read > tokens as f64 / prefill
+    }
+}
+
 /// A saved cache read back for a prompt.
 pub struct Restored {
     pub cache: Vec<LayerCache>,
@@ -156,6 +197,10 @@ pub struct DiskPromptCache {
     known: HashMap<PathBuf, Known>,
     /// The key of each model folder with its cache settings.
     keys: HashMap<CacheKeyInputs, String>,
+    speeds: Speeds,
+    /// Prompt tokens per millisecond of each model folder's prefills of at
+    /// least `min_tokens`, a running mean.
+    prefill_tokens_per_ms: HashMap<PathBuf, f64>,
     writer: Option<(mpsc::Sender<WriteJob>, std::thread::JoinHandle<()>)>,
 }
 
@@ -183,8 +228,24 @@ impl DiskPromptCache {
             min_tokens: settings.min_tokens.max(1),
             known: HashMap::new(),
             keys: HashMap::new(),
+            speeds: Speeds::default(),
+            prefill_tokens_per_ms: HashMap::new(),
             writer,
         }
+    }
+
+    /// Notes a prefill of `tokens` in `ms` by `model_dir`'s model, the
+    /// speed a restore is weighed against. Short prefills are left out:
+    /// their fixed costs would make the model look slower than it is at
+    /// the lengths worth a file.
+    pub fn note_prefill(&mut self, model_dir: &Path, tokens: usize, ms: f64) {
+        if tokens < self.min_tokens || ms <= 0.0 {
+            return;
+        }
+        let sample = tokens as f64 / ms;
+        let old = self.prefill_tokens_per_ms.get(model_dir).copied();
+        self.prefill_tokens_per_ms
+            .insert(model_dir.to_owned(), running_mean(old, sample));
     }
 
     /// The shortest prefix saved or read.
@@ -287,15 +348,18 @@ impl DiskPromptCache {
     /// `prompt` (at most all but its last token), when that prefix is at
     /// least the minimum and longer than `better_than` tokens. With
     /// `trims` false (a model with state layers) only a cache the prompt
-    /// starts with as a whole will do: a state cannot go back.
+    /// starts with as a whole will do: a state cannot go back. A cache
+    /// whose read would take longer than prefilling the tokens it adds
+    /// (at `model_dir`'s measured speed) is passed over.
     pub fn find(
         &mut self,
         key: &str,
+        model_dir: &Path,
         prompt: &[u32],
         better_than: usize,
         trims: bool,
     ) -> Option<Found> {
-        let mut best: Option<Found> = None;
+        let mut best: Option<(Found, u64)> = None;
         for (path, tokens) in self.entries(key) {
             let common = super::stream::reusable_prefix(&tokens, prompt);
             if !trims && common < tokens.len() {
@@ -303,12 +367,21 @@ impl DiskPromptCache {
             }
             if common >= self.min_tokens
                 && common > better_than
-                && best.as_ref().is_none_or(|b| common > b.common)
+                && best.as_ref().is_none_or(|(b, _)| common > b.common)
             {
-                best = Some(Found { path, common });
+                let bytes = self.known.get(&path).map_or(0, |k| k.len);
+                best = Some((Found { path, common }, bytes));
             }
         }
-        best
+        let (found, bytes) = best?;
+        let prefill = self.prefill_tokens_per_ms.get(model_dir).copied();
+        if self
+            .speeds
+            .read_is_slower(bytes, found.common - better_than, prefill)
+        {
+            return None;
+        }
+        Some(found)
     }
 
     /// Reads `found` back into caches shaped like `template`, cut to the
@@ -357,11 +430,13 @@ impl DiskPromptCache {
                 .and_then(|m| m.modified())
                 .unwrap_or(known.modified);
         }
+        let read_ms = start.elapsed().as_secs_f64() * 1e3;
+        self.speeds.note_read(decoded.bytes, read_ms);
         Some(Restored {
             cache,
             tokens,
             bytes: decoded.bytes,
-            read_ms: start.elapsed().as_secs_f64() * 1e3,
+            read_ms,
         })
     }
 
@@ -759,14 +834,14 @@ mod tests {
         let mut disk = open(folder.path(), 1 << 30);
         let mut prompt: Vec<u32> = (100..112).collect();
         prompt.extend([7, 8, 9]);
-        let found = disk.find(&key, &prompt, 0, true).unwrap();
+        let found = disk.find(&key, Path::new("m"), &prompt, 0, true).unwrap();
         assert_eq!(found.common, 12);
         assert!(
-            disk.find(&key, &prompt, 12, true).is_none(),
+            disk.find(&key, Path::new("m"), &prompt, 12, true).is_none(),
             "not better than memory"
         );
         assert!(
-            disk.find(&key, &prompt, 0, false).is_none(),
+            disk.find(&key, Path::new("m"), &prompt, 0, false).is_none(),
             "a state cannot go back"
         );
         let restored = disk.restore(found, &[LayerCache::new(None)]).unwrap();
@@ -778,6 +853,35 @@ mod tests {
         disk.save(&key, model.path(), &other, &cache_of(3));
         disk.finish_writes();
         assert_eq!(list(folder.path()).len(), 1);
+    }
+
+    #[test]
+    fn a_read_slower_than_the_prefill_it_saves_is_skipped() {
+        let folder = tempfile::tempdir().unwrap();
+        let model = tempfile::tempdir().unwrap();
+        let mut disk = open(folder.path(), 1 << 30);
+        let key = disk.key(model.path(), None, None);
+        let tokens: Vec<u32> = (100..164).collect();
+        disk.save(&key, model.path(), &tokens, &cache_of(64));
+        disk.finish_writes();
+        let prompt: Vec<u32> = (100..170).collect();
+        // No read measured yet: read, which measures it.
+        let found = disk.find(&key, model.path(), &prompt, 0, true).unwrap();
+        disk.restore(found, &[LayerCache::new(None)]).unwrap();
+        // A model that prefilled a billion tokens a millisecond gains
+        // nothing from any read; one at a token a second gains from this
+        // one. Prefills shorter than the cache's minimum say nothing.
+        let fast = Path::new("fast");
+        let slow = Path::new("slow");
+        disk.note_prefill(fast, 2, 1e-12);
+        assert!(disk.find(&key, fast, &prompt, 0, true).is_some());
+        disk.note_prefill(fast, 1_000_000_000, 1.0);
+        assert!(
+            disk.find(&key, fast, &prompt, 0, true).is_none(),
+            "prefilling is faster than reading"
+        );
+        disk.note_prefill(slow, 1_000, 1_000_000.0);
+        assert!(disk.find(&key, slow, &prompt, 0, true).is_some());
     }
 
     #[test]
@@ -800,7 +904,13 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         // Using a marks it recent: b is the oldest when c comes.
         let found = disk
-            .find(&key, &[a.clone(), vec![5]].concat(), 0, true)
+            .find(
+                &key,
+                Path::new("m"),
+                &[a.clone(), vec![5]].concat(),
+                0,
+                true,
+            )
             .unwrap();
         disk.restore(found, &[LayerCache::new(None)]).unwrap();
         std::thread::sleep(Duration::from_millis(20));
@@ -810,12 +920,24 @@ mod tests {
         assert_eq!(left.len(), 2, "{left:?}");
         let mut disk = open(folder.path(), 6000);
         assert!(
-            disk.find(&key, &[b.clone(), vec![5]].concat(), 0, true)
-                .is_none()
+            disk.find(
+                &key,
+                Path::new("m"),
+                &[b.clone(), vec![5]].concat(),
+                0,
+                true
+            )
+            .is_none()
         );
         assert!(
-            disk.find(&key, &[c.clone(), vec![5]].concat(), 0, true)
-                .is_some()
+            disk.find(
+                &key,
+                Path::new("m"),
+                &[c.clone(), vec![5]].concat(),
+                0,
+                true
+            )
+            .is_some()
         );
         // A longer cache of the same start replaces the shorter one.
         let longer: Vec<u32> = (0..80).collect();
@@ -847,7 +969,13 @@ mod tests {
         std::fs::write(&path, bytes).unwrap();
         let mut disk = open(folder.path(), 1 << 30);
         let found = disk
-            .find(&key, &(0..40).collect::<Vec<u32>>(), 0, true)
+            .find(
+                &key,
+                Path::new("m"),
+                &(0..40).collect::<Vec<u32>>(),
+                0,
+                true,
+            )
             .unwrap();
         assert!(disk.restore(found, &[LayerCache::new(None)]).is_none());
         assert!(!path.exists(), "the damaged file is removed");
@@ -858,8 +986,14 @@ mod tests {
         )
         .unwrap();
         assert!(
-            disk.find(&key, &(0..40).collect::<Vec<u32>>(), 0, true)
-                .is_none()
+            disk.find(
+                &key,
+                Path::new("m"),
+                &(0..40).collect::<Vec<u32>>(),
+                0,
+                true
+            )
+            .is_none()
         );
         assert!(list(folder.path()).is_empty());
     }

@@ -691,7 +691,7 @@ pub fn prepare(
             let template = empty();
             let trims = template.iter().all(LayerCache::can_trim);
             match disk
-                .find(&key, &prompt, in_memory, trims)
+                .find(&key, &model.dir, &prompt, in_memory, trims)
                 .and_then(|found| disk.restore(found, &template))
             {
                 Some(restored) => {

@@ -1129,6 +1129,13 @@ impl EngineThread {
         match outcome {
             Ok(mut outcome) => {
                 outcome.stats.constraint = done.constraint;
+                if let Some(disk) = self.disk.as_mut() {
+                    disk.note_prefill(
+                        &resident.model.dir,
+                        outcome.stats.prefill_tokens,
+                        outcome.stats.prefill_ms,
+                    );
+                }
                 match &request.conversation {
                     Some(id) => {
                         resident.conversations.insert(id.clone(), conversation);
