@@ -209,6 +209,7 @@ fn batched(model: &LoadedModel, plans: &[Plan], max_kv_size: Option<usize>) -> V
                     cancel: Some(cancels[i].clone()),
                     prefill_step_size: None,
                     constraint: None,
+                    images: None,
                 })
                 .unwrap();
             ids.insert(id, i);

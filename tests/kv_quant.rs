@@ -251,6 +251,7 @@ fn quantized_rows_decoded_in_one_batch_equal_each_row_alone() {
                         cancel: None,
                         prefill_step_size: None,
                         constraint: None,
+                        images: None,
                     })
                     .unwrap(),
             );

@@ -146,6 +146,9 @@ impl JobResult {
             mlx_peak_bytes: r.mlx_peak_bytes,
             kv_cache_bytes: r.kv_cache_bytes,
             kv_bits: r.kv_bits,
+            images: r.images,
+            image_tokens: r.image_tokens,
+            image_encode_ms: r.image_encode_ms,
             pressure_start: r.pressure_start.clone(),
             pressure_max: r.pressure_max.clone(),
             pressure_end: r.pressure_end.clone(),
@@ -210,6 +213,11 @@ pub struct OndoRecord {
     pub kv_cache_bytes: u64,
     /// Bits per element of a quantized KV cache; null: float.
     pub kv_bits: Option<u64>,
+    /// Images the prompt showed, the tokens they filled and what encoding
+    /// them took (inside `ttft_ms`); null without images.
+    pub images: u64,
+    pub image_tokens: Option<u64>,
+    pub image_encode_ms: Option<f64>,
     /// Memory pressure at the start, the worst during, and at the end.
     pub pressure_start: String,
     pub pressure_max: String,

@@ -20,6 +20,7 @@ mod conversations;
 mod embeddings;
 pub mod error;
 pub mod generation;
+mod images;
 mod ollama;
 mod openai;
 mod output_format;

@@ -223,13 +223,24 @@ struct FunctionIn {
     arguments: Option<Value>,
 }
 
-fn refuse_images(images: Option<&Vec<Value>>) -> Result<(), ApiError> {
-    if images.is_some_and(|i| !i.is_empty()) {
-        return Err(ApiError::InvalidField(
-            "images are not supported; this server reads text only".into(),
-        ));
+/// A message's `images`: base64 strings (a `data:` URL is read too).
+/// `field` names the list in errors.
+fn images_of(images: Option<Vec<Value>>, field: &str) -> Result<Vec<String>, ApiError> {
+    let mut out = Vec::new();
+    for (n, image) in images.unwrap_or_default().into_iter().enumerate() {
+        let what = format!("{field}[{n}]");
+        let Value::String(text) = image else {
+            return Err(ApiError::InvalidField(format!(
+                "{what} is not a string; send each image as base64"
+            )));
+        };
+        out.push(if text.starts_with("data:") {
+            super::images::from_url(&text, &what)?
+        } else {
+            super::images::from_base64(&text, &what)?
+        });
     }
-    Ok(())
+    Ok(out)
 }
 
 impl MessageIn {
@@ -240,7 +251,7 @@ impl MessageIn {
                 self.role
             )));
         }
-        refuse_images(self.images.as_ref())?;
+        let images = images_of(self.images, &format!("messages[{index}].images"))?;
         let tool_calls = self.tool_calls.map(|calls| {
             calls
                 .into_iter()
@@ -261,6 +272,7 @@ impl MessageIn {
             tool_calls,
             tool_call_id: None,
             name: self.tool_name,
+            images,
         })
     }
 }
@@ -333,7 +345,7 @@ impl ChatIn {
 impl GenerateIn {
     fn into_request(mut self, user_agent: Option<String>) -> Result<Asked, ApiError> {
         let constraint = self.common.constraint()?;
-        refuse_images(self.images.as_ref())?;
+        let images = images_of(self.images, "images")?;
         if self.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
             return Err(ApiError::InvalidField(
                 "suffix (fill in the middle) is not supported".into(),
@@ -345,11 +357,21 @@ impl GenerateIn {
             return Ok(Asked::LoadOnly(self.model, keep_alive));
         }
         let prompt = if self.raw.unwrap_or(false) {
+            if !images.is_empty() {
+                return Err(ApiError::InvalidField(
+                    "a raw prompt takes no images (the chat template places them); send \
+                     them without raw"
+                        .into(),
+                ));
+            }
             Prompt::Raw { text }
         } else {
             Prompt::Chat {
                 system_prompt: self.system,
-                messages: vec![ChatMessage::user(text)],
+                messages: vec![ChatMessage {
+                    images,
+                    ..ChatMessage::user(text)
+                }],
                 tools: None,
                 template_options: self.common.template_options()?,
             }
@@ -906,8 +928,8 @@ mod tests {
     fn what_this_server_cannot_do_is_refused_by_name() {
         for (body, words) in [
             (
-                json!({"model": "tiny", "messages": [{"role": "user", "content": "hi", "images": ["aGk="]}]}),
-                "images",
+                json!({"model": "tiny", "messages": [{"role": "user", "content": "hi", "images": [42]}]}),
+                "images[0] is not a string",
             ),
             (
                 json!({"model": "tiny", "messages": [{"role": "bot", "content": "hi"}]}),

@@ -149,6 +149,8 @@ struct ContentPart {
     #[serde(rename = "type")]
     kind: String,
     text: Option<String>,
+    /// `{"url": "data:..."}`, or the URL alone.
+    image_url: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -198,19 +200,38 @@ impl MessageIn {
                 )));
             }
         };
+        let mut images = Vec::new();
         let content = match self.content {
             None => String::new(),
             Some(ContentIn::Text(text)) => text,
             Some(ContentIn::Parts(parts)) => {
                 let mut text = String::new();
-                for part in parts {
-                    if part.kind != "text" {
-                        return Err(ApiError::InvalidField(format!(
-                            "message {index} has a part of type '{}'; this server reads text only",
-                            part.kind
-                        )));
+                for (n, part) in parts.into_iter().enumerate() {
+                    match part.kind.as_str() {
+                        "text" => text.push_str(part.text.as_deref().unwrap_or("")),
+                        "image_url" => {
+                            let what = format!("messages[{index}].content[{n}].image_url");
+                            let url = match &part.image_url {
+                                Some(Value::String(url)) => url.as_str(),
+                                Some(Value::Object(o)) => {
+                                    o.get("url").and_then(Value::as_str).unwrap_or("")
+                                }
+                                _ => "",
+                            };
+                            if url.is_empty() {
+                                return Err(ApiError::InvalidField(format!(
+                                    "{what} has no url; send {{\"url\": \"data:image/png;base64,...\"}}"
+                                )));
+                            }
+                            images.push(super::images::from_url(url, &what)?);
+                        }
+                        other => {
+                            return Err(ApiError::InvalidField(format!(
+                                "message {index} has a part of type '{other}'; this server reads \
+                                 text and image_url parts"
+                            )));
+                        }
                     }
-                    text.push_str(part.text.as_deref().unwrap_or(""));
                 }
                 text
             }
@@ -235,6 +256,7 @@ impl MessageIn {
             tool_calls,
             tool_call_id: self.tool_call_id,
             name: (role == "tool").then_some(self.name).flatten(),
+            images,
         })
     }
 }
@@ -826,7 +848,7 @@ mod tests {
             ),
             (
                 json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
-                "image_url",
+                "image_url has no url",
             ),
             (json!({"temperature": "hot"}), "invalid type"),
         ] {

@@ -185,7 +185,8 @@ Examples:
   ondo run tiny \"Why is the sky blue?\"
   ondo run ./my-model \"Summarise:\" --max-tokens 64 --loop sync
   ondo run mlx-community/Qwen3-0.6B-4bit \"hi\" --think off
-  ondo run mlx-community/Qwen3-0.6B-4bit \"hi\" --json")]
+  ondo run mlx-community/Qwen3-0.6B-4bit \"hi\" --json
+  ondo run mlx-community/gemma-3-4b-it-4bit --image shot.png \"What does this say?\"")]
 pub struct RunArgs {
     #[command(flatten)]
     generation: GenerationArgs,
@@ -199,6 +200,11 @@ pub struct RunArgs {
     /// Send the prompt as plain text, without the chat template.
     #[arg(long)]
     raw: bool,
+    /// Show the model an image with the question (PNG, JPEG, WebP or GIF;
+    /// repeatable, in order). Needs a model with a vision tower (Gemma 3
+    /// 4B and larger); the footer says what encoding it took.
+    #[arg(long = "image", value_name = "FILE", conflicts_with_all = ["raw", "prompt_ids"])]
+    images: Vec<std::path::PathBuf>,
     /// Print one JSON record (timings, counts, memory, text, token_ids)
     /// instead of the streamed text and footer.
     #[arg(long)]
@@ -276,6 +282,15 @@ pub fn footer(stats: &RunStats) -> String {
         "{} · {} · TTFT {:.1} ms · {} · stop: {}",
         stats.load_kind, load, stats.ttft_ms, stats.quantization, stats.stop_reason
     ));
+    if stats.images > 0 {
+        lines.push(format!(
+            "images   {:>5} tokens of {} image{} encoded in {:.1} ms (before the prefill)",
+            stats.image_tokens,
+            stats.images,
+            if stats.images == 1 { "" } else { "s" },
+            stats.image_encode_ms
+        ));
+    }
     let cached = match stats.prefix_source {
         _ if stats.cached_tokens == 0 => String::new(),
         PrefixSource::Disk => format!(
@@ -327,6 +342,23 @@ pub fn footer(stats: &RunStats) -> String {
     lines.join("\n")
 }
 
+/// The files of `--image`, each in base64 as a message carries it.
+fn read_images(paths: &[std::path::PathBuf]) -> Result<Vec<String>, CliError> {
+    use base64::Engine as _;
+    paths
+        .iter()
+        .map(|path| {
+            let bytes = std::fs::read(path).map_err(|e| {
+                CliError::new(
+                    ErrorKind::InvalidSettings,
+                    format!("--image {}: {e}", path.display()),
+                )
+            })?;
+            Ok(base64::engine::general_purpose::STANDARD.encode(bytes))
+        })
+        .collect()
+}
+
 pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
     let (pool, model) = args.generation.start()?;
     let prompt = if let Some(ids) = args.prompt_ids {
@@ -336,7 +368,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
     } else {
         Prompt::chat(
             args.generation.system_prompt.clone(),
-            vec![ChatMessage::user(args.prompt)],
+            vec![ChatMessage {
+                images: read_images(&args.images)?,
+                ..ChatMessage::user(args.prompt)
+            }],
         )
     };
     let request = args.generation.request(&model.dir, prompt);

@@ -33,6 +33,7 @@ use super::generate::{DEFAULT_PREFILL_STEP_SIZE, fill_cache};
 use super::model::decoder::Decoder;
 use super::request::{CancelToken, RunError};
 use super::sample::{RecentTokens, Sampler};
+use super::vision::PromptImages;
 use crate::run_kinds::StopReason;
 
 /// The most prompt tokens a joining sequence prefills per step while
@@ -82,6 +83,9 @@ pub struct NewSequence {
     /// The grammar its tokens are held to; it leaves once the grammar is
     /// complete.
     pub constraint: Option<TokenConstraint>,
+    /// Its prompt's images, encoded, counted from the first token of
+    /// `prompt`.
+    pub images: Option<PromptImages>,
 }
 
 /// What a step gave.
@@ -196,6 +200,7 @@ struct Prefill {
     last: u32,
     /// Tokens of `before_last` in the cache.
     filled: usize,
+    images: Option<PromptImages>,
 }
 
 /// A sequence prefilled and waiting to join at the next step.
@@ -346,6 +351,7 @@ impl Batch {
             before_last: before_last.to_vec(),
             last,
             filled: 0,
+            images: sequence.images,
         };
         if prefill.before_last.is_empty() {
             self.ready.push(prefill.into_ready());
@@ -824,10 +830,15 @@ impl Batch {
             prefill.row.interleaved_chunks += 1;
         }
         let chunk_started = std::time::Instant::now();
+        let inserts = match &prefill.images {
+            Some(images) => images.within(prefill.filled, end)?,
+            None => Vec::new(),
+        };
         fill_cache(
             model,
             &mut prefill.cache,
             &prefill.before_last[prefill.filled..end],
+            &inserts,
         )?;
         let secs = chunk_started.elapsed().as_secs_f64();
         let tokens = end - prefill.filled;
@@ -882,6 +893,7 @@ mod tests {
             cancel: None,
             prefill_step_size: None,
             constraint: None,
+            images: None,
         }
     }
 

@@ -59,6 +59,13 @@ pub struct ChatMessage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "specta", specta(optional))]
     pub name: Option<String>,
+    /// Images the turn shows, each a whole image file (PNG, JPEG, WebP or
+    /// GIF) in base64. The template sees the turn's `content` as a list of
+    /// parts: one `{"type": "image"}` per image, then `{"type": "text",
+    /// "text": content}`, as transformers' processors pass them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "specta", specta(optional))]
+    pub images: Vec<String>,
 }
 
 impl ChatMessage {
@@ -85,9 +92,11 @@ impl ChatMessage {
         }
     }
 
-    /// Whether the message says anything: text, or tool calls.
+    /// Whether the message says anything: text, images, or tool calls.
     pub fn is_blank(&self) -> bool {
-        self.content.trim().is_empty() && self.tool_calls.as_ref().is_none_or(Vec::is_empty)
+        self.content.trim().is_empty()
+            && self.images.is_empty()
+            && self.tool_calls.as_ref().is_none_or(Vec::is_empty)
     }
 
     /// The message as the template sees it: the serialized dict, with the
@@ -96,7 +105,7 @@ impl ChatMessage {
         let value = serde_json::to_value(self).map_err(|err| ChatTemplateError::Render {
             message: format!("a message could not be passed to the template: {err}"),
         })?;
-        let value = match (value, &self.reasoning_content) {
+        let mut value = match (value, &self.reasoning_content) {
             (serde_json::Value::Object(fields), Some(reasoning)) => {
                 let mut aliased = serde_json::Map::with_capacity(fields.len() + 1);
                 aliased.insert("thinking".to_owned(), reasoning.as_str().into());
@@ -105,6 +114,17 @@ impl ChatMessage {
             }
             (value, _) => value,
         };
+        if let serde_json::Value::Object(fields) = &mut value
+            && fields.remove("images").is_some()
+        {
+            let mut parts: Vec<serde_json::Value> = self
+                .images
+                .iter()
+                .map(|_| serde_json::json!({"type": "image"}))
+                .collect();
+            parts.push(serde_json::json!({"type": "text", "text": self.content}));
+            fields.insert("content".to_owned(), serde_json::Value::Array(parts));
+        }
         Ok(template_value(&value))
     }
 }

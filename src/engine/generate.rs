@@ -23,6 +23,7 @@ use super::constrain::TokenConstraint;
 use super::model::decoder::Decoder;
 use super::request::CancelToken;
 use super::sample::{RecentTokens, Sampler, SamplerSettings};
+use super::vision::PromptImages;
 use crate::run_kinds::LoopShape;
 
 /// Prompt tokens run through the model at once while prefilling; larger is
@@ -59,6 +60,8 @@ pub struct TokenSteps<'a> {
     prefill_snapshot: Option<CacheSnapshot>,
     /// The grammar the tokens are held to, when there is one.
     constraint: Option<TokenConstraint>,
+    /// The prompt's images, encoded, counted from the first token fed.
+    images: Option<PromptImages>,
 }
 
 impl<'a> TokenSteps<'a> {
@@ -84,7 +87,15 @@ impl<'a> TokenSteps<'a> {
             count_graph: false,
             prefill_snapshot: None,
             constraint: None,
+            images: None,
         })
+    }
+
+    /// Puts `images`' embeddings in place of their tokens (positions
+    /// counted from the first token the steps feed).
+    pub fn with_images(mut self, images: Option<PromptImages>) -> Self {
+        self.images = images;
+        self
     }
 
     /// Holds the tokens to `constraint`'s grammar; the steps end when the
@@ -217,11 +228,16 @@ impl<'a> TokenSteps<'a> {
             return Err(Exception::custom("the prompt has no tokens"));
         };
         self.recent = RecentTokens::new(self.sampler.settings(), rest);
-        for chunk in rest.chunks(self.prefill_step_size) {
+        for (n, chunk) in rest.chunks(self.prefill_step_size).enumerate() {
             if self.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
                 return Err(Exception::custom("cancelled during prefill"));
             }
-            fill_cache(self.model, self.cache, chunk)?;
+            let start = n * self.prefill_step_size;
+            let inserts = match &self.images {
+                Some(images) => images.within(start, start + chunk.len())?,
+                None => Vec::new(),
+            };
+            fill_cache(self.model, self.cache, chunk, &inserts)?;
         }
         self.prefill_snapshot = CacheSnapshot::take(self.cache);
         Ok(Array::from_slice(&[*last], &[1, 1]))
@@ -358,16 +374,18 @@ impl<'a> TokenSteps<'a> {
     }
 }
 
-/// Runs `tokens` through `model` to fill `cache`, without the output head
+/// Runs `tokens` through `model` to fill `cache` (with `inserts` in place
+/// of their positions' embeddings: `Decoder::hidden_with`), without the output head
 /// (MLX never computes what is not evaluated), and evaluates the cache.
 pub fn fill_cache(
     model: &Decoder,
     cache: &mut [LayerCache],
     tokens: &[u32],
+    inserts: &[(i32, Array)],
 ) -> Result<(), Exception> {
     let length = i32::try_from(tokens.len()).unwrap_or(i32::MAX);
     let input = Array::from_slice(tokens, &[1, length]);
-    model.hidden(&input, cache)?;
+    model.hidden_with(&input, inserts, cache)?;
     let state: Vec<&Array> = cache.iter().flat_map(LayerCache::state).collect();
     mlx_rs::transforms::eval(state)?;
     // Intermediate activations of the chunk are garbage now; give their

@@ -35,6 +35,9 @@ pub struct LoadedModel {
     /// How it pools its vectors, when the folder is an embedding model
     /// (sentence-transformers files); `None` for a chat model.
     pub embedding: Option<family::embedding::EmbeddingSetup>,
+    /// The vision tower and projector, for a multimodal checkpoint that
+    /// has them.
+    pub vision: Option<super::vision::VisionModel>,
 }
 
 fn read_json(path: &Path) -> Result<serde_json::Value, LoadError> {
@@ -73,8 +76,18 @@ impl LoadedModel {
         let config = family::settle(&config_value)
             .map_err(|error| LoadError::from_config(error, &config_path))?;
         let model_type = config.model_type.clone();
-        let model = Decoder::load(&config, &config_path, load_weight_map(dir)?)?;
-        let arrays = model.arrays();
+        let mut weights = load_weight_map(dir)?;
+        let vision = super::vision::load(
+            &model_type,
+            &config_value,
+            config.hidden_size as usize,
+            &mut weights,
+        )?;
+        let model = Decoder::load(&config, &config_path, weights)?;
+        let mut arrays = model.arrays();
+        if let Some(vision) = &vision {
+            arrays.extend(vision.arrays());
+        }
         mlx_rs::transforms::eval(arrays.iter().copied())?;
         let weights_bytes = arrays.iter().map(|a| a.nbytes()).sum();
         let float_dtype = model.float_dtype();
@@ -126,6 +139,7 @@ impl LoadedModel {
             float_dtype,
             grammars: std::sync::OnceLock::new(),
             embedding,
+            vision,
         })
     }
 

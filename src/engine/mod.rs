@@ -21,6 +21,7 @@ pub mod sample;
 pub mod stats;
 pub mod stream;
 pub mod thread;
+pub mod vision;
 pub mod weights;
 
 pub use anatomy::StepAnatomy;

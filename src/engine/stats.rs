@@ -77,6 +77,15 @@ pub struct RunStats {
     /// `None`: in the model's float dtype.
     #[serde(default)]
     pub kv_bits: Option<u8>,
+    /// Images the prompt showed, the prompt tokens they filled, and what
+    /// encoding them took (decoding, resizing, the vision tower and the
+    /// projector): inside the time to first token, before the prefill.
+    #[serde(default)]
+    pub images: usize,
+    #[serde(default)]
+    pub image_tokens: usize,
+    #[serde(default)]
+    pub image_encode_ms: f64,
     pub sampler: SamplerSettings,
     pub stop_reason: StopReason,
     /// The stop string the text reached, when one ended the run.

@@ -18,6 +18,7 @@ use super::reply::{ReplyFormat, ReplySegment, ReplySplitter, ToolCall};
 use super::request::{CancelToken, GenerateRequest, Prompt, RunError, RunEvent};
 use super::sample::Sampler;
 use super::stats::{BatchShare, RunStats, per_second};
+use super::vision::PromptImages;
 use crate::run_kinds::{LoadKind, PrefixSource, StopReason};
 
 /// Snapshots of a model's state layers a conversation keeps: the two
@@ -167,9 +168,49 @@ pub struct PromptTokens {
     pub text: Option<String>,
 }
 
-/// The prompt's token ids, whether the chat template made them, and its text.
+/// The prompt's token ids, whether the chat template made them, and its
+/// text; a prompt's images expanded into their tokens where the model has
+/// a vision tower, refused by name where it has none.
 pub fn prompt_ids(model: &LoadedModel, prompt: &Prompt) -> Result<PromptTokens, RunError> {
-    prompt_ids_with(&model.tokenizer, model.chat_template.as_ref(), prompt)
+    let images = prompt_images(prompt).len();
+    if images == 0 {
+        return prompt_ids_with(
+            &model.tokenizer,
+            model.chat_template.as_ref(),
+            prompt,
+            &|t, _| Ok(t.to_owned()),
+        );
+    }
+    let Some(vision) = &model.vision else {
+        return Err(RunError::InvalidSettings(format!(
+            "{} reads text only (it has no vision tower); send the message without its image,              or choose a model that sees images (Gemma 3 4B and larger)",
+            model.dir.display()
+        )));
+    };
+    if model.chat_template.is_none() {
+        return Err(RunError::InvalidSettings(format!(
+            "{} has no chat template to place images with; add one to its tokenizer_config.json",
+            model.dir.display()
+        )));
+    }
+    prompt_ids_with(
+        &model.tokenizer,
+        model.chat_template.as_ref(),
+        prompt,
+        &|text, count| vision.expand_markers(&model.tokenizer, text, count),
+    )
+}
+
+/// The images of a prompt's messages, in order, each a whole file in
+/// base64.
+pub fn prompt_images(prompt: &Prompt) -> Vec<&str> {
+    match prompt {
+        Prompt::Chat { messages, .. } => messages
+            .iter()
+            .flat_map(|m| m.images.iter().map(String::as_str))
+            .collect(),
+        Prompt::Raw { .. } | Prompt::Tokens { .. } => Vec::new(),
+    }
 }
 
 /// The tokens of `prompt` for the model in `dir`, read from its tokenizer
@@ -180,15 +221,24 @@ pub fn count_prompt_tokens(dir: &std::path::Path, prompt: &Prompt) -> Result<usi
     let tokenizer = tokenizers::Tokenizer::from_file(&path)
         .map_err(|e| RunError::Load(format!("could not read {}: {e}", path.display())))?;
     let template = ChatTemplate::from_model_dir(dir).map_err(|e| RunError::Load(e.to_string()))?;
-    Ok(prompt_ids_with(&tokenizer, template.as_ref(), prompt)?
+    // An image counts as its marker here: how many tokens it fills is the
+    // vision config's, read at load.
+    Ok(
+        prompt_ids_with(&tokenizer, template.as_ref(), prompt, &|t, _| {
+            Ok(t.to_owned())
+        })?
         .ids
-        .len())
+        .len(),
+    )
 }
 
+/// `expand` turns the rendered text's image markers (for that many images)
+/// into the tokens the images fill.
 fn prompt_ids_with(
     tokenizer: &tokenizers::Tokenizer,
     chat_template: Option<&ChatTemplate>,
     prompt: &Prompt,
+    expand: &dyn Fn(&str, usize) -> Result<String, RunError>,
 ) -> Result<PromptTokens, RunError> {
     let encode = |text: &str, add_special: bool| -> Result<Vec<u32>, RunError> {
         tokenizer
@@ -224,6 +274,12 @@ fn prompt_ids_with(
                 Some(template) => {
                     let text =
                         template.render_with(&all, tools.as_deref(), template_options, true)?;
+                    let images = all.iter().map(|m| m.images.len()).sum();
+                    let text = if images > 0 {
+                        expand(&text, images)?
+                    } else {
+                        text
+                    };
                     Ok(PromptTokens {
                         ids: encode(&text, false)?,
                         templated: true,
@@ -582,12 +638,21 @@ pub struct PreparedRun {
     templated: bool,
     /// How the reply marks reasoning and tool calls.
     pub format: ReplyFormat,
+    /// The prompt's images, encoded (positions in `prompt`).
+    pub images: Option<PromptImages>,
 }
 
 impl PreparedRun {
     /// The prompt tokens the cache lacks: what the run prefills.
     pub fn new_tokens(&self) -> &[u32] {
         &self.prompt[self.cached..]
+    }
+
+    /// The images' embeddings, placed among `new_tokens` (the cache holds
+    /// none of an image: `prepare` keeps the reused prefix before the
+    /// first).
+    pub fn new_images(&self) -> Option<PromptImages> {
+        self.images.as_ref().map(|images| images.after(self.cached))
     }
 }
 
@@ -650,6 +715,13 @@ pub fn prepare(
             model.dir.display(),
         )));
     }
+    let images = encode_images(model, &request.prompt, &prompt)?;
+    // A cache holds an image's tokens, not which image they showed: the
+    // reused prefix ends before the first image.
+    let matched = match &images {
+        Some(images) => &prompt[..=images.starts[0]],
+        None => &prompt[..],
+    };
     let kv_quantization = request.kv_quantization();
     if let Some(quantization) = kv_quantization {
         quantization
@@ -681,17 +753,17 @@ pub fn prepare(
     // An empty cache of the model's layers (no arrays: cheap to make).
     let empty = || model.model.make_cache(max_kv_size, kv_quantization);
     let cached = match disk {
-        None => conversation.reuse_prefix(&prompt, empty),
+        None => conversation.reuse_prefix(matched, empty),
         Some(disk) => {
             let key = disk.key(&model.dir, max_kv_size, kv_quantization);
             if conversation.would_drop(&prompt) >= disk.min_tokens() {
                 disk.save(&key, &model.dir, &conversation.tokens, &conversation.cache);
             }
-            let in_memory = conversation.reuse_prefix(&prompt, empty);
+            let in_memory = conversation.reuse_prefix(matched, empty);
             let template = empty();
             let trims = template.iter().all(LayerCache::can_trim);
             match disk
-                .find(&key, &model.dir, &prompt, in_memory, trims)
+                .find(&key, &model.dir, matched, in_memory, trims)
                 .and_then(|found| disk.restore(found, &template))
             {
                 Some(restored) => {
@@ -715,7 +787,40 @@ pub fn prepare(
         prefix,
         templated,
         format,
+        images,
     })
+}
+
+/// The prompt's images (`prompt_images`) decoded and encoded by the
+/// model's vision tower, placed at their tokens in `ids`; `None` when it
+/// shows none.
+fn encode_images(
+    model: &LoadedModel,
+    prompt: &Prompt,
+    ids: &[u32],
+) -> Result<Option<PromptImages>, RunError> {
+    let encoded = prompt_images(prompt);
+    let (Some(vision), false) = (&model.vision, encoded.is_empty()) else {
+        return Ok(None);
+    };
+    use base64::Engine as _;
+    let mut files = Vec::with_capacity(encoded.len());
+    for (n, text) in encoded.iter().enumerate() {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(text.trim())
+            .map_err(|e| {
+                RunError::InvalidSettings(format!(
+                    "image {} is not valid base64 ({e}); send the file's bytes in standard base64",
+                    n + 1
+                ))
+            })?;
+        files.push(bytes);
+    }
+    let starts = vision.image_starts(ids, files.len())?;
+    let files: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
+    vision
+        .encode(&files, starts, crate::vision::ImageLimits::default())
+        .map(Some)
 }
 
 /// How many of `cached`'s tokens `prompt` can take from a cache: those
@@ -738,6 +843,13 @@ fn prepare_after_cache_file(
     request: &GenerateRequest,
     path: &std::path::Path,
 ) -> Result<PreparedRun, RunError> {
+    if !prompt_images(&request.prompt).is_empty() {
+        return Err(RunError::InvalidSettings(
+            "a run from a prompt cache file takes text only; send the images without \
+             --prompt-cache-file"
+                .into(),
+        ));
+    }
     let start = Instant::now();
     let template = model
         .model
@@ -785,6 +897,7 @@ fn prepare_after_cache_file(
             ms: read_ms,
         },
         templated,
+        images: None,
     })
 }
 
@@ -1021,7 +1134,8 @@ pub fn run(
         .with_loop_shape(request.loop_shape)
         .with_sampler(sampler)
         .with_cancel(cancel.clone())
-        .with_graph_count(request.count_graph_nodes);
+        .with_graph_count(request.count_graph_nodes)
+        .with_images(prepared.new_images());
     let mut text = RunText::new(model, request, &prepared);
     let mut stop_reason = StopReason::MaxTokens;
     while text.generated() < request.max_tokens {
@@ -1091,6 +1205,7 @@ pub fn conclude(
         cached,
         prefix,
         templated,
+        images,
         ..
     } = prepared;
     let EndedText {
@@ -1172,6 +1287,9 @@ pub fn conclude(
             .kv_quantization()
             .filter(|_| request.max_kv_size.is_none())
             .map(|q| q.bits as u8),
+        images: images.as_ref().map_or(0, |i| i.starts.len()),
+        image_tokens: images.as_ref().map_or(0, PromptImages::tokens),
+        image_encode_ms: images.as_ref().map_or(0.0, |i| i.encode_ms),
         sampler: request.sampler.clone(),
         stop_reason,
         stop_string: reply.stop_string.clone(),

@@ -941,6 +941,7 @@ impl EngineThread {
                 },
                 cancel: Some(cancel.clone()),
                 prefill_step_size: Some(request.prefill_step_size),
+                images: prepared.new_images(),
             };
             let running = self.running.get_or_insert_with(|| Running {
                 key: key.clone(),

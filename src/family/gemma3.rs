@@ -18,7 +18,10 @@
 use serde_json::{Value, json};
 
 use super::config::{Activation, ConfigError, ConfigKeys, Keys, ModelConfig, merged, missing};
-use super::synth::{Shape, SynthChoices, SynthRecipe, nest_under_text_config, plain_rope};
+use super::synth::{
+    Shape, SynthChoices, SynthRecipe, VisionSynth, VisionToken, nest_under_text_config, plain_rope,
+};
+use super::tensors::{PlannedTensor, TensorKind};
 use super::{Family, ReplyStyle, every_layout_readable};
 
 pub const GEMMA3_TEXT: Family = Family {
@@ -32,25 +35,43 @@ pub const GEMMA3_TEXT: Family = Family {
         adjust: plain_rope,
         config: text_synth_config,
         extra_tensors: &[],
+        vision: None,
     },
 };
 
 pub const GEMMA3: Family = Family {
     model_type: "gemma3",
     class_name: "Gemma3ForConditionalGeneration",
-    about: "Gemma 3 4B, 12B and 27B (multimodal checkpoints; Ondo reads the text model)",
+    about: "Gemma 3 4B, 12B and 27B (multimodal checkpoints: text, and images through the SigLIP tower)",
     settle: settle_multimodal,
     unreadable_layout: every_layout_readable,
     reply: ReplyStyle::PLAIN,
     synth: SynthRecipe {
         adjust: plain_rope,
         config: multimodal_synth_config,
-        // A vision tower and projector: present in every multimodal
-        // checkpoint, read by neither Ondo nor mlx-lm's text model.
-        extra_tensors: &[
-            "vision_tower.vision_model.post_layernorm.weight",
-            "multi_modal_projector.mm_soft_emb_norm.weight",
-        ],
+        extra_tensors: &[],
+        vision: Some(VisionSynth {
+            tokens: &[
+                VisionToken {
+                    text: "<start_of_image>",
+                    config_key: "boi_token_index",
+                    name: "boi_token",
+                },
+                VisionToken {
+                    text: "<end_of_image>",
+                    config_key: "eoi_token_index",
+                    name: "eoi_token",
+                },
+                VisionToken {
+                    text: "<image_soft_token>",
+                    config_key: "image_token_index",
+                    name: "image_token",
+                },
+            ],
+            config: vision_synth_config,
+            tensors: vision_tensors,
+            processor_files,
+        }),
     },
 };
 
@@ -171,6 +192,181 @@ fn multimodal_synth_config(config: &mut Value, shape: &Shape, choices: &SynthCho
         "gemma3",
         json!({"model_type": "siglip_vision_model"}),
     );
+}
+
+/// The vision keys of a synthetic multimodal folder: a model the size of
+/// Gemma 3 4B or larger gets Gemma 3's own tower (SigLIP so400m at 896
+/// pixels, 256 tokens an image); a smaller one a small tower with every
+/// part of the real one (112 pixels in 14-pixel patches, pooled to 16
+/// tokens).
+fn vision_synth_config(config: &mut Value, shape: &Shape, ids: &[u32]) {
+    let (mut vision, tokens) = if shape.hidden_size >= 2048 {
+        (
+            json!({"hidden_size": 1152, "intermediate_size": 4304, "num_hidden_layers": 27,
+                   "num_attention_heads": 16, "patch_size": 14, "image_size": 896}),
+            256,
+        )
+    } else {
+        (
+            json!({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                   "num_attention_heads": 4, "patch_size": 14, "image_size": 112}),
+            16,
+        )
+    };
+    vision["model_type"] = json!("siglip_vision_model");
+    vision["layer_norm_eps"] = json!(1e-6);
+    vision["vision_use_head"] = json!(false);
+    config["vision_config"] = vision;
+    config["mm_tokens_per_image"] = json!(tokens);
+    // The width image features are divided by before the embedding scale:
+    // mlx-vlm reads it at the top level (2048 when absent); transformers'
+    // model, which Ondo follows, uses the text model's.
+    config["hidden_size"] = config["text_config"]["hidden_size"].clone();
+    config["text_config"]["mm_tokens_per_image"] = json!(tokens);
+    for (key, id) in ["boi_token_index", "eoi_token_index", "image_token_index"]
+        .iter()
+        .zip(ids)
+    {
+        config[*key] = json!(id);
+    }
+}
+
+/// The tower's and projector's tensors for `config`, named and laid out as
+/// mlx-community's conversions store them (the patch kernel channels last).
+fn vision_tensors(config: &Value) -> Vec<PlannedTensor> {
+    let vision = &config["vision_config"];
+    let size = |key: &str| vision[key].as_i64().unwrap_or(0) as i32;
+    let (h, i, k) = (
+        size("hidden_size"),
+        size("intermediate_size"),
+        size("patch_size"),
+    );
+    let grid = size("image_size") / k.max(1);
+    let text_hidden = config["text_config"]["hidden_size"].as_i64().unwrap_or(0) as i32;
+    let root = "vision_tower.vision_model";
+    let tensor =
+        |name: String, shape: Vec<i32>, kind: TensorKind| PlannedTensor { name, shape, kind };
+    let mut plan = vec![
+        tensor(
+            format!("{root}.embeddings.patch_embedding.weight"),
+            vec![h, k, k, 3],
+            TensorKind::FloatMatrix,
+        ),
+        tensor(
+            format!("{root}.embeddings.patch_embedding.bias"),
+            vec![h],
+            TensorKind::Bias,
+        ),
+        tensor(
+            format!("{root}.embeddings.position_embedding.weight"),
+            vec![grid * grid, h],
+            TensorKind::FloatMatrix,
+        ),
+    ];
+    for n in 0..size("num_hidden_layers") {
+        let p = format!("{root}.encoder.layers.{n}");
+        for proj in ["q_proj", "k_proj", "v_proj", "out_proj"] {
+            plan.push(tensor(
+                format!("{p}.self_attn.{proj}.weight"),
+                vec![h, h],
+                TensorKind::FloatMatrix,
+            ));
+            plan.push(tensor(
+                format!("{p}.self_attn.{proj}.bias"),
+                vec![h],
+                TensorKind::Bias,
+            ));
+        }
+        for norm in ["layer_norm1", "layer_norm2"] {
+            plan.push(tensor(
+                format!("{p}.{norm}.weight"),
+                vec![h],
+                TensorKind::Gain,
+            ));
+            plan.push(tensor(
+                format!("{p}.{norm}.bias"),
+                vec![h],
+                TensorKind::Bias,
+            ));
+        }
+        plan.push(tensor(
+            format!("{p}.mlp.fc1.weight"),
+            vec![i, h],
+            TensorKind::FloatMatrix,
+        ));
+        plan.push(tensor(
+            format!("{p}.mlp.fc1.bias"),
+            vec![i],
+            TensorKind::Bias,
+        ));
+        plan.push(tensor(
+            format!("{p}.mlp.fc2.weight"),
+            vec![h, i],
+            TensorKind::FloatMatrix,
+        ));
+        plan.push(tensor(
+            format!("{p}.mlp.fc2.bias"),
+            vec![h],
+            TensorKind::Bias,
+        ));
+    }
+    plan.push(tensor(
+        format!("{root}.post_layernorm.weight"),
+        vec![h],
+        TensorKind::Gain,
+    ));
+    plan.push(tensor(
+        format!("{root}.post_layernorm.bias"),
+        vec![h],
+        TensorKind::Bias,
+    ));
+    // Stored minus one (Gemma's RMSNorm), so the scale is one more.
+    plan.push(tensor(
+        "multi_modal_projector.mm_soft_emb_norm.weight".into(),
+        vec![h],
+        TensorKind::Gain,
+    ));
+    plan.push(tensor(
+        "multi_modal_projector.mm_input_projection_weight".into(),
+        vec![h, text_hidden],
+        TensorKind::FloatMatrix,
+    ));
+    plan
+}
+
+/// Gemma 3's preprocessor_config.json (a square resize with Pillow's
+/// bilinear filter, pixels scaled to [-1, 1], pan-and-scan off) and
+/// processor_config.json, for `config`'s image size and tokens.
+fn processor_files(config: &Value) -> [(&'static str, Value); 2] {
+    let side = config["vision_config"]["image_size"].clone();
+    let tokens = config["mm_tokens_per_image"].clone();
+    [
+        (
+            "preprocessor_config.json",
+            json!({
+                "do_convert_rgb": null,
+                "do_normalize": true,
+                "do_pan_and_scan": null,
+                "do_rescale": true,
+                "do_resize": true,
+                "image_mean": [0.5, 0.5, 0.5],
+                "image_processor_type": "Gemma3ImageProcessor",
+                "image_seq_length": tokens,
+                "image_std": [0.5, 0.5, 0.5],
+                "pan_and_scan_max_num_crops": null,
+                "pan_and_scan_min_crop_size": null,
+                "pan_and_scan_min_ratio_to_activate": null,
+                "processor_class": "Gemma3Processor",
+                "resample": 2,
+                "rescale_factor": 1.0 / 255.0,
+                "size": {"height": side, "width": side},
+            }),
+        ),
+        (
+            "processor_config.json",
+            json!({"image_seq_length": tokens, "processor_class": "Gemma3Processor"}),
+        ),
+    ]
 }
 
 #[cfg(test)]

@@ -53,6 +53,7 @@ pub const GEMMA4_TEXT: Family = Family {
         adjust,
         config: text_synth_config,
         extra_tensors: &[],
+        vision: None,
     },
 };
 
@@ -73,6 +74,7 @@ pub const GEMMA4: Family = Family {
             "embed_vision.embedding_pre_projection_norm.weight",
             "audio_tower.output_proj.bias",
         ],
+        vision: None,
     },
 };
 

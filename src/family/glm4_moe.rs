@@ -35,6 +35,7 @@ pub const GLM4_MOE: Family = Family {
         adjust,
         config: synth_config,
         extra_tensors: &[],
+        vision: None,
     },
 };
 

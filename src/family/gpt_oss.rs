@@ -29,6 +29,7 @@ pub const GPT_OSS: Family = Family {
         adjust,
         config: synth_config,
         extra_tensors: &[],
+        vision: None,
     },
 };
 

@@ -36,6 +36,7 @@ pub const LFM2: Family = Family {
         adjust,
         config: synth_config,
         extra_tensors: &[],
+        vision: None,
     },
 };
 

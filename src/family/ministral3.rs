@@ -40,6 +40,7 @@ pub const MINISTRAL3: Family = Family {
         adjust: plain_rope,
         config: synth_config,
         extra_tensors: &[],
+        vision: None,
     },
 };
 

@@ -30,6 +30,7 @@ pub const MISTRAL3: Family = Family {
             "vision_tower.ln_pre.weight",
             "multi_modal_projector.norm.weight",
         ],
+        vision: None,
     },
 };
 

@@ -23,6 +23,7 @@ pub const PHI3: Family = Family {
         adjust: plain_rope,
         config: synth_config,
         extra_tensors: &[],
+        vision: None,
     },
 };
 

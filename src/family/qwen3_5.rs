@@ -34,6 +34,7 @@ pub const QWEN3_5: Family = Family {
         adjust: dense,
         config: synth_config,
         extra_tensors: EXTRA_TENSORS,
+        vision: None,
     },
 };
 
@@ -48,6 +49,7 @@ pub const QWEN3_5_MOE: Family = Family {
         adjust: mixture,
         config: synth_config,
         extra_tensors: EXTRA_TENSORS,
+        vision: None,
     },
 };
 

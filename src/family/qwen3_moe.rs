@@ -20,6 +20,7 @@ pub const QWEN3_MOE: Family = Family {
         adjust,
         config: synth_config,
         extra_tensors: &[],
+        vision: None,
     },
 };
 

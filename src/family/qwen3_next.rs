@@ -33,6 +33,7 @@ pub const QWEN3_NEXT: Family = Family {
         adjust,
         config: synth_config,
         extra_tensors: &[],
+        vision: None,
     },
 };
 

@@ -24,6 +24,7 @@ pub const SMOLLM3: Family = Family {
         adjust,
         config: synth_config,
         extra_tensors: &[],
+        vision: None,
     },
 };
 

@@ -83,6 +83,34 @@ pub struct SynthRecipe {
     /// one has and neither Ondo nor mlx-lm's text model reads, written as
     /// one small norm scale each.
     pub extra_tensors: &'static [&'static str],
+    /// The vision tower a multimodal family's folder carries, for Ondo's
+    /// vision path and mlx-vlm to read.
+    pub vision: Option<VisionSynth>,
+}
+
+/// A family's vision tower in `ondo synth`: random weights in the real
+/// layout, the processor's files and the tokens that mark images.
+#[derive(Debug)]
+pub struct VisionSynth {
+    /// The tokens the processor marks images with, added to the tokenizer
+    /// as special tokens after its own (they take its last ids), each with
+    /// the config.json key that holds its id and the name
+    /// tokenizer_config.json's `extra_special_tokens` gives it.
+    pub tokens: &'static [VisionToken],
+    /// Writes the vision keys into config.json (the token ids in
+    /// `tokens`' order).
+    pub config: fn(&mut Value, &Shape, &[u32]),
+    /// The tower's and projector's tensors for that config.
+    pub tensors: fn(&Value) -> Vec<super::tensors::PlannedTensor>,
+    /// preprocessor_config.json and processor_config.json for that config.
+    pub processor_files: fn(&Value) -> [(&'static str, Value); 2],
+}
+
+#[derive(Debug)]
+pub struct VisionToken {
+    pub text: &'static str,
+    pub config_key: &'static str,
+    pub name: &'static str,
 }
 
 /// The config.json keys every family's folder has, from the shape.
@@ -123,6 +151,7 @@ pub const PRESET_AS_IS: SynthRecipe = SynthRecipe {
     adjust: shape_as_is,
     config: no_own_keys,
     extra_tensors: &[],
+    vision: None,
 };
 
 /// Plain rope (`plain_rope`) and no keys of its own.
@@ -130,6 +159,7 @@ pub const PLAIN_ROPE: SynthRecipe = SynthRecipe {
     adjust: plain_rope,
     config: no_own_keys,
     extra_tensors: &[],
+    vision: None,
 };
 
 /// The shape as is: the family's conventions are the preset's (Llama).

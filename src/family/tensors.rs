@@ -38,6 +38,9 @@ pub enum TensorKind {
     /// `layer_scalar`, its router's `scale` and `per_expert_scale`): never
     /// quantized.
     Gain,
+    /// A matrix the converters keep in floats whatever the rest: a vision
+    /// tower's and projector's (mlx-vlm quantizes the language model only).
+    FloatMatrix,
 }
 
 /// One tensor of a model.

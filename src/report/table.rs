@@ -50,6 +50,7 @@ pub(crate) fn label(name: &str) -> (&'static str, Topic) {
         "prefill_step_size" => ("prefill step", Topic::Settings),
         "max_kv_size" => ("max kv", Topic::Settings),
         "kv_bits" => ("kv bits", Topic::Settings),
+        "images" => ("images", Topic::Settings),
         "max_tokens" => ("max tokens", Topic::Settings),
         "temperature" => ("temp", Topic::Settings),
         "top_p" => ("top p", Topic::Settings),
@@ -197,6 +198,7 @@ impl SummaryTable {
                         | "prefill_step_size"
                         | "max_kv_size"
                         | "kv_bits"
+                        | "images"
                         | "max_tokens")
                 ),
             })

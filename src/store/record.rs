@@ -136,6 +136,15 @@ pub struct RunRecord {
     /// Bits per element of a quantized KV cache (4 or 8); `None`: float.
     #[serde(default)]
     pub kv_bits: Option<u64>,
+    /// Images the prompt showed (0 for text).
+    #[serde(default)]
+    pub images: u64,
+    /// Prompt tokens the images filled, and what encoding them took
+    /// (inside the time to first token); `None` without images.
+    #[serde(default)]
+    pub image_tokens: Option<u64>,
+    #[serde(default)]
+    pub image_encode_ms: Option<f64>,
     pub max_tokens: u64,
     pub temperature: f64,
     pub top_p: f64,

@@ -281,16 +281,25 @@ fn write_into(
     progress: &mut dyn FnMut(weights::Progress),
 ) -> Result<SynthSummary, SynthError> {
     let shape = options.shape();
-    let tokenizer = tokenizer::write_tokenizer(
+    let mut tokenizer = tokenizer::write_tokenizer(
         &tokenizer::TokenizerSpec {
             vocab_size: shape.tokenizer_vocab_size,
             seed: options.seed,
         },
         dir,
     )?;
+    if let Some(vision) = &options.arch.synth.vision {
+        let tokens: Vec<(&str, &str)> = vision.tokens.iter().map(|t| (t.text, t.name)).collect();
+        tokenizer::add_vision_tokens(dir, &tokens, &mut tokenizer)?;
+    }
     let PlannedModel { config, plan } = plan_model(options, &tokenizer)?;
     let written = weights::write_weights(options, &plan, dir, progress)?;
     write_json(&dir.join("config.json"), &config)?;
+    if let Some(vision) = &options.arch.synth.vision {
+        for (name, value) in (vision.processor_files)(&config) {
+            write_json(&dir.join(name), &value)?;
+        }
+    }
     let generation = json!({
         "bos_token_id": tokenizer.bos_token_id,
         "eos_token_id": tokenizer.eos_token_ids,
@@ -340,7 +349,10 @@ pub fn plan_model(
             arch: options.arch.model_type.to_owned(),
         });
     }
-    let plan = family::tensors::plan(&settled);
+    let mut plan = family::tensors::plan(&settled);
+    if let Some(vision) = &options.arch.synth.vision {
+        plan.extend((vision.tensors)(&config));
+    }
     if let Some(quantization) = quantization_json(options, &plan) {
         config["quantization"] = quantization.clone();
         config["quantization_config"] = quantization;
@@ -366,6 +378,17 @@ fn config_json(
         "note": "random weights written by `ondo synth`: for speed tests, not for answers",
     });
     (family.synth.config)(&mut config, shape, &options.choices());
+    if let Some(vision) = &family.synth.vision {
+        // The image tokens take the tokenizer's last ids
+        // (`tokenizer::add_vision_tokens`).
+        let count = vision.tokens.len() as u32;
+        let last = tokenizer.vocab_size as u32;
+        let ids: Vec<u32> = (last.saturating_sub(count)..last).collect();
+        (vision.config)(&mut config, shape, &ids);
+        // mlx-vlm zeroes the embeddings of the pad id (default 0, a byte
+        // token here) in a prompt with images.
+        config["pad_token_id"] = json!(tokenizer.pad_token_id);
+    }
     config
 }
 

@@ -81,6 +81,32 @@ const CHAT_TEMPLATE: &str = r"{#- Ondo synthetic chat format (Llama 3 style). -#
 {%- endif -%}
 ";
 
+/// The chat format of a synthetic vision model: the same turns, with a
+/// message whose content is a list of parts writing its image parts as the
+/// image marker (the first of the model's image tokens) and its text parts
+/// as text, as Gemma 3's template writes them.
+const VISION_CHAT_TEMPLATE: &str = r"{#- Ondo synthetic chat format (Llama 3 style, with images). -#}
+{{- bos_token -}}
+{%- for message in messages -%}
+{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' -}}
+{%- if message['content'] is string -%}
+{{- message['content'] | trim -}}
+{%- else -%}
+{%- for part in message['content'] -%}
+{%- if part['type'] == 'image' -%}
+{{- 'IMAGE_MARKER' -}}
+{%- elif part['type'] == 'text' -%}
+{{- part['text'] | trim -}}
+{%- endif -%}
+{%- endfor -%}
+{%- endif -%}
+{{- '<|eot_id|>' -}}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}
+{%- endif -%}
+";
+
 /// What tokenizer to synthesize.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenizerSpec {
@@ -174,6 +200,65 @@ type BpeTokenizer = TokenizerImpl<
     PostProcessorWrapper,
     DecoderWrapper,
 >;
+
+/// Adds a vision model's image tokens (`(text, name)`: the token and the
+/// name `extra_special_tokens` gives it, the first being the marker the
+/// chat template writes) to the tokenizer written in `dir`, as special
+/// tokens after all others, and switches its chat template to one that
+/// writes images. Returns their ids, in order.
+pub fn add_vision_tokens(
+    dir: &Path,
+    tokens: &[(&str, &str)],
+    written: &mut SynthTokenizer,
+) -> Result<Vec<u32>, TokenizerSynthError> {
+    let tokenizer_path = dir.join("tokenizer.json");
+    let mut tokenizer = tokenizers::Tokenizer::from_file(&tokenizer_path)
+        .map_err(|e| TokenizerSynthError::build("reading tokenizer.json back", e))?;
+    let added: Vec<AddedToken> = tokens
+        .iter()
+        .map(|(text, _)| AddedToken::from(*text, true))
+        .collect();
+    tokenizer.add_special_tokens(&added);
+    let mut ids = Vec::with_capacity(tokens.len());
+    for (text, _) in tokens {
+        ids.push(tokenizer.token_to_id(text).ok_or_else(|| {
+            TokenizerSynthError::build("adding the image tokens", format!("{text} has no id"))
+        })?);
+    }
+    tokenizer
+        .save(&tokenizer_path, true)
+        .map_err(|source| TokenizerSynthError::WriteFile {
+            path: tokenizer_path,
+            source,
+        })?;
+    let config_path = dir.join("tokenizer_config.json");
+    let write_error =
+        |e: Box<dyn std::error::Error + Send + Sync>| TokenizerSynthError::WriteFile {
+            path: config_path.clone(),
+            source: e,
+        };
+    let text = std::fs::read_to_string(&config_path).map_err(|e| write_error(Box::new(e)))?;
+    let mut config: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| write_error(Box::new(e)))?;
+    let mut names = serde_json::Map::new();
+    for ((text, name), id) in tokens.iter().zip(&ids) {
+        config["added_tokens_decoder"][id.to_string()] = serde_json::json!({
+            "content": text, "lstrip": false, "normalized": false, "rstrip": false,
+            "single_word": false, "special": true,
+        });
+        names.insert((*name).to_owned(), serde_json::json!(text));
+    }
+    config["extra_special_tokens"] = serde_json::Value::Object(names);
+    let marker = tokens.first().map_or("", |(text, _)| text);
+    config["chat_template"] =
+        serde_json::json!(VISION_CHAT_TEMPLATE.replace("IMAGE_MARKER", marker));
+    let mut text = serde_json::to_string_pretty(&config)
+        .map_err(|e| TokenizerSynthError::build("serializing tokenizer_config.json", e))?;
+    text.push('\n');
+    std::fs::write(&config_path, text).map_err(|e| write_error(Box::new(e)))?;
+    written.vocab_size = tokenizer.get_vocab_size(true);
+    Ok(ids)
+}
 
 /// Trains a byte-level BPE for `spec` and writes `tokenizer.json` and
 /// `tokenizer_config.json` into `dir` (created if missing; existing files replaced).

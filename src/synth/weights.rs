@@ -77,6 +77,7 @@ fn quant_of(options: &SynthOptions, kind: TensorKind) -> Option<SynthQuant> {
         | TensorKind::LogDecay
         | TensorKind::FloatRouter
         | TensorKind::ScoreCorrection
+        | TensorKind::FloatMatrix
         | TensorKind::Gain => None,
         TensorKind::Matrix => Some(default),
         TensorKind::Router => Some(ROUTER_QUANT),
@@ -144,6 +145,7 @@ fn make_tensor(
         | TensorKind::FloatRouter
         | TensorKind::ScoreCorrection
         | TensorKind::Experts
+        | TensorKind::FloatMatrix
         | TensorKind::Conv => {
             let key = random::key(tensor_seed(options.seed, &tensor.name))?;
             // A convolution kernel spans a few positions: weights of a

@@ -129,6 +129,17 @@ pub fn clamped_swiglu(gate: &Array, up: &Array, limit: f32) -> Result<Array, Exc
     })
 }
 
+/// `0.5 x (1 + erf(x / sqrt 2))`: the exact GELU of BERT and SigLIP.
+pub fn gelu_exact(x: &Array) -> Result<Array, Exception> {
+    let half = Array::from_f32(0.5).as_dtype(x.dtype())?;
+    let root_half = Array::from_f32(std::f32::consts::FRAC_1_SQRT_2).as_dtype(x.dtype())?;
+    let erf = ops::erf(ops::multiply(x, &root_half)?)?;
+    ops::multiply(
+        &ops::multiply(x, &half)?,
+        &ops::add(&erf, &Array::from_f32(1.0).as_dtype(x.dtype())?)?,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

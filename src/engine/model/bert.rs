@@ -14,6 +14,8 @@ use serde::Deserialize;
 use crate::engine::LoadError;
 use crate::engine::weights::WeightMap;
 
+use super::activation::gelu_exact;
+
 /// The config.json keys BERT reads, with transformers' defaults.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct BertConfig {
@@ -46,38 +48,43 @@ fn default_act() -> String {
 }
 
 /// A dense layer: `x @ weight.T + bias`.
-struct Dense {
-    weight: Array,
-    bias: Array,
+pub(crate) struct Dense {
+    pub(crate) weight: Array,
+    pub(crate) bias: Array,
 }
 
 impl Dense {
-    fn take(w: &mut WeightMap, name: &str, out: usize, inp: usize) -> Result<Self, LoadError> {
+    pub(crate) fn take(
+        w: &mut WeightMap,
+        name: &str,
+        out: usize,
+        inp: usize,
+    ) -> Result<Self, LoadError> {
         Ok(Self {
             weight: w.take_float(&format!("{name}.weight"), &[out as i32, inp as i32])?,
             bias: w.take_float(&format!("{name}.bias"), &[out as i32])?,
         })
     }
 
-    fn forward(&self, x: &Array) -> Result<Array, Exception> {
+    pub(crate) fn forward(&self, x: &Array) -> Result<Array, Exception> {
         ops::addmm(&self.bias, x, self.weight.t(), None, None)
     }
 }
 
-struct LayerNorm {
-    weight: Array,
-    bias: Array,
+pub(crate) struct LayerNorm {
+    pub(crate) weight: Array,
+    pub(crate) bias: Array,
 }
 
 impl LayerNorm {
-    fn take(w: &mut WeightMap, name: &str, size: usize) -> Result<Self, LoadError> {
+    pub(crate) fn take(w: &mut WeightMap, name: &str, size: usize) -> Result<Self, LoadError> {
         Ok(Self {
             weight: w.take_float(&format!("{name}.weight"), &[size as i32])?,
             bias: w.take_float(&format!("{name}.bias"), &[size as i32])?,
         })
     }
 
-    fn forward(&self, x: &Array, eps: f32) -> Result<Array, Exception> {
+    pub(crate) fn forward(&self, x: &Array, eps: f32) -> Result<Array, Exception> {
         fast::layer_norm(x, &self.weight, &self.bias, eps)
     }
 }
@@ -238,23 +245,12 @@ impl Bert {
             let h1 = layer
                 .attention_norm
                 .forward(&ops::add(&attended, &h)?, eps)?;
-            let inner = gelu(&layer.intermediate.forward(&h1)?)?;
+            let inner = gelu_exact(&layer.intermediate.forward(&h1)?)?;
             let out = layer.output.forward(&inner)?;
             h = layer.output_norm.forward(&ops::add(&out, &h1)?, eps)?;
         }
         Ok(h)
     }
-}
-
-/// `0.5 x (1 + erf(x / sqrt 2))`: BERT's exact GELU.
-fn gelu(x: &Array) -> Result<Array, Exception> {
-    let half = Array::from_f32(0.5).as_dtype(x.dtype())?;
-    let root_half = Array::from_f32(std::f32::consts::FRAC_1_SQRT_2).as_dtype(x.dtype())?;
-    let erf = ops::erf(ops::multiply(x, &root_half)?)?;
-    ops::multiply(
-        &ops::multiply(x, &half)?,
-        &ops::add(&erf, &Array::from_f32(1.0).as_dtype(x.dtype())?)?,
-    )
 }
 
 trait RowOf {

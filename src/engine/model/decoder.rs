@@ -1124,6 +1124,18 @@ impl Decoder {
     /// `[batch, length]`, extending `cache` (one per layer that keeps one,
     /// in order: `make_cache`) by `length` positions.
     pub fn hidden(&self, tokens: &Array, cache: &mut [LayerCache]) -> Result<Array, Exception> {
+        self.hidden_with(tokens, &[], cache)
+    }
+
+    /// `hidden`, with rows of `tokens`' embeddings replaced before the
+    /// embedding scale: each `(position, rows [1, n, hidden])` puts `n`
+    /// rows from `position` on (an image's tokens, from its vision tower).
+    pub fn hidden_with(
+        &self,
+        tokens: &Array,
+        inserts: &[(i32, Array)],
+        cache: &mut [LayerCache],
+    ) -> Result<Array, Exception> {
         let length = tokens.shape()[1];
         self.check_cache_count(cache)?;
         // Layers of one kind (full, or one window size) hold the same
@@ -1140,7 +1152,7 @@ impl Decoder {
             )));
         }
         let offset = Array::from_int(position);
-        let h = self.embed(tokens)?;
+        let h = self.embed_with(tokens, inserts)?;
         let query_scale = match &self.query_scale {
             Some(scale) => position_query_scale(scale, length, position, h.dtype())?,
             None => None,
@@ -1214,7 +1226,36 @@ impl Decoder {
 
     /// The embeddings of `tokens`, scaled where the family scales them.
     fn embed(&self, tokens: &Array) -> Result<Array, Exception> {
-        let h = self.embed_tokens.embed(tokens)?;
+        self.embed_with(tokens, &[])
+    }
+
+    /// `embed`, with `inserts` (see `hidden_with`) in place of their
+    /// positions' embeddings before the scale, cast to the embeddings'
+    /// dtype.
+    fn embed_with(&self, tokens: &Array, inserts: &[(i32, Array)]) -> Result<Array, Exception> {
+        let mut h = self.embed_tokens.embed(tokens)?;
+        if !inserts.is_empty() {
+            let length = tokens.shape()[1];
+            let mut pieces = Vec::with_capacity(2 * inserts.len() + 1);
+            let mut at = 0;
+            for (position, rows) in inserts {
+                let count = rows.shape()[1];
+                if *position < at || position + count > length {
+                    return Err(Exception::custom(format!(
+                        "{count} inserted embeddings at {position} do not fit {length} positions"
+                    )));
+                }
+                if *position > at {
+                    pieces.push(h.index((.., at..*position, ..)));
+                }
+                pieces.push(rows.as_dtype(h.dtype())?);
+                at = position + count;
+            }
+            if at < length {
+                pieces.push(h.index((.., at.., ..)));
+            }
+            h = ops::concatenate(&pieces, 1)?;
+        }
         match &self.embed_scale {
             Some(scale) => ops::multiply(&h, scale),
             None => Ok(h),

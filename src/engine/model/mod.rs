@@ -13,6 +13,7 @@ pub mod gated_delta;
 pub mod per_layer_input;
 pub mod quantized;
 pub mod short_conv;
+pub mod siglip;
 
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, Dtype, ops};

@@ -366,6 +366,13 @@ export type ChatMessage = {
 	tool_call_id?: string | null,
 	/**  For a `tool` turn: the name of the tool that answered. */
 	name?: string | null,
+	/**
+	 *  Images the turn shows, each a whole image file (PNG, JPEG, WebP or
+	 *  GIF) in base64. The template sees the turn's `content` as a list of
+	 *  parts: one `{"type": "image"}` per image, then `{"type": "text",
+	 *  "text": content}`, as transformers' processors pass them.
+	 */
+	images?: string[],
 };
 
 /**  One self-test and its outcome. */
@@ -1271,6 +1278,14 @@ export type RunRecord = {
 	max_kv_size: number | null,
 	/**  Bits per element of a quantized KV cache (4 or 8); `None`: float. */
 	kv_bits?: number | null,
+	/**  Images the prompt showed (0 for text). */
+	images?: number,
+	/**
+	 *  Prompt tokens the images filled, and what encoding them took
+	 *  (inside the time to first token); `None` without images.
+	 */
+	image_tokens?: number | null,
+	image_encode_ms?: number | null,
 	max_tokens: number,
 	temperature: number | null,
 	top_p: number | null,

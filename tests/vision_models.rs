@@ -1,0 +1,281 @@
+//! Vision models against mlx-vlm on the same synthetic folder and image
+//! files: Gemma 3's image features (its SigLIP tower and projector) within
+//! 1e-4 of mlx-vlm's, and `ondo run --image`'s greedy tokens equal to
+//! mlx-vlm's generate_step for a prompt with one image and with two, in
+//! both loop shapes; a model without a tower, and an image over the limits,
+//! refused by name.
+
+mod common;
+
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use image::{ImageFormat, RgbImage};
+use ondo::engine::chat_template::{ChatMessage, ChatTemplate};
+use ondo::engine::load::LoadedModel;
+use ondo::vision::ImageLimits;
+use serde_json::Value;
+
+/// Greedy tokens compared per run.
+const TOKENS: usize = 12;
+
+struct Home {
+    dir: tempfile::TempDir,
+}
+
+impl Home {
+    fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn ondo(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_ondo"))
+            .env("ONDO_HOME", self.dir.path().join("home"))
+            .env("HF_HUB_CACHE", self.dir.path().join("hf"))
+            .env("ONDO_NO_KEYCHAIN", "1")
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    fn synth(&self, name: &str, args: &[&str]) -> PathBuf {
+        let dir = self.dir.path().join(name);
+        let mut all = vec!["synth", "tiny", dir.to_str().unwrap()];
+        all.extend_from_slice(args);
+        let out = self.ondo(&all);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dir
+    }
+
+    fn file(&self, name: &str, bytes: &[u8]) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+}
+
+/// A screenshot-like picture: panels, edges, noise and a gradient.
+fn picture(width: u32, height: u32, seed: u32) -> Vec<u8> {
+    let mut state = 0x2545_f491_u32 ^ seed;
+    let image = RgbImage::from_fn(width, height, |x, y| {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        let noise = (state % 256) as u8;
+        match ((x / 97) + (y / 61) + seed) % 4 {
+            0 => image::Rgb([240, 240, 245]),
+            1 => image::Rgb([(x % 256) as u8, (y % 256) as u8, 128]),
+            2 => image::Rgb([noise, noise / 2, 255 - noise]),
+            _ => image::Rgb([30, 90, 200]),
+        }
+    });
+    let mut bytes = Vec::new();
+    image::DynamicImage::ImageRgb8(image)
+        .write_to(&mut Cursor::new(&mut bytes), ImageFormat::Png)
+        .unwrap();
+    bytes
+}
+
+/// The prompt Ondo's chat template renders for `question` with `images`
+/// image(s), before the markers are expanded.
+fn rendered(model: &Path, question: &str, images: usize) -> String {
+    let template = ChatTemplate::from_model_dir(model).unwrap().unwrap();
+    let message = ChatMessage {
+        images: vec![String::new(); images],
+        ..ChatMessage::user(question)
+    };
+    template
+        .render_with(&[message], None, &serde_json::Map::new(), true)
+        .unwrap()
+}
+
+/// mlx-vlm's input ids, greedy tokens and image features for `prompt`
+/// with `images`.
+fn mlx_vlm(home: &Home, model: &Path, prompt: &str, images: &[&Path]) -> (Value, Vec<f32>) {
+    let prompt_file = home.file("prompt.txt", prompt.as_bytes());
+    let out = home.dir.path().join("features.bin");
+    let tokens = TOKENS.to_string();
+    let mut args = vec![
+        model.to_str().unwrap(),
+        prompt_file.to_str().unwrap(),
+        tokens.as_str(),
+        out.to_str().unwrap(),
+    ];
+    args.extend(images.iter().map(|p| p.to_str().unwrap()));
+    let meta = common::python_script_json("vlm_reference.py", &args);
+    let features = std::fs::read(&out)
+        .unwrap()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    (meta, features)
+}
+
+/// `ondo run --json` on `model` with `images`: its greedy token ids.
+fn ondo_tokens(
+    home: &Home,
+    model: &Path,
+    question: &str,
+    images: &[&Path],
+    loop_shape: &str,
+) -> Vec<u64> {
+    let tokens = TOKENS.to_string();
+    let mut args = vec![
+        "run",
+        model.to_str().unwrap(),
+        question,
+        "--json",
+        "--no-history",
+        "--max-tokens",
+        &tokens,
+        "--ignore-eos",
+        "--loop",
+        loop_shape,
+    ];
+    for image in images {
+        args.push("--image");
+        args.push(image.to_str().unwrap());
+    }
+    let out = home.ondo(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let record: Value = serde_json::from_slice(&out.stdout).unwrap();
+    record["token_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap())
+        .collect()
+}
+
+fn ids(value: &Value) -> Vec<u64> {
+    value
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "needs the project venv with mlx-vlm")]
+fn gemma3_sees_images_as_mlx_vlm_does() {
+    let home = Home::new();
+    let model = home.synth("gemma3", &["--arch", "gemma3", "--dtype", "f32"]);
+    let screen = home.file("screen.png", &picture(1024, 640, 0));
+    let photo = home.file("photo.png", &picture(300, 400, 1));
+    let question = "What is in this picture?";
+
+    // One image: the features, the prompt's ids and the greedy tokens.
+    let (theirs, their_features) =
+        mlx_vlm(&home, &model, &rendered(&model, question, 1), &[&screen]);
+    let loaded = LoadedModel::load(&model).unwrap();
+    let vision = loaded
+        .vision
+        .as_ref()
+        .expect("the folder has a vision tower");
+    let bytes = std::fs::read(&screen).unwrap();
+    let pixels = vision
+        .pixel_values(&[&bytes], ImageLimits::default(), mlx_rs::Dtype::Float32)
+        .unwrap();
+    let features = vision.features(&pixels).unwrap();
+    assert_eq!(
+        features
+            .shape()
+            .iter()
+            .map(|&d| d as u64)
+            .collect::<Vec<_>>(),
+        ids(&theirs["shape"])
+    );
+    let ours: &[f32] = features.as_slice();
+    let worst = ours
+        .iter()
+        .zip(&their_features)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(worst <= 1e-4, "image features differ by {worst}");
+    let spread = their_features.iter().map(|v| v.abs()).fold(0f32, f32::max);
+    assert!(
+        spread > 1e-2,
+        "the features are all near zero ({spread}): a test that cannot fail"
+    );
+    drop(loaded);
+
+    let want = ids(&theirs["tokens"]);
+    for shape in ["pipelined", "sync"] {
+        assert_eq!(
+            ondo_tokens(&home, &model, question, &[&screen], shape),
+            want,
+            "one image, {shape} loop"
+        );
+    }
+
+    // Two images, and the same question without one: the image changes
+    // the answer, so the tokens above did not come from the text alone.
+    let (theirs, _) = mlx_vlm(
+        &home,
+        &model,
+        &rendered(&model, question, 2),
+        &[&screen, &photo],
+    );
+    assert_eq!(
+        ondo_tokens(&home, &model, question, &[&screen, &photo], "pipelined"),
+        ids(&theirs["tokens"]),
+        "two images"
+    );
+    assert_ne!(
+        ids(&theirs["tokens"]),
+        want,
+        "a second image changes the answer"
+    );
+}
+
+#[test]
+fn an_image_for_a_model_without_eyes_or_over_the_limits_is_refused_by_name() {
+    let home = Home::new();
+    let text_model = home.synth("llama", &[]);
+    let image = home.file("a.png", &picture(64, 64, 2));
+    let out = home.ondo(&[
+        "run",
+        text_model.to_str().unwrap(),
+        "hi",
+        "--image",
+        image.to_str().unwrap(),
+        "--no-history",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("reads text only"), "{stderr}");
+
+    // A PNG whose header claims 8000x6000 pixels is refused from the
+    // header, before anything is decoded.
+    let model = home.synth("gemma3", &["--arch", "gemma3"]);
+    let mut huge = picture(8, 8, 3);
+    huge[16..20].copy_from_slice(&8000u32.to_be_bytes());
+    huge[20..24].copy_from_slice(&6000u32.to_be_bytes());
+    // The header chunk's checksum covers its type and its 13 bytes.
+    let crc = crc32fast::hash(&huge[12..29]);
+    huge[29..33].copy_from_slice(&crc.to_be_bytes());
+    let huge = home.file("huge.png", &huge);
+    let out = home.ondo(&[
+        "run",
+        model.to_str().unwrap(),
+        "hi",
+        "--image",
+        huge.to_str().unwrap(),
+        "--no-history",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("8000x6000 pixels"), "{stderr}");
+}
