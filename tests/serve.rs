@@ -749,11 +749,12 @@ fn the_real_anthropic_client_gets_what_ondo_run_says() {
             "max_tokens is required",
         ),
         (
+            // Read, and refused by the model, which has no vision tower.
             "image",
             400,
             "BadRequestError",
             "invalid_request_error",
-            "not supported yet by Ondo; send text",
+            "reads text only",
         ),
         (
             "unknown_block",
@@ -1108,12 +1109,7 @@ fn the_real_openai_client_speaks_the_responses_api() {
             "BadRequestError",
             "text.format: the schema cannot be enforced",
         ),
-        (
-            "image",
-            400,
-            "BadRequestError",
-            "images and files are not supported yet by Ondo",
-        ),
+        ("image", 400, "BadRequestError", "reads text only"),
         ("unknown_model", 404, "NotFoundError", "org/missing"),
         (
             "unknown_previous",

@@ -279,3 +279,82 @@ fn an_image_for_a_model_without_eyes_or_over_the_limits_is_refused_by_name() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("8000x6000 pixels"), "{stderr}");
 }
+
+/// Writes `model` where a download of `repo_id` would be, in the Hugging
+/// Face cache under `home`, so the server finds it by name.
+fn cache_as(home: &Home, model: &Path, repo_id: &str) {
+    let commit = "0123456789abcdef0123456789abcdef01234567";
+    let repo = home
+        .dir
+        .path()
+        .join("hf/hub")
+        .join(format!("models--{}", repo_id.replace('/', "--")));
+    let snapshot = repo.join("snapshots").join(commit);
+    std::fs::create_dir_all(snapshot.parent().unwrap()).unwrap();
+    std::fs::rename(model, &snapshot).unwrap();
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::write(repo.join("refs/main"), commit).unwrap();
+}
+
+#[test]
+#[cfg_attr(
+    ondo_skip_python,
+    ignore = "needs the project venv with mlx-vlm and the clients"
+)]
+fn a_screenshot_through_every_official_client_gets_mlx_vlms_answer() {
+    let home = Home::new();
+    let model = home.synth("gemma3", &["--arch", "gemma3", "--dtype", "f32"]);
+    let screen = home.file("screen.png", &picture(1024, 640, 4));
+    let question = "Read the screen for me.";
+    let (theirs, _) = mlx_vlm(&home, &model, &rendered(&model, question, 1), &[&screen]);
+    let want = theirs["text"].as_str().unwrap().to_owned();
+    cache_as(&home, &model, "ondo-test/vision");
+    let mut served = Command::new(env!("CARGO_BIN_EXE_ondo"))
+        .env("ONDO_HOME", home.dir.path().join("home"))
+        .env("HF_HUB_CACHE", home.dir.path().join("hf/hub"))
+        .env("HF_HUB_OFFLINE", "1")
+        .env("ONDO_NO_KEYCHAIN", "1")
+        .env_remove("ONDO_API_KEY")
+        .args(["serve", "--port", "0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(served.stdout.take().unwrap()),
+        &mut first,
+    )
+    .unwrap();
+    let url = first
+        .split_whitespace()
+        .find(|word| word.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .to_owned();
+    let args = serde_json::json!({
+        "model": "ondo-test/vision",
+        "image": screen,
+        "question": question,
+        "max_tokens": TOKENS,
+    });
+    let out = Command::new(common::python())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/vision_clients.py"))
+        .args([url.as_str(), &args.to_string()])
+        .output()
+        .unwrap();
+    let _ = served.kill();
+    let _ = served.wait();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        !want.is_empty(),
+        "mlx-vlm's answer is empty: a test that cannot fail"
+    );
+    for client in ["openai", "responses", "ollama", "anthropic"] {
+        assert_eq!(got[client].as_str(), Some(want.as_str()), "{client}");
+    }
+}

@@ -1,7 +1,8 @@
 //! The Anthropic dialect: `POST /v1/messages` and `POST
 //! /v1/messages/count_tokens`, as Anthropic's clients (its SDKs, Claude
 //! Code) send and read them. A request's content blocks map onto the chat
-//! template's messages: `text` is what a turn says, `thinking` an assistant
+//! template's messages: `text` is what a turn says, `image` (a base64
+//! source; a URL source is refused) what a user's turn shows, `thinking` an assistant
 //! turn's reasoning, `tool_use` its tool calls, and each `tool_result` a
 //! `tool` turn. `tools` go to the template as function tools; `tool_choice`
 //! `none` offers none, `tool` only the one named (`any` and `tool` are not
@@ -121,6 +122,8 @@ struct ThinkingIn {
 #[derive(Debug)]
 enum Block {
     Text(String),
+    /// An image's file in base64.
+    Image(String),
     Thinking(String),
     ToolUse(ToolCall),
     ToolResult {
@@ -158,12 +161,33 @@ struct ToolResultFields {
     is_error: bool,
 }
 
-/// What a client is told for an image or a document, anywhere.
-fn no_images(kind: &str, place: &str) -> ApiError {
-    ApiError::InvalidField(format!(
-        "{place} is an {kind} block: images and documents are not supported yet by Ondo; \
-         send text"
-    ))
+#[derive(Debug, Deserialize)]
+struct ImageFields {
+    source: ImageSource,
+}
+
+/// An image block's source: `{"type": "base64", "media_type", "data"}`,
+/// or `{"type": "url", "url"}` (refused: this server fetches nothing).
+#[derive(Debug, Deserialize)]
+struct ImageSource {
+    #[serde(rename = "type")]
+    kind: String,
+    data: Option<String>,
+    url: Option<String>,
+}
+
+/// An image block's file in base64.
+fn image_block(block: Value, place: &str) -> Result<String, ApiError> {
+    let source = fields::<ImageFields>(block, "image", place)?.source;
+    let what = format!("{place} (an image block)");
+    match (source.kind.as_str(), source.data, source.url) {
+        ("base64", Some(data), _) => super::images::from_base64(&data, &what),
+        ("url", _, Some(url)) => super::images::from_url(&url, &what),
+        (kind, _, _) => Err(ApiError::InvalidField(format!(
+            "{what} has a source of type '{kind}' without its data; send \
+             {{\"type\": \"base64\", \"media_type\": \"image/png\", \"data\": ...}}"
+        ))),
+    }
 }
 
 /// A block's fields as `T`, or a 400 that says where and what is wrong.
@@ -233,7 +257,10 @@ fn read_block(block: Value, place: &str) -> Result<Block, ApiError> {
                 content,
             })
         }
-        "image" | "document" => Err(no_images(&kind, place)),
+        "image" => Ok(Block::Image(image_block(block, place)?)),
+        "document" => Err(ApiError::InvalidField(format!(
+            "{place} is a document block: documents are not read by Ondo; send their text"
+        ))),
         "" => Err(ApiError::InvalidField(format!(
             "{place} has no type; content blocks are text, thinking, tool_use or tool_result"
         ))),
@@ -306,10 +333,12 @@ fn chat_messages(
         match message.role.as_str() {
             "user" => {
                 let mut texts = Vec::new();
+                let mut images = Vec::new();
                 let before = chat.len();
                 for block in blocks {
                     match block {
                         Block::Text(text) => texts.push(text),
+                        Block::Image(image) => images.push(image),
                         Block::ToolResult {
                             tool_use_id,
                             content,
@@ -339,6 +368,17 @@ fn chat_messages(
                 if chat.len() == before {
                     chat.push(ChatMessage::user(""));
                 }
+                // The turn's images go with its last text (its question).
+                if !images.is_empty()
+                    && let Some(last) = chat[before..].iter_mut().rev().find(|m| m.role == "user")
+                {
+                    last.images = images;
+                } else if !images.is_empty() {
+                    chat.push(ChatMessage {
+                        images,
+                        ..ChatMessage::user("")
+                    });
+                }
             }
             "assistant" => {
                 let (mut texts, mut reasoning, mut calls) = (Vec::new(), Vec::new(), Vec::new());
@@ -354,6 +394,12 @@ fn chat_messages(
                             return Err(ApiError::InvalidField(format!(
                                 "message {index} is the assistant's but holds a tool_result; \
                                  tool results go in the user's next message"
+                            )));
+                        }
+                        Block::Image(_) => {
+                            return Err(ApiError::InvalidField(format!(
+                                "message {index} is the assistant's but holds an image; images \
+                                 go in the user's messages"
                             )));
                         }
                         Block::Nothing => {}
@@ -994,8 +1040,8 @@ mod tests {
             (json!({"max_tokens": 0}), "max_tokens is 0"),
             (json!({"messages": []}), "messages is empty"),
             (
-                json!({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}),
-                "images and documents are not supported yet by Ondo; send text",
+                json!({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}]}),
+                "does not fetch images",
             ),
             (
                 json!({"messages": [{"role": "user", "content": [{"type": "document"}]}]}),
@@ -1003,7 +1049,7 @@ mod tests {
             ),
             (
                 json!({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [{"type": "image"}]}]}]}),
-                "not supported yet by Ondo",
+                "missing field `source`",
             ),
             (
                 json!({"messages": [{"role": "user", "content": [{"type": "hologram"}]}]}),

@@ -5,6 +5,7 @@
 //! model stays loaded after the request (0: unload right after), through
 //! the pool; `think` is the template's `enable_thinking` (or, as a word,
 //! gpt-oss's `reasoning_effort`), and the reasoning comes back as `thinking`.
+//! A message's (or a generate request's) `images` are base64 files.
 
 use super::output_format::ollama_format;
 use crate::engine::constrain::OutputConstraint;

@@ -3,8 +3,9 @@
 //! Besides OpenAI's own fields, a request may set `top_k`, `min_p`,
 //! `repetition_penalty`, `ignore_eos` and `chat_template_kwargs` (as vLLM
 //! and mlx_lm.server accept them); a field it leaves out takes the default
-//! the app's Settings keep. Streams are server-sent events, one chunk per
-//! token, ending with `data: [DONE]`.
+//! the app's Settings keep. A user message's `image_url` parts carry its
+//! images as `data:` URLs (`api::images`). Streams are server-sent events,
+//! one chunk per token, ending with `data: [DONE]`.
 
 use super::output_format::{forced_tool_call, openai_response_format};
 use std::sync::Arc;

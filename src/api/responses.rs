@@ -3,7 +3,8 @@
 //! read them. `input` is text or a list of items: messages (`system` and
 //! `developer` are the system role), `function_call`s, their
 //! `function_call_output`s and `reasoning` items, which map onto the chat
-//! template's messages as in the chat completions route; `instructions` is a
+//! template's messages as in the chat completions route (a user message's
+//! `input_image` parts, as `data:` URLs, are its images); `instructions` is a
 //! system message first. A response's output is a reasoning item (the
 //! reasoning split), a message and its function calls. Responses are kept
 //! (unless `store` is false) in a bounded store in memory, so that a
@@ -163,18 +164,31 @@ struct Echo {
     text_format: Value,
 }
 
-/// What a client is told for an image or a file.
-fn no_images(kind: &str, place: &str) -> ApiError {
+/// What a client is told for a file or audio, or an image where a turn
+/// cannot hold one.
+fn not_read(kind: &str, place: &str) -> ApiError {
     ApiError::InvalidField(format!(
-        "{place} is an {kind} part: images and files are not supported yet by Ondo; send text"
+        "{place} is an {kind} part: Ondo reads text, and images in a user's message; send text"
     ))
 }
 
 /// A message's content: text, or parts of which text is read.
 fn content_text(content: Option<&Value>, place: &str) -> Result<String, ApiError> {
-    match content {
-        None | Some(Value::Null) => Ok(String::new()),
-        Some(Value::String(text)) => Ok(text.clone()),
+    let (text, images) = content_parts(content, place)?;
+    if !images.is_empty() {
+        return Err(not_read("input_image", place));
+    }
+    Ok(text)
+}
+
+/// A message's content: its text, and its `input_image` parts' files in
+/// base64 (a `data:` URL in `image_url`; a web address or a `file_id` is
+/// refused).
+fn content_parts(content: Option<&Value>, place: &str) -> Result<(String, Vec<String>), ApiError> {
+    let mut images = Vec::new();
+    let text = match content {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(text)) => text.clone(),
         Some(Value::Array(parts)) => {
             let mut texts = Vec::new();
             for (i, part) in parts.iter().enumerate() {
@@ -186,8 +200,18 @@ fn content_text(content: Option<&Value>, place: &str) -> Result<String, ApiError
                     "refusal" => {
                         texts.push(part.get("refusal").and_then(Value::as_str).unwrap_or(""))
                     }
-                    "input_image" | "input_file" | "input_audio" => {
-                        return Err(no_images(kind, &format!("{place}, part {i}")));
+                    "input_image" => {
+                        let what = format!("{place}, part {i}");
+                        let Some(url) = part.get("image_url").and_then(Value::as_str) else {
+                            return Err(ApiError::InvalidField(format!(
+                                "{what} is an input_image without an image_url; send the image \
+                                 as a data: URL (a file_id is not read)"
+                            )));
+                        };
+                        images.push(super::images::from_url(url, &what)?);
+                    }
+                    "input_file" | "input_audio" => {
+                        return Err(not_read(kind, &format!("{place}, part {i}")));
                     }
                     other => {
                         return Err(ApiError::InvalidField(format!(
@@ -197,12 +221,15 @@ fn content_text(content: Option<&Value>, place: &str) -> Result<String, ApiError
                     }
                 }
             }
-            Ok(texts.concat())
+            texts.concat()
         }
-        Some(other) => Err(ApiError::InvalidField(format!(
-            "{place} has content {other}; send text or a list of input_text parts"
-        ))),
-    }
+        Some(other) => {
+            return Err(ApiError::InvalidField(format!(
+                "{place} has content {other}; send text or a list of input_text parts"
+            )));
+        }
+    };
+    Ok((text, images))
 }
 
 /// The assistant turn being read from consecutive items (reasoning, a
@@ -250,7 +277,10 @@ fn input_messages(input: InputIn, earlier: &[ChatMessage]) -> Result<Vec<ChatMes
         match kind {
             "message" => {
                 let role = text_field("role").unwrap_or_default();
-                let text = content_text(item.get("content"), &place)?;
+                let (text, images) = content_parts(item.get("content"), &place)?;
+                if !images.is_empty() && role != "user" {
+                    return Err(not_read("input_image", &place));
+                }
                 match role.as_str() {
                     "assistant" => {
                         // A message after the turn's calls starts another turn.
@@ -262,7 +292,10 @@ fn input_messages(input: InputIn, earlier: &[ChatMessage]) -> Result<Vec<ChatMes
                     "user" | "system" | "developer" => {
                         turn.flush(&mut chat);
                         chat.push(if role == "user" {
-                            ChatMessage::user(text)
+                            ChatMessage {
+                                images,
+                                ..ChatMessage::user(text)
+                            }
                         } else {
                             ChatMessage::system(text)
                         });
@@ -328,7 +361,7 @@ fn input_messages(input: InputIn, earlier: &[ChatMessage]) -> Result<Vec<ChatMes
                     ..ChatMessage::user(output)
                 });
             }
-            "input_image" | "input_file" => return Err(no_images(kind, &place)),
+            "input_image" | "input_file" => return Err(not_read(kind, &place)),
             "" => {
                 return Err(ApiError::InvalidField(format!(
                     "{place} has no type; items are messages, function_call, \
@@ -1153,8 +1186,8 @@ mod tests {
                 "text.format type 'grammar'",
             ),
             (
-                json!({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}),
-                "images and files are not supported yet by Ondo",
+                json!({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "https://example.com/a.png"}]}]}),
+                "does not fetch images",
             ),
             (json!({"tools": [{"name": "f"}]}), "tool 0 has no type"),
             (

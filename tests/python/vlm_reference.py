@@ -8,7 +8,8 @@ processor, which expands the markers and tokenizes the prompt and turns the
 images into pixel values; its vision tower and projector give the image
 features; its generate_step gives MAX_TOKENS greedy tokens. Writes the
 features (float32, [images, tokens, hidden]) to OUT and prints
-{"input_ids", "tokens", "shape"}.
+{"input_ids", "tokens", "shape", "text"}: text is the tokens up to the first
+end-of-sequence id, decoded as a server's answer reads.
 """
 
 import json
@@ -43,12 +44,20 @@ def main():
         generate_step(input_ids, model, pixel_values, mask, temperature=0.0), range(int(max_tokens))
     ):
         tokens.append(int(token.item() if hasattr(token, "item") else token))
+    eos = json.load(open(f"{model_dir}/config.json")).get("eos_token_id") or []
+    eos = set(eos if isinstance(eos, list) else [eos])
+    answer = []
+    for token in tokens:
+        if token in eos:
+            break
+        answer.append(token)
     print(
         json.dumps(
             {
                 "input_ids": np.asarray(input_ids)[0].tolist(),
                 "tokens": tokens,
                 "shape": list(features.shape),
+                "text": processor.tokenizer.decode(answer, skip_special_tokens=True),
             }
         )
     )
