@@ -86,13 +86,19 @@ fn picture(width: u32, height: u32, seed: u32) -> Vec<u8> {
 /// The prompt Ondo's chat template renders for `question` with `images`
 /// image(s), before the markers are expanded.
 fn rendered(model: &Path, question: &str, images: usize) -> String {
+    rendered_turns(
+        model,
+        &[ChatMessage {
+            images: vec![String::new(); images],
+            ..ChatMessage::user(question)
+        }],
+    )
+}
+
+fn rendered_turns(model: &Path, messages: &[ChatMessage]) -> String {
     let template = ChatTemplate::from_model_dir(model).unwrap().unwrap();
-    let message = ChatMessage {
-        images: vec![String::new(); images],
-        ..ChatMessage::user(question)
-    };
     template
-        .render_with(&[message], None, &serde_json::Map::new(), true)
+        .render_with(messages, None, &serde_json::Map::new(), true)
         .unwrap()
 }
 
@@ -296,19 +302,8 @@ fn cache_as(home: &Home, model: &Path, repo_id: &str) {
     std::fs::write(repo.join("refs/main"), commit).unwrap();
 }
 
-#[test]
-#[cfg_attr(
-    ondo_skip_python,
-    ignore = "needs the project venv with mlx-vlm and the clients"
-)]
-fn a_screenshot_through_every_official_client_gets_mlx_vlms_answer() {
-    let home = Home::new();
-    let model = home.synth("gemma3", &["--arch", "gemma3", "--dtype", "f32"]);
-    let screen = home.file("screen.png", &picture(1024, 640, 4));
-    let question = "Read the screen for me.";
-    let (theirs, _) = mlx_vlm(&home, &model, &rendered(&model, question, 1), &[&screen]);
-    let want = theirs["text"].as_str().unwrap().to_owned();
-    cache_as(&home, &model, "ondo-test/vision");
+/// `ondo serve` for `home`, and its address.
+fn serve(home: &Home) -> (std::process::Child, String) {
     let mut served = Command::new(env!("CARGO_BIN_EXE_ondo"))
         .env("ONDO_HOME", home.dir.path().join("home"))
         .env("HF_HUB_CACHE", home.dir.path().join("hf/hub"))
@@ -331,30 +326,118 @@ fn a_screenshot_through_every_official_client_gets_mlx_vlms_answer() {
         .find(|word| word.starts_with("http://"))
         .unwrap_or_else(|| panic!("no address in {first:?}"))
         .to_owned();
-    let args = serde_json::json!({
-        "model": "ondo-test/vision",
-        "image": screen,
-        "question": question,
-        "max_tokens": TOKENS,
-    });
+    (served, url)
+}
+
+/// `vision_clients.py` against `url` with `args`, what it printed.
+fn clients(url: &str, args: &Value) -> Value {
     let out = Command::new(common::python())
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/vision_clients.py"))
-        .args([url.as_str(), &args.to_string()])
+        .args([url, &args.to_string()])
         .output()
         .unwrap();
-    let _ = served.kill();
-    let _ = served.wait();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+#[cfg_attr(
+    ondo_skip_python,
+    ignore = "needs the project venv with mlx-vlm and the clients"
+)]
+fn a_screenshot_through_every_official_client_gets_mlx_vlms_answer() {
+    let home = Home::new();
+    let model = home.synth("gemma3", &["--arch", "gemma3", "--dtype", "f32"]);
+    let screen = home.file("screen.png", &picture(1024, 640, 4));
+    let question = "Read the screen for me.";
+    let (theirs, _) = mlx_vlm(&home, &model, &rendered(&model, question, 1), &[&screen]);
+    let want = theirs["text"].as_str().unwrap().to_owned();
     assert!(
         !want.is_empty(),
         "mlx-vlm's answer is empty: a test that cannot fail"
     );
+    cache_as(&home, &model, "ondo-test/vision");
+    let (mut served, url) = serve(&home);
+    let got = clients(
+        &url,
+        &serde_json::json!({
+            "model": "ondo-test/vision",
+            "image": screen,
+            "question": question,
+            "max_tokens": TOKENS,
+        }),
+    );
+    let _ = served.kill();
+    let _ = served.wait();
     for client in ["openai", "responses", "ollama", "anthropic"] {
         assert_eq!(got[client].as_str(), Some(want.as_str()), "{client}");
+    }
+}
+
+#[test]
+#[cfg_attr(
+    ondo_skip_python,
+    ignore = "needs the project venv with mlx-vlm and the clients"
+)]
+fn a_follow_up_about_the_same_image_reuses_its_tokens_and_encodes_nothing() {
+    let home = Home::new();
+    let model = home.synth("gemma3", &["--arch", "gemma3", "--dtype", "f32"]);
+    let screen = home.file("screen.png", &picture(640, 480, 5));
+    let (question, follow_up) = ("What is on the left?", "And on the right?");
+    let reference_model = home.dir.path().join("reference-model");
+    copy_folder(&model, &reference_model);
+    cache_as(&home, &model, "ondo-test/vision");
+    let (mut served, url) = serve(&home);
+    let got = clients(
+        &url,
+        &serde_json::json!({
+            "model": "ondo-test/vision",
+            "image": screen,
+            "question": question,
+            "follow_up": follow_up,
+            "max_tokens": TOKENS,
+        }),
+    );
+    let _ = served.kill();
+    let _ = served.wait();
+    let (first, second) = (&got["first"]["ondo"], &got["second"]["ondo"]);
+    assert_eq!(first["images"], 1);
+    assert!(first["image_encode_ms"].as_f64().unwrap() > 0.0, "{first}");
+    // The second turn shows the same image at the same place: its tokens
+    // come from the conversation's cache, and nothing is encoded.
+    assert_eq!(second["images"], 1);
+    assert_eq!(second["image_encode_ms"].as_f64(), Some(0.0), "{second}");
+    assert!(
+        second["cached_tokens"].as_u64().unwrap() + 1 >= first["prompt_tokens"].as_u64().unwrap(),
+        "the follow-up reused the first turn's cache: {second}"
+    );
+    // And the answer from the reused cache is mlx-vlm's for the whole
+    // conversation, prefilled from scratch.
+    let turns = [
+        ChatMessage {
+            images: vec![String::new()],
+            ..ChatMessage::user(question)
+        },
+        ChatMessage::assistant(got["first"]["text"].as_str().unwrap()),
+        ChatMessage::user(follow_up),
+    ];
+    let (theirs, _) = mlx_vlm(
+        &home,
+        &reference_model,
+        &rendered_turns(&reference_model, &turns),
+        &[&screen],
+    );
+    assert_eq!(got["second"]["text"].as_str(), theirs["text"].as_str());
+}
+
+fn copy_folder(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
     }
 }

@@ -44,6 +44,17 @@ pub struct Conversation {
     /// Oldest first, each at a position `tokens` reaches; empty for a
     /// model without state layers.
     snapshots: Vec<CacheSnapshot>,
+    /// The images `tokens` show: every image token has the same id, so a
+    /// later prompt reuses the cache past an image only where it shows the
+    /// same file at the same place.
+    pub images: Vec<ImageMark>,
+}
+
+/// Where an image's tokens start in a prompt, and a digest of its file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageMark {
+    pub start: usize,
+    pub digest: [u8; 32],
 }
 
 impl Conversation {
@@ -68,6 +79,7 @@ impl Conversation {
             save_to_disk: true,
             kv_quantization: None,
             snapshots: Vec::new(),
+            images: Vec::new(),
         }
     }
 
@@ -117,6 +129,7 @@ impl Conversation {
     pub fn restore_from(&mut self, tokens: Vec<u32>, cache: Vec<LayerCache>) -> usize {
         self.cache = cache;
         self.snapshots.clear();
+        self.images.clear();
         self.tokens = tokens;
         self.tokens.len()
     }
@@ -638,8 +651,11 @@ pub struct PreparedRun {
     templated: bool,
     /// How the reply marks reasoning and tool calls.
     pub format: ReplyFormat,
-    /// The prompt's images, encoded (positions in `prompt`).
+    /// The prompt's images the cache did not hold, encoded (positions in
+    /// `prompt`).
     pub images: Option<PromptImages>,
+    /// Every image the prompt shows, encoded now or held by the cache.
+    pub image_marks: Vec<ImageMark>,
 }
 
 impl PreparedRun {
@@ -715,13 +731,31 @@ pub fn prepare(
             model.dir.display(),
         )));
     }
-    let images = encode_images(model, &request.prompt, &prompt)?;
-    // A cache holds an image's tokens, not which image they showed: the
-    // reused prefix ends before the first image.
-    let matched = match &images {
-        Some(images) => &prompt[..=images.starts[0]],
-        None => &prompt[..],
+    let files = image_files(&request.prompt)?;
+    let image_marks = match (&model.vision, files.is_empty()) {
+        (Some(vision), false) => vision
+            .image_starts(&prompt, files.len())?
+            .into_iter()
+            .zip(&files)
+            .map(|(start, file)| ImageMark {
+                start,
+                digest: <sha2::Sha256 as sha2::Digest>::digest(file).into(),
+            })
+            .collect(),
+        _ => Vec::new(),
     };
+    // A cache holds an image's tokens, not which image they showed: the
+    // prefix reused from memory ends before the first image the
+    // conversation did not show at the same place; from the disk (whose
+    // files keep no digests), before the first image.
+    let unknown = image_marks
+        .iter()
+        .find(|mark| !conversation.images.contains(mark))
+        .map(|mark| mark.start);
+    let matched = &prompt[..unknown.map_or(prompt.len(), |start| start + 1)];
+    let matched_on_disk = &prompt[..image_marks
+        .first()
+        .map_or(prompt.len(), |mark| mark.start + 1)];
     let kv_quantization = request.kv_quantization();
     if let Some(quantization) = kv_quantization {
         quantization
@@ -763,7 +797,7 @@ pub fn prepare(
             let template = empty();
             let trims = template.iter().all(LayerCache::can_trim);
             match disk
-                .find(&key, &model.dir, matched, in_memory, trims)
+                .find(&key, &model.dir, matched_on_disk, in_memory, trims)
                 .and_then(|found| disk.restore(found, &template))
             {
                 Some(restored) => {
@@ -781,6 +815,23 @@ pub fn prepare(
     if prefix.source == PrefixSource::None && cached > 0 {
         prefix.source = PrefixSource::Memory;
     }
+    // Only the images after the reused prefix are encoded.
+    let images = match &model.vision {
+        Some(vision) => {
+            let (starts, fresh): (Vec<usize>, Vec<&[u8]>) = image_marks
+                .iter()
+                .zip(&files)
+                .filter(|(mark, _)| mark.start >= cached)
+                .map(|(mark, file)| (mark.start, file.as_slice()))
+                .unzip();
+            if fresh.is_empty() {
+                None
+            } else {
+                Some(vision.encode(&fresh, starts, crate::vision::ImageLimits::default())?)
+            }
+        }
+        None => None,
+    };
     Ok(PreparedRun {
         prompt,
         cached,
@@ -788,22 +839,14 @@ pub fn prepare(
         templated,
         format,
         images,
+        image_marks,
     })
 }
 
-/// The prompt's images (`prompt_images`) decoded and encoded by the
-/// model's vision tower, placed at their tokens in `ids`; `None` when it
-/// shows none.
-fn encode_images(
-    model: &LoadedModel,
-    prompt: &Prompt,
-    ids: &[u32],
-) -> Result<Option<PromptImages>, RunError> {
-    let encoded = prompt_images(prompt);
-    let (Some(vision), false) = (&model.vision, encoded.is_empty()) else {
-        return Ok(None);
-    };
+/// The files of the prompt's images (`prompt_images`), from base64.
+fn image_files(prompt: &Prompt) -> Result<Vec<Vec<u8>>, RunError> {
     use base64::Engine as _;
+    let encoded = prompt_images(prompt);
     let mut files = Vec::with_capacity(encoded.len());
     for (n, text) in encoded.iter().enumerate() {
         let bytes = base64::engine::general_purpose::STANDARD
@@ -816,11 +859,7 @@ fn encode_images(
             })?;
         files.push(bytes);
     }
-    let starts = vision.image_starts(ids, files.len())?;
-    let files: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
-    vision
-        .encode(&files, starts, crate::vision::ImageLimits::default())
-        .map(Some)
+    Ok(files)
 }
 
 /// How many of `cached`'s tokens `prompt` can take from a cache: those
@@ -898,6 +937,7 @@ fn prepare_after_cache_file(
         },
         templated,
         images: None,
+        image_marks: Vec::new(),
     })
 }
 
@@ -1206,6 +1246,7 @@ pub fn conclude(
         prefix,
         templated,
         images,
+        image_marks,
         ..
     } = prepared;
     let EndedText {
@@ -1225,6 +1266,11 @@ pub fn conclude(
     conversation.tokens.extend(&generated);
     let synced = conversation.cache.first().map_or(0, |c| c.offset()) as usize;
     conversation.tokens.truncate(synced);
+    conversation.images = image_marks
+        .iter()
+        .copied()
+        .filter(|mark| mark.start < synced)
+        .collect();
     // A model with state layers keeps this turn's boundaries for the next
     // prompt to branch from (`KEPT_SNAPSHOTS`).
     for snapshot in prefill_snapshot
@@ -1287,8 +1333,8 @@ pub fn conclude(
             .kv_quantization()
             .filter(|_| request.max_kv_size.is_none())
             .map(|q| q.bits as u8),
-        images: images.as_ref().map_or(0, |i| i.starts.len()),
-        image_tokens: images.as_ref().map_or(0, PromptImages::tokens),
+        images: image_marks.len(),
+        image_tokens: image_marks.len() * model.vision.as_ref().map_or(0, |v| v.tokens_per_image),
         image_encode_ms: images.as_ref().map_or(0.0, |i| i.encode_ms),
         sampler: request.sampler.clone(),
         stop_reason,

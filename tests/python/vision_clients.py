@@ -4,7 +4,10 @@ JSON object.
 
     python vision_clients.py BASE_URL 'JSON ARGS'
 
-ARGS: model, image (a PNG file), question, max_tokens. Keys of the output:
+ARGS: model, image (a PNG file), question, max_tokens, and optionally
+follow_up: then only the openai client asks the question and, in the same
+conversation, the follow-up, and the output holds both answers with the
+server's `ondo` records (first, second). Otherwise the keys of the output:
 openai (chat completions, an image_url part with a data: URL), responses
 (an input_image part), ollama (the chat's images, which the client reads
 from the file), anthropic (an image block with a base64 source).
@@ -27,6 +30,31 @@ def main():
     out = {}
 
     client = openai.OpenAI(base_url=base + "/v1", api_key="no-key", max_retries=0, timeout=120)
+    if "follow_up" in args:
+        first = [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image_url", "image_url": {"url": url}},
+                    {"type": "text", "text": question},
+                ],
+            }
+        ]
+        answers = []
+        for messages in [first, None]:
+            if messages is None:
+                messages = first + [
+                    {"role": "assistant", "content": answers[0]["text"]},
+                    {"role": "user", "content": args["follow_up"]},
+                ]
+            answer = client.chat.completions.create(
+                model=model, messages=messages, max_tokens=limit, temperature=0
+            )
+            answers.append(
+                {"text": answer.choices[0].message.content, "ondo": answer.to_dict()["ondo"]}
+            )
+        print(json.dumps({"first": answers[0], "second": answers[1]}))
+        return
     answer = client.chat.completions.create(
         model=model,
         messages=[
