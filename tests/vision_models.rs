@@ -14,6 +14,7 @@ use std::process::{Command, Output};
 use image::{ImageFormat, RgbImage};
 use ondo::engine::chat_template::{ChatMessage, ChatTemplate};
 use ondo::engine::load::LoadedModel;
+use ondo::session::chat::ChatFeatures;
 use ondo::vision::ImageLimits;
 use serde_json::Value;
 
@@ -266,6 +267,9 @@ fn an_image_for_a_model_without_eyes_or_over_the_limits_is_refused_by_name() {
     // A PNG whose header claims 8000x6000 pixels is refused from the
     // header, before anything is decoded.
     let model = home.synth("gemma3", &["--arch", "gemma3"]);
+    // The chat knows which model takes images before anything is sent.
+    assert!(ChatFeatures::of_model_dir(&model).sees_images);
+    assert!(!ChatFeatures::of_model_dir(&text_model).sees_images);
     let mut huge = picture(8, 8, 3);
     huge[16..20].copy_from_slice(&8000u32.to_be_bytes());
     huge[20..24].copy_from_slice(&6000u32.to_be_bytes());

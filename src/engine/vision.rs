@@ -23,6 +23,9 @@ use super::weights::WeightMap;
 use super::{LoadError, RunError};
 use crate::vision::{ImageLimits, ImageProcessor};
 
+/// The tensor a Gemma 3 folder with a vision tower has.
+const PATCH_KERNEL: &str = "vision_tower.vision_model.embeddings.patch_embedding.weight";
+
 /// The tensors of a multimodal checkpoint's vision part.
 const VISION_PREFIXES: [&str; 2] = ["vision_tower.", "multi_modal_projector."];
 
@@ -41,6 +44,30 @@ pub struct VisionModel {
     text_hidden: usize,
 }
 
+/// Whether the model folder `dir` has a vision tower Ondo runs, from its
+/// files alone (no weights read): a multimodal config of a vision family,
+/// its image processor's settings, and the tower's tensors named in a
+/// safetensors header.
+pub fn folder_sees_images(dir: &std::path::Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(dir.join("config.json")) else {
+        return false;
+    };
+    let Ok(config) = serde_json::from_str::<Value>(&text) else {
+        return false;
+    };
+    config.get("model_type").and_then(Value::as_str) == Some("gemma3")
+        && config.get("vision_config").is_some_and(Value::is_object)
+        && dir.join("preprocessor_config.json").is_file()
+        && super::weights::weight_files(dir).is_ok_and(|files| {
+            files.iter().any(|file| {
+                crate::hub::fit::read_safetensors_header(file)
+                    .ok()
+                    .and_then(|header| serde_json::from_slice::<Value>(&header).ok())
+                    .is_some_and(|header| header.get(PATCH_KERNEL).is_some())
+            })
+        })
+}
+
 /// The vision part of the checkpoint in `weights`, when `config` (its
 /// config.json) has one and the folder holds its tensors; `None` for a text
 /// model, or a multimodal config whose folder was converted without its
@@ -51,9 +78,7 @@ pub fn load(
     text_hidden: usize,
     weights: &mut WeightMap,
 ) -> Result<Option<VisionModel>, LoadError> {
-    if model_type != "gemma3"
-        || !weights.contains("vision_tower.vision_model.embeddings.patch_embedding.weight")
-    {
+    if model_type != "gemma3" || !weights.contains(PATCH_KERNEL) {
         return Ok(None);
     }
     let config_path = weights.dir.join("config.json");

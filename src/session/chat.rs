@@ -283,6 +283,10 @@ pub struct ChatFeatures {
     /// chat shows a Think switch, and each turn tells the template whether
     /// the model should reason before it answers.
     pub thinking_switch: bool,
+    /// The model has a vision tower: the chat takes images (dropped,
+    /// pasted or picked); without one it says so before sending.
+    #[serde(default)]
+    pub sees_images: bool,
 }
 
 impl ChatFeatures {
@@ -293,6 +297,7 @@ impl ChatFeatures {
         let template = ChatTemplate::from_model_dir(dir).ok().flatten();
         Self {
             thinking_switch: template.is_some_and(|t| t.takes_enable_thinking()),
+            sees_images: crate::engine::vision::folder_sees_images(dir),
         }
     }
 }

@@ -337,6 +337,11 @@ export type ChatFeatures = {
 	 *  the model should reason before it answers.
 	 */
 	thinking_switch: boolean,
+	/**
+	 *  The model has a vision tower: the chat takes images (dropped,
+	 *  pasted or picked); without one it says so before sending.
+	 */
+	sees_images?: boolean,
 };
 
 /**
