@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Images on a GPU: Ondo's server against mlx-vlm on one Gemma 3 folder with
+# Gemma 3's own SigLIP tower (896 pixels, 256 tokens an image), one
+# 896x896 PNG, 5 repetitions alternating sides (scripts/bench-vision.py):
+# the time to first token (image decoded, resized, encoded, prompt
+# prefilled) and the decode rate after the image. Writes $OUT/vision.json.
+#
+#   OUT=results ONDO=/tmp/ondo/ondo scripts/gpu-vision.sh
+# Environment: ONDO (the binary), ONDO_PYTHON (python3 with mlx_vlm),
+# MODELS, PRESET (llama-3.2-3b: a 3B-shaped text model, 4-bit; `tiny` for
+# a dry run on a CPU), REPS (5), GEN (64).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+ondo=${ONDO:-ondo}
+out=${OUT:?set OUT to the folder for the results}
+python=${ONDO_PYTHON:-python3}
+models=${MODELS:-/tmp/ondo-gpu-models}
+preset=${PRESET:-llama-3.2-3b}
+mkdir -p "$out" "$models"
+export ONDO_HOME=${ONDO_HOME:-$models/home} ONDO_NO_KEYCHAIN=1
+model=$models/gemma3-$preset
+[ -f "$model/config.json" ] || "$ondo" synth "$preset" "$model" --arch gemma3 > /dev/null || exit 1
+image=$models/screen-896.png
+"$python" - "$image" <<'PY' || exit 1
+import sys
+import numpy as np
+from PIL import Image
+rng = np.random.default_rng(0)
+pixels = np.full((896, 896, 3), 240, np.uint8)
+pixels[:120] = (30, 90, 200)
+pixels[300:700, 100:800] = rng.integers(0, 255, (400, 700, 3), dtype=np.uint8)
+Image.fromarray(pixels).save(sys.argv[1])
+PY
+"$python" "$root/scripts/bench-vision.py" --ondo "$ondo" --model "$model" --image "$image" \
+  --reps "${REPS:-5}" --gen "${GEN:-64}" > "$out/vision.json" 2> "$out/vision.log"
