@@ -32,6 +32,7 @@ import {
   toRunFilter,
   validateBenchForm,
   prefixCell,
+  imagesCell,
 } from './runs';
 
 describe('filters', () => {
@@ -435,5 +436,36 @@ describe('prefix source', () => {
     expect(prefixCell(fromDisk)).toBe('disk 12.5 ms');
     expect(prefixCell(runs[1]!)).toBe('none');
     expect(detailRows(fromDisk)).toContainEqual(['Prefix', 'read from disk: 3.00 MiB in 12.5 ms']);
+  });
+});
+
+describe('images', () => {
+  it('shows how many images a prompt showed and what encoding them took, or that the cache held them', () => {
+    const encoded = makeRun({
+      run_id: 'seen',
+      created_at: '2026-12-04T11:00:00Z',
+      images: 2,
+      image_tokens: 512,
+      image_encode_ms: 80,
+    });
+    const reused = makeRun({
+      run_id: 'reused',
+      created_at: '2026-12-04T11:00:01Z',
+      images: 1,
+      image_tokens: 256,
+      image_encode_ms: 0,
+    });
+    const text = makeRun({ run_id: 'text', created_at: '2026-12-04T11:00:02Z' });
+    expect(imagesCell(encoded)).toBe('2 · 80.0 ms');
+    expect(imagesCell(text)).toBe('–');
+    expect(runCells(reused).images).toBe('1 · cached');
+    expect(detailRows(encoded)).toContainEqual(['Images', '2 images, 512 tok, encoded in 80.0 ms before the prefill']);
+    expect(detailRows(reused)).toContainEqual(['Images', '1 image, 256 tok, reused from the cache (nothing encoded)']);
+    expect(detailRows(text).map(([term]) => term)).not.toContain('Images');
+    expect(sortRuns([text, encoded, reused], { key: 'images', direction: 'descending' }).map((run) => run.run_id)).toEqual([
+      'seen',
+      'reused',
+      'text',
+    ]);
   });
 });

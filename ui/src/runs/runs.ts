@@ -200,6 +200,7 @@ export type SortKey =
   | 'prefill_step_size'
   | 'max_kv_size'
   | 'prefix_source'
+  | 'images'
   | 'pressure_max';
 
 export type SortDirection = 'ascending' | 'descending';
@@ -244,6 +245,12 @@ export const COLUMNS: readonly Column[] = [
     label: 'Prefix',
     description: 'where the cached prompt came from: none, the conversation in memory, or a prompt cache read from disk',
     numeric: false,
+  },
+  {
+    key: 'images',
+    label: 'Images',
+    description: 'images the prompt showed, and encoding them (inside TTFT; 0 ms: their tokens came from the cache)',
+    numeric: true,
   },
   { key: 'pressure_max', label: 'Pressure', description: 'highest memory pressure during the run', numeric: false },
 ];
@@ -365,6 +372,7 @@ export interface RunCells {
   step: string;
   maxKv: string;
   prefix: string;
+  images: string;
   pressure: string;
 }
 
@@ -382,6 +390,14 @@ export function runCells(run: RunRecord): RunCells {
     };
   }
   return ondoRunCells(run);
+}
+
+/** "1 · 41.0 ms" (images, encoding them), "1 · cached" (their tokens came
+ * from the conversation's cache), or "–" for text. */
+export function imagesCell(run: RunRecord): string {
+  if (run.images === 0) return '–';
+  if (run.image_encode_ms === null) return formatCount(run.images);
+  return `${formatCount(run.images)} · ${run.image_encode_ms === 0 ? 'cached' : formatMs(run.image_encode_ms)}`;
 }
 
 /** "disk 12 ms", "memory" or "none". */
@@ -410,6 +426,7 @@ function ondoRunCells(run: RunRecord): RunCells {
     step: formatCount(run.prefill_step_size),
     maxKv: run.max_kv_size === null ? 'unbounded' : formatCount(run.max_kv_size),
     prefix: prefixCell(run),
+    images: imagesCell(run),
     pressure: run.pressure_max,
   };
 }
@@ -421,6 +438,20 @@ function prefixDetail(run: RunRecord): string {
   const bytes = run.prefix_read_bytes === null ? '' : ` ${formatBytes(run.prefix_read_bytes)}`;
   const ms = run.prefix_read_ms === null ? '' : ` in ${formatMs(run.prefix_read_ms)}`;
   return `read from disk:${bytes}${ms}`;
+}
+
+/** "2 images, 512 tok, encoded in 80.0 ms before the prefill" (or their
+ * tokens reused from the conversation's cache). */
+function imagesDetail(run: RunRecord): string {
+  const count = `${formatCount(run.images)} image${run.images === 1 ? '' : 's'}`;
+  const tokens = run.image_tokens === null ? '' : `, ${formatCount(run.image_tokens)} tok`;
+  const encoded =
+    run.image_encode_ms === 0
+      ? ', reused from the cache (nothing encoded)'
+      : run.image_encode_ms === null
+        ? ''
+        : `, encoded in ${formatMs(run.image_encode_ms)} before the prefill`;
+  return `${count}${tokens}${encoded}`;
 }
 
 export function detailRows(run: RunRecord): [string, string][] {
@@ -457,6 +488,7 @@ export function detailRows(run: RunRecord): [string, string][] {
     ['Decode', `${formatCount(run.generated_tokens)} tok in ${formatMs(run.decode_ms)} · ${formatTps(run.decode_tps)}`],
     ['Prompt', `${formatCount(run.prompt_tokens)} tok, ${formatCount(run.cached_tokens)} cached`],
     ['Prefix', prefixDetail(run)],
+    ...(run.images > 0 ? ([['Images', imagesDetail(run)]] as [string, string][]) : []),
     ['Loop', run.loop],
     ['Batch', batchLabel(run)],
     ...(run.constraint !== null
