@@ -1787,7 +1787,7 @@ fn bad_requests_get_their_status_and_a_json_error_and_the_server_serves_on() {
         "{message}"
     );
     // Over the body limit.
-    let huge = vec![b' '; (4 << 20) + 1];
+    let huge = vec![b' '; ondo::api::MAX_BODY_BYTES + 1];
     openai_error(&send("POST", chat, &huge), 413, "body_too_large");
     openai_error(&send("GET", chat, b""), 404, "no_such_route");
     openai_error(&send("POST", "/v1/nothing", b"{}"), 404, "no_such_route");

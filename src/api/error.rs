@@ -36,7 +36,8 @@ pub enum ApiError {
     #[error("{0}")]
     InvalidSettings(String),
     #[error(
-        "the request body is larger than {} MiB; send a shorter conversation",
+        "the request body is larger than {} MiB; send a shorter conversation, or smaller images \
+         (each at most 20 MiB)",
         limit_bytes >> 20
     )]
     BodyTooLarge { limit_bytes: usize },

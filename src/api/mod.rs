@@ -59,8 +59,10 @@ use conversations::ConversationIndex;
 use generation::Ask;
 use queue::EngineQueue;
 
-/// The largest request body the server reads.
-pub const MAX_BODY_BYTES: usize = 4 << 20;
+/// The largest request body the server reads: room for a conversation with
+/// two images at the largest size an image may have (20 MiB each, a third
+/// more in base64). A larger body is refused by its length, unread.
+pub const MAX_BODY_BYTES: usize = 64 << 20;
 
 /// How the server listens and whom it lets in.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -44,7 +44,8 @@ const ROUTE: &str = "POST /v1/responses";
 pub(crate) const STORED_RESPONSES: usize = 256;
 
 /// How many bytes of responses (as JSON, conversation included) the store
-/// keeps: bodies may be 4 MiB each, and 256 of those would hold 1 GiB.
+/// keeps: bodies may be 64 MiB each (images), and 256 of those would hold
+/// 16 GiB.
 pub(crate) const STORED_RESPONSE_BYTES: usize = 64 << 20;
 
 /// A kept response: what `GET` answers, and the conversation a follow-up
