@@ -25,7 +25,7 @@ const MAY_USE: &[(&str, &[&str])] = &[
     // The MLX side: models, generation, the synthetic models.
     (
         "engine",
-        &["environment", "error_kind", "family", "run_kinds"],
+        &["environment", "error_kind", "family", "run_kinds", "vision"],
     ),
     ("synth", &["engine", "error_kind", "family", "paths"]),
     // Beside the engine, never loading a model: the hub and the history.

@@ -60,10 +60,7 @@ pub fn folder_sees_images(dir: &std::path::Path) -> bool {
         && dir.join("preprocessor_config.json").is_file()
         && super::weights::weight_files(dir).is_ok_and(|files| {
             files.iter().any(|file| {
-                crate::hub::fit::read_safetensors_header(file)
-                    .ok()
-                    .and_then(|header| serde_json::from_slice::<Value>(&header).ok())
-                    .is_some_and(|header| header.get(PATCH_KERNEL).is_some())
+                super::cache::file::read_header(file).is_ok_and(|header| header.holds(PATCH_KERNEL))
             })
         })
 }

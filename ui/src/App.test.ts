@@ -37,7 +37,7 @@ function fakeBackend(overrides: Partial<Backend> = {}): Backend {
     chatSend: vi.fn(notUsedHere),
     chatStop: vi.fn(notUsedHere),
     chatForget: vi.fn(notUsedHere),
-    chatFeatures: vi.fn(async () => ({ thinking_switch: false })),
+    chatFeatures: vi.fn(async () => ({ thinking_switch: false, sees_images: false })),
     getSettings: vi.fn(notUsedHere),
     setSettings: vi.fn(notUsedHere),
     promptCacheStatus: vi.fn(notUsedHere),

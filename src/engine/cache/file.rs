@@ -400,6 +400,11 @@ pub struct Header {
 }
 
 impl Header {
+    /// Whether the file holds a tensor of that name.
+    pub fn holds(&self, name: &str) -> bool {
+        self.tensors.contains_key(name)
+    }
+
     /// The caller's metadata (mlx-lm's `0.<key>` entries).
     pub fn user_metadata(&self) -> BTreeMap<String, String> {
         self.metadata

@@ -1,4 +1,4 @@
-import { cleanup, fireEvent, render, screen, waitFor, within } from '@testing-library/svelte';
+import { cleanup, createEvent, fireEvent, render, screen, waitFor, within } from '@testing-library/svelte';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { chatRunCold, chatRunWarm, emptyModelsView, modelsViewWithQwen, partialLlama } from '../../test/fixtures';
 import { chatSettings } from '../../test/fixtures-settings';
@@ -17,7 +17,7 @@ interface PendingChat {
   fail: (error: CommandError) => void;
 }
 
-function fakeApi({ settingsFail = false } = {}) {
+function fakeApi({ settingsFail = false, seesImages = false } = {}) {
   const pending: PendingChat[] = [];
   let ids = 0;
   const api = {
@@ -43,7 +43,8 @@ function fakeApi({ settingsFail = false } = {}) {
     chatStop: vi.fn(async () => true),
     chatForget: vi.fn(async () => null),
     // Qwen3's template reads enable_thinking; the tiny model's does not.
-    chatFeatures: vi.fn(async (model: string) => ({ thinking_switch: model === QWEN })),
+    // `seesImages` makes every model one with a vision tower.
+    chatFeatures: vi.fn(async (model: string) => ({ thinking_switch: model === QWEN, sees_images: seesImages })),
   };
   const latest = (): PendingChat => {
     const chat = pending.at(-1);
@@ -75,6 +76,28 @@ async function pressEnter(shiftKey = false): Promise<void> {
 }
 
 const log = () => screen.getByRole('log', { name: 'Conversation' });
+
+const MiB = 1024 * 1024;
+
+/** A PNG file of the first four bytes of a PNG header, "iVBORw==" in base64. */
+function png(name = 'cat.png'): File {
+  return new File([new Uint8Array([0x89, 0x50, 0x4e, 0x47])], name, { type: 'image/png' });
+}
+
+const sendButton = () => screen.getByRole('button', { name: 'Send' }) as HTMLButtonElement;
+
+/** Picks files through the Attach image button's file input. */
+async function pick(...files: File[]): Promise<void> {
+  await fireEvent.change(screen.getByTestId('chat-image-input'), { target: { files } });
+}
+
+const attached = () => screen.queryByRole('list', { name: 'Attached images' });
+
+/** Waits for an attached image's thumbnail in the compose area (files are read asynchronously). */
+async function thumbnail(name: string): Promise<HTMLImageElement> {
+  const list = await screen.findByRole('list', { name: 'Attached images' });
+  return (await within(list).findByRole('img', { name })) as HTMLImageElement;
+}
 
 describe('ChatSection', () => {
   it('lists the tiny model and complete library models, tiny first', async () => {
@@ -361,5 +384,221 @@ describe('ChatSection', () => {
     expect(api.chatSend.mock.calls[0]?.[2]).toBe('Be brief.');
     expect(api.chatSend.mock.calls[0]?.[4]).toEqual({});
     expect(screen.queryByRole('alert')).toBeNull();
+  });
+  describe('images', () => {
+    it('attaches a picked image, sends it with the message and shows it in the log; later turns send it again', async () => {
+      const { api, latest, makeId } = fakeApi({ seesImages: true });
+      render(ChatSection, { api, makeId });
+      const attach = screen.getByRole('button', { name: 'Attach image' });
+      const input = screen.getByTestId('chat-image-input') as HTMLInputElement;
+      expect(input.type).toBe('file');
+      expect(input.accept).toBe('image/png,image/jpeg,image/webp,image/gif');
+      expect(input.multiple).toBe(true);
+      const click = vi.spyOn(input, 'click');
+      await fireEvent.click(attach);
+      expect(click).toHaveBeenCalledOnce();
+
+      await pick(png());
+      const pending = await thumbnail('cat.png');
+      expect(pending.src).toBe('data:image/png;base64,iVBORw==');
+
+      await type('What is this?');
+      await pressEnter();
+      await waitFor(() => expect(api.chatSend).toHaveBeenCalledOnce());
+      expect(latest().messages).toEqual([{ role: 'user', content: 'What is this?', images: ['iVBORw=='] }]);
+      expect(attached()).toBeNull();
+      const sent = within(screen.getByTestId('chat-user')).getByRole('img', { name: 'cat.png' }) as HTMLImageElement;
+      expect(sent.src).toBe('data:image/png;base64,iVBORw==');
+      expect(screen.getByTestId('chat-user').textContent).toContain('What is this?');
+
+      latest().send({ event: 'delta', text: 'A cat.', reasoning: '' });
+      latest().finish({ ...chatRunCold, images: 1, image_tokens: 256, image_encode_ms: 41.2 });
+      expect((await screen.findByTestId('chat-footer')).textContent).toContain('cold · load 15.0 ms · 1 image · encode 41.2 ms · TTFT');
+
+      await type('What colour is it?');
+      await pressEnter();
+      await waitFor(() => expect(api.chatSend).toHaveBeenCalledTimes(2));
+      expect(latest().messages).toEqual([
+        { role: 'user', content: 'What is this?', images: ['iVBORw=='] },
+        { role: 'assistant', content: 'A cat.' },
+        { role: 'user', content: 'What colour is it?' },
+      ]);
+      latest().finish({ ...chatRunWarm, images: 1, image_tokens: 256, image_encode_ms: 0 });
+      await waitFor(() => expect(screen.getAllByTestId('chat-footer').length).toBe(2));
+      expect(screen.getAllByTestId('chat-footer')[1]?.textContent).toContain('1 image · encode 0 ms (cached)');
+    });
+
+    it('sends an image without text', async () => {
+      const { api, latest, makeId } = fakeApi({ seesImages: true });
+      render(ChatSection, { api, makeId });
+      expect(sendButton().disabled).toBe(true);
+      await pick(png('first.png'), png('second.png'));
+      await thumbnail('second.png, image 2 of 2');
+      expect(sendButton().disabled).toBe(false);
+      await fireEvent.click(sendButton());
+      await waitFor(() => expect(api.chatSend).toHaveBeenCalledOnce());
+      expect(latest().messages).toEqual([{ role: 'user', content: '', images: ['iVBORw==', 'iVBORw=='] }]);
+      const user = screen.getByTestId('chat-user');
+      expect(within(user).getAllByRole('img').map((image) => image.getAttribute('alt'))).toEqual([
+        'first.png, image 1 of 2',
+        'second.png, image 2 of 2',
+      ]);
+      expect(user.querySelector('p.text')).toBeNull();
+    });
+
+    it('removes an attached image by its × button', async () => {
+      const { api, latest, makeId } = fakeApi({ seesImages: true });
+      render(ChatSection, { api, makeId });
+      await pick(png('keep.png'), png('drop.png'));
+      await screen.findByRole('button', { name: 'Remove image drop.png' });
+      await fireEvent.click(screen.getByRole('button', { name: 'Remove image drop.png' }));
+      const list = attached() as HTMLElement;
+      expect(within(list).getAllByRole('img').map((image) => image.getAttribute('alt'))).toEqual(['keep.png']);
+      expect(document.activeElement).toBe(message());
+      await fireEvent.click(screen.getByRole('button', { name: 'Remove image keep.png' }));
+      expect(attached()).toBeNull();
+      expect(sendButton().disabled).toBe(true);
+      await type('Just text');
+      await pressEnter();
+      await waitFor(() => expect(api.chatSend).toHaveBeenCalledOnce());
+      expect(latest().messages).toEqual([{ role: 'user', content: 'Just text' }]);
+    });
+
+    it('says a model that reads text only cannot take the image, and does not send it', async () => {
+      const { api, makeId } = fakeApi();
+      render(ChatSection, { api, makeId });
+      await waitFor(() => expect(api.chatFeatures).toHaveBeenCalledWith('tiny'));
+      await pick(png());
+      await thumbnail('cat.png');
+      const note = await screen.findByRole('status');
+      expect(note.textContent).toContain(
+        'This model reads text only; choose a model that sees images (Gemma 3 4B and larger), or remove the image.',
+      );
+      await type('What is this?');
+      expect(sendButton().disabled).toBe(true);
+      await pressEnter();
+      await fireEvent.submit(sendButton().form as HTMLFormElement);
+      expect(api.chatSend).not.toHaveBeenCalled();
+
+      await fireEvent.click(screen.getByRole('button', { name: 'Remove image cat.png' }));
+      expect(screen.queryByTestId('chat-text-only')).toBeNull();
+      expect(sendButton().disabled).toBe(false);
+    });
+
+    it('a conversation with images cannot go on with a model that reads text only', async () => {
+      const { api, latest, makeId } = fakeApi();
+      // The tiny model stands in for one with a vision tower; Qwen3 reads text only.
+      api.chatFeatures.mockImplementation(async (model: string) => ({ thinking_switch: false, sees_images: model === 'tiny' }));
+      render(ChatSection, { api, makeId });
+      await pick(png());
+      await thumbnail('cat.png');
+      await pressEnter();
+      await waitFor(() => expect(api.chatSend).toHaveBeenCalledOnce());
+      latest().finish({ ...chatRunCold, images: 1, image_tokens: 256, image_encode_ms: 41 });
+      await screen.findByTestId('chat-footer');
+
+      const picker = screen.getByRole('combobox', { name: 'Model' }) as HTMLSelectElement;
+      await waitFor(() => expect(picker.options.length).toBe(2));
+      await fireEvent.change(picker, { target: { value: QWEN } });
+      expect((await screen.findByTestId('chat-text-only')).textContent).toBe(
+        'This model reads text only and this conversation has images; choose a model that sees images (Gemma 3 4B and larger), or start a new conversation.',
+      );
+      await type('And now?');
+      expect(sendButton().disabled).toBe(true);
+      await pressEnter();
+      expect(api.chatSend).toHaveBeenCalledOnce();
+
+      await fireEvent.click(screen.getByRole('button', { name: 'New conversation' }));
+      expect(screen.queryByTestId('chat-text-only')).toBeNull();
+      expect(sendButton().disabled).toBe(false);
+    });
+
+    it('a failed send puts the text and the images back; New conversation clears them', async () => {
+      const { api, latest, makeId } = fakeApi({ seesImages: true });
+      render(ChatSection, { api, makeId });
+      await pick(png());
+      await thumbnail('cat.png');
+      await type('Describe it');
+      await pressEnter();
+      await waitFor(() => expect(api.chatSend).toHaveBeenCalledOnce());
+      latest().fail({ kind: 'invalid_settings', message: 'the image is 9000x9000 pixels, more than the 32000000 allowed' });
+      await screen.findByRole('alert');
+      expect(message().value).toBe('Describe it');
+      expect(within(attached() as HTMLElement).getByRole('img', { name: 'cat.png' })).toBeTruthy();
+      expect(within(log()).queryByTestId('chat-user')).toBeNull();
+
+      await fireEvent.click(screen.getByRole('button', { name: 'New conversation' }));
+      expect(attached()).toBeNull();
+    });
+
+    it('refuses a file over 20 MiB without reading it, and a file that is not an image', async () => {
+      const readAsDataURL = vi.spyOn(FileReader.prototype, 'readAsDataURL');
+      try {
+        const { api, makeId } = fakeApi({ seesImages: true });
+        render(ChatSection, { api, makeId });
+        const huge = new File([], 'huge.png', { type: 'image/png' });
+        Object.defineProperty(huge, 'size', { value: 21 * MiB });
+        await pick(huge, new File(['%PDF'], 'notes.pdf', { type: 'application/pdf' }));
+        const notes = screen.getAllByTestId('chat-attach-note').map((note) => note.textContent);
+        expect(notes).toEqual([
+          'huge.png is over 20 MiB; send a smaller image',
+          'notes.pdf is not a PNG, JPEG, WebP or GIF image; it was left out',
+        ]);
+        expect(screen.getByRole('status').contains(screen.getAllByTestId('chat-attach-note')[0] ?? null)).toBe(true);
+        expect(readAsDataURL).not.toHaveBeenCalled();
+        expect(attached()).toBeNull();
+      } finally {
+        readAsDataURL.mockRestore();
+      }
+    });
+
+    it('attaches an image pasted into the message', async () => {
+      const { api, makeId } = fakeApi({ seesImages: true });
+      render(ChatSection, { api, makeId });
+      const file = png('image.png');
+      const paste = createEvent.paste(message(), {
+        clipboardData: { files: [], items: [{ kind: 'file', type: 'image/png', getAsFile: () => file }], types: ['Files'] },
+      });
+      await fireEvent(message(), paste);
+      expect(paste.defaultPrevented).toBe(true);
+      await thumbnail('image.png');
+
+      // Text alone pastes as text.
+      const text = createEvent.paste(message(), {
+        clipboardData: { files: [], items: [{ kind: 'string', type: 'text/plain', getAsFile: () => null }], types: ['text/plain'] },
+      });
+      await fireEvent(message(), text);
+      expect(text.defaultPrevented).toBe(false);
+    });
+
+    it('takes images dropped on the chat, highlighting it while dragged over, and leaves other files out', async () => {
+      const { api, makeId } = fakeApi({ seesImages: true });
+      render(ChatSection, { api, makeId });
+      const chat = screen.getByTestId('chat');
+      const over = createEvent.dragOver(log(), { dataTransfer: { types: ['Files'], files: [], dropEffect: 'none' } });
+      await fireEvent(log(), over);
+      expect(over.defaultPrevented).toBe(true);
+      expect(chat.classList.contains('dropping')).toBe(true);
+      await fireEvent.dragLeave(chat, { relatedTarget: null });
+      expect(chat.classList.contains('dropping')).toBe(false);
+
+      await fireEvent.dragOver(chat, { dataTransfer: { types: ['Files'], files: [] } });
+      const drop = createEvent.drop(chat, {
+        dataTransfer: { types: ['Files'], files: [png('photo.png'), new File(['hi'], 'notes.txt', { type: 'text/plain' })] },
+      });
+      await fireEvent(chat, drop);
+      expect(drop.defaultPrevented).toBe(true);
+      expect(chat.classList.contains('dropping')).toBe(false);
+      await thumbnail('photo.png');
+      expect(screen.getByTestId('chat-attach-note').textContent).toBe(
+        'notes.txt is not a PNG, JPEG, WebP or GIF image; it was left out',
+      );
+
+      // Dropped anywhere else, a file is refused rather than opened in place of the popover.
+      const elsewhere = createEvent.drop(document.body, { dataTransfer: { types: ['Files'], files: [png('stray.png')] } });
+      await fireEvent(document.body, elsewhere);
+      expect(elsewhere.defaultPrevented).toBe(true);
+      expect(within(attached() as HTMLElement).queryByRole('img', { name: 'stray.png' })).toBeNull();
+    });
   });
 });

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { cachedQwen, chatRunCold, chatRunWarm, partialLlama } from '../../test/fixtures';
+import type { RunRecord } from './backend';
 import {
   applyChatEvent,
   chatFooterParts,
@@ -95,6 +96,46 @@ describe('chat helpers', () => {
     expect(formatThinkingTime(3_240)).toBe('3.2 s');
     expect(formatThinkingTime(12_600)).toBe('13 s');
     expect(formatThinkingTime(125_000)).toBe('2 min 5 s');
+  });
+
+  it('puts the images and what encoding them took right after the load', () => {
+    expect(chatFooterParts({ ...chatRunCold, images: 1, image_tokens: 256, image_encode_ms: 41 }).slice(0, 3)).toEqual([
+      'cold · load 15.0 ms',
+      '1 image · encode 41.0 ms',
+      'TTFT 8.50 ms',
+    ]);
+    expect(chatFooterParts({ ...chatRunWarm, images: 2, image_tokens: 512, image_encode_ms: 1_234 })[1]).toBe(
+      '2 images · encode 1.23 s',
+    );
+    // Both images' tokens came from the conversation's cache: nothing encoded.
+    expect(chatFooterParts({ ...chatRunWarm, images: 2, image_tokens: 512, image_encode_ms: 0 })[1]).toBe(
+      '2 images · encode 0 ms (cached)',
+    );
+    // A record written before images were recorded, or of a text prompt, has no such part.
+    const { images: _images, image_tokens: _tokens, image_encode_ms: _encode, ...older } = chatRunCold;
+    expect(chatFooterParts(older as RunRecord)).toEqual(chatFooterParts(chatRunCold));
+    expect(chatFooterParts(chatRunCold)).toHaveLength(5);
+  });
+
+  it('sends each turn with its images every time, as bare base64', () => {
+    const cat = { name: 'cat.png', dataUrl: 'data:image/png;base64,iVBORw==', base64: 'iVBORw==' };
+    const dog = { name: 'dog.jpg', dataUrl: 'data:image/jpeg;base64,/9j/4A==', base64: '/9j/4A==' };
+    const turns: ChatTurn[] = [
+      { role: 'user', content: 'Which is bigger?', images: [cat, dog] },
+      { role: 'assistant', content: 'The dog.', phase: 'done', record: chatRunCold },
+      { role: 'user', content: '', images: [cat] },
+      { role: 'assistant', content: 'A cat again.', phase: 'done', record: chatRunWarm },
+      { role: 'user', content: 'Thanks', images: [] },
+    ];
+    expect(historyOf(turns)).toEqual([
+      { role: 'user', content: 'Which is bigger?', images: ['iVBORw==', '/9j/4A=='] },
+      { role: 'assistant', content: 'The dog.' },
+      { role: 'user', content: '', images: ['iVBORw=='] },
+      { role: 'assistant', content: 'A cat again.' },
+      { role: 'user', content: 'Thanks' },
+    ]);
+    // A message without images has no `images` key at all.
+    expect('images' in (historyOf(turns)[4] ?? {})).toBe(false);
   });
 
   it('sends every message with text, as plain role and content', () => {

@@ -2,6 +2,7 @@
 // so the wording and the rounding are unit-tested.
 import type { ChatEvent, ChatMessage, LibraryModel, RunRecord } from './backend';
 import { formatBytes, formatCount, formatMs, formatTps } from './format';
+import type { ChatImage } from './images';
 
 /** The model id the shell reads as the built-in tiny model. */
 export const TINY_MODEL = 'tiny';
@@ -14,6 +15,8 @@ export type AnswerPhase = 'prefilling' | 'decoding' | 'done' | 'stopped';
 export interface ChatTurn {
   role: 'user' | 'assistant';
   content: string;
+  /** User only: the images the message shows, in the order they were attached. */
+  images?: ChatImage[];
   /** Assistant only: where the answer is. */
   phase?: AnswerPhase;
   /** Assistant only: the `started` event, once the prompt is being prefilled. */
@@ -50,11 +53,17 @@ export function newConversationId(): string {
   return `conv-${Date.now().toString(36)}-${Math.random().toString(36).slice(2)}`;
 }
 
-/** What goes to `chat_send`: every message with text, as plain objects. */
+/** What goes to `chat_send`: every message with text or images, as plain
+ * objects. Every turn sends its images again each time, in the same place:
+ * the shell reuses an image's cached tokens only where the history matches. */
 export function historyOf(turns: ChatTurn[]): ChatMessage[] {
   return turns
-    .filter((turn) => turn.content.length > 0)
-    .map((turn) => ({ role: turn.role, content: turn.content }));
+    .filter((turn) => turn.content.length > 0 || (turn.images?.length ?? 0) > 0)
+    .map((turn) => {
+      const message: ChatMessage = { role: turn.role, content: turn.content };
+      if (turn.images && turn.images.length > 0) message.images = turn.images.map((image) => image.base64);
+      return message;
+    });
 }
 
 /** Applies one streamed event, received at `now` (ms), to the answer being written. */
@@ -121,10 +130,24 @@ function reasoningPart(record: RunRecord): string {
   return record.reasoning_tokens > 0 ? ` (${formatCount(record.reasoning_tokens)} thinking)` : '';
 }
 
-/** The footer under a finished answer, one entry per cost. */
+/** The images the prompt showed and what encoding them took (part of the
+ * time to first token); 0 ms means the conversation's cache held their
+ * tokens. Null for a prompt without images. */
+function imagesPart(record: RunRecord): string | null {
+  const count = record.images ?? 0;
+  if (count <= 0) return null;
+  const encodeMs = record.image_encode_ms ?? null;
+  const encode = encodeMs === 0 ? '0 ms (cached)' : formatMs(encodeMs);
+  return `${formatCount(count)} ${count === 1 ? 'image' : 'images'} · encode ${encode}`;
+}
+
+/** The footer under a finished answer, one entry per cost, in the order
+ * they were paid: load, images, prompt, answer, memory. */
 export function chatFooterParts(record: RunRecord): string[] {
+  const images = imagesPart(record);
   return [
     loadPart(record.load_kind, record.load_ms),
+    ...(images === null ? [] : [images]),
     `TTFT ${formatMs(record.ttft_ms)}`,
     `${promptPart(record.prompt_tokens, record.cached_tokens, record.prefix_source === 'disk' ? (record.prefix_read_ms ?? 0) : null)} · prefill ${formatTps(record.prefill_tps)}`,
     `${formatCount(record.generated_tokens)} tok${reasoningPart(record)} · decode ${formatTps(record.decode_tps)}`,

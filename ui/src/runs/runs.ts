@@ -272,6 +272,8 @@ function sortValue(run: RunRecord, key: SortKey): number | string {
       return run.max_kv_size ?? Infinity;
     case 'load_ms':
       return run.load_kind === 'warm' ? 0 : (run.load_ms ?? -Infinity);
+    case 'images':
+      return run.images ?? 0;
     default: {
       const value = run[key];
       return value !== null && Number.isFinite(value) ? value : -Infinity;
@@ -395,9 +397,11 @@ export function runCells(run: RunRecord): RunCells {
 /** "1 · 41.0 ms" (images, encoding them), "1 · cached" (their tokens came
  * from the conversation's cache), or "–" for text. */
 export function imagesCell(run: RunRecord): string {
-  if (run.images === 0) return '–';
-  if (run.image_encode_ms === null) return formatCount(run.images);
-  return `${formatCount(run.images)} · ${run.image_encode_ms === 0 ? 'cached' : formatMs(run.image_encode_ms)}`;
+  const images = run.images ?? 0;
+  const encodeMs = run.image_encode_ms ?? null;
+  if (images === 0) return '–';
+  if (encodeMs === null) return formatCount(images);
+  return `${formatCount(images)} · ${encodeMs === 0 ? 'cached' : formatMs(encodeMs)}`;
 }
 
 /** "disk 12 ms", "memory" or "none". */
@@ -443,14 +447,17 @@ function prefixDetail(run: RunRecord): string {
 /** "2 images, 512 tok, encoded in 80.0 ms before the prefill" (or their
  * tokens reused from the conversation's cache). */
 function imagesDetail(run: RunRecord): string {
-  const count = `${formatCount(run.images)} image${run.images === 1 ? '' : 's'}`;
-  const tokens = run.image_tokens === null ? '' : `, ${formatCount(run.image_tokens)} tok`;
+  const images = run.images ?? 0;
+  const imageTokens = run.image_tokens ?? null;
+  const encodeMs = run.image_encode_ms ?? null;
+  const count = `${formatCount(images)} image${images === 1 ? '' : 's'}`;
+  const tokens = imageTokens === null ? '' : `, ${formatCount(imageTokens)} tok`;
   const encoded =
-    run.image_encode_ms === 0
+    encodeMs === 0
       ? ', reused from the cache (nothing encoded)'
-      : run.image_encode_ms === null
+      : encodeMs === null
         ? ''
-        : `, encoded in ${formatMs(run.image_encode_ms)} before the prefill`;
+        : `, encoded in ${formatMs(encodeMs)} before the prefill`;
   return `${count}${tokens}${encoded}`;
 }
 
@@ -488,7 +495,7 @@ export function detailRows(run: RunRecord): [string, string][] {
     ['Decode', `${formatCount(run.generated_tokens)} tok in ${formatMs(run.decode_ms)} · ${formatTps(run.decode_tps)}`],
     ['Prompt', `${formatCount(run.prompt_tokens)} tok, ${formatCount(run.cached_tokens)} cached`],
     ['Prefix', prefixDetail(run)],
-    ...(run.images > 0 ? ([['Images', imagesDetail(run)]] as [string, string][]) : []),
+    ...((run.images ?? 0) > 0 ? ([['Images', imagesDetail(run)]] as [string, string][]) : []),
     ['Loop', run.loop],
     ['Batch', batchLabel(run)],
     ...(run.constraint !== null

@@ -230,7 +230,7 @@ mockIPC(async (cmd, payload) => {
       return download.complete || scenario === 'thinking' ? modelsViewWithQwen : emptyModelsView;
     case 'chat_features': {
       const { model } = payload as { model: string };
-      return { thinking_switch: model === cachedQwen.id };
+      return { thinking_switch: model === cachedQwen.id, sees_images: false };
     }
     case 'memory_now':
       return memorySnapshot;
