@@ -54,11 +54,12 @@ test('the table lists runs; sorting, keyboard selection and the timeline chart w
   assert.equal(await table(page).getByRole('columnheader', { name: /When/ }).getAttribute('aria-sort'), 'descending');
   // Tab past the other headers to the table's one tabbable row.
   const first = bodyRows(page).first();
+  const headers = await table(page).getByRole('columnheader').count();
   let presses = 0;
   while (!(await first.evaluate((row) => row === document.activeElement))) {
     await page.keyboard.press('Tab');
     presses += 1;
-    assert.ok(presses <= 15, 'Tab reaches the table’s rows after its headers');
+    assert.ok(presses <= headers, 'Tab reaches the table’s rows after its headers');
   }
   assert.notEqual(await first.evaluate((row) => getComputedStyle(row).outlineStyle), 'none', 'a focused row shows a ring');
   for (let i = 0; i < 3; i += 1) await page.keyboard.press('ArrowDown');

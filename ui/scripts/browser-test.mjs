@@ -432,3 +432,26 @@ test('Escape and the hide button hide the window', async () => {
   await page.close();
 });
 
+
+test('an image picked for a text-only model shows as a thumbnail, and the chat says why it cannot go', async () => {
+  const { page } = await openPopover();
+  const chat = page.getByRole('region', { name: 'Chat' });
+  await chat.getByRole('textbox', { name: 'Message' }).waitFor();
+  // A 1x1 PNG, as the file picker hands it over.
+  const png = Buffer.from(
+    'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC',
+    'base64',
+  );
+  await chat.locator('input[type="file"]').setInputFiles({ name: 'dot.png', mimeType: 'image/png', buffer: png });
+  const attached = chat.getByRole('list', { name: 'Attached images' });
+  await attached.getByRole('img').waitFor();
+  assert.ok(await attached.getByRole('button', { name: 'Remove image dot.png' }).isVisible());
+  assert.match(await text(chat), /reads text only/);
+  await chat.getByRole('textbox', { name: 'Message' }).fill('What is this?');
+  assert.ok(await chat.getByRole('button', { name: 'Send' }).isDisabled(), 'Send waits for a model that sees images');
+  await attached.getByRole('button', { name: 'Remove image dot.png' }).click();
+  assert.equal(await attached.count(), 0);
+  assert.ok(await chat.getByRole('button', { name: 'Send' }).isEnabled());
+  const sends = await page.evaluate(() => window.__ondoIpcCalls.filter((call) => call.cmd === 'chat_send'));
+  assert.equal(sends.length, 0);
+});
