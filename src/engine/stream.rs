@@ -18,7 +18,7 @@ use super::reply::{ReplyFormat, ReplySegment, ReplySplitter, ToolCall};
 use super::request::{CancelToken, GenerateRequest, Prompt, RunError, RunEvent};
 use super::sample::Sampler;
 use super::stats::{BatchShare, RunStats, per_second};
-use super::vision::PromptImages;
+use super::vision::{ImageTokens, PromptImages};
 use crate::run_kinds::{LoadKind, PrefixSource, StopReason};
 
 /// Snapshots of a model's state layers a conversation keeps: the two
@@ -210,7 +210,7 @@ pub fn prompt_ids(model: &LoadedModel, prompt: &Prompt) -> Result<PromptTokens, 
         &model.tokenizer,
         model.chat_template.as_ref(),
         prompt,
-        &|text, count| vision.expand_markers(&model.tokenizer, text, count),
+        &|text, count| vision.tokens.expand_markers(&model.tokenizer, text, count),
     )
 }
 
@@ -234,14 +234,25 @@ pub fn count_prompt_tokens(dir: &std::path::Path, prompt: &Prompt) -> Result<usi
     let tokenizer = tokenizers::Tokenizer::from_file(&path)
         .map_err(|e| RunError::Load(format!("could not read {}: {e}", path.display())))?;
     let template = ChatTemplate::from_model_dir(dir).map_err(|e| RunError::Load(e.to_string()))?;
-    // An image counts as its marker here: how many tokens it fills is the
-    // vision config's, read at load.
+    // An image counts as the tokens it fills, read from config.json.
+    let image_tokens = match prompt_images(prompt).is_empty() {
+        true => None,
+        false => std::fs::read(dir.join("config.json"))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
+            .and_then(|config| ImageTokens::of_config(&config).ok().flatten()),
+    };
+    let expand = |text: &str, count: usize| match &image_tokens {
+        Some(tokens) => tokens.expand_markers(&tokenizer, text, count),
+        None => Err(RunError::InvalidSettings(format!(
+            "{} reads text only (it has no vision tower); count the message without its image",
+            dir.display()
+        ))),
+    };
     Ok(
-        prompt_ids_with(&tokenizer, template.as_ref(), prompt, &|t, _| {
-            Ok(t.to_owned())
-        })?
-        .ids
-        .len(),
+        prompt_ids_with(&tokenizer, template.as_ref(), prompt, &expand)?
+            .ids
+            .len(),
     )
 }
 
@@ -1334,7 +1345,7 @@ pub fn conclude(
             .filter(|_| request.max_kv_size.is_none())
             .map(|q| q.bits as u8),
         images: image_marks.len(),
-        image_tokens: image_marks.len() * model.vision.as_ref().map_or(0, |v| v.tokens_per_image),
+        image_tokens: image_marks.len() * model.vision.as_ref().map_or(0, |v| v.tokens.per_image),
         image_encode_ms: images.as_ref().map_or(0.0, |i| i.encode_ms),
         sampler: request.sampler.clone(),
         stop_reason,

@@ -29,16 +29,81 @@ const PATCH_KERNEL: &str = "vision_tower.vision_model.embeddings.patch_embedding
 /// The tensors of a multimodal checkpoint's vision part.
 const VISION_PREFIXES: [&str; 2] = ["vision_tower.", "multi_modal_projector."];
 
+/// The tokens that mark an image in a prompt, from config.json.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageTokens {
+    /// The id every image token has in the prompt.
+    pub image: u32,
+    /// The markers before and after an image's tokens.
+    pub begin: u32,
+    pub end: u32,
+    /// Tokens each image fills.
+    pub per_image: usize,
+}
+
+impl ImageTokens {
+    /// Gemma 3's, read from `config` (its keys at the top level or in
+    /// `text_config`; transformers' defaults where absent); `None` for a
+    /// config without a vision part.
+    pub fn of_config(config: &Value) -> Result<Option<Self>, String> {
+        if config.get("model_type").and_then(Value::as_str) != Some("gemma3")
+            || !config.get("vision_config").is_some_and(Value::is_object)
+        {
+            return Ok(None);
+        }
+        let count = |key: &str, default: u64| -> Result<u64, String> {
+            let value = config
+                .get(key)
+                .or_else(|| config.get("text_config").and_then(|t| t.get(key)));
+            match value {
+                None | Some(Value::Null) => Ok(default),
+                Some(v) => v
+                    .as_u64()
+                    .ok_or_else(|| format!("{key} is {v}, not a whole number")),
+            }
+        };
+        Ok(Some(Self {
+            per_image: count("mm_tokens_per_image", 256)? as usize,
+            image: count("image_token_index", 262_144)? as u32,
+            begin: count("boi_token_index", 255_999)? as u32,
+            end: count("eoi_token_index", 256_000)? as u32,
+        }))
+    }
+
+    /// `text` (a rendered prompt) with each of its `images` markers
+    /// expanded into the tokens the image fills; an error unless the
+    /// template wrote exactly one marker per image.
+    pub fn expand_markers(
+        &self,
+        tokenizer: &tokenizers::Tokenizer,
+        text: &str,
+        images: usize,
+    ) -> Result<String, RunError> {
+        let token = |id: u32| {
+            tokenizer.id_to_token(id).ok_or_else(|| {
+                RunError::Load(format!(
+                    "the tokenizer has no token {id}, which config.json names for images"
+                ))
+            })
+        };
+        let (boi, eoi, image) = (token(self.begin)?, token(self.end)?, token(self.image)?);
+        let markers = text.matches(boi.as_str()).count();
+        if markers != images {
+            return Err(RunError::InvalidSettings(format!(
+                "the prompt shows {images} image(s) but its chat template placed {markers}; \
+                 this model's template does not take images where they were given"
+            )));
+        }
+        let expanded = format!("\n\n{boi}{}{eoi}\n\n", image.repeat(self.per_image));
+        Ok(text.replace(boi.as_str(), &expanded))
+    }
+}
+
 /// A loaded vision tower with what it takes to place its tokens.
 pub struct VisionModel {
     tower: Gemma3Vision,
     processor: ImageProcessor,
-    /// The id every image token has in the prompt.
-    pub image_token_id: u32,
-    boi_token_id: u32,
-    eoi_token_id: u32,
-    /// Tokens each image fills.
-    pub tokens_per_image: usize,
+    pub tokens: ImageTokens,
     /// The text model's width: image features are divided by its square
     /// root before the embeddings' scale is applied (mlx-vlm's order).
     text_hidden: usize,
@@ -86,27 +151,15 @@ pub fn load(
     let vision_config: SiglipConfig =
         serde_json::from_value(config.get("vision_config").cloned().unwrap_or(Value::Null))
             .map_err(|e| invalid(format!("vision_config: {e}")))?;
-    let count = |key: &str, default: u64| -> Result<u64, LoadError> {
-        let value = config
-            .get(key)
-            .or_else(|| config.get("text_config").and_then(|t| t.get(key)));
-        match value {
-            None | Some(Value::Null) => Ok(default),
-            Some(v) => v
-                .as_u64()
-                .ok_or_else(|| invalid(format!("{key} is {v}, not a whole number"))),
-        }
+    let Some(tokens) = ImageTokens::of_config(config).map_err(invalid)? else {
+        return Ok(None);
     };
-    let tokens_per_image = count("mm_tokens_per_image", 256)? as usize;
-    let image_token_id = count("image_token_index", 262_144)? as u32;
-    let boi_token_id = count("boi_token_index", 255_999)? as u32;
-    let eoi_token_id = count("eoi_token_index", 256_000)? as u32;
     let processor =
         ImageProcessor::from_model_dir(&weights.dir).map_err(|e| LoadError::ConfigInvalid {
             path: weights.dir.join(&e.path),
             message: format!("the image processor's settings: {}", e.detail),
         })?;
-    let tower = Gemma3Vision::load(vision_config, text_hidden, tokens_per_image, weights)?;
+    let tower = Gemma3Vision::load(vision_config, text_hidden, tokens.per_image, weights)?;
     // Loading is strict: a vision tensor the tower did not take means a
     // tower other than the config describes.
     let mut left: Vec<&String> = weights
@@ -125,10 +178,7 @@ pub fn load(
     Ok(Some(VisionModel {
         tower,
         processor,
-        image_token_id,
-        boi_token_id,
-        eoi_token_id,
-        tokens_per_image,
+        tokens,
         text_hidden,
     }))
 }
@@ -139,57 +189,25 @@ impl VisionModel {
         self.tower.arrays()
     }
 
-    /// `text` (a rendered prompt) with each of its `images` markers
-    /// expanded into the tokens the image fills; an error unless the
-    /// template wrote exactly one marker per image.
-    pub fn expand_markers(
-        &self,
-        tokenizer: &tokenizers::Tokenizer,
-        text: &str,
-        images: usize,
-    ) -> Result<String, RunError> {
-        let token = |id: u32| {
-            tokenizer.id_to_token(id).ok_or_else(|| {
-                RunError::Load(format!(
-                    "the tokenizer has no token {id}, which config.json names for images"
-                ))
-            })
-        };
-        let (boi, eoi, image) = (
-            token(self.boi_token_id)?,
-            token(self.eoi_token_id)?,
-            token(self.image_token_id)?,
-        );
-        let markers = text.matches(boi.as_str()).count();
-        if markers != images {
-            return Err(RunError::InvalidSettings(format!(
-                "the prompt shows {images} image(s) but its chat template placed {markers}; \
-                 this model's template does not take images where they were given"
-            )));
-        }
-        let expanded = format!("\n\n{boi}{}{eoi}\n\n", image.repeat(self.tokens_per_image));
-        Ok(text.replace(boi.as_str(), &expanded))
-    }
-
     /// Where each image's tokens start in `ids`, checked against `images`:
     /// every image fills one unbroken run of its tokens.
     pub fn image_starts(&self, ids: &[u32], images: usize) -> Result<Vec<usize>, RunError> {
         let mut starts = Vec::with_capacity(images);
         let mut i = 0;
         while i < ids.len() {
-            if ids[i] != self.image_token_id {
+            if ids[i] != self.tokens.image {
                 i += 1;
                 continue;
             }
             let run = ids[i..]
                 .iter()
-                .take_while(|&&id| id == self.image_token_id)
+                .take_while(|&&id| id == self.tokens.image)
                 .count();
-            if run != self.tokens_per_image {
+            if run != self.tokens.per_image {
                 return Err(RunError::InvalidSettings(format!(
                     "the prompt holds a run of {run} image tokens where an image fills {}; do \
                      not type the model's image token as text",
-                    self.tokens_per_image
+                    self.tokens.per_image
                 )));
             }
             starts.push(i);
@@ -257,7 +275,7 @@ impl VisionModel {
         Ok(PromptImages {
             starts,
             features,
-            tokens_per_image: self.tokens_per_image,
+            tokens_per_image: self.tokens.per_image,
             encode_ms: started.elapsed().as_secs_f64() * 1e3,
         })
     }

@@ -70,6 +70,7 @@ def main():
         temperature=0,
     )
     out["openai"] = answer.choices[0].message.content
+    out["openai_prompt_tokens"] = answer.to_dict()["ondo"]["prompt_tokens"]
 
     response = client.responses.create(
         model=model,
@@ -94,26 +95,32 @@ def main():
     )
     out["ollama"] = chat.message.content
 
+    message_in = [
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "image",
+                    "source": {"type": "base64", "media_type": "image/png", "data": data},
+                },
+                {"type": "text", "text": question},
+            ],
+        }
+    ]
     message = anthropic.Anthropic(
         base_url=base, api_key="no-key", max_retries=0, timeout=120
     ).messages.create(
         model=model,
         max_tokens=limit,
         extra_body={"temperature": 0},
-        messages=[
-            {
-                "role": "user",
-                "content": [
-                    {
-                        "type": "image",
-                        "source": {"type": "base64", "media_type": "image/png", "data": data},
-                    },
-                    {"type": "text", "text": question},
-                ],
-            }
-        ],
+        messages=message_in,
     )
     out["anthropic"] = "".join(b.text for b in message.content if b.type == "text")
+    out["anthropic_count"] = (
+        anthropic.Anthropic(base_url=base, api_key="no-key", max_retries=0, timeout=120)
+        .messages.count_tokens(model=model, messages=message_in)
+        .input_tokens
+    )
     print(json.dumps(out))
 
 
