@@ -447,3 +447,36 @@ fn copy_folder(from: &Path, to: &Path) {
         std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
     }
 }
+
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "needs the project venv with mlx-vlm")]
+fn a_tower_the_converter_quantized_is_read_and_answers_as_mlx_vlm() {
+    let home = Home::new();
+    let model = home.synth("gemma3", &["--arch", "gemma3", "--dtype", "f32"]);
+    let quantized =
+        common::python_script_json("quantize_tower.py", &[model.to_str().unwrap(), "4"]);
+    assert!(quantized["quantized"].as_u64().unwrap() > 0);
+    let screen = home.file("screen.png", &picture(800, 600, 6));
+    let question = "What is in this picture?";
+    let (theirs, their_features) =
+        mlx_vlm(&home, &model, &rendered(&model, question, 1), &[&screen]);
+    let loaded = LoadedModel::load(&model).unwrap();
+    let vision = loaded.vision.as_ref().expect("the quantized tower loads");
+    let bytes = std::fs::read(&screen).unwrap();
+    let pixels = vision
+        .pixel_values(&[&bytes], ImageLimits::default(), mlx_rs::Dtype::Float32)
+        .unwrap();
+    let features = vision.features(&pixels).unwrap();
+    let ours: &[f32] = features.as_slice();
+    let worst = ours
+        .iter()
+        .zip(&their_features)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(worst <= 1e-4, "image features differ by {worst}");
+    drop(loaded);
+    assert_eq!(
+        ondo_tokens(&home, &model, question, &[&screen], "pipelined"),
+        ids(&theirs["tokens"])
+    );
+}

@@ -82,6 +82,7 @@ impl LoadedModel {
             &config_value,
             config.hidden_size as usize,
             &mut weights,
+            config.quantization.as_ref(),
         )?;
         let model = Decoder::load(&config, &config_path, weights)?;
         let mut arrays = model.arrays();

@@ -139,6 +139,7 @@ pub fn load(
     config: &Value,
     text_hidden: usize,
     weights: &mut WeightMap,
+    quant: Option<&super::model::QuantConfig>,
 ) -> Result<Option<VisionModel>, LoadError> {
     if model_type != "gemma3" || !weights.contains(PATCH_KERNEL) {
         return Ok(None);
@@ -159,7 +160,7 @@ pub fn load(
             path: weights.dir.join(&e.path),
             message: format!("the image processor's settings: {}", e.detail),
         })?;
-    let tower = Gemma3Vision::load(vision_config, text_hidden, tokens.per_image, weights)?;
+    let tower = Gemma3Vision::load(vision_config, text_hidden, tokens.per_image, weights, quant)?;
     // Loading is strict: a vision tensor the tower did not take means a
     // tower other than the config describes.
     let mut left: Vec<&String> = weights

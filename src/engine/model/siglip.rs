@@ -12,6 +12,9 @@
 //! Weight names are mlx-community's (`vision_tower.vision_model.*`,
 //! `multi_modal_projector.*`); a patch kernel stored in PyTorch's layout
 //! `[out, channels, k, k]` is read as well as MLX's `[out, k, k, channels]`.
+//! Conversions that quantized the tower (mlx-vlm quantizes it unless told
+//! to skip it) are read too: each quantized matrix is dequantized once at
+//! load, so the tower computes in floats either way.
 
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, fast, ops};
@@ -19,8 +22,48 @@ use serde::Deserialize;
 
 use super::activation::gelu_exact;
 use super::bert::{Dense, LayerNorm};
+use super::{QuantConfig, QuantizedMatrix, quantized, stored_params};
 use crate::engine::LoadError;
 use crate::engine::weights::WeightMap;
+
+/// The float matrix `{prefix}.weight` `[out, in]`, dequantized where the
+/// checkpoint stores it quantized.
+fn take_matrix(
+    w: &mut WeightMap,
+    prefix: &str,
+    out: usize,
+    inp: usize,
+    quant: Option<&QuantConfig>,
+) -> Result<Array, LoadError> {
+    let (out, inp) = (out as i32, inp as i32);
+    match stored_params(w, prefix, inp, quant)? {
+        Some(params) => {
+            let m = QuantizedMatrix::take(w, prefix, &[], out, inp, params)?;
+            Ok(quantized::dequantize(
+                &m.weight,
+                &m.scales,
+                m.biases.as_ref(),
+                params,
+            )?)
+        }
+        None => w.take_float(&format!("{prefix}.weight"), &[out, inp]),
+    }
+}
+
+/// A dense layer with its bias, its matrix dequantized where stored
+/// quantized.
+fn take_dense(
+    w: &mut WeightMap,
+    prefix: &str,
+    out: usize,
+    inp: usize,
+    quant: Option<&QuantConfig>,
+) -> Result<Dense, LoadError> {
+    Ok(Dense {
+        weight: take_matrix(w, prefix, out, inp, quant)?,
+        bias: w.take_float(&format!("{prefix}.bias"), &[out as i32])?,
+    })
+}
 
 /// The `vision_config` keys SigLIP reads, with transformers' defaults.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -111,6 +154,7 @@ impl Gemma3Vision {
         text_hidden: usize,
         tokens_per_image: usize,
         weights: &mut WeightMap,
+        quant: Option<&QuantConfig>,
     ) -> Result<Self, LoadError> {
         let h = config.hidden_size;
         let i = config.intermediate_size;
@@ -161,22 +205,25 @@ impl Gemma3Vision {
             &format!("{root}.embeddings.patch_embedding.bias"),
             &[h as i32],
         )?;
-        let positions = w.take_float(
-            &format!("{root}.embeddings.position_embedding.weight"),
-            &[(grid * grid) as i32, h as i32],
+        let positions = take_matrix(
+            w,
+            &format!("{root}.embeddings.position_embedding"),
+            grid * grid,
+            h,
+            quant,
         )?;
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         for n in 0..config.num_hidden_layers {
             let p = format!("{root}.encoder.layers.{n}");
             layers.push(EncoderLayer {
-                q_proj: Dense::take(w, &format!("{p}.self_attn.q_proj"), h, h)?,
-                k_proj: Dense::take(w, &format!("{p}.self_attn.k_proj"), h, h)?,
-                v_proj: Dense::take(w, &format!("{p}.self_attn.v_proj"), h, h)?,
-                out_proj: Dense::take(w, &format!("{p}.self_attn.out_proj"), h, h)?,
+                q_proj: take_dense(w, &format!("{p}.self_attn.q_proj"), h, h, quant)?,
+                k_proj: take_dense(w, &format!("{p}.self_attn.k_proj"), h, h, quant)?,
+                v_proj: take_dense(w, &format!("{p}.self_attn.v_proj"), h, h, quant)?,
+                out_proj: take_dense(w, &format!("{p}.self_attn.out_proj"), h, h, quant)?,
                 layer_norm1: LayerNorm::take(w, &format!("{p}.layer_norm1"), h)?,
                 layer_norm2: LayerNorm::take(w, &format!("{p}.layer_norm2"), h)?,
-                fc1: Dense::take(w, &format!("{p}.mlp.fc1"), i, h)?,
-                fc2: Dense::take(w, &format!("{p}.mlp.fc2"), h, i)?,
+                fc1: take_dense(w, &format!("{p}.mlp.fc1"), i, h, quant)?,
+                fc2: take_dense(w, &format!("{p}.mlp.fc2"), h, i, quant)?,
             });
         }
         let post_layernorm = LayerNorm::take(w, &format!("{root}.post_layernorm"), h)?;
