@@ -485,7 +485,7 @@ fn the_think_switch_is_offered_where_the_template_reads_it_and_decides_the_reaso
     let popover = popover();
     assert_eq!(
         invoke(&popover, "chat_features", json!({ "model": "tiny" })).unwrap(),
-        json!({ "thinking_switch": false })
+        json!({ "thinking_switch": false, "sees_images": false })
     );
     let tiny = invoke(&popover, "prepare_builtin_model", Value::Null).unwrap();
     let source = std::path::PathBuf::from(tiny["model_dir"].as_str().unwrap());
@@ -498,7 +498,7 @@ fn the_think_switch_is_offered_where_the_template_reads_it_and_decides_the_reaso
     std::fs::write(thinker.join("chat_template.jinja"), THINKING_TEMPLATE).unwrap();
     assert_eq!(
         invoke(&popover, "chat_features", json!({ "model": thinker })).unwrap(),
-        json!({ "thinking_switch": true })
+        json!({ "thinking_switch": true, "sees_images": false })
     );
 
     let turn = |think: bool, channel: u32| {
