@@ -165,6 +165,31 @@ fn ondo_tokens(
         .collect()
 }
 
+/// Ondo's image features of `image` on `model` (loaded here, in float32):
+/// their shape and values.
+fn ondo_features(model: &Path, image: &Path) -> (Vec<u64>, Vec<f32>) {
+    let loaded = LoadedModel::load(model).unwrap();
+    let vision = loaded
+        .vision
+        .as_ref()
+        .expect("the folder has a vision tower");
+    let bytes = std::fs::read(image).unwrap();
+    let pixels = vision
+        .pixel_values(&[&bytes], ImageLimits::default(), mlx_rs::Dtype::Float32)
+        .unwrap();
+    let features = vision.features(&pixels).unwrap();
+    let shape = features.shape().iter().map(|&d| d as u64).collect();
+    (shape, features.as_slice::<f32>().to_vec())
+}
+
+fn worst_difference(ours: &[f32], theirs: &[f32]) -> f32 {
+    assert_eq!(ours.len(), theirs.len());
+    ours.iter()
+        .zip(theirs)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max)
+}
+
 fn ids(value: &Value) -> Vec<u64> {
     value
         .as_array()
@@ -186,37 +211,15 @@ fn gemma3_sees_images_as_mlx_vlm_does() {
     // One image: the features, the prompt's ids and the greedy tokens.
     let (theirs, their_features) =
         mlx_vlm(&home, &model, &rendered(&model, question, 1), &[&screen]);
-    let loaded = LoadedModel::load(&model).unwrap();
-    let vision = loaded
-        .vision
-        .as_ref()
-        .expect("the folder has a vision tower");
-    let bytes = std::fs::read(&screen).unwrap();
-    let pixels = vision
-        .pixel_values(&[&bytes], ImageLimits::default(), mlx_rs::Dtype::Float32)
-        .unwrap();
-    let features = vision.features(&pixels).unwrap();
-    assert_eq!(
-        features
-            .shape()
-            .iter()
-            .map(|&d| d as u64)
-            .collect::<Vec<_>>(),
-        ids(&theirs["shape"])
-    );
-    let ours: &[f32] = features.as_slice();
-    let worst = ours
-        .iter()
-        .zip(&their_features)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
+    let (shape, ours) = ondo_features(&model, &screen);
+    assert_eq!(shape, ids(&theirs["shape"]));
+    let worst = worst_difference(&ours, &their_features);
     assert!(worst <= 1e-4, "image features differ by {worst}");
     let spread = their_features.iter().map(|v| v.abs()).fold(0f32, f32::max);
     assert!(
         spread > 1e-2,
         "the features are all near zero ({spread}): a test that cannot fail"
     );
-    drop(loaded);
 
     let want = ids(&theirs["tokens"]);
     for shape in ["pipelined", "sync"] {
@@ -460,21 +463,9 @@ fn a_tower_the_converter_quantized_is_read_and_answers_as_mlx_vlm() {
     let question = "What is in this picture?";
     let (theirs, their_features) =
         mlx_vlm(&home, &model, &rendered(&model, question, 1), &[&screen]);
-    let loaded = LoadedModel::load(&model).unwrap();
-    let vision = loaded.vision.as_ref().expect("the quantized tower loads");
-    let bytes = std::fs::read(&screen).unwrap();
-    let pixels = vision
-        .pixel_values(&[&bytes], ImageLimits::default(), mlx_rs::Dtype::Float32)
-        .unwrap();
-    let features = vision.features(&pixels).unwrap();
-    let ours: &[f32] = features.as_slice();
-    let worst = ours
-        .iter()
-        .zip(&their_features)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
+    let (_, ours) = ondo_features(&model, &screen);
+    let worst = worst_difference(&ours, &their_features);
     assert!(worst <= 1e-4, "image features differ by {worst}");
-    drop(loaded);
     assert_eq!(
         ondo_tokens(&home, &model, question, &[&screen], "pipelined"),
         ids(&theirs["tokens"])

@@ -112,17 +112,6 @@ pub struct Found {
     pub common: usize,
 }
 
-/// What a restore costs against what it saves, from the reads and the
-/// prefills seen so far: a read is skipped when it would take longer than
-/// prefilling the tokens it brings. On a Mac the read wins by an order of
-/// magnitude; on a GPU that prefills tens of thousands of tokens a second
-/// it can lose, and then prefilling is the faster way to the first token.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct Speeds {
-    /// Bytes per millisecond of the reads back, a running mean.
-    read_bytes_per_ms: Option<f64>,
-}
-
 /// The weight of the newest sample in a running mean.
 const NEWEST: f64 = 0.5;
 
@@ -130,27 +119,22 @@ fn running_mean(old: Option<f64>, sample: f64) -> f64 {
     old.map_or(sample, |old| old + NEWEST * (sample - old))
 }
 
-impl Speeds {
-    fn note_read(&mut self, bytes: u64, ms: f64) {
-        if ms > 0.0 && bytes > 0 {
-            self.read_bytes_per_ms = Some(running_mean(self.read_bytes_per_ms, bytes as f64 / ms));
-        }
-    }
-
-    /// Whether reading `bytes` to skip prefilling `tokens` at
-    /// `prefill_tokens_per_ms` is slower than the prefill. Without a
-    /// measure of either, read: the first read is what measures it.
-    fn read_is_slower(
-        &self,
-        bytes: u64,
-        tokens: usize,
-        prefill_tokens_per_ms: Option<f64>,
-    ) -> bool {
-        let (Some(read), Some(prefill)) = (self.read_bytes_per_ms, prefill_tokens_per_ms) else {
-            return false;
-        };
-        bytes as f64 / read > tokens as f64 / prefill
-    }
+/// Whether reading `bytes` at `read_bytes_per_ms` to skip prefilling
+/// `tokens` at `prefill_tokens_per_ms` is slower than the prefill. On a Mac
+/// the read wins by an order of magnitude; on a GPU that prefills tens of
+/// thousands of tokens a second it can lose, and then prefilling is the
+/// faster way to the first token. Without a measure of either, read: the
+/// first read is what measures it.
+fn read_is_slower(
+    bytes: u64,
+    tokens: usize,
+    read_bytes_per_ms: Option<f64>,
+    prefill_tokens_per_ms: Option<f64>,
+) -> bool {
+    let (Some(read), Some(prefill)) = (read_bytes_per_ms, prefill_tokens_per_ms) else {
+        return false;
+    };
+    bytes as f64 / read > tokens as f64 / prefill
 }
 
 /// A saved cache read back for a prompt.
@@ -197,7 +181,8 @@ pub struct DiskPromptCache {
     known: HashMap<PathBuf, Known>,
     /// The key of each model folder with its cache settings.
     keys: HashMap<CacheKeyInputs, String>,
-    speeds: Speeds,
+    /// Bytes per millisecond of the reads back, a running mean.
+    read_bytes_per_ms: Option<f64>,
     /// Prompt tokens per millisecond of each model folder's prefills of at
     /// least `min_tokens`, a running mean.
     prefill_tokens_per_ms: HashMap<PathBuf, f64>,
@@ -228,7 +213,7 @@ impl DiskPromptCache {
             min_tokens: settings.min_tokens.max(1),
             known: HashMap::new(),
             keys: HashMap::new(),
-            speeds: Speeds::default(),
+            read_bytes_per_ms: None,
             prefill_tokens_per_ms: HashMap::new(),
             writer,
         }
@@ -375,10 +360,12 @@ impl DiskPromptCache {
         }
         let (found, bytes) = best?;
         let prefill = self.prefill_tokens_per_ms.get(model_dir).copied();
-        if self
-            .speeds
-            .read_is_slower(bytes, found.common - better_than, prefill)
-        {
+        if read_is_slower(
+            bytes,
+            found.common - better_than,
+            self.read_bytes_per_ms,
+            prefill,
+        ) {
             return None;
         }
         Some(found)
@@ -431,7 +418,10 @@ impl DiskPromptCache {
                 .unwrap_or(known.modified);
         }
         let read_ms = start.elapsed().as_secs_f64() * 1e3;
-        self.speeds.note_read(decoded.bytes, read_ms);
+        if read_ms > 0.0 && decoded.bytes > 0 {
+            let sample = decoded.bytes as f64 / read_ms;
+            self.read_bytes_per_ms = Some(running_mean(self.read_bytes_per_ms, sample));
+        }
         Some(Restored {
             cache,
             tokens,

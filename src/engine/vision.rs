@@ -120,8 +120,7 @@ pub fn folder_sees_images(dir: &std::path::Path) -> bool {
     let Ok(config) = serde_json::from_str::<Value>(&text) else {
         return false;
     };
-    config.get("model_type").and_then(Value::as_str) == Some("gemma3")
-        && config.get("vision_config").is_some_and(Value::is_object)
+    matches!(ImageTokens::of_config(&config), Ok(Some(_)))
         && dir.join("preprocessor_config.json").is_file()
         && super::weights::weight_files(dir).is_ok_and(|files| {
             files.iter().any(|file| {
@@ -141,7 +140,7 @@ pub fn load(
     weights: &mut WeightMap,
     quant: Option<&super::model::QuantConfig>,
 ) -> Result<Option<VisionModel>, LoadError> {
-    if model_type != "gemma3" || !weights.contains(PATCH_KERNEL) {
+    if !weights.contains(PATCH_KERNEL) {
         return Ok(None);
     }
     let config_path = weights.dir.join("config.json");
@@ -313,11 +312,6 @@ impl PromptImages {
             starts: self.starts.iter().map(|s| s - offset.min(*s)).collect(),
             ..self.clone()
         }
-    }
-
-    /// Image tokens in the prompt.
-    pub fn tokens(&self) -> usize {
-        self.starts.len() * self.tokens_per_image
     }
 
     /// The embeddings for prompt positions `start..end`: for each image
