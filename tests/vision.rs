@@ -1,9 +1,10 @@
 //! Images into pixel values, against Pillow and transformers on the same
 //! files: Ondo's decoding (PNG, WebP, GIF: the same bytes as Pillow's;
 //! JPEG: within a decoder's rounding), its resizing (Pillow's bilinear and
-//! bicubic, byte for byte, shrinking and enlarging), and Gemma 3's image
+//! bicubic, byte for byte, shrinking and enlarging), Gemma 3's image
 //! processor (transformers' Pillow backend: the same float32 values within
-//! one unit of rounding).
+//! one unit of rounding), and Qwen3-VL's (mlx-vlm's: the same grid and
+//! the same patch values).
 
 mod common;
 
@@ -215,5 +216,72 @@ fn gemma_3s_pixel_values_are_transformers_to_one_rounding() {
             .map(|(a, b)| (a - b).abs())
             .fold(0f32, f32::max);
         assert!(worst <= 1.2e-7, "{name}: pixel values differ by {worst}");
+    }
+}
+
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "ONDO_SKIP_PYTHON: no Python with mlx-vlm")]
+fn qwen_patches_are_mlx_vlms_value_for_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = serde_json::json!({
+        "size": {"shortest_edge": 4096, "longest_edge": 262_144},
+        "patch_size": 16, "temporal_patch_size": 2, "merge_size": 2,
+        "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+        "do_rescale": true, "rescale_factor": 0.00392156862745098, "do_normalize": true,
+        "processor_class": "Qwen3VLProcessor",
+        "image_processor_type": "Qwen2VLImageProcessorFast"
+    });
+    write(
+        dir.path(),
+        "preprocessor_config.json",
+        config.to_string().as_bytes(),
+    );
+    let processor = ondo::vision::PatchGridProcessor::from_model_dir(dir.path()).unwrap();
+    // A wide screenshot (shrunk), a portrait photo, a small image whose
+    // sides round half to even (80/32 and 48/32), one grown to the
+    // smallest area. PNGs: the decoded bytes are Pillow's (the test above),
+    // so what differs would be the processor's.
+    let files = [
+        ("screen.png", picture(1024, 640)),
+        ("photo.png", picture(300, 400)),
+        ("ties.png", picture(80, 48)),
+        ("tiny.png", picture(20, 30)),
+    ];
+    for (name, image) in files {
+        let file = write(
+            dir.path(),
+            name,
+            &encode(&image::DynamicImage::ImageRgb8(image), ImageFormat::Png),
+        );
+        let bytes = std::fs::read(&file).unwrap();
+        let pixels = decode(&bytes, ImageLimits::default()).unwrap();
+        let (ours, grid) = processor.patches(&pixels).unwrap();
+        // The header alone gives the same grid (what counting tokens reads).
+        let (w, h) = ondo::vision::dimensions(&bytes, ImageLimits::default()).unwrap();
+        assert_eq!(processor.grid(w, h).unwrap(), grid, "{name}");
+        let out = file.with_extension("patches");
+        let meta = reference(&[
+            "qwen3_vl",
+            file.to_str().unwrap(),
+            out.to_str().unwrap(),
+            dir.path().to_str().unwrap(),
+        ]);
+        assert_eq!(
+            meta["grid"],
+            serde_json::json!([1, grid.height, grid.width]),
+            "{name}"
+        );
+        let theirs: Vec<f32> = std::fs::read(&out)
+            .unwrap()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        assert_eq!(ours.len(), theirs.len(), "{name}");
+        let worst = ours
+            .iter()
+            .zip(&theirs)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert_eq!(worst, 0.0, "{name}: patches differ by {worst}");
     }
 }

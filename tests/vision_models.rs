@@ -1,6 +1,7 @@
 //! Vision models against mlx-vlm on the same synthetic folder and image
-//! files: Gemma 3's image features (its SigLIP tower and projector) within
-//! 1e-4 of mlx-vlm's, and `ondo run --image`'s greedy tokens equal to
+//! files: Gemma 3's image features (its SigLIP tower and projector) and
+//! Qwen3-VL's (its tower, merger and DeepStack taps) within 1e-4 of
+//! mlx-vlm's, Qwen3-VL's 3-D rope positions equal to mlx-vlm's, and `ondo run --image`'s greedy tokens equal to
 //! mlx-vlm's generate_step for a prompt with one image and with two, in
 //! both loop shapes; a model without a tower, and an image over the limits,
 //! refused by name.
@@ -14,6 +15,7 @@ use std::process::{Command, Output};
 use image::{ImageFormat, RgbImage};
 use ondo::engine::chat_template::{ChatMessage, ChatTemplate};
 use ondo::engine::load::LoadedModel;
+use ondo::engine::vision::RopeLayout;
 use ondo::session::chat::ChatFeatures;
 use ondo::vision::ImageLimits;
 use serde_json::Value;
@@ -132,6 +134,7 @@ fn ondo_tokens(
     question: &str,
     images: &[&Path],
     loop_shape: &str,
+    extra: &[&str],
 ) -> Vec<u64> {
     let tokens = TOKENS.to_string();
     let mut args = vec![
@@ -150,6 +153,7 @@ fn ondo_tokens(
         args.push("--image");
         args.push(image.to_str().unwrap());
     }
+    args.extend_from_slice(extra);
     let out = home.ondo(&args);
     assert!(
         out.status.success(),
@@ -165,8 +169,10 @@ fn ondo_tokens(
         .collect()
 }
 
-/// Ondo's image features of `image` on `model` (loaded here, in float32):
-/// their shape and values.
+/// Ondo's image features of `image` on `model` (loaded here): their shape
+/// and values, as mlx-vlm's reference writes them (`[1, tokens, hidden]`
+/// for one image; Qwen's main features and then DeepStack's,
+/// `[1 + taps, tokens, hidden]`).
 fn ondo_features(model: &Path, image: &Path) -> (Vec<u64>, Vec<f32>) {
     let loaded = LoadedModel::load(model).unwrap();
     let vision = loaded
@@ -174,12 +180,16 @@ fn ondo_features(model: &Path, image: &Path) -> (Vec<u64>, Vec<f32>) {
         .as_ref()
         .expect("the folder has a vision tower");
     let bytes = std::fs::read(image).unwrap();
-    let pixels = vision
-        .pixel_values(&[&bytes], ImageLimits::default(), mlx_rs::Dtype::Float32)
+    let [image] = <[_; 1]>::try_from(vision.features(&[&bytes], ImageLimits::default()).unwrap())
+        .ok()
         .unwrap();
-    let features = vision.features(&pixels).unwrap();
-    let shape = features.shape().iter().map(|&d| d as u64).collect();
-    (shape, features.as_slice::<f32>().to_vec())
+    let all: Vec<mlx_rs::Array> = std::iter::once(image.main).chain(image.deepstack).collect();
+    let stacked = mlx_rs::ops::stack(&all, 0)
+        .unwrap()
+        .as_dtype(mlx_rs::Dtype::Float32)
+        .unwrap();
+    let shape = stacked.shape().iter().map(|&d| d as u64).collect();
+    (shape, stacked.as_slice::<f32>().to_vec())
 }
 
 fn worst_difference(ours: &[f32], theirs: &[f32]) -> f32 {
@@ -224,7 +234,7 @@ fn gemma3_sees_images_as_mlx_vlm_does() {
     let want = ids(&theirs["tokens"]);
     for shape in ["pipelined", "sync"] {
         assert_eq!(
-            ondo_tokens(&home, &model, question, &[&screen], shape),
+            ondo_tokens(&home, &model, question, &[&screen], shape, &[]),
             want,
             "one image, {shape} loop"
         );
@@ -239,10 +249,127 @@ fn gemma3_sees_images_as_mlx_vlm_does() {
         &[&screen, &photo],
     );
     assert_eq!(
-        ondo_tokens(&home, &model, question, &[&screen, &photo], "pipelined"),
+        ondo_tokens(
+            &home,
+            &model,
+            question,
+            &[&screen, &photo],
+            "pipelined",
+            &[]
+        ),
         ids(&theirs["tokens"]),
         "two images"
     );
+    assert_ne!(
+        ids(&theirs["tokens"]),
+        want,
+        "a second image changes the answer"
+    );
+}
+
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "needs the project venv with mlx-vlm")]
+fn qwen3_vl_sees_images_at_their_own_size_as_mlx_vlm_does() {
+    let home = Home::new();
+    let model = home.synth("qwen3_vl", &["--arch", "qwen3_vl", "--dtype", "f32"]);
+    let screen = home.file("screen.png", &picture(1024, 640, 0));
+    let photo = home.file("photo.png", &picture(300, 400, 1));
+    let question = "What is in this picture?";
+
+    // One image: its features (the main ones and each DeepStack tap), the
+    // prompt's ids and 3-D positions, the greedy tokens.
+    let (theirs, their_features) =
+        mlx_vlm(&home, &model, &rendered(&model, question, 1), &[&screen]);
+    let (shape, ours) = ondo_features(&model, &screen);
+    // 1024x640 within 262,144 pixels: 640x384, 40x24 patches, 240 tokens.
+    assert_eq!(shape, ids(&theirs["shape"]));
+    assert_eq!(&shape[1..], &[240, 256]);
+    let worst = worst_difference(&ours, &their_features);
+    assert!(worst <= 1e-4, "image features differ by {worst}");
+    let spread = their_features.iter().map(|v| v.abs()).fold(0f32, f32::max);
+    assert!(spread > 1e-2, "the features are all near zero ({spread})");
+
+    let loaded = LoadedModel::load(&model).unwrap();
+    let vision = loaded.vision.as_ref().unwrap();
+    let check_positions = |theirs: &Value, images: &[&Path]| {
+        let input_ids: Vec<u32> = ids(&theirs["input_ids"])
+            .iter()
+            .map(|&i| i as u32)
+            .collect();
+        let files: Vec<Vec<u8>> = images.iter().map(|p| std::fs::read(p).unwrap()).collect();
+        let files: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
+        let shapes = vision
+            .tokens
+            .shapes(&files, ImageLimits::default())
+            .unwrap();
+        let starts = vision.tokens.image_starts(&input_ids, &shapes).unwrap();
+        let layout = RopeLayout {
+            images: starts.into_iter().zip(shapes).collect(),
+        };
+        let positions: Vec<i64> = layout
+            .positions(0, input_ids.len())
+            .unwrap()
+            .into_iter()
+            .map(i64::from)
+            .collect();
+        let want: Vec<i64> = theirs["positions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|axis| axis.as_array().unwrap().iter().map(|p| p.as_i64().unwrap()))
+            .collect();
+        assert_eq!(positions, want, "3-D rope positions");
+        assert_eq!(
+            i64::from(layout.final_shift()),
+            theirs["rope_delta"].as_i64().unwrap()
+        );
+    };
+    check_positions(&theirs, &[&screen]);
+
+    let want = ids(&theirs["tokens"]);
+    for shape in ["pipelined", "sync"] {
+        assert_eq!(
+            ondo_tokens(&home, &model, question, &[&screen], shape, &[]),
+            want,
+            "one image, {shape} loop"
+        );
+    }
+    // Prefilled 16 tokens at a time, the image spans 15 chunks: its rows,
+    // DeepStack's and the positions are cut at each chunk's edges.
+    assert_eq!(
+        ondo_tokens(
+            &home,
+            &model,
+            question,
+            &[&screen],
+            "pipelined",
+            &["--prefill-step-size", "16"]
+        ),
+        want,
+        "one image in chunks of 16"
+    );
+
+    // Two images of different shapes: positions continue past the first.
+    let (theirs, _) = mlx_vlm(
+        &home,
+        &model,
+        &rendered(&model, question, 2),
+        &[&screen, &photo],
+    );
+    check_positions(&theirs, &[&screen, &photo]);
+    assert_eq!(
+        ondo_tokens(
+            &home,
+            &model,
+            question,
+            &[&screen, &photo],
+            "pipelined",
+            &[]
+        ),
+        ids(&theirs["tokens"]),
+        "two images"
+    );
+
     assert_ne!(
         ids(&theirs["tokens"]),
         want,
@@ -467,7 +594,7 @@ fn a_tower_the_converter_quantized_is_read_and_answers_as_mlx_vlm() {
     let worst = worst_difference(&ours, &their_features);
     assert!(worst <= 1e-4, "image features differ by {worst}");
     assert_eq!(
-        ondo_tokens(&home, &model, question, &[&screen], "pipelined"),
+        ondo_tokens(&home, &model, question, &[&screen], "pipelined", &[]),
         ids(&theirs["tokens"])
     );
 }

@@ -30,6 +30,7 @@ use std::sync::Arc;
 use super::cache::{CacheError, CacheSnapshot, LayerCache};
 use super::constrain::{ConstraintStats, TokenConstraint};
 use super::generate::{DEFAULT_PREFILL_STEP_SIZE, fill_cache};
+use super::model::decoder::ChunkImages;
 use super::model::decoder::Decoder;
 use super::request::{CancelToken, RunError};
 use super::sample::{RecentTokens, Sampler};
@@ -158,6 +159,9 @@ struct Row {
     recent: Option<RecentTokens>,
     /// Tokens its cache holds, counting the input of the pass queued last.
     position: i32,
+    /// Added to `position` for the rope: what a 3-D rope's images saved
+    /// (Qwen3-VL), zero otherwise.
+    rope_shift: i32,
     /// Tokens read so far.
     generated: usize,
     max_tokens: usize,
@@ -334,6 +338,7 @@ impl Batch {
             sampler: sequence.sampler,
             recent,
             position: 0,
+            rope_shift: sequence.images.as_ref().map_or(0, PromptImages::rope_shift),
             generated: 0,
             max_tokens: sequence.max_tokens,
             stop_tokens: sequence.stop_tokens,
@@ -585,7 +590,11 @@ impl Batch {
             Err(parts) => ops::concatenate(&parts, 0)?,
         };
         let rows = self.rows.len();
-        let positions: Vec<i32> = self.rows.iter().map(|r| r.position).collect();
+        let positions: Vec<i32> = self
+            .rows
+            .iter()
+            .map(|r| r.position + r.rope_shift)
+            .collect();
         let hidden = model.hidden_rows(
             &inputs.reshape(&[rows as i32, 1])?,
             &positions,
@@ -830,15 +839,15 @@ impl Batch {
             prefill.row.interleaved_chunks += 1;
         }
         let chunk_started = std::time::Instant::now();
-        let inserts = match &prefill.images {
+        let images = match &prefill.images {
             Some(images) => images.within(prefill.filled, end)?,
-            None => Vec::new(),
+            None => ChunkImages::default(),
         };
         fill_cache(
             model,
             &mut prefill.cache,
             &prefill.before_last[prefill.filled..end],
-            &inserts,
+            &images,
         )?;
         let secs = chunk_started.elapsed().as_secs_f64();
         let tokens = end - prefill.filled;

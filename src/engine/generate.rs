@@ -20,6 +20,7 @@ use super::anatomy::{StepAnatomy, StepClock, graph_size};
 
 use super::cache::{CacheSnapshot, LayerCache};
 use super::constrain::TokenConstraint;
+use super::model::decoder::ChunkImages;
 use super::model::decoder::Decoder;
 use super::request::CancelToken;
 use super::sample::{RecentTokens, Sampler, SamplerSettings};
@@ -181,7 +182,11 @@ impl<'a> TokenSteps<'a> {
     /// Builds one step's forward pass up to the log-probabilities
     /// `[1, vocab]` of the next token, without drawing it.
     fn build_logprobs(&mut self, input: &Array) -> Result<Array, Exception> {
-        let hidden = self.model.hidden(input, self.cache)?;
+        // After a 3-D rope's images, text positions are shifted.
+        let shift = self.images.as_ref().map_or(0, PromptImages::rope_shift);
+        let hidden = self
+            .model
+            .hidden_with(input, &ChunkImages::shifted(shift), self.cache)?;
         // Only the last position's logits are needed for the next token.
         let last = hidden.index((.., -1.., ..));
         let mut logits = self.model.logits(&last)?.squeeze_axes(&[1])?;
@@ -233,11 +238,11 @@ impl<'a> TokenSteps<'a> {
                 return Err(Exception::custom("cancelled during prefill"));
             }
             let start = n * self.prefill_step_size;
-            let inserts = match &self.images {
+            let images = match &self.images {
                 Some(images) => images.within(start, start + chunk.len())?,
-                None => Vec::new(),
+                None => ChunkImages::default(),
             };
-            fill_cache(self.model, self.cache, chunk, &inserts)?;
+            fill_cache(self.model, self.cache, chunk, &images)?;
         }
         self.prefill_snapshot = CacheSnapshot::take(self.cache);
         Ok(Array::from_slice(&[*last], &[1, 1]))
@@ -374,18 +379,18 @@ impl<'a> TokenSteps<'a> {
     }
 }
 
-/// Runs `tokens` through `model` to fill `cache` (with `inserts` in place
-/// of their positions' embeddings: `Decoder::hidden_with`), without the output head
+/// Runs `tokens` through `model` to fill `cache` (with what the prompt's
+/// images bring to them: `Decoder::hidden_with`), without the output head
 /// (MLX never computes what is not evaluated), and evaluates the cache.
 pub fn fill_cache(
     model: &Decoder,
     cache: &mut [LayerCache],
     tokens: &[u32],
-    inserts: &[(i32, Array)],
+    images: &ChunkImages,
 ) -> Result<(), Exception> {
     let length = i32::try_from(tokens.len()).unwrap_or(i32::MAX);
     let input = Array::from_slice(tokens, &[1, length]);
-    model.hidden_with(&input, inserts, cache)?;
+    model.hidden_with(&input, images, cache)?;
     let state: Vec<&Array> = cache.iter().flat_map(LayerCache::state).collect();
     mlx_rs::transforms::eval(state)?;
     // Intermediate activations of the chunk are garbage now; give their

@@ -18,7 +18,7 @@ use super::reply::{ReplyFormat, ReplySegment, ReplySplitter, ToolCall};
 use super::request::{CancelToken, GenerateRequest, Prompt, RunError, RunEvent};
 use super::sample::Sampler;
 use super::stats::{BatchShare, RunStats, per_second};
-use super::vision::{ImageTokens, PromptImages};
+use super::vision::{ImageShape, ImageTokens, PromptImages};
 use crate::run_kinds::{LoadKind, PrefixSource, StopReason};
 
 /// Snapshots of a model's state layers a conversation keeps: the two
@@ -50,10 +50,12 @@ pub struct Conversation {
     pub images: Vec<ImageMark>,
 }
 
-/// Where an image's tokens start in a prompt, and a digest of its file.
+/// Where an image's tokens start in a prompt, how they lie, and a digest
+/// of its file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ImageMark {
     pub start: usize,
+    pub shape: ImageShape,
     pub digest: [u8; 32],
 }
 
@@ -185,18 +187,30 @@ pub struct PromptTokens {
 /// text; a prompt's images expanded into their tokens where the model has
 /// a vision tower, refused by name where it has none.
 pub fn prompt_ids(model: &LoadedModel, prompt: &Prompt) -> Result<PromptTokens, RunError> {
-    let images = prompt_images(prompt).len();
-    if images == 0 {
+    let files = image_files(prompt)?;
+    prompt_ids_of(model, prompt, &files).map(|(tokens, _)| tokens)
+}
+
+/// `prompt_ids` for a prompt whose images are `files`, with how each
+/// image's tokens lie.
+fn prompt_ids_of(
+    model: &LoadedModel,
+    prompt: &Prompt,
+    files: &[Vec<u8>],
+) -> Result<(PromptTokens, Vec<ImageShape>), RunError> {
+    if files.is_empty() {
         return prompt_ids_with(
             &model.tokenizer,
             model.chat_template.as_ref(),
             prompt,
             &|t, _| Ok(t.to_owned()),
-        );
+        )
+        .map(|tokens| (tokens, Vec::new()));
     }
     let Some(vision) = &model.vision else {
         return Err(RunError::InvalidSettings(format!(
-            "{} reads text only (it has no vision tower); send the message without its image,              or choose a model that sees images (Gemma 3 4B and larger)",
+            "{} reads text only (it has no vision tower); send the message without its image, \
+             or choose a model that sees images (Gemma 3 4B and larger, or Qwen3-VL)",
             model.dir.display()
         )));
     };
@@ -206,12 +220,21 @@ pub fn prompt_ids(model: &LoadedModel, prompt: &Prompt) -> Result<PromptTokens, 
             model.dir.display()
         )));
     }
-    prompt_ids_with(
+    let shapes = vision.tokens.shapes(
+        &files.iter().map(Vec::as_slice).collect::<Vec<_>>(),
+        crate::vision::ImageLimits::default(),
+    )?;
+    let tokens = prompt_ids_with(
         &model.tokenizer,
         model.chat_template.as_ref(),
         prompt,
-        &|text, count| vision.tokens.expand_markers(&model.tokenizer, text, count),
-    )
+        &|text, _| {
+            vision
+                .tokens
+                .expand_markers(&model.tokenizer, text, &shapes)
+        },
+    )?;
+    Ok((tokens, shapes))
 }
 
 /// The images of a prompt's messages, in order, each a whole file in
@@ -234,16 +257,25 @@ pub fn count_prompt_tokens(dir: &std::path::Path, prompt: &Prompt) -> Result<usi
     let tokenizer = tokenizers::Tokenizer::from_file(&path)
         .map_err(|e| RunError::Load(format!("could not read {}: {e}", path.display())))?;
     let template = ChatTemplate::from_model_dir(dir).map_err(|e| RunError::Load(e.to_string()))?;
-    // An image counts as the tokens it fills, read from config.json.
-    let image_tokens = match prompt_images(prompt).is_empty() {
+    // An image counts as the tokens it fills, read from config.json (and,
+    // where that follows the image's size, from its header).
+    let files = image_files(prompt)?;
+    let image_tokens = match files.is_empty() {
         true => None,
         false => std::fs::read(dir.join("config.json"))
             .ok()
             .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
-            .and_then(|config| ImageTokens::of_config(&config).ok().flatten()),
+            .and_then(|config| ImageTokens::of_config(&config, dir).ok().flatten()),
     };
-    let expand = |text: &str, count: usize| match &image_tokens {
-        Some(tokens) => tokens.expand_markers(&tokenizer, text, count),
+    let shapes = match &image_tokens {
+        Some(tokens) => tokens.shapes(
+            &files.iter().map(Vec::as_slice).collect::<Vec<_>>(),
+            crate::vision::ImageLimits::default(),
+        )?,
+        None => Vec::new(),
+    };
+    let expand = |text: &str, _: usize| match &image_tokens {
+        Some(tokens) => tokens.expand_markers(&tokenizer, text, &shapes),
         None => Err(RunError::InvalidSettings(format!(
             "{} reads text only (it has no vision tower); count the message without its image",
             dir.display()
@@ -714,11 +746,15 @@ pub fn prepare(
     if let Some(path) = &request.prompt_cache_file {
         return prepare_after_cache_file(model, conversation, request, path);
     }
-    let PromptTokens {
-        ids: prompt,
-        templated,
-        text: prompt_text,
-    } = prompt_ids(model, &request.prompt)?;
+    let files = image_files(&request.prompt)?;
+    let (
+        PromptTokens {
+            ids: prompt,
+            templated,
+            text: prompt_text,
+        },
+        shapes,
+    ) = prompt_ids_of(model, &request.prompt, &files)?;
     let format = reply_format(model, &request.prompt, prompt_text.as_deref());
     if prompt.is_empty() {
         return Err(RunError::EmptyPrompt);
@@ -742,14 +778,16 @@ pub fn prepare(
             model.dir.display(),
         )));
     }
-    let files = image_files(&request.prompt)?;
     let image_marks = match (&model.vision, files.is_empty()) {
         (Some(vision), false) => vision
-            .image_starts(&prompt, files.len())?
+            .tokens
+            .image_starts(&prompt, &shapes)?
             .into_iter()
             .zip(&files)
-            .map(|(start, file)| ImageMark {
+            .zip(&shapes)
+            .map(|((start, file), shape)| ImageMark {
                 start,
+                shape: *shape,
                 digest: <sha2::Sha256 as sha2::Digest>::digest(file).into(),
             })
             .collect(),
@@ -827,21 +865,21 @@ pub fn prepare(
         prefix.source = PrefixSource::Memory;
     }
     // Only the images after the reused prefix are encoded.
+    // Kept even when the cache holds every image: a 3-D rope's positions
+    // after them depend on them.
     let images = match &model.vision {
-        Some(vision) => {
+        Some(vision) if !image_marks.is_empty() => {
             let (starts, fresh): (Vec<usize>, Vec<&[u8]>) = image_marks
                 .iter()
                 .zip(&files)
                 .filter(|(mark, _)| mark.start >= cached)
                 .map(|(mark, file)| (mark.start, file.as_slice()))
                 .unzip();
-            if fresh.is_empty() {
-                None
-            } else {
-                Some(vision.encode(&fresh, starts, crate::vision::ImageLimits::default())?)
-            }
+            let all: Vec<(usize, ImageShape)> =
+                image_marks.iter().map(|m| (m.start, m.shape)).collect();
+            Some(vision.encode(&fresh, starts, &all, crate::vision::ImageLimits::default())?)
         }
-        None => None,
+        _ => None,
     };
     Ok(PreparedRun {
         prompt,
@@ -1345,7 +1383,7 @@ pub fn conclude(
             .filter(|_| request.max_kv_size.is_none())
             .map(|q| q.bits as u8),
         images: image_marks.len(),
-        image_tokens: image_marks.len() * model.vision.as_ref().map_or(0, |v| v.tokens.per_image),
+        image_tokens: image_marks.iter().map(|m| m.shape.tokens()).sum(),
         image_encode_ms: images.as_ref().map_or(0.0, |i| i.encode_ms),
         sampler: request.sampler.clone(),
         stop_reason,

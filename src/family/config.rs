@@ -411,6 +411,10 @@ pub struct ModelConfig {
     /// projection of the first and added after each layer through a gated
     /// projection (Gemma 4's per-layer inputs).
     pub per_layer_input: Option<PerLayerInputConfig>,
+    /// Image tokens turn by a 3-D position (time, row, column): the rotated
+    /// frequencies of each axis, interleaved (Qwen3-VL's
+    /// `mrope_section`). Text turns all three alike, as plain rope.
+    pub mrope_section: Option<[usize; 3]>,
 }
 
 /// The full-attention layers' heads, where they differ from the sliding
@@ -614,6 +618,7 @@ impl ModelConfig {
             layer_scalar: false,
             final_logit_softcapping: None,
             per_layer_input: None,
+            mrope_section: None,
         }
     }
 

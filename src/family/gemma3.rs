@@ -68,6 +68,7 @@ pub const GEMMA3: Family = Family {
                     name: "image_token",
                 },
             ],
+            marker: "<start_of_image>",
             config: vision_synth_config,
             tensors: vision_tensors,
             processor_files,

@@ -28,6 +28,7 @@ mod qwen3;
 mod qwen3_5;
 mod qwen3_moe;
 mod qwen3_next;
+mod qwen3_vl;
 mod smollm3;
 
 use serde_json::Value;
@@ -53,6 +54,7 @@ pub use qwen3::QWEN3;
 pub use qwen3_5::{QWEN3_5, QWEN3_5_MOE};
 pub use qwen3_moe::QWEN3_MOE;
 pub use qwen3_next::QWEN3_NEXT;
+pub use qwen3_vl::QWEN3_VL;
 pub use smollm3::SMOLLM3;
 pub use synth::SynthRecipe;
 
@@ -146,7 +148,7 @@ pub enum ToolCallSyntax {
 }
 
 /// Every family Ondo runs, in the order Ondo lists them.
-pub static FAMILIES: [&Family; 19] = [
+pub static FAMILIES: [&Family; 20] = [
     &LLAMA,
     &MISTRAL,
     &QWEN2,
@@ -162,6 +164,7 @@ pub static FAMILIES: [&Family; 19] = [
     &LFM2,
     &QWEN3_5,
     &QWEN3_5_MOE,
+    &QWEN3_VL,
     &GLM4_MOE,
     &QWEN3_NEXT,
     &GEMMA4_TEXT,

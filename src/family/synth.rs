@@ -97,6 +97,9 @@ pub struct VisionSynth {
     /// the config.json key that holds its id and the name
     /// tokenizer_config.json's `extra_special_tokens` gives it.
     pub tokens: &'static [VisionToken],
+    /// What the chat template writes for each image (the processor then
+    /// expands it into the image's tokens).
+    pub marker: &'static str,
     /// Writes the vision keys into config.json (the token ids in
     /// `tokens`' order).
     pub config: fn(&mut Value, &Shape, &[u32]),

@@ -290,7 +290,7 @@ fn write_into(
     )?;
     if let Some(vision) = &options.arch.synth.vision {
         let tokens: Vec<(&str, &str)> = vision.tokens.iter().map(|t| (t.text, t.name)).collect();
-        tokenizer::add_vision_tokens(dir, &tokens, &mut tokenizer)?;
+        tokenizer::add_vision_tokens(dir, &tokens, vision.marker, &mut tokenizer)?;
     }
     let PlannedModel { config, plan } = plan_model(options, &tokenizer)?;
     let written = weights::write_weights(options, &plan, dir, progress)?;

@@ -202,13 +202,13 @@ type BpeTokenizer = TokenizerImpl<
 >;
 
 /// Adds a vision model's image tokens (`(text, name)`: the token and the
-/// name `extra_special_tokens` gives it, the first being the marker the
-/// chat template writes) to the tokenizer written in `dir`, as special
-/// tokens after all others, and switches its chat template to one that
-/// writes images. Returns their ids, in order.
+/// name `extra_special_tokens` gives it) to the tokenizer written in `dir`,
+/// as special tokens after all others, and switches its chat template to
+/// one that writes `marker` for each image. Returns their ids, in order.
 pub fn add_vision_tokens(
     dir: &Path,
     tokens: &[(&str, &str)],
+    marker: &str,
     written: &mut SynthTokenizer,
 ) -> Result<Vec<u32>, TokenizerSynthError> {
     let tokenizer_path = dir.join("tokenizer.json");
@@ -249,7 +249,6 @@ pub fn add_vision_tokens(
         names.insert((*name).to_owned(), serde_json::json!(text));
     }
     config["extra_special_tokens"] = serde_json::Value::Object(names);
-    let marker = tokens.first().map_or("", |(text, _)| text);
     config["chat_template"] =
         serde_json::json!(VISION_CHAT_TEMPLATE.replace("IMAGE_MARKER", marker));
     let mut text = serde_json::to_string_pretty(&config)

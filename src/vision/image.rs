@@ -56,8 +56,9 @@ const READ: [ImageFormat; 4] = [
     ImageFormat::Gif,
 ];
 
-/// `bytes` (a whole image file) decoded to RGB pixels within `limits`.
-pub fn decode(bytes: &[u8], limits: ImageLimits) -> Result<Pixels, ImageError> {
+/// An image file's decoder, its header checked against `limits` (the
+/// bytes, the format, the pixel count) before any pixel is decoded.
+fn open(bytes: &[u8], limits: ImageLimits) -> Result<impl ImageDecoder + '_, ImageError> {
     if bytes.len() as u64 > limits.max_bytes {
         return Err(ImageError::TooManyBytes {
             bytes: bytes.len() as u64,
@@ -75,7 +76,7 @@ pub fn decode(bytes: &[u8], limits: ImageLimits) -> Result<Pixels, ImageError> {
     let mut decoder_limits = image::Limits::default();
     decoder_limits.max_alloc = Some(limits.max_pixels.saturating_mul(8).max(1 << 20));
     reader.limits(decoder_limits);
-    let mut decoder = reader
+    let decoder = reader
         .into_decoder()
         .map_err(|e| ImageError::Damaged(e.to_string()))?;
     let (width, height) = decoder.dimensions();
@@ -86,6 +87,27 @@ pub fn decode(bytes: &[u8], limits: ImageLimits) -> Result<Pixels, ImageError> {
             limit: limits.max_pixels,
         });
     }
+    Ok(decoder)
+}
+
+/// The (width, height) `decode` would give, read from the header alone
+/// (the EXIF orientation applied): what a model whose image tokens follow
+/// the image's size needs to count them.
+pub fn dimensions(bytes: &[u8], limits: ImageLimits) -> Result<(usize, usize), ImageError> {
+    let mut decoder = open(bytes, limits)?;
+    let (width, height) = decoder.dimensions();
+    let (width, height) = (width as usize, height as usize);
+    use image::metadata::Orientation::*;
+    Ok(match decoder.orientation() {
+        Ok(Rotate90 | Rotate270 | Rotate90FlipH | Rotate270FlipH) => (height, width),
+        _ => (width, height),
+    })
+}
+
+/// `bytes` (a whole image file) decoded to RGB pixels within `limits`.
+pub fn decode(bytes: &[u8], limits: ImageLimits) -> Result<Pixels, ImageError> {
+    let mut decoder = open(bytes, limits)?;
+    let (width, height) = decoder.dimensions();
     let orientation = decoder.orientation().ok();
     let mut decoded = image::DynamicImage::from_decoder(decoder).map_err(|e| match e {
         image::ImageError::Limits(_) => ImageError::TooManyPixels {

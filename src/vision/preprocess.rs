@@ -46,21 +46,29 @@ fn three(value: &Value, default: f32) -> Option<[f32; 3]> {
     }
 }
 
+/// `dir/preprocessor_config.json`, parsed, with what names an error in
+/// it.
+pub(super) fn read_preprocessor_config(
+    dir: &Path,
+) -> Result<(Value, impl Fn(String) -> ProcessorConfigError), ProcessorConfigError> {
+    let path = dir.join("preprocessor_config.json").display().to_string();
+    let fail = move |detail: String| ProcessorConfigError {
+        path: path.clone(),
+        detail,
+    };
+    let text = std::fs::read_to_string(dir.join("preprocessor_config.json")).map_err(|e| {
+        fail(format!(
+            "{e}; a vision model's folder holds its image processor's settings here"
+        ))
+    })?;
+    let config: Value = serde_json::from_str(&text).map_err(|e| fail(format!("not JSON: {e}")))?;
+    Ok((config, fail))
+}
+
 impl ImageProcessor {
     /// The processor `dir/preprocessor_config.json` describes.
     pub fn from_model_dir(dir: &Path) -> Result<Self, ProcessorConfigError> {
-        let path = dir.join("preprocessor_config.json");
-        let fail = |detail: String| ProcessorConfigError {
-            path: path.display().to_string(),
-            detail,
-        };
-        let text = std::fs::read_to_string(&path).map_err(|e| {
-            fail(format!(
-                "{e}; a vision model's folder holds its image processor's settings here"
-            ))
-        })?;
-        let config: Value =
-            serde_json::from_str(&text).map_err(|e| fail(format!("not JSON: {e}")))?;
+        let (config, fail) = read_preprocessor_config(dir)?;
         Self::from_config(&config).map_err(fail)
     }
 

@@ -10,6 +10,13 @@ gemma3 FILE OUT CONFIG
     transformers' Gemma3ImageProcessorPil (the Pillow backend) built from
     the preprocessor_config.json at CONFIG, given the file as load_image
     opens it. Writes the float32 pixel values to OUT and prints {"shape"}.
+
+qwen3_vl FILE OUT DIR
+    mlx-vlm's own Qwen3-VL image processor, with the settings it reads from
+    DIR (preprocessor_config.json, then processor_config.json's
+    "image_processor"), given the file as load_image opens it. Writes the
+    float32 little-endian pixel values ([patches, C*T*P*P]) to OUT and prints
+    {"shape", "grid": [t, gh, gw]}.
 """
 
 import json
@@ -45,6 +52,20 @@ def main():
         values = np.ascontiguousarray(values, dtype=np.float32)
         open(out, "wb").write(values.tobytes())
         print(json.dumps({"shape": list(values.shape)}))
+    elif mode == "qwen3_vl":
+        # mlx-vlm installs this numpy processor for qwen3_vl and qwen3_5 in
+        # place of transformers' one, so it is the reference Ondo must match.
+        from mlx_vlm.models.qwen3_vl.processing_qwen3_vl import (
+            Qwen3VLImageProcessor,
+            _qwen_vl_image_kwargs,
+        )
+
+        processor = Qwen3VLImageProcessor(**_qwen_vl_image_kwargs(sys.argv[4]))
+        result = processor(images=[image])
+        values = np.ascontiguousarray(result["pixel_values"], dtype="<f4")
+        open(out, "wb").write(values.tobytes())
+        grid = [int(v) for v in result["image_grid_thw"][0]]
+        print(json.dumps({"shape": list(values.shape), "grid": grid}))
     else:
         raise SystemExit(f"unknown mode {mode}")
 

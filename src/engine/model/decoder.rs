@@ -210,7 +210,7 @@ fn scale_leading_dims(x: &Array, dims: i32, factor: &Array) -> Result<Array, Exc
 }
 
 /// Frequencies `base^(2i/dims)` in f32, as mlx-lm computes them.
-fn base_freqs(dims: i32, base: f32) -> Result<Array, Exception> {
+pub(super) fn base_freqs(dims: i32, base: f32) -> Result<Array, Exception> {
     let exponents = ops::divide(
         Array::arange::<_, f32>(0.0, dims as f32, 2.0)?,
         Array::from_f32(dims as f32),
@@ -542,6 +542,8 @@ pub struct Decoder {
     /// Logits are `tanh(x / c) * c`: `c`, and `c` in the model's float
     /// dtype.
     logit_softcap: Option<(f32, Array)>,
+    /// A 3-D rope for image tokens (Qwen3-VL).
+    mrope: Option<Mrope>,
 }
 
 /// The names of the tensors in `w` that start with `prefix`.
@@ -560,6 +562,152 @@ pub(super) fn norm_scale(weight: Array, adds_one: bool) -> Result<Array, LoadErr
     }
     let one = Array::from_f32(1.0).as_dtype(weight.dtype())?;
     Ok(ops::add(&one, &weight)?)
+}
+
+/// An image's rows in a prefill chunk: from position `at` (counted from
+/// the chunk's first token) on, `rows` `[1, n, hidden]` take the place of
+/// the image tokens' embeddings, and `deepstack[j]` `[1, n, hidden]` is
+/// added to their hidden states after text layer `j` (Qwen3-VL).
+pub struct ImageInsert {
+    pub at: i32,
+    pub rows: Array,
+    pub deepstack: Vec<Array>,
+}
+
+/// What a prompt's images bring to one prefill chunk.
+#[derive(Default)]
+pub struct ChunkImages {
+    pub inserts: Vec<ImageInsert>,
+    /// A 3-D rope's time, row and column positions `[3, length]` of the
+    /// chunk's tokens, where an image token lies among them.
+    pub positions: Option<Array>,
+    /// Otherwise added to the cache's position: what the images before
+    /// the chunk saved of a 3-D rope's positions.
+    pub shift: i32,
+}
+
+impl ChunkImages {
+    /// No images, positions shifted by `shift` (decoding after images).
+    pub fn shifted(shift: i32) -> Self {
+        Self {
+            shift,
+            ..Self::default()
+        }
+    }
+}
+
+/// Where the rope turns a step's tokens.
+pub(crate) enum RopeAt {
+    /// From this position (an int32 scalar), or one per batch row.
+    Offset(Array),
+    /// By these angles' cosines and sines `[1, 1, length, dims]`, in the
+    /// model's dtype (a 3-D rope).
+    Angles { cos: Array, sin: Array },
+}
+
+/// `x` `[B, H, L, D]` with its first `dims` features turned by `cos` and
+/// `sin` (rotate-half pairing), the rest as they are.
+fn rotate_by_angles(x: &Array, cos: &Array, sin: &Array, dims: i32) -> Result<Array, Exception> {
+    let head = x.shape()[3];
+    let turned = if dims < head {
+        x.index((.., .., .., ..dims))
+    } else {
+        x.clone()
+    };
+    let half = dims / 2;
+    let swapped = ops::concatenate(
+        &[
+            ops::negative(turned.index((.., .., .., half..)))?,
+            turned.index((.., .., .., ..half)),
+        ],
+        -1,
+    )?;
+    let out = ops::add(
+        &ops::multiply(&turned, cos)?,
+        &ops::multiply(&swapped, sin)?,
+    )?;
+    if dims < head {
+        ops::concatenate(&[out, x.index((.., .., .., dims..))], -1)
+    } else {
+        Ok(out)
+    }
+}
+
+/// `h` `[B, L, hidden]` with each `(at, rows [1, n, hidden])` spliced in at
+/// positions `at..at + n` as `combine(old, rows)` (the old rows those
+/// positions had), in order and without overlap.
+fn splice_rows(
+    h: &Array,
+    rows: &[(i32, Array)],
+    combine: impl Fn(&Array, &Array) -> Result<Array, Exception>,
+) -> Result<Array, Exception> {
+    let length = h.shape()[1];
+    let mut pieces = Vec::with_capacity(2 * rows.len() + 1);
+    let mut at = 0;
+    for (position, new) in rows {
+        let count = new.shape()[1];
+        if *position < at || position + count > length {
+            return Err(Exception::custom(format!(
+                "{count} image rows at {position} do not fit {length} positions"
+            )));
+        }
+        if *position > at {
+            pieces.push(h.index((.., at..*position, ..)));
+        }
+        pieces.push(combine(
+            &h.index((.., *position..position + count, ..)),
+            new,
+        )?);
+        at = position + count;
+    }
+    if at < length {
+        pieces.push(h.index((.., at.., ..)));
+    }
+    ops::concatenate(&pieces, 1)
+}
+
+/// A 3-D rope (Qwen3-VL's): each rotated frequency turns with the
+/// position on one axis, time, row or column, interleaved.
+struct Mrope {
+    /// The axis (0 time, 1 row, 2 column) of each frequency.
+    axis: Vec<usize>,
+    /// `1 / base^(2i / dims)`, float32.
+    inverse: Array,
+}
+
+impl Mrope {
+    fn new(section: [usize; 3], dims: i32, base: f32) -> Result<Self, Exception> {
+        let frequencies = (dims / 2) as usize;
+        // Frequency 1, 4, 7, ... turns with the row and 2, 5, 8, ... with
+        // the column, as far as each axis's share goes; the rest with time.
+        let mut axis = vec![0usize; frequencies];
+        for (a, offset) in [(1usize, 1usize), (2, 2)] {
+            let mut f = offset;
+            while f < (section[a] * 3).min(frequencies) {
+                axis[f] = a;
+                f += 3;
+            }
+        }
+        // What turns a position into an angle: `1 / base^(2i / dims)`.
+        let inverse = ops::divide(Array::from_f32(1.0), base_freqs(dims, base)?)?;
+        Ok(Self { axis, inverse })
+    }
+
+    /// The cosines and sines for `positions` `[3, L]` (int32), in `dtype`.
+    fn angles(&self, positions: &Array, dtype: mlx_rs::Dtype) -> Result<RopeAt, Exception> {
+        let length = positions.shape()[1];
+        let axis: Vec<i32> = self.axis.iter().map(|&a| a as i32).collect();
+        let chosen = positions
+            .take_axis(Array::from_slice(&axis, &[axis.len() as i32]), 0)?
+            .transpose_axes(&[1, 0])?
+            .as_type::<f32>()?;
+        let angles = ops::multiply(&chosen, &self.inverse)?;
+        let angles = ops::concatenate(&[&angles, &angles], -1)?.reshape(&[1, 1, length, -1])?;
+        Ok(RopeAt::Angles {
+            cos: ops::cos(&angles)?.as_dtype(dtype)?,
+            sin: ops::sin(&angles)?.as_dtype(dtype)?,
+        })
+    }
 }
 
 impl Decoder {
@@ -913,6 +1061,14 @@ impl Decoder {
             query_scale: config.query_scale,
             per_layer_inputs,
             logit_softcap,
+            mrope: match config.mrope_section {
+                Some(section) => {
+                    let mrope = Mrope::new(section, config.rotary_dims, config.rope_theta)?;
+                    mrope.inverse.eval()?;
+                    Some(mrope)
+                }
+                None => None,
+            },
         };
         decoder.prepare_decode();
         Ok(decoder)
@@ -1124,16 +1280,16 @@ impl Decoder {
     /// `[batch, length]`, extending `cache` (one per layer that keeps one,
     /// in order: `make_cache`) by `length` positions.
     pub fn hidden(&self, tokens: &Array, cache: &mut [LayerCache]) -> Result<Array, Exception> {
-        self.hidden_with(tokens, &[], cache)
+        self.hidden_with(tokens, &ChunkImages::default(), cache)
     }
 
-    /// `hidden`, with rows of `tokens`' embeddings replaced before the
-    /// embedding scale: each `(position, rows [1, n, hidden])` puts `n`
-    /// rows from `position` on (an image's tokens, from its vision tower).
+    /// `hidden`, with what a prompt's images bring to these tokens
+    /// (`ChunkImages`): embeddings in place of the image tokens', rows
+    /// DeepStack adds after the first layers, and a 3-D rope's positions.
     pub fn hidden_with(
         &self,
         tokens: &Array,
-        inserts: &[(i32, Array)],
+        images: &ChunkImages,
         cache: &mut [LayerCache],
     ) -> Result<Array, Exception> {
         let length = tokens.shape()[1];
@@ -1151,13 +1307,33 @@ impl Decoder {
                 kv.offset()
             )));
         }
-        let offset = Array::from_int(position);
-        let h = self.embed_with(tokens, inserts)?;
+        let h = self.embed_with(tokens, &images.inserts)?;
+        let shifted = position + images.shift;
+        // A 3-D rope turns a prompt's chunk by its angles, as the reference
+        // does (text turns all three axes alike); a decode step by its
+        // shifted position, the same angles through the fused kernel.
+        let offset = match (&self.mrope, &images.positions) {
+            (Some(mrope), Some(positions)) => mrope.angles(positions, h.dtype())?,
+            (Some(mrope), None) if length > 1 => {
+                let row = Array::arange::<_, i32>(shifted, shifted + length, 1)?;
+                let positions = ops::broadcast_to(&row.reshape(&[1, length])?, &[3, length])?;
+                mrope.angles(&positions, h.dtype())?
+            }
+            _ => RopeAt::Offset(Array::from_int(shifted)),
+        };
         let query_scale = match &self.query_scale {
             Some(scale) => position_query_scale(scale, length, position, h.dtype())?,
             None => None,
         };
-        self.run_layers(tokens, h, cache, &offset, &masks, query_scale.as_ref())
+        self.run_layers(
+            tokens,
+            h,
+            cache,
+            &offset,
+            &masks,
+            query_scale.as_ref(),
+            &images.inserts,
+        )
     }
 
     /// Hidden states of the last layer for one new token per row of a
@@ -1181,13 +1357,21 @@ impl Decoder {
         }
         self.check_cache_count(cache)?;
         let masks = self.masks(cache, LayerCache::batch_mask)?;
-        let offsets = Array::from_slice(positions, &[shape[0]]);
+        let offsets = RopeAt::Offset(Array::from_slice(positions, &[shape[0]]));
         let h = self.embed(tokens)?;
         let query_scale = match &self.query_scale {
             Some(scale) => rows_query_scale(scale, positions, h.dtype())?,
             None => None,
         };
-        self.run_layers(tokens, h, cache, &offsets, &masks, query_scale.as_ref())
+        self.run_layers(
+            tokens,
+            h,
+            cache,
+            &offsets,
+            &masks,
+            query_scale.as_ref(),
+            &[],
+        )
     }
 
     /// An error unless `cache` has one cache per layer that keeps one.
@@ -1232,29 +1416,11 @@ impl Decoder {
     /// `embed`, with `inserts` (see `hidden_with`) in place of their
     /// positions' embeddings before the scale, cast to the embeddings'
     /// dtype.
-    fn embed_with(&self, tokens: &Array, inserts: &[(i32, Array)]) -> Result<Array, Exception> {
+    fn embed_with(&self, tokens: &Array, inserts: &[ImageInsert]) -> Result<Array, Exception> {
         let mut h = self.embed_tokens.embed(tokens)?;
         if !inserts.is_empty() {
-            let length = tokens.shape()[1];
-            let mut pieces = Vec::with_capacity(2 * inserts.len() + 1);
-            let mut at = 0;
-            for (position, rows) in inserts {
-                let count = rows.shape()[1];
-                if *position < at || position + count > length {
-                    return Err(Exception::custom(format!(
-                        "{count} inserted embeddings at {position} do not fit {length} positions"
-                    )));
-                }
-                if *position > at {
-                    pieces.push(h.index((.., at..*position, ..)));
-                }
-                pieces.push(rows.as_dtype(h.dtype())?);
-                at = position + count;
-            }
-            if at < length {
-                pieces.push(h.index((.., at.., ..)));
-            }
-            h = ops::concatenate(&pieces, 1)?;
+            let rows: Vec<(i32, Array)> = inserts.iter().map(|i| (i.at, i.rows.clone())).collect();
+            h = splice_rows(&h, &rows, |old, rows| rows.as_dtype(old.dtype()))?;
         }
         match &self.embed_scale {
             Some(scale) => ops::multiply(&h, scale),
@@ -1268,14 +1434,16 @@ impl Decoder {
     /// masked by its kind's mask, the queries scaled by `query_scale`
     /// where a family scales them by position, and each layer given its
     /// slice of the per-layer inputs where the family has them.
+    #[allow(clippy::too_many_arguments)]
     fn run_layers(
         &self,
         tokens: &Array,
         mut h: Array,
         cache: &mut [LayerCache],
-        offset: &Array,
+        offset: &RopeAt,
         masks: &[(Option<i32>, AttentionMask)],
         query_scale: Option<&Array>,
+        images: &[ImageInsert],
     ) -> Result<Array, Exception> {
         let per_layer = match &self.per_layer_inputs {
             Some(inputs) => Some(inputs.inputs(tokens, &h)?),
@@ -1336,6 +1504,17 @@ impl Decoder {
             }
             if let Some(scalar) = &layer.layer_scalar {
                 h = ops::multiply(&h, scalar)?;
+            }
+            // DeepStack: an image's rows from an early vision block join
+            // its tokens' hidden states after the first text layers.
+            let added: Vec<(i32, Array)> = images
+                .iter()
+                .filter_map(|image| image.deepstack.get(i).map(|rows| (image.at, rows.clone())))
+                .collect();
+            if !added.is_empty() {
+                h = splice_rows(&h, &added, |old, rows| {
+                    ops::add(old, &rows.as_dtype(old.dtype())?)
+                })?;
             }
         }
         fast::rms_norm(&h, Some(&self.norm), self.eps)
@@ -1482,7 +1661,7 @@ impl Attention {
     fn project(
         &self,
         x: &Array,
-        offset: &Array,
+        offset: &RopeAt,
     ) -> Result<(Array, Option<(Array, Array)>, Option<Array>), Exception> {
         let shape = x.shape();
         let (b, l) = (shape[0], shape[1]);
@@ -1574,10 +1753,11 @@ impl Attention {
 
     /// `x` rotated for positions from `offset`, or as it is in a layer
     /// without rope.
-    fn rotate(&self, x: &Array, offset: &Array) -> Result<Array, Exception> {
-        match &self.rope {
-            Some(rope) => rope.apply(x, offset),
-            None => Ok(x.clone()),
+    fn rotate(&self, x: &Array, offset: &RopeAt) -> Result<Array, Exception> {
+        match (&self.rope, offset) {
+            (Some(rope), RopeAt::Offset(offset)) => rope.apply(x, offset),
+            (Some(rope), RopeAt::Angles { cos, sin }) => rotate_by_angles(x, cos, sin, rope.dims),
+            (None, _) => Ok(x.clone()),
         }
     }
 

@@ -12,6 +12,7 @@ pub mod experts;
 pub mod gated_delta;
 pub mod per_layer_input;
 pub mod quantized;
+pub mod qwen_vision;
 pub mod short_conv;
 pub mod siglip;
 

@@ -28,7 +28,7 @@ use crate::engine::weights::WeightMap;
 
 /// The float matrix `{prefix}.weight` `[out, in]`, dequantized where the
 /// checkpoint stores it quantized.
-fn take_matrix(
+pub(super) fn take_matrix(
     w: &mut WeightMap,
     prefix: &str,
     out: usize,
@@ -52,7 +52,7 @@ fn take_matrix(
 
 /// A dense layer with its bias, its matrix dequantized where stored
 /// quantized.
-fn take_dense(
+pub(super) fn take_dense(
     w: &mut WeightMap,
     prefix: &str,
     out: usize,

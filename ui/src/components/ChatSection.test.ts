@@ -472,7 +472,7 @@ describe('ChatSection', () => {
       await thumbnail('cat.png');
       const note = await screen.findByRole('status');
       expect(note.textContent).toContain(
-        'This model reads text only; choose a model that sees images (Gemma 3 4B and larger), or remove the image.',
+        'This model reads text only; choose a model that sees images (Gemma 3 4B and larger, or Qwen3-VL), or remove the image.',
       );
       await type('What is this?');
       expect(sendButton().disabled).toBe(true);
@@ -501,7 +501,7 @@ describe('ChatSection', () => {
       await waitFor(() => expect(picker.options.length).toBe(2));
       await fireEvent.change(picker, { target: { value: QWEN } });
       expect((await screen.findByTestId('chat-text-only')).textContent).toBe(
-        'This model reads text only and this conversation has images; choose a model that sees images (Gemma 3 4B and larger), or start a new conversation.',
+        'This model reads text only and this conversation has images; choose a model that sees images (Gemma 3 4B and larger, or Qwen3-VL), or start a new conversation.',
       );
       await type('And now?');
       expect(sendButton().disabled).toBe(true);

@@ -87,10 +87,10 @@ describe('image helpers', () => {
     expect(textOnlyNote(undefined, 1, true)).toBeNull();
     expect(textOnlyNote(false, 0, false)).toBeNull();
     expect(textOnlyNote(false, 2, false)).toBe(
-      'This model reads text only; choose a model that sees images (Gemma 3 4B and larger), or remove the image.',
+      'This model reads text only; choose a model that sees images (Gemma 3 4B and larger, or Qwen3-VL), or remove the image.',
     );
     expect(textOnlyNote(false, 0, true)).toBe(
-      'This model reads text only and this conversation has images; choose a model that sees images (Gemma 3 4B and larger), or start a new conversation.',
+      'This model reads text only and this conversation has images; choose a model that sees images (Gemma 3 4B and larger, or Qwen3-VL), or start a new conversation.',
     );
   });
 });

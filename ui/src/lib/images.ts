@@ -14,7 +14,7 @@ export const IMAGE_ACCEPT = IMAGE_TYPES.join(',');
 export const MAX_IMAGE_BYTES = 20 * 1024 * 1024;
 
 /** The models whose answers can take images, as the notes name them. */
-export const MODELS_THAT_SEE_IMAGES = 'Gemma 3 4B and larger';
+export const MODELS_THAT_SEE_IMAGES = 'Gemma 3 4B and larger, or Qwen3-VL';
 
 /** One image of a message, read from its file. */
 export interface ChatImage {
