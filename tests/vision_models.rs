@@ -484,8 +484,14 @@ fn clients(url: &str, args: &Value) -> Value {
     ignore = "needs the project venv with mlx-vlm and the clients"
 )]
 fn a_screenshot_through_every_official_client_gets_mlx_vlms_answer() {
+    for arch in ["gemma3", "qwen3_vl"] {
+        screenshot_through_every_client(arch);
+    }
+}
+
+fn screenshot_through_every_client(arch: &str) {
     let home = Home::new();
-    let model = home.synth("gemma3", &["--arch", "gemma3", "--dtype", "f32"]);
+    let model = home.synth(arch, &["--arch", arch, "--dtype", "f32"]);
     let screen = home.file("screen.png", &picture(1024, 640, 4));
     let question = "Read the screen for me.";
     let (theirs, _) = mlx_vlm(&home, &model, &rendered(&model, question, 1), &[&screen]);
@@ -508,10 +514,18 @@ fn a_screenshot_through_every_official_client_gets_mlx_vlms_answer() {
     let _ = served.kill();
     let _ = served.wait();
     for client in ["openai", "responses", "ollama", "anthropic"] {
-        assert_eq!(got[client].as_str(), Some(want.as_str()), "{client}");
+        assert_eq!(
+            got[client].as_str(),
+            Some(want.as_str()),
+            "{arch}: {client}"
+        );
     }
-    // Anthropic's count_tokens counts the image as the tokens it fills.
-    assert_eq!(got["anthropic_count"], got["openai_prompt_tokens"]);
+    // Anthropic's count_tokens counts the image as the tokens it fills
+    // (for Qwen3-VL, from the image's size read from its header).
+    assert_eq!(
+        got["anthropic_count"], got["openai_prompt_tokens"],
+        "{arch}"
+    );
 }
 
 #[test]
@@ -520,8 +534,16 @@ fn a_screenshot_through_every_official_client_gets_mlx_vlms_answer() {
     ignore = "needs the project venv with mlx-vlm and the clients"
 )]
 fn a_follow_up_about_the_same_image_reuses_its_tokens_and_encodes_nothing() {
+    // Qwen3-VL's follow-up also turns by positions shifted past the cached
+    // image, which nothing re-encodes.
+    for arch in ["gemma3", "qwen3_vl"] {
+        follow_up_reuses_the_image(arch);
+    }
+}
+
+fn follow_up_reuses_the_image(arch: &str) {
     let home = Home::new();
-    let model = home.synth("gemma3", &["--arch", "gemma3", "--dtype", "f32"]);
+    let model = home.synth(arch, &["--arch", arch, "--dtype", "f32"]);
     let screen = home.file("screen.png", &picture(640, 480, 5));
     let (question, follow_up) = ("What is on the left?", "And on the right?");
     let reference_model = home.dir.path().join("reference-model");
@@ -567,7 +589,11 @@ fn a_follow_up_about_the_same_image_reuses_its_tokens_and_encodes_nothing() {
         &rendered_turns(&reference_model, &turns),
         &[&screen],
     );
-    assert_eq!(got["second"]["text"].as_str(), theirs["text"].as_str());
+    assert_eq!(
+        got["second"]["text"].as_str(),
+        theirs["text"].as_str(),
+        "{arch}"
+    );
 }
 
 fn copy_folder(from: &Path, to: &Path) {
