@@ -64,6 +64,17 @@ impl Home {
     }
 }
 
+/// `ondo synth` arguments for a float32 folder of `arch`; a Qwen one with
+/// a head of its own (a tied random head repeats a token whatever the
+/// image; Gemma 3's is always tied).
+fn synth_args(arch: &str) -> Vec<&str> {
+    let mut args = vec!["--arch", arch, "--dtype", "f32"];
+    if arch.starts_with("qwen") {
+        args.push("--untied-head");
+    }
+    args
+}
+
 /// A screenshot-like picture: panels, edges, noise and a gradient.
 fn picture(width: u32, height: u32, seed: u32) -> Vec<u8> {
     let mut state = 0x2545_f491_u32 ^ seed;
@@ -270,8 +281,36 @@ fn gemma3_sees_images_as_mlx_vlm_does() {
 #[test]
 #[cfg_attr(ondo_skip_python, ignore = "needs the project venv with mlx-vlm")]
 fn qwen3_vl_sees_images_at_their_own_size_as_mlx_vlm_does() {
+    qwen_sees_images_as_mlx_vlm_does("qwen3_vl");
+}
+
+/// Qwen 3.5's tower is Qwen3-VL's without DeepStack, before its gated
+/// DeltaNet text model, whose attention layers turn image tokens by the
+/// same 3-D rope on their rotated quarter.
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "needs the project venv with mlx-vlm")]
+fn qwen3_5_sees_images_as_mlx_vlm_does() {
+    qwen_sees_images_as_mlx_vlm_does("qwen3_5");
+}
+
+fn qwen_sees_images_as_mlx_vlm_does(arch: &str) {
     let home = Home::new();
-    let model = home.synth("qwen3_vl", &["--arch", "qwen3_vl", "--dtype", "f32"]);
+    // An untied head (a tied random one repeats a token whatever the
+    // image), seed 1: its random Qwen 3.5 answers differently with a
+    // second image within the tokens compared (seed 0's does not before
+    // the 12th).
+    let model = home.synth(
+        arch,
+        &[
+            "--arch",
+            arch,
+            "--dtype",
+            "f32",
+            "--seed",
+            "1",
+            "--untied-head",
+        ],
+    );
     let screen = home.file("screen.png", &picture(1024, 640, 0));
     let photo = home.file("photo.png", &picture(300, 400, 1));
     let question = "What is in this picture?";
@@ -491,7 +530,7 @@ fn a_screenshot_through_every_official_client_gets_mlx_vlms_answer() {
 
 fn screenshot_through_every_client(arch: &str) {
     let home = Home::new();
-    let model = home.synth(arch, &["--arch", arch, "--dtype", "f32"]);
+    let model = home.synth(arch, &synth_args(arch));
     let screen = home.file("screen.png", &picture(1024, 640, 4));
     let question = "Read the screen for me.";
     let (theirs, _) = mlx_vlm(&home, &model, &rendered(&model, question, 1), &[&screen]);
@@ -543,7 +582,7 @@ fn a_follow_up_about_the_same_image_reuses_its_tokens_and_encodes_nothing() {
 
 fn follow_up_reuses_the_image(arch: &str) {
     let home = Home::new();
-    let model = home.synth(arch, &["--arch", arch, "--dtype", "f32"]);
+    let model = home.synth(arch, &synth_args(arch));
     let screen = home.file("screen.png", &picture(640, 480, 5));
     let (question, follow_up) = ("What is on the left?", "And on the right?");
     let reference_model = home.dir.path().join("reference-model");

@@ -79,6 +79,12 @@ pub struct SynthArgs {
     /// everything. Small windows let a short prompt cross it.
     #[arg(long, default_value_t = synth::DEFAULT_SLIDING_WINDOW)]
     sliding_window: usize,
+    /// Give the model a head of its own instead of the embedding's matrix
+    /// (as the larger checkpoints of most families have). With random
+    /// weights a tied head mostly repeats a token whatever the prompt; an
+    /// untied one answers differently to different prompts and images.
+    #[arg(long)]
+    untied_head: bool,
     /// Write an embedding model: sentence-transformers' modules.json and
     /// 1_Pooling/config.json (last-token pooling, normalized, as
     /// Qwen3-Embedding), and a tokenizer that appends <|end_of_text|> to
@@ -201,6 +207,7 @@ pub fn run(args: SynthArgs) -> Result<ExitCode, CliError> {
     options.max_shard_bytes = args.max_shard_size;
     options.force = args.force;
     options.sliding_window = args.sliding_window.max(1);
+    options.untied_head = args.untied_head;
 
     if args.encoder.is_some() {
         let dir_used = std::fs::read_dir(&args.out).is_ok_and(|mut d| d.next().is_some());

@@ -109,14 +109,20 @@ impl ImageTokens {
                 begin: count("boi_token_index", 255_999)? as u32,
                 end: count("eoi_token_index", 256_000)? as u32,
             })),
-            Some("qwen3_vl") => {
+            Some(qwen @ ("qwen3_vl" | "qwen3_5" | "qwen3_5_moe")) => {
                 let processor =
                     PatchGridProcessor::from_model_dir(dir).map_err(|e| e.to_string())?;
+                // The published checkpoints' ids where a config leaves them
+                // out.
+                let (image, begin, end) = match qwen {
+                    "qwen3_vl" => (151_655, 151_652, 151_653),
+                    _ => (248_056, 248_053, 248_054),
+                };
                 Ok(Some(Self {
                     layout: ImageLayout::Grid(processor),
-                    image: count("image_token_id", 151_655)? as u32,
-                    begin: count("vision_start_token_id", 151_652)? as u32,
-                    end: count("vision_end_token_id", 151_653)? as u32,
+                    image: count("image_token_id", image)? as u32,
+                    begin: count("vision_start_token_id", begin)? as u32,
+                    end: count("vision_end_token_id", end)? as u32,
                 }))
             }
             _ => Ok(None),
@@ -425,7 +431,7 @@ impl VisionModel {
         }
     }
 
-    /// Whether image tokens turn by a 3-D position (Qwen3-VL).
+    /// Whether image tokens turn by a 3-D position (Qwen3-VL, Qwen 3.5).
     fn positions_in_3d(&self) -> bool {
         matches!(self.tower, Tower::Qwen(_))
     }
@@ -684,6 +690,7 @@ impl PromptImages {
             inserts,
             positions,
             shift,
+            rope_3d: self.rope.is_some(),
         })
     }
 }

@@ -10,7 +10,9 @@
 //! its own gate. The checkpoints are multimodal: the text model is
 //! `text_config` (or the whole config where there is none), its tensors
 //! under `language_model.model.` (transformers: `model.language_model.`);
-//! the vision tower and the multi-token-prediction head (`mtp.`) are
+//! the vision tower is Qwen3-VL's without DeepStack (read by
+//! `engine::vision`; its image tokens turn by a 3-D rope in the attention
+//! layers, `mrope_section`), the multi-token-prediction head (`mtp.`) is
 //! skipped. Defaults and rules are mlx-lm's `models/qwen3_5.py`. Replies
 //! think in `<think>` and call tools in `<tool_call>` tags, as Qwen3's.
 
@@ -20,13 +22,15 @@ use super::config::{
     ConfigError, ConfigKeys, DeltaProjections, ExpertsConfig, ExpertsKind, GatedDeltaConfig, Keys,
     ModelConfig, RopeScaling, merged,
 };
-use super::synth::{ExpertShape, Shape, SynthChoices, SynthRecipe, nest_under_text_config};
+use super::synth::{
+    ExpertShape, Shape, SynthChoices, SynthRecipe, VisionSynth, nest_under_text_config,
+};
 use super::{Family, every_layout_readable};
 
 pub const QWEN3_5: Family = Family {
     model_type: "qwen3_5",
     class_name: "Qwen3_5ForConditionalGeneration",
-    about: "Qwen 3.5's dense models (gated DeltaNet layers beside gated attention; Ondo reads the text model)",
+    about: "Qwen 3.5's dense models (gated DeltaNet layers beside gated attention; text and images)",
     settle,
     unreadable_layout: every_layout_readable,
     reply: super::qwen3::THINKING_QWEN,
@@ -34,14 +38,14 @@ pub const QWEN3_5: Family = Family {
         adjust: dense,
         config: synth_config,
         extra_tensors: EXTRA_TENSORS,
-        vision: None,
+        vision: Some(VISION),
     },
 };
 
 pub const QWEN3_5_MOE: Family = Family {
     model_type: "qwen3_5_moe",
     class_name: "Qwen3_5MoeForConditionalGeneration",
-    about: "Qwen 3.5's mixtures of experts (gated DeltaNet layers, routed and shared experts; Ondo reads the text model)",
+    about: "Qwen 3.5's mixtures of experts (gated DeltaNet layers, routed and shared experts; text and images)",
     settle,
     unreadable_layout: every_layout_readable,
     reply: super::qwen3::THINKING_QWEN,
@@ -49,13 +53,48 @@ pub const QWEN3_5_MOE: Family = Family {
         adjust: mixture,
         config: synth_config,
         extra_tensors: EXTRA_TENSORS,
-        vision: None,
+        vision: Some(VISION),
     },
 };
 
-/// A vision tower and a multi-token-prediction head: present in the
-/// published checkpoints, read by neither Ondo nor mlx-lm's text model.
-const EXTRA_TENSORS: &[&str] = &["model.visual.merger.norm.weight", "mtp.norm.weight"];
+/// A multi-token-prediction head: present in the published checkpoints,
+/// read by neither Ondo nor mlx-lm.
+const EXTRA_TENSORS: &[&str] = &["mtp.norm.weight"];
+
+/// Qwen 3.5's vision tower in a synth folder: Qwen3-VL's tower without
+/// DeepStack (mlx-vlm's Qwen 3.5 refuses DeepStack taps), which mlx-lm's
+/// text model skips.
+const VISION: VisionSynth = VisionSynth {
+    tokens: super::qwen3_vl::QWEN_VISION_TOKENS,
+    marker: super::qwen3_vl::QWEN_IMAGE_MARKER,
+    config: vision_synth_config,
+    tensors: super::qwen3_vl::vision_tensors,
+    processor_files: super::qwen3_vl::processor_files,
+};
+
+/// The vision keys of a synthetic folder: a model the size of Qwen 3.5 2B
+/// or larger gets its tower (27 blocks of 1152); a smaller one 2 blocks of
+/// 32.
+fn vision_synth_config(config: &mut Value, shape: &Shape, ids: &[u32]) {
+    let model_type = config["model_type"].clone();
+    let mut vision = if shape.hidden_size >= 2048 {
+        json!({"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16,
+               "num_position_embeddings": 2304})
+    } else {
+        json!({"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2,
+               "num_position_embeddings": 64})
+    };
+    vision["model_type"] = model_type;
+    vision["deepstack_visual_indexes"] = json!([]);
+    vision["patch_size"] = json!(16);
+    vision["temporal_patch_size"] = json!(2);
+    vision["spatial_merge_size"] = json!(2);
+    vision["in_channels"] = json!(3);
+    vision["out_hidden_size"] = json!(shape.hidden_size);
+    vision["hidden_act"] = json!("gelu_pytorch_tanh");
+    config["vision_config"] = vision;
+    super::qwen3_vl::write_token_ids(config, ids);
+}
 
 /// mlx-lm's `TextModelArgs` defaults for the keys a config may leave out.
 fn defaults() -> Value {
@@ -103,6 +142,15 @@ pub fn settle(value: &Value) -> Result<ModelConfig, ConfigError> {
         .unwrap_or_else(|| defaults()["rope_parameters"].clone());
     let rope_theta = params["rope_theta"].as_f64().unwrap_or(100_000.0) as f32;
     let partial = params["partial_rotary_factor"].as_f64().unwrap_or(0.25);
+    // Image tokens turn by a 3-D position in the attention layers.
+    let mrope_section = match params.get("mrope_section") {
+        None | Some(Value::Null) => [11, 11, 10],
+        Some(v) => serde_json::from_value::<[usize; 3]>(v.clone()).map_err(|_| {
+            ConfigError::Inconsistent(format!(
+                "rope_parameters.mrope_section is {v}, not three whole numbers"
+            ))
+        })?,
+    };
     let scaling: Option<RopeScaling> = serde_json::from_value(params).ok();
     keys.rope_scaling = scaling.filter(|s| !matches!(s.kind(), None | Some("default")));
     let bias = keys.attention_bias.unwrap_or(false);
@@ -128,6 +176,7 @@ pub fn settle(value: &Value) -> Result<ModelConfig, ConfigError> {
         .transpose()?;
     let mut config = ModelConfig::from_keys(&model_type, keys, rope_theta, tie);
     gated_attention(&mut config, bias, partial);
+    config.mrope_section = Some(mrope_section);
     config.gated_delta = Some(gated_delta);
     config.experts = experts;
     config.read_inside_language_model(&[

@@ -28,29 +28,8 @@ pub const QWEN3_VL: Family = Family {
         config: synth_config,
         extra_tensors: &[],
         vision: Some(VisionSynth {
-            tokens: &[
-                VisionToken {
-                    text: "<|vision_start|>",
-                    config_key: "vision_start_token_id",
-                    name: "vision_start_token",
-                },
-                VisionToken {
-                    text: "<|vision_end|>",
-                    config_key: "vision_end_token_id",
-                    name: "vision_end_token",
-                },
-                VisionToken {
-                    text: "<|image_pad|>",
-                    config_key: "image_token_id",
-                    name: "image_token",
-                },
-                VisionToken {
-                    text: "<|video_pad|>",
-                    config_key: "video_token_id",
-                    name: "video_token",
-                },
-            ],
-            marker: "<|vision_start|><|image_pad|><|vision_end|>",
+            tokens: QWEN_VISION_TOKENS,
+            marker: QWEN_IMAGE_MARKER,
             config: vision_synth_config,
             tensors: vision_tensors,
             processor_files,
@@ -138,12 +117,11 @@ fn synth_config(config: &mut Value, shape: &Shape, _: &SynthChoices) {
     });
     config["attention_bias"] = json!(false);
     config["hidden_act"] = json!("silu");
-    // An untied head, as Qwen3-VL 8B and larger have: random weights tied
-    // to the embedding mostly repeat a token whatever the prompt, so a
-    // greedy answer would show nothing of the image.
-    config["tie_word_embeddings"] = json!(false);
+    // mlx-vlm reads the head's tie from the text config; transformers from
+    // the top level.
+    let tie = config["tie_word_embeddings"].clone();
     nest_under_text_config(config, "qwen3_vl_text", "qwen3_vl", json!({}));
-    config["tie_word_embeddings"] = json!(false);
+    config["tie_word_embeddings"] = tie;
 }
 
 /// The vision keys of a synthetic folder: a model the size of Qwen3-VL 4B
@@ -166,22 +144,48 @@ fn vision_synth_config(config: &mut Value, shape: &Shape, ids: &[u32]) {
     vision["out_hidden_size"] = json!(shape.hidden_size);
     vision["hidden_act"] = json!("gelu_pytorch_tanh");
     config["vision_config"] = vision;
-    for (key, id) in [
-        "vision_start_token_id",
-        "vision_end_token_id",
-        "image_token_id",
-        "video_token_id",
-    ]
-    .iter()
-    .zip(ids)
-    {
-        config[*key] = json!(id);
+    write_token_ids(config, ids);
+}
+
+/// The vision tokens' ids (`ids`, in `QWEN_VISION_TOKENS`' order) at the
+/// top level of config.json.
+pub(super) fn write_token_ids(config: &mut Value, ids: &[u32]) {
+    for (token, id) in QWEN_VISION_TOKENS.iter().zip(ids) {
+        config[token.config_key] = json!(id);
     }
 }
 
+/// The Qwen vision tokens, as the tokenizers of Qwen3-VL and Qwen 3.5
+/// have them.
+pub(super) const QWEN_VISION_TOKENS: &[VisionToken] = &[
+    VisionToken {
+        text: "<|vision_start|>",
+        config_key: "vision_start_token_id",
+        name: "vision_start_token",
+    },
+    VisionToken {
+        text: "<|vision_end|>",
+        config_key: "vision_end_token_id",
+        name: "vision_end_token",
+    },
+    VisionToken {
+        text: "<|image_pad|>",
+        config_key: "image_token_id",
+        name: "image_token",
+    },
+    VisionToken {
+        text: "<|video_pad|>",
+        config_key: "video_token_id",
+        name: "video_token",
+    },
+];
+
+/// What a Qwen chat template writes for an image.
+pub(super) const QWEN_IMAGE_MARKER: &str = "<|vision_start|><|image_pad|><|vision_end|>";
+
 /// The tower's tensors for `config`, named and laid out as mlx-community's
 /// conversions store them (the patch kernel channels last).
-fn vision_tensors(config: &Value) -> Vec<PlannedTensor> {
+pub(super) fn vision_tensors(config: &Value) -> Vec<PlannedTensor> {
     let vision = &config["vision_config"];
     let size = |key: &str| vision[key].as_i64().unwrap_or(0) as i32;
     let (h, i, k, o) = (
@@ -265,7 +269,7 @@ fn vision_tensors(config: &Value) -> Vec<PlannedTensor> {
 /// Qwen3-VL's preprocessor_config.json (16-pixel patches merged 2x2, each
 /// image between 64 and 1,024 patches here so a test's images stay small)
 /// and processor_config.json.
-fn processor_files(_: &Value) -> [(&'static str, Value); 2] {
+pub(super) fn processor_files(_: &Value) -> [(&'static str, Value); 2] {
     [
         (
             "preprocessor_config.json",

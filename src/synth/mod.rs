@@ -53,6 +53,9 @@ pub struct SynthOptions {
     /// Gemma 3's sliding window in positions (its other layers attend to
     /// everything); small values let tests cross the window cheaply.
     pub sliding_window: usize,
+    /// A head of its own instead of the embedding's matrix, whatever the
+    /// preset has.
+    pub untied_head: bool,
 }
 
 impl SynthOptions {
@@ -71,6 +74,7 @@ impl SynthOptions {
             max_shard_bytes: 5_000_000_000,
             force: false,
             sliding_window: DEFAULT_SLIDING_WINDOW,
+            untied_head: false,
         }
     }
 
@@ -82,6 +86,9 @@ impl SynthOptions {
             shape.experts = Some(ExpertShape::eight_choose_two(&shape));
         }
         (self.arch.synth.adjust)(&mut shape);
+        if self.untied_head {
+            shape.tie_word_embeddings = false;
+        }
         shape
     }
 

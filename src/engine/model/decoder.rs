@@ -584,6 +584,11 @@ pub struct ChunkImages {
     /// Otherwise added to the cache's position: what the images before
     /// the chunk saved of a 3-D rope's positions.
     pub shift: i32,
+    /// The prompt has images and the model a 3-D rope: the prefill turns
+    /// its text by angles too, as the reference does for such a prompt
+    /// (a prompt of text alone turns through the fused kernel, as a text
+    /// model's).
+    pub rope_3d: bool,
 }
 
 impl ChunkImages {
@@ -1314,7 +1319,7 @@ impl Decoder {
         // shifted position, the same angles through the fused kernel.
         let offset = match (&self.mrope, &images.positions) {
             (Some(mrope), Some(positions)) => mrope.angles(positions, h.dtype())?,
-            (Some(mrope), None) if length > 1 => {
+            (Some(mrope), None) if images.rope_3d && length > 1 => {
                 let row = Array::arange::<_, i32>(shifted, shifted + length, 1)?;
                 let positions = ops::broadcast_to(&row.reshape(&[1, length])?, &[3, length])?;
                 mrope.angles(&positions, h.dtype())?
