@@ -457,6 +457,32 @@ fn an_image_for_a_model_without_eyes_or_over_the_limits_is_refused_by_name() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("8000x6000 pixels"), "{stderr}");
+
+    // The limit is a setting: 1 megapixel refuses a 1200x1000 image the
+    // default takes.
+    let photo = home.file("photo.png", &picture(1200, 1000, 4));
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            model.to_str().unwrap(),
+            "hi",
+            "--image",
+            photo.to_str().unwrap(),
+            "--no-history",
+            "--max-tokens",
+            "1",
+        ];
+        args.extend_from_slice(extra);
+        home.ondo(&args)
+    };
+    assert!(run(&[]).status.success());
+    let out = run(&["--max-image-megapixels", "1"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("1200x1000 pixels") && stderr.contains("--max-image-megapixels"),
+        "{stderr}"
+    );
 }
 
 /// Writes `model` where a download of `repo_id` would be, in the Hugging

@@ -139,6 +139,10 @@ pub struct GenerateRequest {
     /// when it leaves memory. Benchmarks that time a prefill turn it off.
     #[serde(default = "yes")]
     pub disk_cache: bool,
+    /// How large an image in the prompt may be (bytes and pixels, checked
+    /// before it is decoded).
+    #[serde(default)]
+    pub image_limits: crate::vision::ImageLimits,
     /// Start from this prompt cache file (mlx-lm's layout, as
     /// `mlx_lm.cache_prompt` writes it) and read the prompt as what follows
     /// it, the way `mlx_lm.generate --prompt-cache-file` does: a chat is
@@ -219,6 +223,7 @@ impl GenerateRequest {
             constraint: None,
             disk_cache: true,
             prompt_cache_file: None,
+            image_limits: crate::vision::ImageLimits::default(),
         }
     }
 }

@@ -188,7 +188,8 @@ pub struct PromptTokens {
 /// a vision tower, refused by name where it has none.
 pub fn prompt_ids(model: &LoadedModel, prompt: &Prompt) -> Result<PromptTokens, RunError> {
     let files = image_files(prompt)?;
-    prompt_ids_of(model, prompt, &files).map(|(tokens, _)| tokens)
+    prompt_ids_of(model, prompt, &files, crate::vision::ImageLimits::default())
+        .map(|(tokens, _)| tokens)
 }
 
 /// `prompt_ids` for a prompt whose images are `files`, with how each
@@ -197,6 +198,7 @@ fn prompt_ids_of(
     model: &LoadedModel,
     prompt: &Prompt,
     files: &[Vec<u8>],
+    limits: crate::vision::ImageLimits,
 ) -> Result<(PromptTokens, Vec<ImageShape>), RunError> {
     if files.is_empty() {
         return prompt_ids_with(
@@ -220,10 +222,9 @@ fn prompt_ids_of(
             model.dir.display()
         )));
     }
-    let shapes = vision.tokens.shapes(
-        &files.iter().map(Vec::as_slice).collect::<Vec<_>>(),
-        crate::vision::ImageLimits::default(),
-    )?;
+    let shapes = vision
+        .tokens
+        .shapes(&files.iter().map(Vec::as_slice).collect::<Vec<_>>(), limits)?;
     let tokens = prompt_ids_with(
         &model.tokenizer,
         model.chat_template.as_ref(),
@@ -754,7 +755,7 @@ pub fn prepare(
             text: prompt_text,
         },
         shapes,
-    ) = prompt_ids_of(model, &request.prompt, &files)?;
+    ) = prompt_ids_of(model, &request.prompt, &files, request.image_limits)?;
     let format = reply_format(model, &request.prompt, prompt_text.as_deref());
     if prompt.is_empty() {
         return Err(RunError::EmptyPrompt);
@@ -877,7 +878,7 @@ pub fn prepare(
                 .unzip();
             let all: Vec<(usize, ImageShape)> =
                 image_marks.iter().map(|m| (m.start, m.shape)).collect();
-            Some(vision.encode(&fresh, starts, &all, crate::vision::ImageLimits::default())?)
+            Some(vision.encode(&fresh, starts, &all, request.image_limits)?)
         }
         _ => None,
     };

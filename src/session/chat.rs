@@ -88,6 +88,15 @@ pub struct GenerationSettings {
     /// a step: each step reads the weights once for all of them.
     #[arg(long, default_value_t = GenerationSettings::DEFAULT.max_batch)]
     pub max_batch: usize,
+    /// The largest image file taken, in MiB (20 is what hosted APIs take
+    /// per image); a larger one is refused before it is decoded.
+    #[arg(long, default_value_t = GenerationSettings::DEFAULT.max_image_mib)]
+    pub max_image_mib: u32,
+    /// The most pixels an image may have, in millions (32: a phone's
+    /// 24-megapixel photo passes); read from the file's header, so a larger
+    /// one is refused before it is decoded.
+    #[arg(long, default_value_t = GenerationSettings::DEFAULT.max_image_megapixels)]
+    pub max_image_megapixels: u32,
 }
 
 /// `--kv-bits`: 4 or 8, or a message that says so.
@@ -117,6 +126,10 @@ pub struct GenerationLimits {
     pub max_batch: (usize, usize),
     /// Positions held in floats before the KV cache is quantized.
     pub quantized_kv_start: (usize, usize),
+    /// An image's file in MiB: two at the most fill the server's 64 MiB
+    /// body in base64.
+    pub max_image_mib: (u32, u32),
+    pub max_image_megapixels: (u32, u32),
 }
 
 impl GenerationSettings {
@@ -135,6 +148,8 @@ impl GenerationSettings {
         kv_group_size: DEFAULT_KV_GROUP_SIZE,
         quantized_kv_start: DEFAULT_QUANTIZED_KV_START,
         max_batch: DEFAULT_MAX_BATCH,
+        max_image_mib: 20,
+        max_image_megapixels: 32,
     };
 
     pub const LIMITS: GenerationLimits = GenerationLimits {
@@ -149,6 +164,8 @@ impl GenerationSettings {
         max_kv_size: (16, 1 << 32),
         max_batch: (1, 64),
         quantized_kv_start: (0, 1 << 32),
+        max_image_mib: (1, 24),
+        max_image_megapixels: (1, 200),
     };
 }
 
@@ -206,6 +223,18 @@ impl GenerationSettings {
                 "the largest batch must be between {low} (one conversation at a time) and {high}"
             ));
         }
+        let (low, high) = limits.max_image_mib;
+        if !(low..=high).contains(&self.max_image_mib) {
+            return Err(format!(
+                "the largest image must be between {low} and {high} MiB"
+            ));
+        }
+        let (low, high) = limits.max_image_megapixels;
+        if !(low..=high).contains(&self.max_image_megapixels) {
+            return Err(format!(
+                "the most pixels an image may have must be between {low} and {high} million"
+            ));
+        }
         if let Some(bound) = self.max_kv_size {
             let (low, high) = limits.max_kv_size;
             if !(low..=high).contains(&bound) {
@@ -257,7 +286,16 @@ impl GenerationSettings {
             quantized_kv_start: self.quantized_kv_start,
             loop_shape: self.loop_shape,
             max_batch: self.max_batch,
+            image_limits: self.image_limits(),
             ..GenerateRequest::new(model_dir, prompt)
+        }
+    }
+
+    /// How large an image these settings take.
+    pub fn image_limits(&self) -> crate::vision::ImageLimits {
+        crate::vision::ImageLimits {
+            max_bytes: u64::from(self.max_image_mib) << 20,
+            max_pixels: u64::from(self.max_image_megapixels) * 1_000_000,
         }
     }
 
@@ -349,6 +387,25 @@ impl ChatEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_image_limits_default_to_the_engine_s_and_are_checked() {
+        let settings = GenerationSettings::default();
+        assert_eq!(
+            settings.image_limits(),
+            crate::vision::ImageLimits::default()
+        );
+        let big = GenerationSettings {
+            max_image_mib: 500,
+            ..settings.clone()
+        };
+        assert!(big.check().unwrap_err().contains("MiB"));
+        let wide = GenerationSettings {
+            max_image_megapixels: 0,
+            ..settings
+        };
+        assert!(wide.check().unwrap_err().contains("million"));
+    }
 
     #[test]
     fn defaults_pass_and_bad_values_are_named() {

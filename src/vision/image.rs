@@ -13,7 +13,9 @@ use image::{ImageDecoder, ImageFormat, ImageReader};
 use super::resample::Pixels;
 
 /// How large an image may be, in bytes and in pixels (a setting).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+#[serde(default)]
 pub struct ImageLimits {
     pub max_bytes: u64,
     pub max_pixels: u64,
@@ -34,12 +36,12 @@ impl Default for ImageLimits {
 pub enum ImageError {
     #[error(
         "the image is {bytes} bytes, more than the {limit} allowed; send a smaller file (or raise \
-         the image size limit in Settings)"
+         the largest image in Settings, or --max-image-mib)"
     )]
     TooManyBytes { bytes: u64, limit: u64 },
     #[error(
         "the image is {width}x{height} pixels, more than the {limit} allowed; scale it down first \
-         (or raise the pixel limit in Settings)"
+         (or raise the image pixels in Settings, or --max-image-megapixels)"
     )]
     TooManyPixels { width: u32, height: u32, limit: u64 },
     #[error("the file is not an image Ondo reads ({0}); send PNG, JPEG, WebP or GIF")]

@@ -109,6 +109,14 @@ describe('settingsToForm and readForm', () => {
     expect(readForm(edited({ kv_bits: KV_BITS_OFF }), savedSettings).settings.generation.kv_bits).toBeNull();
   });
 
+  it('reads the image limits in MiB and megapixels', () => {
+    const form = settingsToForm(DEFAULT_SETTINGS);
+    expect([form.max_image_mib, form.max_image_megapixels]).toEqual(['20', '32']);
+    const { settings, errors } = readForm(edited({ max_image_mib: '8', max_image_megapixels: '50' }), savedSettings);
+    expect(errors).toEqual({});
+    expect([settings.generation.max_image_mib, settings.generation.max_image_megapixels]).toEqual([8, 50]);
+  });
+
   it('keeps fields the form does not know about', () => {
     const newer = { ...savedSettings, api_port: 11435 } as AppSettings;
     expect(readForm(settingsToForm(newer), newer).settings).toEqual(newer);
@@ -137,6 +145,8 @@ describe('validation', () => {
     ['kv_bits', '3', 'Choose 8 or 4 bits, or off.'],
     ['kv_group_size', '48', 'Choose 32, 64 or 128 elements.'],
     ['quantized_kv_start', '-1', 'Enter a whole number of tokens from 0 to 4,294,967,296 (0: from the start).'],
+    ['max_image_mib', '25', 'Enter a whole number of MiB from 1 to 24.'],
+    ['max_image_megapixels', '0', 'Enter a whole number of megapixels from 1 to 200.'],
     ['memory_budget_gib', '0', 'Enter at least 0.25 GiB (less holds no model), or leave it empty for no budget.'],
     ['memory_budget_gib', '0.2', 'Enter at least 0.25 GiB (less holds no model), or leave it empty for no budget.'],
     ['memory_budget_gib', '-4', 'Enter at least 0.25 GiB (less holds no model), or leave it empty for no budget.'],

@@ -68,6 +68,8 @@ export interface SettingsForm {
   kv_group_size: string;
   quantized_kv_start: string;
   max_batch: string;
+  max_image_mib: string;
+  max_image_megapixels: string;
   theme: AppSettings['theme'];
   launch_at_login: boolean;
   /** Empty: no shortcut. */
@@ -115,6 +117,10 @@ export function settingsToForm(settings: AppSettings): SettingsForm {
     kv_group_size: String(generation.kv_group_size ?? DEFAULT_SETTINGS.generation.kv_group_size),
     quantized_kv_start: String(generation.quantized_kv_start ?? DEFAULT_SETTINGS.generation.quantized_kv_start),
     max_batch: String(generation.max_batch ?? DEFAULT_SETTINGS.generation.max_batch),
+    max_image_mib: String(generation.max_image_mib ?? DEFAULT_SETTINGS.generation.max_image_mib),
+    max_image_megapixels: String(
+      generation.max_image_megapixels ?? DEFAULT_SETTINGS.generation.max_image_megapixels,
+    ),
     theme: settings.theme,
     launch_at_login: settings.launch_at_login,
     global_shortcut: settings.global_shortcut ?? '',
@@ -334,6 +340,20 @@ export function readForm(form: SettingsForm, base: AppSettings): { settings: App
         ),
         generation.max_batch ?? DEFAULT_SETTINGS.generation.max_batch,
       ),
+      max_image_mib: take(
+        'max_image_mib',
+        readWhole(form.max_image_mib, ...LIMITS.max_image_mib, `Enter a whole number of MiB ${range(LIMITS.max_image_mib)}.`),
+        generation.max_image_mib ?? DEFAULT_SETTINGS.generation.max_image_mib,
+      ),
+      max_image_megapixels: take(
+        'max_image_megapixels',
+        readWhole(
+          form.max_image_megapixels,
+          ...LIMITS.max_image_megapixels,
+          `Enter a whole number of megapixels ${range(LIMITS.max_image_megapixels)}.`,
+        ),
+        generation.max_image_megapixels ?? DEFAULT_SETTINGS.generation.max_image_megapixels,
+      ),
     },
     theme: form.theme,
     models_folder: form.models_folder,
@@ -551,6 +571,8 @@ export function firstInvalidField(errors: FieldErrors): FormField | null {
     'kv_group_size',
     'quantized_kv_start',
     'max_batch',
+    'max_image_mib',
+    'max_image_megapixels',
     'theme',
     'launch_at_login',
     'global_shortcut',
