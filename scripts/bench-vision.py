@@ -134,10 +134,18 @@ def main():
             )
             ids = mx.array(inputs["input_ids"])
             pixels = mx.array(inputs["pixel_values"])
+            # What else the processor gives (Qwen's image grids) goes to the
+            # model as mlx-vlm's own generate passes it.
+            extra = {
+                key: mx.array(value)
+                for key, value in inputs.items()
+                if key not in ("input_ids", "pixel_values", "attention_mask")
+            }
             first = None
             count = 0
+            mask = mx.ones(ids.shape, dtype=mx.int32)
             for (token, _), _ in zip(
-                generate_step(ids, model, pixels, mx.ones(ids.shape, dtype=mx.int32), temperature=0.0),
+                generate_step(ids, model, pixels, mask, temperature=0.0, **extra),
                 range(args.gen),
             ):
                 mx.eval(token)

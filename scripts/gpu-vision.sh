@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Images on a GPU: Ondo's server against mlx-vlm on one Gemma 3 folder with
-# Gemma 3's own SigLIP tower (896 pixels, 256 tokens an image), one
+# Images on a GPU: Ondo's server against mlx-vlm on one folder of ARCH
+# (gemma3: Gemma 3's own SigLIP tower, 896 pixels, 256 tokens an image;
+# qwen3_vl: Qwen3-VL 4B's tower, the image at its own size), one
 # 896x896 PNG, 5 repetitions alternating sides (scripts/bench-vision.py):
 # the time to first token (image decoded, resized, encoded, prompt
-# prefilled) and the decode rate after the image. Writes $OUT/vision.json.
+# prefilled) and the decode rate after the image. Writes $OUT/vision-ARCH.json.
 #
 #   OUT=results ONDO=/tmp/ondo/ondo scripts/gpu-vision.sh
 # Environment: ONDO (the binary), ONDO_PYTHON (python3 with mlx_vlm),
 # MODELS, PRESET (llama-3.2-3b: a 3B-shaped text model, 4-bit; `tiny` for
-# a dry run on a CPU), REPS (5), GEN (64).
+# a dry run on a CPU), ARCH (gemma3 or qwen3_vl), REPS (5), GEN (64).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 ondo=${ONDO:-ondo}
@@ -18,8 +19,9 @@ models=${MODELS:-/tmp/ondo-gpu-models}
 preset=${PRESET:-llama-3.2-3b}
 mkdir -p "$out" "$models"
 export ONDO_HOME=${ONDO_HOME:-$models/home} ONDO_NO_KEYCHAIN=1
-model=$models/gemma3-$preset
-[ -f "$model/config.json" ] || "$ondo" synth "$preset" "$model" --arch gemma3 > /dev/null || exit 1
+arch=${ARCH:-gemma3}
+model=$models/$arch-$preset
+[ -f "$model/config.json" ] || "$ondo" synth "$preset" "$model" --arch "$arch" > /dev/null || exit 1
 image=$models/screen-896.png
 "$python" - "$image" <<'PY' || exit 1
 import sys
@@ -32,4 +34,4 @@ pixels[300:700, 100:800] = rng.integers(0, 255, (400, 700, 3), dtype=np.uint8)
 Image.fromarray(pixels).save(sys.argv[1])
 PY
 "$python" "$root/scripts/bench-vision.py" --ondo "$ondo" --model "$model" --image "$image" \
-  --reps "${REPS:-5}" --gen "${GEN:-64}" > "$out/vision.json" 2> "$out/vision.log"
+  --reps "${REPS:-5}" --gen "${GEN:-64}" > "$out/vision-$arch.json" 2> "$out/vision-$arch.log"

@@ -439,13 +439,7 @@ fn an_image_for_a_model_without_eyes_or_over_the_limits_is_refused_by_name() {
     // The chat knows which model takes images before anything is sent.
     assert!(ChatFeatures::of_model_dir(&model).sees_images);
     assert!(!ChatFeatures::of_model_dir(&text_model).sees_images);
-    let mut huge = picture(8, 8, 3);
-    huge[16..20].copy_from_slice(&8000u32.to_be_bytes());
-    huge[20..24].copy_from_slice(&6000u32.to_be_bytes());
-    // The header chunk's checksum covers its type and its 13 bytes.
-    let crc = crc32fast::hash(&huge[12..29]);
-    huge[29..33].copy_from_slice(&crc.to_be_bytes());
-    let huge = home.file("huge.png", &huge);
+    let huge = home.file("huge.png", &huge_png());
     let out = home.ondo(&[
         "run",
         model.to_str().unwrap(),
@@ -483,6 +477,42 @@ fn an_image_for_a_model_without_eyes_or_over_the_limits_is_refused_by_name() {
         stderr.contains("1200x1000 pixels") && stderr.contains("--max-image-megapixels"),
         "{stderr}"
     );
+}
+
+/// A PNG whose header claims 8000x6000 pixels (its pixels are 8x8).
+fn huge_png() -> Vec<u8> {
+    let mut huge = picture(8, 8, 3);
+    huge[16..20].copy_from_slice(&8000u32.to_be_bytes());
+    huge[20..24].copy_from_slice(&6000u32.to_be_bytes());
+    // The header chunk's checksum covers its type and its 13 bytes.
+    let crc = crc32fast::hash(&huge[12..29]);
+    huge[29..33].copy_from_slice(&crc.to_be_bytes());
+    huge
+}
+
+/// POSTs `body` to `path` on the server at `url` (`http://host:port`):
+/// the status and the body of the answer.
+fn post_json(url: &str, path: &str, body: &Value) -> (u16, String) {
+    use std::io::{Read, Write};
+    let address = url.trim_start_matches("http://").trim_end_matches('/');
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    let text = body.to_string();
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{text}",
+        text.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, body.to_owned())
 }
 
 /// Writes `model` where a download of `repo_id` would be, in the Hugging
@@ -585,6 +615,27 @@ fn screenshot_through_every_client(arch: &str) {
             "{arch}: {client}"
         );
     }
+    // An image over the pixel limit is refused from its header, before the
+    // request waits for the engine: 400, and the message says why.
+    let (mut served, url) = serve(&home);
+    let (status, body) = post_json(
+        &url,
+        "/v1/chat/completions",
+        &serde_json::json!({
+            "model": "ondo-test/vision",
+            "messages": [{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": format!(
+                    "data:image/png;base64,{}",
+                    base64::Engine::encode(&base64::engine::general_purpose::STANDARD, huge_png())
+                )}},
+                {"type": "text", "text": question},
+            ]}],
+        }),
+    );
+    let _ = served.kill();
+    let _ = served.wait();
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("8000x6000 pixels"), "{body}");
     // Anthropic's count_tokens counts the image as the tokens it fills
     // (for Qwen3-VL, from the image's size read from its header).
     assert_eq!(

@@ -421,6 +421,15 @@ impl ServerState {
         let saved = self.saved_settings().await;
         let model = self.resolve(&ask.model, &saved).await?;
         let settings = ask.settings.over(&saved.generation)?;
+        // An image over the limits is refused here, from its size and
+        // header, before the request waits for the engine.
+        for (n, image) in crate::engine::stream::prompt_images(&ask.prompt)
+            .into_iter()
+            .enumerate()
+        {
+            crate::vision::check_encoded(image, settings.image_limits())
+                .map_err(|e| ApiError::InvalidField(format!("image {}: {e}", n + 1)))?;
+        }
         let conversation = self
             .conversations
             .lock()

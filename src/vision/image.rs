@@ -106,6 +106,33 @@ pub fn dimensions(bytes: &[u8], limits: ImageLimits) -> Result<(usize, usize), I
     })
 }
 
+/// Checks an image sent as base64 (`encoded`) against `limits` without
+/// decoding it: its size from the text's length, its pixels from a header
+/// decoded from the text's first part. What the header alone cannot say
+/// (a damaged file, a header past that part) is left to `decode`.
+pub fn check_encoded(encoded: &str, limits: ImageLimits) -> Result<(), ImageError> {
+    use base64::Engine as _;
+    let encoded = encoded.trim();
+    let padding = encoded.bytes().rev().take_while(|&b| b == b'=').count();
+    let bytes = (encoded.len() / 4 * 3).saturating_sub(padding) as u64;
+    if bytes > limits.max_bytes {
+        return Err(ImageError::TooManyBytes {
+            bytes,
+            limit: limits.max_bytes,
+        });
+    }
+    // A header fits in the first 64 KiB (a JPEG's may follow its EXIF
+    // block, itself at most 64 KiB).
+    let head = &encoded[..encoded.len().min(96 * 1024) / 4 * 4];
+    let Ok(head) = base64::engine::general_purpose::STANDARD.decode(head) else {
+        return Ok(());
+    };
+    match dimensions(&head, limits) {
+        Err(error @ ImageError::TooManyPixels { .. }) => Err(error),
+        _ => Ok(()),
+    }
+}
+
 /// `bytes` (a whole image file) decoded to RGB pixels within `limits`.
 pub fn decode(bytes: &[u8], limits: ImageLimits) -> Result<Pixels, ImageError> {
     let mut decoder = open(bytes, limits)?;
@@ -184,6 +211,30 @@ mod tests {
             }
         );
         assert!(error.to_string().contains("8000x5000"), "{error}");
+    }
+
+    #[test]
+    fn an_image_in_base64_is_checked_from_its_length_and_header_alone() {
+        use base64::Engine as _;
+        let limits = ImageLimits {
+            max_bytes: 1000,
+            max_pixels: 100,
+        };
+        let encode = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        assert_eq!(check_encoded(&encode(&png(5, 3)), limits), Ok(()));
+        assert_eq!(
+            check_encoded(&encode(&[0u8; 1001]), limits),
+            Err(ImageError::TooManyBytes {
+                bytes: 1001,
+                limit: 1000
+            })
+        );
+        assert!(matches!(
+            check_encoded(&encode(&png_claiming(20, 10)), limits),
+            Err(ImageError::TooManyPixels { .. })
+        ));
+        // Not an image at all: left for the decoder to name.
+        assert_eq!(check_encoded(&encode(b"hello"), limits), Ok(()));
     }
 
     #[test]

@@ -9,7 +9,7 @@ pub mod patch_grid;
 pub mod preprocess;
 pub mod resample;
 
-pub use image::{ImageError, ImageLimits, decode, dimensions};
+pub use image::{ImageError, ImageLimits, check_encoded, decode, dimensions};
 pub use patch_grid::{PatchGrid, PatchGridProcessor};
 pub use preprocess::ImageProcessor;
 pub use resample::{Filter, Pixels};
