@@ -19,6 +19,7 @@ and the ratios Ondo / mlx-vlm.
 
 import argparse
 import base64
+import importlib.util
 import json
 import os
 import statistics
@@ -27,6 +28,8 @@ import sys
 import tempfile
 import time
 import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def spread(values):
@@ -100,10 +103,14 @@ def main():
     parser.add_argument("--gen", type=int, default=64)
     args = parser.parse_args()
 
-    import mlx.core as mx
     from mlx_vlm import load
-    from mlx_vlm.generate import generate_step
-    from mlx_vlm.utils import load_image
+
+    # mlx-vlm's side is the one `ondo bench --image --peer mlx-vlm` runs.
+    spec = importlib.util.spec_from_file_location(
+        "mlx_vlm_peer", os.path.join(HERE, "..", "src", "bench", "mlx_vlm_peer.py")
+    )
+    peer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(peer)
 
     data = base64.b64encode(open(args.image, "rb").read()).decode()
     data_url = "data:image/png;base64," + data
@@ -112,52 +119,16 @@ def main():
         # The load, and the first compilations, out of the timed requests.
         ondo_request(url, REPO, data_url, args.question, "Warm up.", 4)
         model, processor = load(args.model)
-        template = processor.tokenizer
 
         def vlm_once(system):
-            messages = [
-                {"role": "system", "content": system},
-                {
-                    "role": "user",
-                    "content": [{"type": "image"}, {"type": "text", "text": args.question}],
-                },
-            ]
-            prompt = template.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True
-            )
-            started = time.perf_counter()
-            inputs = processor(
-                text=[prompt],
-                images=[load_image(args.image)],
-                add_special_tokens=False,
-                return_tensors="mlx",
-            )
-            ids = mx.array(inputs["input_ids"])
-            pixels = mx.array(inputs["pixel_values"])
-            # What else the processor gives (Qwen's image grids) goes to the
-            # model as mlx-vlm's own generate passes it.
-            extra = {
-                key: mx.array(value)
-                for key, value in inputs.items()
-                if key not in ("input_ids", "pixel_values", "attention_mask")
+            request = {
+                "system": system,
+                "question": args.question,
+                "images": [args.image],
+                "max_tokens": args.gen,
+                "prefill_step_size": 2048,
             }
-            first = None
-            count = 0
-            mask = mx.ones(ids.shape, dtype=mx.int32)
-            for (token, _), _ in zip(
-                generate_step(ids, model, pixels, mask, temperature=0.0, **extra),
-                range(args.gen),
-            ):
-                mx.eval(token)
-                count += 1
-                if first is None:
-                    first = time.perf_counter()
-            last = time.perf_counter()
-            return {
-                "ttft_ms": (first - started) * 1e3,
-                "decode_tps": (count - 1) / (last - first) if count > 1 else 0.0,
-                "prompt_tokens": int(ids.shape[1]),
-            }
+            return peer.run(model, processor, request, time.perf_counter())
 
         vlm_once("Warm up.")
         ondo_runs, vlm_runs = [], []

@@ -4,7 +4,9 @@
 # qwen3_vl: Qwen3-VL 4B's tower, the image at its own size), one
 # 896x896 PNG, 5 repetitions alternating sides (scripts/bench-vision.py):
 # the time to first token (image decoded, resized, encoded, prompt
-# prefilled) and the decode rate after the image. Writes $OUT/vision-ARCH.json.
+# prefilled) and the decode rate after the image. Writes $OUT/vision-ARCH.json;
+# then the same through `ondo bench --image --peer mlx-vlm` (the engine in
+# process, encode and prefill apart) into $OUT/vision-ARCH-bench.json.
 #
 #   OUT=results ONDO=/tmp/ondo/ondo scripts/gpu-vision.sh
 # Environment: ONDO (the binary), ONDO_PYTHON (python3 with mlx_vlm),
@@ -35,3 +37,5 @@ Image.fromarray(pixels).save(sys.argv[1])
 PY
 "$python" "$root/scripts/bench-vision.py" --ondo "$ondo" --model "$model" --image "$image" \
   --reps "${REPS:-5}" --gen "${GEN:-64}" > "$out/vision-$arch.json" 2> "$out/vision-$arch.log"
+"$ondo" bench "$model" --image "$image" --peer mlx-vlm --python "$python" --reps "${REPS:-5}" \
+  --warmup 1 --gen "${GEN:-64}" --json > "$out/vision-$arch-bench.json" 2>> "$out/vision-$arch.log"

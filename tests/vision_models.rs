@@ -278,6 +278,118 @@ fn gemma3_sees_images_as_mlx_vlm_does() {
     );
 }
 
+/// `ondo bench --image --peer mlx-vlm`: the encode is a phase of its own on
+/// Ondo's rows, both sides answer the same prompt with the same greedy
+/// tokens, and every Ondo run lands in the history with its image.
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "needs the project venv with mlx-vlm")]
+fn bench_with_an_image_times_the_encode_beside_mlx_vlm() {
+    let home = Home::new();
+    let model = home.synth("gemma3", &["--arch", "gemma3", "--dtype", "f32"]);
+    let screen = home.file("screen.png", &picture(640, 400, 2));
+    let bench = |extra: &[&str]| {
+        let mut args = vec![
+            "bench",
+            model.to_str().unwrap(),
+            "--image",
+            screen.to_str().unwrap(),
+            "--gen",
+            "8",
+        ];
+        args.extend_from_slice(extra);
+        home.ondo(&args)
+    };
+    let out = bench(&[
+        "--reps",
+        "2",
+        "--warmup",
+        "1",
+        "--peer",
+        "mlx-vlm",
+        "--loop",
+        "pipelined,sync",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["test"], "img640x400+tg8");
+    let sides = result["sides"].as_array().unwrap();
+    let names: Vec<&str> = sides.iter().map(|s| s["side"].as_str().unwrap()).collect();
+    assert_eq!(names, ["ondo pipelined", "ondo sync", "mlx-vlm"]);
+    for ondo in &sides[..2] {
+        assert!(ondo["image_tokens"].as_u64().unwrap() > 0, "{ondo}");
+        for phase in ["image_encode_ms", "prefill_ms", "ttft_ms"] {
+            assert_eq!(
+                ondo[phase]["samples"].as_array().unwrap().len(),
+                2,
+                "{phase}"
+            );
+            assert!(
+                ondo[phase]["median"].as_f64().unwrap() > 0.0,
+                "{phase}: {ondo}"
+            );
+        }
+        // The first token waits for the encode and the prefill.
+        assert!(
+            ondo["ttft_ms"]["median"].as_f64().unwrap()
+                >= ondo["image_encode_ms"]["median"].as_f64().unwrap(),
+            "{ondo}"
+        );
+        assert_eq!(
+            ondo["prompt_tokens"], sides[2]["prompt_tokens"],
+            "same prompt"
+        );
+    }
+    assert!(
+        sides[2]["image_encode_ms"].is_null(),
+        "mlx-vlm does not time it apart"
+    );
+    assert!(sides[2]["decode_tps"]["median"].as_f64().unwrap() > 0.0);
+    assert_eq!(result["same_tokens_as_mlx_vlm"], true);
+    for ratio in ["ttft_ratio", "decode_ratio"] {
+        assert!(result[ratio].as_f64().unwrap() > 0.0, "{ratio}");
+    }
+
+    // Ondo's runs are in the history, warm-ups included, each with its image.
+    let bench_id = result["bench_id"].as_str().unwrap();
+    let report = home.ondo(&[
+        "report",
+        "--bench",
+        bench_id,
+        "--include-warmup",
+        "--format",
+        "json",
+    ]);
+    assert!(
+        report.status.success(),
+        "{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    let report: Value = serde_json::from_slice(&report.stdout).unwrap();
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 6, "3 repetitions of 2 loop shapes");
+    assert!(
+        runs.iter()
+            .all(|r| r["images"] == 1 && r["test"] == "img640x400+tg8")
+    );
+
+    // The table a person reads, and the peers that cannot answer.
+    let out = bench(&["--reps", "1", "--warmup", "0"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && table.contains("encode ms"),
+        "{table}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = bench(&["--reps", "1", "--warmup", "0", "--peer", "mlx-lm"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--peer mlx-vlm"));
+}
+
 #[test]
 #[cfg_attr(ondo_skip_python, ignore = "needs the project venv with mlx-vlm")]
 fn qwen3_vl_sees_images_at_their_own_size_as_mlx_vlm_does() {

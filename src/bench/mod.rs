@@ -8,6 +8,7 @@
 
 pub mod concurrency;
 pub mod endpoint;
+pub mod image;
 pub mod peer;
 pub mod plan;
 pub mod side_by_side;
@@ -698,7 +699,7 @@ mod tests {
         match error {
             BenchError::Engine(_) => "empty_prompt",
             BenchError::Peer(peer::PeerError::Start { .. }) => "peer",
-            BenchError::Peer(peer::PeerError::Failed(_)) => "peer",
+            BenchError::Peer(peer::PeerError::Failed(_) | peer::PeerError::VlmFailed(_)) => "peer",
             BenchError::Endpoint(error) => match error {
                 endpoint::EndpointError::NotAnEndpoint { .. } => "invalid_input",
                 endpoint::EndpointError::Unreachable { .. } => "endpoint_unreachable",
@@ -718,10 +719,14 @@ mod tests {
         vec![
             BenchError::Engine(RunError::EmptyPrompt),
             BenchError::Peer(peer::PeerError::Start {
+                peer: "mlx-lm",
                 python: ".venv/bin/python".into(),
                 message: "No such file or directory (os error 2)".into(),
             }),
             BenchError::Peer(peer::PeerError::Failed("mlx_lm is not installed".into())),
+            BenchError::Peer(peer::PeerError::VlmFailed(
+                "mlx_vlm is not installed".into(),
+            )),
             BenchError::Endpoint(endpoint::EndpointError::NotAnEndpoint {
                 text: "127.0.0.1:8080#tiny".into(),
                 reason: "relative URL without a base".into(),

@@ -9,17 +9,24 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use serde::{Deserialize, Serialize};
 
 const WORKER: &str = include_str!("mlx_lm_peer.py");
+const VLM_WORKER: &str = include_str!("mlx_vlm_peer.py");
 
 /// Why the peer could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum PeerError {
     #[error(
-        "could not start {python} for the mlx-lm peer: {message}; point Ondo at a Python \
-         that has mlx-lm (make setup installs one into .venv)"
+        "could not start {python} for the {peer} peer: {message}; point Ondo at a Python \
+         that has {peer} (make setup installs one into .venv)"
     )]
-    Start { python: PathBuf, message: String },
+    Start {
+        peer: &'static str,
+        python: PathBuf,
+        message: String,
+    },
     #[error("the mlx-lm peer failed: {0}")]
     Failed(String),
+    #[error("the mlx-vlm peer failed: {0}")]
+    VlmFailed(String),
 }
 
 /// One measurement by mlx-lm, in the worker's field names.
@@ -102,14 +109,15 @@ pub fn find_python(explicit: Option<&Path>) -> PathBuf {
     PathBuf::from("python3")
 }
 
-fn worker_file() -> Result<tempfile::NamedTempFile, PeerError> {
+/// `script` written to a temporary file for Python to run.
+fn script_file(peer: &str, script: &str) -> Result<tempfile::NamedTempFile, PeerError> {
     let failed = |e: std::io::Error| PeerError::Failed(format!("could not write the worker: {e}"));
     let mut file = tempfile::Builder::new()
-        .prefix("ondo-mlx-lm-peer")
+        .prefix(&format!("ondo-{peer}-peer"))
         .suffix(".py")
         .tempfile()
         .map_err(failed)?;
-    file.write_all(WORKER.as_bytes()).map_err(failed)?;
+    file.write_all(script.as_bytes()).map_err(failed)?;
     Ok(file)
 }
 
@@ -141,46 +149,55 @@ pub struct PeerKv {
     pub quantized_kv_start: usize,
 }
 
-/// A running mlx-lm worker with the model loaded.
-pub struct MlxLmPeer {
+/// A Python worker speaking JSON lines: one request a line on its stdin,
+/// one answer a line on its stdout; an empty line asks it to exit.
+struct Worker {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
-    pub info: PeerInfo,
-    _worker: tempfile::NamedTempFile,
+    /// Wraps what went wrong in the error naming this worker's peer.
+    failed: fn(String) -> PeerError,
+    _script: tempfile::NamedTempFile,
 }
 
-impl MlxLmPeer {
-    /// Starts the worker and waits until the model is loaded.
-    pub fn start(python: &Path, model_dir: &Path) -> Result<Self, PeerError> {
-        let worker = worker_file()?;
+impl Worker {
+    /// Starts `script` on `model_dir` and returns it with its first line,
+    /// which must be its `ready` event.
+    fn start(
+        python: &Path,
+        peer: &'static str,
+        script: &str,
+        model_dir: &Path,
+        failed: fn(String) -> PeerError,
+    ) -> Result<(Self, serde_json::Value), PeerError> {
+        let file = script_file(peer, script)?;
         let mut child = peer_command(python)
-            .arg(worker.path())
+            .arg(file.path())
             .arg(model_dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .map_err(|e| PeerError::Start {
+                peer,
                 python: python.to_owned(),
                 message: e.to_string(),
             })?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            return Err(PeerError::Failed("no pipes to the worker".into()));
+            return Err(failed("no pipes to the worker".into()));
         };
-        let mut peer = Self {
+        let mut worker = Self {
             child,
             stdin,
             stdout: BufReader::new(stdout),
-            info: PeerInfo::default(),
-            _worker: worker,
+            failed,
+            _script: file,
         };
-        let ready = peer.read_line()?;
+        let ready = worker.read_line()?;
         if ready["event"] != "ready" {
-            return Err(PeerError::Failed(ready.to_string()));
+            return Err(failed(ready.to_string()));
         }
-        peer.info = serde_json::from_value(ready).map_err(|e| PeerError::Failed(e.to_string()))?;
-        Ok(peer)
+        Ok((worker, ready))
     }
 
     fn read_line(&mut self) -> Result<serde_json::Value, PeerError> {
@@ -188,13 +205,50 @@ impl MlxLmPeer {
         let read = self
             .stdout
             .read_line(&mut line)
-            .map_err(|e| PeerError::Failed(e.to_string()))?;
+            .map_err(|e| (self.failed)(e.to_string()))?;
         if read == 0 {
-            return Err(PeerError::Failed(
+            return Err((self.failed)(
                 "the worker exited (its error is printed above)".into(),
             ));
         }
-        serde_json::from_str(&line).map_err(|e| PeerError::Failed(format!("{e}: {line}")))
+        serde_json::from_str(&line).map_err(|e| (self.failed)(format!("{e}: {line}")))
+    }
+
+    /// Sends `request` and reads the answer, which must be an `event` one.
+    fn ask<T: serde::de::DeserializeOwned>(
+        &mut self,
+        request: &serde_json::Value,
+        event: &str,
+    ) -> Result<T, PeerError> {
+        writeln!(self.stdin, "{request}").map_err(|e| (self.failed)(e.to_string()))?;
+        let answer = self.read_line()?;
+        if answer["event"] != event {
+            return Err((self.failed)(answer.to_string()));
+        }
+        serde_json::from_value(answer).map_err(|e| (self.failed)(e.to_string()))
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin);
+        let _ = self.child.wait();
+    }
+}
+
+/// A running mlx-lm worker with the model loaded.
+pub struct MlxLmPeer {
+    worker: Worker,
+    pub info: PeerInfo,
+}
+
+impl MlxLmPeer {
+    /// Starts the worker and waits until the model is loaded.
+    pub fn start(python: &Path, model_dir: &Path) -> Result<Self, PeerError> {
+        let (worker, ready) =
+            Worker::start(python, "mlx-lm", WORKER, model_dir, PeerError::Failed)?;
+        let info = serde_json::from_value(ready).map_err(|e| PeerError::Failed(e.to_string()))?;
+        Ok(Self { worker, info })
     }
 
     /// Generates exactly `max_tokens` greedy tokens after `prompt_ids`.
@@ -215,12 +269,7 @@ impl MlxLmPeer {
             "kv_group_size": kv.kv_group_size,
             "quantized_kv_start": kv.quantized_kv_start,
         });
-        writeln!(self.stdin, "{request}").map_err(|e| PeerError::Failed(e.to_string()))?;
-        let answer = self.read_line()?;
-        if answer["event"] != "result" {
-            return Err(PeerError::Failed(answer.to_string()));
-        }
-        serde_json::from_value(answer).map_err(|e| PeerError::Failed(e.to_string()))
+        self.worker.ask(&request, "result")
     }
 
     /// How the model scores `tokens` as the next token after `ids`, in its
@@ -238,20 +287,71 @@ impl MlxLmPeer {
             "tokens": tokens,
             "route_from": route_from,
         });
-        writeln!(self.stdin, "{request}").map_err(|e| PeerError::Failed(e.to_string()))?;
-        let answer = self.read_line()?;
-        if answer["event"] != "score" {
-            return Err(PeerError::Failed(answer.to_string()));
-        }
-        serde_json::from_value(answer).map_err(|e| PeerError::Failed(e.to_string()))
+        self.worker.ask(&request, "score")
     }
 }
 
-impl Drop for MlxLmPeer {
-    fn drop(&mut self) {
-        // An empty line asks the worker to exit.
-        let _ = writeln!(self.stdin);
-        let _ = self.child.wait();
+/// One image request answered by mlx-vlm, in the worker's field names.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VlmRun {
+    pub generated_ids: Vec<u32>,
+    pub prompt_tokens: usize,
+    pub generated_tokens: usize,
+    /// Request read to first token: template, processor, vision tower,
+    /// prefill, first step.
+    pub ttft_ms: f64,
+    pub decode_ms: f64,
+    pub decode_tps: Option<f64>,
+    pub peak_memory_bytes: u64,
+}
+
+/// Versions the mlx-vlm worker reports once loaded.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct VlmInfo {
+    pub mlx_version: String,
+    pub mlx_vlm_version: String,
+    pub load_ms: f64,
+}
+
+/// A running mlx-vlm worker (`mlx_vlm_peer.py`) with the model loaded.
+pub struct MlxVlmPeer {
+    worker: Worker,
+    pub info: VlmInfo,
+}
+
+impl MlxVlmPeer {
+    /// Starts the worker and waits until the model is loaded.
+    pub fn start(python: &Path, model_dir: &Path) -> Result<Self, PeerError> {
+        let (worker, ready) = Worker::start(
+            python,
+            "mlx-vlm",
+            VLM_WORKER,
+            model_dir,
+            PeerError::VlmFailed,
+        )?;
+        let info =
+            serde_json::from_value(ready).map_err(|e| PeerError::VlmFailed(e.to_string()))?;
+        Ok(Self { worker, info })
+    }
+
+    /// Answers `question` about `images` after `system`, exactly
+    /// `max_tokens` greedy tokens.
+    pub fn generate(
+        &mut self,
+        system: &str,
+        question: &str,
+        images: &[PathBuf],
+        max_tokens: usize,
+        prefill_step_size: usize,
+    ) -> Result<VlmRun, PeerError> {
+        let request = serde_json::json!({
+            "system": system,
+            "question": question,
+            "images": images,
+            "max_tokens": max_tokens,
+            "prefill_step_size": prefill_step_size,
+        });
+        self.worker.ask(&request, "result")
     }
 }
 
@@ -261,7 +361,7 @@ pub fn cold_start(
     model_dir: &Path,
     prompt_ids: &[u32],
 ) -> Result<PeerRun, PeerError> {
-    let worker = worker_file()?;
+    let worker = script_file("mlx-lm", WORKER)?;
     let ids: Vec<String> = prompt_ids.iter().map(u32::to_string).collect();
     let spawned_at = wall_clock_ns();
     let out = peer_command(python)
@@ -277,6 +377,7 @@ pub fn cold_start(
         .args(["--process-start-ns", &spawned_at.to_string()])
         .output()
         .map_err(|e| PeerError::Start {
+            peer: "mlx-lm",
             python: python.to_owned(),
             message: e.to_string(),
         })?;

@@ -9,6 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::bench::concurrency::{ConcurrencyPlan, ConcurrencyResult};
 use crate::bench::endpoint::EndpointSpec;
+use crate::bench::image::{ImageBenchOutcome, ImagePlan};
 use crate::bench::plan::{BenchOutcome, VarySetting};
 use crate::bench::side_by_side::{EndpointComparison, EndpointPlan};
 use crate::bench::{self, BenchPlan, BenchShape, PeerComparison, Summary, ratio};
@@ -24,6 +25,9 @@ use crate::units::{human_bytes, mib};
 enum Peer {
     /// Python mlx-lm (`stream_generate`), the reference implementation.
     MlxLm,
+    /// Python mlx-vlm (its `generate_step`), the reference for images
+    /// (with --image).
+    MlxVlm,
 }
 
 #[derive(Debug, Args)]
@@ -69,6 +73,14 @@ request sent to the last token), each stream's own rate, TTFT at the
 median and the 95th percentile, and Ondo's peak memory. Ondo's engine
 decodes a level's streams in one batch; a server does what it does.
 
+With --image FILE, the prompt is a question about the image (--question),
+each repetition opening with its own system turn so no cache carries the
+image over: the vision tower and projector are timed as a phase of their
+own (encode), then the prefill, the first token and the decode. With --peer
+mlx-vlm, Python mlx-vlm answers the same question about the same files
+(its processor, then generate_step), alternating with Ondo; the ratios are
+Ondo's first loop shape over mlx-vlm, and its greedy tokens are compared.
+
 Build with --release (`make release`) before trusting the numbers.
 
 Examples:
@@ -78,6 +90,7 @@ Examples:
   ondo bench --endpoint http://127.0.0.1:11434#llama3.2:1b \
       --endpoint http://localhost:1234/v1#qwen3-0.6b --api-key KEY
   ondo bench tiny --concurrency 1,2,4,8 --endpoint mlx=http://127.0.0.1:8080/v1#./models/tiny
+  ondo bench ./gemma-3-4b-it-4bit --image shot.png --peer mlx-vlm --gen 64
   ondo bench tiny --prompt-tokens 128,1024 --loop sync,pipelined \\
       --vary prefill_step_size=512,2048 --report bench.html")]
 pub struct BenchArgs {
@@ -105,7 +118,20 @@ pub struct BenchArgs {
     /// The API key for endpoints whose URL carries none (sent as a bearer token).
     #[arg(long, value_name = "KEY", requires = "endpoints")]
     api_key: Option<String>,
-    /// Python with mlx-lm for the peer [default: $ONDO_PYTHON, .venv/bin/python, python3].
+    /// Ask about this image instead of a synthetic prompt (repeatable; PNG,
+    /// JPEG, WebP or GIF): the vision tower's encode is timed as a phase of
+    /// its own beside the prefill and the decode. With --peer mlx-vlm,
+    /// mlx-vlm answers the same question about the same files.
+    #[arg(
+        long = "image",
+        value_name = "FILE",
+        conflicts_with_all = ["endpoints", "concurrency"]
+    )]
+    images: Vec<PathBuf>,
+    /// The question asked about the --image files.
+    #[arg(long, default_value = "Describe this image in detail.")]
+    question: String,
+    /// Python with mlx-lm (or mlx-vlm) for the peer [default: $ONDO_PYTHON, .venv/bin/python, python3].
     #[arg(long)]
     python: Option<PathBuf>,
     /// Print the whole result (plan, environment, raw samples) as JSON.
@@ -138,6 +164,29 @@ pub fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
         }
         None => None,
     };
+    if !args.images.is_empty() {
+        let Some(model) = model else {
+            return Err(CliError::from(
+                "name the vision model to ask about the --image files",
+            ));
+        };
+        if args.peer == Some(Peer::MlxLm) {
+            return Err(CliError::from(
+                "mlx-lm reads no images: compare an image benchmark with --peer mlx-vlm",
+            ));
+        }
+        let plan = ImagePlan {
+            plan: BenchPlan::new(&model, args.shape.clone()),
+            images: args.images.clone(),
+            question: args.question.clone(),
+        };
+        return run_image_plan(&pool, &plan, &args);
+    }
+    if args.peer == Some(Peer::MlxVlm) {
+        return Err(CliError::from(
+            "--peer mlx-vlm compares answers about images: add --image FILE",
+        ));
+    }
     if !args.concurrency.is_empty() {
         let plan = ConcurrencyPlan {
             ondo: model.map(|m| BenchPlan::new(&m, args.shape.clone())),
@@ -459,19 +508,167 @@ fn run_plan(pool: &SessionPool, plan: &BenchPlan, args: &BenchArgs) -> Result<Ex
     });
     bar.finish_and_clear();
     let outcome = outcome?;
-    for path in &args.reports {
-        write_report(path, &outcome, pool)?;
-        eprintln!("wrote {}", path.display());
-    }
+    let title = format!(
+        "ondo bench {} ({})",
+        outcome.plan.model_id, outcome.bench_id
+    );
+    write_reports(args, &outcome.records, &title, pool)?;
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&outcome).map_err(|e| e.to_string())?
-        );
+        print_json(&outcome)?;
     } else {
         print!("{}", plan_table(&outcome, args.markdown));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes the runs to every --report file.
+fn write_reports(
+    args: &BenchArgs,
+    records: &[crate::store::RunRecord],
+    title: &str,
+    pool: &SessionPool,
+) -> Result<(), CliError> {
+    for path in &args.reports {
+        write_report(path, records, title.to_owned(), pool)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn print_json(value: &impl serde::Serialize) -> Result<(), CliError> {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).map_err(|e| e.to_string())?
+    );
+    Ok(())
+}
+
+/// A question about images, timed (and, with --peer mlx-vlm, compared).
+fn run_image_plan(
+    pool: &SessionPool,
+    plan: &ImagePlan,
+    args: &BenchArgs,
+) -> Result<ExitCode, CliError> {
+    let python =
+        (args.peer == Some(Peer::MlxVlm)).then(|| bench::peer::find_python(args.python.as_deref()));
+    let bar = progress_bar("{msg} [{bar:30}] {pos}/{len} runs, {elapsed}", args.json)?;
+    bar.set_message(if python.is_some() {
+        "loading mlx-vlm, then benchmarking"
+    } else {
+        "benchmarking"
+    });
+    let outcome =
+        bench::image::run_image_bench(pool, plan, python.as_deref(), &mut |done, total| {
+            bar.set_message("benchmarking");
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+        });
+    bar.finish_and_clear();
+    let outcome = outcome?;
+    let title = format!(
+        "ondo bench {} --image ({})",
+        plan.plan.model_id, outcome.bench_id
+    );
+    write_reports(args, &outcome.records, &title, pool)?;
+    if args.json {
+        print_json(&outcome)?;
+    } else {
+        print!("{}", image_table(&outcome, args.markdown));
+        eprintln!(
+            "Ondo's runs are in the history: ondo runs --bench {}",
+            outcome.bench_id
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The image benchmark's table: one row per side, median (min–max).
+pub fn image_table(r: &ImageBenchOutcome, markdown: bool) -> String {
+    let e = &r.environment;
+    let mut out = String::new();
+    let files: Vec<String> = r
+        .images
+        .iter()
+        .map(|f| {
+            format!(
+                "{} ({}x{}, {})",
+                f.path.display(),
+                f.width,
+                f.height,
+                human_bytes(f.bytes)
+            )
+        })
+        .collect();
+    out.push_str(&format!(
+        "model: {} ({} {}, {}) · {} · generate {} · {} reps after {} warm-up\n",
+        r.model_dir.display(),
+        e.model_type,
+        e.quantization,
+        human_bytes(e.weights_bytes),
+        files.join(", "),
+        r.generate_tokens,
+        r.repetitions,
+        r.warmup,
+    ));
+    out.push_str(&format!(
+        "machine: {} · {} · {:.0} GiB · MLX {} ({}) · mlx-vlm {} · Ondo {} ({})\n",
+        e.cpu,
+        e.os,
+        e.memory_bytes as f64 / (1u64 << 30) as f64,
+        e.mlx_version,
+        e.backend,
+        r.mlx_vlm_version.as_deref().unwrap_or("not run"),
+        e.ondo_version,
+        e.build_profile,
+    ));
+    out.push_str(
+        "TTFT: request to first token (decode and resize, vision tower, prefill); encode: \
+         the vision tower and projector alone\n\n",
+    );
+    let columns = [
+        Column::left("side"),
+        Column::right("prompt"),
+        Column::right("image tokens"),
+        Column::right("encode ms"),
+        Column::right("prefill ms"),
+        Column::right("TTFT ms"),
+        Column::right("decode tok/s"),
+        Column::right("peak MiB"),
+    ];
+    let optional =
+        |s: &Option<Summary>, digits| s.as_ref().map_or("—".into(), |s| cell(s, digits));
+    let rows: Vec<Vec<String>> = r
+        .sides
+        .iter()
+        .map(|side| {
+            vec![
+                side.side.clone(),
+                side.prompt_tokens.to_string(),
+                side.image_tokens.map_or("—".into(), |n| n.to_string()),
+                optional(&side.image_encode_ms, 1),
+                optional(&side.prefill_ms, 1),
+                cell(&side.ttft_ms, 1),
+                cell(&side.decode_tps, 1),
+                format!("{:.1}", mib(side.peak_bytes.median)),
+            ]
+        })
+        .collect();
+    out.push_str(&text_table::render(table_style(markdown), &columns, &rows));
+    if let (Some(ttft), Some(decode)) = (r.ttft_ratio, r.decode_ratio) {
+        out.push_str(&format!(
+            "\n{} / mlx-vlm: TTFT {ttft:.2}x (below 1 is quicker), decode {decode:.2}x (above 1 \
+             is faster)",
+            r.sides.first().map_or("ondo", |s| s.side.as_str()),
+        ));
+        match r.same_tokens_as_mlx_vlm {
+            Some(true) => out.push_str(" · same greedy tokens in every repetition\n"),
+            Some(false) => {
+                out.push_str(" · greedy tokens differ from mlx-vlm's in at least one repetition\n")
+            }
+            None => out.push('\n'),
+        }
+    }
+    out
 }
 
 fn report_format(path: &std::path::Path) -> Result<ReportFormat, String> {
@@ -486,20 +683,18 @@ fn report_format(path: &std::path::Path) -> Result<ReportFormat, String> {
 
 fn write_report(
     path: &std::path::Path,
-    outcome: &BenchOutcome,
+    records: &[crate::store::RunRecord],
+    title: String,
     pool: &crate::session::SessionPool,
 ) -> Result<(), String> {
     let format = report_format(path)?;
     let timelines = pool
-        .with_store(|store| crate::report::timelines_of(store, &outcome.records))
+        .with_store(|store| crate::report::timelines_of(store, records))
         .unwrap_or_default();
     let report = Report {
-        runs: &outcome.records,
+        runs: records,
         timelines: &timelines,
-        title: format!(
-            "ondo bench {} ({})",
-            outcome.plan.model_id, outcome.bench_id
-        ),
+        title,
         generated_at: crate::store::now_rfc3339(),
     };
     crate::whole_file::write_atomically_with(path, |file| {
