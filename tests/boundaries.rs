@@ -25,7 +25,14 @@ const MAY_USE: &[(&str, &[&str])] = &[
     // The MLX side: models, generation, the synthetic models.
     (
         "engine",
-        &["environment", "error_kind", "family", "run_kinds", "vision"],
+        &[
+            "environment",
+            "error_kind",
+            "family",
+            "metrics",
+            "run_kinds",
+            "vision",
+        ],
     ),
     ("synth", &["engine", "error_kind", "family", "paths"]),
     // Beside the engine, never loading a model: the hub and the history.
@@ -45,7 +52,15 @@ const MAY_USE: &[(&str, &[&str])] = &[
     // The one door into the engine, and what is built on it.
     (
         "session",
-        &["engine", "family", "hub", "metrics", "run_kinds", "store"],
+        &[
+            "engine",
+            "family",
+            "hub",
+            "metrics",
+            "run_kinds",
+            "store",
+            "vision",
+        ],
     ),
     ("app_settings", &["hub", "paths", "session", "store"]),
     (
@@ -91,6 +106,7 @@ const MAY_USE: &[(&str, &[&str])] = &[
             "session",
             "store",
             "synth",
+            "vision",
         ],
     ),
     // The doors people and programs use.
@@ -107,6 +123,7 @@ const MAY_USE: &[(&str, &[&str])] = &[
             "run_kinds",
             "session",
             "store",
+            "vision",
         ],
     ),
     (

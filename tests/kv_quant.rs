@@ -127,13 +127,17 @@ fn largest_difference(a: &Generated, b: &Generated) -> f32 {
         .fold(0.0, f32::max)
 }
 
-/// How far Ondo's log-probabilities may be from mlx-lm's. With a float
-/// cache they differ by float32 roundings (about 2e-6 here: Ondo fuses
-/// some operations mlx-lm does apart); a quantized cache can amplify that
-/// where a rounding moves an element across a quantization step (about
-/// 4e-5 at 8 bits), still far below what quantizing moves them (over 5e-3
-/// from the float cache's, checked below).
+/// How far Ondo's log-probabilities may be from mlx-lm's with a float
+/// cache: float32 roundings (about 2e-6 here: Ondo fuses some operations
+/// mlx-lm does apart, and its matrix products run on another BLAS).
 const TOLERANCE: f32 = 1e-4;
+
+/// The same with a quantized cache, which can amplify those roundings: an
+/// element that lands on the other side of a quantization step than
+/// mlx-lm's moves a log-probability by that step's effect (1.3e-4 here at
+/// 8 bits from the first position), still far below what quantizing moves
+/// them (over 5e-3 from the float cache's, checked below).
+const QUANTIZED_TOLERANCE: f32 = 4e-4;
 
 fn all_quantized(cache: &[LayerCache]) -> bool {
     cache.iter().all(|l| matches!(l, LayerCache::Quantized(_)))
@@ -187,14 +191,14 @@ fn greedy_tokens_with_a_quantized_cache_equal_mlx_lms() {
         );
         let difference = largest_difference(&ours, &reference);
         assert!(
-            difference <= TOLERANCE,
+            difference <= QUANTIZED_TOLERANCE,
             "{what}: log-probabilities {difference:e} from mlx-lm's"
         );
         // The quantized cache moves them far more than that from floats.
         let moved = largest_difference(&ours, &float);
         eprintln!("{what}: {difference:e} from mlx-lm, {moved:e} from floats");
         assert!(
-            moved > 20.0 * TOLERANCE,
+            moved > 10.0 * QUANTIZED_TOLERANCE,
             "{what}: only {moved:e} from the float cache's"
         );
     }
