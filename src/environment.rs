@@ -89,6 +89,20 @@ pub const NO_KEYCHAIN: Variable = Variable {
     read_by: ReadBy::Ondo,
 };
 
+pub const RANK_JOIN_TIMEOUT_S: Variable = Variable {
+    name: "ONDO_RANK_JOIN_TIMEOUT_S",
+    purpose: "how long a rank of a split run waits for every other rank to start, in seconds",
+    default: "60",
+    read_by: ReadBy::Ondo,
+};
+
+pub const RANK_STALL_TIMEOUT_S: Variable = Variable {
+    name: "ONDO_RANK_STALL_TIMEOUT_S",
+    purpose: "how long a split run may go without a token before its rank gives up on the others, in seconds",
+    default: "300",
+    read_by: ReadBy::Ondo,
+};
+
 pub const SPAWNED_AT_NS: Variable = Variable {
     name: "ONDO_SPAWNED_AT_NS",
     purpose: "set by Ondo for a process it starts to time a cold start from (nanoseconds since the Unix epoch)",
@@ -229,6 +243,8 @@ pub const ALL: &[Variable] = &[
     PYTHON,
     NO_KEYCHAIN,
     PROMPT_CACHE,
+    RANK_JOIN_TIMEOUT_S,
+    RANK_STALL_TIMEOUT_S,
     SPAWNED_AT_NS,
     DUMP_GRAPH,
     JOIN_PROJECTIONS,

@@ -175,6 +175,11 @@ error_kinds! {
     MetalUnavailable => "metal_unavailable",
     /// MLX's Metal kernels (mlx.metallib) are missing or would not load.
     MetalKernelsUnavailable => "metal_kernels_unavailable",
+
+    // Several machines.
+    /// A rank of a run split across processes or machines could not join the
+    /// others, differs from them, or was lost.
+    Distributed => "distributed",
 }
 
 impl fmt::Display for ErrorKind {

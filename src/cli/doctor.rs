@@ -11,13 +11,36 @@ use crate::metallib::MetalReport;
 use crate::units::human_bytes;
 
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Several machines: start one `ondo doctor --distributed` on each, the way
+MLX's launcher starts any command, and rank 0 prints whether they can run
+one model together:
+  mlx.launch --hostfile hosts.json --backend ring -- ondo doctor --distributed
+(or set MLX_RANK and MLX_HOSTFILE on each by hand: the hostfile lists each
+rank's \"ip:port\", [[\"10.0.0.1:5000\"], [\"10.0.0.2:5000\"]]). Each rank
+joins the others through MLX's backend; they compare Ondo's and MLX's
+versions and, with --model, the snapshot of the model folder each would
+load, and refuse to go on when they differ, naming the rank and what
+differs. Then rank 0 times the links as a split model uses them: a message
+passed from rank to rank (pipeline parallel, once a step) and a sum across
+ranks (tensor parallel, twice a layer).")]
 pub struct DoctorArgs {
     /// Print the report as one JSON object instead of text.
     #[arg(long)]
     json: bool,
+    /// Check the ranks of a run split across processes or machines (see below).
+    #[arg(long)]
+    distributed: bool,
+    /// With --distributed: the model folder each rank would load; the ranks
+    /// compare their snapshots.
+    #[arg(long, value_name = "DIR", requires = "distributed")]
+    model: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: DoctorArgs) -> Result<ExitCode, CliError> {
+    if args.distributed {
+        return distributed(&args);
+    }
     let report = DoctorReport::collect();
     if args.json {
         let text = serde_json::to_string_pretty(&report)
@@ -31,6 +54,67 @@ pub fn run(args: DoctorArgs) -> Result<ExitCode, CliError> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// `ondo doctor --distributed`: rank 0 prints the ranks and the links; the
+/// others print nothing unless something is wrong.
+fn distributed(args: &DoctorArgs) -> Result<ExitCode, CliError> {
+    use crate::engine::distributed::{Launch, check_cluster};
+    let invalid = |message: String| CliError::new(ErrorKind::InvalidSettings, message);
+    let launch = Launch::from_env().map_err(invalid)?.ok_or_else(|| {
+        invalid(
+            "this process was not started as a rank: run it under mlx.launch --hostfile \
+             hosts.json --backend ring -- ondo doctor --distributed, or set MLX_RANK and \
+             MLX_HOSTFILE (see ondo doctor --help)"
+                .into(),
+        )
+    })?;
+    let report = check_cluster(&launch, args.model.as_deref())
+        .map_err(|message| CliError::new(ErrorKind::Distributed, message))?;
+    if launch.rank != 0 {
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.json {
+        let text = serde_json::to_string_pretty(&report)
+            .map_err(|e| CliError::new(ErrorKind::Internal, e.to_string()))?;
+        println!("{text}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{} ranks over MLX's {} backend, alike (Ondo {}, MLX {})",
+        report.ranks.len(),
+        report.backend,
+        report.ranks[0].ondo_version,
+        report.ranks[0].mlx_version
+    );
+    for (rank, address) in report.ranks.iter().zip(&report.addresses) {
+        println!(
+            "rank {}  {}{}  {} ({}), {}{}",
+            rank.rank,
+            rank.host,
+            address
+                .as_deref()
+                .map(|a| format!(" [{a}]"))
+                .unwrap_or_default(),
+            rank.device,
+            rank.backend,
+            human_bytes(rank.memory_bytes),
+            rank.model
+                .as_ref()
+                .map(|m| format!(", model {m}"))
+                .unwrap_or_default()
+        );
+    }
+    for link in &report.links {
+        println!(
+            "link  {:>9}: {:.3} ms a hop ({:.2} GB/s), {:.3} ms to sum across ranks",
+            human_bytes(link.bytes),
+            link.hop_ms,
+            link.hop_gbps,
+            link.all_sum_ms
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn print_text(r: &DoctorReport) {

@@ -186,6 +186,11 @@ pub fn hint(kind: ErrorKind, model: Option<&str>) -> Option<String> {
              mlx.metallib) and `make dmg` builds an app that carries both"
                 .to_owned()
         }
+        ErrorKind::Distributed => {
+            "start every rank with the same Ondo and model snapshot; `mlx.launch --hostfile \
+             hosts.json --backend ring -- ondo doctor --distributed` checks the ranks and their links"
+                .to_owned()
+        }
         ErrorKind::ApiKeyRequired => {
             "pass --api-key KEY (or set ONDO_API_KEY), or leave --host at 127.0.0.1".to_owned()
         }

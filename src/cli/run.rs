@@ -156,7 +156,11 @@ impl GenerationArgs {
         let pool = session_pool(self.no_history)?;
         let model = resolve_model(&pool, &self.model, NamedBy::Local)
             .map_err(|e| CliError::from(e).about(&self.model))?;
-        check_fit(&model.dir, self)?;
+        // A rank of a split model holds only its share of the layers; the
+        // whole model need not fit here.
+        if launched_as_rank()?.is_none() {
+            check_fit(&model.dir, self)?;
+        }
         if self.think.is_some() && !ChatFeatures::of_model_dir(&model.dir).thinking_switch {
             eprintln!(
                 "note: this model's chat template has no thinking switch (it does not read \
@@ -359,8 +363,103 @@ fn read_images(paths: &[std::path::PathBuf]) -> Result<Vec<String>, CliError> {
         .collect()
 }
 
-pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
+/// Ends a rank whose split run stops making progress. A rank that dies
+/// mid-step usually surfaces as MLX's error on the next evaluation, but a
+/// collective can also wait forever on a peer that is gone; a rank that
+/// sees no token for `ONDO_RANK_STALL_TIMEOUT_S` (300 s) says which ranks
+/// it ran with and exits, which releases its memory.
+struct StallWatch {
+    started: std::time::Instant,
+    /// Milliseconds from `started` to the last token.
+    last_beat_ms: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl StallWatch {
+    fn start(
+        launch: crate::engine::distributed::Launch,
+        ranks: Vec<crate::engine::distributed::handshake::RankIdentity>,
+    ) -> Self {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        let limit = crate::environment::RANK_STALL_TIMEOUT_S
+            .parsed::<f64>()
+            .filter(|s| *s > 0.0)
+            .unwrap_or(300.0);
+        let started = std::time::Instant::now();
+        let last_beat_ms = Arc::new(AtomicU64::new(0));
+        let done = Arc::new(AtomicBool::new(false));
+        let (beat, finished) = (Arc::clone(&last_beat_ms), Arc::clone(&done));
+        std::thread::spawn(move || {
+            while !finished.load(Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                let now = started.elapsed().as_millis() as u64;
+                let quiet_s = now.saturating_sub(beat.load(Ordering::Relaxed)) as f64 / 1e3;
+                if quiet_s > limit && !finished.load(Ordering::Relaxed) {
+                    let said = format!("no token for {limit:.0} s (ONDO_RANK_STALL_TIMEOUT_S)");
+                    eprintln!(
+                        "error: {}",
+                        crate::engine::distributed::link_lost(&ranks, &launch, &said)
+                    );
+                    if let Some(hint) = crate::cli::error::hint(ErrorKind::Distributed, None) {
+                        eprintln!("hint: {hint}");
+                    }
+                    std::process::exit(1);
+                }
+            }
+        });
+        Self {
+            started,
+            last_beat_ms,
+            done,
+        }
+    }
+
+    /// A token arrived.
+    fn beat(&self) {
+        let now = self.started.elapsed().as_millis() as u64;
+        self.last_beat_ms
+            .store(now, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Drop for StallWatch {
+    fn drop(&mut self) {
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// This process's launch when it is one rank of several (mlx.launch set
+/// MLX_RANK), else `None`.
+fn launched_as_rank() -> Result<Option<crate::engine::distributed::Launch>, CliError> {
+    Ok(crate::engine::distributed::Launch::from_env()
+        .map_err(|e| CliError::new(ErrorKind::InvalidSettings, e))?
+        .filter(|launch| launch.size > 1))
+}
+
+pub fn run(mut args: RunArgs) -> Result<ExitCode, CliError> {
+    // Started as one rank of several (mlx.launch): every rank runs this same
+    // command on its share of the layers; rank 0 answers and records, the
+    // others compute in step and print nothing. A saved prompt cache would
+    // hold only this rank's layers, so none is read or written.
+    let launch = launched_as_rank()?;
+    let follower = launch.as_ref().is_some_and(|l| l.rank != 0);
+    if launch.is_some() {
+        args.generation.no_disk_cache = true;
+        args.generation.no_history |= follower;
+    }
     let (pool, model) = args.generation.start()?;
+    let ranks = match &launch {
+        Some(launch) => Some(
+            crate::engine::distributed::join_as_rank(launch, &model.dir)
+                .map_err(|e| CliError::new(ErrorKind::Distributed, e))?,
+        ),
+        None => None,
+    };
+    let stall_watch = launch
+        .clone()
+        .zip(ranks.clone())
+        .map(|(launch, ranks)| StallWatch::start(launch, ranks));
     let prompt = if let Some(ids) = args.prompt_ids {
         Prompt::Tokens { ids }
     } else if args.raw {
@@ -385,12 +484,29 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         .run(request, context, CancelToken::new(), |event| {
             if let RunEvent::Delta { .. } = event {
                 first_token_at.get_or_insert_with(crate::bench::peer::wall_clock_ns);
-                if !args.json {
+                if let Some(watch) = &stall_watch {
+                    watch.beat();
+                }
+                if !args.json && !follower {
                     terminal.show(event, &mut std::io::stdout(), &mut std::io::stderr());
                 }
             }
         })
-        .map_err(|e| CliError::from(e).about(&args.generation.model))?;
+        .map_err(|e| match (&launch, &ranks) {
+            (Some(launch), Some(ranks))
+                if crate::engine::distributed::is_link_failure(&e.to_string()) =>
+            {
+                CliError::new(
+                    ErrorKind::Distributed,
+                    crate::engine::distributed::link_lost(ranks, launch, &e.to_string()),
+                )
+            }
+            _ => CliError::from(e).about(&args.generation.model),
+        })?;
+    drop(stall_watch);
+    if follower {
+        return Ok(ExitCode::SUCCESS);
+    }
     if let Some(err) = pool.last_store_error() {
         eprintln!("note: the run was not recorded in the history: {err}");
     }

@@ -85,6 +85,10 @@ pub struct SynthArgs {
     /// untied one answers differently to different prompts and images.
     #[arg(long)]
     untied_head: bool,
+    /// Decoder layers instead of the preset's (a small model with many
+    /// layers, to split across ranks or to time per-layer work).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=512))]
+    layers: Option<u16>,
     /// Write an embedding model: sentence-transformers' modules.json and
     /// 1_Pooling/config.json (last-token pooling, normalized, as
     /// Qwen3-Embedding), and a tokenizer that appends <|end_of_text|> to
@@ -208,6 +212,7 @@ pub fn run(args: SynthArgs) -> Result<ExitCode, CliError> {
     options.force = args.force;
     options.sliding_window = args.sliding_window.max(1);
     options.untied_head = args.untied_head;
+    options.layers = args.layers.map(usize::from);
 
     if args.encoder.is_some() {
         let dir_used = std::fs::read_dir(&args.out).is_ok_and(|mut d| d.next().is_some());

@@ -391,7 +391,14 @@ pub fn fill_cache(
     let length = i32::try_from(tokens.len()).unwrap_or(i32::MAX);
     let input = Array::from_slice(tokens, &[1, length]);
     model.hidden_with(&input, images, cache)?;
-    let state: Vec<&Array> = cache.iter().flat_map(LayerCache::state).collect();
+    // On a rank of a split model, the send to the next stage too: nothing
+    // in this rank's caches reads it, and the next stage waits for it.
+    let sent = model.take_sent();
+    let state: Vec<&Array> = cache
+        .iter()
+        .flat_map(LayerCache::state)
+        .chain(sent.as_ref())
+        .collect();
     mlx_rs::transforms::eval(state)?;
     // Intermediate activations of the chunk are garbage now; give their
     // buffers back instead of keeping them cached (mlx-lm does the same).

@@ -84,7 +84,11 @@ impl LoadedModel {
             &mut weights,
             config.quantization.as_ref(),
         )?;
-        let model = Decoder::load(&config, &config_path, weights)?;
+        // A rank of a split model keeps only its own layers.
+        let stage =
+            crate::engine::distributed::pipeline::Stage::of_this_process(config.num_hidden_layers)
+                .map_err(LoadError::Split)?;
+        let model = Decoder::load_stage(&config, &config_path, weights, stage)?;
         let mut arrays = model.arrays();
         if let Some(vision) = &vision {
             arrays.extend(vision.arrays());

@@ -10,6 +10,7 @@ pub mod chat_template;
 pub mod constrain;
 pub mod detokenize;
 pub mod disk_cache;
+pub mod distributed;
 pub mod embed;
 pub mod generate;
 pub mod load;
@@ -86,6 +87,8 @@ pub enum LoadError {
     UnsupportedQuantization { detail: String, path: PathBuf },
     #[error("MLX failed while loading: {0}")]
     Mlx(String),
+    #[error("the model cannot be split across the ranks: {0}")]
+    Split(String),
 }
 
 impl LoadError {
@@ -241,6 +244,7 @@ mod tests {
             LoadError::TensorDtype { .. } => "TensorDtype",
             LoadError::UnsupportedQuantization { .. } => "UnsupportedQuantization",
             LoadError::Mlx(_) => "Mlx",
+            LoadError::Split(_) => "Split",
         }
     }
 
@@ -293,6 +297,7 @@ mod tests {
                 path: dir().join("config.json"),
             },
             LoadError::Mlx("[eval] out of memory".into()),
+            LoadError::Split("a model of 2 layers cannot be split over 3 ranks".into()),
         ];
         let names: std::collections::HashSet<_> = errors.iter().map(variant_name).collect();
         assert_eq!(names.len(), errors.len(), "a variant is listed twice");

@@ -56,6 +56,8 @@ pub struct SynthOptions {
     /// A head of its own instead of the embedding's matrix, whatever the
     /// preset has.
     pub untied_head: bool,
+    /// Decoder layers instead of the preset's.
+    pub layers: Option<usize>,
 }
 
 impl SynthOptions {
@@ -75,6 +77,7 @@ impl SynthOptions {
             force: false,
             sliding_window: DEFAULT_SLIDING_WINDOW,
             untied_head: false,
+            layers: None,
         }
     }
 
@@ -82,6 +85,9 @@ impl SynthOptions {
     /// experts asked for).
     pub fn shape(&self) -> Shape {
         let mut shape = self.preset.shape.clone();
+        if let Some(layers) = self.layers {
+            shape.num_hidden_layers = layers;
+        }
         if self.experts && shape.experts.is_none() {
             shape.experts = Some(ExpertShape::eight_choose_two(&shape));
         }

@@ -81,6 +81,19 @@ pub fn macos_version() -> Option<String> {
     }
 }
 
+/// This machine's name on the network ("studio-2.local"), as `hostname`
+/// prints it; "unknown host" where the OS gives none.
+pub fn host_name() -> String {
+    let mut buffer = [0u8; 256];
+    // SAFETY: gethostname writes at most `len` bytes into the buffer.
+    let status = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) };
+    let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
+    match std::str::from_utf8(&buffer[..end]) {
+        Ok(name) if status == 0 && !name.is_empty() => name.to_owned(),
+        _ => "unknown host".to_owned(),
+    }
+}
+
 /// The OS name and version as one line ("Debian GNU/Linux 12 (bookworm)",
 /// "macOS 15.1").
 pub fn os_description() -> String {

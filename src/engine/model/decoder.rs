@@ -30,6 +30,7 @@ use crate::engine::cache::{
     AttentionMask, CachedKv, ConvState, KvQuantization, LayerCache, RecurrentState,
     quantized_attention,
 };
+use crate::engine::distributed::pipeline::Stage;
 use crate::engine::weights::WeightMap;
 use crate::family::{Activation, ModelConfig, PositionQueryScale, RopeScaling};
 
@@ -544,6 +545,9 @@ pub struct Decoder {
     logit_softcap: Option<(f32, Array)>,
     /// A 3-D rope for image tokens (Qwen3-VL).
     mrope: Option<Mrope>,
+    /// This rank's layers when the model is split across ranks (pipeline
+    /// parallel): `layers` holds only those, from global index `first`.
+    stage: Option<Stage>,
 }
 
 /// The names of the tensors in `w` that start with `prefix`.
@@ -721,8 +725,20 @@ impl Decoder {
     pub fn load(
         config: &ModelConfig,
         config_path: &Path,
-        mut weights: WeightMap,
+        weights: WeightMap,
     ) -> Result<Self, LoadError> {
+        Self::load_stage(config, config_path, weights, None)
+    }
+
+    /// `load`, keeping only `stage`'s layers (their weights are never read:
+    /// MLX reads a tensor from its file when it is first evaluated).
+    pub fn load_stage(
+        config: &ModelConfig,
+        config_path: &Path,
+        mut weights: WeightMap,
+        stage: Option<Stage>,
+    ) -> Result<Self, LoadError> {
+        let first = stage.as_ref().map_or(0, |s| s.first);
         let quant = config.quantization.as_ref();
         let hidden = config.hidden_size;
         let heads = config.num_attention_heads;
@@ -767,11 +783,30 @@ impl Decoder {
             .collect();
         for i in 0..config.num_hidden_layers {
             let p = format!("{root}.layers.{i}");
+            if stage.as_ref().is_some_and(|s| !s.owns(i)) {
+                for k in names_starting_with(w, &format!("{p}.")) {
+                    w.discard(&k);
+                }
+                continue;
+            }
             let (qkv_bias, o_bias) = (config.qkv_bias, config.o_bias);
             let names = config.names;
             let (kv_heads, head_dim) = (config.kv_heads_of(i), config.head_dim_of(i));
             let shares_kv = config.shares_kv(i);
             let kv_source = config.kv_source(i);
+            if let Some(source) = kv_source
+                && source < first
+            {
+                return Err(LoadError::ConfigInvalid {
+                    path: config_path.to_owned(),
+                    message: format!(
+                        "layer {i} reads layer {source}'s keys and values, which another rank \
+                         holds when the model is split there: run it on fewer ranks"
+                    ),
+                });
+            }
+            // Within this rank's layers, counted from its first.
+            let kv_source = kv_source.map(|source| source - first);
             if shares_kv && kv_source.is_none() {
                 return Err(LoadError::ConfigInvalid {
                     path: config_path.to_owned(),
@@ -1074,6 +1109,7 @@ impl Decoder {
                 }
                 None => None,
             },
+            stage,
         };
         decoder.prepare_decode();
         Ok(decoder)
@@ -1123,6 +1159,17 @@ impl Decoder {
                 .into_iter()
                 .filter_map(|(matrix, adds_residual)| Some((matrix.affine()?, adds_residual))),
         );
+    }
+
+    /// This rank's part when the model is split across ranks.
+    pub fn stage(&self) -> Option<&Stage> {
+        self.stage.as_ref()
+    }
+
+    /// The hidden states this rank sent on and nothing here reads, built
+    /// since the last call: evaluate it where only the caches are.
+    pub fn take_sent(&self) -> Option<Array> {
+        self.stage.as_ref().and_then(Stage::take_sent)
     }
 
     /// The dtype of the norm weights: the model's compute dtype.
@@ -1454,6 +1501,12 @@ impl Decoder {
             Some(inputs) => Some(inputs.inputs(tokens, &h)?),
             None => None,
         };
+        // A stage after the first runs on the hidden states the stage
+        // before it sends (the embedding above only gave their shape).
+        if let Some(stage) = &self.stage {
+            h = stage.receive(h)?;
+        }
+        let first = self.stage.as_ref().map_or(0, |s| s.first);
         // Each layer's own cache, `None` for a layer that reads an earlier
         // layer's keys and values.
         let mut caches = cache.iter_mut();
@@ -1464,7 +1517,9 @@ impl Decoder {
         // The keys and values each layer attended over, kept for the later
         // layers that read them.
         let mut attended: Vec<Option<CachedKv>> = vec![None; self.layers.len()];
-        for (i, (layer, kv)) in self.layers.iter().zip(layer_caches).enumerate() {
+        for (local, (layer, kv)) in self.layers.iter().zip(layer_caches).enumerate() {
+            // The layer's index in the whole model.
+            let i = first + local;
             let mask = masks
                 .iter()
                 .find(|(window, _)| *window == layer.window)
@@ -1493,7 +1548,7 @@ impl Decoder {
                     };
                     let out = attn.attend(&q, &cached, gate, mask)?;
                     if layer.kv_read_later {
-                        attended[i] = Some(cached);
+                        attended[local] = Some(cached);
                     }
                     out
                 }
@@ -1521,6 +1576,9 @@ impl Decoder {
                     ops::add(old, &rows.as_dtype(old.dtype())?)
                 })?;
             }
+        }
+        if let Some(stage) = &self.stage {
+            h = stage.pass_on(h)?;
         }
         fast::rms_norm(&h, Some(&self.norm), self.eps)
     }

@@ -5535,6 +5535,10 @@ extern "C" {
     );
 }
 extern "C" {
+    #[doc = " The message of the last error raised on the calling thread (\"\" before\n any), kept until the next one; valid until then."]
+    pub fn mlx_last_error_message() -> *const ::std::os::raw::c_char;
+}
+extern "C" {
     #[doc = " Throw an error."]
     pub fn _mlx_error(
         file: *const ::std::os::raw::c_char,

@@ -113,7 +113,7 @@ export const DEFAULT_BENCH_SHAPE = {"prompt_tokens":[128],"generate_tokens":128,
 
 export const DEFAULT_SETTINGS = {"keep_alive_minutes":10,"memory_budget_bytes":null,"prompt_cache_budget_bytes":null,"generation":{"max_tokens":512,"temperature":0.0,"top_p":0.0,"top_k":0,"min_p":0.0,"repetition_penalty":null,"seed":null,"loop":"pipelined","prefill_step_size":2048,"max_kv_size":null,"kv_bits":null,"kv_group_size":64,"quantized_kv_start":5000,"max_batch":8,"max_image_mib":20,"max_image_megapixels":32},"theme":"system","models_folder":null,"launch_at_login":false,"global_shortcut":"CommandOrControl+Shift+O","local_server":{"enabled":false,"port":11480,"api_key":null,"allowed_origins":[]}} as const;
 
-export const ERROR_KINDS = ["invalid_input","model_unavailable","internal","model_not_found","not_a_model_name","invalid_repo_id","invalid_revision","repo_not_found","revision_not_found","entry_not_found","unauthorized","forbidden","token_refused","rate_limited","server_error","link_expired","unreachable","not_cached_offline","disk_full","checksum_mismatch","interrupted","cancelled","busy","not_a_model","unsupported_model_type","http","bad_response","io","not_in_library","load","empty_prompt","prompt_too_long","chat_template","tokenizer","invalid_settings","mlx","engine_stopped","peer","endpoint_unreachable","endpoint_refused","endpoint_model_not_found","endpoint_failed","history","history_unwritable","history_corrupt","history_too_new","history_busy","api_key_required","address_unavailable","api_key_refused","host_refused","origin_refused","body_too_large","no_such_route","queue_full","queue_timeout","folder_not_empty","metal_unavailable","metal_kernels_unavailable"] as const;
+export const ERROR_KINDS = ["invalid_input","model_unavailable","internal","model_not_found","not_a_model_name","invalid_repo_id","invalid_revision","repo_not_found","revision_not_found","entry_not_found","unauthorized","forbidden","token_refused","rate_limited","server_error","link_expired","unreachable","not_cached_offline","disk_full","checksum_mismatch","interrupted","cancelled","busy","not_a_model","unsupported_model_type","http","bad_response","io","not_in_library","load","empty_prompt","prompt_too_long","chat_template","tokenizer","invalid_settings","mlx","engine_stopped","peer","endpoint_unreachable","endpoint_refused","endpoint_model_not_found","endpoint_failed","history","history_unwritable","history_corrupt","history_too_new","history_busy","api_key_required","address_unavailable","api_key_refused","host_refused","origin_refused","body_too_large","no_such_route","queue_full","queue_timeout","folder_not_empty","metal_unavailable","metal_kernels_unavailable","distributed"] as const;
 
 export const GENERATION_LIMITS = {"max_tokens":[1,32768],"temperature":[0.0,5.0],"probability":[0.0,1.0],"top_k":[0,100000],"repetition_penalty":[0.5,2.0],"prefill_step_size":[1,65536],"max_kv_size":[16,4294967296],"max_batch":[1,64],"quantized_kv_start":[0,4294967296],"max_image_mib":[1,24],"max_image_megapixels":[1,200]} as const;
 
@@ -664,7 +664,12 @@ export type ErrorKind =
 /**  MLX found no Metal GPU (a virtual machine, a session without the GPU). */
 "metal_unavailable" | 
 /**  MLX's Metal kernels (mlx.metallib) are missing or would not load. */
-"metal_kernels_unavailable";
+"metal_kernels_unavailable" | 
+/**
+ *  A rank of a run split across processes or machines could not join the
+ *  others, differs from them, or was lost.
+ */
+"distributed";
 
 /**  What an export wrote. */
 export type Exported = {

@@ -3,6 +3,7 @@
 #include "mlx/c/error.h"
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <cstdarg>
@@ -15,6 +16,11 @@ static void mlx_error_handler_default_(const char* msg, void* data) {
 }
 
 static std::shared_ptr<void> mlx_error_handler_data_ = nullptr;
+static thread_local std::string mlx_last_error_message_;
+
+extern "C" const char* mlx_last_error_message(void) {
+  return mlx_last_error_message_.c_str();
+}
 static mlx_error_handler_func mlx_error_handler_ = mlx_error_handler_default_;
 
 extern "C" void mlx_set_error_handler(
@@ -49,5 +55,6 @@ _mlx_error(const char* file, const int line, const char* fmt, ...) {
   snprintf(msg.data() + size, size_loc + 1, " at %s:%d", file, line);
   va_end(args);
 
+  mlx_last_error_message_.assign(msg.data());
   mlx_error_handler_(msg.data(), mlx_error_handler_data_.get());
 }

@@ -26,6 +26,11 @@ void mlx_set_error_handler(
  * Throw an error.
  */
 void _mlx_error(const char* file, const int line, const char* fmt, ...);
+/**
+ * The message of the last error raised on the calling thread ("" before
+ * any), kept until the next one; valid until then.
+ */
+const char* mlx_last_error_message(void);
 
 /**
  * Throw an error. Macro which passes file name and line number to _mlx_error().

@@ -1,0 +1,342 @@
+//! One model across several processes or machines (docs/ARCHITECTURE.md,
+//! "Several machines"). No transport of Ondo's own: every byte between
+//! ranks goes through MLX's distributed backends (`group`), started the
+//! way MLX's launcher starts them (`Launch`: the variables `mlx.launch`
+//! sets). Before any model is split, the ranks introduce themselves
+//! (`handshake`): a rank running another Ondo, another MLX or another
+//! snapshot of the model is refused with the difference named.
+
+pub mod group;
+pub mod handshake;
+pub mod link;
+pub mod pipeline;
+
+pub use group::{Backend, Group};
+
+/// How this process was started as one rank of several: what MLX's
+/// launcher (`mlx.launch`) or a person put in the environment.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Launch {
+    pub backend: Backend,
+    pub rank: usize,
+    pub size: usize,
+    /// The ring backend's addresses, one list per rank ("ip:port").
+    pub ring_hosts: Vec<Vec<String>>,
+}
+
+/// The ring backend's hostfile: one list of "ip:port" per rank, as
+/// `mlx.launch --backend ring` writes it into `MLX_HOSTFILE`.
+pub fn parse_ring_hostfile(text: &str) -> Result<Vec<Vec<String>>, String> {
+    let value: serde_json::Value = serde_json::from_str(text)
+        .map_err(|e| format!("not JSON ({e}); it lists each rank's \"ip:port\" addresses"))?;
+    let ranks = value
+        .as_array()
+        .ok_or("it must be a list with one entry per rank: [[\"10.0.0.1:5000\"], ...]")?;
+    ranks
+        .iter()
+        .enumerate()
+        .map(|(rank, entry)| {
+            let addresses: Vec<String> = match entry {
+                serde_json::Value::String(one) => vec![one.clone()],
+                serde_json::Value::Array(many) => many
+                    .iter()
+                    .filter_map(|a| a.as_str().map(str::to_owned))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            if addresses.is_empty() || addresses.iter().any(|a| !a.contains(':')) {
+                return Err(format!(
+                    "rank {rank}'s entry {entry} is not a list of \"ip:port\" addresses"
+                ));
+            }
+            Ok(addresses)
+        })
+        .collect()
+}
+
+impl Launch {
+    /// The launch the environment describes; `None` for a process started
+    /// alone (no `MLX_RANK`, no NCCL world).
+    pub fn from_env() -> Result<Option<Self>, String> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        if let (Some(size), Some(_)) = (var("MLX_WORLD_SIZE"), var("NCCL_HOST_IP")) {
+            let size = size
+                .trim()
+                .parse()
+                .map_err(|_| format!("MLX_WORLD_SIZE={size} is not a number of ranks"))?;
+            let rank = var("MLX_RANK")
+                .ok_or("MLX_RANK is not set: each rank needs its number (mlx.launch sets it)")?;
+            let rank = rank
+                .trim()
+                .parse()
+                .map_err(|_| format!("MLX_RANK={rank} is not a rank number"))?;
+            return Ok(Some(Self {
+                backend: Backend::Nccl,
+                rank,
+                size,
+                ring_hosts: Vec::new(),
+            }));
+        }
+        let Some(rank) = var("MLX_RANK") else {
+            return Ok(None);
+        };
+        let rank: usize = rank
+            .trim()
+            .parse()
+            .map_err(|_| format!("MLX_RANK={rank} is not a rank number"))?;
+        let backend = if var("MLX_IBV_DEVICES").is_some() || var("MLX_JACCL_COORDINATOR").is_some()
+        {
+            Backend::Jaccl
+        } else {
+            Backend::Ring
+        };
+        let Some(hostfile) = var("MLX_HOSTFILE") else {
+            return Err(format!(
+                "MLX_RANK={rank} is set but MLX_HOSTFILE is not: the {backend} backend needs the \
+                 file listing every rank (mlx.launch writes it)"
+            ));
+        };
+        let text = std::fs::read_to_string(&hostfile)
+            .map_err(|e| format!("MLX_HOSTFILE {hostfile}: {e}"))?;
+        let ring_hosts = if backend == Backend::Ring {
+            parse_ring_hostfile(&text).map_err(|e| format!("MLX_HOSTFILE {hostfile}: {e}"))?
+        } else {
+            Vec::new()
+        };
+        let size = if ring_hosts.is_empty() {
+            serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|v| v.as_array().map(Vec::len))
+                .unwrap_or(0)
+        } else {
+            ring_hosts.len()
+        };
+        if rank >= size {
+            return Err(format!(
+                "MLX_RANK={rank}, but MLX_HOSTFILE {hostfile} lists {size} ranks (0 to {})",
+                size.saturating_sub(1)
+            ));
+        }
+        Ok(Some(Self {
+            backend,
+            rank,
+            size,
+            ring_hosts,
+        }))
+    }
+
+    /// Where rank `rank` listens, for messages that name it.
+    pub fn address_of(&self, rank: usize) -> Option<&str> {
+        self.ring_hosts
+            .get(rank)
+            .and_then(|a| a.first())
+            .map(String::as_str)
+    }
+
+    /// Joins the other ranks, waiting at most `ONDO_RANK_JOIN_TIMEOUT_S`
+    /// (60 s) for all of them to start.
+    pub fn join(&self) -> Result<Group, String> {
+        let seconds = crate::environment::RANK_JOIN_TIMEOUT_S
+            .parsed::<f64>()
+            .filter(|s| *s > 0.0)
+            .unwrap_or(60.0);
+        self.join_within(std::time::Duration::from_secs_f64(seconds))
+    }
+
+    /// Joins the other ranks or gives up after `timeout`. MLX blocks until
+    /// every rank has connected, so it waits on a thread of its own; one
+    /// that never returns is left behind with the process that gives up.
+    pub fn join_within(&self, timeout: std::time::Duration) -> Result<Group, String> {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let backend = self.backend;
+        std::thread::Builder::new()
+            .name("ondo-rank-join".into())
+            .spawn(move || {
+                let _ = sender.send(Group::init(backend));
+            })
+            .map_err(|e| format!("could not start joining the other ranks: {e}"))?;
+        let others = self.size.saturating_sub(1);
+        let group = match receiver.recv_timeout(timeout) {
+            Ok(Ok(group)) => group,
+            Ok(Err(reason)) => {
+                return Err(format!(
+                    "rank {} could not join the other {others} over MLX's {} backend: {reason}",
+                    self.rank, self.backend
+                ));
+            }
+            Err(_) => {
+                let listed: Vec<String> = (0..self.size)
+                    .map(|r| match self.address_of(r) {
+                        Some(address) => format!("rank {r} at {address}"),
+                        None => format!("rank {r}"),
+                    })
+                    .collect();
+                return Err(format!(
+                    "rank {} waited {:.0} s and not every rank joined ({}): start the same \
+                     command on every host (mlx.launch does), with the ports free",
+                    self.rank,
+                    timeout.as_secs_f64(),
+                    listed.join(", ")
+                ));
+            }
+        };
+        if group.size() != self.size || group.rank() != self.rank {
+            return Err(format!(
+                "MLX made this rank {} of {}, the environment says {} of {}",
+                group.rank(),
+                group.size(),
+                self.rank,
+                self.size
+            ));
+        }
+        Ok(group)
+    }
+}
+
+/// What `ondo doctor --distributed` finds: every rank, alike, and how fast
+/// they reach each other.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ClusterReport {
+    pub backend: Backend,
+    pub ranks: Vec<handshake::RankIdentity>,
+    /// Where each rank listens (the ring backend's first address).
+    pub addresses: Vec<Option<String>>,
+    /// Rank 0's timings of the links (empty for one rank).
+    pub links: Vec<link::LinkTiming>,
+}
+
+/// Joins the other ranks as one rank of a split model: the ranks compare
+/// what each runs and the snapshot of `model` each would load, and from
+/// then on every model this process loads is split (`pipeline`). Returns
+/// every rank's description, in rank order.
+pub fn join_as_rank(
+    launch: &Launch,
+    model: &std::path::Path,
+) -> Result<Vec<handshake::RankIdentity>, String> {
+    let group = launch.join()?;
+    let ranks = introduce(&group, Some(model))?;
+    pipeline::set_joined(launch.clone());
+    Ok(ranks)
+}
+
+/// Every rank's description, gathered on every rank; an error naming the
+/// first difference that keeps them from running one model together.
+fn introduce(
+    group: &Group,
+    model: Option<&std::path::Path>,
+) -> Result<Vec<handshake::RankIdentity>, String> {
+    let runtime = crate::metrics::mlx_runtime::MlxRuntime::detect();
+    // An unreadable folder is described, not returned early: the exchange
+    // must complete on every rank for the others to hear which one it is.
+    let own = handshake::RankIdentity {
+        rank: group.rank(),
+        host: ondo_os::host_name(),
+        ondo_version: env!("CARGO_PKG_VERSION").to_owned(),
+        mlx_version: runtime.mlx_version.clone(),
+        backend: runtime.backend.to_string(),
+        device: runtime.device_name.clone(),
+        memory_bytes: ondo_os::memory_totals().map_or(0, |m| m.total_bytes),
+        model: model.map(handshake::model_snapshot),
+    };
+    let ranks = handshake::exchange(group, &own)?;
+    handshake::check_same(&ranks)?;
+    Ok(ranks)
+}
+
+/// What to tell a person when a link between the ranks failed mid-run:
+/// which ranks (and hosts) the run had, what MLX said, what to do.
+pub fn link_lost(ranks: &[handshake::RankIdentity], launch: &Launch, mlx_said: &str) -> String {
+    let others: Vec<String> = ranks
+        .iter()
+        .filter(|r| r.rank != launch.rank)
+        .map(|r| match launch.address_of(r.rank) {
+            Some(address) => format!("rank {} ({}, {address})", r.rank, r.host),
+            None => format!("rank {} ({})", r.rank, r.host),
+        })
+        .collect();
+    let whom = if others.len() == 1 {
+        others[0].clone()
+    } else {
+        format!("one of {}", others.join(", "))
+    };
+    format!(
+        "rank {} lost its link to {whom} mid-run ({}): that rank stopped or the network \
+         dropped; this rank's memory is released as it ends, start every rank again",
+        launch.rank,
+        mlx_said.trim()
+    )
+}
+
+/// Whether an MLX error is a distributed backend's (a lost peer, a link
+/// that failed), not the model's.
+pub fn is_link_failure(message: &str) -> bool {
+    ["[ring]", "[jaccl]", "[nccl]", "[mpi]"]
+        .iter()
+        .any(|backend| message.contains(backend))
+}
+
+/// Joins the other ranks, compares what each runs (and, with `model`, the
+/// snapshot each would load) and times the links. Every rank calls it;
+/// each gets the same ranks, rank 0 the meaningful timings.
+pub fn check_cluster(
+    launch: &Launch,
+    model: Option<&std::path::Path>,
+) -> Result<ClusterReport, String> {
+    let group = launch.join()?;
+    let ranks = introduce(&group, model)?;
+    let links = if group.size() > 1 {
+        link::PROBE_BYTES
+            .iter()
+            .map(|&bytes| link::probe(&group, bytes, 5))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("timing the links failed: {}", e.what()))?
+    } else {
+        Vec::new()
+    };
+    Ok(ClusterReport {
+        backend: launch.backend,
+        addresses: (0..launch.size)
+            .map(|r| launch.address_of(r).map(str::to_owned))
+            .collect(),
+        ranks,
+        links,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ring_hostfile_lists_each_ranks_addresses() {
+        let hosts =
+            parse_ring_hostfile(r#"[["10.0.0.1:5000", "10.0.1.1:5001"], ["10.0.0.2:5000"]]"#)
+                .unwrap();
+        assert_eq!(hosts.len(), 2);
+        assert_eq!(hosts[0], ["10.0.0.1:5000", "10.0.1.1:5001"]);
+        assert_eq!(
+            parse_ring_hostfile(r#"["127.0.0.1:1", "127.0.0.1:2"]"#)
+                .unwrap()
+                .len(),
+            2
+        );
+    }
+
+    #[test]
+    fn a_hostfile_that_is_not_the_rings_says_what_it_should_be() {
+        let not_json = parse_ring_hostfile("hosts: a, b").unwrap_err();
+        assert!(not_json.contains("ip:port"), "{not_json}");
+        let no_port = parse_ring_hostfile(r#"[["studio-1"], ["studio-2"]]"#).unwrap_err();
+        assert!(no_port.contains("rank 0"), "{no_port}");
+        let object = parse_ring_hostfile(r#"{"hosts": []}"#).unwrap_err();
+        assert!(object.contains("one entry per rank"), "{object}");
+    }
+
+    #[test]
+    fn every_backend_has_mlxs_name() {
+        for backend in Backend::ALL {
+            assert_eq!(backend.name().parse::<Backend>(), Ok(backend));
+        }
+        assert!("tcp".parse::<Backend>().unwrap_err().contains("ring"));
+    }
+}

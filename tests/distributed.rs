@@ -1,0 +1,370 @@
+//! Ranks as processes on this machine over MLX's ring backend on
+//! 127.0.0.1, started as `mlx.launch` starts them (MLX_RANK and
+//! MLX_HOSTFILE): they join, introduce themselves, refuse each other when
+//! their model snapshots differ, and give up on a rank that never starts
+//! instead of waiting forever. Every wait is bounded.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Free ports on 127.0.0.1, one per rank (found by binding port 0; freed
+/// before the ranks bind them).
+fn free_ports(count: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> = (0..count)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
+}
+
+struct Ranks {
+    dir: tempfile::TempDir,
+    hostfile: PathBuf,
+}
+
+impl Ranks {
+    /// A hostfile of `count` ranks on 127.0.0.1, as mlx.launch writes one.
+    fn new(count: usize) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let hosts: Vec<Vec<String>> = free_ports(count)
+            .into_iter()
+            .map(|port| vec![format!("127.0.0.1:{port}")])
+            .collect();
+        let hostfile = dir.path().join("hosts.json");
+        std::fs::write(&hostfile, serde_json::to_string(&hosts).unwrap()).unwrap();
+        Self { dir, hostfile }
+    }
+
+    fn ondo(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_ondo"));
+        command
+            .env("ONDO_HOME", self.dir.path().join("home"))
+            .env("ONDO_NO_KEYCHAIN", "1")
+            .args(args);
+        command
+    }
+
+    /// Starts rank `rank` with `args`.
+    fn start(&self, rank: usize, args: &[&str]) -> Child {
+        self.start_with(rank, args, &[])
+    }
+
+    /// `start`, with more environment.
+    fn start_with(&self, rank: usize, args: &[&str], env: &[(&str, &str)]) -> Child {
+        self.ondo(args)
+            .envs(env.iter().copied())
+            .env("MLX_RANK", rank.to_string())
+            .env("MLX_HOSTFILE", &self.hostfile)
+            .env("ONDO_RANK_JOIN_TIMEOUT_S", "20")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    fn synth(&self, name: &str, args: &[&str]) -> PathBuf {
+        let dir = self.dir.path().join(name);
+        let mut all = vec!["synth", "tiny", dir.to_str().unwrap()];
+        all.extend_from_slice(args);
+        let out = self.ondo(&all).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dir
+    }
+}
+
+/// Waits for every child, killing all of them after `limit`: a test of
+/// ranks must never hang.
+fn wait_all(children: Vec<Child>, limit: Duration) -> Vec<Output> {
+    let started = Instant::now();
+    let mut children: Vec<Option<Child>> = children.into_iter().map(Some).collect();
+    loop {
+        let mut running = 0;
+        for child in children.iter_mut().flatten() {
+            if child.try_wait().unwrap().is_none() {
+                running += 1;
+            }
+        }
+        if running == 0 {
+            break;
+        }
+        if started.elapsed() > limit {
+            let said: Vec<String> = children
+                .iter_mut()
+                .map(|c| {
+                    let mut child = c.take().unwrap();
+                    let _ = child.kill();
+                    let out = child.wait_with_output().unwrap();
+                    text(&out.stderr)
+                })
+                .collect();
+            panic!("ranks still running after {limit:?}; they said: {said:#?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    children
+        .iter_mut()
+        .map(|c| c.take().unwrap().wait_with_output().unwrap())
+        .collect()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn doctor(ranks: &Ranks, models: &[Option<&Path>]) -> Vec<Output> {
+    let children = models
+        .iter()
+        .enumerate()
+        .map(|(rank, model)| {
+            let mut args = vec!["doctor", "--distributed", "--json"];
+            if let Some(model) = model {
+                args.extend(["--model", model.to_str().unwrap()]);
+            }
+            ranks.start(rank, &args)
+        })
+        .collect();
+    wait_all(children, Duration::from_secs(120))
+}
+
+#[test]
+fn two_and_three_ranks_join_introduce_themselves_and_time_their_links() {
+    for count in [2, 3] {
+        let ranks = Ranks::new(count);
+        let model = ranks.synth("tiny", &[]);
+        let outputs = doctor(&ranks, &vec![Some(model.as_path()); count]);
+        for (rank, out) in outputs.iter().enumerate() {
+            assert!(out.status.success(), "rank {rank}: {}", text(&out.stderr));
+        }
+        // Rank 0 reports; the others say nothing.
+        assert!(outputs[1..].iter().all(|o| o.stdout.is_empty()));
+        let report: Value = serde_json::from_slice(&outputs[0].stdout).unwrap();
+        assert_eq!(report["backend"], "ring");
+        let listed = report["ranks"].as_array().unwrap();
+        assert_eq!(listed.len(), count);
+        for (rank, identity) in listed.iter().enumerate() {
+            assert_eq!(identity["rank"], rank);
+            assert_eq!(identity["ondo_version"], listed[0]["ondo_version"]);
+            assert!(!identity["host"].as_str().unwrap().is_empty());
+            assert_eq!(identity["model"]["name"], "tiny");
+            assert_eq!(identity["model"]["digest"], listed[0]["model"]["digest"]);
+        }
+        let hosts: Vec<Value> =
+            serde_json::from_str(&std::fs::read_to_string(&ranks.hostfile).unwrap()).unwrap();
+        assert_eq!(report["addresses"][count - 1], hosts[count - 1][0]);
+        // Each message size went around the group and was summed across it.
+        let links = report["links"].as_array().unwrap();
+        assert_eq!(links.len(), 3);
+        for link in links {
+            assert!(link["hop_ms"].as_f64().unwrap() > 0.0, "{link}");
+            assert!(link["all_sum_ms"].as_f64().unwrap() > 0.0, "{link}");
+        }
+    }
+}
+
+#[test]
+fn ranks_with_different_snapshots_are_refused_naming_the_rank_and_the_difference() {
+    let ranks = Ranks::new(2);
+    let small = ranks.synth("small", &[]);
+    let wide = ranks.synth("wide", &["--arch", "qwen3"]);
+    let outputs = doctor(&ranks, &[Some(small.as_path()), Some(wide.as_path())]);
+    for (rank, out) in outputs.iter().enumerate() {
+        assert!(!out.status.success(), "rank {rank} went on");
+        let message = text(&out.stderr);
+        assert!(
+            message.contains("rank 1 (")
+                && message.contains("wide (")
+                && message.contains("same snapshot"),
+            "rank {rank}: {message}"
+        );
+    }
+}
+
+#[test]
+fn a_rank_that_never_starts_ends_the_wait_with_the_ranks_named() {
+    let ranks = Ranks::new(2);
+    let started = Instant::now();
+    let mut only = ranks
+        .ondo(&["doctor", "--distributed"])
+        .env("MLX_RANK", "0")
+        .env("MLX_HOSTFILE", &ranks.hostfile)
+        .env("ONDO_RANK_JOIN_TIMEOUT_S", "2")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while only.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = only.kill();
+                panic!("rank 0 still waiting after a minute");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        only.wait_with_output().unwrap()
+    };
+    assert!(!out.status.success());
+    let message = text(&out.stderr);
+    assert!(
+        message.contains("waited 2 s") && message.contains("rank 1 at 127.0.0.1:"),
+        "{message}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+#[test]
+fn a_process_not_started_as_a_rank_says_how_to_start_one() {
+    let ranks = Ranks::new(1);
+    let out = ranks
+        .ondo(&["doctor", "--distributed"])
+        .env_remove("MLX_RANK")
+        .env_remove("MLX_HOSTFILE")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let message = text(&out.stderr);
+    assert!(
+        message.contains("mlx.launch") && message.contains("MLX_HOSTFILE"),
+        "{message}"
+    );
+}
+
+/// Starts `ondo run` on every rank with the same arguments (as mlx.launch
+/// does) and waits for all of them.
+fn split_run(ranks: &Ranks, count: usize, args: &[&str]) -> Vec<Output> {
+    let mut all = vec!["run"];
+    all.extend_from_slice(args);
+    let children = (0..count).map(|rank| ranks.start(rank, &all)).collect();
+    wait_all(children, Duration::from_secs(180))
+}
+
+fn run_json(out: &Output, what: &str) -> Value {
+    assert!(out.status.success(), "{what}: {}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{what}: {e}: {}", text(&out.stdout)))
+}
+
+fn ids(run: &Value) -> Vec<u64> {
+    run["token_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_model_split_layer_by_layer_answers_the_tokens_one_process_does() {
+    let prompt: Vec<String> = (0..37)
+        .map(|i| ((i * 7919 + 13) % 1900).to_string())
+        .collect();
+    let prompt = prompt.join(",");
+    // Dense attention, gated DeltaNet beside attention, and sliding-window
+    // attention: five layers each, split 3+2 and 2+2+1.
+    for arch in ["llama", "qwen3_5", "gemma3_text"] {
+        let (two, three) = (Ranks::new(2), Ranks::new(3));
+        let ranks = &two;
+        let model = ranks.synth(arch, &["--arch", arch, "--layers", "5", "--untied-head"]);
+        let model = model.to_str().unwrap();
+        let args = [
+            model,
+            "--prompt-ids",
+            &prompt,
+            "--max-tokens",
+            "16",
+            "--prefill-step-size",
+            "8",
+            "--json",
+        ];
+        let alone = ranks
+            .ondo(&[&["run"][..], &args[..]].concat())
+            .output()
+            .unwrap();
+        let alone = run_json(&alone, &format!("{arch} alone"));
+        let want = ids(&alone);
+        let distinct: std::collections::HashSet<_> = want.iter().collect();
+        assert!(
+            distinct.len() >= 2,
+            "{arch}: {want:?} repeats itself: a test that cannot fail"
+        );
+        for (count, shape) in [(2, "pipelined"), (2, "sync"), (3, "pipelined")] {
+            let mut with_loop = args.to_vec();
+            with_loop.extend(["--loop", shape]);
+            let group = if count == 2 { &two } else { &three };
+            let outputs = split_run(group, count, &with_loop);
+            let what = format!("{arch} on {count} ranks, {shape} loop");
+            let split = run_json(&outputs[0], &what);
+            assert_eq!(ids(&split), want, "{what}");
+            for (rank, out) in outputs.iter().enumerate().skip(1) {
+                assert!(
+                    out.status.success(),
+                    "{what}, rank {rank}: {}",
+                    text(&out.stderr)
+                );
+                assert!(out.stdout.is_empty(), "{what}: rank {rank} printed");
+            }
+            // Rank 0 holds only its share of the layers.
+            assert!(
+                split["weights_bytes"].as_u64() < alone["weights_bytes"].as_u64(),
+                "{what}: {} of {} bytes",
+                split["weights_bytes"],
+                alone["weights_bytes"]
+            );
+        }
+    }
+}
+
+#[test]
+fn a_rank_killed_mid_decode_ends_the_run_naming_it_and_nothing_hangs() {
+    use std::io::Read;
+    let ranks = Ranks::new(2);
+    let model = ranks.synth("tiny", &["--layers", "4", "--untied-head"]);
+    let args = [
+        "run",
+        model.to_str().unwrap(),
+        "--prompt-ids",
+        "1,2,3,4,5,6,7,8",
+        "--max-tokens",
+        "32768",
+        "--ignore-eos",
+    ];
+    // A collective can wait forever on a rank that is gone; the stall
+    // limit ends it where MLX does not.
+    let stall = [("ONDO_RANK_STALL_TIMEOUT_S", "5")];
+    let mut answering = ranks.start_with(0, &args, &stall);
+    let mut other = ranks.start_with(1, &args, &stall);
+    // Kill rank 1 once rank 0 is decoding: its answer has begun to stream.
+    let mut stdout = answering.stdout.take().unwrap();
+    let (began, waiting) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut byte = [0u8; 1];
+        let _ = stdout.read(&mut byte);
+        let _ = began.send(());
+        let mut rest = Vec::new();
+        let _ = stdout.read_to_end(&mut rest);
+    });
+    waiting
+        .recv_timeout(Duration::from_secs(120))
+        .expect("rank 0 never began to answer");
+    other.kill().unwrap();
+    let _ = other.wait();
+    let killed_at = Instant::now();
+    let out = wait_all(vec![answering], Duration::from_secs(60)).remove(0);
+    assert!(!out.status.success(), "rank 0 went on without rank 1");
+    let message = text(&out.stderr);
+    assert!(
+        message.contains("lost its link to rank 1 (") && message.contains("127.0.0.1:"),
+        "{message}"
+    );
+    assert!(killed_at.elapsed() < Duration::from_secs(60));
+}
