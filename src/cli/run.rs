@@ -204,9 +204,10 @@ pub struct RunArgs {
     /// Send the prompt as plain text, without the chat template.
     #[arg(long)]
     raw: bool,
-    /// Show the model an image with the question (PNG, JPEG, WebP or GIF;
-    /// repeatable, in order). Needs a model with a vision tower (Gemma 3
-    /// 4B and larger); the footer says what encoding it took.
+    /// Show the model an image with the question (PNG, JPEG, WebP or GIF,
+    /// and HEIC on a Mac; repeatable, in order). Needs a model with a vision
+    /// tower (Gemma 3 4B and larger, Qwen3-VL, Qwen 3.5); the footer says
+    /// what encoding it took.
     #[arg(long = "image", value_name = "FILE", conflicts_with_all = ["raw", "prompt_ids"])]
     images: Vec<std::path::PathBuf>,
     /// Print one JSON record (timings, counts, memory, text, token_ids)

@@ -96,6 +96,15 @@ fn open(bytes: &[u8], limits: ImageLimits) -> Result<impl ImageDecoder + '_, Ima
 /// (the EXIF orientation applied): what a model whose image tokens follow
 /// the image's size needs to count them.
 pub fn dimensions(bytes: &[u8], limits: ImageLimits) -> Result<(usize, usize), ImageError> {
+    if super::heif::is_heif(bytes) {
+        let (width, height, orientation) = super::heif::header(bytes, limits)?;
+        // EXIF orientations 5 to 8 turn the picture a quarter.
+        return Ok(if orientation >= 5 {
+            (height as usize, width as usize)
+        } else {
+            (width as usize, height as usize)
+        });
+    }
     let mut decoder = open(bytes, limits)?;
     let (width, height) = decoder.dimensions();
     let (width, height) = (width as usize, height as usize);
@@ -135,6 +144,22 @@ pub fn check_encoded(encoded: &str, limits: ImageLimits) -> Result<(), ImageErro
 
 /// `bytes` (a whole image file) decoded to RGB pixels within `limits`.
 pub fn decode(bytes: &[u8], limits: ImageLimits) -> Result<Pixels, ImageError> {
+    if super::heif::is_heif(bytes) {
+        let heif = super::heif::decode(bytes, limits)?;
+        let rgb = image::RgbImage::from_raw(heif.width, heif.height, heif.rgb)
+            .ok_or_else(|| ImageError::Damaged("the HEIC pixels do not fill the image".into()))?;
+        let mut decoded = image::DynamicImage::ImageRgb8(rgb);
+        if let Some(orientation) = image::metadata::Orientation::from_exif(heif.orientation) {
+            decoded.apply_orientation(orientation);
+        }
+        let rgb = decoded.to_rgb8();
+        return Ok(Pixels {
+            width: rgb.width() as usize,
+            height: rgb.height() as usize,
+            channels: 3,
+            data: rgb.into_raw(),
+        });
+    }
     let mut decoder = open(bytes, limits)?;
     let (width, height) = decoder.dimensions();
     let orientation = decoder.orientation().ok();

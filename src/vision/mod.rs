@@ -4,6 +4,7 @@
 //! (`preprocess`, or `patch_grid` for models that take each image at
 //! about its own size).
 
+pub mod heif;
 pub mod image;
 pub mod patch_grid;
 pub mod preprocess;

@@ -39,6 +39,19 @@ describe('image helpers', () => {
     expect(imageTypeOf({ name: 'README', type: '' })).toBeNull();
   });
 
+  it('takes HEIC only where the engine decodes it (a Mac)', () => {
+    expect(imageTypeOf({ name: 'IMG_0001.HEIC', type: 'image/heic' }, true)).toBe('image/heic');
+    expect(imageTypeOf({ name: 'IMG_0001.heic', type: '' }, true)).toBe('image/heic');
+    expect(imageTypeOf({ name: 'IMG_0001.heic', type: '' }, false)).toBeNull();
+    expect(imageRefusal(described('IMG_0001.heic', 'image/heic', 1000), true)).toBeNull();
+    expect(imageRefusal(described('IMG_0001.heic', 'image/heic', 1000), false)).toBe(
+      'IMG_0001.heic is not a PNG, JPEG, WebP or GIF image; it was left out',
+    );
+    expect(imageRefusal(described('report.pdf', 'application/pdf', 1000), true)).toBe(
+      'report.pdf is not a PNG, JPEG, WebP, GIF or HEIC image; it was left out',
+    );
+  });
+
   it('refuses a file over 20 MiB, and a file that is not an image, from its name, type and size', () => {
     expect(MAX_IMAGE_BYTES).toBe(20 * MiB);
     expect(imageRefusal(described('ok.png', 'image/png', 20 * MiB))).toBeNull();

@@ -3,10 +3,20 @@
 // popover's CSP lets images load from data: URLs, not from blob: URLs) and
 // the bare base64 that `ChatMessage.images` carries to the shell.
 
-/** The image types the engine decodes, as the file picker's `accept` lists them. */
+/** The image types the engine decodes everywhere. */
 export const IMAGE_TYPES = ['image/png', 'image/jpeg', 'image/webp', 'image/gif'] as const;
-export type ImageType = (typeof IMAGE_TYPES)[number];
-export const IMAGE_ACCEPT = IMAGE_TYPES.join(',');
+/** HEIC, which the engine decodes through macOS's own decoder: on a Mac only. */
+export const HEIC_TYPES = ['image/heic', 'image/heif'] as const;
+export type ImageType = (typeof IMAGE_TYPES)[number] | (typeof HEIC_TYPES)[number];
+
+/** Whether this is a Mac, whose engine reads HEIC. */
+export const DECODES_HEIC = typeof navigator !== 'undefined' && /Mac/.test(navigator.userAgent);
+
+/** The types a chat takes here, as the file picker's `accept` lists them. */
+export function acceptedTypes(heic: boolean = DECODES_HEIC): readonly ImageType[] {
+  return heic ? [...IMAGE_TYPES, ...HEIC_TYPES] : IMAGE_TYPES;
+}
+export const IMAGE_ACCEPT = acceptedTypes().join(',');
 
 /** The largest file the chat reads (bytes): the shell's default limit, so a
  * file the shell would refuse is refused before it is read into memory. The
@@ -39,21 +49,35 @@ const TYPE_OF_EXTENSION: Record<string, ImageType> = {
   jpeg: 'image/jpeg',
   webp: 'image/webp',
   gif: 'image/gif',
+  heic: 'image/heic',
+  heif: 'image/heif',
 };
 
-/** The file's image type, or null for a file the engine does not decode.
- * A file without a type (some drags from other apps) goes by its extension. */
-export function imageTypeOf(file: Pick<File, 'name' | 'type'>): ImageType | null {
+/** The file's image type, or null for a file the engine does not decode
+ * (HEIC only where `heic`: on a Mac). A file without a type (some drags from
+ * other apps) goes by its extension. */
+export function imageTypeOf(
+  file: Pick<File, 'name' | 'type'>,
+  heic: boolean = DECODES_HEIC,
+): ImageType | null {
+  const accepted: readonly string[] = acceptedTypes(heic);
   const type = file.type.toLowerCase();
-  if (type !== '') return (IMAGE_TYPES as readonly string[]).includes(type) ? (type as ImageType) : null;
+  if (type !== '') return accepted.includes(type) ? (type as ImageType) : null;
   const extension = /\.([a-z0-9]+)$/i.exec(file.name)?.[1]?.toLowerCase() ?? '';
-  return TYPE_OF_EXTENSION[extension] ?? null;
+  const byExtension = TYPE_OF_EXTENSION[extension];
+  return byExtension !== undefined && accepted.includes(byExtension) ? byExtension : null;
 }
 
 /** Why the chat will not take the file, in a short note; null when it will.
  * Reads only the file's name, type and size, never its bytes. */
-export function imageRefusal(file: Pick<File, 'name' | 'type' | 'size'>): string | null {
-  if (imageTypeOf(file) === null) return `${file.name} is not a PNG, JPEG, WebP or GIF image; it was left out`;
+export function imageRefusal(
+  file: Pick<File, 'name' | 'type' | 'size'>,
+  heic: boolean = DECODES_HEIC,
+): string | null {
+  if (imageTypeOf(file, heic) === null) {
+    const kinds = heic ? 'PNG, JPEG, WebP, GIF or HEIC' : 'PNG, JPEG, WebP or GIF';
+    return `${file.name} is not a ${kinds} image; it was left out`;
+  }
   if (file.size > MAX_IMAGE_BYTES) {
     return `${file.name} is over ${MAX_IMAGE_BYTES / 1024 / 1024} MiB; send a smaller image`;
   }
