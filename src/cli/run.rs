@@ -397,7 +397,10 @@ impl StallWatch {
                 let now = started.elapsed().as_millis() as u64;
                 let quiet_s = now.saturating_sub(beat.load(Ordering::Relaxed)) as f64 / 1e3;
                 if quiet_s > limit && !finished.load(Ordering::Relaxed) {
-                    let said = format!("no token for {limit:.0} s (ONDO_RANK_STALL_TIMEOUT_S)");
+                    let said = format!(
+                        "no token for {limit:.0} s ({})",
+                        crate::environment::RANK_STALL_TIMEOUT_S.name
+                    );
                     eprintln!(
                         "error: {}",
                         crate::engine::distributed::link_lost(&ranks, &launch, &said)
