@@ -313,7 +313,19 @@ fn a_model_split_layer_by_layer_answers_the_tokens_one_process_does() {
                 );
                 assert!(out.stdout.is_empty(), "{what}: rank {rank} printed");
             }
-            // Rank 0 holds only its share of the layers.
+            // Rank 0 says who holds which layers, and holds only its share.
+            let said = text(&outputs[0].stderr);
+            let expected = if count == 2 { "rank 0 (" } else { "rank 2 (" };
+            assert!(
+                said.contains(&format!("split over {count} ranks")) && said.contains(expected),
+                "{what}: {said}"
+            );
+            let layers = if count == 2 {
+                "layers 2-4"
+            } else {
+                "layers 3-4"
+            };
+            assert!(said.contains(layers), "{what}: {said}");
             assert!(
                 split["weights_bytes"].as_u64() < alone["weights_bytes"].as_u64(),
                 "{what}: {} of {} bytes",

@@ -433,6 +433,61 @@ impl Drop for StallWatch {
     }
 }
 
+/// What each rank of a split run holds, in a line for rank 0 to print:
+/// its layers and their weights (from the folder's safetensors headers)
+/// beside its memory, with a warning for a rank they would not fit.
+fn split_plan(
+    dir: &Path,
+    launch: &crate::engine::distributed::Launch,
+    ranks: &[crate::engine::distributed::handshake::RankIdentity],
+) -> String {
+    use crate::units::human_bytes;
+    let layers = crate::hub::sizing::facts_from_folder(dir)
+        .map(|facts| facts.shape.num_hidden_layers as usize)
+        .ok();
+    let bytes = crate::hub::sizing::layer_bytes(dir).ok();
+    let (Some(layers), Some(bytes)) = (layers, bytes) else {
+        return format!(
+            "split over {} ranks over MLX's {} backend",
+            launch.size, launch.backend
+        );
+    };
+    let mut parts = Vec::new();
+    let mut short = Vec::new();
+    for rank in ranks {
+        let Ok((first, end)) =
+            crate::engine::distributed::pipeline::layer_range(layers, rank.rank, launch.size)
+        else {
+            continue;
+        };
+        let held = bytes.of_layers(first, end);
+        parts.push(format!(
+            "rank {} ({}) layers {first}-{}, {} of weights, {} memory",
+            rank.rank,
+            rank.host,
+            end - 1,
+            human_bytes(held),
+            human_bytes(rank.memory_bytes)
+        ));
+        if rank.memory_bytes > 0 && held > rank.memory_bytes {
+            short.push(format!("rank {} ({})", rank.rank, rank.host));
+        }
+    }
+    let mut line = format!(
+        "split over {} ranks over MLX's {} backend: {}",
+        launch.size,
+        launch.backend,
+        parts.join("; ")
+    );
+    if !short.is_empty() {
+        line.push_str(&format!(
+            "\nnote: the weights of {} exceed its memory: expect heavy swapping, or split over more ranks",
+            short.join(", ")
+        ));
+    }
+    line
+}
+
 /// This process's launch when it is one rank of several (mlx.launch set
 /// MLX_RANK), else `None`.
 fn launched_as_rank() -> Result<Option<crate::engine::distributed::Launch>, CliError> {
@@ -460,6 +515,11 @@ pub fn run(mut args: RunArgs) -> Result<ExitCode, CliError> {
         ),
         None => None,
     };
+    if let (Some(launch), Some(ranks)) = (&launch, &ranks)
+        && launch.rank == 0
+    {
+        eprintln!("{}", split_plan(&model.dir, launch, ranks));
+    }
     let stall_watch = launch
         .clone()
         .zip(ranks.clone())

@@ -126,6 +126,71 @@ pub fn facts_from_folder(dir: &Path) -> Result<ModelFacts, HubError> {
     })
 }
 
+/// A folder's weight bytes by decoder layer (read from the safetensors
+/// headers, nothing else): the bytes of each layer's tensors (names with
+/// `layers.N.`), and of the rest (embeddings, final norm, head, a vision
+/// tower), which every rank of a split model holds.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LayerBytes {
+    pub shared: u64,
+    pub by_layer: std::collections::BTreeMap<usize, u64>,
+}
+
+impl LayerBytes {
+    /// The bytes a rank holding layers `first..end` keeps.
+    pub fn of_layers(&self, first: usize, end: usize) -> u64 {
+        self.shared + self.by_layer.range(first..end).map(|(_, b)| b).sum::<u64>()
+    }
+}
+
+/// The decoder layer a tensor belongs to: N in `...layers.N....`, outside
+/// a vision tower (whose encoder has layers of its own).
+fn layer_of(name: &str) -> Option<usize> {
+    if name.contains("vision") || name.contains("visual") {
+        return None;
+    }
+    let at = name.find("layers.")?;
+    let rest = &name[at + "layers.".len()..];
+    let digits = rest.split('.').next()?;
+    (at == 0 || name.as_bytes()[at - 1] == b'.')
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+/// `dir`'s weight bytes by decoder layer (`LayerBytes`).
+pub fn layer_bytes(dir: &Path) -> Result<LayerBytes, HubError> {
+    let mut bytes = LayerBytes::default();
+    for entry in std::fs::read_dir(dir).map_err(HubError::io(dir))?.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "safetensors") {
+            continue;
+        }
+        let header = fit::read_safetensors_header(&path).map_err(HubError::io(&path))?;
+        let header: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&header)
+            .map_err(|e| HubError::NotAModel {
+                repo_id: dir.display().to_string(),
+                reason: format!(
+                    "{}: the safetensors header is not JSON: {e}",
+                    path.display()
+                ),
+            })?;
+        for (name, tensor) in &header {
+            let Some([start, end]) = tensor["data_offsets"]
+                .as_array()
+                .and_then(|o| Some([o.first()?.as_u64()?, o.get(1)?.as_u64()?]))
+            else {
+                continue;
+            };
+            let size = end.saturating_sub(start);
+            match layer_of(name) {
+                Some(layer) => *bytes.by_layer.entry(layer).or_default() += size,
+                None => bytes.shared += size,
+            }
+        }
+    }
+    Ok(bytes)
+}
+
 impl Hub {
     /// Facts of a repo on the hub, without downloading it: the weight sizes
     /// from the repo info, config.json into memory, and (only when the config
@@ -270,4 +335,55 @@ pub fn catalog_offers(
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tensor_belongs_to_the_decoder_layer_its_name_says() {
+        assert_eq!(layer_of("model.layers.12.mlp.up_proj.weight"), Some(12));
+        assert_eq!(
+            layer_of("language_model.model.layers.0.self_attn.q_proj.scales"),
+            Some(0)
+        );
+        assert_eq!(layer_of("model.embed_tokens.weight"), None);
+        assert_eq!(
+            layer_of("vision_tower.vision_model.encoder.layers.3.mlp.fc1.weight"),
+            None
+        );
+        let bytes = LayerBytes {
+            shared: 10,
+            by_layer: [(0, 1), (1, 2), (2, 4)].into_iter().collect(),
+        };
+        assert_eq!(bytes.of_layers(1, 3), 16);
+        assert_eq!(bytes.of_layers(0, 1), 11);
+    }
+
+    #[test]
+    fn a_synth_folders_layers_and_the_rest_add_up_to_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut options =
+            crate::synth::SynthOptions::for_preset(crate::synth::preset_named("tiny").unwrap());
+        options.layers = Some(3);
+        crate::synth::write_model(&options, dir.path(), &mut |_| {}).unwrap();
+        let bytes = layer_bytes(dir.path()).unwrap();
+        assert_eq!(
+            bytes.by_layer.keys().copied().collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
+        assert!(bytes.shared > 0);
+        let files: u64 = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "safetensors"))
+            .map(|e| e.metadata().unwrap().len())
+            .sum();
+        let tensors = bytes.of_layers(0, 3);
+        assert!(
+            tensors < files && files - tensors < 64 * 1024,
+            "{tensors} of {files}"
+        );
+    }
 }
