@@ -148,6 +148,12 @@ impl GenerationArgs {
     /// The pool this command runs through and the model it names, with the
     /// settings and the fit checked first.
     fn start(&self) -> Result<(SessionPool, ResolvedModel), CliError> {
+        self.start_as(false)
+    }
+
+    /// `start`, for one rank of a split run when `split`: the rank holds
+    /// only its share of the layers, so the whole model need not fit here.
+    fn start_as(&self, split: bool) -> Result<(SessionPool, ResolvedModel), CliError> {
         self.settings
             .check()
             .map_err(|e| CliError::new(ErrorKind::InvalidSettings, e))?;
@@ -156,9 +162,7 @@ impl GenerationArgs {
         let pool = session_pool(self.no_history)?;
         let model = resolve_model(&pool, &self.model, NamedBy::Local)
             .map_err(|e| CliError::from(e).about(&self.model))?;
-        // A rank of a split model holds only its share of the layers; the
-        // whole model need not fit here.
-        if launched_as_rank()?.is_none() {
+        if !split {
             check_fit(&model.dir, self)?;
         }
         if self.think.is_some() && !ChatFeatures::of_model_dir(&model.dir).thinking_switch {
@@ -507,7 +511,7 @@ pub fn run(mut args: RunArgs) -> Result<ExitCode, CliError> {
         args.generation.no_disk_cache = true;
         args.generation.no_history |= follower;
     }
-    let (pool, model) = args.generation.start()?;
+    let (pool, model) = args.generation.start_as(launch.is_some())?;
     let ranks = match &launch {
         Some(launch) => Some(
             crate::engine::distributed::join_as_rank(launch, &model.dir)

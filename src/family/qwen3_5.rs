@@ -84,16 +84,8 @@ fn vision_synth_config(config: &mut Value, shape: &Shape, ids: &[u32]) {
         json!({"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2,
                "num_position_embeddings": 64})
     };
-    vision["model_type"] = model_type;
     vision["deepstack_visual_indexes"] = json!([]);
-    vision["patch_size"] = json!(16);
-    vision["temporal_patch_size"] = json!(2);
-    vision["spatial_merge_size"] = json!(2);
-    vision["in_channels"] = json!(3);
-    vision["out_hidden_size"] = json!(shape.hidden_size);
-    vision["hidden_act"] = json!("gelu_pytorch_tanh");
-    config["vision_config"] = vision;
-    super::qwen3_vl::write_token_ids(config, ids);
+    super::qwen3_vl::write_vision_config(config, vision, model_type, shape, ids);
 }
 
 /// mlx-lm's `TextModelArgs` defaults for the keys a config may leave out.

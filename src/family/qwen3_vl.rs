@@ -129,14 +129,27 @@ fn synth_config(config: &mut Value, shape: &Shape, _: &SynthChoices) {
 /// 11 and 17); a smaller one a small tower with every part of it (3 blocks
 /// of 32, DeepStack after the first two).
 fn vision_synth_config(config: &mut Value, shape: &Shape, ids: &[u32]) {
-    let mut vision = if shape.hidden_size >= 2048 {
+    let vision = if shape.hidden_size >= 2048 {
         json!({"depth": 24, "hidden_size": 1024, "intermediate_size": 4096, "num_heads": 16,
                "num_position_embeddings": 2304, "deepstack_visual_indexes": [5, 11, 17]})
     } else {
         json!({"depth": 3, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2,
                "num_position_embeddings": 64, "deepstack_visual_indexes": [0, 1]})
     };
-    vision["model_type"] = json!("qwen3_vl");
+    write_vision_config(config, vision, json!("qwen3_vl"), shape, ids);
+}
+
+/// Writes `vision` (a tower's sizes) as `config`'s vision config with what
+/// every Qwen tower shares (16-pixel patches, two frames, 2x2 merges, tanh
+/// GELU, the text width out), and the vision tokens' ids.
+pub(super) fn write_vision_config(
+    config: &mut Value,
+    mut vision: Value,
+    model_type: Value,
+    shape: &Shape,
+    ids: &[u32],
+) {
+    vision["model_type"] = model_type;
     vision["patch_size"] = json!(16);
     vision["temporal_patch_size"] = json!(2);
     vision["spatial_merge_size"] = json!(2);
@@ -149,7 +162,7 @@ fn vision_synth_config(config: &mut Value, shape: &Shape, ids: &[u32]) {
 
 /// The vision tokens' ids (`ids`, in `QWEN_VISION_TOKENS`' order) at the
 /// top level of config.json.
-pub(super) fn write_token_ids(config: &mut Value, ids: &[u32]) {
+fn write_token_ids(config: &mut Value, ids: &[u32]) {
     for (token, id) in QWEN_VISION_TOKENS.iter().zip(ids) {
         config[token.config_key] = json!(id);
     }
