@@ -96,6 +96,13 @@ pub const RANK_JOIN_TIMEOUT_S: Variable = Variable {
     read_by: ReadBy::Ondo,
 };
 
+pub const SPLIT: Variable = Variable {
+    name: "ONDO_SPLIT",
+    purpose: "how a rank of a split run divides a model: pipeline (a range of layers each) or tensor (a share of every layer's heads)",
+    default: "pipeline",
+    read_by: ReadBy::Ondo,
+};
+
 pub const RANK_STALL_TIMEOUT_S: Variable = Variable {
     name: "ONDO_RANK_STALL_TIMEOUT_S",
     purpose: "how long a split run may go without a token before its rank gives up on the others, in seconds",
@@ -244,6 +251,7 @@ pub const ALL: &[Variable] = &[
     NO_KEYCHAIN,
     PROMPT_CACHE,
     RANK_JOIN_TIMEOUT_S,
+    SPLIT,
     RANK_STALL_TIMEOUT_S,
     SPAWNED_AT_NS,
     DUMP_GRAPH,

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+mod common;
+
 /// Free ports on 127.0.0.1, one per rank (found by binding port 0; freed
 /// before the ranks bind them).
 fn free_ports(count: usize) -> Vec<u16> {
@@ -317,7 +319,8 @@ fn a_model_split_layer_by_layer_answers_the_tokens_one_process_does() {
             let said = text(&outputs[0].stderr);
             let expected = if count == 2 { "rank 0 (" } else { "rank 2 (" };
             assert!(
-                said.contains(&format!("split over {count} ranks")) && said.contains(expected),
+                said.contains(&format!("split by layers over {count} ranks"))
+                    && said.contains(expected),
                 "{what}: {said}"
             );
             let layers = if count == 2 {
@@ -379,4 +382,185 @@ fn a_rank_killed_mid_decode_ends_the_run_naming_it_and_nothing_hangs() {
         "{message}"
     );
     assert!(killed_at.elapsed() < Duration::from_secs(60));
+}
+
+/// mlx-lm's own split run of `model` over `ranks` (its `sharded_load`, by
+/// heads or by layers): the greedy ids rank 0 prints.
+fn mlx_lm_split(ranks: &Ranks, count: usize, model: &Path, prompt: &str, split: &str) -> Vec<u64> {
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/mlx_lm_sharded_generate.py");
+    let children = (0..count)
+        .map(|rank| {
+            Command::new(common::python())
+                .arg(&script)
+                .arg(model)
+                .args([
+                    "--prompt-ids",
+                    prompt,
+                    "--max-tokens",
+                    "16",
+                    "--split",
+                    split,
+                ])
+                .env("MLX_RANK", rank.to_string())
+                .env("MLX_HOSTFILE", &ranks.hostfile)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outputs = wait_all(children, Duration::from_secs(180));
+    for (rank, out) in outputs.iter().enumerate() {
+        assert!(
+            out.status.success(),
+            "mlx-lm rank {rank}: {}",
+            text(&out.stderr)
+        );
+    }
+    let json: Value = serde_json::from_slice(&outputs[0].stdout).unwrap();
+    json["generated_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "compares with mlx-lm (ONDO_SKIP_PYTHON)")]
+fn a_model_split_by_heads_answers_the_tokens_mlx_lms_split_does() {
+    let prompt: Vec<String> = (0..37)
+        .map(|i| ((i * 7919 + 13) % 1900).to_string())
+        .collect();
+    let prompt = prompt.join(",");
+    // 4-bit weights: each rank's share of the output and down projections'
+    // inputs is a whole number of quantization groups.
+    for arch in ["llama", "qwen3"] {
+        let ranks = Ranks::new(2);
+        let model = ranks.synth(
+            arch,
+            &[
+                "--arch",
+                arch,
+                "--layers",
+                "4",
+                "--bits",
+                "4",
+                "--untied-head",
+            ],
+        );
+        let want = mlx_lm_split(&ranks, 2, &model, &prompt, "tensor");
+        let distinct: std::collections::HashSet<_> = want.iter().collect();
+        assert!(
+            distinct.len() >= 2,
+            "{arch}: {want:?} repeats itself: a test that cannot fail"
+        );
+        let args = [
+            model.to_str().unwrap(),
+            "--prompt-ids",
+            &prompt,
+            "--max-tokens",
+            "16",
+            "--prefill-step-size",
+            "8",
+            "--json",
+        ];
+        let alone = run_json(
+            &ranks
+                .ondo(&[&["run"][..], &args[..]].concat())
+                .output()
+                .unwrap(),
+            &format!("{arch} alone"),
+        );
+        for shape in ["pipelined", "sync"] {
+            let mut split_args = args.to_vec();
+            split_args.extend(["--loop", shape, "--split", "tensor"]);
+            let outputs = split_run(&ranks, 2, &split_args);
+            let what = format!("{arch} split by heads, {shape} loop");
+            let split = run_json(&outputs[0], &what);
+            assert_eq!(
+                ids(&split),
+                want,
+                "{what}: mlx-lm's split answered otherwise"
+            );
+            assert!(
+                outputs[1].status.success(),
+                "{what}: {}",
+                text(&outputs[1].stderr)
+            );
+            assert!(outputs[1].stdout.is_empty(), "{what}: rank 1 printed");
+            let said = text(&outputs[0].stderr);
+            assert!(
+                said.contains("split by heads over 2 ranks") && said.contains("1/2 of every layer"),
+                "{what}: {said}"
+            );
+            assert!(
+                split["weights_bytes"].as_u64() < alone["weights_bytes"].as_u64(),
+                "{what}: {} of {} bytes",
+                split["weights_bytes"],
+                alone["weights_bytes"]
+            );
+        }
+    }
+}
+
+#[test]
+fn a_model_that_cannot_be_split_by_heads_is_refused_on_every_rank_with_the_way_that_works() {
+    // Four heads do not divide over three ranks; gated DeltaNet layers are
+    // not attention at all.
+    let three = Ranks::new(3);
+    let llama = three.synth("llama", &["--layers", "3"]);
+    let args = [
+        "run",
+        llama.to_str().unwrap(),
+        "--prompt-ids",
+        "1,2,3",
+        "--split",
+        "tensor",
+    ];
+    let children = (0..3).map(|rank| three.start(rank, &args)).collect();
+    for (rank, out) in wait_all(children, Duration::from_secs(120))
+        .iter()
+        .enumerate()
+    {
+        assert!(!out.status.success(), "rank {rank} ran");
+        let said = text(&out.stderr);
+        assert!(
+            said.contains("4 attention heads do not divide over 3 ranks")
+                && said.contains("--split pipeline"),
+            "rank {rank}: {said}"
+        );
+    }
+    let two = Ranks::new(2);
+    let delta = two.synth("qwen3_5", &["--arch", "qwen3_5", "--layers", "4"]);
+    let args = [
+        "run",
+        delta.to_str().unwrap(),
+        "--prompt-ids",
+        "1,2,3",
+        "--split",
+        "tensor",
+    ];
+    let children = (0..2).map(|rank| two.start(rank, &args)).collect();
+    for (rank, out) in wait_all(children, Duration::from_secs(120))
+        .iter()
+        .enumerate()
+    {
+        let said = text(&out.stderr);
+        assert!(
+            !out.status.success()
+                && said.contains("not attention")
+                && said.contains("--split pipeline"),
+            "rank {rank}: {said}"
+        );
+    }
+    // Outside a launch, --split says what it is for.
+    let out = two.ondo(&args).output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("mlx.launch"),
+        "{}",
+        text(&out.stderr)
+    );
 }

@@ -218,6 +218,13 @@ pub struct RunArgs {
     /// instead of the streamed text and footer.
     #[arg(long)]
     json: bool,
+    /// On a run started as one rank of several (mlx.launch): divide the
+    /// model by layers (`pipeline`, the default: any family, one small
+    /// message per step, the ranks take turns) or by heads (`tensor`: every
+    /// rank works on every layer, two sums per layer, so it wants a fast
+    /// link; dense attention families). Same as ONDO_SPLIT.
+    #[arg(long, value_enum, value_name = "HOW")]
+    split: Option<crate::engine::distributed::SplitKind>,
 }
 
 #[derive(Debug, Args)]
@@ -445,6 +452,7 @@ fn split_plan(
     launch: &crate::engine::distributed::Launch,
     ranks: &[crate::engine::distributed::handshake::RankIdentity],
 ) -> String {
+    use crate::engine::distributed::SplitKind;
     use crate::units::human_bytes;
     let layers = crate::hub::sizing::facts_from_folder(dir)
         .map(|facts| facts.shape.num_hidden_layers as usize)
@@ -459,17 +467,32 @@ fn split_plan(
     let mut parts = Vec::new();
     let mut short = Vec::new();
     for rank in ranks {
-        let Ok((first, end)) =
-            crate::engine::distributed::pipeline::layer_range(layers, rank.rank, launch.size)
-        else {
-            continue;
+        let (held, what) = match launch.split {
+            SplitKind::Pipeline => {
+                let Ok((first, end)) = crate::engine::distributed::pipeline::layer_range(
+                    layers,
+                    rank.rank,
+                    launch.size,
+                ) else {
+                    continue;
+                };
+                (
+                    bytes.of_layers(first, end),
+                    format!("layers {first}-{}", end - 1),
+                )
+            }
+            // Every layer's projections cut in `size` (norms are a
+            // rounding error beside them); embeddings and head whole.
+            SplitKind::Tensor => (
+                bytes.shared
+                    + bytes.of_layers(0, layers).saturating_sub(bytes.shared) / launch.size as u64,
+                format!("1/{} of every layer", launch.size),
+            ),
         };
-        let held = bytes.of_layers(first, end);
         parts.push(format!(
-            "rank {} ({}) layers {first}-{}, {} of weights, {} memory",
+            "rank {} ({}) {what}, {} of weights, {} memory",
             rank.rank,
             rank.host,
-            end - 1,
             human_bytes(held),
             human_bytes(rank.memory_bytes)
         ));
@@ -477,8 +500,12 @@ fn split_plan(
             short.push(format!("rank {} ({})", rank.rank, rank.host));
         }
     }
+    let how = match launch.split {
+        SplitKind::Pipeline => "by layers",
+        SplitKind::Tensor => "by heads",
+    };
     let mut line = format!(
-        "split over {} ranks over MLX's {} backend: {}",
+        "split {how} over {} ranks over MLX's {} backend: {}",
         launch.size,
         launch.backend,
         parts.join("; ")
@@ -505,7 +532,19 @@ pub fn run(mut args: RunArgs) -> Result<ExitCode, CliError> {
     // command on its share of the layers; rank 0 answers and records, the
     // others compute in step and print nothing. A saved prompt cache would
     // hold only this rank's layers, so none is read or written.
-    let launch = launched_as_rank()?;
+    let mut launch = launched_as_rank()?;
+    match (&mut launch, args.split) {
+        (Some(launch), Some(split)) => launch.split = split,
+        (None, Some(_)) => {
+            return Err(CliError::new(
+                ErrorKind::InvalidSettings,
+                "--split divides a model over the ranks of a launch; this process was not \
+                 started as one (start every rank with mlx.launch, or set MLX_RANK and \
+                 MLX_HOSTFILE)",
+            ));
+        }
+        _ => {}
+    }
     let follower = launch.as_ref().is_some_and(|l| l.rank != 0);
     if launch.is_some() {
         args.generation.no_disk_cache = true;

@@ -85,10 +85,9 @@ impl LoadedModel {
             config.quantization.as_ref(),
         )?;
         // A rank of a split model keeps only its own layers.
-        let stage =
-            crate::engine::distributed::pipeline::Stage::of_this_process(config.num_hidden_layers)
-                .map_err(LoadError::Split)?;
-        let model = Decoder::load_stage(&config, &config_path, weights, stage)?;
+        let split = crate::engine::distributed::Split::of_this_process(&config)
+            .map_err(LoadError::Split)?;
+        let model = Decoder::load_split(&config, &config_path, weights, split)?;
         let mut arrays = model.arrays();
         if let Some(vision) = &vision {
             arrays.extend(vision.arrays());

@@ -10,8 +10,89 @@ pub mod group;
 pub mod handshake;
 pub mod link;
 pub mod pipeline;
+pub mod tensor;
 
 pub use group::{Backend, Group};
+
+/// How a model is divided over the ranks: by layers or by heads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum SplitKind {
+    /// Each rank holds a contiguous range of the layers and passes the
+    /// hidden states on: one small message a step, any family, but the
+    /// ranks take turns (`pipeline`).
+    Pipeline,
+    /// Each rank holds a share of every layer's heads and MLP width and
+    /// every rank works on every layer: two sums a layer, so it wants a
+    /// fast link (`tensor`). Dense attention families.
+    Tensor,
+}
+
+impl SplitKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            SplitKind::Pipeline => "pipeline",
+            SplitKind::Tensor => "tensor",
+        }
+    }
+
+    /// `ONDO_SPLIT`'s choice, pipeline when unset.
+    pub fn from_env() -> Result<Self, String> {
+        let Some(value) = crate::environment::SPLIT.value() else {
+            return Ok(SplitKind::Pipeline);
+        };
+        match value.trim() {
+            "pipeline" | "layers" => Ok(SplitKind::Pipeline),
+            "tensor" | "heads" => Ok(SplitKind::Tensor),
+            other => Err(format!(
+                "ONDO_SPLIT={other}: say pipeline (each rank a range of layers) or tensor (each \
+                 rank a share of every layer's heads)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for SplitKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// This process's part of a model split over the ranks it joined.
+#[derive(Debug)]
+pub enum Split {
+    Pipeline(pipeline::Stage),
+    Tensor(tensor::TensorShards),
+}
+
+impl Split {
+    /// This process's part of a model of `config`, when it joined a group
+    /// of several ranks; `None` when it runs alone. A model the launch's
+    /// split cannot divide is refused with the reason.
+    pub fn of_this_process(
+        config: &crate::family::config::ModelConfig,
+    ) -> Result<Option<Self>, String> {
+        let Some(launch) = pipeline::joined() else {
+            return Ok(None);
+        };
+        match launch.split {
+            SplitKind::Pipeline => Ok(pipeline::Stage::of_launch(
+                launch,
+                config.num_hidden_layers,
+            )?
+            .map(Split::Pipeline)),
+            SplitKind::Tensor => {
+                if let Some(reason) = tensor::refusal(config, launch.size) {
+                    return Err(format!("by heads over {} ranks: {reason}", launch.size));
+                }
+                // MLX keeps the group it made at the join: this returns it
+                // at once.
+                let group = Group::init(launch.backend)?;
+                Ok(Some(Split::Tensor(tensor::TensorShards::new(group))))
+            }
+        }
+    }
+}
 
 /// How this process was started as one rank of several: what MLX's
 /// launcher (`mlx.launch`) or a person put in the environment.
@@ -22,6 +103,8 @@ pub struct Launch {
     pub size: usize,
     /// The ring backend's addresses, one list per rank ("ip:port").
     pub ring_hosts: Vec<Vec<String>>,
+    /// How models are divided over the ranks (`ONDO_SPLIT`, or `--split`).
+    pub split: SplitKind,
 }
 
 /// The ring backend's hostfile: one list of "ip:port" per rank, as
@@ -75,6 +158,7 @@ impl Launch {
                 rank,
                 size,
                 ring_hosts: Vec::new(),
+                split: SplitKind::from_env()?,
             }));
         }
         let Some(rank) = var("MLX_RANK") else {
@@ -122,6 +206,7 @@ impl Launch {
             rank,
             size,
             ring_hosts,
+            split: SplitKind::from_env()?,
         }))
     }
 

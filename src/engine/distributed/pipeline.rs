@@ -73,12 +73,8 @@ impl std::fmt::Debug for Stage {
 }
 
 impl Stage {
-    /// This process's stage of a model of `layers` layers, when it joined
-    /// a group of several ranks; `None` when it runs alone.
-    pub fn of_this_process(layers: usize) -> Result<Option<Self>, String> {
-        let Some(launch) = joined() else {
-            return Ok(None);
-        };
+    /// This process's stage of a model of `layers` layers in `launch`.
+    pub fn of_launch(launch: &Launch, layers: usize) -> Result<Option<Self>, String> {
         // MLX keeps the group it made at the join: this returns it at once.
         let group = Group::init(launch.backend)?;
         let (first, end) = layer_range(layers, group.rank(), group.size())?;

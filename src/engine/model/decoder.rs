@@ -30,7 +30,9 @@ use crate::engine::cache::{
     AttentionMask, CachedKv, ConvState, KvQuantization, LayerCache, RecurrentState,
     quantized_attention,
 };
+use crate::engine::distributed::Split;
 use crate::engine::distributed::pipeline::Stage;
+use crate::engine::distributed::tensor::{self, TensorShards};
 use crate::engine::weights::WeightMap;
 use crate::family::{Activation, ModelConfig, PositionQueryScale, RopeScaling};
 
@@ -548,6 +550,10 @@ pub struct Decoder {
     /// This rank's layers when the model is split across ranks (pipeline
     /// parallel): `layers` holds only those, from global index `first`.
     stage: Option<Stage>,
+    /// This rank's share of every layer's heads and MLP width when the
+    /// model is split by heads (tensor parallel): the output and down
+    /// projections' products are summed across the ranks.
+    tensor: Option<TensorShards>,
 }
 
 /// The names of the tensors in `w` that start with `prefix`.
@@ -727,17 +733,34 @@ impl Decoder {
         config_path: &Path,
         weights: WeightMap,
     ) -> Result<Self, LoadError> {
-        Self::load_stage(config, config_path, weights, None)
+        Self::load_split(config, config_path, weights, None)
     }
 
-    /// `load`, keeping only `stage`'s layers (their weights are never read:
-    /// MLX reads a tensor from its file when it is first evaluated).
-    pub fn load_stage(
+    /// `load`, keeping only this rank's part of a model split over ranks:
+    /// a pipeline stage's layers (the others' weights are never read: MLX
+    /// reads a tensor from its file when it is first evaluated), or a
+    /// tensor shard's slice of every layer.
+    pub fn load_split(
         config: &ModelConfig,
         config_path: &Path,
         mut weights: WeightMap,
-        stage: Option<Stage>,
+        split: Option<Split>,
     ) -> Result<Self, LoadError> {
+        let (stage, tensor) = match split {
+            Some(Split::Pipeline(stage)) => (Some(stage), None),
+            Some(Split::Tensor(shards)) => (None, Some(shards)),
+            None => (None, None),
+        };
+        // A tensor shard's layers have its share of the heads and width.
+        let sharded;
+        let whole = config;
+        let config = match &tensor {
+            Some(shards) => {
+                sharded = tensor::shard_config(config, shards.size());
+                &sharded
+            }
+            None => config,
+        };
         let first = stage.as_ref().map_or(0, |s| s.first);
         let quant = config.quantization.as_ref();
         let hidden = config.hidden_size;
@@ -760,6 +783,9 @@ impl Decoder {
         }
         if config.gated_delta.is_some() {
             super::gated_delta::read_transformers_layout(w)?;
+        }
+        if let Some(shards) = &tensor {
+            tensor::shard_weights(w, whole, root, shards.rank(), shards.size())?;
         }
         let embed_tokens = Linear::load(
             w,
@@ -1110,6 +1136,7 @@ impl Decoder {
                 None => None,
             },
             stage,
+            tensor,
         };
         decoder.prepare_decode();
         Ok(decoder)
@@ -1558,7 +1585,7 @@ impl Decoder {
                     return Err(Exception::custom(format!("layer {i} has no state")));
                 }
             };
-            h = layer.finish(&h, &mixed, self.eps)?;
+            h = layer.finish(&h, &mixed, self.eps, self.tensor.as_ref())?;
             if let (Some(gate), Some(inputs)) = (&layer.per_layer_gate, &per_layer) {
                 h = gate.apply(&h, &inputs.index((.., .., i as i32, ..)), self.eps)?;
             }
@@ -1660,25 +1687,54 @@ fn rows_query_scale(
 impl Layer {
     /// The rest of the layer after attention: the output projection of the
     /// attention's `heads`, the residual adds, the MLP and its norms.
-    fn finish(&self, h: &Array, heads: &Array, eps: f32) -> Result<Array, Exception> {
-        match &self.pre_feedforward_layernorm {
-            None => {
+    /// On a tensor shard (`shards`), the output and down projections give
+    /// partial sums that the ranks add up before the residual adds.
+    fn finish(
+        &self,
+        h: &Array,
+        heads: &Array,
+        eps: f32,
+        shards: Option<&TensorShards>,
+    ) -> Result<Array, Exception> {
+        match (&self.pre_feedforward_layernorm, shards) {
+            (None, None) => {
                 let h = self.mixer.out_proj().forward_add(heads, h)?;
                 let normed = fast::rms_norm(&h, Some(&self.post_attention_layernorm), eps)?;
                 self.mlp.forward_add(&normed, &h, eps)
             }
-            Some(pre_feedforward) => {
-                let attn = self.mixer.out_proj().forward(heads)?;
+            (None, Some(shards)) => {
+                let h = ops::add(h, &summed(self.mixer.out_proj(), heads, shards)?)?;
+                let normed = fast::rms_norm(&h, Some(&self.post_attention_layernorm), eps)?;
+                ops::add(&h, &self.mlp.forward_summed(&normed, shards)?)
+            }
+            (Some(pre_feedforward), shards) => {
+                let attn = match shards {
+                    None => self.mixer.out_proj().forward(heads)?,
+                    Some(shards) => summed(self.mixer.out_proj(), heads, shards)?,
+                };
                 let attn = fast::rms_norm(&attn, Some(&self.post_attention_layernorm), eps)?;
                 let h = residual_add(h, &attn)?;
                 let normed = fast::rms_norm(&h, Some(pre_feedforward), eps)?;
-                let mut out = self.mlp.forward(&h, &normed, eps)?;
+                let mut out = match shards {
+                    None => self.mlp.forward(&h, &normed, eps)?,
+                    Some(shards) => self.mlp.forward_summed(&normed, shards)?,
+                };
                 if let Some(post) = &self.post_feedforward_layernorm {
                     out = fast::rms_norm(&out, Some(post), eps)?;
                 }
                 residual_add(&h, &out)
             }
         }
+    }
+}
+
+/// A projection cut by input columns across tensor shards: this rank's
+/// partial product, summed over the ranks, then the layer's bias once.
+fn summed(linear: &Linear, x: &Array, shards: &TensorShards) -> Result<Array, Exception> {
+    let total = shards.sum(&linear.product(x)?)?;
+    match linear.bias() {
+        Some(bias) => ops::add(&total, bias),
+        None => Ok(total),
     }
 }
 
@@ -1997,6 +2053,17 @@ impl FeedForward {
         match self {
             FeedForward::Dense(mlp) => mlp.forward_add(x, residual),
             other => ops::add(residual, &other.forward(residual, x, eps)?),
+        }
+    }
+
+    /// `forward` on a tensor shard: the dense MLP's down projection summed
+    /// across the ranks (the only feed-forward a shard has).
+    fn forward_summed(&self, x: &Array, shards: &TensorShards) -> Result<Array, Exception> {
+        match self {
+            FeedForward::Dense(mlp) => summed(&mlp.down_proj, &mlp.activated(x)?, shards),
+            _ => Err(Exception::custom(
+                "a layer with experts cannot be cut by heads across ranks",
+            )),
         }
     }
 

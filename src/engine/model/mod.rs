@@ -215,24 +215,28 @@ impl Linear {
 
     /// `x @ W.T (+ b)`.
     pub fn forward(&self, x: &Array) -> Result<Array, Exception> {
-        let (y, bias) = match self {
-            Linear::Dense { weight, bias } => (ops::matmul(x, weight.transpose()?)?, bias),
-            Linear::Quantized { matrix, bias } => {
+        let y = self.product(x)?;
+        match self.bias() {
+            Some(b) => ops::add(&y, b),
+            None => Ok(y),
+        }
+    }
+
+    /// `x @ W.T`, without the bias.
+    pub fn product(&self, x: &Array) -> Result<Array, Exception> {
+        match self {
+            Linear::Dense { weight, .. } => ops::matmul(x, weight.transpose()?),
+            Linear::Quantized { matrix, .. } => {
                 let (weight, scales, biases) =
                     (&matrix.weight, &matrix.scales, matrix.biases.as_ref());
-                let y = match matrix
+                match matrix
                     .affine()
                     .and_then(|affine| backend::matvec(x, affine, None))
                 {
-                    Some(product) => product?,
-                    None => quantized::quantized_matmul(x, weight, scales, biases, matrix.params)?,
-                };
-                (y, bias)
+                    Some(product) => product,
+                    None => quantized::quantized_matmul(x, weight, scales, biases, matrix.params),
+                }
             }
-        };
-        match bias {
-            Some(b) => ops::add(&y, b),
-            None => Ok(y),
         }
     }
 
@@ -332,7 +336,8 @@ impl Linear {
         Ok(Some(fused))
     }
 
-    fn bias(&self) -> Option<&Array> {
+    /// The layer's own bias, added after the product.
+    pub fn bias(&self) -> Option<&Array> {
         match self {
             Linear::Dense { bias, .. } | Linear::Quantized { bias, .. } => bias.as_ref(),
         }
