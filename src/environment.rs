@@ -50,6 +50,18 @@ impl Variable {
         self.value()?.trim().parse().ok()
     }
 
+    /// Its value as a size in bytes ("900MiB", "12GiB", "1.5G", "4096"),
+    /// `None` when unset; an error saying how to write one when it is not.
+    pub fn bytes(&self) -> Option<Result<u64, String>> {
+        let value = self.value()?;
+        Some(parse_bytes(&value).ok_or_else(|| {
+            format!(
+                "{}={value} is not a size: write it as bytes or with a unit, like 900MiB or 12GiB",
+                self.name
+            )
+        }))
+    }
+
     /// `Some(false)` for `0`, `Some(true)` for `1`, `None` otherwise: the
     /// on/off switches, whose unset default each reader decides.
     pub fn switch(&self) -> Option<bool> {
@@ -93,6 +105,13 @@ pub const RANK_JOIN_TIMEOUT_S: Variable = Variable {
     name: "ONDO_RANK_JOIN_TIMEOUT_S",
     purpose: "how long a rank of a split run waits for every other rank to start, in seconds",
     default: "60",
+    read_by: ReadBy::Ondo,
+};
+
+pub const MEMORY_LIMIT: Variable = Variable {
+    name: "ONDO_MEMORY_LIMIT",
+    purpose: "the most memory a model may take on this machine (like 12GiB): fit checks count no more as free; on each rank of a split run, its own",
+    default: "what the system says is available",
     read_by: ReadBy::Ondo,
 };
 
@@ -251,6 +270,7 @@ pub const ALL: &[Variable] = &[
     NO_KEYCHAIN,
     PROMPT_CACHE,
     RANK_JOIN_TIMEOUT_S,
+    MEMORY_LIMIT,
     SPLIT,
     RANK_STALL_TIMEOUT_S,
     SPAWNED_AT_NS,
@@ -289,8 +309,39 @@ pub fn set_now() -> Vec<(Variable, String)> {
         .collect()
 }
 
+/// A size in bytes: a number, optionally with a unit (B, K/KB/KiB, M/MB/MiB,
+/// G/GB/GiB, T/TB/TiB; every unit counted in powers of 1024, as memory is).
+pub fn parse_bytes(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let power = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 1,
+        "m" | "mb" | "mib" => 2,
+        "g" | "gb" | "gib" => 3,
+        "t" | "tb" | "tib" => 4,
+        _ => return None,
+    };
+    let bytes = number * 1024f64.powi(power);
+    (bytes.is_finite() && bytes >= 0.0).then_some(bytes as u64)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sizes_read_with_or_without_a_unit() {
+        assert_eq!(super::parse_bytes("4096"), Some(4096));
+        assert_eq!(super::parse_bytes("900MiB"), Some(900 << 20));
+        assert_eq!(super::parse_bytes("1.5 GB"), Some(3 << 29));
+        assert_eq!(super::parse_bytes("12g"), Some(12 << 30));
+        assert_eq!(super::parse_bytes("lots"), None);
+        assert_eq!(super::parse_bytes("12 parsecs"), None);
+    }
+
     use super::*;
 
     #[test]

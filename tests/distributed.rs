@@ -71,8 +71,13 @@ impl Ranks {
     }
 
     fn synth(&self, name: &str, args: &[&str]) -> PathBuf {
+        self.synth_as(name, "tiny", args)
+    }
+
+    /// `synth` of another preset shape.
+    fn synth_as(&self, name: &str, preset: &str, args: &[&str]) -> PathBuf {
         let dir = self.dir.path().join(name);
-        let mut all = vec!["synth", "tiny", dir.to_str().unwrap()];
+        let mut all = vec!["synth", preset, dir.to_str().unwrap()];
         all.extend_from_slice(args);
         let out = self.ondo(&all).output().unwrap();
         assert!(
@@ -563,4 +568,71 @@ fn a_model_that_cannot_be_split_by_heads_is_refused_on_every_rank_with_the_way_t
         "{}",
         text(&out.stderr)
     );
+}
+
+#[test]
+fn a_model_too_large_for_each_ranks_memory_runs_split_and_answers_as_one_process_does() {
+    let ranks = Ranks::new(2);
+    // About 400 MiB of weights: with the KV cache and MLX's overhead, more
+    // than 720 MiB on one machine, about 590 MiB on each of two.
+    let model = ranks.synth_as("small", "small", &["--layers", "8", "--untied-head"]);
+    let model = model.to_str().unwrap();
+    let args = [
+        "run",
+        model,
+        "--prompt-ids",
+        "5,17,99,3,250,7,41",
+        "--max-tokens",
+        "8",
+        "--json",
+    ];
+    let limit = [("ONDO_MEMORY_LIMIT", "720MiB")];
+    let refused = ranks.ondo(&args).envs(limit).output().unwrap();
+    assert!(
+        !refused.status.success(),
+        "one machine ran what does not fit it"
+    );
+    assert!(
+        text(&refused.stderr).contains("will not fit"),
+        "{}",
+        text(&refused.stderr)
+    );
+    let want = ids(&run_json(
+        &ranks.ondo(&args).output().unwrap(),
+        "alone, unlimited",
+    ));
+    for split in ["pipeline", "tensor"] {
+        let mut split_args = args.to_vec();
+        split_args.extend(["--split", split]);
+        let children = (0..2)
+            .map(|rank| ranks.start_with(rank, &split_args, &limit))
+            .collect();
+        let outputs = wait_all(children, Duration::from_secs(180));
+        let what = format!("split by {split} within 720 MiB a rank");
+        assert_eq!(ids(&run_json(&outputs[0], &what)), want, "{what}");
+        let said = text(&outputs[0].stderr);
+        assert!(
+            said.contains("split over 2 ranks") && said.contains("of 720 MiB on rank 1 ("),
+            "{what}: {said}"
+        );
+    }
+    // Less than a share on each: every rank refuses before loading,
+    // naming the ranks and what would help.
+    let low = [("ONDO_MEMORY_LIMIT", "400MiB")];
+    let children = (0..2)
+        .map(|rank| ranks.start_with(rank, &args, &low))
+        .collect();
+    for (rank, out) in wait_all(children, Duration::from_secs(120))
+        .iter()
+        .enumerate()
+    {
+        let said = text(&out.stderr);
+        assert!(!out.status.success(), "rank {rank} ran");
+        assert!(
+            said.contains("will not fit split over 2 ranks")
+                && said.contains("rank 1 (")
+                && said.contains("split over more ranks"),
+            "rank {rank}: {said}"
+        );
+    }
 }

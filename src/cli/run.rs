@@ -159,6 +159,9 @@ impl GenerationArgs {
             .map_err(|e| CliError::new(ErrorKind::InvalidSettings, e))?;
         self.constraint()
             .map_err(|e| CliError::new(ErrorKind::InvalidSettings, e))?;
+        if let Some(Err(e)) = crate::environment::MEMORY_LIMIT.bytes() {
+            return Err(CliError::new(ErrorKind::InvalidSettings, e));
+        }
         let pool = session_pool(self.no_history)?;
         let model = resolve_model(&pool, &self.model, NamedBy::Local)
             .map_err(|e| CliError::from(e).about(&self.model))?;
@@ -243,26 +246,11 @@ pub struct ChatArgs {
 /// Refuses to load a model the fit estimate says will not fit, unless the
 /// user asked to load anyway; warns when it is tight.
 fn check_fit(dir: &Path, args: &GenerationArgs) -> Result<(), String> {
-    use crate::hub::{fit::Verdict, sizing};
-    let Ok(facts) = sizing::facts_from_folder(dir) else {
+    use crate::hub::fit::Verdict;
+    let Some(estimate) = fit_estimate(dir, args) else {
         // The engine's loader names what is wrong with the folder.
         return Ok(());
     };
-    let context = args
-        .settings
-        .max_kv_size
-        .map_or(crate::hub::fit::DEFAULT_CONTEXT_TOKENS, |n| n as u64);
-    let settings = &args.settings;
-    // A bounded cache rotates in floats; a growing one may be quantized.
-    let kv_bits = settings
-        .kv_bits
-        .filter(|_| settings.max_kv_size.is_none())
-        .map(|bits| crate::hub::fit::KvCacheBits {
-            bits: u64::from(bits),
-            group_size: u64::from(settings.kv_group_size),
-            start: settings.quantized_kv_start as u64,
-        });
-    let estimate = facts.estimate_held_in(context, sizing::MachineMemory::read(None), kv_bits);
     let line = crate::cli::models::verdict_line(&estimate);
     match estimate.verdict {
         Verdict::Fits => Ok(()),
@@ -284,6 +272,28 @@ fn check_fit(dir: &Path, args: &GenerationArgs) -> Result<(), String> {
                 .join("\n")
         )),
     }
+}
+
+/// The fit estimate of the model in `dir` with these settings on this
+/// machine; `None` when the folder does not say enough.
+fn fit_estimate(dir: &Path, args: &GenerationArgs) -> Option<crate::hub::fit::FitEstimate> {
+    use crate::hub::sizing;
+    let facts = sizing::facts_from_folder(dir).ok()?;
+    let context = args
+        .settings
+        .max_kv_size
+        .map_or(crate::hub::fit::DEFAULT_CONTEXT_TOKENS, |n| n as u64);
+    let settings = &args.settings;
+    // A bounded cache rotates in floats; a growing one may be quantized.
+    let kv_bits = settings
+        .kv_bits
+        .filter(|_| settings.max_kv_size.is_none())
+        .map(|bits| crate::hub::fit::KvCacheBits {
+            bits: u64::from(bits),
+            group_size: u64::from(settings.kv_group_size),
+            start: settings.quantized_kv_start as u64,
+        });
+    Some(facts.estimate_held_in(context, sizing::MachineMemory::read(None), kv_bits))
 }
 
 /// The timings footer, in the order the costs happen.
@@ -444,30 +454,43 @@ impl Drop for StallWatch {
     }
 }
 
-/// What each rank of a split run holds, in a line for rank 0 to print:
-/// its layers and their weights (from the folder's safetensors headers)
-/// beside its memory, with a warning for a rank they would not fit.
+/// What rank 0 prints before a split run: who holds what (each rank's
+/// layers, or its share of every layer, and their weight bytes from the
+/// folder's safetensors headers) and whether each rank's share fits its own
+/// memory budget (from the introductions). Every rank computes the same
+/// verdict from the same facts, so a share that will not fit ends every
+/// rank with the same error (unless --load-anyway) before any loads.
 fn split_plan(
     dir: &Path,
     launch: &crate::engine::distributed::Launch,
     ranks: &[crate::engine::distributed::handshake::RankIdentity],
-) -> String {
+    args: &GenerationArgs,
+) -> Result<String, String> {
     use crate::engine::distributed::SplitKind;
+    use crate::hub::fit::{Verdict, estimate_share};
     use crate::units::human_bytes;
+    let how = match launch.split {
+        SplitKind::Pipeline => "by layers",
+        SplitKind::Tensor => "by heads",
+    };
+    let head = format!(
+        "split {how} over {} ranks over MLX's {} backend",
+        launch.size, launch.backend
+    );
     let layers = crate::hub::sizing::facts_from_folder(dir)
         .map(|facts| facts.shape.num_hidden_layers as usize)
         .ok();
     let bytes = crate::hub::sizing::layer_bytes(dir).ok();
     let (Some(layers), Some(bytes)) = (layers, bytes) else {
-        return format!(
-            "split over {} ranks over MLX's {} backend",
-            launch.size, launch.backend
-        );
+        return Ok(head);
     };
+    let whole = fit_estimate(dir, args);
     let mut parts = Vec::new();
+    let mut needs = Vec::new();
     let mut short = Vec::new();
+    let mut tight = false;
     for rank in ranks {
-        let (held, what) = match launch.split {
+        let (held, kv_fraction, what) = match launch.split {
             SplitKind::Pipeline => {
                 let Ok((first, end)) = crate::engine::distributed::pipeline::layer_range(
                     layers,
@@ -478,6 +501,7 @@ fn split_plan(
                 };
                 (
                     bytes.of_layers(first, end),
+                    (end - first) as f64 / layers as f64,
                     format!("layers {first}-{}", end - 1),
                 )
             }
@@ -486,37 +510,60 @@ fn split_plan(
             SplitKind::Tensor => (
                 bytes.shared
                     + bytes.of_layers(0, layers).saturating_sub(bytes.shared) / launch.size as u64,
+                1.0 / launch.size as f64,
                 format!("1/{} of every layer", launch.size),
             ),
         };
-        parts.push(format!(
-            "rank {} ({}) {what}, {} of weights, {} memory",
-            rank.rank,
-            rank.host,
-            human_bytes(held),
-            human_bytes(rank.memory_bytes)
+        let name = format!("rank {} ({})", rank.rank, rank.host);
+        parts.push(format!("{name} {what}, {} of weights", human_bytes(held)));
+        let (Some(whole), true) = (&whole, rank.budget_bytes > 0) else {
+            continue;
+        };
+        let share = estimate_share(whole, held, kv_fraction, rank.budget_bytes);
+        needs.push(format!(
+            "{} of {} on {name}",
+            human_bytes(share.needed_bytes),
+            human_bytes(share.budget_bytes)
         ));
-        if rank.memory_bytes > 0 && held > rank.memory_bytes {
-            short.push(format!("rank {} ({})", rank.rank, rank.host));
+        match share.verdict {
+            Verdict::Fits => {}
+            Verdict::Tight => tight = true,
+            Verdict::WillNotFit => short.push(format!(
+                "{name} needs {} with {} free",
+                human_bytes(share.needed_bytes),
+                human_bytes(share.budget_bytes)
+            )),
         }
     }
-    let how = match launch.split {
-        SplitKind::Pipeline => "by layers",
-        SplitKind::Tensor => "by heads",
-    };
-    let mut line = format!(
-        "split {how} over {} ranks over MLX's {} backend: {}",
-        launch.size,
-        launch.backend,
-        parts.join("; ")
-    );
-    if !short.is_empty() {
-        line.push_str(&format!(
-            "\nnote: the weights of {} exceed its memory: expect heavy swapping, or split over more ranks",
-            short.join(", ")
-        ));
+    let mut plan = format!("{head}: {}", parts.join("; "));
+    if needs.is_empty() {
+        return Ok(plan);
     }
-    line
+    let context = whole.as_ref().map_or(0, |w| w.context_tokens);
+    if short.is_empty() {
+        let verdict = if tight { "tight" } else { "fits" };
+        plan.push_str(&format!(
+            "\nfit: {verdict} split over {} ranks at {context} tokens of context (needs {})",
+            launch.size,
+            needs.join(", ")
+        ));
+        return Ok(plan);
+    }
+    let line = format!(
+        "fit: will not fit split over {} ranks at {context} tokens of context: {}",
+        launch.size,
+        short.join("; ")
+    );
+    if args.load_anyway {
+        plan.push_str(&format!("\n{line}; loading anyway (--load-anyway)"));
+        return Ok(plan);
+    }
+    Err(format!(
+        "{plan}\n{line}\n  - split over more ranks, or give those machines more memory ({}, \
+         other apps)\n  - choose a more quantized model, or a shorter context \
+         (--max-kv-size)\nPass --load-anyway to try regardless (the system may swap heavily).",
+        crate::environment::MEMORY_LIMIT.name
+    ))
 }
 
 /// This process's launch when it is one rank of several (mlx.launch set
@@ -558,10 +605,12 @@ pub fn run(mut args: RunArgs) -> Result<ExitCode, CliError> {
         ),
         None => None,
     };
-    if let (Some(launch), Some(ranks)) = (&launch, &ranks)
-        && launch.rank == 0
-    {
-        eprintln!("{}", split_plan(&model.dir, launch, ranks));
+    if let (Some(launch), Some(ranks)) = (&launch, &ranks) {
+        let plan =
+            split_plan(&model.dir, launch, ranks, &args.generation).map_err(CliError::from)?;
+        if launch.rank == 0 {
+            eprintln!("{plan}");
+        }
     }
     let stall_watch = launch
         .clone()

@@ -765,6 +765,44 @@ pub fn estimate_fit(input: &FitInput) -> FitEstimate {
 /// The engine's cache grows `KV_CACHE_STEP` positions at a time, so that is
 /// what it holds at a given context; a sliding-window layer's stops at its
 /// window, as mlx-lm's `RotatingKVCache` does.
+/// One rank's side of a split model's fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ShareEstimate {
+    pub weights_bytes: u64,
+    pub kv_cache_bytes: u64,
+    pub needed_bytes: u64,
+    pub budget_bytes: u64,
+    pub verdict: Verdict,
+}
+
+/// A rank's share of the model `whole` estimates: `weights_bytes` of its
+/// weights and `kv_fraction` of its KV cache, with the overhead of a
+/// model that size (the floor holds on every rank) and the whole prefill
+/// step's activations (every rank runs every position), against the
+/// rank's own `budget_bytes`.
+pub fn estimate_share(
+    whole: &FitEstimate,
+    weights_bytes: u64,
+    kv_fraction: f64,
+    budget_bytes: u64,
+) -> ShareEstimate {
+    let activations = whole
+        .overhead_bytes
+        .saturating_sub(OVERHEAD_FLOOR_BYTES.max(whole.weights_bytes / 10));
+    let kv_cache_bytes = (whole.kv_cache_bytes as f64 * kv_fraction.clamp(0.0, 1.0)).ceil() as u64;
+    let needed_bytes = weights_bytes
+        .saturating_add(kv_cache_bytes)
+        .saturating_add(OVERHEAD_FLOOR_BYTES.max(weights_bytes / 10))
+        .saturating_add(activations);
+    ShareEstimate {
+        weights_bytes,
+        kv_cache_bytes,
+        needed_bytes,
+        budget_bytes,
+        verdict: verdict_for(needed_bytes, budget_bytes),
+    }
+}
+
 fn kv_cache_bytes(input: &FitInput, context: u64) -> u64 {
     let step = KV_CACHE_STEP;
     let positions = context.div_ceil(step).saturating_mul(step);
@@ -877,6 +915,25 @@ mod tests {
     const LLAMA_3B_OVERHEAD: u64 = 268_435_456 + 201_326_592;
     /// 1.8e9 + 114,688*4096 + overhead.
     const LLAMA_3B_NEEDED_4096: u64 = 1_800_000_000 + 469_762_048 + LLAMA_3B_OVERHEAD;
+
+    #[test]
+    fn a_share_of_a_split_model_keeps_the_overhead_floor_and_the_whole_prefill_step() {
+        let whole = estimate_fit(&llama_3b_input(4096, 2 * GIB));
+        assert_eq!(whole.verdict, Verdict::WillNotFit);
+        // Half the weights and half the KV cache on each of two ranks; the
+        // 256 MiB floor and the prefill step's activations on each.
+        let half = estimate_share(&whole, 900_000_000, 0.5, 2 * GIB);
+        assert_eq!(half.kv_cache_bytes, 469_762_048 / 2);
+        assert_eq!(
+            half.needed_bytes,
+            900_000_000 + 469_762_048 / 2 + LLAMA_3B_OVERHEAD
+        );
+        assert_eq!(half.verdict, Verdict::Fits);
+        assert_eq!(
+            estimate_share(&whole, 900_000_000, 0.5, GIB).verdict,
+            Verdict::WillNotFit
+        );
+    }
 
     #[test]
     fn kv_cache_of_a_llama_3b_at_4096_tokens() {

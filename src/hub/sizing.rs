@@ -35,14 +35,20 @@ pub struct MachineMemory {
 }
 
 impl MachineMemory {
+    /// The machine's memory now, no more than `ONDO_MEMORY_LIMIT` where
+    /// that is set.
     pub fn read(working_set_bytes: Option<u64>) -> Self {
         let totals = ondo_os::memory_totals().unwrap_or(ondo_os::MemoryTotals {
             total_bytes: 0,
             available_bytes: 0,
         });
+        let limit = crate::environment::MEMORY_LIMIT
+            .bytes()
+            .and_then(Result::ok)
+            .unwrap_or(u64::MAX);
         Self {
-            available_bytes: totals.available_bytes,
-            total_bytes: totals.total_bytes,
+            available_bytes: totals.available_bytes.min(limit),
+            total_bytes: totals.total_bytes.min(limit),
             working_set_bytes,
         }
     }

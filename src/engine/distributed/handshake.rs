@@ -21,6 +21,10 @@ pub struct RankIdentity {
     pub backend: String,
     pub device: String,
     pub memory_bytes: u64,
+    /// What a model may take on this rank: the memory available when it
+    /// joined, no more than its `ONDO_MEMORY_LIMIT`.
+    #[serde(default)]
+    pub budget_bytes: u64,
     /// The model folder's snapshot this rank would load (`model_snapshot`),
     /// `None` when none is named.
     pub model: Option<ModelSnapshot>,
@@ -180,6 +184,7 @@ mod tests {
             backend: "metal".into(),
             device: "Apple M4 Max".into(),
             memory_bytes: 64 << 30,
+            budget_bytes: 48 << 30,
             model,
         }
     }

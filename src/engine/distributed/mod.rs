@@ -45,8 +45,9 @@ impl SplitKind {
             "pipeline" | "layers" => Ok(SplitKind::Pipeline),
             "tensor" | "heads" => Ok(SplitKind::Tensor),
             other => Err(format!(
-                "ONDO_SPLIT={other}: say pipeline (each rank a range of layers) or tensor (each \
-                 rank a share of every layer's heads)"
+                "{}={other}: say pipeline (each rank a range of layers) or tensor (each rank a \
+                 share of every layer's heads)",
+                crate::environment::SPLIT.name
             )),
         }
     }
@@ -311,6 +312,11 @@ fn introduce(
     model: Option<&std::path::Path>,
 ) -> Result<Vec<handshake::RankIdentity>, String> {
     let runtime = crate::metrics::mlx_runtime::MlxRuntime::detect();
+    let totals = ondo_os::memory_totals().ok();
+    let limit = crate::environment::MEMORY_LIMIT
+        .bytes()
+        .and_then(Result::ok)
+        .unwrap_or(u64::MAX);
     // An unreadable folder is described, not returned early: the exchange
     // must complete on every rank for the others to hear which one it is.
     let own = handshake::RankIdentity {
@@ -320,7 +326,8 @@ fn introduce(
         mlx_version: runtime.mlx_version.clone(),
         backend: runtime.backend.to_string(),
         device: runtime.device_name.clone(),
-        memory_bytes: ondo_os::memory_totals().map_or(0, |m| m.total_bytes),
+        memory_bytes: totals.as_ref().map_or(0, |m| m.total_bytes),
+        budget_bytes: totals.as_ref().map_or(0, |m| m.available_bytes).min(limit),
         model: model.map(handshake::model_snapshot),
     };
     let ranks = handshake::exchange(group, &own)?;
