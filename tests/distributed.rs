@@ -636,3 +636,75 @@ fn a_model_too_large_for_each_ranks_memory_runs_split_and_answers_as_one_process
         );
     }
 }
+
+#[test]
+fn ondo_starts_the_other_ranks_itself_from_a_hostfile() {
+    let ranks = Ranks::new(2);
+    let model = ranks.synth("tiny", &["--layers", "4", "--untied-head"]);
+    let model = model.to_str().unwrap();
+    let args = [
+        "--prompt-ids",
+        "5,17,99,3,250,7,41",
+        "--max-tokens",
+        "8",
+        "--json",
+    ];
+    let alone = ids(&run_json(
+        &ranks
+            .ondo(&[&["run", model][..], &args[..]].concat())
+            .output()
+            .unwrap(),
+        "alone",
+    ));
+    // Two ranks on this machine: no ssh, no launcher, no MLX_RANK.
+    let hosts = ranks.dir.path().join("two-here.json");
+    std::fs::write(&hosts, r#"["localhost", "127.0.0.1"]"#).unwrap();
+    let hostfile = hosts.to_str().unwrap();
+    for split in ["pipeline", "tensor"] {
+        let mut all = vec!["run", "--hostfile", hostfile, model, "--split", split];
+        all.extend_from_slice(&args);
+        let child = ranks
+            .ondo(&all)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = wait_all(vec![child], Duration::from_secs(180)).remove(0);
+        let what = format!("--hostfile, split by {split}");
+        assert_eq!(ids(&run_json(&out, &what)), alone, "{what}");
+        assert!(
+            text(&out.stderr).contains("over 2 ranks"),
+            "{what}: {}",
+            text(&out.stderr)
+        );
+    }
+    // A host that cannot be reached ends the run at once, naming it.
+    let far = ranks.dir.path().join("far.json");
+    std::fs::write(
+        &far,
+        r#"["localhost", {"ssh": "nohost.invalid", "ips": ["10.255.255.1"]}]"#,
+    )
+    .unwrap();
+    let started = Instant::now();
+    let child = ranks
+        .ondo(
+            &[
+                &["run", "--hostfile", far.to_str().unwrap(), model][..],
+                &args[..],
+            ]
+            .concat(),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_all(vec![child], Duration::from_secs(60)).remove(0);
+    assert!(!out.status.success());
+    let said = text(&out.stderr);
+    assert!(said.contains("rank 1 (nohost.invalid)"), "{said}");
+    assert!(
+        started.elapsed() < Duration::from_secs(40),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -5,6 +5,7 @@ mod cache;
 mod doctor;
 pub mod error;
 mod history;
+mod launch;
 mod models;
 pub mod run;
 mod serve;

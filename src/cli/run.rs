@@ -228,6 +228,15 @@ pub struct RunArgs {
     /// link; dense attention families). Same as ONDO_SPLIT.
     #[arg(long, value_enum, value_name = "HOW")]
     split: Option<crate::engine::distributed::SplitKind>,
+    /// Split the model over these machines, starting the other ranks
+    /// yourself instead of through mlx.launch: a JSON list of hosts, rank 0
+    /// (this machine) first, as host names (["studio-1.local",
+    /// "studio-2.local"]) or as mlx.launch's hostfile ([{"ssh": "studio-2",
+    /// "ips": ["10.0.0.2"]}, ...]). Every other host is reached over ssh
+    /// (keys, no password) and runs this same command with the same Ondo at
+    /// the same path; this machine's entries start here.
+    #[arg(long, value_name = "FILE")]
+    hostfile: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -579,7 +588,29 @@ pub fn run(mut args: RunArgs) -> Result<ExitCode, CliError> {
     // command on its share of the layers; rank 0 answers and records, the
     // others compute in step and print nothing. A saved prompt cache would
     // hold only this rank's layers, so none is read or written.
-    let mut launch = launched_as_rank()?;
+    let mut started = None;
+    let mut launch = match &args.hostfile {
+        Some(file) => {
+            if launched_as_rank()?.is_some() {
+                return Err(CliError::new(
+                    ErrorKind::InvalidSettings,
+                    "--hostfile starts the other ranks itself; a command that mlx.launch (or \
+                     MLX_RANK) already started as a rank runs without it",
+                ));
+            }
+            let split = match args.split {
+                Some(split) => split,
+                None => crate::engine::distributed::SplitKind::from_env()
+                    .map_err(|e| CliError::new(ErrorKind::InvalidSettings, e))?,
+            };
+            let (launch, ranks) =
+                super::launch::start_ranks(file, &super::launch::args_without_hostfile(), split)
+                    .map_err(|e| CliError::new(ErrorKind::Distributed, e))?;
+            started = Some(ranks);
+            Some(launch)
+        }
+        None => launched_as_rank()?,
+    };
     match (&mut launch, args.split) {
         (Some(launch), Some(split)) => launch.split = split,
         (None, Some(_)) => {
@@ -662,6 +693,10 @@ pub fn run(mut args: RunArgs) -> Result<ExitCode, CliError> {
     drop(stall_watch);
     if follower {
         return Ok(ExitCode::SUCCESS);
+    }
+    // The ranks this process started end with their last collective.
+    if let Some(started) = started {
+        started.finish(std::time::Duration::from_secs(30));
     }
     if let Some(err) = pool.last_store_error() {
         eprintln!("note: the run was not recorded in the history: {err}");
