@@ -678,6 +678,42 @@ fn ondo_starts_the_other_ranks_itself_from_a_hostfile() {
             text(&out.stderr)
         );
     }
+    // The history says how each run was split, over what, and what a
+    // decode step moved; the one-process run says nothing of it.
+    let report = ranks
+        .ondo(&["report", "--last", "3", "--format", "jsonl"])
+        .output()
+        .unwrap();
+    assert!(report.status.success(), "{}", text(&report.stderr));
+    let runs: Vec<Value> = text(&report.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    assert!(runs[0]["split"].is_null(), "{}", runs[0]);
+    for (run, how) in runs[1..].iter().zip(["pipeline", "tensor"]) {
+        assert_eq!(run["split"], how, "{run}");
+        assert_eq!(run["split_ranks"], 2, "{run}");
+        assert_eq!(run["split_backend"], "ring", "{run}");
+        assert_eq!(
+            run["split_hosts"].as_str().unwrap().matches(", ").count(),
+            1,
+            "{run}"
+        );
+        assert!(run["split_step_bytes"].as_u64().unwrap() > 0, "{run}");
+        assert!(run["split_step_link_ms"].as_f64().unwrap() > 0.0, "{run}");
+    }
+    // By heads, every layer sums twice: more bytes a step than by layers.
+    assert!(runs[2]["split_step_bytes"].as_u64() > runs[1]["split_step_bytes"].as_u64());
+    let table = ranks
+        .ondo(&["report", "--last", "3", "--format", "md"])
+        .output()
+        .unwrap();
+    let table = text(&table.stdout);
+    assert!(
+        table.contains("by layers") && table.contains("by heads") && table.contains("one process"),
+        "{table}"
+    );
     // A host that cannot be reached ends the run at once, naming it.
     let far = ranks.dir.path().join("far.json");
     std::fs::write(

@@ -111,6 +111,12 @@ fn base() -> RunRecord {
         mask_ms_per_token: None,
         concurrency: None,
         aggregate_tps: None,
+        split: None,
+        split_ranks: None,
+        split_backend: None,
+        split_hosts: None,
+        split_step_bytes: None,
+        split_step_link_ms: None,
         provenance: Provenance {
             app_version: "0.1.0".into(),
             app_commit: "abdad0c5e1f2".into(),

@@ -42,6 +42,10 @@ pub(crate) const GROUP_FIELDS: &[&str] = &[
     "endpoint_dialect",
     "constraint",
     "concurrency",
+    "split",
+    "split_ranks",
+    "split_backend",
+    "split_hosts",
     "app_version",
     "app_commit",
     "build_profile",
@@ -117,6 +121,8 @@ pub(crate) const PER_RUN_FIELDS: &[&str] = &[
     "interleaved_chunks",
     "mask_ms_per_token",
     "aggregate_tps",
+    "split_step_bytes",
+    "split_step_link_ms",
 ];
 
 /// The metrics summarised per group, in output order.

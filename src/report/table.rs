@@ -31,6 +31,9 @@ impl Topic {
     }
 }
 
+/// A split model's fields, said only of runs that had one.
+const SPLIT_FIELDS: &[&str] = &["split", "split_ranks", "split_backend", "split_hosts"];
+
 /// A group field's short label and topic.
 pub(crate) fn label(name: &str) -> (&'static str, Topic) {
     match name {
@@ -62,6 +65,10 @@ pub(crate) fn label(name: &str) -> (&'static str, Topic) {
         "endpoint_dialect" => ("dialect", Topic::Model),
         "constraint" => ("held to", Topic::Settings),
         "concurrency" => ("streams", Topic::Settings),
+        "split" => ("split", Topic::Settings),
+        "split_ranks" => ("ranks", Topic::Settings),
+        "split_backend" => ("link", Topic::Settings),
+        "split_hosts" => ("hosts", Topic::Settings),
         "app_version" => ("ondo", Topic::Build),
         "app_commit" => ("commit", Topic::Build),
         "build_profile" => ("build", Topic::Build),
@@ -86,6 +93,9 @@ pub(crate) fn display(name: &str, cell: &Cell) -> String {
         ("kv_bits", Cell::Null) => "float".into(),
         ("repetition_penalty", Cell::Null) => "off".into(),
         ("constraint", Cell::Null) => "free text".into(),
+        ("split", Cell::Null) => "one process".into(),
+        ("split", Cell::Text(how)) if how == "pipeline" => "by layers".into(),
+        ("split", Cell::Text(how)) if how == "tensor" => "by heads".into(),
         ("prefix_source", Cell::Text(source)) if source == "none" => "prefilled".into(),
         ("prefix_source", Cell::Text(source)) if source == "disk" => "from disk".into(),
         ("prefix_source", Cell::Text(source)) if source == "memory" => "from memory".into(),
@@ -246,7 +256,10 @@ impl SummaryTable {
                     .key
                     .iter()
                     .filter(|(name, _)| !key_columns.contains(name) && label(name).1 == topic)
-                    .filter(|(name, cell)| !(ENDPOINT_FIELDS.contains(name) && *cell == Cell::Null))
+                    .filter(|(name, cell)| {
+                        !((ENDPOINT_FIELDS.contains(name) || SPLIT_FIELDS.contains(name))
+                            && *cell == Cell::Null)
+                    })
                     .map(|(name, cell)| constant_item(name, cell))
                     .collect();
                 if !items.is_empty() {

@@ -241,7 +241,42 @@ pub fn record_from_stats(
         mask_ms_per_token: stats.constraint.as_ref().map(|c| c.mask_ms_per_token),
         concurrency: context.concurrency,
         aggregate_tps: None,
+        split: None,
+        split_ranks: None,
+        split_backend: None,
+        split_hosts: None,
+        split_step_bytes: None,
+        split_step_link_ms: None,
         provenance: provenance.clone(),
     };
+    let record = match crate::engine::distributed::split_facts() {
+        Some(split) => with_split(record, split),
+        None => record,
+    };
     (record, memory.timeline)
+}
+
+/// `record` of a model split over ranks, with how it was split and what a
+/// decode step moved between them (the model's width and activation type
+/// from its folder).
+fn with_split(record: RunRecord, split: &crate::engine::distributed::SplitFacts) -> RunRecord {
+    let shape = crate::hub::sizing::facts_from_folder(std::path::Path::new(&record.model_path))
+        .ok()
+        .map(|facts| facts.shape);
+    let step = shape.map(|shape| {
+        split.per_decode_step(
+            shape.num_hidden_layers,
+            shape.hidden_size,
+            shape.kv_dtype.bytes(),
+        )
+    });
+    RunRecord {
+        split: Some(split.kind.name().to_owned()),
+        split_ranks: Some(split.hosts.len() as u64),
+        split_backend: Some(split.backend.name().to_owned()),
+        split_hosts: Some(split.hosts.join(", ")),
+        split_step_bytes: step.map(|(bytes, _)| bytes),
+        split_step_link_ms: step.map(|(_, ms)| ms),
+        ..record
+    }
 }

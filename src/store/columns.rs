@@ -345,7 +345,13 @@ run_columns! {
     constraint,
     mask_ms_per_token,
     concurrency,
-    aggregate_tps;
+    aggregate_tps,
+    split,
+    split_ranks,
+    split_backend,
+    split_hosts,
+    split_step_bytes,
+    split_step_link_ms;
     provenance {
         app_version,
         app_commit,

@@ -208,6 +208,23 @@ pub struct RunRecord {
     pub concurrency: Option<u64>,
     pub aggregate_tps: Option<f64>,
 
+    // A model split over several ranks (`None` for a model one process
+    // held): how, over what, among whom, and what a decode step moved
+    // between them.
+    /// "pipeline" (a range of layers each) or "tensor" (a share of every
+    /// layer's heads).
+    pub split: Option<String>,
+    pub split_ranks: Option<u64>,
+    /// MLX's distributed backend: "ring", "jaccl" or "nccl".
+    pub split_backend: Option<String>,
+    /// Each rank's host, in rank order, comma-separated.
+    pub split_hosts: Option<String>,
+    /// The most bytes any rank sends in one decode step.
+    pub split_step_bytes: Option<u64>,
+    /// One decode step's time on the links, estimated from a decode step's
+    /// message timed when the ranks joined (part of each step's time).
+    pub split_step_link_ms: Option<f64>,
+
     /// Where and with what the run happened; its fields are the record's
     /// own (columns, report fields), not a nested object.
     #[serde(flatten)]

@@ -100,6 +100,12 @@ fn full_record() -> RunRecord {
         mask_ms_per_token: Some(0.12),
         concurrency: Some(8),
         aggregate_tps: Some(412.5),
+        split: Some("tensor".into()),
+        split_ranks: Some(2),
+        split_backend: Some("ring".into()),
+        split_hosts: Some("studio-1, studio-2".into()),
+        split_step_bytes: Some(229_376),
+        split_step_link_ms: Some(1.75),
         provenance: Provenance {
             app_version: "0.1.0".into(),
             app_commit: "abdad0c".into(),

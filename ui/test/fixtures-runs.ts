@@ -121,6 +121,12 @@ export function makeRun(overrides: Partial<RunRecord> & Pick<RunRecord, 'run_id'
     mask_ms_per_token: null,
     concurrency: null,
     aggregate_tps: null,
+    split: null,
+    split_ranks: null,
+    split_backend: null,
+    split_hosts: null,
+    split_step_bytes: null,
+    split_step_link_ms: null,
     ...provenance,
   };
   const run = { ...base, ...overrides };

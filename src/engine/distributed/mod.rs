@@ -14,6 +14,8 @@ pub mod tensor;
 
 pub use group::{Backend, Group};
 
+use std::sync::OnceLock;
+
 /// How a model is divided over the ranks: by layers or by heads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -301,8 +303,65 @@ pub fn join_as_rank(
 ) -> Result<Vec<handshake::RankIdentity>, String> {
     let group = launch.join()?;
     let ranks = introduce(&group, Some(model))?;
+    // A decode step's message, timed once: what the records estimate each
+    // step's time on the links from.
+    let link = link::probe(&group, link::PROBE_BYTES[0], 3)
+        .map_err(|e| format!("timing the links failed: {}", e.what()))?;
+    let _ = SPLIT_FACTS.set(SplitFacts {
+        kind: launch.split,
+        backend: launch.backend,
+        hosts: ranks.iter().map(|r| r.host.clone()).collect(),
+        hop_ms: link.hop_ms,
+        sum_ms: link.all_sum_ms,
+    });
     pipeline::set_joined(launch.clone());
     Ok(ranks)
+}
+
+/// What this process's split runs share: how the model is divided, over
+/// what, among whom, and how fast a decode step's message crossed the
+/// links when the ranks joined.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SplitFacts {
+    pub kind: SplitKind,
+    pub backend: Backend,
+    /// Each rank's host, in rank order.
+    pub hosts: Vec<String>,
+    /// One hop of an 8 KiB message from rank to rank, and one sum of it
+    /// across every rank, in ms (rank 0's medians).
+    pub hop_ms: f64,
+    pub sum_ms: f64,
+}
+
+static SPLIT_FACTS: OnceLock<SplitFacts> = OnceLock::new();
+
+/// This process's split, once it joined other ranks to split a model.
+pub fn split_facts() -> Option<&'static SplitFacts> {
+    SPLIT_FACTS.get()
+}
+
+impl SplitFacts {
+    /// What one decode step of one sequence moves between the ranks, for a
+    /// model of `layers` layers of `hidden` activations of `element_bytes`:
+    /// the most bytes any rank sends, and the time on the links estimated
+    /// from the join's timings. Split by layers, each rank but rank 0 sends
+    /// its hidden state on and every rank gathers rank 0's (N-1 hops and a
+    /// gather, which costs about a sum); split by heads, every layer sums
+    /// twice (a ring sum sends 2(N-1)/N of the message from each rank).
+    pub fn per_decode_step(&self, layers: u64, hidden: u64, element_bytes: u64) -> (u64, f64) {
+        let n = self.hosts.len().max(1) as u64;
+        let message = hidden * element_bytes;
+        match self.kind {
+            SplitKind::Pipeline => (
+                message + (n - 1) * message,
+                (n - 1) as f64 * self.hop_ms + self.sum_ms,
+            ),
+            SplitKind::Tensor => (
+                2 * layers * 2 * (n - 1) * message / n,
+                2.0 * layers as f64 * self.sum_ms,
+            ),
+        }
+    }
 }
 
 /// Every rank's description, gathered on every rank; an error naming the

@@ -1364,6 +1364,23 @@ export type RunRecord = {
 	mask_ms_per_token: number | null,
 	concurrency: number | null,
 	aggregate_tps: number | null,
+	/**
+	 *  "pipeline" (a range of layers each) or "tensor" (a share of every
+	 *  layer's heads).
+	 */
+	split: string | null,
+	split_ranks: number | null,
+	/**  MLX's distributed backend: "ring", "jaccl" or "nccl". */
+	split_backend: string | null,
+	/**  Each rank's host, in rank order, comma-separated. */
+	split_hosts: string | null,
+	/**  The most bytes any rank sends in one decode step. */
+	split_step_bytes: number | null,
+	/**
+	 *  One decode step's time on the links, estimated from a decode step's
+	 *  message timed when the ranks joined (part of each step's time).
+	 */
+	split_step_link_ms: number | null,
 } & Provenance;
 
 /**  A saved cache as listed. */

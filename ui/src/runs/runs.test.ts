@@ -439,6 +439,27 @@ describe('prefix source', () => {
   });
 });
 
+describe('split runs', () => {
+  it('says how a model split over machines ran and what a decode step moved, and nothing for one process', () => {
+    const split = makeRun({
+      run_id: 'split',
+      created_at: '2026-12-05T10:00:00Z',
+      split: 'tensor',
+      split_ranks: 2,
+      split_backend: 'ring',
+      split_hosts: 'studio-1, studio-2',
+      split_step_bytes: 229_376,
+      split_step_link_ms: 1.75,
+    });
+    const alone = makeRun({ run_id: 'alone', created_at: '2026-12-05T10:00:01Z' });
+    expect(detailRows(split)).toContainEqual([
+      'Split',
+      'by heads over 2 ranks (ring: studio-1, studio-2) · 224 KiB a decode step, about 1.75 ms on the links',
+    ]);
+    expect(detailRows(alone).map(([term]) => term)).not.toContain('Split');
+  });
+});
+
 describe('images', () => {
   it('shows how many images a prompt showed and what encoding them took, or that the cache held them', () => {
     const encoded = makeRun({

@@ -461,6 +461,23 @@ function imagesDetail(run: RunRecord): string {
   return `${count}${tokens}${encoded}`;
 }
 
+/**
+ * How a model split over several machines ran: by layers or by heads, over
+ * which hosts and link, and what each decode step moved between them.
+ */
+export function splitDetail(run: RunRecord): string | null {
+  const how = run.split ?? null;
+  if (how === null) return null;
+  const ranks = run.split_ranks ?? 0;
+  const by = how === 'tensor' ? 'by heads' : how === 'pipeline' ? 'by layers' : how;
+  const over = `${by} over ${formatCount(ranks)} ranks (${run.split_backend ?? '?'}: ${run.split_hosts ?? '?'})`;
+  const bytes = run.split_step_bytes ?? null;
+  const linkMs = run.split_step_link_ms ?? null;
+  if (bytes === null) return over;
+  const time = linkMs === null ? '' : `, about ${formatMs(linkMs)} on the links`;
+  return `${over} · ${formatBytes(bytes)} a decode step${time}`;
+}
+
 export function detailRows(run: RunRecord): [string, string][] {
   const kind: [string, string] = ['Kind', `${runKindLabel(run)}${run.warmup ? ' (warm-up)' : ''}`];
   const bench: [string, string][] =
@@ -496,6 +513,7 @@ export function detailRows(run: RunRecord): [string, string][] {
     ['Prompt', `${formatCount(run.prompt_tokens)} tok, ${formatCount(run.cached_tokens)} cached`],
     ['Prefix', prefixDetail(run)],
     ...((run.images ?? 0) > 0 ? ([['Images', imagesDetail(run)]] as [string, string][]) : []),
+    ...(splitDetail(run) !== null ? ([['Split', splitDetail(run) as string]] as [string, string][]) : []),
     ['Loop', run.loop],
     ['Batch', batchLabel(run)],
     ...(run.constraint !== null
