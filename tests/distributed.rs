@@ -714,6 +714,49 @@ fn ondo_starts_the_other_ranks_itself_from_a_hostfile() {
         table.contains("by layers") && table.contains("by heads") && table.contains("one process"),
         "{table}"
     );
+    // `ondo bench --hostfile`: one process against both splits, each a
+    // fresh run, with the same greedy tokens, and every run in the history.
+    let bench = ranks
+        .ondo(&[
+            "bench",
+            model,
+            "--hostfile",
+            hostfile,
+            "--prompt-tokens",
+            "16",
+            "--gen",
+            "8",
+            "--reps",
+            "2",
+            "--warmup",
+            "0",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let bench = run_json(&bench, "bench --hostfile");
+    let sides = bench["sides"].as_array().unwrap();
+    let names: Vec<&str> = sides.iter().map(|s| s["side"].as_str().unwrap()).collect();
+    assert_eq!(names, ["one process", "by layers", "by heads"], "{bench}");
+    for side in &sides[1..] {
+        assert_eq!(side["same_tokens_as_one_process"], true, "{side}");
+        assert!(side["decode_ratio"].as_f64().unwrap() > 0.0, "{side}");
+        assert!(side["step_bytes"].as_u64().unwrap() > 0, "{side}");
+    }
+    let bench_id = bench["bench_id"].as_str().unwrap();
+    let report = ranks
+        .ondo(&["report", "--bench", bench_id, "--format", "jsonl"])
+        .output()
+        .unwrap();
+    let recorded: Vec<Value> = text(&report.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(recorded.len(), 6, "{}", text(&report.stdout));
+    assert_eq!(
+        recorded.iter().filter(|r| r["split"] == "tensor").count(),
+        2
+    );
     // A host that cannot be reached ends the run at once, naming it.
     let far = ranks.dir.path().join("far.json");
     std::fs::write(

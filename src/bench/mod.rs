@@ -12,6 +12,7 @@ pub mod image;
 pub mod peer;
 pub mod plan;
 pub mod side_by_side;
+pub mod split;
 pub mod summary;
 pub mod text_prompt;
 pub mod token_check;

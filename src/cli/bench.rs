@@ -81,6 +81,13 @@ mlx-vlm, Python mlx-vlm answers the same question about the same files
 (its processor, then generate_step), alternating with Ondo; the ratios are
 Ondo's first loop shape over mlx-vlm, and its greedy tokens are compared.
 
+With --hostfile hosts.json (one machine per rank, this one first, as
+`ondo run --hostfile` takes it), the model runs in one process and split
+over those machines (--split pipeline,tensor: by layers, by heads), each
+repetition a fresh `ondo run` per side, alternating: prefill, TTFT and
+decode per side, decode against one process, whether the greedy tokens
+stayed the same, and what each decode step moved between the ranks.
+
 Build with --release (`make release`) before trusting the numbers.
 
 Examples:
@@ -91,6 +98,7 @@ Examples:
       --endpoint http://localhost:1234/v1#qwen3-0.6b --api-key KEY
   ondo bench tiny --concurrency 1,2,4,8 --endpoint mlx=http://127.0.0.1:8080/v1#./models/tiny
   ondo bench ./gemma-3-4b-it-4bit --image shot.png --peer mlx-vlm --gen 64
+  ondo bench ./Llama-3.3-70B-Instruct-4bit --hostfile hosts.json --split tensor
   ondo bench tiny --prompt-tokens 128,1024 --loop sync,pipelined \\
       --vary prefill_step_size=512,2048 --report bench.html")]
 pub struct BenchArgs {
@@ -128,6 +136,26 @@ pub struct BenchArgs {
         conflicts_with_all = ["endpoints", "concurrency"]
     )]
     images: Vec<PathBuf>,
+    /// Also run the model split over these machines (a JSON list of
+    /// hosts, this one first, as `ondo run --hostfile` takes it), against
+    /// it in one process here.
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with_all = ["endpoints", "concurrency", "images", "peer"]
+    )]
+    hostfile: Option<PathBuf>,
+    /// The splits to run with --hostfile: pipeline (by layers), tensor (by
+    /// heads), or both.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        value_name = "HOW,...",
+        default_value = "pipeline,tensor",
+        requires = "hostfile"
+    )]
+    split: Vec<crate::engine::distributed::SplitKind>,
     /// The question asked about the --image files.
     #[arg(long, default_value = "Describe this image in detail.")]
     question: String,
@@ -186,6 +214,17 @@ pub fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
         return Err(CliError::from(
             "--peer mlx-vlm compares answers about images: add --image FILE",
         ));
+    }
+    if let Some(hostfile) = &args.hostfile {
+        let Some(model) = model else {
+            return Err(CliError::from("name the model to split with --hostfile"));
+        };
+        let plan = bench::split::SplitPlan {
+            plan: BenchPlan::new(&model, args.shape.clone()),
+            hostfile: hostfile.clone(),
+            splits: args.split.clone(),
+        };
+        return run_split_plan(&pool, &plan, &args);
     }
     if !args.concurrency.is_empty() {
         let plan = ConcurrencyPlan {
@@ -580,6 +619,92 @@ fn run_image_plan(
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One process against the model split over the hostfile's machines.
+fn run_split_plan(
+    pool: &SessionPool,
+    plan: &bench::split::SplitPlan,
+    args: &BenchArgs,
+) -> Result<ExitCode, CliError> {
+    let bar = progress_bar("{msg} [{bar:30}] {pos}/{len} runs, {elapsed}", args.json)?;
+    bar.set_message("benchmarking");
+    let outcome = bench::split::run_split_bench(pool, plan, &mut |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    });
+    bar.finish_and_clear();
+    let outcome = outcome?;
+    let title = format!(
+        "ondo bench {} --hostfile ({})",
+        plan.plan.model_id, outcome.bench_id
+    );
+    write_reports(args, &outcome.records, &title, pool)?;
+    if args.json {
+        print_json(&outcome)?;
+    } else {
+        print!("{}", split_table(&outcome, args.markdown));
+        eprintln!(
+            "The runs are in the history: ondo runs --bench {}",
+            outcome.bench_id
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The split benchmark's table: one row per side, median (min–max).
+pub fn split_table(r: &bench::split::SplitBenchOutcome, markdown: bool) -> String {
+    let mut out = format!(
+        "model: {} · prompt {} · generate {} · {} reps after {} warm-up · hosts: {} ({})\n\
+         each side a fresh `ondo run`; link ms: a decode step's time on the links, estimated \
+         from a timing taken when the ranks joined\n\n",
+        r.model_dir.display(),
+        r.prompt_tokens,
+        r.generate_tokens,
+        r.repetitions,
+        r.warmup,
+        if r.hosts.is_empty() {
+            "?".to_owned()
+        } else {
+            r.hosts.join(", ")
+        },
+        r.backend.as_deref().unwrap_or("?"),
+    );
+    let columns = [
+        Column::left("side"),
+        Column::right("prefill tok/s"),
+        Column::right("TTFT ms"),
+        Column::right("decode tok/s"),
+        Column::right("vs one process"),
+        Column::right("bytes a step"),
+        Column::right("link ms a step"),
+        Column::left("tokens"),
+    ];
+    let rows: Vec<Vec<String>> = r
+        .sides
+        .iter()
+        .map(|side| {
+            vec![
+                side.side.clone(),
+                cell(&side.prefill_tps, 1),
+                cell(&side.ttft_ms, 1),
+                cell(&side.decode_tps, 1),
+                side.decode_ratio
+                    .map_or("—".into(), |ratio| format!("{ratio:.2}x")),
+                side.step_bytes.map_or("—".into(), human_bytes),
+                side.step_link_ms
+                    .as_ref()
+                    .map_or("—".into(), |s| format!("{:.2}", s.median)),
+                match side.same_tokens_as_one_process {
+                    None => "—".into(),
+                    Some(true) => "same".into(),
+                    Some(false) => "differ".into(),
+                },
+            ]
+        })
+        .collect();
+    out.push_str(&text_table::render(table_style(markdown), &columns, &rows));
+    out
 }
 
 /// The image benchmark's table: one row per side, median (min–max).

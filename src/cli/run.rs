@@ -706,6 +706,14 @@ pub fn run(mut args: RunArgs) -> Result<ExitCode, CliError> {
         if let (Some(spawned), Some(first)) = (spawned_at, first_token_at) {
             json["cold_start_ms"] = (first.saturating_sub(spawned) as f64 / 1e6).into();
         }
+        if record.split.is_some() {
+            json["split"] = record.split.into();
+            json["split_ranks"] = record.split_ranks.into();
+            json["split_backend"] = record.split_backend.into();
+            json["split_hosts"] = record.split_hosts.into();
+            json["split_step_bytes"] = record.split_step_bytes.into();
+            json["split_step_link_ms"] = record.split_step_link_ms.into();
+        }
         json["run_id"] = record.run_id.into();
         json["text"] = outcome.text.into();
         json["reasoning"] = outcome.reasoning.into();

@@ -1,0 +1,263 @@
+//! A model split over several machines against the same model in one
+//! process (`ondo bench MODEL --hostfile hosts.json`): every side is a
+//! fresh `ondo run` on the same prompt, one process alone or split by
+//! layers or by heads over the hostfile's machines (Ondo starting the
+//! other ranks), the sides alternating who goes first, warm-up repetitions
+//! dropped. Where the model fits one machine too, this says what the split
+//! costs or gains, and what each decode step moved between the ranks.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::Serialize;
+
+use super::{BenchError, BenchPlan, Summary, model_vocab, plan, ratio, synthetic_prompt};
+use crate::engine::RunStats;
+use crate::engine::distributed::SplitKind;
+use crate::run_kinds::RunKind;
+use crate::session::SessionPool;
+use crate::session::record::{self, MemoryDuringRun, RunContext};
+use crate::store::RunRecord;
+
+/// What runs: the model and shape, the machines, and the splits to try.
+#[derive(Debug, Clone)]
+pub struct SplitPlan {
+    pub plan: BenchPlan,
+    pub hostfile: PathBuf,
+    pub splits: Vec<SplitKind>,
+}
+
+/// One side's numbers over the measured repetitions.
+#[derive(Debug, Clone, Serialize)]
+pub struct SplitSide {
+    /// "one process", "by layers", "by heads".
+    pub side: String,
+    pub split: Option<SplitKind>,
+    pub ttft_ms: Summary,
+    pub prefill_tps: Summary,
+    pub decode_tps: Summary,
+    /// The most bytes a rank sent per decode step, and that step's time on
+    /// the links (estimated at the join); `None` for one process.
+    pub step_bytes: Option<u64>,
+    pub step_link_ms: Option<Summary>,
+    /// Decode over one process's (medians).
+    pub decode_ratio: Option<f64>,
+    /// Its greedy tokens equalled one process's in every repetition.
+    pub same_tokens_as_one_process: Option<bool>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SplitBenchOutcome {
+    pub bench_id: String,
+    pub model_dir: PathBuf,
+    pub hostfile: PathBuf,
+    /// Each rank's host, in rank order (from the split runs' records).
+    pub hosts: Vec<String>,
+    pub backend: Option<String>,
+    pub prompt_tokens: usize,
+    pub generate_tokens: usize,
+    pub repetitions: usize,
+    pub warmup: usize,
+    pub sides: Vec<SplitSide>,
+    #[serde(skip)]
+    pub records: Vec<RunRecord>,
+}
+
+/// One `ondo run` of the plan's prompt in a fresh process, alone or split.
+struct SplitRun {
+    stats: RunStats,
+    token_ids: Vec<u64>,
+    /// Its `--json` record, which has the split fields of a split run.
+    split: serde_json::Value,
+}
+
+fn run_once(
+    plan: &BenchPlan,
+    hostfile: &Path,
+    split: Option<SplitKind>,
+    prompt: &[u32],
+) -> Result<SplitRun, BenchError> {
+    let shape = &plan.shape;
+    let exe = std::env::current_exe().map_err(|e| BenchError::Plan(e.to_string()))?;
+    let ids: Vec<String> = prompt.iter().map(u32::to_string).collect();
+    let mut command = Command::new(exe);
+    command
+        .arg("run")
+        .arg(&plan.model_dir)
+        .args(["--prompt-ids", &ids.join(",")])
+        .args(["--max-tokens", &shape.generate_tokens.to_string()])
+        .args(["--prefill-step-size", &shape.prefill_step_size.to_string()])
+        .args(["--loop", &shape.loops[0].to_string()])
+        .args(["--ignore-eos", "--json", "--no-history", "--no-disk-cache"]);
+    if let Some(split) = split {
+        command
+            .arg("--hostfile")
+            .arg(hostfile)
+            .args(["--split", split.name()]);
+    }
+    let out = command
+        .output()
+        .map_err(|e| BenchError::Plan(format!("could not start `ondo run`: {e}")))?;
+    let what = split.map_or("one process".to_owned(), |s| format!("split by {s}"));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|_| {
+        BenchError::Plan(format!(
+            "the run {what} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    })?;
+    let token_ids = json["token_ids"]
+        .as_array()
+        .map(|ids| ids.iter().filter_map(serde_json::Value::as_u64).collect())
+        .unwrap_or_default();
+    let split_fields = json.clone();
+    let stats: RunStats = serde_json::from_value(json).map_err(|e| {
+        BenchError::Plan(format!(
+            "the run {what} printed a record Ondo cannot read: {e}"
+        ))
+    })?;
+    Ok(SplitRun {
+        stats,
+        token_ids,
+        split: split_fields,
+    })
+}
+
+/// Runs `plan`: one process and each split, alternating, every measured
+/// run recorded under one bench id; `progress` hears (done, total).
+pub fn run_split_bench(
+    pool: &SessionPool,
+    plan: &SplitPlan,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<SplitBenchOutcome, BenchError> {
+    let shape = &plan.plan.shape;
+    let vocab = model_vocab(&plan.plan.model_dir)?;
+    let prompt_tokens = shape.prompt_tokens[0];
+    let bench_id = plan::new_bench_id();
+    let sides: Vec<Option<SplitKind>> = std::iter::once(None)
+        .chain(plan.splits.iter().copied().map(Some))
+        .collect();
+    let rounds = shape.warmup + shape.repetitions;
+    let total = rounds * sides.len();
+    let mut done = 0;
+    let mut runs: Vec<Vec<SplitRun>> = sides.iter().map(|_| Vec::new()).collect();
+    let mut records = Vec::new();
+    for round in 0..rounds {
+        let prompt = synthetic_prompt(prompt_tokens, round, vocab);
+        let warmup = round < shape.warmup;
+        // Who goes first turns with each round.
+        let order: Vec<usize> = (0..sides.len())
+            .map(|i| (i + round) % sides.len())
+            .collect();
+        for side in order {
+            let run = run_once(&plan.plan, &plan.hostfile, sides[side], &prompt)?;
+            done += 1;
+            progress(done, total);
+            let context = RunContext {
+                bench_id: Some(bench_id.clone()),
+                test: Some(format!("pp{prompt_tokens}+tg{}", shape.generate_tokens)),
+                repetition: Some(round.saturating_sub(shape.warmup) as u32),
+                warmup,
+                ..plan.plan.context(RunKind::Bench)
+            };
+            // The run's memory was its processes' own.
+            let unknown = MemoryDuringRun {
+                pressure_start: "unknown".into(),
+                pressure_max: "unknown".into(),
+                pressure_end: "unknown".into(),
+                ..MemoryDuringRun::default()
+            };
+            let (mut record, timeline) =
+                record::record_from_stats(&run.stats, &context, pool.provenance(), unknown, None);
+            record.fresh_process = true;
+            record.max_tokens = shape.generate_tokens as u64;
+            if let Ok(fields) = serde_json::from_value::<SplitFields>(run.split.clone()) {
+                fields.apply(&mut record);
+            }
+            pool.with_store(|store| store.insert_run(&record, &timeline));
+            records.push(record);
+            if !warmup {
+                runs[side].push(run);
+            }
+        }
+    }
+    let alone_decode = median_of(&runs[0], |r| r.stats.decode_tps);
+    let alone_ids: Vec<Vec<u64>> = runs[0].iter().map(|r| r.token_ids.clone()).collect();
+    let summaries = sides
+        .iter()
+        .zip(&runs)
+        .map(|(split, runs)| {
+            let of = |f: fn(&SplitRun) -> f64| {
+                Summary::from_samples(&runs.iter().map(f).collect::<Vec<_>>())
+            };
+            let link: Vec<f64> = runs
+                .iter()
+                .filter_map(|r| r.split["split_step_link_ms"].as_f64())
+                .collect();
+            let decode = of(|r| r.stats.decode_tps);
+            SplitSide {
+                side: match split {
+                    None => "one process".into(),
+                    Some(SplitKind::Pipeline) => "by layers".into(),
+                    Some(SplitKind::Tensor) => "by heads".into(),
+                },
+                split: *split,
+                ttft_ms: of(|r| r.stats.ttft_ms),
+                prefill_tps: of(|r| r.stats.prefill_tps),
+                step_bytes: runs
+                    .first()
+                    .and_then(|r| r.split["split_step_bytes"].as_u64()),
+                step_link_ms: (!link.is_empty()).then(|| Summary::from_samples(&link)),
+                decode_ratio: split.map(|_| ratio(decode.median, alone_decode)),
+                same_tokens_as_one_process: split.map(|_| {
+                    runs.iter()
+                        .zip(&alone_ids)
+                        .all(|(r, alone)| &r.token_ids == alone)
+                }),
+                decode_tps: decode,
+            }
+        })
+        .collect::<Vec<_>>();
+    let first_split = records.iter().find(|r| r.split.is_some());
+    Ok(SplitBenchOutcome {
+        bench_id,
+        model_dir: plan.plan.model_dir.clone(),
+        hostfile: plan.hostfile.clone(),
+        hosts: first_split
+            .and_then(|r| r.split_hosts.as_ref())
+            .map(|h| h.split(", ").map(str::to_owned).collect())
+            .unwrap_or_default(),
+        backend: first_split.and_then(|r| r.split_backend.clone()),
+        prompt_tokens,
+        generate_tokens: shape.generate_tokens,
+        repetitions: shape.repetitions,
+        warmup: shape.warmup,
+        sides: summaries,
+        records,
+    })
+}
+
+fn median_of(runs: &[SplitRun], f: fn(&SplitRun) -> f64) -> f64 {
+    Summary::from_samples(&runs.iter().map(f).collect::<Vec<_>>()).median
+}
+
+/// The split fields `ondo run --json` prints of a split run's record.
+#[derive(Debug, Default, serde::Deserialize)]
+struct SplitFields {
+    split: Option<String>,
+    split_ranks: Option<u64>,
+    split_backend: Option<String>,
+    split_hosts: Option<String>,
+    split_step_bytes: Option<u64>,
+    split_step_link_ms: Option<f64>,
+}
+
+impl SplitFields {
+    fn apply(self, record: &mut RunRecord) {
+        record.split = self.split;
+        record.split_ranks = self.split_ranks;
+        record.split_backend = self.split_backend;
+        record.split_hosts = self.split_hosts;
+        record.split_step_bytes = self.split_step_bytes;
+        record.split_step_link_ms = self.split_step_link_ms;
+    }
+}
