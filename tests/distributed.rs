@@ -714,6 +714,22 @@ fn ondo_starts_the_other_ranks_itself_from_a_hostfile() {
         table.contains("by layers") && table.contains("by heads") && table.contains("one process"),
         "{table}"
     );
+    // The doctor starts the others the same way.
+    let doctor = ranks
+        .ondo(&[
+            "doctor",
+            "--distributed",
+            "--hostfile",
+            hostfile,
+            "--model",
+            model,
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let doctor = run_json(&doctor, "doctor --hostfile");
+    assert_eq!(doctor["ranks"].as_array().unwrap().len(), 2, "{doctor}");
+    assert_eq!(doctor["links"].as_array().unwrap().len(), 3, "{doctor}");
     // `ondo bench --hostfile`: one process against both splits, each a
     // fresh run, with the same greedy tokens, and every run in the history.
     let bench = ranks

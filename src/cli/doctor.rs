@@ -17,7 +17,10 @@ MLX's launcher starts any command, and rank 0 prints whether they can run
 one model together:
   mlx.launch --hostfile hosts.json --backend ring -- ondo doctor --distributed
 (or set MLX_RANK and MLX_HOSTFILE on each by hand: the hostfile lists each
-rank's \"ip:port\", [[\"10.0.0.1:5000\"], [\"10.0.0.2:5000\"]]). Each rank
+rank's \"ip:port\", [[\"10.0.0.1:5000\"], [\"10.0.0.2:5000\"]]), or let
+Ondo start the others over ssh, as `ondo run --hostfile` does:
+  ondo doctor --distributed --hostfile hosts.json   (hosts.json: [\"studio-1.local\", \"studio-2.local\"])
+Each rank
 joins the others through MLX's backend; they compare Ondo's and MLX's
 versions and, with --model, the snapshot of the model folder each would
 load, and refuse to go on when they differ, naming the rank and what
@@ -35,6 +38,11 @@ pub struct DoctorArgs {
     /// compare their snapshots.
     #[arg(long, value_name = "DIR", requires = "distributed")]
     model: Option<std::path::PathBuf>,
+    /// With --distributed: start the other ranks from here (a JSON list of
+    /// hosts, this one first, as `ondo run --hostfile` takes it) instead of
+    /// through mlx.launch.
+    #[arg(long, value_name = "FILE", requires = "distributed")]
+    hostfile: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: DoctorArgs) -> Result<ExitCode, CliError> {
@@ -61,7 +69,27 @@ pub fn run(args: DoctorArgs) -> Result<ExitCode, CliError> {
 fn distributed(args: &DoctorArgs) -> Result<ExitCode, CliError> {
     use crate::engine::distributed::{Launch, check_cluster};
     let invalid = |message: String| CliError::new(ErrorKind::InvalidSettings, message);
-    let launch = Launch::from_env().map_err(invalid)?.ok_or_else(|| {
+    let mut started = None;
+    let from_env = Launch::from_env().map_err(invalid)?;
+    let from_env = match (&args.hostfile, from_env) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "--hostfile starts the other ranks itself; a command that mlx.launch (or \
+                 MLX_RANK) already started as a rank runs without it"
+                    .into(),
+            ));
+        }
+        (Some(file), None) => {
+            let split = crate::engine::distributed::SplitKind::from_env().map_err(invalid)?;
+            let (launch, ranks) =
+                super::launch::start_ranks(file, &super::launch::args_without_hostfile(), split)
+                    .map_err(|e| CliError::new(ErrorKind::Distributed, e))?;
+            started = Some(ranks);
+            Some(launch)
+        }
+        (None, launch) => launch,
+    };
+    let launch = from_env.ok_or_else(|| {
         invalid(
             "this process was not started as a rank: run it under mlx.launch --hostfile \
              hosts.json --backend ring -- ondo doctor --distributed, or set MLX_RANK and \
@@ -71,6 +99,9 @@ fn distributed(args: &DoctorArgs) -> Result<ExitCode, CliError> {
     })?;
     let report = check_cluster(&launch, args.model.as_deref())
         .map_err(|message| CliError::new(ErrorKind::Distributed, message))?;
+    if let Some(started) = started {
+        started.finish(std::time::Duration::from_secs(30));
+    }
     if launch.rank != 0 {
         return Ok(ExitCode::SUCCESS);
     }
