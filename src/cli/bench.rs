@@ -608,15 +608,37 @@ fn run_image_plan(
         "ondo bench {} --image ({})",
         plan.plan.model_id, outcome.bench_id
     );
-    write_reports(args, &outcome.records, &title, pool)?;
+    let table = || image_table(&outcome, args.markdown);
+    show_outcome(
+        args,
+        pool,
+        &outcome,
+        &outcome.records,
+        &title,
+        table,
+        "Ondo's runs",
+    )
+}
+
+/// Writes a benchmark's reports, then prints its outcome: as JSON, or as
+/// its table and where `whose` runs are kept.
+fn show_outcome<T: serde::Serialize>(
+    args: &BenchArgs,
+    pool: &SessionPool,
+    outcome: &T,
+    records: &[crate::store::RunRecord],
+    title: &str,
+    table: impl FnOnce() -> String,
+    whose: &str,
+) -> Result<ExitCode, CliError> {
+    write_reports(args, records, title, pool)?;
     if args.json {
-        print_json(&outcome)?;
+        print_json(outcome)?;
     } else {
-        print!("{}", image_table(&outcome, args.markdown));
-        eprintln!(
-            "Ondo's runs are in the history: ondo runs --bench {}",
-            outcome.bench_id
-        );
+        print!("{}", table());
+        if let Some(bench_id) = records.first().and_then(|r| r.bench_id.as_deref()) {
+            eprintln!("{whose} are in the history: ondo runs --bench {bench_id}");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -639,17 +661,16 @@ fn run_split_plan(
         "ondo bench {} --hostfile ({})",
         plan.plan.model_id, outcome.bench_id
     );
-    write_reports(args, &outcome.records, &title, pool)?;
-    if args.json {
-        print_json(&outcome)?;
-    } else {
-        print!("{}", split_table(&outcome, args.markdown));
-        eprintln!(
-            "The runs are in the history: ondo runs --bench {}",
-            outcome.bench_id
-        );
-    }
-    Ok(ExitCode::SUCCESS)
+    let table = || split_table(&outcome, args.markdown);
+    show_outcome(
+        args,
+        pool,
+        &outcome,
+        &outcome.records,
+        &title,
+        table,
+        "The runs",
+    )
 }
 
 /// The split benchmark's table: one row per side, median (min–max).

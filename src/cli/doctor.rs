@@ -67,34 +67,14 @@ pub fn run(args: DoctorArgs) -> Result<ExitCode, CliError> {
 /// `ondo doctor --distributed`: rank 0 prints the ranks and the links; the
 /// others print nothing unless something is wrong.
 fn distributed(args: &DoctorArgs) -> Result<ExitCode, CliError> {
-    use crate::engine::distributed::{Launch, check_cluster};
-    let invalid = |message: String| CliError::new(ErrorKind::InvalidSettings, message);
-    let mut started = None;
-    let from_env = Launch::from_env().map_err(invalid)?;
-    let from_env = match (&args.hostfile, from_env) {
-        (Some(_), Some(_)) => {
-            return Err(invalid(
-                "--hostfile starts the other ranks itself; a command that mlx.launch (or \
-                 MLX_RANK) already started as a rank runs without it"
-                    .into(),
-            ));
-        }
-        (Some(file), None) => {
-            let split = crate::engine::distributed::SplitKind::from_env().map_err(invalid)?;
-            let (launch, ranks) =
-                super::launch::start_ranks(file, &super::launch::args_without_hostfile(), split)
-                    .map_err(|e| CliError::new(ErrorKind::Distributed, e))?;
-            started = Some(ranks);
-            Some(launch)
-        }
-        (None, launch) => launch,
-    };
-    let launch = from_env.ok_or_else(|| {
-        invalid(
+    use crate::engine::distributed::check_cluster;
+    let (launch, started) = super::launch::this_launch(args.hostfile.as_deref(), None)?;
+    let launch = launch.ok_or_else(|| {
+        CliError::new(
+            ErrorKind::InvalidSettings,
             "this process was not started as a rank: run it under mlx.launch --hostfile \
-             hosts.json --backend ring -- ondo doctor --distributed, or set MLX_RANK and \
-             MLX_HOSTFILE (see ondo doctor --help)"
-                .into(),
+             hosts.json --backend ring -- ondo doctor --distributed, give --hostfile, or set \
+             MLX_RANK and MLX_HOSTFILE (see ondo doctor --help)",
         )
     })?;
     let report = check_cluster(&launch, args.model.as_deref())

@@ -12,6 +12,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
+use crate::ErrorKind;
+use crate::cli::error::CliError;
 use crate::engine::distributed::{Backend, Launch, SplitKind};
 
 /// The port the first remote rank listens on, the next one up for each
@@ -340,6 +342,50 @@ fn watch(children: Arc<Mutex<Vec<(usize, String, Child)>>>) {
             }
         }
     });
+}
+
+/// This process's launch, if it is one rank of several, and the ranks it
+/// started itself: from `--hostfile` (Ondo starts the others), else from
+/// what mlx.launch put in the environment. `split` (`--split`) overrides
+/// `ONDO_SPLIT`.
+pub fn this_launch(
+    hostfile: Option<&Path>,
+    split: Option<SplitKind>,
+) -> Result<(Option<Launch>, Option<StartedRanks>), CliError> {
+    let invalid = |message: String| CliError::new(ErrorKind::InvalidSettings, message);
+    let from_env = Launch::from_env().map_err(invalid)?;
+    let (mut launch, started) = match (hostfile, from_env) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "--hostfile starts the other ranks itself; a command that mlx.launch (or \
+                 MLX_RANK) already started as a rank runs without it"
+                    .into(),
+            ));
+        }
+        (Some(file), None) => {
+            let split = match split {
+                Some(split) => split,
+                None => SplitKind::from_env().map_err(invalid)?,
+            };
+            let (launch, started) = start_ranks(file, &args_without_hostfile(), split)
+                .map_err(|e| CliError::new(ErrorKind::Distributed, e))?;
+            (Some(launch), Some(started))
+        }
+        (None, launch) => (launch, None),
+    };
+    match (&mut launch, split) {
+        (Some(launch), Some(split)) => launch.split = split,
+        (None, Some(_)) => {
+            return Err(invalid(
+                "--split divides a model over the ranks of a launch; this process was not \
+                 started as one (give --hostfile, start every rank with mlx.launch, or set \
+                 MLX_RANK and MLX_HOSTFILE)"
+                    .into(),
+            ));
+        }
+        _ => {}
+    }
+    Ok((launch, started))
 }
 
 /// This process's command line without `--hostfile FILE`: what every other

@@ -575,54 +575,14 @@ fn split_plan(
     ))
 }
 
-/// This process's launch when it is one rank of several (mlx.launch set
-/// MLX_RANK), else `None`.
-fn launched_as_rank() -> Result<Option<crate::engine::distributed::Launch>, CliError> {
-    Ok(crate::engine::distributed::Launch::from_env()
-        .map_err(|e| CliError::new(ErrorKind::InvalidSettings, e))?
-        .filter(|launch| launch.size > 1))
-}
-
 pub fn run(mut args: RunArgs) -> Result<ExitCode, CliError> {
     // Started as one rank of several (mlx.launch): every rank runs this same
     // command on its share of the layers; rank 0 answers and records, the
     // others compute in step and print nothing. A saved prompt cache would
     // hold only this rank's layers, so none is read or written.
-    let mut started = None;
-    let mut launch = match &args.hostfile {
-        Some(file) => {
-            if launched_as_rank()?.is_some() {
-                return Err(CliError::new(
-                    ErrorKind::InvalidSettings,
-                    "--hostfile starts the other ranks itself; a command that mlx.launch (or \
-                     MLX_RANK) already started as a rank runs without it",
-                ));
-            }
-            let split = match args.split {
-                Some(split) => split,
-                None => crate::engine::distributed::SplitKind::from_env()
-                    .map_err(|e| CliError::new(ErrorKind::InvalidSettings, e))?,
-            };
-            let (launch, ranks) =
-                super::launch::start_ranks(file, &super::launch::args_without_hostfile(), split)
-                    .map_err(|e| CliError::new(ErrorKind::Distributed, e))?;
-            started = Some(ranks);
-            Some(launch)
-        }
-        None => launched_as_rank()?,
-    };
-    match (&mut launch, args.split) {
-        (Some(launch), Some(split)) => launch.split = split,
-        (None, Some(_)) => {
-            return Err(CliError::new(
-                ErrorKind::InvalidSettings,
-                "--split divides a model over the ranks of a launch; this process was not \
-                 started as one (start every rank with mlx.launch, or set MLX_RANK and \
-                 MLX_HOSTFILE)",
-            ));
-        }
-        _ => {}
-    }
+    let (launch, started) = super::launch::this_launch(args.hostfile.as_deref(), args.split)?;
+    // A launch of one rank runs as a process alone.
+    let launch = launch.filter(|launch| launch.size > 1);
     let follower = launch.as_ref().is_some_and(|l| l.rank != 0);
     if launch.is_some() {
         args.generation.no_disk_cache = true;
