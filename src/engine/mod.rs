@@ -308,8 +308,13 @@ mod tests {
                 None,
                 "{message}"
             );
-            // It reaches users as a run error of kind `load`.
-            assert_eq!(RunError::from(error).kind(), crate::ErrorKind::Load);
+            // It reaches users as a run error of kind `load`, or, for a
+            // model the ranks cannot divide, `distributed`.
+            let expected = match error {
+                LoadError::Split(_) => crate::ErrorKind::Distributed,
+                _ => crate::ErrorKind::Load,
+            };
+            assert_eq!(RunError::from(error).kind(), expected);
         }
     }
 

@@ -327,6 +327,9 @@ pub enum RunError {
     Internal(String),
     #[error("the engine thread is gone; restart Ondo")]
     EngineStopped,
+    /// The model cannot be divided over the ranks this process joined.
+    #[error("{0}")]
+    Distributed(String),
 }
 
 impl RunError {
@@ -342,13 +345,18 @@ impl RunError {
             RunError::Mlx(_) => ErrorKind::Mlx,
             RunError::Internal(_) => ErrorKind::Internal,
             RunError::EngineStopped => ErrorKind::EngineStopped,
+            RunError::Distributed(_) => ErrorKind::Distributed,
         }
     }
 }
 
 impl From<LoadError> for RunError {
     fn from(e: LoadError) -> Self {
-        RunError::Load(e.to_string())
+        match e {
+            // Nothing is wrong with the folder: the ranks cannot divide it.
+            LoadError::Split(_) => RunError::Distributed(e.to_string()),
+            e => RunError::Load(e.to_string()),
+        }
     }
 }
 
@@ -388,6 +396,7 @@ mod tests {
             RunError::Mlx(_) => "mlx",
             RunError::Internal(_) => "internal",
             RunError::EngineStopped => "engine_stopped",
+            RunError::Distributed(_) => "distributed",
         }
     }
 
@@ -402,6 +411,11 @@ mod tests {
             RunError::Mlx("[eval] out of memory".into()),
             RunError::Internal("a loaded model vanished".into()),
             RunError::EngineStopped,
+            RunError::Distributed(
+                "the model cannot be split across the ranks: its 4 attention heads do not divide \
+                 over 3 ranks"
+                    .into(),
+            ),
         ]
     }
 
