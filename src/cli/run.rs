@@ -192,12 +192,22 @@ reasoning printed on stderr before the answer, dimmed on a terminal;
 --think off asks a model with a thinking switch (Qwen3) not to reason at all:
 a shorter answer, no reasoning tokens to wait for.
 
+A model too large for one machine runs split over several: --hostfile names
+them (this one first; Ondo starts the others over ssh), or start the same
+command on each with mlx.launch. --split pipeline (the default) gives each
+machine a range of layers: any family, the memory of all of them, the speed
+of one. --split tensor gives each a share of every layer's heads: both work
+on every token, which pays on a fast link (Thunderbolt) and costs on a slow
+one. Before loading, rank 0 prints who holds what and whether each share
+fits that machine's memory.
+
 Examples:
   ondo run tiny \"Why is the sky blue?\"
   ondo run ./my-model \"Summarise:\" --max-tokens 64 --loop sync
   ondo run mlx-community/Qwen3-0.6B-4bit \"hi\" --think off
   ondo run mlx-community/Qwen3-0.6B-4bit \"hi\" --json
-  ondo run mlx-community/gemma-3-4b-it-4bit --image shot.png \"What does this say?\"")]
+  ondo run mlx-community/gemma-3-4b-it-4bit --image shot.png \"What does this say?\"
+  ondo run ./Llama-3.3-70B-Instruct-4bit \"hi\" --hostfile hosts.json --split tensor")]
 pub struct RunArgs {
     #[command(flatten)]
     generation: GenerationArgs,
