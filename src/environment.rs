@@ -115,6 +115,12 @@ pub const MEMORY_LIMIT: Variable = Variable {
     read_by: ReadBy::Ondo,
 };
 
+/// `ONDO_MEMORY_LIMIT` in bytes, when it is set and reads as a size (a
+/// value that does not is refused where a command starts).
+pub fn memory_limit() -> Option<u64> {
+    MEMORY_LIMIT.bytes().and_then(Result::ok)
+}
+
 pub const SPLIT: Variable = Variable {
     name: "ONDO_SPLIT",
     purpose: "how a rank of a split run divides a model: pipeline (a range of layers each) or tensor (a share of every layer's heads)",

@@ -42,10 +42,7 @@ impl MachineMemory {
             total_bytes: 0,
             available_bytes: 0,
         });
-        let limit = crate::environment::MEMORY_LIMIT
-            .bytes()
-            .and_then(Result::ok)
-            .unwrap_or(u64::MAX);
+        let limit = crate::environment::memory_limit().unwrap_or(u64::MAX);
         Self {
             available_bytes: totals.available_bytes.min(limit),
             total_bytes: totals.total_bytes.min(limit),

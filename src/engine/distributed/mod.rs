@@ -373,10 +373,7 @@ fn introduce(
 ) -> Result<Vec<handshake::RankIdentity>, String> {
     let runtime = crate::metrics::mlx_runtime::MlxRuntime::detect();
     let totals = ondo_os::memory_totals().ok();
-    let limit = crate::environment::MEMORY_LIMIT
-        .bytes()
-        .and_then(Result::ok)
-        .unwrap_or(u64::MAX);
+    let limit = crate::environment::memory_limit().unwrap_or(u64::MAX);
     // An unreadable folder is described, not returned early: the exchange
     // must complete on every rank for the others to hear which one it is.
     let own = handshake::RankIdentity {
