@@ -195,11 +195,7 @@ pub fn run_split_bench(
                 .collect();
             let decode = of(|r| r.stats.decode_tps);
             SplitSide {
-                side: match split {
-                    None => "one process".into(),
-                    Some(SplitKind::Pipeline) => "by layers".into(),
-                    Some(SplitKind::Tensor) => "by heads".into(),
-                },
+                side: split.map_or("one process", SplitKind::described).into(),
                 split: *split,
                 ttft_ms: of(|r| r.stats.ttft_ms),
                 prefill_tps: of(|r| r.stats.prefill_tps),

@@ -488,13 +488,11 @@ fn split_plan(
     use crate::engine::distributed::SplitKind;
     use crate::hub::fit::{Verdict, estimate_share};
     use crate::units::human_bytes;
-    let how = match launch.split {
-        SplitKind::Pipeline => "by layers",
-        SplitKind::Tensor => "by heads",
-    };
     let head = format!(
-        "split {how} over {} ranks over MLX's {} backend",
-        launch.size, launch.backend
+        "split {} over {} ranks over MLX's {} backend",
+        launch.split.described(),
+        launch.size,
+        launch.backend
     );
     let layers = crate::hub::sizing::facts_from_folder(dir)
         .map(|facts| facts.shape.num_hidden_layers as usize)

@@ -38,6 +38,14 @@ impl SplitKind {
         }
     }
 
+    /// How people say it: "by layers", "by heads".
+    pub fn described(self) -> &'static str {
+        match self {
+            SplitKind::Pipeline => "by layers",
+            SplitKind::Tensor => "by heads",
+        }
+    }
+
     /// `ONDO_SPLIT`'s choice, pipeline when unset.
     pub fn from_env() -> Result<Self, String> {
         let Some(value) = crate::environment::SPLIT.value() else {
