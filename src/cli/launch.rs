@@ -30,15 +30,19 @@ pub struct Host {
 }
 
 impl Host {
-    /// Whether this is the machine Ondo runs on: started as a process, no
-    /// ssh.
-    fn is_here(&self) -> bool {
+    /// Whether this is the machine Ondo runs on (`here`, its host name in
+    /// lower case): started as a process, no ssh.
+    fn is_here(&self, here: &str) -> bool {
         let name = self.ssh.trim().to_ascii_lowercase();
-        let here = ondo_os::host_name().to_ascii_lowercase();
         matches!(name.as_str(), "localhost" | "127.0.0.1" | "::1")
             || name == here
-            || name.strip_suffix(".local") == Some(here.as_str())
+            || name.strip_suffix(".local") == Some(here)
     }
+}
+
+/// This machine's host name in lower case, as `Host::is_here` compares it.
+fn here() -> String {
+    ondo_os::host_name().to_ascii_lowercase()
 }
 
 /// A launch hostfile, as mlx.launch reads one (`[{"ssh": "studio-2",
@@ -99,12 +103,12 @@ fn free_port() -> Result<u16, String> {
 /// Every rank's ring address: 127.0.0.1 when every host is this one, else
 /// each host's IPv4 address as the others reach it (MLX's ring takes
 /// addresses, not names).
-fn ring_addresses(hosts: &[Host]) -> Result<Vec<String>, String> {
-    let all_here = hosts.iter().all(Host::is_here);
+fn ring_addresses(hosts: &[Host], here: &str) -> Result<Vec<String>, String> {
+    let all_here = hosts.iter().all(|h| h.is_here(here));
     let mut remote_port = FIRST_REMOTE_PORT;
     let mut addresses = Vec::new();
     for (rank, host) in hosts.iter().enumerate() {
-        let port = if host.is_here() {
+        let port = if host.is_here(here) {
             free_port()?
         } else {
             remote_port += 1;
@@ -114,11 +118,11 @@ fn ring_addresses(hosts: &[Host]) -> Result<Vec<String>, String> {
             "127.0.0.1".to_owned()
         } else if let Some(ip) = &host.ip {
             ip.clone()
-        } else if host.is_here() {
+        } else if host.is_here(here) {
             // The address this machine reaches the first other host from.
             let other = hosts
                 .iter()
-                .find(|h| !h.is_here())
+                .find(|h| !h.is_here(here))
                 .map(|h| h.ip.clone().map_or_else(|| ipv4_of(h), Ok));
             let other = other.unwrap_or_else(|| Ok("127.0.0.1".to_owned()))?;
             local_address_towards(&other)?
@@ -211,7 +215,8 @@ pub fn start_ranks(
         .map_err(|e| format!("--hostfile {}: {e}", hostfile.display()))?;
     let hosts =
         parse_hostfile(&text).map_err(|e| format!("--hostfile {}: {e}", hostfile.display()))?;
-    let addresses = ring_addresses(&hosts)?;
+    let here = here();
+    let addresses = ring_addresses(&hosts, &here)?;
     let ring_hosts: Vec<Vec<String>> = addresses.iter().map(|a| vec![a.clone()]).collect();
     let ring_text = serde_json::to_string(&ring_hosts).map_err(|e| e.to_string())?;
     let mut ring_file = tempfile::Builder::new()
@@ -237,7 +242,7 @@ pub fn start_ranks(
             ("MLX_RANK", rank.to_string()),
             (crate::environment::SPLIT.name, split.name().to_owned()),
         ];
-        let mut command = if host.is_here() {
+        let mut command = if host.is_here(&here) {
             let mut command = Command::new(&exe);
             command
                 .args(args)
@@ -429,27 +434,35 @@ mod tests {
 
     #[test]
     fn addresses_are_loopback_when_every_rank_is_here() {
-        let here = |name: &str| Host {
+        let named = |name: &str| Host {
             ssh: name.into(),
             ip: None,
         };
-        let all = ring_addresses(&[here("localhost"), here("127.0.0.1")]).unwrap();
+        let all =
+            ring_addresses(&[named("localhost"), named("127.0.0.1")], &super::here()).unwrap();
         assert!(all.iter().all(|a| a.starts_with("127.0.0.1:")), "{all:?}");
         assert_ne!(all[0], all[1]);
-        let mixed = ring_addresses(&[
-            Host {
-                ssh: "localhost".into(),
-                ip: Some("10.0.0.1".into()),
-            },
-            Host {
-                ssh: "studio-2".into(),
-                ip: Some("10.0.0.2".into()),
-            },
-        ])
+        let mixed = ring_addresses(
+            &[
+                Host {
+                    ssh: "localhost".into(),
+                    ip: Some("10.0.0.1".into()),
+                },
+                Host {
+                    ssh: "studio-2".into(),
+                    ip: Some("10.0.0.2".into()),
+                },
+            ],
+            &super::here(),
+        )
         .unwrap();
         assert_eq!(mixed[1], format!("10.0.0.2:{FIRST_REMOTE_PORT}"));
         assert!(mixed[0].starts_with("10.0.0.1:"), "{mixed:?}");
-        let unknown = ring_addresses(&[here("localhost"), here("nohost.invalid")]).unwrap_err();
+        let unknown = ring_addresses(
+            &[named("localhost"), named("nohost.invalid")],
+            &super::here(),
+        )
+        .unwrap_err();
         assert!(
             unknown.contains("nohost.invalid") && unknown.contains("\"ips\""),
             "{unknown}"
