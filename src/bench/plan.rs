@@ -303,7 +303,21 @@ pub(super) fn cold_start_run(
         repetition: Some(repetition as u32),
         ..plan.context(RunKind::BenchCold)
     };
-    // The child's memory was its own; this process saw none of it.
+    let (mut record, timeline) = fresh_process_record(pool, &stats, &context, generate_tokens);
+    record.cold_start_ms = Some(cold_start_ms);
+    pool.with_store(|store| store.insert_run(&record, &timeline));
+    Ok(record)
+}
+
+/// The record of a run another `ondo run` process made (`stats`, its
+/// `--json` record), for this benchmark's history: its memory was its own,
+/// so this process saw none of it.
+pub(super) fn fresh_process_record(
+    pool: &SessionPool,
+    stats: &RunStats,
+    context: &RunContext,
+    max_tokens: usize,
+) -> (RunRecord, Vec<crate::store::MemorySample>) {
     let unknown = MemoryDuringRun {
         pressure_start: "unknown".into(),
         pressure_max: "unknown".into(),
@@ -311,12 +325,10 @@ pub(super) fn cold_start_run(
         ..MemoryDuringRun::default()
     };
     let (mut record, timeline) =
-        record::record_from_stats(&stats, &context, pool.provenance(), unknown, None);
-    record.cold_start_ms = Some(cold_start_ms);
+        record::record_from_stats(stats, context, pool.provenance(), unknown, None);
     record.fresh_process = true;
-    record.max_tokens = generate_tokens as u64;
-    pool.with_store(|store| store.insert_run(&record, &timeline));
-    Ok(record)
+    record.max_tokens = max_tokens as u64;
+    (record, timeline)
 }
 
 fn fill_roofline(record: &mut RunRecord, bandwidth: Option<f64>) {
@@ -389,35 +401,14 @@ pub(super) fn fresh_process_run(
     prefill_step_size: usize,
     loop_shape: LoopShape,
 ) -> Result<(RunStats, f64), BenchError> {
-    let exe = std::env::current_exe().map_err(|e| BenchError::Plan(e.to_string()))?;
-    let ids: Vec<String> = prompt.iter().map(u32::to_string).collect();
     let spawned_at = peer::wall_clock_ns();
-    let out = Command::new(exe)
-        .arg("run")
-        .arg(model_dir)
-        .args(["--prompt-ids", &ids.join(",")])
-        .args(["--max-tokens", &max_tokens.to_string()])
-        .args(["--prefill-step-size", &prefill_step_size.to_string()])
-        .args(["--loop", &loop_shape.to_string()])
-        .args(["--ignore-eos", "--json", "--no-history", "--load-anyway"])
-        // A cold start pays its whole prefill: no prompt cache from the disk.
-        .arg("--no-disk-cache")
-        .env(
-            crate::environment::SPAWNED_AT_NS.name,
-            spawned_at.to_string(),
-        )
-        .output()
-        .map_err(|e| {
-            BenchError::Plan(format!(
-                "could not start a fresh process for the cold start: {e}"
-            ))
-        })?;
-    let record: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|_| {
-        BenchError::Plan(format!(
-            "the fresh-process run failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    })?;
+    let mut command =
+        ondo_run_command(model_dir, prompt, max_tokens, prefill_step_size, loop_shape);
+    command.arg("--load-anyway").env(
+        crate::environment::SPAWNED_AT_NS.name,
+        spawned_at.to_string(),
+    );
+    let record = ondo_run_json(command, "the fresh-process run")?;
     let cold_start_ms = record["cold_start_ms"].as_f64().ok_or_else(|| {
         BenchError::Plan("the fresh process did not report its cold start time".into())
     })?;
@@ -425,6 +416,47 @@ pub(super) fn fresh_process_run(
         BenchError::Plan(format!("the fresh process's record could not be read: {e}"))
     })?;
     Ok((stats, cold_start_ms))
+}
+
+/// `ondo run` of `prompt` (token ids, EOS ignored) with a `--json` record,
+/// no history and no prompt cache from the disk (a fresh process pays its
+/// whole prefill); callers add their own arguments.
+pub(super) fn ondo_run_command(
+    model_dir: &Path,
+    prompt: &[u32],
+    max_tokens: usize,
+    prefill_step_size: usize,
+    loop_shape: LoopShape,
+) -> Command {
+    let exe = std::env::current_exe().unwrap_or_else(|_| "ondo".into());
+    let ids: Vec<String> = prompt.iter().map(u32::to_string).collect();
+    let mut command = Command::new(exe);
+    command
+        .arg("run")
+        .arg(model_dir)
+        .args(["--prompt-ids", &ids.join(",")])
+        .args(["--max-tokens", &max_tokens.to_string()])
+        .args(["--prefill-step-size", &prefill_step_size.to_string()])
+        .args(["--loop", &loop_shape.to_string()])
+        .args(["--ignore-eos", "--json", "--no-history", "--no-disk-cache"]);
+    command
+}
+
+/// Runs `command` (an `ondo_run_command`) and reads its `--json` record;
+/// `what` names the run in errors, with what it said on failure.
+pub(super) fn ondo_run_json(
+    mut command: Command,
+    what: &str,
+) -> Result<serde_json::Value, BenchError> {
+    let out = command
+        .output()
+        .map_err(|e| BenchError::Plan(format!("could not start {what}: {e}")))?;
+    serde_json::from_slice(&out.stdout).map_err(|_| {
+        BenchError::Plan(format!(
+            "{what} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    })
 }
 
 #[cfg(test)]

@@ -7,7 +7,6 @@
 //! costs or gains, and what each decode step moved between the ranks.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde::Serialize;
 
@@ -16,7 +15,7 @@ use crate::engine::RunStats;
 use crate::engine::distributed::SplitKind;
 use crate::run_kinds::RunKind;
 use crate::session::SessionPool;
-use crate::session::record::{self, MemoryDuringRun, RunContext};
+use crate::session::record::RunContext;
 use crate::store::RunRecord;
 
 /// What runs: the model and shape, the machines, and the splits to try.
@@ -78,47 +77,33 @@ fn run_once(
     prompt: &[u32],
 ) -> Result<SplitRun, BenchError> {
     let shape = &plan.shape;
-    let exe = std::env::current_exe().map_err(|e| BenchError::Plan(e.to_string()))?;
-    let ids: Vec<String> = prompt.iter().map(u32::to_string).collect();
-    let mut command = Command::new(exe);
-    command
-        .arg("run")
-        .arg(&plan.model_dir)
-        .args(["--prompt-ids", &ids.join(",")])
-        .args(["--max-tokens", &shape.generate_tokens.to_string()])
-        .args(["--prefill-step-size", &shape.prefill_step_size.to_string()])
-        .args(["--loop", &shape.loops[0].to_string()])
-        .args(["--ignore-eos", "--json", "--no-history", "--no-disk-cache"]);
+    let mut command = plan::ondo_run_command(
+        &plan.model_dir,
+        prompt,
+        shape.generate_tokens,
+        shape.prefill_step_size,
+        shape.loops[0],
+    );
     if let Some(split) = split {
         command
             .arg("--hostfile")
             .arg(hostfile)
             .args(["--split", split.name()]);
     }
-    let out = command
-        .output()
-        .map_err(|e| BenchError::Plan(format!("could not start `ondo run`: {e}")))?;
-    let what = split.map_or("one process".to_owned(), |s| format!("split by {s}"));
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|_| {
-        BenchError::Plan(format!(
-            "the run {what} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    })?;
+    let what = split.map_or("the run in one process".to_owned(), |s| {
+        format!("the run split {}", s.described())
+    });
+    let json = plan::ondo_run_json(command, &what)?;
     let token_ids = json["token_ids"]
         .as_array()
         .map(|ids| ids.iter().filter_map(serde_json::Value::as_u64).collect())
         .unwrap_or_default();
-    let split_fields = json.clone();
-    let stats: RunStats = serde_json::from_value(json).map_err(|e| {
-        BenchError::Plan(format!(
-            "the run {what} printed a record Ondo cannot read: {e}"
-        ))
-    })?;
+    let stats: RunStats = serde_json::from_value(json.clone())
+        .map_err(|e| BenchError::Plan(format!("{what} printed a record Ondo cannot read: {e}")))?;
     Ok(SplitRun {
         stats,
         token_ids,
-        split: split_fields,
+        split: json,
     })
 }
 
@@ -159,17 +144,8 @@ pub fn run_split_bench(
                 warmup,
                 ..plan.plan.context(RunKind::Bench)
             };
-            // The run's memory was its processes' own.
-            let unknown = MemoryDuringRun {
-                pressure_start: "unknown".into(),
-                pressure_max: "unknown".into(),
-                pressure_end: "unknown".into(),
-                ..MemoryDuringRun::default()
-            };
             let (mut record, timeline) =
-                record::record_from_stats(&run.stats, &context, pool.provenance(), unknown, None);
-            record.fresh_process = true;
-            record.max_tokens = shape.generate_tokens as u64;
+                plan::fresh_process_record(pool, &run.stats, &context, shape.generate_tokens);
             if let Ok(fields) = serde_json::from_value::<SplitFields>(run.split.clone()) {
                 fields.apply(&mut record);
             }
