@@ -260,16 +260,8 @@ pub fn record_from_stats(
 /// decode step moved between them (the model's width and activation type
 /// from its folder).
 fn with_split(record: RunRecord, split: &crate::engine::distributed::SplitFacts) -> RunRecord {
-    let shape = crate::hub::sizing::facts_from_folder(std::path::Path::new(&record.model_path))
-        .ok()
-        .map(|facts| facts.shape);
-    let step = shape.map(|shape| {
-        split.per_decode_step(
-            shape.num_hidden_layers,
-            shape.hidden_size,
-            shape.kv_dtype.bytes(),
-        )
-    });
+    let step = step_shape(&record.model_path)
+        .map(|(layers, hidden, bytes)| split.per_decode_step(layers, hidden, bytes));
     RunRecord {
         split: Some(split.kind.name().to_owned()),
         split_ranks: Some(split.hosts.len() as u64),
@@ -279,4 +271,27 @@ fn with_split(record: RunRecord, split: &crate::engine::distributed::SplitFacts)
         split_step_link_ms: step.map(|(_, ms)| ms),
         ..record
     }
+}
+
+/// A model folder's layers, width and activation bytes, read from its
+/// folder once per process (every run of a split model asks).
+fn step_shape(model_path: &str) -> Option<(u64, u64, u64)> {
+    static SHAPES: std::sync::Mutex<Vec<(String, Option<(u64, u64, u64)>)>> =
+        std::sync::Mutex::new(Vec::new());
+    let mut shapes = SHAPES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, shape)) = shapes.iter().find(|(path, _)| path == model_path) {
+        return *shape;
+    }
+    let shape = crate::hub::sizing::facts_from_folder(std::path::Path::new(model_path))
+        .ok()
+        .map(|facts| {
+            let shape = facts.shape;
+            (
+                shape.num_hidden_layers,
+                shape.hidden_size,
+                shape.kv_dtype.bytes(),
+            )
+        });
+    shapes.push((model_path.to_owned(), shape));
+    shape
 }
