@@ -273,10 +273,13 @@ fn with_split(record: RunRecord, split: &crate::engine::distributed::SplitFacts)
     }
 }
 
-/// A model folder's layers, width and activation bytes, read from its
-/// folder once per process (every run of a split model asks).
-fn step_shape(model_path: &str) -> Option<(u64, u64, u64)> {
-    static SHAPES: std::sync::Mutex<Vec<(String, Option<(u64, u64, u64)>)>> =
+/// A model's layers, hidden width and bytes per activation element.
+type StepShape = (u64, u64, u64);
+
+/// A model folder's `StepShape`, read from its folder once per process
+/// (every run of a split model asks).
+fn step_shape(model_path: &str) -> Option<StepShape> {
+    static SHAPES: std::sync::Mutex<Vec<(String, Option<StepShape>)>> =
         std::sync::Mutex::new(Vec::new());
     let mut shapes = SHAPES.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, shape)) = shapes.iter().find(|(path, _)| path == model_path) {
