@@ -9,9 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 mod common;
+#[path = "common/served.rs"]
+mod served;
 
 /// Free ports on 127.0.0.1, one per rank (found by binding port 0; freed
 /// before the ranks bind them).
@@ -802,4 +804,168 @@ fn ondo_starts_the_other_ranks_itself_from_a_hostfile() {
         "{:?}",
         started.elapsed()
     );
+}
+
+/// Runs `tests/python/openai_client.py SCENARIO` against `served`.
+fn openai_client(served: &served::Served, scenario: &str, args: &Value) -> Value {
+    let out = Command::new(common::python())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/openai_client.py"))
+        .args([&served.url, scenario, &args.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "openai_client.py {scenario}: {}\nserver log:\n{}",
+        text(&out.stderr),
+        served.log()
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// What `basics` got that one model's greedy answers decide: the texts.
+fn answers(basics: &Value) -> Vec<Value> {
+    [
+        &basics["chat"]["text"],
+        &basics["streamed"]["text"],
+        &basics["follow_up"]["text"],
+        &basics["completion"]["text"],
+        &basics["completion_streamed"],
+    ]
+    .into_iter()
+    .cloned()
+    .collect()
+}
+
+/// Processes whose parent is `pid` (the ranks a server started).
+fn children_of(pid: u32) -> Vec<u32> {
+    let out = Command::new("pgrep")
+        .args(["-P", &pid.to_string()])
+        .output()
+        .unwrap();
+    text(&out.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+fn is_running(pid: u32) -> bool {
+    // SAFETY: signal 0 only asks whether the process exists.
+    unsafe { libc::kill(pid as i32, 0) == 0 }
+}
+
+#[test]
+#[cfg_attr(
+    ondo_skip_python,
+    ignore = "needs the openai package in the project venv (make setup)"
+)]
+fn a_split_model_serves_the_openai_client_and_its_ranks_stop_together() {
+    let ranks = Ranks::new(2);
+    let model = ranks.synth("served", &["--layers", "4", "--untied-head"]);
+    let hosts = ranks.dir.path().join("two-here.json");
+    std::fs::write(&hosts, r#"["localhost", "127.0.0.1"]"#).unwrap();
+    let serve = |split: &[&str]| {
+        let mut ondo = ranks.ondo(&[]);
+        ondo.env("ONDO_RANK_JOIN_TIMEOUT_S", "30");
+        let mut args = vec![std::ffi::OsStr::new("--no-history"), model.as_os_str()];
+        args.extend(split.iter().map(std::ffi::OsStr::new));
+        served::Served::start_with(ondo, &args)
+    };
+    let args = json!({
+        "model": "served", "system": "You answer briefly.", "user": "Tell me about the sea.",
+        "max_tokens": 12, "long_tokens": 30000,
+    });
+    // One process's answers: what the split server must say.
+    let alone = serve(&[]);
+    let expected = answers(&openai_client(&alone, "basics", &args));
+    assert!(alone.stop().success());
+
+    let hostfile = hosts.to_str().unwrap();
+    let by_heads = serve(&["--hostfile", hostfile, "--split", "tensor"]);
+    let log = by_heads.log();
+    assert!(
+        log.contains("split by heads over 2 ranks") && log.contains("clients name"),
+        "{log}"
+    );
+    let basics = openai_client(&by_heads, "basics", &args);
+    assert!(
+        basics["models"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("served")),
+        "{basics}"
+    );
+    assert_eq!(answers(&basics), expected, "split by heads");
+    // A client that leaves mid-answer: rank 0 stops every rank on the same
+    // step, so the next request starts at once and the ranks still agree.
+    let dropped = openai_client(&by_heads, "drop", &args);
+    assert_eq!(dropped["received"], 5);
+    let (before, after) = (
+        dropped["before"].as_f64().unwrap(),
+        dropped["after"].as_f64().unwrap(),
+    );
+    assert!(
+        after < (before * 10.0).max(2.0),
+        "before {before} s, after {after} s"
+    );
+    assert!(
+        by_heads.log().contains("cancelled: the client went away"),
+        "{}",
+        by_heads.log()
+    );
+    assert_eq!(
+        answers(&openai_client(&by_heads, "basics", &args)),
+        expected,
+        "after the drop"
+    );
+    // Stopping rank 0 tells the other rank to finish; it ends too.
+    let followers = children_of(by_heads.pid());
+    assert_eq!(followers.len(), 1, "{followers:?}");
+    assert!(by_heads.stop().success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while is_running(followers[0]) {
+        assert!(Instant::now() < deadline, "rank 1 outlived rank 0");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // A rank that dies: the split model answers why, the others serve on.
+    let by_layers = serve(&["--hostfile", hostfile]);
+    assert_eq!(
+        answers(&openai_client(&by_layers, "basics", &args)),
+        expected,
+        "split by layers"
+    );
+    let followers = children_of(by_layers.pid());
+    assert_eq!(followers.len(), 1, "{followers:?}");
+    // SAFETY: a plain signal to a process this test's server started.
+    unsafe {
+        libc::kill(followers[0] as i32, libc::SIGKILL);
+    }
+    let ask = |model: &str| {
+        by_layers.post(
+            "/v1/chat/completions",
+            &json!({"model": model, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}),
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (status, error) = loop {
+        let (status, body) = ask("served");
+        if status != 200 {
+            break (status, body);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the split model answered without rank 1"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(status, 500, "{error}");
+    assert_eq!(error["error"]["code"], "distributed", "{error}");
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("rank 1") && message.contains("restart"),
+        "{message}"
+    );
+    let (status, body) = ask("tiny");
+    assert_eq!(status, 200, "{body}");
+    assert!(by_layers.stop().success());
 }

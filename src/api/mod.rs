@@ -97,6 +97,11 @@ pub struct ServerConfig {
     /// idle connection), for the rest of a body since its last bytes. The
     /// connection is then closed.
     pub idle_timeout_s: u64,
+    /// Model folders the server was started with (`ondo serve ./folder`),
+    /// which clients name by the folder's name: a client may never name a
+    /// path itself.
+    #[serde(skip)]
+    pub named_folders: Vec<ResolvedModel>,
 }
 
 impl Default for ServerConfig {
@@ -117,6 +122,7 @@ impl Default for ServerConfig {
             // once); an idle connection in a client's pool is closed after
             // it, which clients expect (they open another).
             idle_timeout_s: 30,
+            named_folders: Vec::new(),
         }
     }
 }
@@ -269,6 +275,8 @@ pub(crate) struct ServerState {
     /// `tiny` resolved once: writing it (the first time) needs the engine,
     /// which a request should not wait for behind another's generation.
     tiny: Mutex<Option<ResolvedModel>>,
+    /// `ServerConfig::named_folders`.
+    named_folders: Vec<ResolvedModel>,
     flights: Flights,
     on_request: RequestLogger,
     /// Responses kept for `previous_response_id` and `GET /v1/responses/{id}`.
@@ -297,6 +305,13 @@ impl ServerState {
         {
             return Ok(tiny);
         }
+        if let Some(named) = self
+            .named_folders
+            .iter()
+            .find(|m| m.name.eq_ignore_ascii_case(name.trim()))
+        {
+            return Ok(named.clone());
+        }
         let pool = self.pool.clone();
         let name = name.to_owned();
         let folders = model_folders(settings, &DataDirs::from_env());
@@ -315,9 +330,22 @@ impl ServerState {
     /// folders `settings` name.
     async fn downloaded_models(&self, settings: &AppSettings) -> Vec<LibraryModel> {
         let folders = model_folders(settings, &DataDirs::from_env());
-        tokio::task::spawn_blocking(move || downloaded_models(&folders))
-            .await
-            .unwrap_or_default()
+        let named = self.named_folders.clone();
+        tokio::task::spawn_blocking(move || {
+            named
+                .iter()
+                .map(|m| {
+                    crate::hub::library::describe_folder(
+                        m.name.clone(),
+                        crate::hub::library::ModelSource::Folder,
+                        &m.dir,
+                    )
+                })
+                .chain(downloaded_models(&folders))
+                .collect()
+        })
+        .await
+        .unwrap_or_default()
     }
 }
 
@@ -365,6 +393,7 @@ impl LocalServer {
             ),
             conversations: Mutex::new(ConversationIndex::default()),
             tiny: Mutex::new(None),
+            named_folders: config.named_folders.clone(),
             flights: Flights::default(),
             on_request,
             responses: Arc::default(),

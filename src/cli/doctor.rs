@@ -68,7 +68,11 @@ pub fn run(args: DoctorArgs) -> Result<ExitCode, CliError> {
 /// others print nothing unless something is wrong.
 fn distributed(args: &DoctorArgs) -> Result<ExitCode, CliError> {
     use crate::engine::distributed::check_cluster;
-    let (launch, started) = super::launch::this_launch(args.hostfile.as_deref(), None)?;
+    let (launch, started) = super::launch::this_launch(
+        args.hostfile.as_deref(),
+        None,
+        super::launch::WhenARankFails::EndThisProcess,
+    )?;
     let launch = launch.ok_or_else(|| {
         CliError::new(
             ErrorKind::InvalidSettings,

@@ -203,6 +203,16 @@ impl Drop for StartedRanks {
     }
 }
 
+/// What rank 0 does when a rank it started stops with an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhenARankFails {
+    /// Stop every rank and end (a run: it cannot finish).
+    EndThisProcess,
+    /// Mark the split model lost and go on (a server: its other models
+    /// still serve, and requests for the split one hear why it cannot).
+    LoseTheSplit,
+}
+
 /// Starts ranks 1.. of `hostfile` running this same command (`args`, the
 /// command line without `--hostfile`), and returns the launch rank 0 runs
 /// in this process.
@@ -210,6 +220,7 @@ pub fn start_ranks(
     hostfile: &Path,
     args: &[std::ffi::OsString],
     split: SplitKind,
+    when_a_rank_fails: WhenARankFails,
 ) -> Result<(Launch, StartedRanks), String> {
     let text = std::fs::read_to_string(hostfile)
         .map_err(|e| format!("--hostfile {}: {e}", hostfile.display()))?;
@@ -249,6 +260,11 @@ pub fn start_ranks(
                 .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
                 .env("MLX_HOSTFILE", ring_file.path())
                 .stdin(Stdio::null());
+            // A group of its own: Ctrl-C at the terminal reaches rank 0
+            // alone, which ends the others in step (a server tells them to
+            // finish after the requests in flight).
+            #[cfg(unix)]
+            std::os::unix::process::CommandExt::process_group(&mut command, 0);
             command
         } else {
             // The ring's hostfile goes over ssh's stdin into a file there;
@@ -297,7 +313,7 @@ pub fn start_ranks(
             .unwrap_or_else(|e| e.into_inner())
             .push((rank, host.ssh.clone(), child));
     }
-    watch(Arc::clone(&children));
+    watch(Arc::clone(&children), when_a_rank_fails);
     let launch = Launch {
         backend: Backend::Ring,
         rank: 0,
@@ -314,9 +330,9 @@ pub fn start_ranks(
     ))
 }
 
-/// Ends this process when another rank stops with an error: rank 0 would
-/// otherwise wait for it to join, or for a collective it never answers.
-fn watch(children: Arc<Mutex<Vec<(usize, String, Child)>>>) {
+/// Acts when another rank stops with an error: rank 0 would otherwise wait
+/// for it to join, or for a collective it never answers.
+fn watch(children: Arc<Mutex<Vec<(usize, String, Child)>>>, when_a_rank_fails: WhenARankFails) {
     std::thread::spawn(move || {
         loop {
             std::thread::sleep(std::time::Duration::from_millis(100));
@@ -335,6 +351,37 @@ fn watch(children: Arc<Mutex<Vec<(usize, String, Child)>>>) {
                 drop(all);
                 std::thread::sleep(std::time::Duration::from_millis(300));
                 let mut all = children.lock().unwrap_or_else(|e| e.into_inner());
+                if when_a_rank_fails == WhenARankFails::LoseTheSplit {
+                    let reason = format!("rank {rank} ({host}) stopped ({status})");
+                    eprintln!(
+                        "error: {reason}: its words are above, prefixed with its rank; the split \
+                         model is unloaded and the other models serve on"
+                    );
+                    crate::engine::distributed::mark_lost(&reason);
+                    // The others cannot run it without that rank either.
+                    for (_, _, child) in all.iter_mut() {
+                        let _ = child.kill();
+                    }
+                    drop(all);
+                    // A run under way usually ends with MLX's error; one
+                    // that waits on the dead rank never would, and neither
+                    // would anything queued behind it.
+                    let limit = std::time::Instant::now() + std::time::Duration::from_secs(10);
+                    while crate::engine::distributed::split_run_in_flight()
+                        && std::time::Instant::now() < limit
+                    {
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                    }
+                    if crate::engine::distributed::split_run_in_flight() {
+                        eprintln!(
+                            "error: the split run under way is waiting on rank {rank} for good \
+                             (MLX does not give up on a lost peer): this server stops; start it \
+                             again"
+                        );
+                        std::process::exit(1);
+                    }
+                    return;
+                }
                 for (_, _, child) in all.iter_mut() {
                     let _ = child.kill();
                 }
@@ -356,6 +403,7 @@ fn watch(children: Arc<Mutex<Vec<(usize, String, Child)>>>) {
 pub fn this_launch(
     hostfile: Option<&Path>,
     split: Option<SplitKind>,
+    when_a_rank_fails: WhenARankFails,
 ) -> Result<(Option<Launch>, Option<StartedRanks>), CliError> {
     let invalid = |message: String| CliError::new(ErrorKind::InvalidSettings, message);
     let from_env = Launch::from_env().map_err(invalid)?;
@@ -372,8 +420,9 @@ pub fn this_launch(
                 Some(split) => split,
                 None => SplitKind::from_env().map_err(invalid)?,
             };
-            let (launch, started) = start_ranks(file, &args_without_hostfile(), split)
-                .map_err(|e| CliError::new(ErrorKind::Distributed, e))?;
+            let (launch, started) =
+                start_ranks(file, &args_without_hostfile(), split, when_a_rank_fails)
+                    .map_err(|e| CliError::new(ErrorKind::Distributed, e))?;
             (Some(launch), Some(started))
         }
         (None, launch) => (launch, None),

@@ -479,11 +479,12 @@ impl Drop for StallWatch {
 /// memory budget (from the introductions). Every rank computes the same
 /// verdict from the same facts, so a share that will not fit ends every
 /// rank with the same error (unless --load-anyway) before any loads.
-fn split_plan(
+pub(crate) fn split_plan(
     dir: &Path,
     launch: &crate::engine::distributed::Launch,
     ranks: &[crate::engine::distributed::handshake::RankIdentity],
-    args: &GenerationArgs,
+    whole: Option<crate::hub::fit::FitEstimate>,
+    load_anyway: bool,
 ) -> Result<String, String> {
     use crate::engine::distributed::SplitKind;
     use crate::hub::fit::{Verdict, estimate_share};
@@ -501,7 +502,6 @@ fn split_plan(
     let (Some(layers), Some(bytes)) = (layers, bytes) else {
         return Ok(head);
     };
-    let whole = fit_estimate(dir, args);
     let mut parts = Vec::new();
     let mut needs = Vec::new();
     let mut short = Vec::new();
@@ -571,7 +571,7 @@ fn split_plan(
         launch.size,
         short.join("; ")
     );
-    if args.load_anyway {
+    if load_anyway {
         plan.push_str(&format!("\n{line}; loading anyway (--load-anyway)"));
         return Ok(plan);
     }
@@ -588,7 +588,11 @@ pub fn run(mut args: RunArgs) -> Result<ExitCode, CliError> {
     // command on its share of the layers; rank 0 answers and records, the
     // others compute in step and print nothing. A saved prompt cache would
     // hold only this rank's layers, so none is read or written.
-    let (launch, started) = super::launch::this_launch(args.hostfile.as_deref(), args.split)?;
+    let (launch, started) = super::launch::this_launch(
+        args.hostfile.as_deref(),
+        args.split,
+        super::launch::WhenARankFails::EndThisProcess,
+    )?;
     // A launch of one rank runs as a process alone.
     let launch = launch.filter(|launch| launch.size > 1);
     let follower = launch.as_ref().is_some_and(|l| l.rank != 0);
@@ -605,8 +609,14 @@ pub fn run(mut args: RunArgs) -> Result<ExitCode, CliError> {
         None => None,
     };
     if let (Some(launch), Some(ranks)) = (&launch, &ranks) {
-        let plan =
-            split_plan(&model.dir, launch, ranks, &args.generation).map_err(CliError::from)?;
+        let plan = split_plan(
+            &model.dir,
+            launch,
+            ranks,
+            fit_estimate(&model.dir, &args.generation),
+            args.generation.load_anyway,
+        )
+        .map_err(CliError::from)?;
         if launch.rank == 0 {
             eprintln!("{plan}");
         }

@@ -27,8 +27,30 @@ Any OpenAI, Anthropic or Ollama client works: point its base URL at the server.
     -d '{\"model\": \"tiny\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}'
 Models are named by repo id (as `ondo ls` lists them) or tiny. Every
 request is recorded: `ondo runs --kind api`. Fields a request leaves out take
-the app's generation defaults (Settings).")]
+the app's generation defaults (Settings).
+
+A model too large for this machine is served split over several: name it and
+the machines, and Ondo starts the other ranks over ssh; this machine serves,
+the others compute their share of every request. Requests for the split model
+run one at a time and prefill their whole prompt (no conversation cache);
+other models serve here as usual. If a rank stops, the split model is
+unloaded and its requests answer why; restart to run it again.
+  ondo serve ./Llama-3.3-70B-Instruct-4bit --hostfile hosts.json --split tensor")]
 pub struct ServeArgs {
+    /// Load this model now, before the first request asks for it; with
+    /// --hostfile (or under mlx.launch), the model to split over the ranks.
+    #[arg(value_name = "MODEL")]
+    model: Option<String>,
+    /// Serve MODEL split over these machines (rank 0, this one, first): a
+    /// JSON list of host names, or mlx.launch's hostfile. See `ondo run
+    /// --help` for the format; the same Ondo must be at the same path on
+    /// each.
+    #[arg(long, value_name = "FILE", requires = "model")]
+    hostfile: Option<std::path::PathBuf>,
+    /// How the ranks divide MODEL: by layers (`pipeline`, the default) or
+    /// by heads (`tensor`, wants a fast link). Same as ONDO_SPLIT.
+    #[arg(long, value_enum, value_name = "HOW")]
+    split: Option<crate::engine::distributed::SplitKind>,
     /// The address to listen on: 127.0.0.1 serves this machine only; any
     /// other (0.0.0.0: every network) needs an API key.
     #[arg(long, default_value = "127.0.0.1")]
@@ -71,7 +93,7 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
-    let config = ServerConfig {
+    let mut config = ServerConfig {
         host: args.host,
         port: args.port,
         api_key: args
@@ -84,9 +106,26 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
         max_batch: args.max_batch.map(|n| n as usize),
         max_connections: args.max_connections,
         idle_timeout_s: args.idle_timeout,
+        named_folders: Vec::new(),
     };
     // Refuse an open address before starting the engine.
     config.socket_address()?;
+    // Listen for Ctrl-C before any other thread starts (they inherit how
+    // signals are handled) and before anyone can know the address.
+    let mut stop_signals = StopSignals::listen().map_err(|e| e.to_string())?;
+    // Started as one rank of several: every rank runs this command; rank 0
+    // serves, the others follow its orders.
+    let (launch, started) = super::launch::this_launch(
+        args.hostfile.as_deref(),
+        args.split,
+        super::launch::WhenARankFails::LoseTheSplit,
+    )?;
+    let launch = launch.filter(|launch| launch.size > 1);
+    if let Some(launch) = &launch
+        && launch.rank != 0
+    {
+        return follow(launch, args.model.as_deref(), stop_signals);
+    }
     let dirs = DataDirs::from_env();
     let store = if args.no_history {
         None
@@ -107,15 +146,48 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
         PoolSettings::default()
     };
     let keyed = config.api_key.is_some();
-    // Listen for Ctrl-C before any other thread starts (they inherit how
-    // signals are handled) and before anyone can know the address.
-    let mut stop_signals = StopSignals::listen().map_err(|e| e.to_string())?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
     let pool = SessionPool::start(pool_settings, store)?;
     pool.set_prompt_cache(saved.prompt_cache_settings(&dirs))?;
+    if let Some(name) = &args.model {
+        let model = crate::resolve::resolve_model(&pool, name, crate::resolve::NamedBy::Local)
+            .map_err(|e| CliError::from(e).about(name))?;
+        if let Some(launch) = &launch {
+            join_split(launch, &model.dir)?;
+            crate::engine::distributed::orders::start_serving();
+        }
+        // A folder is named for clients by its name (they may not name
+        // paths); a repo id is theirs already.
+        if std::path::Path::new(name).is_dir() {
+            let folder = model
+                .dir
+                .canonicalize()
+                .unwrap_or_else(|_| model.dir.clone());
+            let client_name = folder
+                .file_name()
+                .map_or_else(|| name.clone(), |n| n.to_string_lossy().into_owned());
+            eprintln!("clients name {name} as \"{client_name}\"");
+            config.named_folders.push(crate::resolve::ResolvedModel {
+                name: client_name,
+                dir: folder,
+            });
+        }
+        pool.preload(&model.dir, &model.name)
+            .map_err(|e| CliError::from(e).about(name))?;
+        if let Some(resident) = pool.engine_resident()?.into_iter().find(|r| {
+            std::fs::canonicalize(&r.model_dir).ok() == std::fs::canonicalize(&model.dir).ok()
+        }) {
+            eprintln!(
+                "loaded {} in {:.0} ms ({} of weights here)",
+                model.name,
+                resident.load_ms,
+                crate::units::human_bytes(resident.weights_bytes)
+            );
+        }
+    }
     let pool = Arc::new(pool);
     let mut server = LocalServer::start(
         pool,
@@ -162,7 +234,100 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
         server.status().requests_served
     );
     server.stop();
+    // The engine told the other ranks to finish as it stopped; they end
+    // with that.
+    if let Some(started) = started {
+        started.finish(Duration::from_secs(30));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Joins the other ranks to split the model in `dir`, and prints (rank 0)
+/// who holds what and whether each share fits, at the default context.
+fn join_split(
+    launch: &crate::engine::distributed::Launch,
+    dir: &std::path::Path,
+) -> Result<(), CliError> {
+    let distributed = |e: String| CliError::new(crate::ErrorKind::Distributed, e);
+    let ranks = crate::engine::distributed::join_as_rank(launch, dir).map_err(distributed)?;
+    let whole = crate::hub::sizing::facts_from_folder(dir)
+        .ok()
+        .map(|facts| {
+            facts.estimate_held_in(
+                crate::hub::fit::DEFAULT_CONTEXT_TOKENS,
+                crate::hub::sizing::MachineMemory::read(None),
+                None,
+            )
+        });
+    let plan = super::run::split_plan(dir, launch, &ranks, whole, false).map_err(CliError::from)?;
+    if launch.rank == 0 {
+        eprintln!("{plan}");
+    }
+    Ok(())
+}
+
+/// A rank other than 0: joins, loads its share and runs rank 0's orders
+/// until rank 0 stops serving.
+fn follow(
+    launch: &crate::engine::distributed::Launch,
+    model: Option<&str>,
+    mut stop_signals: StopSignals,
+) -> Result<ExitCode, CliError> {
+    let Some(name) = model else {
+        return Err(CliError::new(
+            crate::ErrorKind::InvalidSettings,
+            "a rank of a split server needs the MODEL to split (every rank runs the same ondo \
+             serve MODEL command)",
+        ));
+    };
+    // Stopped by a signal of its own, it ends at once; rank 0 hears of it
+    // from the link, and its other models serve on.
+    let rank = launch.rank;
+    std::thread::spawn(move || {
+        if let Ok(runtime) = tokio::runtime::Builder::new_current_thread().build() {
+            runtime.block_on(stop_signals.next());
+            eprintln!("rank {rank} stopped by a signal");
+            std::process::exit(130);
+        }
+    });
+    end_with_parent(rank);
+    let pool = SessionPool::start(PoolSettings::default(), None)?;
+    let model = crate::resolve::resolve_model(&pool, name, crate::resolve::NamedBy::Local)
+        .map_err(|e| CliError::from(e).about(name))?;
+    join_split(launch, &model.dir)?;
+    pool.engine_follow(&model.dir).map_err(|e| {
+        CliError::new(
+            crate::ErrorKind::Distributed,
+            format!("rank {} stopped following rank 0: {e}", launch.rank),
+        )
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Ends this rank when the process that started it is gone (rank 0 here,
+/// or the ssh session from it): a rank waiting in a gather for an order
+/// from a rank 0 that died would otherwise wait for good, holding its
+/// share of the model.
+fn end_with_parent(rank: usize) {
+    #[cfg(unix)]
+    {
+        // SAFETY: getppid has no preconditions and cannot fail.
+        let parent = unsafe { libc::getppid() };
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(Duration::from_millis(500));
+                // SAFETY: as above.
+                if unsafe { libc::getppid() } != parent {
+                    eprintln!(
+                        "rank {rank}: the process that started it is gone (rank 0 stopped); ending"
+                    );
+                    std::process::exit(1);
+                }
+            }
+        });
+    }
+    #[cfg(not(unix))]
+    let _ = rank;
 }
 
 /// Ctrl-C, or a polite kill (SIGTERM) where there is one.

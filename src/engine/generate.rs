@@ -11,6 +11,7 @@
 //!   with `async_eval` before reading token n, so the next step is already
 //!   computing while the host handles the current token.
 
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use mlx_rs::error::Exception;
@@ -63,6 +64,11 @@ pub struct TokenSteps<'a> {
     constraint: Option<TokenConstraint>,
     /// The prompt's images, encoded, counted from the first token fed.
     images: Option<PromptImages>,
+    /// On a split model, the stop flags of the steps built and not read yet,
+    /// oldest first (`push_stop_flag`).
+    stop_flags: VecDeque<Array>,
+    /// Rank 0 ends the other ranks' steps (it is ending on an error).
+    stopping_others: bool,
 }
 
 impl<'a> TokenSteps<'a> {
@@ -89,6 +95,8 @@ impl<'a> TokenSteps<'a> {
             prefill_snapshot: None,
             constraint: None,
             images: None,
+            stop_flags: VecDeque::new(),
+            stopping_others: false,
         })
     }
 
@@ -193,9 +201,80 @@ impl<'a> TokenSteps<'a> {
         if let Some(recent) = &mut self.recent {
             logits = recent.penalize(&logits, input)?;
         }
+        self.push_stop_flag()?;
         // Normalised to log-probabilities first, as mlx-lm does: in bf16 the
         // shift can merge near-ties, and greedy must pick what mlx-lm picks.
         ops::subtract(&logits, logits.logsumexp_axis(-1, true)?)
+    }
+
+    /// On a split model, every step carries a one-element sum across the
+    /// ranks of rank 0's wish to stop (its request was cancelled, its client
+    /// left, or it ends on an error), built with the step and read with the
+    /// step's token. The ranks draw the same tokens and stop at the same
+    /// EOS, stop string and token budget on their own; this is how they
+    /// also stop together on what only rank 0 knows. Rank 0 decides after
+    /// the next step is queued, so every rank runs one or two steps more.
+    fn push_stop_flag(&mut self) -> Result<(), Exception> {
+        let Some(group) = self.model.split_group() else {
+            return Ok(());
+        };
+        let stop = group.rank() == 0
+            && (self.stopping_others
+                || self.cancel.as_ref().is_some_and(CancelToken::is_cancelled));
+        let flag = group.all_sum(&Array::from_slice(&[f32::from(u8::from(stop))], &[1]))?;
+        self.stop_flags.push_back(flag);
+        Ok(())
+    }
+
+    /// Reads the stop flag of the step whose token was just read: `Err`
+    /// when rank 0 stops the ranks there (a rank other than 0 then marks
+    /// its own request cancelled, so it ends as rank 0's does).
+    fn read_stop_flag(&mut self) -> Result<(), Exception> {
+        let Some(flag) = self.stop_flags.pop_front() else {
+            return Ok(());
+        };
+        let stop = flag
+            .try_item_exact::<f32>()
+            .map_err(|e| Exception::custom(e.to_string()))?;
+        if stop > 0.5 {
+            if let Some(cancel) = &self.cancel {
+                cancel.cancel();
+            }
+            return Err(Exception::custom("rank 0 stopped the split run"));
+        }
+        Ok(())
+    }
+
+    /// Whether the model runs split across ranks, whose steps stop
+    /// together (`push_stop_flag`).
+    pub fn is_split(&self) -> bool {
+        self.model.split_group().is_some()
+    }
+
+    /// On rank 0 of a split model that ends early on an error of its own:
+    /// runs the steps until the other ranks have read the stop, so none is
+    /// left waiting in a collective.
+    pub fn stop_other_ranks(&mut self) {
+        if !self.is_split() || self.pending.is_none() {
+            return;
+        }
+        self.stopping_others = true;
+        for _ in 0..4 {
+            if !matches!(self.advance(), Ok(Some(_))) {
+                break;
+            }
+        }
+        self.pending = None;
+    }
+
+    /// The arrays to evaluate with a step: its own, and the stop flags not
+    /// read yet (evaluating one twice costs nothing).
+    fn with_flags<'b>(&'b self, arrays: &[&'b Array]) -> Vec<&'b Array> {
+        arrays
+            .iter()
+            .copied()
+            .chain(self.stop_flags.iter())
+            .collect()
     }
 
     /// Draws from `logprobs` among the tokens the grammar allows next. The
@@ -234,7 +313,9 @@ impl<'a> TokenSteps<'a> {
         };
         self.recent = RecentTokens::new(self.sampler.settings(), rest);
         for (n, chunk) in rest.chunks(self.prefill_step_size).enumerate() {
-            if self.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
+            // A split model's prefill runs whole: a rank stopping alone
+            // would leave the others waiting in the chunk's collectives.
+            if !self.is_split() && self.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
                 return Err(Exception::custom("cancelled during prefill"));
             }
             let start = n * self.prefill_step_size;
@@ -277,7 +358,7 @@ impl<'a> TokenSteps<'a> {
             (Some(prompt), _) => {
                 let last = self.prefill(prompt)?;
                 let logprobs = self.build_logprobs(&last)?;
-                mlx_rs::transforms::async_eval([&logprobs])?;
+                mlx_rs::transforms::async_eval(self.with_flags(&[&logprobs]))?;
                 self.draw_constrained(logprobs)?
             }
             (None, Some(previous)) => previous,
@@ -286,24 +367,26 @@ impl<'a> TokenSteps<'a> {
         let started = Instant::now();
         let (token, next_logprobs, waited) = match self.shape {
             LoopShape::Sync => {
-                mlx_rs::transforms::eval([&current])?;
+                mlx_rs::transforms::eval(self.with_flags(&[&current]))?;
                 let token = Self::read(&current)?;
                 let waited = started.elapsed();
+                self.read_stop_flag()?;
                 self.accept(token)?;
                 if self.grammar_complete() {
                     (token, None, waited)
                 } else {
                     let next = self.build_logprobs(&Array::from_slice(&[token], &[1, 1]))?;
-                    mlx_rs::transforms::async_eval([&next])?;
+                    mlx_rs::transforms::async_eval(self.with_flags(&[&next]))?;
                     (token, Some(next), waited)
                 }
             }
             LoopShape::Pipelined => {
                 let next = self.build_logprobs(&current.reshape(&[1, 1])?)?;
-                mlx_rs::transforms::async_eval([&next])?;
+                mlx_rs::transforms::async_eval(self.with_flags(&[&next]))?;
                 let asked = Instant::now();
                 let token = Self::read(&current)?;
                 let waited = asked.elapsed();
+                self.read_stop_flag()?;
                 self.accept(token)?;
                 (token, Some(next), waited)
             }
@@ -330,7 +413,7 @@ impl<'a> TokenSteps<'a> {
             (Some(prompt), _) => {
                 let first = self.first(prompt)?;
                 if self.shape == LoopShape::Pipelined {
-                    mlx_rs::transforms::async_eval([&first.0, &first.1])?;
+                    mlx_rs::transforms::async_eval(self.with_flags(&[&first.0, &first.1]))?;
                 }
                 first
             }
@@ -340,9 +423,10 @@ impl<'a> TokenSteps<'a> {
         match self.shape {
             LoopShape::Sync => {
                 let asked = Instant::now();
-                mlx_rs::transforms::eval([&current, &logprobs])?;
+                mlx_rs::transforms::eval(self.with_flags(&[&current, &logprobs]))?;
                 let token = Self::read(&current)?;
                 let ready = Instant::now();
+                self.read_stop_flag()?;
                 self.last_logprobs = Some(logprobs);
                 // The next step starts only after the host has the token.
                 let next = self.build_step(&Array::from_slice(&[token], &[1, 1]))?;
@@ -363,10 +447,11 @@ impl<'a> TokenSteps<'a> {
                     self.count_once(&next);
                 }
                 let counted = Instant::now();
-                mlx_rs::transforms::async_eval([&next.0, &next.1])?;
+                mlx_rs::transforms::async_eval(self.with_flags(&[&next.0, &next.1]))?;
                 let queued = Instant::now();
                 let token = Self::read(&current)?;
                 let ready = Instant::now();
+                self.read_stop_flag()?;
                 if decoding {
                     self.clock
                         .add((built - started) + (queued - counted), ready - queued);

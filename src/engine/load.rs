@@ -85,7 +85,7 @@ impl LoadedModel {
             config.quantization.as_ref(),
         )?;
         // A rank of a split model keeps only its own layers.
-        let split = crate::engine::distributed::Split::of_this_process(&config)
+        let split = crate::engine::distributed::Split::of_this_process(&config, dir)
             .map_err(LoadError::Split)?;
         let model = Decoder::load_split(&config, &config_path, weights, split)?;
         let mut arrays = model.arrays();

@@ -1229,7 +1229,9 @@ pub fn run(
     let mut text = RunText::new(model, request, &prepared);
     let mut stop_reason = StopReason::MaxTokens;
     while text.generated() < request.max_tokens {
-        if cancel.is_cancelled() {
+        // A split model's steps stop on every rank together, through the
+        // step's stop flag, which carries the cancel.
+        if cancel.is_cancelled() && !steps.is_split() {
             stop_reason = StopReason::Cancelled;
             break;
         }
@@ -1248,9 +1250,16 @@ pub fn run(
                 break;
             }
         };
-        if let Some(reason) = text.token(token, sink)? {
-            stop_reason = reason;
-            break;
+        match text.token(token, sink) {
+            Ok(Some(reason)) => {
+                stop_reason = reason;
+                break;
+            }
+            Ok(None) => {}
+            Err(error) => {
+                steps.stop_other_ranks();
+                return Err(error);
+            }
         }
     }
     // The grammar may be complete with the last token the budget allowed.

@@ -27,6 +27,7 @@ use std::time::Instant;
 use super::anatomy::StepAnatomy;
 use super::batch::{Batch, BatchEvent, FinishedSequence, NewSequence, SequenceId};
 use super::disk_cache::{DiskCacheSettings, DiskPromptCache};
+use super::distributed::{self, orders};
 use super::embed::{EmbedOutcome, EmbedRequest, Embedder, LoadedEncoder};
 use super::load::LoadedModel;
 use super::request::{CancelToken, EventSink, GenerateRequest, RunError, RunEvent};
@@ -83,6 +84,13 @@ enum Command {
     /// Other MLX work (self-tests, writing synthetic models) that must not
     /// run beside the engine's.
     Call(Box<dyn FnOnce() + Send>),
+    /// On a rank other than 0 of a split model that serves: runs rank 0's
+    /// orders on the model in `model_dir` until rank 0 finishes (`Ok`) or
+    /// the link to it fails (`Err`, said plainly).
+    Follow {
+        model_dir: PathBuf,
+        reply: mpsc::Sender<Result<(), String>>,
+    },
     /// Sets up the prompt cache on disk (`None`: none).
     DiskCache {
         settings: Option<DiskCacheSettings>,
@@ -142,6 +150,22 @@ impl EngineHandle {
             commands,
             _thread: Arc::new(JoinOnDrop(Some(thread))),
         })
+    }
+
+    /// Runs rank 0's orders on this rank's part of the split model in
+    /// `model_dir` (`ondo serve` on a rank other than 0), until rank 0
+    /// finishes serving (`Ok`) or cannot be reached (`Err`).
+    pub fn follow(&self, model_dir: &Path) -> Result<(), String> {
+        let (reply, answer) = mpsc::channel();
+        self.commands
+            .send(Command::Follow {
+                model_dir: model_dir.to_owned(),
+                reply,
+            })
+            .map_err(|_| RunError::EngineStopped.to_string())?;
+        answer
+            .recv()
+            .unwrap_or_else(|_| Err(RunError::EngineStopped.to_string()))
     }
 
     /// Queues a generation; its events go to `sink` on the engine thread.
@@ -362,7 +386,12 @@ impl Held {
 /// measures something a batch would blur (the sync loop's shape, one
 /// step's graph).
 fn runs_alone(request: &GenerateRequest) -> bool {
-    request.max_batch <= 1 || request.loop_shape == LoopShape::Sync || request.count_graph_nodes
+    request.max_batch <= 1
+        || request.loop_shape == LoopShape::Sync
+        || request.count_graph_nodes
+        // Every rank of a split model runs its steps in lockstep with the
+        // others, one sequence at a time.
+        || distributed::is_split_model(&request.model_dir)
 }
 
 /// A generation in the batch.
@@ -434,6 +463,14 @@ impl Default for EngineThread {
 /// the same resident model.
 fn model_key(dir: &Path) -> PathBuf {
     std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned())
+}
+
+/// The group of ranks this process joined to split a model.
+fn split_group() -> Result<distributed::Group, String> {
+    let launch = distributed::pipeline::joined()
+        .ok_or("this process did not join other ranks to split a model")?;
+    // MLX keeps the group it made at the join: this returns it at once.
+    distributed::Group::init(launch.backend)
 }
 
 /// Blocks until the default stream has no queued work.
@@ -537,6 +574,14 @@ impl EngineThread {
         }
         // Leave nothing running behind the arrays (and perhaps the process).
         wait_for_mlx();
+        // The other ranks of a split model that served here end with it.
+        if orders::is_serving()
+            && distributed::lost().is_none()
+            && let Err(reason) =
+                split_group().and_then(|g| orders::send(&g, &orders::Order::Finish))
+        {
+            eprintln!("note: the other ranks were not told to finish: {reason}");
+        }
         // Quitting: what the conversations hold goes to the disk, and the
         // writes finish before the thread does.
         self.save_retiring();
@@ -645,6 +690,13 @@ impl EngineThread {
                             load_ms,
                         );
                     }
+                    if distributed::is_split_model(&request.model_dir) {
+                        return Err(RunError::InvalidSettings(format!(
+                            "{} is split over several ranks here, which only generate together; \
+                             embed with a model that runs on this machine alone",
+                            request.model_dir.display()
+                        )));
+                    }
                     let ((load_kind, load_ms), key) = self.ensure_loaded(&request.model_dir)?;
                     let resident = self
                         .models
@@ -659,6 +711,9 @@ impl EngineThread {
                 }))
                 .unwrap_or_else(|p| Err(RunError::Internal(panic_message(p.as_ref()))));
                 let _ = reply.send(result);
+            }
+            Command::Follow { model_dir, reply } => {
+                let _ = reply.send(self.follow(&model_dir));
             }
             Command::Call(work) => {
                 // A panic drops the reply sender; the caller hears of it.
@@ -821,6 +876,127 @@ impl EngineThread {
         self.save_retiring();
     }
 
+    /// `request` as every rank of the split model runs it: the ranks keep
+    /// no conversation caches and read no saved prompt cache (each would
+    /// have to hold the same positions on every rank), so every request
+    /// prefills its whole prompt. `Err` once the split is lost.
+    fn prepare_split_run(
+        &mut self,
+        request: &GenerateRequest,
+    ) -> Result<GenerateRequest, RunError> {
+        if let Some(reason) = distributed::lost() {
+            let key = model_key(&request.model_dir);
+            if self.models.remove(&key).is_some() {
+                let _ = mlx_rs::memory::clear_cache();
+            }
+            return Err(RunError::Distributed(format!(
+                "{reason}; the split model cannot run until every rank is started again \
+                 (restart ondo serve --hostfile)"
+            )));
+        }
+        if request.prompt_cache_file.is_some() {
+            return Err(RunError::InvalidSettings(
+                "a prompt cache file holds every layer of one process's cache; a model split \
+                 over several ranks starts from its prompt"
+                    .into(),
+            ));
+        }
+        Ok(GenerateRequest {
+            conversation: None,
+            disk_cache: false,
+            ..request.clone()
+        })
+    }
+
+    /// Rank 0 gives the other ranks `request` and hears that each can run
+    /// it, before any rank starts the model's collectives.
+    fn order_split_run(&mut self, request: &GenerateRequest, key: &Path) -> Result<(), RunError> {
+        let group = split_group().map_err(RunError::Distributed)?;
+        let order = orders::Order::Generate {
+            request: Box::new(request.clone()),
+        };
+        let ready = orders::send(&group, &order).and_then(|()| orders::answer(&group, Ok(())));
+        match ready {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(refused)) => Err(RunError::Distributed(refused)),
+            Err(link) => Err(self.split_lost(key, &link)),
+        }
+    }
+
+    /// The split model's link failed (`said`): the model is unloaded here
+    /// (its other ranks are gone or out of step) and later requests for it
+    /// are refused with the reason; the other models serve on.
+    fn split_lost(&mut self, key: &Path, said: &str) -> RunError {
+        let others: Vec<String> = distributed::split_facts()
+            .map(|facts| {
+                facts
+                    .hosts
+                    .iter()
+                    .enumerate()
+                    .skip(1)
+                    .map(|(rank, host)| format!("rank {rank} ({host})"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let whom = match others.len() {
+            0 => "another rank".to_owned(),
+            1 => others[0].clone(),
+            _ => format!("one of {}", others.join(", ")),
+        };
+        distributed::mark_lost(&format!(
+            "the link to {whom} of the split model failed: that rank stopped or the network \
+             dropped ({})",
+            said.trim()
+        ));
+        if self.models.remove(key).is_some() {
+            let _ = mlx_rs::memory::clear_cache();
+        }
+        RunError::Distributed(format!(
+            "{}; the split model is unloaded: restart ondo serve --hostfile to run it again",
+            distributed::lost().unwrap_or_default()
+        ))
+    }
+
+    /// A rank other than 0: runs rank 0's orders on `model_dir` until it
+    /// finishes serving.
+    fn follow(&mut self, model_dir: &Path) -> Result<(), String> {
+        let group = split_group()?;
+        loop {
+            let mut request = match orders::receive(&group)? {
+                orders::Order::Finish => return Ok(()),
+                orders::Order::Generate { request } => request,
+            };
+            // Rank 0's folder is its own; this rank runs its copy.
+            request.model_dir = model_dir.to_owned();
+            let ready = self
+                .ensure_loaded(model_dir)
+                .map(drop)
+                .map_err(|e| e.to_string());
+            if orders::answer(&group, ready)?.is_err() {
+                continue;
+            }
+            let cancel = CancelToken::new();
+            let mut sink: EventSink = Box::new(|_| {});
+            let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                self.generate_alone(&request, &cancel, &mut sink)
+            }));
+            wait_for_mlx();
+            match result {
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) if distributed::is_link_failure(&error.to_string()) => {
+                    return Err(error.to_string());
+                }
+                Ok(Err(error)) => eprintln!("note: a split run ended with: {error}"),
+                Err(payload) => {
+                    return Err(format!(
+                        "a split run panicked: {}",
+                        panic_message(payload.as_ref())
+                    ));
+                }
+            }
+        }
+    }
+
     /// Saves the conversations that ended with their runs to the disk.
     fn save_retiring(&mut self) {
         for (key, conversation) in std::mem::take(&mut self.retiring) {
@@ -851,7 +1027,19 @@ impl EngineThread {
     ) -> Result<stream::RunOutcome, RunError> {
         // Peak memory is per request, so a cold run's peak includes the load.
         mlx_rs::memory::reset_peak_memory()?;
+        let split_request;
+        let split = distributed::is_split_model(&request.model_dir);
+        let request = if split {
+            split_request = self.prepare_split_run(request)?;
+            &split_request
+        } else {
+            request
+        };
         let ((load_kind, load_ms), key) = self.ensure_loaded(&request.model_dir)?;
+        let _under_way = split.then(distributed::SplitRunUnderWay::begin);
+        if split && orders::is_serving() {
+            self.order_split_run(request, &key)?;
+        }
         let accepted_at = Instant::now();
         let resident = self
             .models
@@ -870,10 +1058,16 @@ impl EngineThread {
             &mut conversation,
             request,
             setting,
-            self.disk.as_mut(),
+            if split { None } else { self.disk.as_mut() },
             cancel,
             &mut |event| sink(event),
         );
+        if split
+            && let Err(error) = &outcome
+            && distributed::is_link_failure(&error.to_string())
+        {
+            return Err(self.split_lost(&key, &error.to_string()));
+        }
         // A failed turn leaves the cache in an unknown state: drop it.
         match (&outcome, &request.conversation) {
             (Ok(_), Some(id)) => {

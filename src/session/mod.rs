@@ -197,6 +197,12 @@ impl SessionPool {
         self.shared.engine.resident()
     }
 
+    /// On a rank other than 0 of a split server: runs rank 0's orders
+    /// until rank 0 finishes (`Engine::follow`).
+    pub fn engine_follow(&self, model_dir: &Path) -> Result<(), String> {
+        self.shared.engine.follow(model_dir)
+    }
+
     pub fn settings(&self) -> PoolSettings {
         *lock(&self.shared.settings)
     }

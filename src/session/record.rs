@@ -249,7 +249,11 @@ pub fn record_from_stats(
         split_step_link_ms: None,
         provenance: provenance.clone(),
     };
-    let record = match crate::engine::distributed::split_facts() {
+    // Only the model the ranks split is split; any other runs here alone.
+    let split = crate::engine::distributed::split_facts().filter(|_| {
+        crate::engine::distributed::is_split_model(std::path::Path::new(&stats.model_dir))
+    });
+    let record = match split {
         Some(split) => with_split(record, split),
         None => record,
     };

@@ -4,7 +4,8 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -12,18 +13,37 @@ use serde_json::Value;
 pub struct Served {
     child: Child,
     pub url: String,
+    /// What it printed on stderr so far (a line per request).
+    log: Arc<Mutex<String>>,
 }
 
 impl Served {
     /// Starts `ondo` (a command with its environment set) as `serve` on a
     /// free port, and waits for the address it prints.
-    pub fn start(mut ondo: Command) -> Self {
+    #[allow(dead_code)] // Not every test binary that shares this module calls it.
+    pub fn start(ondo: Command) -> Self {
+        Self::start_with(ondo, &[])
+    }
+
+    /// `start`, with more of `serve`'s arguments.
+    pub fn start_with(mut ondo: Command, args: &[&std::ffi::OsStr]) -> Self {
         let mut child = ondo
             .args(["serve", "--port", "0"])
+            .args(args)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let stderr = child.stderr.take().unwrap();
+        let heard = Arc::clone(&log);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let mut log = heard.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
         let mut first = String::new();
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut first)
@@ -31,10 +51,21 @@ impl Served {
         let url = first
             .split_whitespace()
             .find(|word| word.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no address in {first:?}"))
+            .unwrap_or_else(|| panic!("no address in {first:?}; it said {}", log.lock().unwrap()))
             .trim_end_matches('/')
             .to_owned();
-        Self { child, url }
+        Self { child, url, log }
+    }
+
+    /// What it has printed on stderr so far.
+    #[allow(dead_code)]
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    #[allow(dead_code)]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// POSTs `body` and returns the status and the JSON answer.
@@ -69,13 +100,16 @@ impl Served {
 
     /// Stops it as Ctrl-C or a polite kill does, and waits for it to end.
     #[allow(dead_code)]
-    pub fn stop(mut self) {
+    pub fn stop(mut self) -> ExitStatus {
         // SAFETY: a plain signal to a child this test started.
         unsafe {
             libc::kill(self.child.id() as i32, libc::SIGTERM);
         }
         let started = Instant::now();
-        while self.child.try_wait().unwrap().is_none() {
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
             assert!(
                 started.elapsed() < Duration::from_secs(60),
                 "the server did not stop"

@@ -5,7 +5,6 @@
 //! MLX, another snapshot) are refused at start with the difference named,
 //! not found out from wrong tokens later.
 
-use mlx_rs::Array;
 use serde::{Deserialize, Serialize};
 
 use super::Group;
@@ -47,34 +46,16 @@ impl std::fmt::Display for ModelSnapshot {
     }
 }
 
-/// The bytes each rank contributes: its identity as JSON, padded, so every
-/// rank's part has the same shape (`all_gather` concatenates equal parts).
-const IDENTITY_BYTES: usize = 4096;
-
 /// What every rank said, in rank order, gathered on every rank.
 pub fn exchange(group: &Group, own: &RankIdentity) -> Result<Vec<RankIdentity>, String> {
-    let mut bytes = serde_json::to_vec(own).map_err(|e| e.to_string())?;
-    if bytes.len() > IDENTITY_BYTES {
-        return Err(format!(
-            "this rank's description takes {} bytes, more than the {IDENTITY_BYTES} exchanged",
-            bytes.len()
-        ));
-    }
-    bytes.resize(IDENTITY_BYTES, b' ');
-    let part = Array::from_slice(&bytes, &[1, IDENTITY_BYTES as i32]);
-    let all = group
-        .all_gather(&part)
-        .and_then(|all| {
-            all.eval()?;
-            Ok(all)
-        })
-        .map_err(|e| format!("the ranks could not introduce themselves: {}", e.what()))?;
-    let gathered: &[u8] = all.as_slice();
-    gathered
-        .chunks(IDENTITY_BYTES)
+    let bytes = serde_json::to_vec(own).map_err(|e| e.to_string())?;
+    let parts = super::orders::gather_bytes(group, &bytes)
+        .map_err(|e| format!("the ranks could not introduce themselves: {e}"))?;
+    parts
+        .iter()
         .enumerate()
-        .map(|(rank, chunk)| {
-            serde_json::from_slice(chunk.trim_ascii_end())
+        .map(|(rank, part)| {
+            serde_json::from_slice(part)
                 .map_err(|e| format!("rank {rank} sent a description Ondo cannot read ({e})"))
         })
         .collect()

@@ -9,12 +9,14 @@
 pub mod group;
 pub mod handshake;
 pub mod link;
+pub mod orders;
 pub mod pipeline;
 pub mod tensor;
 
 pub use group::{Backend, Group};
 
-use std::sync::OnceLock;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
 
 /// How a model is divided over the ranks: by layers or by heads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
@@ -77,15 +79,20 @@ pub enum Split {
 }
 
 impl Split {
-    /// This process's part of a model of `config`, when it joined a group
-    /// of several ranks; `None` when it runs alone. A model the launch's
-    /// split cannot divide is refused with the reason.
+    /// This process's part of the model of `config` in `dir`, when it
+    /// joined a group of several ranks to split that model; `None` for any
+    /// other model, and when it runs alone. A model the launch's split
+    /// cannot divide is refused with the reason.
     pub fn of_this_process(
         config: &crate::family::config::ModelConfig,
+        dir: &Path,
     ) -> Result<Option<Self>, String> {
         let Some(launch) = pipeline::joined() else {
             return Ok(None);
         };
+        if !is_split_model(dir) {
+            return Ok(None);
+        }
         match launch.split {
             SplitKind::Pipeline => Ok(pipeline::Stage::of_launch(
                 launch,
@@ -322,8 +329,63 @@ pub fn join_as_rank(
         hop_ms: link.hop_best_ms,
         sum_ms: link.all_sum_best_ms,
     });
+    let _ = SPLIT_MODEL.set(canonical(model));
     pipeline::set_joined(launch.clone());
     Ok(ranks)
+}
+
+/// The model folder the ranks joined to split, canonical.
+static SPLIT_MODEL: OnceLock<PathBuf> = OnceLock::new();
+
+fn canonical(dir: &Path) -> PathBuf {
+    std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned())
+}
+
+/// Whether `dir` is the model this process joined other ranks to split:
+/// only that one is split; any other it loads runs here alone.
+pub fn is_split_model(dir: &Path) -> bool {
+    pipeline::joined().is_some() && SPLIT_MODEL.get().is_some_and(|m| *m == canonical(dir))
+}
+
+/// Why the split model can no longer run (a rank stopped, a link failed),
+/// once that happened: the ranks cannot be joined again without a restart.
+static LOST: Mutex<Option<String>> = Mutex::new(None);
+
+/// Records that the split cannot go on, and why (the first reason stays).
+pub fn mark_lost(reason: &str) {
+    let mut lost = LOST.lock().unwrap_or_else(|e| e.into_inner());
+    lost.get_or_insert_with(|| reason.to_owned());
+}
+
+/// Why the split model can no longer run, if it cannot.
+pub fn lost() -> Option<String> {
+    LOST.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// Whether a run of the split model (or its order to the ranks) is under
+/// way: MLX can wait forever in a collective whose peer died, so whoever
+/// learns of a lost rank asks this before trusting the process to go on.
+static SPLIT_RUN_IN_FLIGHT: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Marks a split run under way until it is dropped.
+pub struct SplitRunUnderWay(());
+
+impl SplitRunUnderWay {
+    pub fn begin() -> Self {
+        SPLIT_RUN_IN_FLIGHT.store(true, std::sync::atomic::Ordering::SeqCst);
+        Self(())
+    }
+}
+
+impl Drop for SplitRunUnderWay {
+    fn drop(&mut self) {
+        SPLIT_RUN_IN_FLIGHT.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+pub fn split_run_in_flight() -> bool {
+    SPLIT_RUN_IN_FLIGHT.load(std::sync::atomic::Ordering::SeqCst)
 }
 
 /// What this process's split runs share: how the model is divided, over

@@ -94,6 +94,10 @@ impl Stage {
         self.group.size()
     }
 
+    pub fn group(&self) -> &Group {
+        &self.group
+    }
+
     pub fn owns(&self, layer: usize) -> bool {
         (self.first..self.end).contains(&layer)
     }

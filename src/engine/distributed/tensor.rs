@@ -48,6 +48,10 @@ impl TensorShards {
         self.group.size()
     }
 
+    pub fn group(&self) -> &Group {
+        &self.group
+    }
+
     /// The sum of every rank's partial `x`, on every rank.
     pub fn sum(&self, x: &Array) -> Result<Array, Exception> {
         self.group.all_sum(x)

@@ -1193,6 +1193,15 @@ impl Decoder {
         self.stage.as_ref()
     }
 
+    /// The ranks this model is split over, when it is.
+    pub fn split_group(&self) -> Option<&crate::engine::distributed::Group> {
+        match (&self.stage, &self.tensor) {
+            (Some(stage), _) => Some(stage.group()),
+            (None, Some(shards)) => Some(shards.group()),
+            (None, None) => None,
+        }
+    }
+
     /// The hidden states this rank sent on and nothing here reads, built
     /// since the last call: evaluate it where only the caches are.
     pub fn take_sent(&self) -> Option<Array> {
