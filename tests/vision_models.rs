@@ -278,6 +278,26 @@ fn gemma3_sees_images_as_mlx_vlm_does() {
     );
 }
 
+/// A 4-bit Gemma 3 folder carries a copy of its tied embedding as the head,
+/// as mlx-vlm's conversions do (mlx-vlm cannot fill a missing quantized
+/// head from the embedding), and answers with an image as mlx-vlm does.
+#[test]
+#[cfg_attr(ondo_skip_python, ignore = "needs the project venv with mlx-vlm")]
+fn a_quantized_gemma3_folder_loads_in_mlx_vlm_and_answers_alike() {
+    let home = Home::new();
+    let model = home.synth(
+        "gemma3-4bit",
+        &["--arch", "gemma3", "--dtype", "f32", "--bits", "4"],
+    );
+    let screen = home.file("screen.png", &picture(640, 400, 3));
+    let question = "What is in this picture?";
+    let (theirs, _) = mlx_vlm(&home, &model, &rendered(&model, question, 1), &[&screen]);
+    assert_eq!(
+        ondo_tokens(&home, &model, question, &[&screen], "pipelined", &[]),
+        ids(&theirs["tokens"])
+    );
+}
+
 /// `ondo bench --image --peer mlx-vlm`: the encode is a phase of its own on
 /// Ondo's rows, both sides answer the same prompt with the same greedy
 /// tokens, and every Ondo run lands in the history with its image.

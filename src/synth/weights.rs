@@ -286,11 +286,28 @@ pub fn write_weights(
         Ok(())
     };
 
+    // A quantized Gemma 3 checkpoint (mlx-vlm's conversion) carries a copy
+    // of its tied embedding as the head, quantized: mlx-vlm fills a missing
+    // head from the embedding's packed weight alone, without its scales,
+    // and could not load the folder without one.
+    let head_copy = (options.arch.model_type == "gemma3" && options.bits.is_some()).then_some((
+        "language_model.model.embed_tokens.",
+        "language_model.lm_head.",
+    ));
     for (index, tensor) in plan.iter().enumerate() {
-        let arrays = make_tensor(options, tensor).map_err(|e| SynthError::Mlx {
+        let mut arrays = make_tensor(options, tensor).map_err(|e| SynthError::Mlx {
             tensor: tensor.name.clone(),
             message: crate::engine::mlx_failure(&e),
         })?;
+        if let Some((embed, head)) = head_copy
+            && tensor.name.starts_with(embed)
+        {
+            let copies: Vec<(String, Array)> = arrays
+                .iter()
+                .map(|(name, array)| (name.replacen(embed, head, 1), array.clone()))
+                .collect();
+            arrays.extend(copies);
+        }
         let bytes: u64 = arrays.iter().map(|(_, a)| a.nbytes() as u64).sum();
         if pending_bytes > 0 && pending_bytes + bytes > options.max_shard_bytes {
             flush(&mut pending, &mut shards)?;

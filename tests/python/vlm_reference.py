@@ -54,8 +54,11 @@ def answer_text(processor, tokens, eos):
 
 
 def gemma(model, processor, config, inputs, input_ids, pixel_values, max_tokens, out):
+    # The tower runs in the embeddings' dtype, as get_input_embeddings
+    # casts it (a quantized embedding's weight is packed integers).
+    embeds_dtype = model.language_model.model.embed_tokens(mx.array([[0]])).dtype
     states, _, _ = model.vision_tower(
-        pixel_values.transpose(0, 2, 3, 1).astype(model.language_model.model.embed_tokens.weight.dtype),
+        pixel_values.transpose(0, 2, 3, 1).astype(embeds_dtype),
         output_hidden_states=True,
     )
     features = model.multi_modal_projector(states).astype(mx.float32)
