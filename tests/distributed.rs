@@ -680,6 +680,45 @@ fn ondo_starts_the_other_ranks_itself_from_a_hostfile() {
             text(&out.stderr)
         );
     }
+    // Sampled without a seed: the ranks sample with rank 0's, which the
+    // run reports, and one process given that seed draws the same tokens
+    // (ranks that drew their own would have fed the first layers other
+    // tokens than rank 0 chose).
+    let mut all = vec![
+        "run",
+        "--hostfile",
+        hostfile,
+        model,
+        "--temp",
+        "1",
+        "--no-history",
+    ];
+    all.extend_from_slice(&args);
+    let child = ranks
+        .ondo(&all)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let sampled = run_json(
+        &wait_all(vec![child], Duration::from_secs(180)).remove(0),
+        "sampled, split",
+    );
+    let seed = sampled["sampler"]["seed"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no seed reported: {sampled}"));
+    let seed = seed.to_string();
+    let replayed = ranks
+        .ondo(
+            &[
+                &["run", model, "--temp", "1", "--seed", &seed, "--no-history"][..],
+                &args[..],
+            ]
+            .concat(),
+        )
+        .output()
+        .unwrap();
+    assert_eq!(ids(&run_json(&replayed, "sampled alone")), ids(&sampled));
     // The history says how each run was split, over what, and what a
     // decode step moved; the one-process run says nothing of it.
     let report = ranks
@@ -877,6 +916,17 @@ fn a_split_model_serves_the_openai_client_and_its_ranks_stop_together() {
     // One process's answers: what the split server must say.
     let alone = serve(&[]);
     let expected = answers(&openai_client(&alone, "basics", &args));
+    // Sampled with a seed: every rank must draw what one process draws.
+    let sampled_chat = json!({
+        "model": "served", "max_tokens": 12, "temperature": 1.0, "seed": 11,
+        "messages": [{"role": "user", "content": "Tell me about the sea."}],
+    });
+    let sampled = |served: &served::Served| {
+        let (status, body) = served.post("/v1/chat/completions", &sampled_chat);
+        assert_eq!(status, 200, "{body}");
+        body["choices"][0]["message"]["content"].clone()
+    };
+    let sampled_alone = sampled(&alone);
     assert!(alone.stop().success());
 
     let hostfile = hosts.to_str().unwrap();
@@ -895,6 +945,7 @@ fn a_split_model_serves_the_openai_client_and_its_ranks_stop_together() {
         "{basics}"
     );
     assert_eq!(answers(&basics), expected, "split by heads");
+    assert_eq!(sampled(&by_heads), sampled_alone, "sampled, split by heads");
     // A client that leaves mid-answer: rank 0 stops every rank on the same
     // step, so the next request starts at once and the ranks still agree.
     let dropped = openai_client(&by_heads, "drop", &args);

@@ -89,12 +89,9 @@ pub struct Sampler {
 
 impl Sampler {
     pub fn new(settings: SamplerSettings) -> Result<Self, Exception> {
-        let seed = settings.seed.unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(0)
-        });
+        let seed = settings
+            .seed
+            .unwrap_or_else(crate::engine::distributed::fresh_seed);
         Ok(Self {
             key: random::key(seed)?,
             settings,

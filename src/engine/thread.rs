@@ -901,9 +901,22 @@ impl EngineThread {
                     .into(),
             ));
         }
+        // Every rank must draw the same tokens: a request without a seed
+        // gets one here, a fresh one per request from rank 0 of a server
+        // (its order carries it), rank 0's from the introductions for a
+        // run every rank started itself.
+        let mut sampler = request.sampler.clone();
+        if sampler.seed.is_none() {
+            sampler.seed = Some(if orders::is_serving() {
+                distributed::fresh_seed()
+            } else {
+                distributed::shared_seed().unwrap_or(0)
+            });
+        }
         Ok(GenerateRequest {
             conversation: None,
             disk_cache: false,
+            sampler,
             ..request.clone()
         })
     }

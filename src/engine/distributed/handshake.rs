@@ -24,6 +24,10 @@ pub struct RankIdentity {
     /// joined, no more than its `ONDO_MEMORY_LIMIT`.
     #[serde(default)]
     pub budget_bytes: u64,
+    /// A seed this rank drew; every rank samples with rank 0's where a
+    /// request names none, so the ranks draw the same tokens.
+    #[serde(default)]
+    pub seed: u64,
     /// The model folder's snapshot this rank would load (`model_snapshot`),
     /// `None` when none is named.
     pub model: Option<ModelSnapshot>,
@@ -166,6 +170,7 @@ mod tests {
             device: "Apple M4 Max".into(),
             memory_bytes: 64 << 30,
             budget_bytes: 48 << 30,
+            seed: 7,
             model,
         }
     }

@@ -330,8 +330,26 @@ pub fn join_as_rank(
         sum_ms: link.all_sum_best_ms,
     });
     let _ = SPLIT_MODEL.set(canonical(model));
+    let _ = SHARED_SEED.set(ranks.first().map_or(0, |r| r.seed));
     pipeline::set_joined(launch.clone());
     Ok(ranks)
+}
+
+/// Rank 0's seed from the introductions (`shared_seed`).
+static SHARED_SEED: OnceLock<u64> = OnceLock::new();
+
+/// The seed every rank samples with where a request names none: rank 0's,
+/// drawn when the ranks joined. Ranks that sampled with seeds of their own
+/// would draw different tokens and feed the model different inputs.
+pub fn shared_seed() -> Option<u64> {
+    SHARED_SEED.get().copied()
+}
+
+/// A seed from the clock, different for every call in practice.
+pub fn fresh_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// The model folder the ranks joined to split, canonical.
@@ -455,6 +473,7 @@ fn introduce(
         device: runtime.device_name.clone(),
         memory_bytes: totals.as_ref().map_or(0, |m| m.total_bytes),
         budget_bytes: totals.as_ref().map_or(0, |m| m.available_bytes).min(limit),
+        seed: fresh_seed(),
         model: model.map(handshake::model_snapshot),
     };
     let ranks = handshake::exchange(group, &own)?;
