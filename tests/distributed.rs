@@ -875,16 +875,18 @@ fn answers(basics: &Value) -> Vec<Value> {
     .collect()
 }
 
-/// Processes whose parent is `pid` (the ranks a server started).
-fn children_of(pid: u32) -> Vec<u32> {
+/// The one other rank a server of two ranks started (its child process).
+fn the_other_rank(served: &served::Served) -> u32 {
     let out = Command::new("pgrep")
-        .args(["-P", &pid.to_string()])
+        .args(["-P", &served.pid().to_string()])
         .output()
         .unwrap();
-    text(&out.stdout)
+    let children: Vec<u32> = text(&out.stdout)
         .split_whitespace()
         .filter_map(|p| p.parse().ok())
-        .collect()
+        .collect();
+    assert_eq!(children.len(), 1, "{children:?}");
+    children[0]
 }
 
 fn is_running(pid: u32) -> bool {
@@ -969,11 +971,10 @@ fn a_split_model_serves_the_openai_client_and_its_ranks_stop_together() {
         "after the drop"
     );
     // Stopping rank 0 tells the other rank to finish; it ends too.
-    let followers = children_of(by_heads.pid());
-    assert_eq!(followers.len(), 1, "{followers:?}");
+    let follower = the_other_rank(&by_heads);
     assert!(by_heads.stop().success());
     let deadline = Instant::now() + Duration::from_secs(10);
-    while is_running(followers[0]) {
+    while is_running(follower) {
         assert!(Instant::now() < deadline, "rank 1 outlived rank 0");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -985,11 +986,10 @@ fn a_split_model_serves_the_openai_client_and_its_ranks_stop_together() {
         expected,
         "split by layers"
     );
-    let followers = children_of(by_layers.pid());
-    assert_eq!(followers.len(), 1, "{followers:?}");
+    let follower = the_other_rank(&by_layers);
     // SAFETY: a plain signal to a process this test's server started.
     unsafe {
-        libc::kill(followers[0] as i32, libc::SIGKILL);
+        libc::kill(follower as i32, libc::SIGKILL);
     }
     let ask = |model: &str| {
         by_layers.post(
