@@ -917,7 +917,16 @@ fn a_split_model_serves_the_openai_client_and_its_ranks_stop_together() {
     });
     // One process's answers: what the split server must say.
     let alone = serve(&[]);
-    let expected = answers(&openai_client(&alone, "basics", &args));
+    let basics = openai_client(&alone, "basics", &args);
+    let expected = answers(&basics);
+    // The follow-up continues the first turn's cache.
+    let reused = |basics: &Value| {
+        basics["follow_up"]["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap()
+    };
+    let reused_alone = reused(&basics);
+    assert!(reused_alone > 0, "{basics}");
     // Sampled with a seed: every rank must draw what one process draws.
     let sampled_chat = json!({
         "model": "served", "max_tokens": 12, "temperature": 1.0, "seed": 11,
@@ -947,6 +956,8 @@ fn a_split_model_serves_the_openai_client_and_its_ranks_stop_together() {
         "{basics}"
     );
     assert_eq!(answers(&basics), expected, "split by heads");
+    // Every rank kept the conversation and reused the same positions.
+    assert_eq!(reused(&basics), reused_alone, "{basics}");
     assert_eq!(sampled(&by_heads), sampled_alone, "sampled, split by heads");
     // A client that leaves mid-answer: rank 0 stops every rank on the same
     // step, so the next request starts at once and the ranks still agree.
@@ -965,10 +976,18 @@ fn a_split_model_serves_the_openai_client_and_its_ranks_stop_together() {
         "{}",
         by_heads.log()
     );
+    // Rank 0 lets the model go (a client's keep_alive 0) while the other
+    // rank keeps its share and conversations: the ranks find they would
+    // reuse different positions and all start the prompts afresh.
+    let (status, unloaded) = by_heads.post(
+        "/api/generate",
+        &json!({"model": "served", "keep_alive": 0}),
+    );
+    assert_eq!(status, 200, "{unloaded}");
     assert_eq!(
         answers(&openai_client(&by_heads, "basics", &args)),
         expected,
-        "after the drop"
+        "after the drop and an unload on rank 0"
     );
     // Stopping rank 0 tells the other rank to finish; it ends too.
     let follower = the_other_rank(&by_heads);

@@ -32,8 +32,8 @@ the app's generation defaults (Settings).
 A model too large for this machine is served split over several: name it and
 the machines, and Ondo starts the other ranks over ssh; this machine serves,
 the others compute their share of every request. Requests for the split model
-run one at a time and prefill their whole prompt (no conversation cache);
-other models serve here as usual. If a rank stops, the split model is
+run one at a time, each machine keeping the conversations' caches for its
+share; other models serve here as usual. If a rank stops, the split model is
 unloaded and its requests answer why; restart to run it again.
   ondo serve ./Llama-3.3-70B-Instruct-4bit --hostfile hosts.json --split tensor")]
 pub struct ServeArgs {

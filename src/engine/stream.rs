@@ -1205,6 +1205,27 @@ pub fn run(
     sink: &mut dyn FnMut(RunEvent),
 ) -> Result<RunOutcome, RunError> {
     let prepared = prepare(model, conversation, request, disk)?;
+    run_prepared(
+        model,
+        conversation,
+        request,
+        prepared,
+        setting,
+        cancel,
+        sink,
+    )
+}
+
+/// `run` of a prompt that `prepare` has placed on `conversation`'s cache.
+pub fn run_prepared(
+    model: &LoadedModel,
+    conversation: &mut Conversation,
+    request: &GenerateRequest,
+    prepared: PreparedRun,
+    setting: RunSetting,
+    cancel: &CancelToken,
+    sink: &mut dyn FnMut(RunEvent),
+) -> Result<RunOutcome, RunError> {
     sink(RunEvent::Started {
         load_kind: setting.load_kind,
         load_ms: setting.load_ms,

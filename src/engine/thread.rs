@@ -876,10 +876,11 @@ impl EngineThread {
         self.save_retiring();
     }
 
-    /// `request` as every rank of the split model runs it: the ranks keep
-    /// no conversation caches and read no saved prompt cache (each would
-    /// have to hold the same positions on every rank), so every request
-    /// prefills its whole prompt. `Err` once the split is lost.
+    /// `request` as every rank of the split model runs it: with one seed,
+    /// and without the saved prompt caches (a file on disk would hold one
+    /// rank's layers). Conversations stay warm on every rank; the ranks
+    /// agree on what each reuses before every run (`agree_on_prefix`).
+    /// `Err` once the split is lost.
     fn prepare_split_run(
         &mut self,
         request: &GenerateRequest,
@@ -914,7 +915,6 @@ impl EngineThread {
             });
         }
         Ok(GenerateRequest {
-            conversation: None,
             disk_cache: false,
             sampler,
             ..request.clone()
@@ -974,6 +974,8 @@ impl EngineThread {
     /// finishes serving.
     fn follow(&mut self, model_dir: &Path) -> Result<(), String> {
         let group = split_group()?;
+        // Conversation ids, least recently used first.
+        let mut used: VecDeque<String> = VecDeque::new();
         loop {
             let mut request = match orders::receive(&group)? {
                 orders::Order::Finish => return Ok(()),
@@ -994,6 +996,17 @@ impl EngineThread {
                 self.generate_alone(&request, &cancel, &mut sink)
             }));
             wait_for_mlx();
+            if let Some(id) = &request.conversation {
+                used.retain(|u| u != id);
+                used.push_back(id.clone());
+            }
+            while used.len() > FOLLOWER_CONVERSATIONS {
+                if let (Some(oldest), Some(resident)) =
+                    (used.pop_front(), self.models.get_mut(&model_key(model_dir)))
+                {
+                    resident.conversations.remove(&oldest);
+                }
+            }
             match result {
                 Ok(Ok(_)) => {}
                 Ok(Err(error)) if distributed::is_link_failure(&error.to_string()) => {
@@ -1066,15 +1079,33 @@ impl EngineThread {
             accepted_at,
             batch: None,
         };
-        let outcome = stream::run(
-            &resident.model,
-            &mut conversation,
-            request,
-            setting,
-            if split { None } else { self.disk.as_mut() },
-            cancel,
-            &mut |event| sink(event),
-        );
+        let outcome = if split {
+            // Every rank must start from the same cached positions.
+            let prepared = stream::prepare(&resident.model, &mut conversation, request, None);
+            agree_on_prefix(&resident.model, &mut conversation, request, prepared).and_then(
+                |prepared| {
+                    stream::run_prepared(
+                        &resident.model,
+                        &mut conversation,
+                        request,
+                        prepared,
+                        setting,
+                        cancel,
+                        &mut |event| sink(event),
+                    )
+                },
+            )
+        } else {
+            stream::run(
+                &resident.model,
+                &mut conversation,
+                request,
+                setting,
+                self.disk.as_mut(),
+                cancel,
+                &mut |event| sink(event),
+            )
+        };
         if split
             && let Err(error) = &outcome
             && distributed::is_link_failure(&error.to_string())
@@ -1404,6 +1435,49 @@ fn save_conversation(disk: &mut DiskPromptCache, model: &LoadedModel, conversati
         conversation.kv_quantization,
     );
     disk.save(&key, &model.dir, &conversation.tokens, &conversation.cache);
+}
+
+/// Conversations a rank other than 0 keeps warm per split model; rank 0's
+/// pool decides what its own keep, and a conversation only one side still
+/// holds is prefilled whole on every rank (`agree_on_prefix`).
+const FOLLOWER_CONVERSATIONS: usize = 16;
+
+/// Every rank of a split model prepares its run from its own conversation
+/// cache; this gathers what each would reuse (or why it could not prepare)
+/// and holds the ranks to one answer: the same cached positions on every
+/// rank, else every rank starts the prompt afresh; a rank that could not
+/// prepare it fails the run on every rank.
+fn agree_on_prefix(
+    model: &LoadedModel,
+    conversation: &mut Conversation,
+    request: &GenerateRequest,
+    prepared: Result<stream::PreparedRun, RunError>,
+) -> Result<stream::PreparedRun, RunError> {
+    let group = split_group().map_err(RunError::Distributed)?;
+    let own: Result<(usize, usize), String> = prepared
+        .as_ref()
+        .map(|p| (p.cached, p.prompt.len()))
+        .map_err(ToString::to_string);
+    let said = serde_json::to_vec(&own).map_err(|e| RunError::Internal(e.to_string()))?;
+    let parts = orders::gather_bytes(&group, &said).map_err(RunError::Distributed)?;
+    let all: Vec<Result<(usize, usize), String>> = parts
+        .iter()
+        .map(|part| {
+            serde_json::from_slice(part)
+                .unwrap_or_else(|e| Err(format!("its answer was unreadable ({e})")))
+        })
+        .collect();
+    let prepared = prepared?;
+    if let Some((rank, Err(reason))) = all.iter().enumerate().find(|(_, a)| a.is_err()) {
+        return Err(RunError::Distributed(format!(
+            "rank {rank} could not prepare the prompt: {reason}"
+        )));
+    }
+    if all.iter().all(|a| *a == own) {
+        return Ok(prepared);
+    }
+    *conversation = Conversation::new(model, request.max_kv_size, request.kv_quantization());
+    stream::prepare(model, conversation, request, None)
 }
 
 /// The conversation `request` continues (taken out of the model's, to be
