@@ -246,6 +246,16 @@ fn a_process_not_started_as_a_rank_says_how_to_start_one() {
         message.contains("mlx.launch") && message.contains("MLX_HOSTFILE"),
         "{message}"
     );
+    // A server started as a rank needs the model to split, on every rank.
+    let out = ranks
+        .ondo(&["serve", "--port", "0", "--no-history"])
+        .env("MLX_RANK", "0")
+        .env("MLX_HOSTFILE", &Ranks::new(2).hostfile)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let message = text(&out.stderr);
+    assert!(message.contains("needs the MODEL"), "{message}");
 }
 
 /// Starts `ondo run` on every rank with the same arguments (as mlx.launch

@@ -121,10 +121,20 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
         super::launch::WhenARankFails::LoseTheSplit,
     )?;
     let launch = launch.filter(|launch| launch.size > 1);
-    if let Some(launch) = &launch
-        && launch.rank != 0
-    {
-        return follow(launch, args.model.as_deref(), stop_signals);
+    if let Some(launch) = &launch {
+        let Some(model) = args.model.as_deref() else {
+            return Err(CliError::new(
+                crate::ErrorKind::InvalidSettings,
+                format!(
+                    "rank {} of a split server needs the MODEL to split: every rank runs the \
+                     same `ondo serve MODEL` command",
+                    launch.rank
+                ),
+            ));
+        };
+        if launch.rank != 0 {
+            return follow(launch, model, stop_signals);
+        }
     }
     let dirs = DataDirs::from_env();
     let store = if args.no_history {
@@ -270,16 +280,9 @@ fn join_split(
 /// until rank 0 stops serving.
 fn follow(
     launch: &crate::engine::distributed::Launch,
-    model: Option<&str>,
+    name: &str,
     mut stop_signals: StopSignals,
 ) -> Result<ExitCode, CliError> {
-    let Some(name) = model else {
-        return Err(CliError::new(
-            crate::ErrorKind::InvalidSettings,
-            "a rank of a split server needs the MODEL to split (every rank runs the same ondo \
-             serve MODEL command)",
-        ));
-    };
     // Stopped by a signal of its own, it ends at once; rank 0 hears of it
     // from the link, and its other models serve on.
     let rank = launch.rank;

@@ -974,6 +974,11 @@ impl EngineThread {
     /// finishes serving.
     fn follow(&mut self, model_dir: &Path) -> Result<(), String> {
         let group = split_group()?;
+        // Its share loads now, so the first request does not wait for it; a
+        // share that cannot load is said again in the answer to each order.
+        if let Err(error) = self.ensure_loaded(model_dir) {
+            eprintln!("note: this rank's share of the model did not load: {error}");
+        }
         // Conversation ids, least recently used first.
         let mut used: VecDeque<String> = VecDeque::new();
         loop {
