@@ -269,12 +269,8 @@ impl<'a> TokenSteps<'a> {
 
     /// The arrays to evaluate with a step: its own, and the stop flags not
     /// read yet (evaluating one twice costs nothing).
-    fn with_flags<'b>(&'b self, arrays: &[&'b Array]) -> Vec<&'b Array> {
-        arrays
-            .iter()
-            .copied()
-            .chain(self.stop_flags.iter())
-            .collect()
+    fn with_flags<'b>(&'b self, arrays: &'b [&'b Array]) -> impl Iterator<Item = &'b Array> {
+        arrays.iter().copied().chain(self.stop_flags.iter())
     }
 
     /// Draws from `logprobs` among the tokens the grammar allows next. The
