@@ -940,21 +940,9 @@ impl EngineThread {
     /// (its other ranks are gone or out of step) and later requests for it
     /// are refused with the reason; the other models serve on.
     fn split_lost(&mut self, key: &Path, said: &str) -> RunError {
-        let others: Vec<String> = distributed::split_facts()
-            .map(|facts| {
-                facts
-                    .hosts
-                    .iter()
-                    .enumerate()
-                    .skip(1)
-                    .map(|(rank, host)| format!("rank {rank} ({host})"))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let whom = match others.len() {
-            0 => "another rank".to_owned(),
-            1 => others[0].clone(),
-            _ => format!("one of {}", others.join(", ")),
+        let whom = match (distributed::pipeline::joined(), distributed::split_facts()) {
+            (Some(launch), Some(facts)) => distributed::other_ranks(launch, &facts.hosts),
+            _ => "another rank".to_owned(),
         };
         distributed::mark_lost(&format!(
             "the link to {whom} of the split model failed: that rank stopped or the network \

@@ -484,25 +484,34 @@ fn introduce(
 /// What to tell a person when a link between the ranks failed mid-run:
 /// which ranks (and hosts) the run had, what MLX said, what to do.
 pub fn link_lost(ranks: &[handshake::RankIdentity], launch: &Launch, mlx_said: &str) -> String {
-    let others: Vec<String> = ranks
-        .iter()
-        .filter(|r| r.rank != launch.rank)
-        .map(|r| match launch.address_of(r.rank) {
-            Some(address) => format!("rank {} ({}, {address})", r.rank, r.host),
-            None => format!("rank {} ({})", r.rank, r.host),
-        })
-        .collect();
-    let whom = if others.len() == 1 {
-        others[0].clone()
-    } else {
-        format!("one of {}", others.join(", "))
-    };
+    let hosts: Vec<String> = ranks.iter().map(|r| r.host.clone()).collect();
+    let whom = other_ranks(launch, &hosts);
     format!(
         "rank {} lost its link to {whom} mid-run ({}): that rank stopped or the network \
          dropped; this rank's memory is released as it ends, start every rank again",
         launch.rank,
         mlx_said.trim()
     )
+}
+
+/// The ranks other than this one, with their hosts (in rank order) and
+/// addresses: "rank 1 (studio-2, 10.0.0.2:5000)", or "one of ..." when
+/// there are several.
+pub fn other_ranks(launch: &Launch, hosts: &[String]) -> String {
+    let others: Vec<String> = hosts
+        .iter()
+        .enumerate()
+        .filter(|(rank, _)| *rank != launch.rank)
+        .map(|(rank, host)| match launch.address_of(rank) {
+            Some(address) => format!("rank {rank} ({host}, {address})"),
+            None => format!("rank {rank} ({host})"),
+        })
+        .collect();
+    match others.len() {
+        0 => "another rank".to_owned(),
+        1 => others[0].clone(),
+        _ => format!("one of {}", others.join(", ")),
+    }
 }
 
 /// Whether an MLX error is a distributed backend's (a lost peer, a link
