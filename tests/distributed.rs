@@ -267,6 +267,18 @@ fn split_run(ranks: &Ranks, count: usize, args: &[&str]) -> Vec<Output> {
     wait_all(children, Duration::from_secs(180))
 }
 
+/// `ondo run ARGS` as rank 0 of a `--hostfile` launch (it starts the other
+/// ranks itself), waited for within 180 s.
+fn hostfile_run(ranks: &Ranks, args: &[&str]) -> Output {
+    let child = ranks
+        .ondo(&[&["run"][..], args].concat())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_all(vec![child], Duration::from_secs(180)).remove(0)
+}
+
 fn run_json(out: &Output, what: &str) -> Value {
     assert!(out.status.success(), "{what}: {}", text(&out.stderr));
     serde_json::from_slice(&out.stdout)
@@ -673,15 +685,14 @@ fn ondo_starts_the_other_ranks_itself_from_a_hostfile() {
     std::fs::write(&hosts, r#"["localhost", "127.0.0.1"]"#).unwrap();
     let hostfile = hosts.to_str().unwrap();
     for split in ["pipeline", "tensor"] {
-        let mut all = vec!["run", "--hostfile", hostfile, model, "--split", split];
-        all.extend_from_slice(&args);
-        let child = ranks
-            .ondo(&all)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let out = wait_all(vec![child], Duration::from_secs(180)).remove(0);
+        let out = hostfile_run(
+            &ranks,
+            &[
+                &["--hostfile", hostfile, model, "--split", split][..],
+                &args[..],
+            ]
+            .concat(),
+        );
         let what = format!("--hostfile, split by {split}");
         assert_eq!(ids(&run_json(&out, &what)), alone, "{what}");
         assert!(
@@ -694,26 +705,15 @@ fn ondo_starts_the_other_ranks_itself_from_a_hostfile() {
     // run reports, and one process given that seed draws the same tokens
     // (ranks that drew their own would have fed the first layers other
     // tokens than rank 0 chose).
-    let mut all = vec![
-        "run",
-        "--hostfile",
-        hostfile,
-        model,
-        "--temp",
-        "1",
-        "--no-history",
-    ];
-    all.extend_from_slice(&args);
-    let child = ranks
-        .ondo(&all)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let sampled = run_json(
-        &wait_all(vec![child], Duration::from_secs(180)).remove(0),
-        "sampled, split",
+    let split_sampled = hostfile_run(
+        &ranks,
+        &[
+            &["--hostfile", hostfile, model, "--temp", "1", "--no-history"][..],
+            &args[..],
+        ]
+        .concat(),
     );
+    let sampled = run_json(&split_sampled, "sampled, split");
     let seed = sampled["sampler"]["seed"]
         .as_u64()
         .unwrap_or_else(|| panic!("no seed reported: {sampled}"));
