@@ -661,6 +661,122 @@ fn a_model_too_large_for_each_ranks_memory_runs_split_and_answers_as_one_process
     }
 }
 
+/// The weight files in `cache`'s snapshot of `repo`.
+fn cached_weight_files(cache: &Path, repo: &str) -> std::collections::BTreeSet<String> {
+    let snapshots = cache
+        .join(format!("models--{}", repo.replace('/', "--")))
+        .join("snapshots");
+    let mut files = std::collections::BTreeSet::new();
+    for snapshot in std::fs::read_dir(&snapshots).unwrap().flatten() {
+        for file in std::fs::read_dir(snapshot.path()).unwrap().flatten() {
+            let name = file.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".safetensors") {
+                files.insert(name);
+            }
+        }
+    }
+    files
+}
+
+#[test]
+fn each_rank_fetches_from_the_hub_only_the_weight_files_of_its_layers() {
+    let ranks = Ranks::new(2);
+    // Six layers in 20 files of about 1 MB, some holding two layers.
+    let model = ranks.synth("sharded", &["--layers", "6", "--max-shard-size", "1000000"]);
+    let every_file: std::collections::BTreeSet<String> = std::fs::read_dir(&model)
+        .unwrap()
+        .flatten()
+        .map(|f| f.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".safetensors"))
+        .collect();
+    let hub = ondo_testhub::TestHub::start().unwrap();
+    hub.add_repo("ondo-test/split", &model).unwrap();
+    let cache = |rank: usize| ranks.dir.path().join(format!("hf-cache-{rank}"));
+    let prompt = "5,17,301,42,7,99,1000,3";
+    let args = [
+        "run",
+        "ondo-test/split",
+        "--prompt-ids",
+        prompt,
+        "--max-tokens",
+        "12",
+        "--json",
+    ];
+    let split_run_from = |endpoint: &str| {
+        let children = (0..2)
+            .map(|rank| {
+                let cache = cache(rank);
+                let env = [
+                    ("HF_ENDPOINT", endpoint),
+                    ("HF_HUB_CACHE", cache.to_str().unwrap()),
+                ];
+                ranks.start_with(rank, &args, &env)
+            })
+            .collect();
+        wait_all(children, Duration::from_secs(180))
+    };
+    let outputs = split_run_from(&hub.url());
+    let split = run_json(&outputs[0], "split, each rank fetching its share");
+    assert!(
+        outputs[1].status.success(),
+        "rank 1: {}",
+        text(&outputs[1].stderr)
+    );
+    assert!(
+        text(&outputs[1].stderr).contains("fetching from the hub what rank 1 of 2 reads"),
+        "{}",
+        text(&outputs[1].stderr)
+    );
+    let alone = ranks
+        .ondo(&[&["run", model.to_str().unwrap()][..], &args[2..]].concat())
+        .output()
+        .unwrap();
+    assert_eq!(ids(&split), ids(&run_json(&alone, "one process")));
+
+    // Each rank holds the files of its own layers (and the embedding's,
+    // the final norm's), none holds every file, and together they hold all.
+    let (first, last) = (
+        cached_weight_files(&cache(1), "ondo-test/split"),
+        cached_weight_files(&cache(0), "ondo-test/split"),
+    );
+    assert!(
+        first.len() < every_file.len() && last.len() < every_file.len(),
+        "rank 1 holds {first:?}, rank 0 holds {last:?}"
+    );
+    assert_eq!(
+        first
+            .union(&last)
+            .cloned()
+            .collect::<std::collections::BTreeSet<_>>(),
+        every_file
+    );
+    assert!(
+        first.contains("model-00002-of-00020.safetensors")
+            && !last.contains("model-00002-of-00020.safetensors")
+    );
+
+    // The next split run reads what each cache holds: the hub is gone.
+    drop(hub);
+    let again = split_run_from("http://127.0.0.1:9");
+    assert_eq!(
+        ids(&run_json(&again[0], "split again from the caches")),
+        ids(&split)
+    );
+
+    // Alone, a rank's share is not a model: named, with what to do.
+    let partial = ranks
+        .ondo(&["run", "ondo-test/split", "Hi"])
+        .env("HF_HUB_CACHE", cache(1))
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .unwrap();
+    let said = text(&partial.stderr);
+    assert!(
+        !partial.status.success() && said.contains("partly downloaded"),
+        "{said}"
+    );
+}
+
 #[test]
 fn ondo_starts_the_other_ranks_itself_from_a_hostfile() {
     let ranks = Ranks::new(2);

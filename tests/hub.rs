@@ -533,7 +533,10 @@ fn cancel_keeps_or_removes_the_partial_file_as_asked() {
         let hub = fx.client();
         let result = block_on(hub.download(
             &model,
-            DownloadOptions { on_cancel },
+            DownloadOptions {
+                on_cancel,
+                ..Default::default()
+            },
             &mut |event| {
                 if let DownloadEvent::Progress { file_bytes, .. } = event
                     && file_bytes > 200_000

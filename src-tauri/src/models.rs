@@ -99,6 +99,7 @@ pub async fn download_model<R: Runtime>(
     };
     let options = DownloadOptions {
         on_cancel: OnCancel::KeepPartial,
+        share: None,
     };
     let result = state
         .hub()

@@ -462,6 +462,77 @@ pub fn args_without_hostfile() -> Vec<std::ffi::OsString> {
     out
 }
 
+/// Joins the other ranks of `launch` for the model `name` names: once
+/// joined, finds its folder (fetching from the hub only this rank's share,
+/// the weight files of its layers, where the cache lacks it; mlx-lm's
+/// `sharded_load` does the same) and introduces this rank with it.
+pub fn join_with_model(
+    pool: &crate::session::SessionPool,
+    name: &str,
+    launch: &Launch,
+) -> Result<
+    (
+        crate::resolve::ResolvedModel,
+        Vec<crate::engine::distributed::handshake::RankIdentity>,
+    ),
+    CliError,
+> {
+    let mut own_failure = None;
+    let joined = crate::engine::distributed::join_as_rank(launch, || {
+        find_share(pool, name, launch).map_err(|error| {
+            let told = error.to_string();
+            own_failure = Some(error);
+            told
+        })
+    });
+    joined.map_err(|e| own_failure.unwrap_or_else(|| CliError::new(ErrorKind::Distributed, e)))
+}
+
+/// The folder of `name` with what this rank reads: a whole model as for a
+/// run alone, else a cached snapshot holding this rank's share, else the
+/// share fetched from the hub now.
+fn find_share(
+    pool: &crate::session::SessionPool,
+    name: &str,
+    launch: &Launch,
+) -> Result<crate::resolve::ResolvedModel, CliError> {
+    use crate::resolve::{ResolveError, ResolvedModel};
+    let err = match crate::resolve::resolve_model(pool, name, crate::resolve::NamedBy::Local) {
+        Ok(model) => return Ok(model),
+        Err(err @ (ResolveError::NotFound { .. } | ResolveError::Incomplete { .. })) => err,
+        Err(err) => return Err(CliError::from(err).about(name)),
+    };
+    let Ok(model) = crate::hub::ModelRef::parse(name) else {
+        return Err(CliError::from(err).about(name));
+    };
+    let share = crate::engine::distributed::Share::of_launch(launch);
+    let dirs = crate::paths::DataDirs::from_env();
+    let folders =
+        crate::resolve::model_folders(&crate::resolve::saved_settings(pool, &dirs), &dirs);
+    if let Some(dir) = crate::resolve::cached_share(&folders, &model, share) {
+        return Ok(ResolvedModel {
+            name: model.to_string(),
+            dir,
+        });
+    }
+    eprintln!(
+        "rank {}: {model} is not here whole; fetching from the hub what rank {} of {} reads",
+        launch.rank, launch.rank, launch.size
+    );
+    let dir = super::models::fetch_share(&model, share)?;
+    crate::resolve::snapshot_holds_share(&dir, share).map_err(|problem| {
+        CliError::from(ResolveError::Incomplete {
+            name: model.to_string(),
+            problem,
+        })
+        .about(name)
+    })?;
+    Ok(ResolvedModel {
+        name: model.to_string(),
+        dir,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -144,7 +144,10 @@ pub fn pull(args: PullArgs) -> Result<ExitCode, CliError> {
         let result = hub
             .download(
                 &model,
-                DownloadOptions { on_cancel },
+                DownloadOptions {
+                    on_cancel,
+                    share: None,
+                },
                 &mut |event| bar.show(&event),
                 &cancel,
             )
@@ -181,6 +184,41 @@ pub fn pull(args: PullArgs) -> Result<ExitCode, CliError> {
     }
 }
 
+/// Downloads what one rank of a split model reads of `model` (the files
+/// holding its layers, when split by layers) into the Hugging Face cache,
+/// with plain progress lines labelled with the rank. Returns the snapshot
+/// folder.
+pub(crate) fn fetch_share(
+    model: &ModelRef,
+    share: crate::engine::distributed::Share,
+) -> Result<std::path::PathBuf, CliError> {
+    let (hub, _dirs) = hub()?;
+    let rt = runtime()?;
+    let cancel = DownloadCancel::new();
+    let mut bar = PullProgress::new(false, false);
+    bar.label = format!("rank {}: ", share.rank);
+    let summary = rt
+        .block_on(hub.download(
+            model,
+            DownloadOptions {
+                on_cancel: OnCancel::KeepPartial,
+                share: Some(share),
+            },
+            &mut |event| bar.show(&event),
+            &cancel,
+        ))
+        .map_err(|err| fail(err, Some(&model.to_string()), false))?;
+    if summary.fetched_bytes > 0 {
+        eprintln!(
+            "rank {}: fetched {} of {model} in {:.1} s",
+            share.rank,
+            human_bytes(summary.fetched_bytes),
+            summary.download_ms / 1e3
+        );
+    }
+    Ok(summary.snapshot_dir)
+}
+
 /// A progress bar with bytes, speed and ETA, or plain lines when stderr is
 /// not a terminal (logs, CI).
 struct PullProgress {
@@ -189,6 +227,9 @@ struct PullProgress {
     /// `--json`: stdout carries the record, stderr nothing.
     silent: bool,
     last_plain_percent: u64,
+    /// Put before each plain line ("rank 1: "): several ranks may print to
+    /// one terminal.
+    label: String,
 }
 
 impl PullProgress {
@@ -198,6 +239,7 @@ impl PullProgress {
             plain: !terminal,
             silent,
             last_plain_percent: 0,
+            label: String::new(),
         }
     }
 
@@ -219,7 +261,8 @@ impl PullProgress {
                     String::new()
                 };
                 eprintln!(
-                    "{model}: {files} files, {}{already}",
+                    "{}{model}: {files} files, {}{already}",
+                    self.label,
                     human_bytes(*total_bytes)
                 );
                 if !self.plain {
@@ -253,7 +296,8 @@ impl PullProgress {
                         self.last_plain_percent = percent - percent % 10;
                         let eta = eta_seconds.map_or(String::new(), |s| format!(", {s:.0} s left"));
                         eprintln!(
-                            "  {percent}% {}/s{eta}",
+                            "{}  {percent}% {}/s{eta}",
+                            self.label,
                             human_bytes(*bytes_per_second as u64)
                         );
                     }

@@ -148,12 +148,25 @@ impl GenerationArgs {
     /// The pool this command runs through and the model it names, with the
     /// settings and the fit checked first.
     fn start(&self) -> Result<(SessionPool, ResolvedModel), CliError> {
-        self.start_as(false)
+        self.start_as(None).map(|(pool, model, _)| (pool, model))
     }
 
     /// `start`, for one rank of a split run when `split`: the rank holds
     /// only its share of the layers, so the whole model need not fit here.
-    fn start_as(&self, split: bool) -> Result<(SessionPool, ResolvedModel), CliError> {
+    /// The pool and the model; as one rank of `launch`, also the ranks it
+    /// joined (this rank fetching its share of the model where it lacks it).
+    #[allow(clippy::type_complexity)]
+    fn start_as(
+        &self,
+        launch: Option<&crate::engine::distributed::Launch>,
+    ) -> Result<
+        (
+            SessionPool,
+            ResolvedModel,
+            Option<Vec<crate::engine::distributed::handshake::RankIdentity>>,
+        ),
+        CliError,
+    > {
         self.settings
             .check()
             .map_err(|e| CliError::new(ErrorKind::InvalidSettings, e))?;
@@ -163,18 +176,25 @@ impl GenerationArgs {
             return Err(CliError::new(ErrorKind::InvalidSettings, e));
         }
         let pool = session_pool(self.no_history)?;
-        let model = resolve_model(&pool, &self.model, NamedBy::Local)
-            .map_err(|e| CliError::from(e).about(&self.model))?;
-        if !split {
-            check_fit(&model.dir, self)?;
-        }
+        let (model, ranks) = match launch {
+            Some(launch) => {
+                let (model, ranks) = super::launch::join_with_model(&pool, &self.model, launch)?;
+                (model, Some(ranks))
+            }
+            None => {
+                let model = resolve_model(&pool, &self.model, NamedBy::Local)
+                    .map_err(|e| CliError::from(e).about(&self.model))?;
+                check_fit(&model.dir, self)?;
+                (model, None)
+            }
+        };
         if self.think.is_some() && !ChatFeatures::of_model_dir(&model.dir).thinking_switch {
             eprintln!(
                 "note: this model's chat template has no thinking switch (it does not read \
                  enable_thinking), so --think changes nothing"
             );
         }
-        Ok((pool, model))
+        Ok((pool, model, ranks))
     }
 }
 
@@ -507,7 +527,12 @@ pub(crate) fn split_plan(
     let mut short = Vec::new();
     let mut tight = false;
     for rank in ranks {
-        let (held, kv_fraction, what) = match launch.split {
+        let share = crate::engine::distributed::Share {
+            rank: rank.rank,
+            size: launch.size,
+            kind: launch.split,
+        };
+        let (kv_fraction, what) = match launch.split {
             SplitKind::Pipeline => {
                 let Ok((first, end)) = crate::engine::distributed::pipeline::layer_range(
                     layers,
@@ -517,19 +542,20 @@ pub(crate) fn split_plan(
                     continue;
                 };
                 (
-                    bytes.of_layers(first, end),
                     (end - first) as f64 / layers as f64,
                     format!("layers {first}-{}", end - 1),
                 )
             }
-            // Every layer's projections cut in `size` (norms are a
-            // rounding error beside them); embeddings and head whole.
             SplitKind::Tensor => (
-                bytes.shared
-                    + bytes.of_layers(0, layers).saturating_sub(bytes.shared) / launch.size as u64,
                 1.0 / launch.size as f64,
                 format!("1/{} of every layer", launch.size),
             ),
+        };
+        // What the rank read from its own files; this rank's folder may
+        // hold only its own layers.
+        let held = match rank.share_bytes {
+            0 => bytes.of_share(layers, share).unwrap_or(0),
+            held => held,
         };
         let name = format!("rank {} ({})", rank.rank, rank.host);
         parts.push(format!("{name} {what}, {} of weights", human_bytes(held)));
@@ -600,14 +626,7 @@ pub fn run(mut args: RunArgs) -> Result<ExitCode, CliError> {
         args.generation.no_disk_cache = true;
         args.generation.no_history |= follower;
     }
-    let (pool, model) = args.generation.start_as(launch.is_some())?;
-    let ranks = match &launch {
-        Some(launch) => Some(
-            crate::engine::distributed::join_as_rank(launch, &model.dir)
-                .map_err(|e| CliError::new(ErrorKind::Distributed, e))?,
-        ),
-        None => None,
-    };
+    let (pool, model, ranks) = args.generation.start_as(launch.as_ref())?;
     if let (Some(launch), Some(ranks)) = (&launch, &ranks) {
         let plan = split_plan(
             &model.dir,

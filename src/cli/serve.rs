@@ -163,12 +163,15 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
     let pool = SessionPool::start(pool_settings, store)?;
     pool.set_prompt_cache(saved.prompt_cache_settings(&dirs))?;
     if let Some(name) = &args.model {
-        let model = crate::resolve::resolve_model(&pool, name, crate::resolve::NamedBy::Local)
-            .map_err(|e| CliError::from(e).about(name))?;
-        if let Some(launch) = &launch {
-            join_split(launch, &model.dir)?;
-            crate::engine::distributed::orders::start_serving();
-        }
+        let model = match &launch {
+            Some(launch) => {
+                let model = join_split(&pool, launch, name)?;
+                crate::engine::distributed::orders::start_serving();
+                model
+            }
+            None => crate::resolve::resolve_model(&pool, name, crate::resolve::NamedBy::Local)
+                .map_err(|e| CliError::from(e).about(name))?,
+        };
         // A folder is named for clients by its name (they may not name
         // paths); a repo id is theirs already.
         if std::path::Path::new(name).is_dir() {
@@ -252,14 +255,16 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Joins the other ranks to split the model in `dir`, and prints (rank 0)
-/// who holds what and whether each share fits, at the default context.
+/// Joins the other ranks to split the model `name` names (each rank
+/// fetching its share where it lacks it), and prints (rank 0) who holds
+/// what and whether each share fits, at the default context.
 fn join_split(
+    pool: &SessionPool,
     launch: &crate::engine::distributed::Launch,
-    dir: &std::path::Path,
-) -> Result<(), CliError> {
-    let distributed = |e: String| CliError::new(crate::ErrorKind::Distributed, e);
-    let ranks = crate::engine::distributed::join_as_rank(launch, dir).map_err(distributed)?;
+    name: &str,
+) -> Result<crate::resolve::ResolvedModel, CliError> {
+    let (model, ranks) = super::launch::join_with_model(pool, name, launch)?;
+    let dir = model.dir.as_path();
     let whole = crate::hub::sizing::facts_from_folder(dir)
         .ok()
         .map(|facts| {
@@ -273,7 +278,7 @@ fn join_split(
     if launch.rank == 0 {
         eprintln!("{plan}");
     }
-    Ok(())
+    Ok(model)
 }
 
 /// A rank other than 0: joins, loads its share and runs rank 0's orders
@@ -295,9 +300,7 @@ fn follow(
     });
     end_with_parent(rank);
     let pool = SessionPool::start(PoolSettings::default(), None)?;
-    let model = crate::resolve::resolve_model(&pool, name, crate::resolve::NamedBy::Local)
-        .map_err(|e| CliError::from(e).about(name))?;
-    join_split(launch, &model.dir)?;
+    let model = join_split(&pool, launch, name)?;
     pool.engine_follow(&model.dir).map_err(|e| {
         CliError::new(
             crate::ErrorKind::Distributed,

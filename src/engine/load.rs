@@ -9,7 +9,7 @@ use super::constrain::{Grammars, OutputConstraint, TokenConstraint};
 use super::model::decoder::Decoder;
 use super::reply::ReplyFormat;
 use super::request::RunError;
-use super::weights::load_weight_map;
+use super::weights::load_weight_map_read;
 use crate::family::{self, ModelConfig};
 
 /// A model ready to run: weights resident, tokenizer loaded.
@@ -76,7 +76,12 @@ impl LoadedModel {
         let config = family::settle(&config_value)
             .map_err(|error| LoadError::from_config(error, &config_path))?;
         let model_type = config.model_type.clone();
-        let mut weights = load_weight_map(dir)?;
+        // A rank of a model split by layers opens only the files holding
+        // its layers: it may have downloaded no others.
+        let share = crate::engine::distributed::share_of_this_process(dir);
+        let reads = |name: &str| share.is_none_or(|share| share.reads(&config, name));
+        let mut weights =
+            load_weight_map_read(dir, share.map(|_| &reads as &dyn Fn(&str) -> bool))?;
         let vision = super::vision::load(
             &model_type,
             &config_value,

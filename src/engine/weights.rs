@@ -22,9 +22,39 @@ pub struct WeightMap {
     pub tensors: HashMap<String, StoredTensor>,
 }
 
+/// Which stored tensors a loader reads: all, or those a test says (a rank
+/// of a model split by layers reads its own layers and what lies outside
+/// the layers).
+pub type Reads<'a> = Option<&'a dyn Fn(&str) -> bool>;
+
+/// The files an index (`model.safetensors.index.json`) names that hold any
+/// tensor `reads` wants, sorted, each once. A file holding only other
+/// ranks' layers is not needed, on disk or from the hub.
+pub fn files_holding(index: &serde_json::Value, reads: Reads) -> Vec<String> {
+    let mut files: Vec<String> = index["weight_map"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter(|(name, _)| reads.is_none_or(|reads| reads(name)))
+                .filter_map(|(_, file)| file.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files.dedup();
+    files
+}
+
 /// The weight files of a folder: those the index names, else every
 /// `model*.safetensors` (mlx-lm's rule).
 pub fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
+    weight_files_read(dir, None)
+}
+
+/// The weight files of a folder that hold a tensor `reads` wants: with an
+/// index, only those (a missing file nobody here reads is no error);
+/// without one, every `model*.safetensors`.
+pub fn weight_files_read(dir: &Path, reads: Reads) -> Result<Vec<PathBuf>, LoadError> {
     let index = dir.join("model.safetensors.index.json");
     if index.is_file() {
         let text = fs::read_to_string(&index).map_err(|e| LoadError::WeightFileUnreadable {
@@ -36,16 +66,7 @@ pub fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
                 file: index.clone(),
                 message: e.to_string(),
             })?;
-        let mut files: Vec<String> = value["weight_map"]
-            .as_object()
-            .map(|m| {
-                m.values()
-                    .filter_map(|v| v.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default();
-        files.sort();
-        files.dedup();
+        let files = files_holding(&value, reads);
         let mut paths = Vec::with_capacity(files.len());
         for file in files {
             let path = dir.join(&file);
@@ -80,8 +101,13 @@ pub fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
 
 /// Opens every weight file of `dir` (lazily; nothing is read yet).
 pub fn load_weight_map(dir: &Path) -> Result<WeightMap, LoadError> {
+    load_weight_map_read(dir, None)
+}
+
+/// Opens the weight files of `dir` that hold a tensor `reads` wants.
+pub fn load_weight_map_read(dir: &Path, reads: Reads) -> Result<WeightMap, LoadError> {
     let mut tensors = HashMap::new();
-    for path in weight_files(dir)? {
+    for path in weight_files_read(dir, reads)? {
         let file = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())

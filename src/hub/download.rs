@@ -175,12 +175,16 @@ pub struct DownloadSummary {
 #[derive(Debug, Clone, Copy)]
 pub struct DownloadOptions {
     pub on_cancel: OnCancel,
+    /// Fetch only what this rank of a split model reads: the files holding
+    /// its layers (by layers), the rest as usual. `None`: the whole model.
+    pub share: Option<crate::engine::distributed::Share>,
 }
 
 impl Default for DownloadOptions {
     fn default() -> Self {
         Self {
             on_cancel: OnCancel::KeepPartial,
+            share: None,
         }
     }
 }
@@ -224,6 +228,13 @@ impl Hub {
                     unsupported,
                 }
             })?;
+            let files = match options.share {
+                Some(share) => {
+                    self.files_of_share(&at_commit, files, &config, share, &cache_repo, &mut watch)
+                        .await?
+                }
+                None => files,
+            };
             (info, files)
         };
         // Every file is fetched by this commit: `main` may move while we work.
@@ -287,6 +298,38 @@ impl Hub {
         })
     }
 
+    /// The files a rank of a split model needs: every file but the weight
+    /// files that hold only other ranks' layers, as the index lays them out.
+    async fn files_of_share(
+        &self,
+        model: &ModelRef,
+        files: Vec<RepoFile>,
+        config: &serde_json::Value,
+        share: crate::engine::distributed::Share,
+        cache_repo: &hf_hub::CacheRepo,
+        watch: &mut WaitWatch<'_>,
+    ) -> Result<Vec<RepoFile>, HubError> {
+        const INDEX: &str = "model.safetensors.index.json";
+        if !files.iter().any(|file| file.path == INDEX) {
+            return Ok(files);
+        }
+        let not_a_model = |reason: String| HubError::NotAModel {
+            repo_id: model.repo_id.clone(),
+            reason,
+        };
+        let settled =
+            crate::family::settle(config).map_err(|e| not_a_model(format!("config.json: {e}")))?;
+        let index = self
+            .read_json_file(model, &files, cache_repo, watch, INDEX)
+            .await?;
+        let reads = |name: &str| share.reads(&settled, name);
+        let needed = crate::engine::weights::files_holding(&index, Some(&reads));
+        Ok(files
+            .into_iter()
+            .filter(|file| !file.path.ends_with(".safetensors") || needed.contains(&file.path))
+            .collect())
+    }
+
     /// The repo's config.json at `model`'s commit: from the cache when an
     /// earlier pull left its blob whole, else read into memory (the
     /// download writes it to the cache with the other files).
@@ -297,8 +340,22 @@ impl Hub {
         cache_repo: &hf_hub::CacheRepo,
         watch: &mut WaitWatch<'_>,
     ) -> Result<serde_json::Value, HubError> {
-        let config_file = files.iter().find(|file| file.path == "config.json");
-        let cached = config_file.and_then(|file| {
+        self.read_json_file(model, files, cache_repo, watch, "config.json")
+            .await
+    }
+
+    /// A small JSON file of the repo at `model`'s commit, checked against
+    /// its hash, from the cache when whole there.
+    async fn read_json_file(
+        &self,
+        model: &ModelRef,
+        files: &[RepoFile],
+        cache_repo: &hf_hub::CacheRepo,
+        watch: &mut WaitWatch<'_>,
+        path: &str,
+    ) -> Result<serde_json::Value, HubError> {
+        let wanted_file = files.iter().find(|file| file.path == path);
+        let cached = wanted_file.and_then(|file| {
             std::fs::read(cache_repo.blob_path(&file.blob_id))
                 .ok()
                 .filter(|bytes| bytes.len() as u64 == file.size_bytes)
@@ -306,17 +363,17 @@ impl Hub {
         let bytes = match cached {
             Some(bytes) => bytes,
             None => {
-                let bytes = self.read_small_file(model, "config.json", watch).await?;
+                let bytes = self.read_small_file(model, path, watch).await?;
                 // Checked as the download checks it, so a damaged config is
                 // named as damaged rather than judged.
-                if let Some(mut hash) = config_file.and_then(ContentHash::for_file) {
+                if let Some(mut hash) = wanted_file.and_then(ContentHash::for_file) {
                     hash.update(&bytes);
                     let (algorithm, expected) = (hash.algorithm(), hash.expected().to_owned());
                     let actual = hash.finish();
                     if actual != expected {
                         return Err(HubError::ChecksumMismatch {
                             repo_id: model.repo_id.clone(),
-                            file: "config.json".to_owned(),
+                            file: path.to_owned(),
                             algorithm,
                             expected,
                             actual,
@@ -328,7 +385,7 @@ impl Hub {
         };
         serde_json::from_slice(&bytes).map_err(|err| HubError::NotAModel {
             repo_id: model.repo_id.clone(),
-            reason: format!("config.json is not valid JSON: {err}"),
+            reason: format!("{path} is not valid JSON: {err}"),
         })
     }
 

@@ -112,11 +112,24 @@ pub fn facts_from_folder(dir: &Path) -> Result<ModelFacts, HubError> {
                 .is_some_and(|n| n.starts_with("model") && n.ends_with(".safetensors"))
         })
         .collect();
-    let weights_bytes = weights
-        .iter()
-        .filter_map(|p| std::fs::metadata(p).ok())
-        .map(|m| m.len())
-        .sum();
+    // Where this machine holds only some of a sharded snapshot's files (one
+    // rank's layers), its index gives the whole model's size.
+    let indexed = std::fs::read(dir.join("model.safetensors.index.json"))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
+        .filter(|index| {
+            crate::engine::weights::files_holding(index, None)
+                .iter()
+                .any(|file| !dir.join(file).is_file())
+        })
+        .and_then(|index| index["metadata"]["total_size"].as_u64());
+    let weights_bytes = indexed.unwrap_or_else(|| {
+        weights
+            .iter()
+            .filter_map(|p| std::fs::metadata(p).ok())
+            .map(|m| m.len())
+            .sum()
+    });
     let dtype = weights
         .first()
         .and_then(|p| fit::read_safetensors_header(p).ok())
@@ -144,6 +157,34 @@ impl LayerBytes {
     pub fn of_layers(&self, first: usize, end: usize) -> u64 {
         self.shared + self.by_layer.range(first..end).map(|(_, b)| b).sum::<u64>()
     }
+}
+
+impl LayerBytes {
+    /// The bytes `share` keeps of a model of `layers` layers: its range of
+    /// layers, or (by heads) a 1/size slice of every layer's projections
+    /// (norms are a rounding error beside them); the embeddings and head
+    /// whole either way.
+    pub fn of_share(&self, layers: usize, share: crate::engine::distributed::Share) -> Option<u64> {
+        use crate::engine::distributed::{SplitKind, pipeline::layer_range};
+        match share.kind {
+            SplitKind::Pipeline => {
+                let (first, end) = layer_range(layers, share.rank, share.size).ok()?;
+                Some(self.of_layers(first, end))
+            }
+            SplitKind::Tensor => Some(
+                self.shared
+                    + self.of_layers(0, layers).saturating_sub(self.shared)
+                        / share.size.max(1) as u64,
+            ),
+        }
+    }
+}
+
+/// The weight bytes of `share` of the model in `dir`, from the files there
+/// (which need hold no other rank's layers).
+pub fn share_bytes(dir: &Path, share: crate::engine::distributed::Share) -> Option<u64> {
+    let layers = facts_from_folder(dir).ok()?.shape.num_hidden_layers as usize;
+    layer_bytes(dir).ok()?.of_share(layers, share)
 }
 
 /// The decoder layer a tensor belongs to: N in `...layers.N....`, outside

@@ -28,6 +28,11 @@ pub struct RankIdentity {
     /// request names none, so the ranks draw the same tokens.
     #[serde(default)]
     pub seed: u64,
+    /// The weight bytes of this rank's share of the model, read from its
+    /// own files (a rank split by layers may hold no other rank's); 0 when
+    /// not known.
+    #[serde(default)]
+    pub share_bytes: u64,
     /// The model folder's snapshot this rank would load (`model_snapshot`),
     /// `None` when none is named.
     pub model: Option<ModelSnapshot>,
@@ -38,8 +43,9 @@ pub struct RankIdentity {
 pub struct ModelSnapshot {
     /// The folder's name (a hub snapshot's is its commit).
     pub name: String,
-    /// A digest of the config and of each weight file's name and size, or
-    /// why the folder could not be read: what the ranks compare (the same
+    /// A digest of the config and of the weights index (or, unsharded, of
+    /// each weight file's name and size), or why the folder could not be
+    /// read: what the ranks compare (the same
     /// snapshot may sit in differently named folders on two machines).
     pub digest: String,
 }
@@ -112,8 +118,9 @@ pub fn check_same(ranks: &[RankIdentity]) -> Result<(), String> {
 }
 
 /// A model folder's snapshot as the ranks compare it: its name, and a
-/// digest of its config and of each weight file's name and size (the
-/// weights themselves are too large to hash at every start); a folder
+/// digest of its config and of its weights index, or of each weight
+/// file's name and size where there is no index (the weights themselves
+/// are too large to hash at every start); a folder
 /// that cannot be read gets the reason in place of the digest.
 pub fn model_snapshot(dir: &std::path::Path) -> ModelSnapshot {
     let name = dir.file_name().map_or_else(
@@ -131,6 +138,13 @@ fn snapshot_digest(dir: &std::path::Path) -> Result<String, String> {
     let config =
         std::fs::read(&config_path).map_err(|e| format!("{}: {e}", config_path.display()))?;
     digest.update(&config);
+    // A sharded snapshot is named by its index (every file, every tensor):
+    // a rank split by layers may hold only the files of its own layers.
+    let index_path = dir.join("model.safetensors.index.json");
+    if let Ok(index) = std::fs::read(&index_path) {
+        digest.update(&index);
+        return Ok(short_hex(&digest.finalize()));
+    }
     let mut files: Vec<(String, u64)> = std::fs::read_dir(dir)
         .map_err(|e| format!("{}: {e}", dir.display()))?
         .filter_map(Result::ok)
@@ -146,10 +160,11 @@ fn snapshot_digest(dir: &std::path::Path) -> Result<String, String> {
         digest.update(name.as_bytes());
         digest.update(size.to_le_bytes());
     }
-    Ok(digest.finalize()[..6]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    Ok(short_hex(&digest.finalize()))
+}
+
+fn short_hex(digest: &[u8]) -> String {
+    digest[..6].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
@@ -171,6 +186,7 @@ mod tests {
             memory_bytes: 64 << 30,
             budget_bytes: 48 << 30,
             seed: 7,
+            share_bytes: 0,
             model,
         }
     }
@@ -225,5 +241,34 @@ mod tests {
         assert_ne!(resized.digest, reconfigured.digest);
         let missing = model_snapshot(&dir.path().join("gone"));
         assert!(missing.digest.starts_with("unreadable: "), "{missing}");
+    }
+
+    #[test]
+    fn a_sharded_snapshot_is_the_same_whichever_of_its_files_a_rank_holds() {
+        let index = r#"{"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}"#;
+        let (whole, part) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        for dir in [whole.path(), part.path()] {
+            std::fs::write(dir.join("config.json"), "{\"a\": 1}").unwrap();
+            std::fs::write(dir.join("model.safetensors.index.json"), index).unwrap();
+            std::fs::write(dir.join("model-00001-of-00002.safetensors"), [0u8; 10]).unwrap();
+        }
+        std::fs::write(
+            whole.path().join("model-00002-of-00002.safetensors"),
+            [0u8; 10],
+        )
+        .unwrap();
+        assert_eq!(
+            model_snapshot(whole.path()).digest,
+            model_snapshot(part.path()).digest
+        );
+        std::fs::write(
+            part.path().join("model.safetensors.index.json"),
+            index.replace('b', "c"),
+        )
+        .unwrap();
+        assert_ne!(
+            model_snapshot(whole.path()).digest,
+            model_snapshot(part.path()).digest
+        );
     }
 }
