@@ -10,7 +10,8 @@ PNG (a small file whose header names 8000x5000 pixels, over the 32
 megapixel limit). Each is timed from the request's first byte sent to the
 refusal read back; its status and message are kept. Then a text request of
 GEN tokens runs alone, and again while another thread sends the uploads
-one after another; its decode rate (the server's `ondo.decode_tps`) with
+one after another; the same 50 MB body cut short of its last brace (not
+JSON: refused once read and scanned) gives the floor under the first; its decode rate (the server's `ondo.decode_tps`) with
 them over without them says what the refusals cost a conversation.
 Prints one JSON object.
 """
@@ -38,8 +39,9 @@ def bench_vision():
 
 
 def post(url, body):
-    """(seconds, status, text) of one chat request with `body`."""
-    data = json.dumps(body).encode()
+    """(seconds, status, text) of one chat request with `body` (bytes are
+    sent as they are)."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
     request = urllib.request.Request(
         url + "/v1/chat/completions", data=data, headers={"content-type": "application/json"}
     )
@@ -93,6 +95,10 @@ def main():
         "50mb_upload": image_body(vision.REPO, "data:image/png;base64," + heavy),
         "40mp_image": image_body(vision.REPO, "data:image/png;base64," + png),
     }
+    # The floor under the 50 MB refusal: the same bytes with the last brace
+    # cut, which the server can refuse only after reading and scanning them
+    # all (sending 50 MB over loopback and reading it is most of the time).
+    floor = json.dumps(uploads["50mb_upload"]).encode()[:-1]
     text = {
         "model": vision.REPO,
         "messages": [{"role": "user", "content": "Tell me a long story."}],
@@ -117,6 +123,15 @@ def main():
                 "ms": vision.spread(samples),
                 "body_bytes": len(json.dumps(body)),
             }
+        floor_samples = []
+        for _ in range(args.reps):
+            seconds, floor_status, _ = post(url, floor)
+            floor_samples.append(seconds * 1e3)
+        refusals["50mb_body_not_json"] = {
+            "status": floor_status,
+            "ms": vision.spread(floor_samples),
+            "body_bytes": len(floor),
+        }
         alone, beside = [], []
         for _ in range(args.reps):
             _, _, answer = post(url, text)

@@ -181,8 +181,8 @@ fn image_block(block: Value, place: &str) -> Result<String, ApiError> {
     let source = fields::<ImageFields>(block, "image", place)?.source;
     let what = format!("{place} (an image block)");
     match (source.kind.as_str(), source.data, source.url) {
-        ("base64", Some(data), _) => super::images::from_base64(&data, &what),
-        ("url", _, Some(url)) => super::images::from_url(&url, &what),
+        ("base64", Some(data), _) => super::images::from_base64(data, &what),
+        ("url", _, Some(url)) => super::images::from_url(url, &what),
         (kind, _, _) => Err(ApiError::InvalidField(format!(
             "{what} has a source of type '{kind}' without its data; send \
              {{\"type\": \"base64\", \"media_type\": \"image/png\", \"data\": ...}}"

@@ -609,7 +609,13 @@ fn parse_body<T: serde::de::DeserializeOwned>(
             ApiError::MalformedBody(rejection.body_text())
         }
     })?;
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::MalformedBody(e.to_string()))
+    // Read as a JSON value first, then into `T` from it: the value's
+    // strings are moved on, never copied, where serde buffers (flattened
+    // fields, untagged enums) and `T` holds `Value`s. Read straight into
+    // `T`, a 50 MB image was copied three times before its size was known.
+    let value: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| ApiError::MalformedBody(e.to_string()))?;
+    serde_json::from_value(value).map_err(|e| ApiError::MalformedBody(e.to_string()))
 }
 
 /// Now as RFC 3339 UTC (Ollama's `created_at`).

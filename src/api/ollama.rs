@@ -236,9 +236,9 @@ fn images_of(images: Option<Vec<Value>>, field: &str) -> Result<Vec<String>, Api
             )));
         };
         out.push(if text.starts_with("data:") {
-            super::images::from_url(&text, &what)?
+            super::images::from_url(text, &what)?
         } else {
-            super::images::from_base64(&text, &what)?
+            super::images::from_base64(text, &what)?
         });
     }
     Ok(out)

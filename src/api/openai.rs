@@ -212,12 +212,13 @@ impl MessageIn {
                         "text" => text.push_str(part.text.as_deref().unwrap_or("")),
                         "image_url" => {
                             let what = format!("messages[{index}].content[{n}].image_url");
-                            let url = match &part.image_url {
-                                Some(Value::String(url)) => url.as_str(),
-                                Some(Value::Object(o)) => {
-                                    o.get("url").and_then(Value::as_str).unwrap_or("")
-                                }
-                                _ => "",
+                            let url = match part.image_url {
+                                Some(Value::String(url)) => url,
+                                Some(Value::Object(mut o)) => match o.remove("url") {
+                                    Some(Value::String(url)) => url,
+                                    _ => String::new(),
+                                },
+                                _ => String::new(),
                             };
                             if url.is_empty() {
                                 return Err(ApiError::InvalidField(format!(

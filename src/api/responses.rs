@@ -209,7 +209,7 @@ fn content_parts(content: Option<&Value>, place: &str) -> Result<(String, Vec<St
                                  as a data: URL (a file_id is not read)"
                             )));
                         };
-                        images.push(super::images::from_url(url, &what)?);
+                        images.push(super::images::from_url(url.to_owned(), &what)?);
                     }
                     "input_file" | "input_audio" => {
                         return Err(not_read(kind, &format!("{place}, part {i}")));
