@@ -611,6 +611,69 @@ fn an_image_for_a_model_without_eyes_or_over_the_limits_is_refused_by_name() {
     );
 }
 
+#[test]
+fn a_conversation_about_an_image_is_read_back_from_disk_only_for_that_image() {
+    let home = Home::new();
+    let (cat, dog) = (
+        home.file("cat.png", &picture(96, 64, 5)),
+        home.file("dog.png", &picture(96, 64, 6)),
+    );
+    let question = "Describe every panel of this screenshot: the colours, the edges and \
+                    the text you can see, one by one, in order, and what each is for.";
+    // Gemma 3, and Qwen3-VL, whose positions after an image depend on it.
+    for arch in ["gemma3", "qwen3_vl"] {
+        let model = home.synth(arch, &synth_args(arch));
+        let run = |image: &Path, extra: &[&str]| -> Value {
+            let out = Command::new(env!("CARGO_BIN_EXE_ondo"))
+                .env("ONDO_HOME", home.dir.path().join("home"))
+                .env("HF_HUB_CACHE", home.dir.path().join("hf"))
+                .env("ONDO_NO_KEYCHAIN", "1")
+                .env("ONDO_PROMPT_CACHE_MIN_TOKENS", "16")
+                .env_remove("ONDO_PROMPT_CACHE")
+                .args(["run", model.to_str().unwrap(), question, "--image"])
+                .arg(image)
+                .args([
+                    "--max-tokens",
+                    "8",
+                    "--ignore-eos",
+                    "--json",
+                    "--no-history",
+                ])
+                .args(extra)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{arch}: {stderr}");
+            serde_json::from_slice(&out.stdout).unwrap()
+        };
+        let first = run(&cat, &[]);
+        assert_eq!(first["prefix_source"], "none", "{arch}: {first}");
+        // The next process asks about the same image: its tokens come back
+        // from the disk with the text around them, not encoded again.
+        let again = run(&cat, &[]);
+        assert_eq!(again["prefix_source"], "disk", "{arch}: {again}");
+        assert_eq!(
+            again["cached_tokens"].as_u64().unwrap() + 1,
+            again["prompt_tokens"].as_u64().unwrap(),
+            "{arch}: {again}"
+        );
+        let prefilled = run(&cat, &["--no-disk-cache"]);
+        assert_eq!(
+            ids(&again["token_ids"]),
+            ids(&prefilled["token_ids"]),
+            "{arch}: a prefix with an image read back answers as prefilled"
+        );
+        // Another image at the same place shares only the text before it.
+        let other = run(&dog, &[]);
+        assert_ne!(other["prefix_source"], "disk", "{arch}: {other}");
+        assert_eq!(
+            ids(&other["token_ids"]),
+            ids(&run(&dog, &["--no-disk-cache"])["token_ids"]),
+            "{arch}"
+        );
+    }
+}
+
 /// A PNG whose header claims 8000x6000 pixels (its pixels are 8x8).
 fn huge_png() -> Vec<u8> {
     let mut huge = picture(8, 8, 3);

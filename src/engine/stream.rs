@@ -796,16 +796,14 @@ pub fn prepare(
     };
     // A cache holds an image's tokens, not which image they showed: the
     // prefix reused from memory ends before the first image the
-    // conversation did not show at the same place; from the disk (whose
-    // files keep no digests), before the first image.
+    // conversation did not show at the same place; on the disk each
+    // image's tokens are keyed by its file (`tokens_on_disk`).
     let unknown = image_marks
         .iter()
         .find(|mark| !conversation.images.contains(mark))
         .map(|mark| mark.start);
     let matched = &prompt[..unknown.map_or(prompt.len(), |start| start + 1)];
-    let matched_on_disk = &prompt[..image_marks
-        .first()
-        .map_or(prompt.len(), |mark| mark.start + 1)];
+    let matched_on_disk = tokens_on_disk(&prompt, &image_marks);
     let kv_quantization = request.kv_quantization();
     if let Some(quantization) = kv_quantization {
         quantization
@@ -841,13 +839,14 @@ pub fn prepare(
         Some(disk) => {
             let key = disk.key(&model.dir, max_kv_size, kv_quantization);
             if conversation.would_drop(&prompt) >= disk.min_tokens() {
-                disk.save(&key, &model.dir, &conversation.tokens, &conversation.cache);
+                let saved = tokens_on_disk(&conversation.tokens, &conversation.images);
+                disk.save(&key, &model.dir, &saved, &conversation.cache);
             }
             let in_memory = conversation.reuse_prefix(matched, empty);
             let template = empty();
             let trims = template.iter().all(LayerCache::can_trim);
             match disk
-                .find(&key, &model.dir, matched_on_disk, in_memory, trims)
+                .find(&key, &model.dir, &matched_on_disk, in_memory, trims)
                 .and_then(|found| disk.restore(found, &template))
             {
                 Some(restored) => {
@@ -856,7 +855,17 @@ pub fn prepare(
                         bytes: restored.bytes,
                         ms: restored.read_ms,
                     };
-                    conversation.restore_from(restored.tokens, restored.cache)
+                    // The file's tokens are the prompt's first ones, its
+                    // images keyed; the conversation keeps the real ids
+                    // and the images they show whole.
+                    let held = restored.tokens.len();
+                    let cached = conversation.restore_from(prompt[..held].to_vec(), restored.cache);
+                    conversation.images = image_marks
+                        .iter()
+                        .copied()
+                        .filter(|mark| mark.start + mark.shape.tokens() <= held)
+                        .collect();
+                    cached
                 }
                 None => in_memory,
             }
@@ -891,6 +900,28 @@ pub fn prepare(
         images,
         image_marks,
     })
+}
+
+/// Tokens as the disk cache keys them: every image token has the same id,
+/// so each image's tokens are replaced by ids drawn from its file's digest
+/// and its position in the image, above 2^31 (no vocabulary reaches that).
+/// A saved prefix then matches a prompt past an image only where the same
+/// file stood at the same place, after a restart as in memory.
+pub(crate) fn tokens_on_disk(tokens: &[u32], images: &[ImageMark]) -> Vec<u32> {
+    let mut keyed = tokens.to_vec();
+    for mark in images {
+        let seed = u32::from_le_bytes([
+            mark.digest[0],
+            mark.digest[1],
+            mark.digest[2],
+            mark.digest[3],
+        ]);
+        let end = (mark.start + mark.shape.tokens()).min(keyed.len());
+        for (n, token) in keyed.iter_mut().enumerate().take(end).skip(mark.start) {
+            *token = 0x8000_0000 | ((seed.rotate_left(7) ^ (n - mark.start) as u32) & 0x7fff_ffff);
+        }
+    }
+    keyed
 }
 
 /// The files of the prompt's images (`prompt_images`), from base64.
@@ -1441,6 +1472,32 @@ mod tests {
 
     use crate::engine::reply::{ThinkStart, ToolCallSyntax};
     use crate::synth::tokenizer::{TokenizerSpec, write_tokenizer};
+
+    #[test]
+    fn on_disk_an_images_tokens_say_which_file_it_was() {
+        let mark = |start, digest: u8| ImageMark {
+            start,
+            shape: ImageShape { rows: 2, cols: 2 },
+            digest: [digest; 32],
+        };
+        // Text, four image tokens (id 9), text.
+        let tokens = [1, 2, 9, 9, 9, 9, 3, 4];
+        let cat = tokens_on_disk(&tokens, &[mark(2, 7)]);
+        let dog = tokens_on_disk(&tokens, &[mark(2, 8)]);
+        assert_eq!(cat[..2], tokens[..2]);
+        assert_eq!(cat[6..], tokens[6..]);
+        assert!(cat[2..6].iter().all(|&t| t >= 0x8000_0000));
+        assert_eq!(cat, tokens_on_disk(&tokens, &[mark(2, 7)]));
+        // Another file differs from its first token on, and so does the
+        // same file at another place.
+        assert_eq!(reusable_prefix(&cat, &dog), 2);
+        assert_eq!(
+            reusable_prefix(&cat, &tokens_on_disk(&tokens, &[mark(1, 7)])),
+            1
+        );
+        // A conversation cut inside an image keys what it holds.
+        assert_eq!(tokens_on_disk(&tokens[..4], &[mark(2, 7)]), cat[..4]);
+    }
 
     const QWEN_TOOLS: ReplyFormat = ReplyFormat::Marked {
         think: Some(ThinkStart::ModelOpens),

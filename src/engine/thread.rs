@@ -1427,7 +1427,8 @@ fn save_conversation(disk: &mut DiskPromptCache, model: &LoadedModel, conversati
         conversation.max_kv_size,
         conversation.kv_quantization,
     );
-    disk.save(&key, &model.dir, &conversation.tokens, &conversation.cache);
+    let tokens = super::stream::tokens_on_disk(&conversation.tokens, &conversation.images);
+    disk.save(&key, &model.dir, &tokens, &conversation.cache);
 }
 
 /// Conversations a rank other than 0 keeps warm per split model; rank 0's
