@@ -869,6 +869,19 @@ fn ondo_starts_the_other_ranks_itself_from_a_hostfile() {
         );
         assert!(run["split_step_bytes"].as_u64().unwrap() > 0, "{run}");
         assert!(run["split_step_link_ms"].as_f64().unwrap() > 0.0, "{run}");
+        // Each rank's share timed alone: one number a rank, in rank order.
+        for field in ["split_rank_step_ms", "split_rank_prefill_tps"] {
+            let each: Vec<f64> = run[field]
+                .as_str()
+                .unwrap_or_else(|| panic!("no {field}: {run}"))
+                .split(", ")
+                .map(|n| n.parse().unwrap())
+                .collect();
+            assert!(
+                each.len() == 2 && each.iter().all(|n| *n > 0.0),
+                "{field}: {run}"
+            );
+        }
     }
     // By heads, every layer sums twice: more bytes a step than by layers.
     assert!(runs[2]["split_step_bytes"].as_u64() > runs[1]["split_step_bytes"].as_u64());

@@ -39,6 +39,10 @@ pub struct SplitSide {
     /// the links (estimated at the join); `None` for one process.
     pub step_bytes: Option<u64>,
     pub step_link_ms: Option<Summary>,
+    /// Each rank's share of a decode step computed alone, ms in rank order
+    /// (timed when it loaded; the first repetition's); `None` for one
+    /// process.
+    pub rank_step_ms: Option<String>,
     /// Decode over one process's (medians).
     pub decode_ratio: Option<f64>,
     /// Its greedy tokens equalled one process's in every repetition.
@@ -179,6 +183,10 @@ pub fn run_split_bench(
                     .first()
                     .and_then(|r| r.split["split_step_bytes"].as_u64()),
                 step_link_ms: (!link.is_empty()).then(|| Summary::from_samples(&link)),
+                rank_step_ms: runs
+                    .first()
+                    .and_then(|r| r.split["split_rank_step_ms"].as_str())
+                    .map(str::to_owned),
                 decode_ratio: split.map(|_| ratio(decode.median, alone_decode)),
                 same_tokens_as_one_process: split.map(|_| {
                     runs.iter()
@@ -221,6 +229,8 @@ struct SplitFields {
     split_hosts: Option<String>,
     split_step_bytes: Option<u64>,
     split_step_link_ms: Option<f64>,
+    split_rank_step_ms: Option<String>,
+    split_rank_prefill_tps: Option<String>,
 }
 
 impl SplitFields {
@@ -231,5 +241,7 @@ impl SplitFields {
         record.split_hosts = self.split_hosts;
         record.split_step_bytes = self.split_step_bytes;
         record.split_step_link_ms = self.split_step_link_ms;
+        record.split_rank_step_ms = self.split_rank_step_ms;
+        record.split_rank_prefill_tps = self.split_rank_prefill_tps;
     }
 }

@@ -703,13 +703,13 @@ pub fn run(mut args: RunArgs) -> Result<ExitCode, CliError> {
         if let (Some(spawned), Some(first)) = (spawned_at, first_token_at) {
             json["cold_start_ms"] = (first.saturating_sub(spawned) as f64 / 1e6).into();
         }
-        if record.split.is_some() {
-            json["split"] = record.split.into();
-            json["split_ranks"] = record.split_ranks.into();
-            json["split_backend"] = record.split_backend.into();
-            json["split_hosts"] = record.split_hosts.into();
-            json["split_step_bytes"] = record.split_step_bytes.into();
-            json["split_step_link_ms"] = record.split_step_link_ms.into();
+        if record.split.is_some()
+            && let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(&record)
+        {
+            // The record's split fields, whatever they are.
+            for (name, value) in fields.into_iter().filter(|(n, _)| n.starts_with("split")) {
+                json[name] = value;
+            }
         }
         json["run_id"] = record.run_id.into();
         json["text"] = outcome.text.into();
@@ -720,7 +720,54 @@ pub fn run(mut args: RunArgs) -> Result<ExitCode, CliError> {
     }
     println!();
     eprintln!("{}", footer(&outcome.stats));
+    if let Some(line) = split_line(&record, outcome.stats.decode_tps) {
+        eprintln!("{line}");
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where a split run's decode step went: the step measured, each rank's
+/// share computed alone (by layers the ranks take turns, so their times
+/// add up; by heads they work at once) and the links' estimate.
+fn split_line(record: &crate::store::RunRecord, decode_tps: f64) -> Option<String> {
+    let how = record.split.as_deref()?;
+    let ranks: Vec<f64> = record
+        .split_rank_step_ms
+        .as_deref()?
+        .split(", ")
+        .filter_map(|ms| ms.parse().ok())
+        .collect();
+    let each: Vec<String> = ranks
+        .iter()
+        .enumerate()
+        .map(|(rank, ms)| format!("rank {rank}'s {ms:.2} ms"))
+        .collect();
+    let step = if decode_tps > 0.0 {
+        format!("a decode step took {:.2} ms; ", 1e3 / decode_tps)
+    } else {
+        String::new()
+    };
+    let links = record
+        .split_step_link_ms
+        .map_or(String::new(), |ms| format!("; the links about {ms:.2} ms"));
+    let (by, together) = if how == "tensor" {
+        (
+            "by heads",
+            format!(
+                "at once: {:.2} ms",
+                ranks.iter().copied().fold(0.0, f64::max)
+            ),
+        )
+    } else {
+        (
+            "by layers",
+            format!("in turn: {:.2} ms", ranks.iter().sum::<f64>()),
+        )
+    };
+    Some(format!(
+        "split {by}: {step}computed alone, {} ({together}){links}",
+        each.join(", ")
+    ))
 }
 
 /// Streams a reply to the terminal: the answer on stdout, the reasoning on

@@ -38,6 +38,8 @@ pub struct LoadedModel {
     /// The vision tower and projector, for a multimodal checkpoint that
     /// has them.
     pub vision: Option<super::vision::VisionModel>,
+    /// This rank's share of a split model, timed alone when it loaded.
+    pub share_compute: Option<crate::engine::distributed::compute::ShareCompute>,
 }
 
 fn read_json(path: &Path) -> Result<serde_json::Value, LoadError> {
@@ -136,6 +138,17 @@ impl LoadedModel {
                 message: e.to_string(),
             })?;
         let embedding = family::embedding::detect(dir, &model_type);
+        // A rank's share of a split model is timed alone once, here: what
+        // its layers cost apart from the links (`distributed::compute`).
+        let share_compute = match share {
+            Some(_) => Some(
+                crate::engine::distributed::compute::time_share(&model, config.vocab_size as usize)
+                    .map_err(|e| {
+                        LoadError::Split(format!("timing this rank's share: {}", e.what()))
+                    })?,
+            ),
+            None => None,
+        };
         Ok(Self {
             dir: dir.to_owned(),
             model_type,
@@ -149,6 +162,7 @@ impl LoadedModel {
             grammars: std::sync::OnceLock::new(),
             embedding,
             vision,
+            share_compute,
         })
     }
 

@@ -1447,27 +1447,37 @@ fn agree_on_prefix(
     request: &GenerateRequest,
     prepared: Result<stream::PreparedRun, RunError>,
 ) -> Result<stream::PreparedRun, RunError> {
+    use crate::engine::distributed::compute;
     let group = split_group().map_err(RunError::Distributed)?;
-    let own: Result<(usize, usize), String> = prepared
+    // Each rank's cached positions and prompt length, or why it could not
+    // prepare; with them the time its share took alone (for the records).
+    type Said = Result<(usize, usize, Option<compute::ShareCompute>), String>;
+    let own: Said = prepared
         .as_ref()
-        .map(|p| (p.cached, p.prompt.len()))
+        .map(|p| (p.cached, p.prompt.len(), model.share_compute))
         .map_err(ToString::to_string);
     let said = serde_json::to_vec(&own).map_err(|e| RunError::Internal(e.to_string()))?;
     let parts = orders::gather_bytes(&group, &said).map_err(RunError::Distributed)?;
-    let all: Vec<Result<(usize, usize), String>> = parts
+    let all: Vec<Said> = parts
         .iter()
         .map(|part| {
             serde_json::from_slice(part)
                 .unwrap_or_else(|e| Err(format!("its answer was unreadable ({e})")))
         })
         .collect();
+    compute::note_ranks(
+        all.iter()
+            .map(|a| a.as_ref().ok().and_then(|(_, _, timed)| *timed))
+            .collect(),
+    );
     let prepared = prepared?;
     if let Some((rank, Err(reason))) = all.iter().enumerate().find(|(_, a)| a.is_err()) {
         return Err(RunError::Distributed(format!(
             "rank {rank} could not prepare the prompt: {reason}"
         )));
     }
-    if all.iter().all(|a| *a == own) {
+    let positions = |said: &Said| said.as_ref().ok().map(|(cached, len, _)| (*cached, *len));
+    if all.iter().all(|a| positions(a) == positions(&own)) {
         return Ok(prepared);
     }
     *conversation = Conversation::new(model, request.max_kv_size, request.kv_quantization());

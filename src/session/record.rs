@@ -247,6 +247,8 @@ pub fn record_from_stats(
         split_hosts: None,
         split_step_bytes: None,
         split_step_link_ms: None,
+        split_rank_step_ms: None,
+        split_rank_prefill_tps: None,
         provenance: provenance.clone(),
     };
     // Only the model the ranks split is split; any other runs here alone.
@@ -266,7 +268,15 @@ pub fn record_from_stats(
 fn with_split(record: RunRecord, split: &crate::engine::distributed::SplitFacts) -> RunRecord {
     let step = step_shape(&record.model_path)
         .map(|(layers, hidden, bytes)| split.per_decode_step(layers, hidden, bytes));
+    let timed = crate::engine::distributed::compute::ranks();
+    let listed = |f: fn(&crate::engine::distributed::compute::ShareCompute) -> String| {
+        timed
+            .as_ref()
+            .map(|ranks| ranks.iter().map(f).collect::<Vec<_>>().join(", "))
+    };
     RunRecord {
+        split_rank_step_ms: listed(|rank| format!("{:.3}", rank.step_ms)),
+        split_rank_prefill_tps: listed(|rank| format!("{:.0}", rank.prefill_tps)),
         split: Some(split.kind.name().to_owned()),
         split_ranks: Some(split.hosts.len() as u64),
         split_backend: Some(split.backend.name().to_owned()),

@@ -351,7 +351,9 @@ run_columns! {
     split_backend,
     split_hosts,
     split_step_bytes,
-    split_step_link_ms;
+    split_step_link_ms,
+    split_rank_step_ms,
+    split_rank_prefill_tps;
     provenance {
         app_version,
         app_commit,

@@ -224,6 +224,13 @@ pub struct RunRecord {
     /// One decode step's time on the links, estimated from a decode step's
     /// message timed when the ranks joined (part of each step's time).
     pub split_step_link_ms: Option<f64>,
+    /// Each rank's compute time for one decode step of its share, timed
+    /// alone when it loaded (ms, in rank order, comma-separated): what a
+    /// step costs apart from the links and the waits.
+    pub split_rank_step_ms: Option<String>,
+    /// Prompt tokens a second each rank computes through its share, timed
+    /// alone when it loaded (in rank order, comma-separated).
+    pub split_rank_prefill_tps: Option<String>,
 
     /// Where and with what the run happened; its fields are the record's
     /// own (columns, report fields), not a nested object.

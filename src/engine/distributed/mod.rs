@@ -6,6 +6,7 @@
 //! (`handshake`): a rank running another Ondo, another MLX or another
 //! snapshot of the model is refused with the difference named.
 
+pub mod compute;
 pub mod group;
 pub mod handshake;
 pub mod link;

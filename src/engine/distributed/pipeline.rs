@@ -107,7 +107,7 @@ impl Stage {
     /// received (`h` only gives the shape and dtype).
     pub fn receive(&self, h: Array) -> Result<Array, Exception> {
         self.sent.replace(None);
-        if self.rank() + 1 == self.size() {
+        if self.rank() + 1 == self.size() || super::compute::computing_alone() {
             return Ok(h);
         }
         self.group.recv_like(&h, self.rank() + 1)
@@ -116,6 +116,9 @@ impl Stage {
     /// Passes this rank's output on to the next stage and returns the
     /// model's final hidden states (rank 0's), gathered on every rank.
     pub fn pass_on(&self, h: Array) -> Result<Array, Exception> {
+        if super::compute::computing_alone() {
+            return Ok(h);
+        }
         let rows = h.shape()[0];
         let h = if self.rank() == 0 {
             h

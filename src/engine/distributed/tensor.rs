@@ -54,6 +54,9 @@ impl TensorShards {
 
     /// The sum of every rank's partial `x`, on every rank.
     pub fn sum(&self, x: &Array) -> Result<Array, Exception> {
+        if super::compute::computing_alone() {
+            return Ok(x.clone());
+        }
         self.group.all_sum(x)
     }
 }

@@ -1381,6 +1381,17 @@ export type RunRecord = {
 	 *  message timed when the ranks joined (part of each step's time).
 	 */
 	split_step_link_ms: number | null,
+	/**
+	 *  Each rank's compute time for one decode step of its share, timed
+	 *  alone when it loaded (ms, in rank order, comma-separated): what a
+	 *  step costs apart from the links and the waits.
+	 */
+	split_rank_step_ms: string | null,
+	/**
+	 *  Prompt tokens a second each rank computes through its share, timed
+	 *  alone when it loaded (in rank order, comma-separated).
+	 */
+	split_rank_prefill_tps: string | null,
 } & Provenance;
 
 /**  A saved cache as listed. */

@@ -456,6 +456,23 @@ describe('split runs', () => {
       'Split',
       'by heads over 2 ranks (ring: studio-1, studio-2) · 224 KiB a decode step, about 1.75 ms on the links',
     ]);
+    // With each rank's share timed alone: by layers the turns add up.
+    const timed = makeRun({
+      run_id: 'timed',
+      created_at: '2026-12-05T10:00:02Z',
+      split: 'pipeline',
+      split_ranks: 2,
+      split_backend: 'ring',
+      split_hosts: 'studio-1, studio-2',
+      split_step_bytes: 8_192,
+      split_step_link_ms: 0.5,
+      split_rank_step_ms: '3.000, 2.500',
+      decode_tps: 125,
+    });
+    expect(detailRows(timed)).toContainEqual([
+      'Split',
+      'by layers over 2 ranks (ring: studio-1, studio-2) · 8.00 KiB a decode step, about 0.50 ms on the links · computed alone 3.00 ms (rank 0), 2.50 ms (rank 1): 5.50 ms; a step took 8.00 ms',
+    ]);
     expect(detailRows(alone).map(([term]) => term)).not.toContain('Split');
   });
 });

@@ -475,7 +475,25 @@ export function splitDetail(run: RunRecord): string | null {
   const linkMs = run.split_step_link_ms ?? null;
   if (bytes === null) return over;
   const time = linkMs === null ? '' : `, about ${formatMs(linkMs)} on the links`;
-  return `${over} · ${formatBytes(bytes)} a decode step${time}`;
+  return `${over} · ${formatBytes(bytes)} a decode step${time}${splitCompute(run, how)}`;
+}
+
+/**
+ * What each rank's share of a decode step took computed alone (timed when
+ * it loaded), beside the step the run measured: by layers the ranks take
+ * turns, so their times add up; by heads they work at once.
+ */
+function splitCompute(run: RunRecord, how: string): string {
+  const ranks = (run.split_rank_step_ms ?? '')
+    .split(',')
+    .map((part) => Number.parseFloat(part))
+    .filter((ms) => Number.isFinite(ms));
+  if (ranks.length === 0) return '';
+  const each = ranks.map((ms, rank) => `${formatMs(ms)} (rank ${rank})`).join(', ');
+  const tps = run.decode_tps ?? 0;
+  const step = tps > 0 ? `; a step took ${formatMs(1000 / tps)}` : '';
+  const together = how === 'tensor' ? Math.max(...ranks) : ranks.reduce((sum, ms) => sum + ms, 0);
+  return ` · computed alone ${each}: ${formatMs(together)}${step}`;
 }
 
 export function detailRows(run: RunRecord): [string, string][] {
