@@ -220,7 +220,7 @@ impl Hub {
                 revision: info.commit.clone(),
             };
             let config = self
-                .read_config(&at_commit, &files, &cache_repo, &mut watch)
+                .read_json_file(&at_commit, &files, &cache_repo, &mut watch, "config.json")
                 .await?;
             super::architecture::check_config(&config).map_err(|unsupported| {
                 HubError::UnsupportedModelType {
@@ -330,22 +330,10 @@ impl Hub {
             .collect())
     }
 
-    /// The repo's config.json at `model`'s commit: from the cache when an
-    /// earlier pull left its blob whole, else read into memory (the
+    /// A small JSON file of the repo at `model`'s commit (config.json, the
+    /// weights index): from the cache when an earlier pull left its blob
+    /// whole, else read into memory and checked against its hash (the
     /// download writes it to the cache with the other files).
-    async fn read_config(
-        &self,
-        model: &ModelRef,
-        files: &[RepoFile],
-        cache_repo: &hf_hub::CacheRepo,
-        watch: &mut WaitWatch<'_>,
-    ) -> Result<serde_json::Value, HubError> {
-        self.read_json_file(model, files, cache_repo, watch, "config.json")
-            .await
-    }
-
-    /// A small JSON file of the repo at `model`'s commit, checked against
-    /// its hash, from the cache when whole there.
     async fn read_json_file(
         &self,
         model: &ModelRef,
