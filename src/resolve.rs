@@ -242,39 +242,17 @@ impl AsRef<Path> for ResolvedModel {
     }
 }
 
-/// Whether the snapshot in `dir` holds what `share` reads: its config,
-/// its tokenizer and the weight files of its layers (a rank split by
-/// layers needs no other rank's), or what is missing.
-pub fn snapshot_holds_share(
-    dir: &Path,
-    share: crate::engine::distributed::Share,
-) -> Result<(), String> {
-    let config_path = dir.join("config.json");
-    let text = std::fs::read_to_string(&config_path)
-        .map_err(|_| format!("no config.json in {}", dir.display()))?;
-    let value: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", config_path.display()))?;
-    let config = crate::family::settle(&value).map_err(|e| e.to_string())?;
-    if !dir.join("tokenizer.json").is_file() {
-        return Err(format!("no tokenizer.json in {}", dir.display()));
-    }
-    let reads = |name: &str| share.reads(&config, name);
-    crate::engine::weights::weight_files_read(dir, Some(&reads))
-        .map(|_| ())
-        .map_err(|e| e.to_string())
-}
-
 /// A cached snapshot of `model` (in the first of `folders` that has one)
-/// holding what `share` reads.
+/// holding what `part` reads (`library::holds_part`).
 pub fn cached_share(
     folders: &[PathBuf],
     model: &ModelRef,
-    share: crate::engine::distributed::Share,
+    part: crate::hub::RankPart,
 ) -> Option<PathBuf> {
     folders
         .iter()
         .filter_map(|folder| library::cached_snapshot_dir(folder, model))
-        .find(|dir| snapshot_holds_share(dir, share).is_ok())
+        .find(|dir| library::holds_part(dir, part).is_ok())
 }
 
 /// What the cache under `folder` holds of `model`'s revision.

@@ -479,11 +479,18 @@ pub fn join_with_model(
 > {
     let mut own_failure = None;
     let joined = crate::engine::distributed::join_as_rank(launch, || {
-        find_share(pool, name, launch).map_err(|error| {
-            let told = error.to_string();
-            own_failure = Some(error);
-            told
-        })
+        match find_share(pool, name, launch) {
+            // The weight bytes of this rank's part, from its own files.
+            Ok(model) => {
+                let bytes = crate::hub::sizing::share_bytes(&model.dir, launch.part()).unwrap_or(0);
+                Ok((model, bytes))
+            }
+            Err(error) => {
+                let told = error.to_string();
+                own_failure = Some(error);
+                Err(told)
+            }
+        }
     });
     joined.map_err(|e| own_failure.unwrap_or_else(|| CliError::new(ErrorKind::Distributed, e)))
 }
@@ -505,7 +512,7 @@ fn find_share(
     let Ok(model) = crate::hub::ModelRef::parse(name) else {
         return Err(CliError::from(err).about(name));
     };
-    let share = crate::engine::distributed::Share::of_launch(launch);
+    let share = launch.part();
     let dirs = crate::paths::DataDirs::from_env();
     let folders =
         crate::resolve::model_folders(&crate::resolve::saved_settings(pool, &dirs), &dirs);
@@ -520,7 +527,7 @@ fn find_share(
         launch.rank, launch.rank, launch.size
     );
     let dir = super::models::fetch_share(&model, share)?;
-    crate::resolve::snapshot_holds_share(&dir, share).map_err(|problem| {
+    crate::hub::library::holds_part(&dir, share).map_err(|problem| {
         CliError::from(ResolveError::Incomplete {
             name: model.to_string(),
             problem,

@@ -190,7 +190,7 @@ pub fn pull(args: PullArgs) -> Result<ExitCode, CliError> {
 /// folder.
 pub(crate) fn fetch_share(
     model: &ModelRef,
-    share: crate::engine::distributed::Share,
+    share: crate::hub::RankPart,
 ) -> Result<std::path::PathBuf, CliError> {
     let (hub, _dirs) = hub()?;
     let rt = runtime()?;

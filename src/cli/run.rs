@@ -527,10 +527,9 @@ pub(crate) fn split_plan(
     let mut short = Vec::new();
     let mut tight = false;
     for rank in ranks {
-        let share = crate::engine::distributed::Share {
+        let share = crate::hub::RankPart {
             rank: rank.rank,
-            size: launch.size,
-            kind: launch.split,
+            ..launch.part()
         };
         let (kv_fraction, what) = match launch.split {
             SplitKind::Pipeline => {

@@ -80,7 +80,7 @@ impl LoadedModel {
         let model_type = config.model_type.clone();
         // A rank of a model split by layers opens only the files holding
         // its layers: it may have downloaded no others.
-        let share = crate::engine::distributed::share_of_this_process(dir);
+        let share = crate::engine::distributed::part_of_this_process(dir);
         let reads = |name: &str| share.is_none_or(|share| share.reads(&config, name));
         let mut weights =
             load_weight_map_read(dir, share.map(|_| &reads as &dyn Fn(&str) -> bool))?;

@@ -22,28 +22,7 @@ pub struct WeightMap {
     pub tensors: HashMap<String, StoredTensor>,
 }
 
-/// Which stored tensors a loader reads: all, or those a test says (a rank
-/// of a model split by layers reads its own layers and what lies outside
-/// the layers).
-pub type Reads<'a> = Option<&'a dyn Fn(&str) -> bool>;
-
-/// The files an index (`model.safetensors.index.json`) names that hold any
-/// tensor `reads` wants, sorted, each once. A file holding only other
-/// ranks' layers is not needed, on disk or from the hub.
-pub fn files_holding(index: &serde_json::Value, reads: Reads) -> Vec<String> {
-    let mut files: Vec<String> = index["weight_map"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .filter(|(name, _)| reads.is_none_or(|reads| reads(name)))
-                .filter_map(|(_, file)| file.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default();
-    files.sort();
-    files.dedup();
-    files
-}
+pub use crate::family::shards::{Reads, files_holding};
 
 /// The weight files of a folder: those the index names, else every
 /// `model*.safetensors` (mlx-lm's rule).

@@ -10,6 +10,7 @@
 pub mod config;
 pub mod embedding;
 pub mod quant;
+pub mod shards;
 pub mod synth;
 pub mod tensors;
 

@@ -177,7 +177,7 @@ pub struct DownloadOptions {
     pub on_cancel: OnCancel,
     /// Fetch only what this rank of a split model reads: the files holding
     /// its layers (by layers), the rest as usual. `None`: the whole model.
-    pub share: Option<crate::engine::distributed::Share>,
+    pub share: Option<crate::family::shards::RankPart>,
 }
 
 impl Default for DownloadOptions {
@@ -305,7 +305,7 @@ impl Hub {
         model: &ModelRef,
         files: Vec<RepoFile>,
         config: &serde_json::Value,
-        share: crate::engine::distributed::Share,
+        share: crate::family::shards::RankPart,
         cache_repo: &hf_hub::CacheRepo,
         watch: &mut WaitWatch<'_>,
     ) -> Result<Vec<RepoFile>, HubError> {
@@ -323,7 +323,7 @@ impl Hub {
             .read_json_file(model, &files, cache_repo, watch, INDEX)
             .await?;
         let reads = |name: &str| share.reads(&settled, name);
-        let needed = crate::engine::weights::files_holding(&index, Some(&reads));
+        let needed = crate::family::shards::files_holding(&index, Some(&reads));
         Ok(files
             .into_iter()
             .filter(|file| !file.path.ends_with(".safetensors") || needed.contains(&file.path))

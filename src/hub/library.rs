@@ -362,6 +362,51 @@ fn count_parameters(config: &serde_json::Value, weights: &[PathBuf]) -> Option<u
     Some(total)
 }
 
+/// Whether the snapshot in `dir` holds what `part` of a split model reads:
+/// its config, its tokenizer and the weight files of its layers (a rank
+/// split by layers needs no other rank's), or what is missing.
+pub fn holds_part(dir: &Path, part: crate::family::shards::RankPart) -> Result<(), String> {
+    let config_path = dir.join("config.json");
+    let text = std::fs::read_to_string(&config_path)
+        .map_err(|_| format!("no config.json in {}", dir.display()))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", config_path.display()))?;
+    let config = crate::family::settle(&value).map_err(|e| e.to_string())?;
+    if !dir.join("tokenizer.json").is_file() {
+        return Err(format!("no tokenizer.json in {}", dir.display()));
+    }
+    let index_path = dir.join("model.safetensors.index.json");
+    let Ok(index) = std::fs::read(&index_path) else {
+        // One file holds every tensor: the part needs all of it.
+        return match std::fs::read_dir(dir)
+            .map_err(|e| e.to_string())?
+            .flatten()
+            .any(|f| {
+                let name = f.file_name().to_string_lossy().into_owned();
+                name.starts_with("model") && name.ends_with(".safetensors")
+            }) {
+            true => Ok(()),
+            false => Err(format!("no weight files in {}", dir.display())),
+        };
+    };
+    let index: serde_json::Value =
+        serde_json::from_slice(&index).map_err(|e| format!("{}: {e}", index_path.display()))?;
+    let reads = |name: &str| part.reads(&config, name);
+    let missing: Vec<String> = crate::family::shards::files_holding(&index, Some(&reads))
+        .into_iter()
+        .filter(|file| !dir.join(file).is_file())
+        .collect();
+    match missing.as_slice() {
+        [] => Ok(()),
+        files => Err(format!(
+            "{} of the files {} reads are missing ({})",
+            files.len(),
+            part.described(&config),
+            files.join(", ")
+        )),
+    }
+}
+
 /// Removes a cached repo (every snapshot and blob, its locks) and returns the
 /// bytes freed.
 pub fn delete_cached(cache_dir: &Path, model: &ModelRef) -> Result<u64, HubError> {

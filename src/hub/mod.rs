@@ -12,6 +12,7 @@ pub(crate) mod http;
 pub mod library;
 pub mod repo_id;
 
+pub use crate::family::shards::RankPart;
 pub use client::{Hub, RepoFile, RepoInfo, SearchHit};
 pub use config::HubConfig;
 pub use download::{DownloadCancel, DownloadEvent, DownloadOptions, DownloadSummary, OnCancel};

@@ -118,7 +118,7 @@ pub fn facts_from_folder(dir: &Path) -> Result<ModelFacts, HubError> {
         .ok()
         .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
         .filter(|index| {
-            crate::engine::weights::files_holding(index, None)
+            crate::family::shards::files_holding(index, None)
                 .iter()
                 .any(|file| !dir.join(file).is_file())
         })
@@ -164,14 +164,14 @@ impl LayerBytes {
     /// layers, or (by heads) a 1/size slice of every layer's projections
     /// (norms are a rounding error beside them); the embeddings and head
     /// whole either way.
-    pub fn of_share(&self, layers: usize, share: crate::engine::distributed::Share) -> Option<u64> {
-        use crate::engine::distributed::{SplitKind, pipeline::layer_range};
-        match share.kind {
-            SplitKind::Pipeline => {
-                let (first, end) = layer_range(layers, share.rank, share.size).ok()?;
+    pub fn of_share(&self, layers: usize, share: crate::family::shards::RankPart) -> Option<u64> {
+        match share.by_layers {
+            true => {
+                let (first, end) =
+                    crate::family::shards::layer_range(layers, share.rank, share.size).ok()?;
                 Some(self.of_layers(first, end))
             }
-            SplitKind::Tensor => Some(
+            false => Some(
                 self.shared
                     + self.of_layers(0, layers).saturating_sub(self.shared)
                         / share.size.max(1) as u64,
@@ -182,7 +182,7 @@ impl LayerBytes {
 
 /// The weight bytes of `share` of the model in `dir`, from the files there
 /// (which need hold no other rank's layers).
-pub fn share_bytes(dir: &Path, share: crate::engine::distributed::Share) -> Option<u64> {
+pub fn share_bytes(dir: &Path, share: crate::family::shards::RankPart) -> Option<u64> {
     let layers = facts_from_folder(dir).ok()?.shape.num_hidden_layers as usize;
     layer_bytes(dir).ok()?.of_share(layers, share)
 }

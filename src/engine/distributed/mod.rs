@@ -72,95 +72,12 @@ impl std::fmt::Display for SplitKind {
     }
 }
 
-/// Which part of a model one rank holds, known before any model is loaded
-/// or any byte downloaded: rank `rank` of `size`, split by `kind`. A rank
-/// split by layers needs only the weight files that hold its layers (and
-/// the tensors outside the layers); by heads it needs a slice of every
-/// tensor, so every file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct Share {
-    pub rank: usize,
-    pub size: usize,
-    pub kind: SplitKind,
-}
-
-impl Share {
-    pub fn of_launch(launch: &Launch) -> Self {
-        Self {
-            rank: launch.rank,
-            size: launch.size,
-            kind: launch.split,
-        }
-    }
-
-    /// The decoder layers this rank runs, `(first, end)`: all of them when
-    /// split by heads.
-    pub fn layers(
-        &self,
-        config: &crate::family::config::ModelConfig,
-    ) -> Result<(usize, usize), String> {
-        match self.kind {
-            SplitKind::Pipeline => {
-                pipeline::layer_range(config.num_hidden_layers, self.rank, self.size)
-            }
-            SplitKind::Tensor => Ok((0, config.num_hidden_layers)),
-        }
-    }
-
-    /// Whether this rank reads the stored tensor `name` of a model of
-    /// `config`: everything but another rank's decoder layers.
-    pub fn reads(&self, config: &crate::family::config::ModelConfig, name: &str) -> bool {
-        let Ok((first, end)) = self.layers(config) else {
-            return true;
-        };
-        decoder_layer_of(config, name).is_none_or(|layer| (first..end).contains(&layer))
-    }
-
-    /// "rank 1 of 2 (layers 0-11)", for messages.
-    pub fn described(&self, config: &crate::family::config::ModelConfig) -> String {
-        match (self.kind, self.layers(config)) {
-            (SplitKind::Pipeline, Ok((first, end))) => format!(
-                "rank {} of {} (layers {first}-{})",
-                self.rank,
-                self.size,
-                end.saturating_sub(1)
-            ),
-            _ => format!(
-                "rank {} of {} ({})",
-                self.rank,
-                self.size,
-                self.kind.described()
-            ),
-        }
-    }
-}
-
-/// The decoder layer a stored tensor belongs to: its name after the
-/// family's renames (as the loader applies them), under
-/// `{weight_prefix}.layers.N.`. A vision tower's layers, the embedding and
-/// the final norm belong to none.
-pub fn decoder_layer_of(
-    config: &crate::family::config::ModelConfig,
-    stored: &str,
-) -> Option<usize> {
-    let mut name = stored.to_owned();
-    for (from, to) in &config.renamed_prefixes {
-        if let Some(rest) = name.strip_prefix(from.as_str()) {
-            name = format!("{to}{rest}");
-        }
-    }
-    let rest = name
-        .strip_prefix(config.weight_prefix.as_str())?
-        .strip_prefix(".layers.")?;
-    rest.split('.').next()?.parse().ok()
-}
-
-/// This process's share of the model in `dir`, when it joined a group of
+/// This process's part of the model in `dir`, when it joined a group of
 /// several ranks to split that model.
-pub fn share_of_this_process(dir: &Path) -> Option<Share> {
+pub fn part_of_this_process(dir: &Path) -> Option<crate::family::shards::RankPart> {
     pipeline::joined()
         .filter(|_| is_split_model(dir))
-        .map(Share::of_launch)
+        .map(Launch::part)
 }
 
 /// This process's part of a model split over the ranks it joined.
@@ -248,6 +165,15 @@ pub fn parse_ring_hostfile(text: &str) -> Result<Vec<Vec<String>>, String> {
 }
 
 impl Launch {
+    /// This rank's part of a model split by this launch.
+    pub fn part(&self) -> crate::family::shards::RankPart {
+        crate::family::shards::RankPart {
+            rank: self.rank,
+            size: self.size,
+            by_layers: self.split == SplitKind::Pipeline,
+        }
+    }
+
     /// The launch the environment describes; `None` for a process started
     /// alone (no `MLX_RANK`, no NCCL world).
     pub fn from_env() -> Result<Option<Self>, String> {
@@ -401,12 +327,13 @@ pub struct ClusterReport {
 }
 
 /// Joins the other ranks as one rank of a split model: the ranks compare
-/// what each runs and the snapshot of `model` each would load, and from
-/// then on every model this process loads is split (`pipeline`). Returns
-/// every rank's description, in rank order.
+/// what each runs and the snapshot of the model each would load, and from
+/// then on every model this process loads is split (`pipeline`).
+/// `find_model` names the folder and the weight bytes of this rank's part
+/// of it. Returns the model and every rank's description, in rank order.
 pub fn join_as_rank<M>(
     launch: &Launch,
-    find_model: impl FnOnce() -> Result<M, String>,
+    find_model: impl FnOnce() -> Result<(M, u64), String>,
 ) -> Result<(M, Vec<handshake::RankIdentity>), String>
 where
     M: AsRef<std::path::Path>,
@@ -419,10 +346,15 @@ where
     let found = find_model();
     let introduced = introduce(
         &group,
-        Some(found.as_ref().map(AsRef::as_ref).map_err(String::as_str)),
-        Some(Share::of_launch(launch)),
+        Some(
+            found
+                .as_ref()
+                .map(|(model, _)| model.as_ref())
+                .map_err(String::as_str),
+        ),
+        found.as_ref().map_or(0, |(_, bytes)| *bytes),
     );
-    let model = found?;
+    let (model, _) = found?;
     let ranks = introduced?;
     let model_dir = model.as_ref();
     // A decode step's message, timed once: what the records estimate each
@@ -565,12 +497,8 @@ impl SplitFacts {
 fn introduce(
     group: &Group,
     model: Option<Result<&std::path::Path, &str>>,
-    share: Option<Share>,
+    share_bytes: u64,
 ) -> Result<Vec<handshake::RankIdentity>, String> {
-    let share_bytes = match (model, share) {
-        (Some(Ok(dir)), Some(share)) => crate::hub::sizing::share_bytes(dir, share).unwrap_or(0),
-        _ => 0,
-    };
     let runtime = crate::metrics::mlx_runtime::MlxRuntime::detect();
     let totals = ondo_os::memory_totals().ok();
     let limit = crate::environment::memory_limit().unwrap_or(u64::MAX);
@@ -649,7 +577,7 @@ pub fn check_cluster(
     model: Option<&std::path::Path>,
 ) -> Result<ClusterReport, String> {
     let group = launch.join()?;
-    let ranks = introduce(&group, model.map(Ok), None)?;
+    let ranks = introduce(&group, model.map(Ok), 0)?;
     let links = if group.size() > 1 {
         link::PROBE_BYTES
             .iter()
@@ -696,97 +624,6 @@ mod tests {
         assert!(no_port.contains("rank 0"), "{no_port}");
         let object = parse_ring_hostfile(r#"{"hosts": []}"#).unwrap_err();
         assert!(object.contains("one entry per rank"), "{object}");
-    }
-
-    fn llama_of(layers: usize) -> crate::family::config::ModelConfig {
-        crate::family::settle(&serde_json::json!({
-            "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": layers,
-            "vocab_size": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-            "tie_word_embeddings": true
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn a_rank_split_by_layers_needs_only_the_files_of_its_layers() {
-        let config = llama_of(6);
-        let share = |rank, kind| Share {
-            rank,
-            size: 2,
-            kind,
-        };
-        // The highest rank runs the first layers.
-        let (first, last) = (share(1, SplitKind::Pipeline), share(0, SplitKind::Pipeline));
-        assert_eq!(first.described(&config), "rank 1 of 2 (layers 0-2)");
-        assert!(first.reads(&config, "model.layers.2.mlp.up_proj.weight"));
-        assert!(!first.reads(&config, "model.layers.3.mlp.up_proj.weight"));
-        assert!(!last.reads(&config, "model.layers.0.self_attn.q_proj.scales"));
-        for both in [
-            "model.embed_tokens.weight",
-            "model.norm.weight",
-            "lm_head.weight",
-        ] {
-            assert!(
-                first.reads(&config, both) && last.reads(&config, both),
-                "{both}"
-            );
-        }
-        let index = serde_json::json!({"weight_map": {
-            "model.embed_tokens.weight": "model-00001-of-00003.safetensors",
-            "model.layers.0.mlp.up_proj.weight": "model-00001-of-00003.safetensors",
-            "model.layers.2.mlp.up_proj.weight": "model-00002-of-00003.safetensors",
-            "model.layers.4.mlp.up_proj.weight": "model-00003-of-00003.safetensors",
-            "model.norm.weight": "model-00003-of-00003.safetensors",
-        }});
-        let files = |share: Share| {
-            crate::engine::weights::files_holding(&index, Some(&|name| share.reads(&config, name)))
-        };
-        assert_eq!(
-            files(first),
-            [
-                "model-00001-of-00003.safetensors",
-                "model-00002-of-00003.safetensors",
-                "model-00003-of-00003.safetensors"
-            ]
-        );
-        let index = serde_json::json!({"weight_map": {
-            "model.layers.0.mlp.up_proj.weight": "model-00001-of-00002.safetensors",
-            "model.layers.5.mlp.up_proj.weight": "model-00002-of-00002.safetensors",
-        }});
-        let files = |share: Share| {
-            crate::engine::weights::files_holding(&index, Some(&|name| share.reads(&config, name)))
-        };
-        assert_eq!(files(first), ["model-00001-of-00002.safetensors"]);
-        assert_eq!(files(last), ["model-00002-of-00002.safetensors"]);
-        // By heads every rank holds a slice of every tensor.
-        assert_eq!(files(share(1, SplitKind::Tensor)).len(), 2);
-    }
-
-    #[test]
-    fn a_multimodal_checkpoints_text_layers_are_found_in_either_spelling() {
-        let mut config = llama_of(4);
-        config.read_inside_language_model(&[]);
-        let first = Share {
-            rank: 1,
-            size: 2,
-            kind: SplitKind::Pipeline,
-        };
-        assert_eq!(
-            decoder_layer_of(&config, "language_model.model.layers.3.mlp.up_proj.weight"),
-            Some(3)
-        );
-        assert_eq!(
-            decoder_layer_of(&config, "model.language_model.layers.2.mlp.up_proj.weight"),
-            Some(2)
-        );
-        assert!(!first.reads(&config, "model.language_model.layers.2.mlp.up_proj.weight"));
-        // The vision tower's layers are nobody's decoder layers: every rank reads them.
-        assert_eq!(
-            decoder_layer_of(&config, "vision_tower.encoder.layers.3.mlp.fc1.weight"),
-            None
-        );
-        assert!(first.reads(&config, "vision_tower.encoder.layers.3.mlp.fc1.weight"));
     }
 
     #[test]

@@ -34,21 +34,7 @@ pub fn joined() -> Option<&'static Launch> {
     JOINED.get().filter(|launch| launch.size > 1)
 }
 
-/// The layers `rank` of `size` runs out of `layers`: `(first, end)`.
-pub fn layer_range(layers: usize, rank: usize, size: usize) -> Result<(usize, usize), String> {
-    if size == 0 || rank >= size {
-        return Err(format!("rank {rank} of {size} ranks"));
-    }
-    if layers < size {
-        return Err(format!(
-            "a model of {layers} layers cannot be split over {size} ranks: each needs a layer"
-        ));
-    }
-    let (base, extra) = (layers / size, layers % size);
-    let share = |r: usize| base + usize::from(r < extra);
-    let first: usize = (rank + 1..size).map(share).sum();
-    Ok((first, first + share(rank)))
-}
+pub use crate::family::shards::layer_range;
 
 /// One rank's part of a split model.
 pub struct Stage {
@@ -134,29 +120,5 @@ impl Stage {
     /// to be evaluated where only the caches are (a prefill chunk).
     pub fn take_sent(&self) -> Option<Array> {
         self.sent.take()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn layers_split_as_mlx_lm_splits_them() {
-        // 30 layers over 4 ranks: 8, 8, 7, 7; the last rank runs the first.
-        let ranges: Vec<(usize, usize)> = (0..4).map(|r| layer_range(30, r, 4).unwrap()).collect();
-        assert_eq!(ranges, [(22, 30), (14, 22), (7, 14), (0, 7)]);
-        assert_eq!(layer_range(4, 0, 1).unwrap(), (0, 4));
-        assert_eq!(layer_range(5, 0, 2).unwrap(), (2, 5));
-        assert_eq!(layer_range(5, 1, 2).unwrap(), (0, 2));
-    }
-
-    #[test]
-    fn a_model_with_fewer_layers_than_ranks_says_so() {
-        let error = layer_range(2, 0, 3).unwrap_err();
-        assert!(
-            error.contains("2 layers") && error.contains("3 ranks"),
-            "{error}"
-        );
     }
 }
