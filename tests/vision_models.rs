@@ -35,13 +35,17 @@ impl Home {
     }
 
     fn ondo(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_ondo"))
+        self.command().args(args).output().unwrap()
+    }
+
+    /// `ondo` with this home's folders, to add to before it runs.
+    fn command(&self) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_ondo"));
+        command
             .env("ONDO_HOME", self.dir.path().join("home"))
             .env("HF_HUB_CACHE", self.dir.path().join("hf"))
-            .env("ONDO_NO_KEYCHAIN", "1")
-            .args(args)
-            .output()
-            .unwrap()
+            .env("ONDO_NO_KEYCHAIN", "1");
+        command
     }
 
     fn synth(&self, name: &str, args: &[&str]) -> PathBuf {
@@ -624,10 +628,8 @@ fn a_conversation_about_an_image_is_read_back_from_disk_only_for_that_image() {
     for arch in ["gemma3", "qwen3_vl"] {
         let model = home.synth(arch, &synth_args(arch));
         let run = |image: &Path, extra: &[&str]| -> Value {
-            let out = Command::new(env!("CARGO_BIN_EXE_ondo"))
-                .env("ONDO_HOME", home.dir.path().join("home"))
-                .env("HF_HUB_CACHE", home.dir.path().join("hf"))
-                .env("ONDO_NO_KEYCHAIN", "1")
+            let out = home
+                .command()
                 .env("ONDO_PROMPT_CACHE_MIN_TOKENS", "16")
                 .env_remove("ONDO_PROMPT_CACHE")
                 .args(["run", model.to_str().unwrap(), question, "--image"])
