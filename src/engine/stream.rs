@@ -803,7 +803,6 @@ pub fn prepare(
         .find(|mark| !conversation.images.contains(mark))
         .map(|mark| mark.start);
     let matched = &prompt[..unknown.map_or(prompt.len(), |start| start + 1)];
-    let matched_on_disk = tokens_on_disk(&prompt, &image_marks);
     let kv_quantization = request.kv_quantization();
     if let Some(quantization) = kv_quantization {
         quantization
@@ -845,6 +844,7 @@ pub fn prepare(
             let in_memory = conversation.reuse_prefix(matched, empty);
             let template = empty();
             let trims = template.iter().all(LayerCache::can_trim);
+            let matched_on_disk = tokens_on_disk(&prompt, &image_marks);
             match disk
                 .find(&key, &model.dir, &matched_on_disk, in_memory, trims)
                 .and_then(|found| disk.restore(found, &template))
