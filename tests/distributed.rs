@@ -869,6 +869,20 @@ fn ondo_starts_the_other_ranks_itself_from_a_hostfile() {
         );
         assert!(run["split_step_bytes"].as_u64().unwrap() > 0, "{run}");
         assert!(run["split_step_link_ms"].as_f64().unwrap() > 0.0, "{run}");
+        // The prefill moves a decode step's message for every prompt token
+        // it runs, in chunks, and takes longer on the links than one step.
+        assert_eq!(
+            run["split_prefill_bytes"].as_u64(),
+            Some(
+                run["prefill_tokens"].as_u64().unwrap() * run["split_step_bytes"].as_u64().unwrap()
+            ),
+            "{run}"
+        );
+        assert!(
+            run["split_prefill_link_ms"].as_f64().unwrap()
+                > run["split_step_link_ms"].as_f64().unwrap(),
+            "{run}"
+        );
         // Each rank's share timed alone: one number a rank, in rank order.
         for field in ["split_rank_step_ms", "split_rank_prefill_tps"] {
             let each: Vec<f64> = run[field]

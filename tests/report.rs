@@ -117,6 +117,8 @@ fn base() -> RunRecord {
         split_hosts: None,
         split_step_bytes: None,
         split_step_link_ms: None,
+        split_prefill_bytes: None,
+        split_prefill_link_ms: None,
         split_rank_step_ms: None,
         split_rank_prefill_tps: None,
         provenance: Provenance {

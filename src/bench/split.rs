@@ -39,6 +39,10 @@ pub struct SplitSide {
     /// the links (estimated at the join); `None` for one process.
     pub step_bytes: Option<u64>,
     pub step_link_ms: Option<Summary>,
+    /// The most bytes a rank sent over the prefill, and its time on the
+    /// links (estimated); `None` for one process.
+    pub prefill_bytes: Option<u64>,
+    pub prefill_link_ms: Option<Summary>,
     /// Each rank's share of a decode step computed alone, ms in rank order
     /// (timed when it loaded; the first repetition's); `None` for one
     /// process.
@@ -150,9 +154,7 @@ pub fn run_split_bench(
             };
             let (mut record, timeline) =
                 plan::fresh_process_record(pool, &run.stats, &context, shape.generate_tokens);
-            if let Ok(fields) = serde_json::from_value::<SplitFields>(run.split.clone()) {
-                fields.apply(&mut record);
-            }
+            record = with_split_fields(record, &run.split);
             pool.with_store(|store| store.insert_run(&record, &timeline));
             records.push(record);
             if !warmup {
@@ -169,20 +171,24 @@ pub fn run_split_bench(
             let of = |f: fn(&SplitRun) -> f64| {
                 Summary::from_samples(&runs.iter().map(f).collect::<Vec<_>>())
             };
-            let link: Vec<f64> = runs
-                .iter()
-                .filter_map(|r| r.split["split_step_link_ms"].as_f64())
-                .collect();
+            let times = |field: &str| {
+                let found: Vec<f64> = runs
+                    .iter()
+                    .filter_map(|r| r.split[field].as_f64())
+                    .collect();
+                (!found.is_empty()).then(|| Summary::from_samples(&found))
+            };
+            let bytes = |field: &str| runs.first().and_then(|r| r.split[field].as_u64());
             let decode = of(|r| r.stats.decode_tps);
             SplitSide {
                 side: split.map_or("one process", SplitKind::described).into(),
                 split: *split,
                 ttft_ms: of(|r| r.stats.ttft_ms),
                 prefill_tps: of(|r| r.stats.prefill_tps),
-                step_bytes: runs
-                    .first()
-                    .and_then(|r| r.split["split_step_bytes"].as_u64()),
-                step_link_ms: (!link.is_empty()).then(|| Summary::from_samples(&link)),
+                step_bytes: bytes("split_step_bytes"),
+                step_link_ms: times("split_step_link_ms"),
+                prefill_bytes: bytes("split_prefill_bytes"),
+                prefill_link_ms: times("split_prefill_link_ms"),
                 rank_step_ms: runs
                     .first()
                     .and_then(|r| r.split["split_rank_step_ms"].as_str())
@@ -220,28 +226,17 @@ fn median_of(runs: &[SplitRun], f: fn(&SplitRun) -> f64) -> f64 {
     Summary::from_samples(&runs.iter().map(f).collect::<Vec<_>>()).median
 }
 
-/// The split fields `ondo run --json` prints of a split run's record.
-#[derive(Debug, Default, serde::Deserialize)]
-struct SplitFields {
-    split: Option<String>,
-    split_ranks: Option<u64>,
-    split_backend: Option<String>,
-    split_hosts: Option<String>,
-    split_step_bytes: Option<u64>,
-    split_step_link_ms: Option<f64>,
-    split_rank_step_ms: Option<String>,
-    split_rank_prefill_tps: Option<String>,
-}
-
-impl SplitFields {
-    fn apply(self, record: &mut RunRecord) {
-        record.split = self.split;
-        record.split_ranks = self.split_ranks;
-        record.split_backend = self.split_backend;
-        record.split_hosts = self.split_hosts;
-        record.split_step_bytes = self.split_step_bytes;
-        record.split_step_link_ms = self.split_step_link_ms;
-        record.split_rank_step_ms = self.split_rank_step_ms;
-        record.split_rank_prefill_tps = self.split_rank_prefill_tps;
+/// `record` with the split fields (`split*`) `ondo run --json` printed of
+/// a split run's own record, whatever they are; unchanged if they do not
+/// fit.
+fn with_split_fields(record: RunRecord, printed: &serde_json::Value) -> RunRecord {
+    let (Ok(serde_json::Value::Object(mut fields)), Some(printed)) =
+        (serde_json::to_value(&record), printed.as_object())
+    else {
+        return record;
+    };
+    for (name, value) in printed.iter().filter(|(name, _)| name.starts_with("split")) {
+        fields.insert(name.clone(), value.clone());
     }
+    serde_json::from_value(serde_json::Value::Object(fields)).unwrap_or(record)
 }

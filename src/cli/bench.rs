@@ -699,6 +699,7 @@ pub fn split_table(r: &bench::split::SplitBenchOutcome, markdown: bool) -> Strin
         Column::right("vs one process"),
         Column::right("bytes a step"),
         Column::right("link ms a step"),
+        Column::right("prefill: bytes, link ms"),
         Column::right("compute ms a step (each rank alone)"),
         Column::left("tokens"),
     ];
@@ -717,6 +718,12 @@ pub fn split_table(r: &bench::split::SplitBenchOutcome, markdown: bool) -> Strin
                 side.step_link_ms
                     .as_ref()
                     .map_or("—".into(), |s| format!("{:.2}", s.median)),
+                match (side.prefill_bytes, &side.prefill_link_ms) {
+                    (Some(bytes), Some(ms)) => {
+                        format!("{}, {:.2}", human_bytes(bytes), ms.median)
+                    }
+                    _ => "—".into(),
+                },
                 side.rank_step_ms.clone().unwrap_or_else(|| "—".into()),
                 match side.same_tokens_as_one_process {
                     None => "—".into(),

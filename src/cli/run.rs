@@ -763,8 +763,18 @@ fn split_line(record: &crate::store::RunRecord, decode_tps: f64) -> Option<Strin
             format!("in turn: {:.2} ms", ranks.iter().sum::<f64>()),
         )
     };
+    let prefill = match (record.split_prefill_bytes, record.split_prefill_link_ms) {
+        (Some(bytes), Some(ms)) => format!(
+            "\nthe prefill of {} tokens moved {} from a rank, about {ms:.2} ms on the links of \
+             its {:.2} ms",
+            record.prefill_tokens,
+            crate::units::human_bytes(bytes),
+            record.prefill_ms
+        ),
+        _ => String::new(),
+    };
     Some(format!(
-        "split {by}: {step}computed alone, {} ({together}){links}",
+        "split {by}: {step}computed alone, {} ({together}){links}{prefill}",
         each.join(", ")
     ))
 }

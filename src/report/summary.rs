@@ -123,6 +123,8 @@ pub(crate) const PER_RUN_FIELDS: &[&str] = &[
     "aggregate_tps",
     "split_step_bytes",
     "split_step_link_ms",
+    "split_prefill_bytes",
+    "split_prefill_link_ms",
     "split_rank_step_ms",
     "split_rank_prefill_tps",
 ];

@@ -247,6 +247,8 @@ pub fn record_from_stats(
         split_hosts: None,
         split_step_bytes: None,
         split_step_link_ms: None,
+        split_prefill_bytes: None,
+        split_prefill_link_ms: None,
         split_rank_step_ms: None,
         split_rank_prefill_tps: None,
         provenance: provenance.clone(),
@@ -256,7 +258,7 @@ pub fn record_from_stats(
         crate::engine::distributed::is_split_model(std::path::Path::new(&stats.model_dir))
     });
     let record = match split {
-        Some(split) => with_split(record, split),
+        Some(split) => with_split(record, split, stats.prefill_step_size as u64),
         None => record,
     };
     (record, memory.timeline)
@@ -265,9 +267,16 @@ pub fn record_from_stats(
 /// `record` of a model split over ranks, with how it was split and what a
 /// decode step moved between them (the model's width and activation type
 /// from its folder).
-fn with_split(record: RunRecord, split: &crate::engine::distributed::SplitFacts) -> RunRecord {
-    let step = step_shape(&record.model_path)
-        .map(|(layers, hidden, bytes)| split.per_decode_step(layers, hidden, bytes));
+fn with_split(
+    record: RunRecord,
+    split: &crate::engine::distributed::SplitFacts,
+    prefill_chunk: u64,
+) -> RunRecord {
+    let shape = step_shape(&record.model_path);
+    let step = shape.map(|(layers, hidden, bytes)| split.per_decode_step(layers, hidden, bytes));
+    let prefill = shape
+        .filter(|_| record.prefill_tokens > 0)
+        .map(|shape| split.per_prefill(shape, record.prefill_tokens, prefill_chunk));
     let timed = crate::engine::distributed::compute::ranks();
     let listed = |f: fn(&crate::engine::distributed::compute::ShareCompute) -> String| {
         timed
@@ -283,6 +292,8 @@ fn with_split(record: RunRecord, split: &crate::engine::distributed::SplitFacts)
         split_hosts: Some(split.hosts.join(", ")),
         split_step_bytes: step.map(|(bytes, _)| bytes),
         split_step_link_ms: step.map(|(_, ms)| ms),
+        split_prefill_bytes: prefill.map(|(bytes, _)| bytes),
+        split_prefill_link_ms: prefill.map(|(_, ms)| ms),
         ..record
     }
 }

@@ -352,6 +352,8 @@ run_columns! {
     split_hosts,
     split_step_bytes,
     split_step_link_ms,
+    split_prefill_bytes,
+    split_prefill_link_ms,
     split_rank_step_ms,
     split_rank_prefill_tps;
     provenance {

@@ -224,6 +224,12 @@ pub struct RunRecord {
     /// One decode step's time on the links, estimated from a decode step's
     /// message timed when the ranks joined (part of each step's time).
     pub split_step_link_ms: Option<f64>,
+    /// The most bytes any rank sends over this run's prefill (every chunk
+    /// of the prompt and the first token's step).
+    pub split_prefill_bytes: Option<u64>,
+    /// That prefill's time on the links, estimated from two message sizes
+    /// timed when the ranks joined (part of the time to first token).
+    pub split_prefill_link_ms: Option<f64>,
     /// Each rank's compute time for one decode step of its share, timed
     /// alone when it loaded (ms, in rank order, comma-separated): what a
     /// step costs apart from the links and the waits.

@@ -106,6 +106,8 @@ fn full_record() -> RunRecord {
         split_hosts: Some("studio-1, studio-2".into()),
         split_step_bytes: Some(229_376),
         split_step_link_ms: Some(1.75),
+        split_prefill_bytes: Some(58_720_256),
+        split_prefill_link_ms: Some(41.5),
         split_rank_step_ms: Some("3.100, 3.050".into()),
         split_rank_prefill_tps: Some("1400, 1380".into()),
         provenance: Provenance {

@@ -127,6 +127,8 @@ export function makeRun(overrides: Partial<RunRecord> & Pick<RunRecord, 'run_id'
     split_hosts: null,
     split_step_bytes: null,
     split_step_link_ms: null,
+    split_prefill_bytes: null,
+    split_prefill_link_ms: null,
     split_rank_step_ms: null,
     split_rank_prefill_tps: null,
     ...provenance,

@@ -357,16 +357,22 @@ where
     let (model, _) = found?;
     let ranks = introduced?;
     let model_dir = model.as_ref();
-    // A decode step's message, timed once: what the records estimate each
-    // step's time on the links from.
-    let link = link::probe(&group, link::PROBE_BYTES[0], 5)
-        .map_err(|e| format!("timing the links failed: {}", e.what()))?;
+    // A decode step's message and a prefill chunk's, timed once: what the
+    // records estimate the time on the links from.
+    let timed = |bytes, rounds| {
+        link::probe(&group, bytes, rounds)
+            .map_err(|e| format!("timing the links failed: {}", e.what()))
+    };
+    let small = timed(link::PROBE_BYTES[0], 5)?;
+    let large = timed(link::PROBE_BYTES[1], 3)?;
     let _ = SPLIT_FACTS.set(SplitFacts {
         kind: launch.split,
         backend: launch.backend,
         hosts: ranks.iter().map(|r| r.host.clone()).collect(),
-        hop_ms: link.hop_best_ms,
-        sum_ms: link.all_sum_best_ms,
+        hop_ms: small.hop_best_ms,
+        sum_ms: small.all_sum_best_ms,
+        hop_ms_per_mib: per_mib(&small, &large, |t| t.hop_best_ms),
+        sum_ms_per_mib: per_mib(&small, &large, |t| t.all_sum_best_ms),
     });
     let _ = SPLIT_MODEL.set(canonical(model_dir));
     let _ = SHARED_SEED.set(ranks.first().map_or(0, |r| r.seed));
@@ -459,6 +465,25 @@ pub struct SplitFacts {
     /// link costs without the waits a busy machine adds.
     pub hop_ms: f64,
     pub sum_ms: f64,
+    /// What each further MiB of a message adds to a hop and to a sum, in
+    /// ms: the slope between the 8 KiB message and a 4 MiB one (a prefill
+    /// chunk's size), never below zero.
+    pub hop_ms_per_mib: f64,
+    pub sum_ms_per_mib: f64,
+}
+
+/// The time one more MiB of message adds, from two timings of different
+/// sizes (`time` picks which time).
+fn per_mib(
+    small: &link::LinkTiming,
+    large: &link::LinkTiming,
+    time: fn(&link::LinkTiming) -> f64,
+) -> f64 {
+    let mib = large.bytes.saturating_sub(small.bytes) as f64 / (1u64 << 20) as f64;
+    if mib <= 0.0 {
+        return 0.0;
+    }
+    ((time(large) - time(small)) / mib).max(0.0)
 }
 
 static SPLIT_FACTS: OnceLock<SplitFacts> = OnceLock::new();
@@ -477,16 +502,47 @@ impl SplitFacts {
     /// gather, which costs about a sum); split by heads, every layer sums
     /// twice (a ring sum sends 2(N-1)/N of the message from each rank).
     pub fn per_decode_step(&self, layers: u64, hidden: u64, element_bytes: u64) -> (u64, f64) {
+        self.pass((layers, hidden, element_bytes), 1)
+    }
+
+    /// What a prefill of `tokens` prompt tokens moves between the ranks, in
+    /// chunks of `chunk` (all but the last token, then that one as the
+    /// first step, as the engine runs it): the most bytes any rank sends
+    /// over the whole prefill, and their time on the links.
+    pub fn per_prefill(&self, shape: (u64, u64, u64), tokens: u64, chunk: u64) -> (u64, f64) {
+        let chunked = tokens.saturating_sub(1);
+        let chunk = chunk.max(1);
+        let mut passes = vec![chunk; (chunked / chunk) as usize];
+        if !chunked.is_multiple_of(chunk) {
+            passes.push(chunked % chunk);
+        }
+        if tokens > 0 {
+            passes.push(1);
+        }
+        passes
+            .into_iter()
+            .map(|rows| self.pass(shape, rows))
+            .fold((0, 0.0), |(bytes, ms), (b, t)| (bytes + b, ms + t))
+    }
+
+    /// One forward pass of `rows` tokens through a model of `shape`
+    /// (layers, hidden width, bytes per activation element): the most
+    /// bytes any rank sends, and the time on the links, each message's
+    /// estimated as the 8 KiB message's time plus the MiBs beyond it at
+    /// the slope the join timed.
+    fn pass(&self, shape: (u64, u64, u64), rows: u64) -> (u64, f64) {
+        let (layers, hidden, element_bytes) = shape;
         let n = self.hosts.len().max(1) as u64;
-        let message = hidden * element_bytes;
+        let row = hidden * element_bytes;
+        let message = rows * row;
+        let beyond = message.saturating_sub(row) as f64 / (1u64 << 20) as f64;
+        let hop = self.hop_ms + beyond * self.hop_ms_per_mib;
+        let sum = self.sum_ms + beyond * self.sum_ms_per_mib;
         match self.kind {
-            SplitKind::Pipeline => (
-                message + (n - 1) * message,
-                (n - 1) as f64 * self.hop_ms + self.sum_ms,
-            ),
+            SplitKind::Pipeline => (n * message, (n - 1) as f64 * hop + sum),
             SplitKind::Tensor => (
                 2 * layers * 2 * (n - 1) * message / n,
-                2.0 * layers as f64 * self.sum_ms,
+                2.0 * layers as f64 * sum,
             ),
         }
     }
@@ -624,6 +680,39 @@ mod tests {
         assert!(no_port.contains("rank 0"), "{no_port}");
         let object = parse_ring_hostfile(r#"{"hosts": []}"#).unwrap_err();
         assert!(object.contains("one entry per rank"), "{object}");
+    }
+
+    fn facts(kind: SplitKind) -> SplitFacts {
+        SplitFacts {
+            kind,
+            backend: Backend::Ring,
+            hosts: vec!["studio-1".into(), "studio-2".into()],
+            hop_ms: 0.1,
+            sum_ms: 0.2,
+            hop_ms_per_mib: 1.0,
+            sum_ms_per_mib: 2.0,
+        }
+    }
+
+    #[test]
+    fn a_prefill_moves_every_chunk_and_the_first_step() {
+        // 8 layers, 1024 wide, 2-byte activations: a row is 2 KiB.
+        let shape = (8, 1024, 2);
+        let pipeline = facts(SplitKind::Pipeline);
+        // 1025 tokens: chunks of 512 and 512, then the last token alone.
+        let (bytes, ms) = pipeline.per_prefill(shape, 1025, 512);
+        assert_eq!(bytes, 2 * 1025 * 2048);
+        let chunk_mib = (512.0 * 2048.0 - 2048.0) / (1u64 << 20) as f64;
+        let chunk_ms = (0.1 + chunk_mib) + (0.2 + 2.0 * chunk_mib);
+        assert!((ms - (2.0 * chunk_ms + 0.3)).abs() < 1e-9, "{ms}");
+        // One token is one decode step.
+        assert_eq!(
+            pipeline.per_prefill(shape, 1, 512),
+            pipeline.per_decode_step(8, 1024, 2)
+        );
+        // By heads every layer sums twice per pass.
+        let (bytes, _) = facts(SplitKind::Tensor).per_prefill(shape, 513, 512);
+        assert_eq!(bytes, 2 * 8 * 2 * 513 * 2048 / 2);
     }
 
     #[test]

@@ -1382,6 +1382,16 @@ export type RunRecord = {
 	 */
 	split_step_link_ms: number | null,
 	/**
+	 *  The most bytes any rank sends over this run's prefill (every chunk
+	 *  of the prompt and the first token's step).
+	 */
+	split_prefill_bytes: number | null,
+	/**
+	 *  That prefill's time on the links, estimated from two message sizes
+	 *  timed when the ranks joined (part of the time to first token).
+	 */
+	split_prefill_link_ms: number | null,
+	/**
 	 *  Each rank's compute time for one decode step of its share, timed
 	 *  alone when it loaded (ms, in rank order, comma-separated): what a
 	 *  step costs apart from the links and the waits.

@@ -467,12 +467,21 @@ describe('split runs', () => {
       split_step_bytes: 8_192,
       split_step_link_ms: 0.5,
       split_rank_step_ms: '3.000, 2.500',
+      split_prefill_bytes: 1_048_576,
+      split_prefill_link_ms: 4.25,
+      prefill_tokens: 128,
+      prefill_ms: 40,
       decode_tps: 125,
     });
     expect(detailRows(timed)).toContainEqual([
       'Split',
       'by layers over 2 ranks (ring: studio-1, studio-2) · 8.00 KiB a decode step, about 0.50 ms on the links · computed alone 3.00 ms (rank 0), 2.50 ms (rank 1): 5.50 ms; a step took 8.00 ms',
     ]);
+    expect(detailRows(timed)).toContainEqual([
+      'Split prefill',
+      '1.00 MiB from a rank over 128 tokens, about 4.25 ms on the links of the 40.0 ms prefill',
+    ]);
+    expect(detailRows(split).map(([term]) => term)).not.toContain('Split prefill');
     expect(detailRows(alone).map(([term]) => term)).not.toContain('Split');
   });
 });

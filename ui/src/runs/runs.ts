@@ -496,6 +496,18 @@ function splitCompute(run: RunRecord, how: string): string {
   return ` · computed alone ${each}: ${formatMs(together)}${step}`;
 }
 
+/**
+ * What a split run's prefill moved between the ranks: the most bytes any
+ * rank sent over its chunks and their time on the links (estimated from the
+ * link timed when the ranks joined), beside the prefill's own time.
+ */
+export function splitPrefillDetail(run: RunRecord): string | null {
+  const bytes = run.split_prefill_bytes ?? null;
+  const linkMs = run.split_prefill_link_ms ?? null;
+  if (run.split == null || bytes === null || linkMs === null) return null;
+  return `${formatBytes(bytes)} from a rank over ${formatCount(run.prefill_tokens)} tokens, about ${formatMs(linkMs)} on the links of the ${formatMs(run.prefill_ms)} prefill`;
+}
+
 export function detailRows(run: RunRecord): [string, string][] {
   const kind: [string, string] = ['Kind', `${runKindLabel(run)}${run.warmup ? ' (warm-up)' : ''}`];
   const bench: [string, string][] =
@@ -532,6 +544,9 @@ export function detailRows(run: RunRecord): [string, string][] {
     ['Prefix', prefixDetail(run)],
     ...((run.images ?? 0) > 0 ? ([['Images', imagesDetail(run)]] as [string, string][]) : []),
     ...(splitDetail(run) !== null ? ([['Split', splitDetail(run) as string]] as [string, string][]) : []),
+    ...(splitPrefillDetail(run) !== null
+      ? ([['Split prefill', splitPrefillDetail(run) as string]] as [string, string][])
+      : []),
     ['Loop', run.loop],
     ['Batch', batchLabel(run)],
     ...(run.constraint !== null
