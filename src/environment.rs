@@ -128,6 +128,13 @@ pub const SPLIT: Variable = Variable {
     read_by: ReadBy::Ondo,
 };
 
+pub const CLI: Variable = Variable {
+    name: "ONDO_CLI",
+    purpose: "the `ondo` command the app starts to run a model split over several machines",
+    default: "the one beside the app",
+    read_by: ReadBy::Ondo,
+};
+
 pub const RANK_STALL_TIMEOUT_S: Variable = Variable {
     name: "ONDO_RANK_STALL_TIMEOUT_S",
     purpose: "how long a split run may go without a token before its rank gives up on the others, in seconds",
@@ -278,6 +285,7 @@ pub const ALL: &[Variable] = &[
     RANK_JOIN_TIMEOUT_S,
     MEMORY_LIMIT,
     SPLIT,
+    CLI,
     RANK_STALL_TIMEOUT_S,
     SPAWNED_AT_NS,
     DUMP_GRAPH,

@@ -18,6 +18,7 @@ pub mod paths;
 pub mod report;
 pub mod resolve;
 pub mod run_kinds;
+pub mod served_split;
 pub mod session;
 pub mod store;
 pub mod synth;

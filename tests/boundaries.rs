@@ -109,6 +109,11 @@ const MAY_USE: &[(&str, &[&str])] = &[
             "vision",
         ],
     ),
+    // A split model served for the app by Ondo's own command, as a child.
+    (
+        "served_split",
+        &["engine", "environment", "error_kind", "session"],
+    ),
     // The doors people and programs use.
     (
         "api",

@@ -42,13 +42,24 @@ pub async fn chat_send<R: tauri::Runtime>(
             "the conversation must end with a message from you".into(),
         ));
     }
+    // A model split over several machines answers through its rank 0.
+    if let Some(split) = state.split_running(&model) {
+        let cancel = stoppable(&state, &conversation_id);
+        let result = crate::split::chat(
+            &state,
+            split,
+            cancel,
+            system_prompt,
+            messages,
+            settings,
+            think,
+            on_event,
+        )
+        .await;
+        return finished(&app, &state, &conversation_id, result);
+    }
     let model = crate::models::resolve(&state, &model).await?;
-    let cancel = CancelToken::new();
-    state
-        .chats
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(conversation_id.clone(), cancel.clone());
+    let cancel = stoppable(&state, &conversation_id);
     let title = messages
         .iter()
         .find(|m| m.role == "user")
@@ -74,13 +85,34 @@ pub async fn chat_send<R: tauri::Runtime>(
         Ok(record)
     })
     .await;
+    finished(&app, &state, &conversation_id, result)
+}
+
+/// A stop for the answer being written in `conversation_id` (`chat_stop`).
+fn stoppable(state: &AppState, conversation_id: &str) -> CancelToken {
+    let cancel = CancelToken::new();
     state
         .chats
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .remove(&conversation_id);
+        .insert(conversation_id.to_owned(), cancel.clone());
+    cancel
+}
+
+/// The turn's end: nothing left to stop, and a recorded run announced.
+fn finished<R: tauri::Runtime>(
+    app: &tauri::AppHandle<R>,
+    state: &AppState,
+    conversation_id: &str,
+    result: Result<RunRecord, CommandError>,
+) -> Result<RunRecord, CommandError> {
+    state
+        .chats
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(conversation_id);
     if let Ok(record) = &result {
-        crate::events::runs_changed(&app, &record.run_id);
+        crate::events::runs_changed(app, &record.run_id);
     }
     result
 }

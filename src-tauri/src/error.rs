@@ -47,6 +47,10 @@ pub enum CommandError {
     /// is taken), or the settings it was given cannot be served.
     #[error("{0}")]
     Server(#[from] ondo::api::ApiError),
+    /// A model split over several machines did not answer or could not
+    /// start; `kind` is the split's (`distributed`, `busy`, `cancelled`).
+    #[error("{message}")]
+    Split { kind: ErrorKind, message: String },
     /// The background task that did the work died (a panic in the core).
     #[error("Ondo hit an internal error ({0}); please report it with the steps that led here")]
     Internal(String),
@@ -65,6 +69,7 @@ impl CommandError {
             Self::Bench(error) => error.kind(),
             Self::Metal(error) => error.kind(),
             Self::Server(error) => error.kind(),
+            Self::Split { kind, .. } => *kind,
             Self::Internal(_) => ErrorKind::Internal,
         }
     }
@@ -111,6 +116,7 @@ mod tests {
             CommandError::History(_) => "history_too_new",
             CommandError::Metal(_) => "metal_kernels_unavailable",
             CommandError::Server(_) => "address_unavailable",
+            CommandError::Split { .. } => "distributed",
             CommandError::Internal(_) => "internal",
         }
     }
@@ -153,6 +159,12 @@ mod tests {
                 address: "127.0.0.1:11480".into(),
                 message: "Address already in use (os error 98)".into(),
             }),
+            CommandError::Split {
+                kind: ErrorKind::Distributed,
+                message: "the split model cannot answer: rank 1 (studio-2) stopped; stop the \
+                          split and start it again"
+                    .into(),
+            },
             CommandError::Internal("task panicked".into()),
         ]
     }

@@ -9,6 +9,7 @@ mod events;
 mod models;
 mod runs;
 mod server;
+mod split;
 mod state;
 #[cfg(desktop)]
 mod tray;
@@ -55,6 +56,9 @@ macro_rules! with_commands {
             runs::cancel_benchmark,
             runs::export_runs,
             server::server_status,
+            split::split_start,
+            split::split_status,
+            split::split_stop,
             desktop::open_window<tauri::Wry>,
             desktop::choose_export_path<tauri::Wry>,
             desktop::choose_folder<tauri::Wry>,

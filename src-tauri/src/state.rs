@@ -10,6 +10,7 @@ use ondo::engine::CancelToken;
 use ondo::hub::{DownloadCancel, Hub};
 use ondo::metallib::MetalError;
 use ondo::paths::DataDirs;
+use ondo::served_split::ServedSplit;
 use ondo::session::{PressureSource, SessionPool};
 use ondo::store::Store;
 
@@ -30,6 +31,9 @@ pub struct AppState {
     pub mlx_problem: Option<MetalError>,
     /// The local server for other programs (when Settings turn it on).
     pub server: Arc<AppServer>,
+    /// The model split over several machines, run by a child process (one
+    /// at a time), or how the last one ended.
+    pub split: Mutex<Option<Arc<ServedSplit>>>,
 }
 
 impl AppState {
@@ -82,6 +86,24 @@ impl AppState {
             bench: Mutex::new(None),
             mlx_problem,
             server,
+            split: Mutex::new(None),
+        })
+    }
+
+    /// The split run now or last (a cheap clone of the handle).
+    pub fn split(&self) -> Option<Arc<ServedSplit>> {
+        self.split.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The split that runs `model` (as the chat names it), unless it ended:
+    /// the chat's turns with that model go to it.
+    pub fn split_running(&self, model: &str) -> Option<Arc<ServedSplit>> {
+        self.split().filter(|split| {
+            split.runs(model)
+                && !matches!(
+                    split.status().state,
+                    ondo::served_split::SplitState::Ended { .. }
+                )
         })
     }
 

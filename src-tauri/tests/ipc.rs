@@ -14,19 +14,7 @@ use tauri::test::MockRuntime;
 
 /// A data folder of its own for this test binary, set in the environment
 /// before any test builds an app.
-static DATA_ROOT: LazyLock<tempfile::TempDir> = LazyLock::new(|| {
-    let root = tempfile::tempdir().unwrap();
-    // SAFETY: every test forces this value before it does anything else, so
-    // no other thread of this process reads the environment meanwhile.
-    unsafe {
-        std::env::set_var("ONDO_HOME", root.path().join("ondo"));
-        std::env::set_var("HF_HUB_CACHE", root.path().join("hub"));
-        // No network from tests: fits of hub models fall back to the catalog.
-        std::env::set_var("HF_HUB_OFFLINE", "1");
-        std::env::set_var("ONDO_NO_KEYCHAIN", "1");
-    }
-    root
-});
+static DATA_ROOT: LazyLock<tempfile::TempDir> = LazyLock::new(support::offline_data_folder);
 
 fn popover() -> WebviewWindow<MockRuntime> {
     LazyLock::force(&DATA_ROOT);

@@ -90,6 +90,11 @@ pub struct ServeArgs {
     /// defaults, keep-alive) are not read; the defaults apply.
     #[arg(long)]
     no_history: bool,
+    /// Stop serving when stdin closes, as Ctrl-C does: for a program that
+    /// starts `ondo serve` as its child (the app, for a split model), so
+    /// the server ends when that program does.
+    #[arg(long)]
+    until_stdin_closes: bool,
 }
 
 pub fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
@@ -135,6 +140,10 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
         if launch.rank != 0 {
             return follow(launch, model, stop_signals);
         }
+    }
+    // Rank 0 only: the other ranks' stdin is not their starter's.
+    if args.until_stdin_closes {
+        stop_signals.also_when_stdin_closes();
     }
     let dirs = DataDirs::from_env();
     let store = if args.no_history {
@@ -345,12 +354,15 @@ fn end_with_parent(rank: usize) {
 /// came then. A blocked signal waits instead, whatever its disposition.
 struct StopSignals {
     received: tokio::sync::mpsc::UnboundedReceiver<()>,
+    /// For stops that are not signals (stdin closing).
+    sender: tokio::sync::mpsc::UnboundedSender<()>,
 }
 
 impl StopSignals {
     /// Starts listening; call it before starting other threads.
     fn listen() -> std::io::Result<Self> {
         let (sender, received) = tokio::sync::mpsc::unbounded_channel();
+        let kept = sender.clone();
         #[cfg(unix)]
         {
             let signals = block_stop_signals()?;
@@ -386,7 +398,20 @@ impl StopSignals {
                     }
                 })?;
         }
-        Ok(Self { received })
+        Ok(Self {
+            received,
+            sender: kept,
+        })
+    }
+
+    /// Also stops when stdin reaches its end: the program that started
+    /// this server as its child ended, or closed it to stop it.
+    fn also_when_stdin_closes(&self) {
+        let sender = self.sender.clone();
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+            let _ = sender.send(());
+        });
     }
 
     async fn next(&mut self) {

@@ -50,6 +50,9 @@ function fakeBackend(overrides: Partial<Backend> = {}): Backend {
     chooseFolder: vi.fn(notUsedHere),
     openWindow: vi.fn(async () => null),
     serverStatus: vi.fn(async () => ({ state: 'off' as const })),
+    splitStatus: vi.fn(async () => ({ status: null, last_ask: null })),
+    splitStart: vi.fn(notUsedHere),
+    splitStop: vi.fn(notUsedHere),
     onAppEvent: vi.fn(async () => () => undefined),
     ...overrides,
   };

@@ -39,3 +39,20 @@ pub fn invoke(window: &WebviewWindow<MockRuntime>, cmd: &str, args: Value) -> Re
     };
     get_ipc_response(window, request).map(|body| body.deserialize::<Value>().unwrap())
 }
+
+/// A data folder of its own for a test binary, offline, in the environment:
+/// Ondo's data, an empty Hugging Face cache, no hub (fits of hub models fall
+/// back to the catalog) and no keychain. Call it before any app is built.
+#[allow(dead_code)] // ipc_in_flight's binary sets a hub of its own instead
+pub fn offline_data_folder() -> tempfile::TempDir {
+    let root = tempfile::tempdir().unwrap();
+    // SAFETY: each test binary calls this (through a LazyLock every test
+    // forces first) before it starts a thread that reads the environment.
+    unsafe {
+        std::env::set_var("ONDO_HOME", root.path().join("ondo"));
+        std::env::set_var("HF_HUB_CACHE", root.path().join("hub"));
+        std::env::set_var("HF_HUB_OFFLINE", "1");
+        std::env::set_var("ONDO_NO_KEYCHAIN", "1");
+    }
+    root
+}

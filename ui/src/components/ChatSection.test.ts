@@ -2,7 +2,7 @@ import { cleanup, createEvent, fireEvent, render, screen, waitFor, within } from
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { chatRunCold, chatRunWarm, emptyModelsView, modelsViewWithQwen, partialLlama } from '../../test/fixtures';
 import { chatSettings } from '../../test/fixtures-settings';
-import type { ChatEvent, ChatMessage, CommandError, RunRecord } from '../lib/backend';
+import type { ChatEvent, ChatMessage, CommandError, RunRecord, SplitView } from '../lib/backend';
 import ChatSection from './ChatSection.svelte';
 
 afterEach(cleanup);
@@ -42,6 +42,7 @@ function fakeApi({ settingsFail = false, seesImages = false } = {}) {
     ),
     chatStop: vi.fn(async () => true),
     chatForget: vi.fn(async () => null),
+    splitStatus: vi.fn(async (): Promise<SplitView> => ({ status: null, last_ask: null })),
     // Qwen3's template reads enable_thinking; the tiny model's does not.
     // `seesImages` makes every model one with a vision tower.
     chatFeatures: vi.fn(async (model: string) => ({ thinking_switch: model === QWEN, sees_images: seesImages })),

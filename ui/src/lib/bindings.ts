@@ -98,6 +98,17 @@ export const commands = {
 	exportRuns: (filter: RunFilter, format: ReportFormat, path: string) => __TAURI_INVOKE<Exported>("export_runs", { filter, format, path }),
 	/**  The local server's state for the popover's line. */
 	serverStatus: () => __TAURI_INVOKE<LocalServerState>("server_status"),
+	/**
+	 *  Starts splitting `ask.model` over `ask.hosts` (this Mac first) and
+	 *  returns at once; `split_status` follows the ranks as they start.
+	 */
+	splitStart: (ask: SplitAsk) => __TAURI_INVOKE<SplitView>("split_start", { ask }),
+	splitStatus: () => __TAURI_INVOKE<SplitView>("split_status"),
+	/**
+	 *  Stops the split: the answer in flight finishes, every rank ends and
+	 *  gives its memory back.
+	 */
+	splitStop: () => __TAURI_INVOKE<SplitView>("split_stop"),
 	/**  Opens (or focuses) the main window on a view. */
 	openWindow: (view: AppView) => __TAURI_INVOKE<null>("open_window", { view }),
 	/**  Asks where to save a report in `format`; `None` when the user cancels. */
@@ -1443,6 +1454,70 @@ export type SetVariable = {
 	value: string,
 	/**  What it does (`crate::environment`). */
 	purpose: string,
+};
+
+/**
+ *  What a split run is asked for: the model as the app names it (a repo
+ *  id in the cache or a folder), the machines (this one first), and how
+ *  the model is divided among them.
+ */
+export type SplitAsk = {
+	model: string,
+	/**
+	 *  One host name a rank, rank 0 (this Mac: `localhost` or its name)
+	 *  first.
+	 */
+	hosts: string[],
+	split: SplitKind,
+};
+
+/**  How a model is divided over the ranks: by layers or by heads. */
+export type SplitKind = 
+/**
+ *  Each rank holds a contiguous range of the layers and passes the
+ *  hidden states on: one small message a step, any family, but the
+ *  ranks take turns (`pipeline`).
+ */
+"pipeline" | 
+/**
+ *  Each rank holds a share of every layer's heads and MLP width and
+ *  every rank works on every layer: two sums a layer, so it wants a
+ *  fast link (`tensor`). Dense attention families.
+ */
+"tensor";
+
+/**  Where a split run is. */
+export type SplitState = 
+/**  The ranks are starting, joining, fetching or loading their shares. */
+{ state: "starting" } | 
+/**  Rank 0 answers at `url`. */
+{ state: "serving"; url: string } | 
+/**
+ *  A rank stopped or a link dropped: the split model cannot answer,
+ *  though rank 0 still runs; stopping gives its memory back.
+ */
+{ state: "lost"; reason: string } | 
+/**  Rank 0 ended: stopped, or it could not start the split (`reason`). */
+{ state: "ended"; reason: string };
+
+/**  A split run as the app shows it. */
+export type SplitStatus = {
+	ask: SplitAsk,
+	state: SplitState,
+	/**
+	 *  What the ranks said, oldest first: who holds what and whether it
+	 *  fits, each rank's load, errors (the last `KEPT_LINES`).
+	 */
+	lines: string[],
+};
+
+/**
+ *  The split for the popover: the one running (or how the last one
+ *  ended), and what was last asked for.
+ */
+export type SplitView = {
+	status: SplitStatus | null,
+	last_ask: SplitAsk | null,
 };
 
 /**  Why generation ended. */

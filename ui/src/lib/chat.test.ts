@@ -32,6 +32,24 @@ describe('chat helpers', () => {
     expect(chatModelOptions([cachedQwen, embedder]).map((option) => option.value)).toEqual(['tiny', cachedQwen.id]);
   });
 
+  it('offers the model split over several machines while the split runs, even where only its share is here', () => {
+    const split = {
+      ask: { model: partialLlama.id, hosts: ['localhost', 'studio-2.local'], split: 'pipeline' as const },
+      state: { state: 'serving' as const, url: 'http://127.0.0.1:40123' },
+      lines: [],
+    };
+    expect(chatModelOptions([cachedQwen, partialLlama], split)).toEqual([
+      { value: 'tiny', label: 'Built-in tiny (speed test, random weights)' },
+      { value: cachedQwen.id, label: cachedQwen.id },
+      { value: partialLlama.id, label: `${partialLlama.id} (split by layers over 2 machines)` },
+    ]);
+    const ended = { ...split, state: { state: 'ended' as const, reason: 'stopped' } };
+    expect(chatModelOptions([cachedQwen, partialLlama], ended).map((option) => option.value)).toEqual([
+      'tiny',
+      cachedQwen.id,
+    ]);
+  });
+
   it('writes the footer of a cold and of a warm answer', () => {
     expect(chatFooterParts(chatRunCold)).toEqual([
       'cold · load 15.0 ms',

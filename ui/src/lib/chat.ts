@@ -1,8 +1,9 @@
 // The chat's bookkeeping and the footer under each answer. Pure functions,
 // so the wording and the rounding are unit-tested.
-import type { ChatEvent, ChatMessage, LibraryModel, RunRecord } from './backend';
+import type { ChatEvent, ChatMessage, LibraryModel, RunRecord, SplitStatus } from './backend';
 import { formatBytes, formatCount, formatMs, formatTps } from './format';
 import type { ChatImage } from './images';
+import { splitModelLabel } from './split';
 
 /** The model id the shell reads as the built-in tiny model. */
 export const TINY_MODEL = 'tiny';
@@ -37,13 +38,25 @@ export interface ChatTurn {
  * The models a chat can use: the tiny model, then complete library models
  * the engine runs, less embedding models (they make vectors, not replies).
  */
-export function chatModelOptions(library: LibraryModel[]): { value: string; label: string }[] {
-  return [
+export function chatModelOptions(
+  library: LibraryModel[],
+  split: SplitStatus | null = null,
+): { value: string; label: string }[] {
+  const options = [
     { value: TINY_MODEL, label: TINY_MODEL_LABEL },
     ...library
       .filter((model) => model.complete && model.unsupported === null && !model.embedding)
       .map((model) => ({ value: model.id, label: model.id })),
   ];
+  // A model split over several machines answers through them while the
+  // split runs (this Mac may hold only its share of it).
+  if (split && split.state.state !== 'ended') {
+    const label = splitModelLabel(split);
+    const listed = options.find((option) => option.value === split.ask.model);
+    if (listed) listed.label = label;
+    else options.push({ value: split.ask.model, label });
+  }
+  return options;
 }
 
 /** A fresh conversation id. */

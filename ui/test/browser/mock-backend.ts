@@ -14,6 +14,7 @@ import type {
   DownloadSummary,
   PooledModel,
   RunRecord,
+  SplitView,
 } from '../../src/lib/backend';
 import {
   cachedQwen,
@@ -290,6 +291,8 @@ mockIPC(async (cmd, payload) => {
     }
     case 'server_status':
       return scenario === 'server' ? serving : ({ state: 'off' } satisfies LocalServerState);
+    case 'split_status':
+      return { status: null, last_ask: null } satisfies SplitView;
     case 'plugin:window|hide':
       return null;
     default:

@@ -1,0 +1,144 @@
+//! A model split over several machines, from the popover: started as the
+//! core's `ServedSplit` (Ondo's command as rank 0, a child of the app),
+//! its progress and faults for the popover, and the chat's turns with the
+//! split model sent to it. One split at a time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ondo::engine::CancelToken;
+use ondo::engine::chat_template::ChatMessage;
+use ondo::served_split::{ServedSplit, SplitAsk, SplitState, SplitStatus};
+use ondo::session::chat::{ChatEvent, GenerationSettings};
+use ondo::store::RunRecord;
+use tauri::ipc::Channel;
+
+use crate::commands::on_blocking_thread;
+use crate::error::CommandError;
+use crate::state::AppState;
+
+/// The history's setting that keeps the last split asked for, to offer it
+/// again.
+const LAST_ASK: &str = "split.last_ask";
+
+/// The split for the popover: the one running (or how the last one
+/// ended), and what was last asked for.
+#[derive(Debug, Clone, serde::Serialize, specta::Type)]
+pub struct SplitView {
+    pub status: Option<SplitStatus>,
+    pub last_ask: Option<SplitAsk>,
+}
+
+fn view(state: &AppState) -> SplitView {
+    let last_ask = state
+        .pool
+        .with_store(|store| store.setting(LAST_ASK).ok().flatten())
+        .flatten()
+        .and_then(|text| serde_json::from_str(&text).ok());
+    SplitView {
+        status: state.split().map(|split| split.status()),
+        last_ask,
+    }
+}
+
+/// Starts splitting `ask.model` over `ask.hosts` (this Mac first) and
+/// returns at once; `split_status` follows the ranks as they start.
+#[tauri::command]
+#[specta::specta]
+pub fn split_start(
+    state: tauri::State<'_, AppState>,
+    ask: SplitAsk,
+) -> Result<SplitView, CommandError> {
+    let mut slot = state.split.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(running) = slot.as_ref() {
+        let status = running.status();
+        if !matches!(status.state, SplitState::Ended { .. }) {
+            return Err(CommandError::InvalidInput(format!(
+                "{} is split already: stop that split first (one at a time)",
+                status.ask.model
+            )));
+        }
+    }
+    let exe = std::env::current_exe().map_err(|e| CommandError::Internal(e.to_string()))?;
+    let program = ondo::served_split::ondo_command(&exe).map_err(CommandError::InvalidInput)?;
+    let split = ServedSplit::start(ask.clone(), &program).map_err(CommandError::InvalidInput)?;
+    *slot = Some(Arc::new(split));
+    drop(slot);
+    if let Ok(text) = serde_json::to_string(&ask) {
+        state
+            .pool
+            .with_store(|store| store.set_setting(LAST_ASK, &text));
+    }
+    Ok(view(&state))
+}
+
+#[tauri::command]
+#[specta::specta]
+pub fn split_status(state: tauri::State<'_, AppState>) -> SplitView {
+    view(&state)
+}
+
+/// Stops the split: the answer in flight finishes, every rank ends and
+/// gives its memory back.
+#[tauri::command]
+#[specta::specta]
+pub async fn split_stop(state: tauri::State<'_, AppState>) -> Result<SplitView, CommandError> {
+    if let Some(split) = state.split() {
+        on_blocking_thread(move || {
+            split.stop();
+            Ok(())
+        })
+        .await?;
+    }
+    Ok(view(&state))
+}
+
+/// One chat turn with the split model (`chat_send` hands it here when the
+/// split runs the chat's model): streamed from rank 0, stopped by
+/// `chat_stop` (the connection closes, which cancels the run), and the
+/// record rank 0 wrote in the history returned.
+#[allow(clippy::too_many_arguments)] // chat_send's form, passed on
+pub async fn chat(
+    state: &AppState,
+    split: Arc<ServedSplit>,
+    cancel: CancelToken,
+    system_prompt: Option<String>,
+    messages: Vec<ChatMessage>,
+    settings: GenerationSettings,
+    think: Option<bool>,
+    on_event: Channel<ChatEvent>,
+) -> Result<RunRecord, CommandError> {
+    let answer = split.chat(system_prompt, messages, &settings, think, |event| {
+        // A closed window stops hearing; the turn still completes.
+        let _ = on_event.send(event);
+    });
+    let run_id = tokio::select! {
+        answered = answer => answered.map_err(|e| CommandError::Split {
+            kind: e.kind,
+            message: e.message,
+        })?,
+        () = cancelled(&cancel) => {
+            return Err(CommandError::Split {
+                kind: ondo::ErrorKind::Cancelled,
+                message: "stopped".into(),
+            });
+        }
+    };
+    // Rank 0 wrote the record before its last chunk.
+    state
+        .pool
+        .with_store(|store| store.run(&run_id))
+        .transpose()?
+        .flatten()
+        .ok_or_else(|| {
+            CommandError::Internal(format!(
+                "the split's run {run_id} is not in the history this app reads"
+            ))
+        })
+}
+
+async fn cancelled(cancel: &CancelToken) {
+    while !cancel.is_cancelled() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
