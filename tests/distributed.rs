@@ -1181,7 +1181,7 @@ fn a_split_model_serves_the_openai_client_and_its_ranks_stop_together() {
         );
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert_eq!(status, 500, "{error}");
+    assert_eq!(status, 502, "{error}");
     assert_eq!(error["error"]["code"], "distributed", "{error}");
     let message = error["error"]["message"].as_str().unwrap();
     assert!(

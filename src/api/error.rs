@@ -302,6 +302,10 @@ pub fn http_status(kind: ErrorKind) -> StatusCode {
         // request is well formed but asks for what this server cannot do;
         // OpenAI's SDKs raise it as its own exception and do not retry it.
         ErrorKind::Load => StatusCode::UNPROCESSABLE_ENTITY,
+        // A model split over several machines lost one of them: this server
+        // answered for machines behind it, and one of them failed, as a
+        // gateway's upstream does (the message names the rank and host).
+        ErrorKind::Distributed => StatusCode::BAD_GATEWAY,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
