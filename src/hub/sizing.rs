@@ -187,22 +187,20 @@ pub fn share_bytes(dir: &Path, share: crate::family::shards::RankPart) -> Option
     layer_bytes(dir).ok()?.of_share(layers, share)
 }
 
-/// The decoder layer a tensor belongs to: N in `...layers.N....`, outside
-/// a vision tower (whose encoder has layers of its own).
-fn layer_of(name: &str) -> Option<usize> {
-    if name.contains("vision") || name.contains("visual") {
-        return None;
-    }
-    let at = name.find("layers.")?;
-    let rest = &name[at + "layers.".len()..];
-    let digits = rest.split('.').next()?;
-    (at == 0 || name.as_bytes()[at - 1] == b'.')
-        .then(|| digits.parse().ok())
-        .flatten()
-}
-
-/// `dir`'s weight bytes by decoder layer (`LayerBytes`).
+/// `dir`'s weight bytes by decoder layer (`LayerBytes`): each tensor in
+/// the decoder layer its family's loader puts it in
+/// (`family::shards::decoder_layer_of`, the rule the ranks load by).
 pub fn layer_bytes(dir: &Path) -> Result<LayerBytes, HubError> {
+    let not_a_model = |reason: String| HubError::NotAModel {
+        repo_id: dir.display().to_string(),
+        reason,
+    };
+    let config_path = dir.join("config.json");
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config_path).map_err(HubError::io(&config_path))?)
+            .map_err(|e| not_a_model(format!("{}: {e}", config_path.display())))?;
+    let config = crate::family::settle(&config)
+        .map_err(|e| not_a_model(format!("{}: {e}", config_path.display())))?;
     let mut bytes = LayerBytes::default();
     for entry in std::fs::read_dir(dir).map_err(HubError::io(dir))?.flatten() {
         let path = entry.path();
@@ -211,12 +209,11 @@ pub fn layer_bytes(dir: &Path) -> Result<LayerBytes, HubError> {
         }
         let header = fit::read_safetensors_header(&path).map_err(HubError::io(&path))?;
         let header: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&header)
-            .map_err(|e| HubError::NotAModel {
-                repo_id: dir.display().to_string(),
-                reason: format!(
+            .map_err(|e| {
+                not_a_model(format!(
                     "{}: the safetensors header is not JSON: {e}",
                     path.display()
-                ),
+                ))
             })?;
         for (name, tensor) in &header {
             let Some([start, end]) = tensor["data_offsets"]
@@ -226,7 +223,7 @@ pub fn layer_bytes(dir: &Path) -> Result<LayerBytes, HubError> {
                 continue;
             };
             let size = end.saturating_sub(start);
-            match layer_of(name) {
+            match crate::family::shards::decoder_layer_of(&config, name) {
                 Some(layer) => *bytes.by_layer.entry(layer).or_default() += size,
                 None => bytes.shared += size,
             }
@@ -386,17 +383,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_tensor_belongs_to_the_decoder_layer_its_name_says() {
-        assert_eq!(layer_of("model.layers.12.mlp.up_proj.weight"), Some(12));
-        assert_eq!(
-            layer_of("language_model.model.layers.0.self_attn.q_proj.scales"),
-            Some(0)
-        );
-        assert_eq!(layer_of("model.embed_tokens.weight"), None);
-        assert_eq!(
-            layer_of("vision_tower.vision_model.encoder.layers.3.mlp.fc1.weight"),
-            None
-        );
+    fn a_range_of_layers_holds_its_layers_and_the_shared_tensors() {
         let bytes = LayerBytes {
             shared: 10,
             by_layer: [(0, 1), (1, 2), (2, 4)].into_iter().collect(),
@@ -429,5 +416,19 @@ mod tests {
             tensors < files && files - tensors < 64 * 1024,
             "{tensors} of {files}"
         );
+    }
+
+    #[test]
+    fn a_vision_towers_layers_are_shared_not_the_decoders() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut options =
+            crate::synth::SynthOptions::for_preset(crate::synth::preset_named("tiny").unwrap());
+        options.arch = crate::family::find("gemma3").unwrap();
+        options.layers = Some(2);
+        crate::synth::write_model(&options, dir.path(), &mut |_| {}).unwrap();
+        let bytes = layer_bytes(dir.path()).unwrap();
+        // Its checkpoint names the text layers under the language model and
+        // the tower's encoder layers under the tower: only the text's count.
+        assert_eq!(bytes.by_layer.keys().copied().collect::<Vec<_>>(), [0, 1]);
     }
 }
