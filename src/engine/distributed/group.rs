@@ -139,6 +139,27 @@ impl Group {
         self.backend
     }
 
+    /// The stream this thread runs the group's operations on. NCCL moves
+    /// bytes on the GPU, so its operations go where the model's do, and so
+    /// does everything where MLX computes on the CPU. With a GPU, the
+    /// other backends move bytes through host memory on a CPU stream, and
+    /// MLX's streams belong to the thread that made them: a thread
+    /// evaluating on a CPU stream another thread made (MLX's default one,
+    /// or the group's) fails ("There is no Stream(cpu, 0) in current
+    /// thread"). So each such thread makes its own, once.
+    fn stream_here(&self) -> Stream {
+        thread_local! {
+            static CPU_STREAM: Option<Stream> = computes_on_gpu()
+                .then(|| Stream::new_with_device(&mlx_rs::Device::cpu()));
+        }
+        match self.backend {
+            Backend::Nccl => Stream::thread_local_or_default(),
+            _ => CPU_STREAM
+                .with(Option::clone)
+                .unwrap_or_else(Stream::thread_local_or_default),
+        }
+    }
+
     /// Runs one mlx-c distributed operation that writes an array.
     fn op(
         &self,
@@ -149,7 +170,7 @@ impl Group {
             mlx_sys::mlx_stream,
         ) -> std::os::raw::c_int,
     ) -> Result<Array, Exception> {
-        let stream = Stream::thread_local_or_default();
+        let stream = self.stream_here();
         // SAFETY: `result` is handed to an `Array` (which frees it) or freed
         // here; the group and the inputs are borrowed for the call only.
         unsafe {
@@ -206,6 +227,13 @@ impl Group {
             },
         )
     }
+}
+
+/// Whether MLX computes on a GPU here (its default device).
+pub(super) fn computes_on_gpu() -> bool {
+    mlx_rs::Device::default()
+        .get_type()
+        .is_ok_and(|t| matches!(t, mlx_rs::DeviceType::Gpu))
 }
 
 impl Drop for Group {

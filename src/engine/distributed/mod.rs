@@ -347,16 +347,18 @@ where
     // the join's time limit. A rank that found none still introduces
     // itself, so the others hear why rather than wait for good.
     let found = find_model();
-    let introduced = introduce(
-        &group,
-        Some(
-            found
-                .as_ref()
-                .map(|(model, _)| model.as_ref())
-                .map_err(String::as_str),
-        ),
-        found.as_ref().map_or(0, |(_, bytes)| *bytes),
-    );
+    let introduced = on_a_stream_of_this_thread(|| {
+        introduce(
+            &group,
+            Some(
+                found
+                    .as_ref()
+                    .map(|(model, _)| model.as_ref())
+                    .map_err(String::as_str),
+            ),
+            found.as_ref().map_or(0, |(_, bytes)| *bytes),
+        )
+    });
     let (model, _) = found?;
     let ranks = introduced?;
     let model_dir = model.as_ref();
@@ -366,8 +368,12 @@ where
         link::probe(&group, bytes, rounds)
             .map_err(|e| format!("timing the links failed: {}", e.what()))
     };
-    let small = timed(link::PROBE_BYTES[0], 5)?;
-    let large = timed(link::PROBE_BYTES[1], 3)?;
+    let (small, large) = on_a_stream_of_this_thread(|| {
+        Ok::<_, String>((
+            timed(link::PROBE_BYTES[0], 5)?,
+            timed(link::PROBE_BYTES[1], 3)?,
+        ))
+    })?;
     let _ = SPLIT_FACTS.set(SplitFacts {
         kind: launch.split,
         backend: launch.backend,
@@ -381,6 +387,21 @@ where
     let _ = SHARED_SEED.set(ranks.first().map_or(0, |r| r.seed));
     pipeline::set_joined(launch.clone());
     Ok((model, ranks))
+}
+
+/// Runs `work` with a CPU stream made on this thread as MLX's default.
+/// The join's exchanges run on the thread that joined, not the engine's:
+/// MLX's streams belong to the thread that made them (the default ones to
+/// the engine's, which used MLX first), and on a GPU evaluating on another
+/// thread's stream fails ("There is no Stream(cpu, 1) in current thread").
+/// The messages are small and the ring backend moves them through host
+/// memory either way.
+fn on_a_stream_of_this_thread<T>(work: impl FnOnce() -> T) -> T {
+    if group::computes_on_gpu() {
+        mlx_rs::with_device(mlx_rs::Device::cpu(), work)
+    } else {
+        work()
+    }
 }
 
 /// Rank 0's seed from the introductions (`shared_seed`).
@@ -636,16 +657,19 @@ pub fn check_cluster(
     model: Option<&std::path::Path>,
 ) -> Result<ClusterReport, String> {
     let group = launch.join()?;
-    let ranks = introduce(&group, model.map(Ok), 0)?;
-    let links = if group.size() > 1 {
-        link::PROBE_BYTES
-            .iter()
-            .map(|&bytes| link::probe(&group, bytes, 5))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("timing the links failed: {}", e.what()))?
-    } else {
-        Vec::new()
-    };
+    let (ranks, links) = on_a_stream_of_this_thread(|| {
+        let ranks = introduce(&group, model.map(Ok), 0)?;
+        let links = if group.size() > 1 {
+            link::PROBE_BYTES
+                .iter()
+                .map(|&bytes| link::probe(&group, bytes, 5))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("timing the links failed: {}", e.what()))?
+        } else {
+            Vec::new()
+        };
+        Ok::<_, String>((ranks, links))
+    })?;
     Ok(ClusterReport {
         backend: launch.backend,
         addresses: (0..launch.size)
