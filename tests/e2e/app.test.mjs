@@ -308,6 +308,69 @@ test('a model outside the catalog downloads by its id after a fit check against 
   assert.match(await card.getText(), /Downloaded/);
 });
 
+test('a downloaded model split over two ranks from the popover answers in Chat, and Stop ends both ranks', async () => {
+  // Both ranks on this machine over the ring backend: the app starts `ondo
+  // serve --hostfile` beside it as rank 0, which starts rank 1.
+  const section = await browser.$('[data-testid="split"]');
+  await section.scrollIntoView();
+  await (await section.$('summary*=Several machines')).click();
+  await (await section.$('input[placeholder="a repo id or a folder"]')).setValue(servedRepo);
+  const machines = await section.$('textarea');
+  await machines.setValue('localhost');
+  await browser.keys('Enter');
+  await machines.addValue('127.0.0.1');
+  await (await section.$('button=Start')).click();
+  const headline = () => browser.$('[data-testid="split-headline"]');
+  let said = '';
+  await browser
+    .waitUntil(
+      async () => {
+        said = (await headline().isExisting()) ? await headline().getProperty('textContent') : said;
+        return said.startsWith('Serving') || said.startsWith('Lost') || (await section.$('[role="alert"]').isExisting());
+      },
+      { timeout: 120_000 },
+    )
+    .catch(async () => {
+      await browser.saveScreenshot(path.join(screenshotDir, 'app-split-failed.png')).catch(() => {});
+      assert.fail(`the split never served: "${said}"; the section says: ${await section.getProperty('textContent')}`);
+    });
+  if (!said.startsWith('Serving')) {
+    const lines = await browser.$('[data-testid="split-lines"]').getProperty('textContent').catch(() => '');
+    assert.fail(`the split did not serve: "${said}" ${lines}`);
+  }
+  assert.match(said, /by layers over 2 machines \(localhost, 127\.0\.0\.1\)/);
+  await browser.saveScreenshot(path.join(screenshotDir, 'app-split.png'));
+
+  // Chat offers it as split; a turn streams from rank 0 and shows its footer.
+  const chat = await browser.$('[data-testid="chat"]');
+  await (await chat.$('button=New conversation')).click();
+  const picker = await chat.$('select');
+  await picker.click();
+  const label = `${servedRepo} (split by layers over 2 machines)`;
+  await browser.waitUntil(async () => (await picker.$(`option=${label}`).isExisting()), {
+    timeout: 10_000,
+    timeoutMsg: 'Chat never offered the split model',
+  });
+  await picker.selectByVisibleText(label);
+  await (await chat.$('textarea[aria-label="Message"]')).setValue('Tell me about the sea.');
+  await (await chat.$('button=Send')).click();
+  const footers = () => browser.$$('[data-testid="chat-footer"]');
+  await browser.waitUntil(async () => (await footers()).length === 1 || (await chat.$('[role="alert"]').isExisting()), {
+    timeout: 120_000,
+    timeoutMsg: 'no footer under the split answer',
+  });
+  const chatAlert = await chat.$('[role="alert"]');
+  if (await chatAlert.isExisting()) assert.fail(`the split chat failed: ${await chatAlert.getText()}`);
+  assert.match(await (await footers())[0].getText(), /decode [\d.,]+ tok\/s/);
+
+  // Stop: the form comes back and no rank is left running.
+  await (await section.$('button=Stop the split')).click();
+  await (await section.$('button=Start')).waitForExist({ timeout: 60_000, timeoutMsg: 'the split never stopped' });
+  const { stdout } = await run('ps', ['-eo', 'args']);
+  const ranks = stdout.split('\n').filter((line) => line.includes(' serve ') && line.includes(servedRepo));
+  assert.deepEqual(ranks, [], 'ranks left running after Stop');
+});
+
 test('the local server turned on in Settings answers HTTP clients, and the popover counts them', async () => {
   const popover = await browser.getWindowHandle();
   const port = await freePort();

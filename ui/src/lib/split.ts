@@ -1,11 +1,9 @@
 import type { SplitStatus } from './backend';
 
-/** The machines as the form's lines give them: trimmed, blanks left out. */
+/** The machines as the form gives them: one a line (or separated by
+ * spaces or commas, which no host name has), blanks left out. */
 export function splitHosts(text: string): string[] {
-  return text
-    .split('\n')
-    .map((line) => line.trim())
-    .filter((line) => line !== '');
+  return text.split(/[\s,]+/).filter((host) => host !== '');
 }
 
 /** "by layers" or "by heads". */
