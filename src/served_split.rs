@@ -31,6 +31,9 @@ const KEPT_LINES: usize = 40;
 /// before it is killed (the others then end with it).
 const STOP_LIMIT: Duration = Duration::from_secs(30);
 
+/// The client the split's rank 0 records for the app's chat turns.
+pub const APP_CHAT_AGENT: &str = concat!("Ondo app ", env!("CARGO_PKG_VERSION"), " (chat)");
+
 /// What a split run is asked for: the model as the app names it (a repo
 /// id in the cache or a folder), the machines (this one first), and how
 /// the model is divided among them.
@@ -269,6 +272,8 @@ impl ServedSplit {
         };
         let response = reqwest::Client::new()
             .post(format!("{url}/v1/chat/completions"))
+            // Rank 0 records the turn as an API run; this says whose.
+            .header(reqwest::header::USER_AGENT, APP_CHAT_AGENT)
             .json(&body)
             .send()
             .await

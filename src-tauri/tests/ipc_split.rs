@@ -130,6 +130,13 @@ fn a_model_split_from_the_app_answers_shows_a_lost_rank_and_stops_every_rank() {
         record["split_prefill_bytes"].as_u64().unwrap() > 0,
         "{record}"
     );
+    // Rank 0 records it as an API run, from the app's chat.
+    assert_eq!(record["kind"], "api", "{record}");
+    assert_eq!(
+        record["user_agent"],
+        ondo::served_split::APP_CHAT_AGENT,
+        "{record}"
+    );
     let runs = invoke(&popover, "list_runs", json!({ "filter": { "last": 50 } })).unwrap();
     assert!(
         runs.to_string()

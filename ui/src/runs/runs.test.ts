@@ -483,6 +483,10 @@ describe('split runs', () => {
     ]);
     expect(detailRows(split).map(([term]) => term)).not.toContain('Split prefill');
     expect(detailRows(alone).map(([term]) => term)).not.toContain('Split');
+    // A request's client, where the server recorded one.
+    const fromApp = makeRun({ run_id: 'from-app', created_at: '2026-12-05T10:00:03Z', user_agent: 'Ondo app 0.1.0 (chat)' });
+    expect(detailRows(fromApp)).toContainEqual(['Client', 'Ondo app 0.1.0 (chat)']);
+    expect(detailRows(alone).map(([term]) => term)).not.toContain('Client');
   });
 });
 

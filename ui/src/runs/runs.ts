@@ -542,6 +542,9 @@ export function detailRows(run: RunRecord): [string, string][] {
     ['Decode', `${formatCount(run.generated_tokens)} tok in ${formatMs(run.decode_ms)} · ${formatTps(run.decode_tps)}`],
     ['Prompt', `${formatCount(run.prompt_tokens)} tok, ${formatCount(run.cached_tokens)} cached`],
     ['Prefix', prefixDetail(run)],
+    // Which program sent a request to the local server (the app's own chat
+    // with a split model among them).
+    ...(run.user_agent ? ([['Client', run.user_agent]] as [string, string][]) : []),
     ...((run.images ?? 0) > 0 ? ([['Images', imagesDetail(run)]] as [string, string][]) : []),
     ...(splitDetail(run) !== null ? ([['Split', splitDetail(run) as string]] as [string, string][]) : []),
     ...(splitPrefillDetail(run) !== null
