@@ -192,24 +192,6 @@ impl ServedSplit {
         locked(&self.status).ask.model == model.trim()
     }
 
-    /// Waits up to `limit` for the split to serve; its address, or why not.
-    pub fn wait_until_serving(&self, limit: Duration) -> Result<String, String> {
-        let until = Instant::now() + limit;
-        loop {
-            match &locked(&self.status).state {
-                SplitState::Serving { url } => return Ok(url.clone()),
-                SplitState::Lost { reason } | SplitState::Ended { reason } => {
-                    return Err(reason.clone());
-                }
-                SplitState::Starting if Instant::now() >= until => {
-                    return Err("the split did not start in time".into());
-                }
-                SplitState::Starting => {}
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
     /// Stops the split: rank 0 finishes the answer in flight, tells the
     /// other ranks to end, and ends; killed if that takes longer than
     /// `STOP_LIMIT` (the other ranks end when it is gone). Blocks until it
