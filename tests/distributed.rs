@@ -1055,6 +1055,11 @@ fn is_running(pid: u32) -> bool {
 fn a_split_model_serves_the_openai_client_and_its_ranks_stop_together() {
     let ranks = Ranks::new(2);
     let model = ranks.synth("served", &["--layers", "4", "--untied-head"]);
+    // Room for a prompt whose prefill takes many chunks.
+    let config = model.join("config.json");
+    let mut settings: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    settings["max_position_embeddings"] = json!(32768);
+    std::fs::write(&config, settings.to_string()).unwrap();
     let hosts = ranks.dir.path().join("two-here.json");
     std::fs::write(&hosts, r#"["localhost", "127.0.0.1"]"#).unwrap();
     let serve = |split: &[&str]| {
@@ -1157,6 +1162,33 @@ fn a_split_model_serves_the_openai_client_and_its_ranks_stop_together() {
         answers(&openai_client(&by_layers, "basics", &args)),
         expected,
         "split by layers"
+    );
+    // A client that gives up during a long prompt's prefill: every rank
+    // stops at the same chunk, so the next request starts at once (the
+    // whole prefill takes many seconds here) and the ranks still agree.
+    let impatient = json!({
+        "model": "served", "system": "You answer briefly.", "user": "Tell me about the sea.",
+        "long_user": "the sea and the sky ".repeat(1800), "patience_s": 1.0,
+    });
+    let gave_up = openai_client(&by_layers, "give_up", &impatient);
+    assert_eq!(gave_up["given_up"], true, "{gave_up}");
+    let (before, after) = (
+        gave_up["before"].as_f64().unwrap(),
+        gave_up["after"].as_f64().unwrap(),
+    );
+    assert!(
+        after < (before * 10.0).max(4.0),
+        "before {before} s, after giving up {after} s"
+    );
+    assert!(
+        by_layers.log().contains("cancelled: the client went away"),
+        "{}",
+        by_layers.log()
+    );
+    assert_eq!(
+        answers(&openai_client(&by_layers, "basics", &args)),
+        expected,
+        "split by layers, after a prefill given up"
     );
     let follower = the_other_rank(&by_layers);
     // SAFETY: a plain signal to a process this test's server started.

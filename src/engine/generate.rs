@@ -245,6 +245,27 @@ impl<'a> TokenSteps<'a> {
         Ok(())
     }
 
+    /// Between two prefill chunks of a split model: whether rank 0 wants
+    /// the ranks to stop (its request was cancelled), summed across the
+    /// ranks so that all of them answer the same. A rank other than 0 marks
+    /// its own request cancelled, so it ends as rank 0's does. One small
+    /// sum per chunk; the chunk before it has been evaluated already.
+    fn ranks_stop_prefill(&mut self) -> Result<bool, Exception> {
+        let Some(group) = self.model.split_group() else {
+            return Ok(false);
+        };
+        let stop = group.rank() == 0 && self.cancel.as_ref().is_some_and(CancelToken::is_cancelled);
+        let votes = group.all_sum(&Array::from_slice(&[f32::from(u8::from(stop))], &[1]))?;
+        let stop = votes
+            .try_item_exact::<f32>()
+            .map_err(|e| Exception::custom(e.to_string()))?
+            > 0.5;
+        if stop && let Some(cancel) = &self.cancel {
+            cancel.cancel();
+        }
+        Ok(stop)
+    }
+
     /// Whether the model runs split across ranks, whose steps stop
     /// together (`push_stop_flag`).
     pub fn is_split(&self) -> bool {
@@ -309,9 +330,16 @@ impl<'a> TokenSteps<'a> {
         };
         self.recent = RecentTokens::new(self.sampler.settings(), rest);
         for (n, chunk) in rest.chunks(self.prefill_step_size).enumerate() {
-            // A split model's prefill runs whole: a rank stopping alone
-            // would leave the others waiting in the chunk's collectives.
-            if !self.is_split() && self.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
+            let cancelled = if self.is_split() {
+                // Every rank stops at the same chunk or none does: a rank
+                // stopping alone would leave the others waiting in the
+                // chunk's collectives. The first chunk needs no vote (the
+                // order to run arrived just now).
+                n > 0 && self.ranks_stop_prefill()?
+            } else {
+                self.cancel.as_ref().is_some_and(CancelToken::is_cancelled)
+            };
+            if cancelled {
                 return Err(Exception::custom("cancelled during prefill"));
             }
             let start = n * self.prefill_step_size;

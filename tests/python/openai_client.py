@@ -9,6 +9,9 @@ Scenarios:
   concurrent  N chats streamed at once, each with its own prompt
   drop        a long stream closed after a few chunks, then a short request
               timed to its first token (and one before, for comparison)
+  give_up     a long prompt whose client stops waiting during its prefill
+              (a read timeout), then a short request timed to its first
+              token (and one before, for comparison)
   wrong_key   a request with a wrong API key: the status and error it got
   thinking    a chat with `enable_thinking` (whole and streamed, sampled):
               the reasoning as the client reads it (`reasoning_content`, an
@@ -188,6 +191,33 @@ def drop(client, args):
     }
 
 
+def give_up(client, args):
+    before = first_token_seconds(client, args)
+    impatient = client.with_options(timeout=args["patience_s"])
+    given_up = False
+    try:
+        stream = impatient.chat.completions.create(
+            model=args["model"],
+            messages=messages(args, user=args["long_user"]),
+            max_tokens=4,
+            temperature=0,
+            stream=True,
+        )
+        for _ in stream:
+            pass
+    except openai.APITimeoutError:
+        # The client closed the connection, as one that gives up does.
+        given_up = True
+    gave_up_at = time.perf_counter()
+    after = first_token_seconds(client, args)
+    return {
+        "before": before,
+        "after": after,
+        "after_giving_up": time.perf_counter() - gave_up_at,
+        "given_up": given_up,
+    }
+
+
 def wrong_key(client, args):
     try:
         client.models.list()
@@ -243,6 +273,7 @@ SCENARIOS = {
     "basics": basics,
     "concurrent": concurrent,
     "drop": drop,
+    "give_up": give_up,
     "wrong_key": wrong_key,
     "thinking": thinking,
 }
