@@ -27,6 +27,11 @@ echo '["localhost", "127.0.0.1"]' > "$hosts"
 # One split run first, its words kept: a failure here says why in full.
 "$ondo" run "$model" --hostfile "$hosts" --max-tokens 16 --no-history "one split run" \
   > "$out/split-run.txt" 2>&1 || { echo "the split run failed: see split-run.txt"; exit 1; }
+# A prompt in many prefill chunks: the ranks agree between chunks whether
+# to go on (a one-element sum each time), on the GPU's streams too.
+"$ondo" run "$model" --hostfile "$hosts" --max-tokens 8 --prefill-step-size 32 --no-history \
+  "$(printf 'the sea and the sky %.0s' $(seq 40))" \
+  > "$out/split-chunks.txt" 2>&1 || { echo "the chunked split run failed: see split-chunks.txt"; exit 1; }
 "$ondo" bench "$model" --hostfile "$hosts" --split pipeline,tensor \
   --prompt-tokens "${PROMPT:-128}" --gen "${GEN:-128}" --reps "${REPS:-5}" --warmup 1 \
   > "$out/split-bench.txt" 2> "$out/split-bench.log"
