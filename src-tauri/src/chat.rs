@@ -42,28 +42,26 @@ pub async fn chat_send<R: tauri::Runtime>(
             "the conversation must end with a message from you".into(),
         ));
     }
+    let title = messages
+        .iter()
+        .find(|m| m.role == "user")
+        .map(|m| m.content.chars().take(60).collect::<String>());
     // A model split over several machines answers through its rank 0.
     if let Some(split) = state.split_running(&model) {
         let cancel = stoppable(&state, &conversation_id);
-        let result = crate::split::chat(
-            &state,
-            split,
-            cancel,
+        let turn = crate::split::ChatTurn {
+            conversation_id: conversation_id.clone(),
+            title: title.unwrap_or_default(),
             system_prompt,
             messages,
             settings,
             think,
-            on_event,
-        )
-        .await;
+        };
+        let result = crate::split::chat(&state, split, cancel, turn, on_event).await;
         return finished(&app, &state, &conversation_id, result);
     }
     let model = crate::models::resolve(&state, &model).await?;
     let cancel = stoppable(&state, &conversation_id);
-    let title = messages
-        .iter()
-        .find(|m| m.role == "user")
-        .map(|m| m.content.chars().take(60).collect());
     let mut prompt = Prompt::chat(system_prompt, messages);
     if let Some(think) = think {
         prompt = prompt.with_thinking(think);

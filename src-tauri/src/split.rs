@@ -96,18 +96,23 @@ pub async fn split_stop(state: tauri::State<'_, AppState>) -> Result<SplitView, 
 /// One chat turn with the split model (`chat_send` hands it here when the
 /// split runs the chat's model): streamed from rank 0, stopped by
 /// `chat_stop` (the connection closes, which cancels the run), and the
-/// record rank 0 wrote in the history returned.
-#[allow(clippy::too_many_arguments)] // chat_send's form, passed on
+/// record rank 0 wrote in the history returned, filed under the chat's
+/// conversation.
 pub async fn chat(
     state: &AppState,
     split: Arc<ServedSplit>,
     cancel: CancelToken,
-    system_prompt: Option<String>,
-    messages: Vec<ChatMessage>,
-    settings: GenerationSettings,
-    think: Option<bool>,
+    turn: ChatTurn,
     on_event: Channel<ChatEvent>,
 ) -> Result<RunRecord, CommandError> {
+    let ChatTurn {
+        conversation_id,
+        title,
+        system_prompt,
+        messages,
+        settings,
+        think,
+    } = turn;
     let answer = split.chat(system_prompt, messages, &settings, think, |event| {
         // A closed window stops hearing; the turn still completes.
         let _ = on_event.send(event);
@@ -124,10 +129,11 @@ pub async fn chat(
             });
         }
     };
-    // Rank 0 wrote the record before its last chunk.
+    // Rank 0 wrote the record, as an API request, before its last chunk;
+    // it is this conversation's turn, and the Runs window lists it so.
     state
         .pool
-        .with_store(|store| store.run(&run_id))
+        .with_store(|store| store.file_under_chat(&run_id, &conversation_id, &title))
         .transpose()?
         .flatten()
         .ok_or_else(|| {
@@ -135,6 +141,17 @@ pub async fn chat(
                 "the split's run {run_id} is not in the history this app reads"
             ))
         })
+}
+
+/// One chat turn for a split model, as the chat window sent it.
+pub struct ChatTurn {
+    pub conversation_id: String,
+    /// The conversation's title in the history (its first message, cut).
+    pub title: String,
+    pub system_prompt: Option<String>,
+    pub messages: Vec<ChatMessage>,
+    pub settings: GenerationSettings,
+    pub think: Option<bool>,
 }
 
 async fn cancelled(cancel: &CancelToken) {

@@ -130,17 +130,26 @@ fn a_model_split_from_the_app_answers_shows_a_lost_rank_and_stops_every_rank() {
         record["split_prefill_bytes"].as_u64().unwrap() > 0,
         "{record}"
     );
-    // Rank 0 records it as an API run, from the app's chat.
-    assert_eq!(record["kind"], "api", "{record}");
+    // Rank 0 records the request; the app files it as the conversation's
+    // turn, its client named, and the Runs window lists it with the chats.
+    assert_eq!(record["kind"], "chat", "{record}");
+    assert_eq!(record["conversation_id"], "split-1", "{record}");
     assert_eq!(
         record["user_agent"],
         ondo::served_split::APP_CHAT_AGENT,
         "{record}"
     );
-    let runs = invoke(&popover, "list_runs", json!({ "filter": { "last": 50 } })).unwrap();
+    let chats = invoke(
+        &popover,
+        "list_runs",
+        json!({ "filter": { "last": 50, "kind": "chat" } }),
+    )
+    .unwrap();
     assert!(
-        runs.to_string()
-            .contains(record["run_id"].as_str().unwrap())
+        chats
+            .to_string()
+            .contains(record["run_id"].as_str().unwrap()),
+        "{chats}"
     );
 
     // Rank 1 killed: the popover hears which rank was lost, and a chat

@@ -212,6 +212,30 @@ impl Store {
         tx.commit().map_err(fail)
     }
 
+    /// Files a run that another Ondo process recorded as an API request
+    /// (rank 0 of a split model, answering this app's chat) under the
+    /// app's conversation: kind `chat`, the conversation's id, and the
+    /// conversation created or retitled. Returns the run as it now reads;
+    /// `None` when no run has that id.
+    pub fn file_under_chat(
+        &mut self,
+        run_id: &str,
+        conversation_id: &str,
+        title: &str,
+    ) -> Result<Option<RunRecord>, StoreError> {
+        let Some(run) = self.run(run_id)? else {
+            return Ok(None);
+        };
+        self.upsert_conversation(conversation_id, &run.model_id, title)?;
+        self.conn
+            .execute(
+                "UPDATE runs SET kind = ?1, conversation_id = ?2 WHERE run_id = ?3",
+                params![RunKind::Chat.to_column(), conversation_id, run_id],
+            )
+            .map_err(|error| self.fail(error))?;
+        self.run(run_id)
+    }
+
     /// One run by id.
     pub fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
         self.conn

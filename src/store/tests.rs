@@ -572,6 +572,47 @@ fn a_conversation_upserted_again_keeps_when_it_was_created() {
 }
 
 #[test]
+fn an_api_run_filed_under_a_chat_lists_with_the_chats_and_keeps_its_client() {
+    let (_dir, mut store) = open_temp();
+    let asked = RunRecord {
+        kind: RunKind::Api,
+        user_agent: Some("Ondo app (chat)".into()),
+        ..run("r-split", "2025-01-01T00:00:01.000Z")
+    };
+    store.insert_run(&asked, &[]).unwrap();
+    let chats = |store: &Store| {
+        let query = RunQuery {
+            kind: Some(RunKind::Chat),
+            ..RunQuery::default()
+        };
+        store
+            .runs(&query)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.run_id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(chats(&store), Vec::<String>::new());
+
+    let filed = store
+        .file_under_chat("r-split", "c-9", "Tell me about the sea.")
+        .unwrap()
+        .unwrap();
+    assert_eq!(filed.kind, RunKind::Chat);
+    assert_eq!(filed.conversation_id.as_deref(), Some("c-9"));
+    assert_eq!(filed.user_agent.as_deref(), Some("Ondo app (chat)"));
+    assert_eq!(chats(&store), ["r-split"]);
+    let rows = conversation_rows(&store);
+    assert_eq!(
+        (rows[0].0.as_str(), rows[0].1.as_str(), rows[0].2.as_str()),
+        ("c-9", "m-a", "Tell me about the sea.")
+    );
+    // A run that is not there is answered so, and nothing is created.
+    assert_eq!(store.file_under_chat("r-gone", "c-10", "x").unwrap(), None);
+    assert_eq!(conversation_rows(&store).len(), 1);
+}
+
+#[test]
 fn pool_events_keep_the_newest_in_order() {
     let (_dir, mut store) = open_temp();
     let events: Vec<PoolEvent> = (0..5)
