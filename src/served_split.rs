@@ -254,7 +254,7 @@ impl ServedSplit {
         };
         let response = reqwest::Client::new()
             .post(format!("{url}/v1/chat/completions"))
-            // Rank 0 records the turn as an API run; this says whose.
+            // Names the client in the run's record, which rank 0 writes.
             .header(reqwest::header::USER_AGENT, APP_CHAT_AGENT)
             .json(&body)
             .send()

@@ -215,48 +215,32 @@ impl<'a> TokenSteps<'a> {
     /// also stop together on what only rank 0 knows. Rank 0 decides after
     /// the next step is queued, so every rank runs one or two steps more.
     fn push_stop_flag(&mut self) -> Result<(), Exception> {
-        let Some(group) = self.model.split_group() else {
-            return Ok(());
-        };
-        let stop = group.rank() == 0
-            && (self.stopping_others
-                || self.cancel.as_ref().is_some_and(CancelToken::is_cancelled));
-        let flag = group.all_sum(&Array::from_slice(&[f32::from(u8::from(stop))], &[1]))?;
-        self.stop_flags.push_back(flag);
-        Ok(())
-    }
-
-    /// Reads the stop flag of the step whose token was just read: `Err`
-    /// when rank 0 stops the ranks there (a rank other than 0 then marks
-    /// its own request cancelled, so it ends as rank 0's does).
-    fn read_stop_flag(&mut self) -> Result<(), Exception> {
-        let Some(flag) = self.stop_flags.pop_front() else {
-            return Ok(());
-        };
-        let stop = flag
-            .try_item_exact::<f32>()
-            .map_err(|e| Exception::custom(e.to_string()))?;
-        if stop > 0.5 {
-            if let Some(cancel) = &self.cancel {
-                cancel.cancel();
-            }
-            return Err(Exception::custom("rank 0 stopped the split run"));
+        if let Some(flag) = self.stop_vote()? {
+            self.stop_flags.push_back(flag);
         }
         Ok(())
     }
 
-    /// Between two prefill chunks of a split model: whether rank 0 wants
-    /// the ranks to stop (its request was cancelled), summed across the
-    /// ranks so that all of them answer the same. A rank other than 0 marks
-    /// its own request cancelled, so it ends as rank 0's does. One small
-    /// sum per chunk; the chunk before it has been evaluated already.
-    fn ranks_stop_prefill(&mut self) -> Result<bool, Exception> {
+    /// Rank 0's wish to stop (its request was cancelled, or it ends on an
+    /// error of its own), summed across the ranks: one lazy element that
+    /// every rank reads the same. `None` on a model that is not split.
+    fn stop_vote(&self) -> Result<Option<Array>, Exception> {
         let Some(group) = self.model.split_group() else {
-            return Ok(false);
+            return Ok(None);
         };
-        let stop = group.rank() == 0 && self.cancel.as_ref().is_some_and(CancelToken::is_cancelled);
-        let votes = group.all_sum(&Array::from_slice(&[f32::from(u8::from(stop))], &[1]))?;
-        let stop = votes
+        let stop = group.rank() == 0
+            && (self.stopping_others
+                || self.cancel.as_ref().is_some_and(CancelToken::is_cancelled));
+        group
+            .all_sum(&Array::from_slice(&[f32::from(u8::from(stop))], &[1]))
+            .map(Some)
+    }
+
+    /// Reads a summed stop wish (`stop_vote`): whether rank 0 stops the
+    /// ranks. A rank other than 0 then marks its own request cancelled, so
+    /// it ends as rank 0's does.
+    fn heard_stop(&self, flag: &Array) -> Result<bool, Exception> {
+        let stop = flag
             .try_item_exact::<f32>()
             .map_err(|e| Exception::custom(e.to_string()))?
             > 0.5;
@@ -264,6 +248,28 @@ impl<'a> TokenSteps<'a> {
             cancel.cancel();
         }
         Ok(stop)
+    }
+
+    /// Reads the stop flag of the step whose token was just read: `Err`
+    /// when rank 0 stops the ranks there.
+    fn read_stop_flag(&mut self) -> Result<(), Exception> {
+        let Some(flag) = self.stop_flags.pop_front() else {
+            return Ok(());
+        };
+        if self.heard_stop(&flag)? {
+            return Err(Exception::custom("rank 0 stopped the split run"));
+        }
+        Ok(())
+    }
+
+    /// Between two prefill chunks of a split model: whether the ranks stop
+    /// there, all of them or none (the chunk before has been evaluated
+    /// already, so reading the vote costs one small sum).
+    fn ranks_stop_prefill(&self) -> Result<bool, Exception> {
+        match self.stop_vote()? {
+            Some(flag) => self.heard_stop(&flag),
+            None => Ok(false),
+        }
     }
 
     /// Whether the model runs split across ranks, whose steps stop

@@ -223,7 +223,7 @@ impl Store {
         conversation_id: &str,
         title: &str,
     ) -> Result<Option<RunRecord>, StoreError> {
-        let Some(run) = self.run(run_id)? else {
+        let Some(mut run) = self.run(run_id)? else {
             return Ok(None);
         };
         self.upsert_conversation(conversation_id, &run.model_id, title)?;
@@ -233,7 +233,9 @@ impl Store {
                 params![RunKind::Chat.to_column(), conversation_id, run_id],
             )
             .map_err(|error| self.fail(error))?;
-        self.run(run_id)
+        run.kind = RunKind::Chat;
+        run.conversation_id = Some(conversation_id.to_owned());
+        Ok(Some(run))
     }
 
     /// One run by id.
