@@ -8,9 +8,11 @@ use std::time::Duration;
 
 use ondo::engine::CancelToken;
 use ondo::engine::chat_template::ChatMessage;
-use ondo::served_split::{ServedSplit, SplitAsk, SplitState, SplitStatus};
+
+use ondo::run_kinds::{RunKind, StopReason};
+use ondo::served_split::{APP_CHAT_AGENT, ServedSplit, SplitAsk, SplitState, SplitStatus};
 use ondo::session::chat::{ChatEvent, GenerationSettings};
-use ondo::store::RunRecord;
+use ondo::store::{RunQuery, RunRecord};
 use tauri::ipc::Channel;
 
 use crate::commands::on_blocking_thread;
@@ -97,7 +99,7 @@ pub async fn split_stop(state: tauri::State<'_, AppState>) -> Result<SplitView, 
 /// split runs the chat's model): streamed from rank 0, stopped by
 /// `chat_stop` (the connection closes, which cancels the run), and the
 /// record rank 0 wrote in the history returned, filed under the chat's
-/// conversation.
+/// conversation, a stopped turn's as well.
 pub async fn chat(
     state: &AppState,
     split: Arc<ServedSplit>,
@@ -113,21 +115,29 @@ pub async fn chat(
         settings,
         think,
     } = turn;
+    let asked_at = ondo::store::now_rfc3339();
     let answer = split.chat(system_prompt, messages, &settings, think, |event| {
         // A closed window stops hearing; the turn still completes.
         let _ = on_event.send(event);
     });
-    let run_id = tokio::select! {
-        answered = answer => answered.map_err(|e| CommandError::Split {
+    let answered = tokio::select! {
+        answered = answer => Some(answered),
+        () = cancelled(&cancel) => None,
+    };
+    let run_id = match answered {
+        Some(answered) => answered.map_err(|e| CommandError::Split {
             kind: e.kind,
             message: e.message,
         })?,
-        () = cancelled(&cancel) => {
-            return Err(CommandError::Split {
+        // The answer's connection is closed: rank 0 stops at its next step
+        // (or prefill chunk) and records the turn as cancelled, which the
+        // chat then shows as it shows a stopped turn of an unsplit model.
+        None => stopped_run(state, &asked_at)
+            .await
+            .ok_or_else(|| CommandError::Split {
                 kind: ondo::ErrorKind::Cancelled,
                 message: "stopped".into(),
-            });
-        }
+            })?,
     };
     // Rank 0 wrote the record, as an API request, before its last chunk;
     // it is this conversation's turn, and the Runs window lists it so.
@@ -152,6 +162,41 @@ pub struct ChatTurn {
     pub messages: Vec<ChatMessage>,
     pub settings: GenerationSettings,
     pub think: Option<bool>,
+}
+
+/// How long a stopped turn waits for rank 0's record: its ranks stop
+/// together at the next decode step or prefill chunk, and a chunk of a
+/// large model can take seconds.
+const STOPPED_RECORD_WAIT: Duration = Duration::from_secs(15);
+
+/// The id of the run rank 0 recorded for the app's chat turn asked at
+/// `asked_at` and stopped since; None when none arrived in time.
+async fn stopped_run(state: &AppState, asked_at: &str) -> Option<String> {
+    let query = RunQuery {
+        kind: Some(RunKind::Api),
+        last: Some(20),
+        ..RunQuery::default()
+    };
+    let until = tokio::time::Instant::now() + STOPPED_RECORD_WAIT;
+    while tokio::time::Instant::now() < until {
+        let recent = state
+            .pool
+            .with_store(|store| store.runs(&query))
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        // Record times share one format (UTC, milliseconds), so they
+        // compare as text.
+        let stopped = recent.into_iter().rev().find(|run| {
+            run.user_agent.as_deref() == Some(APP_CHAT_AGENT)
+                && run.created_at.as_str() >= asked_at
+                && run.stop_reason == StopReason::Cancelled
+        });
+        if let Some(run) = stopped {
+            return Some(run.run_id);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
 }
 
 async fn cancelled(cancel: &CancelToken) {

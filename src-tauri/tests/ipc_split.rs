@@ -28,6 +28,11 @@ static FIXTURE: LazyLock<(tempfile::TempDir, PathBuf)> = LazyLock::new(|| {
         ..SynthOptions::for_preset(synth::preset_named("tiny").unwrap())
     };
     synth::write_model(&options, &model, &mut |_| {}).unwrap();
+    // Room for a prompt long enough to be stopped during its prefill.
+    let config = model.join("config.json");
+    let mut settings: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    settings["max_position_embeddings"] = json!(32768);
+    std::fs::write(&config, settings.to_string()).unwrap();
     (root, model)
 });
 
@@ -62,6 +67,15 @@ fn wait_for(popover: &WebviewWindow<MockRuntime>, state: &str, limit: Duration) 
 }
 
 fn chat(popover: &WebviewWindow<MockRuntime>, model: &Path, n: u32) -> Result<Value, Value> {
+    chat_about(popover, model, n, "Tell me about the sea.")
+}
+
+fn chat_about(
+    popover: &WebviewWindow<MockRuntime>,
+    model: &Path,
+    n: u32,
+    question: &str,
+) -> Result<Value, Value> {
     invoke(
         popover,
         "chat_send",
@@ -69,7 +83,7 @@ fn chat(popover: &WebviewWindow<MockRuntime>, model: &Path, n: u32) -> Result<Va
             "model": model,
             "conversationId": format!("split-{n}"),
             "systemPrompt": null,
-            "messages": [{ "role": "user", "content": "Tell me about the sea." }],
+            "messages": [{ "role": "user", "content": question }],
             "settings": { "max_tokens": 6, "temperature": 0.0 },
             "think": null,
             "onEvent": format!("__CHANNEL__:{n}"),
@@ -151,6 +165,31 @@ fn a_model_split_from_the_app_answers_shows_a_lost_rank_and_stops_every_rank() {
             .contains(record["run_id"].as_str().unwrap()),
         "{chats}"
     );
+
+    // Stopped during a long prompt's prefill: every rank stops at the same
+    // chunk, and the turn is recorded as stopped, under its conversation,
+    // as an unsplit model's stopped turn is.
+    let long_question = "the sea and the sky ".repeat(1800);
+    let stopped = std::thread::scope(|scope| {
+        let answer = scope.spawn(|| chat_about(&popover, &model, 4, &long_question));
+        std::thread::sleep(Duration::from_secs(1));
+        assert_eq!(
+            invoke(
+                &popover,
+                "chat_stop",
+                json!({ "conversationId": "split-4" })
+            )
+            .unwrap(),
+            true
+        );
+        answer.join().unwrap()
+    })
+    .unwrap();
+    assert_eq!(stopped["stop_reason"], "cancelled", "{stopped}");
+    assert_eq!(stopped["kind"], "chat", "{stopped}");
+    assert_eq!(stopped["conversation_id"], "split-4", "{stopped}");
+    assert_eq!(stopped["split_ranks"], 2, "{stopped}");
+    assert_eq!(stopped["generated_tokens"], 0, "{stopped}");
 
     // Rank 1 killed: the popover hears which rank was lost, and a chat
     // with the split model says so rather than waiting.
