@@ -379,8 +379,8 @@ fn read_stderr(stderr: impl std::io::Read, status: &Mutex<SplitStatus>, child: &
     status.state = SplitState::Ended { reason };
 }
 
-/// An OpenAI chat request for the split's server with the chat's settings
-/// (the server's own defaults for the engine's knobs).
+/// An OpenAI chat request for the split's server with the chat's settings,
+/// its engine knobs included (under Ondo's `ondo` field).
 fn request_body(
     model: &str,
     system_prompt: Option<String>,
@@ -427,6 +427,18 @@ fn request_body(
     if let Some(think) = think {
         body["chat_template_kwargs"] = json!({"enable_thinking": think});
     }
+    // The chat's engine knobs, not the ones rank 0 started with.
+    let mut knobs = json!({
+        "prefill_step_size": settings.prefill_step_size,
+        "loop": settings.loop_shape,
+    });
+    if let Some(bound) = settings.max_kv_size {
+        knobs["max_kv_size"] = bound.into();
+    }
+    if let Some(bits) = settings.kv_bits {
+        knobs["kv_bits"] = bits.into();
+    }
+    body["ondo"] = knobs;
     body
 }
 

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ondo::app_settings::AppSettings;
-use ondo::run_kinds::RunKind;
+use ondo::run_kinds::{LoopShape, RunKind};
 use ondo::session::chat::GenerationSettings;
 use ondo::store::{RunQuery, Store};
 use serde_json::{Value, json};
@@ -2521,7 +2521,8 @@ fn a_model_that_does_not_load_is_422_and_no_error_names_a_server_path() {
 }
 
 #[test]
-fn saved_settings_apply_from_the_next_request_and_no_history_leaves_the_history_alone() {
+fn saved_settings_apply_from_the_next_request_a_request_sets_its_own_engine_knobs_and_no_history_leaves_the_history_alone()
+ {
     let home = Home::new();
     let data = home.path().join("ondo");
     let served = Served::start(&home, &[]);
@@ -2553,6 +2554,58 @@ fn saved_settings_apply_from_the_next_request_and_no_history_leaves_the_history_
     assert_eq!(generated(), 3);
     save_max_tokens(5);
     assert_eq!(generated(), 5);
+
+    // A request sets Ondo's engine knobs for itself (OpenAI's `ondo`
+    // object, Ollama's `num_batch`); the history records what ran.
+    let recorded = |answer: Answer| {
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        let run_id = answer.json()["ondo"]["run_id"].as_str().unwrap().to_owned();
+        Store::open_default(&data)
+            .unwrap()
+            .run(&run_id)
+            .unwrap()
+            .unwrap()
+    };
+    let knobs = json!({"prefill_step_size": 16, "loop": "sync", "kv_bits": 8});
+    let run = recorded(served.post(
+        "/v1/chat/completions",
+        &chat_body("tiny", json!({ "ondo": knobs })),
+    ));
+    assert_eq!(
+        (run.prefill_step_size, run.loop_shape, run.kv_bits),
+        (16, LoopShape::Sync, Some(8))
+    );
+    let bounded = json!({"ondo": {"max_kv_size": 512}});
+    let run = recorded(served.post("/v1/chat/completions", &chat_body("tiny", bounded)));
+    assert_eq!(run.max_kv_size, Some(512));
+    let run = recorded(served.post(
+        "/api/chat",
+        &json!({"model": "tiny", "stream": false, "options": {"num_batch": 24, "num_predict": 2},
+                "messages": [{"role": "user", "content": USER}]}),
+    ));
+    assert_eq!(run.prefill_step_size, 24);
+    let defaults = GenerationSettings::default();
+    let run = recorded(served.post("/v1/chat/completions", &chat_body("tiny", json!({}))));
+    assert_eq!(
+        (run.prefill_step_size, run.loop_shape, run.kv_bits),
+        (defaults.prefill_step_size as u64, defaults.loop_shape, None)
+    );
+    for (knobs, named) in [
+        (json!({"prefill_step": 16}), "prefill_step"),
+        (json!({"kv_bits": 3}), "kv"),
+        (json!({"prefill_step_size": 0}), "prefill step size"),
+    ] {
+        let refused = served.post(
+            "/v1/chat/completions",
+            &chat_body("tiny", json!({ "ondo": knobs })),
+        );
+        assert_eq!(refused.status, 400, "{knobs}: {}", refused.text());
+        let message = refused.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(message.contains(named), "{knobs}: {message}");
+    }
     drop(served);
 
     // With --no-history, no request opens the history, so none makes it.

@@ -84,7 +84,7 @@ fn chat_about(
             "conversationId": format!("split-{n}"),
             "systemPrompt": null,
             "messages": [{ "role": "user", "content": question }],
-            "settings": { "max_tokens": 6, "temperature": 0.0 },
+            "settings": { "max_tokens": 6, "temperature": 0.0, "prefill_step_size": 32 },
             "think": null,
             "onEvent": format!("__CHANNEL__:{n}"),
         }),
@@ -140,6 +140,8 @@ fn a_model_split_from_the_app_answers_shows_a_lost_rank_and_stops_every_rank() {
     assert_eq!(record["split"], "pipeline", "{record}");
     assert_eq!(record["split_ranks"], 2, "{record}");
     assert_eq!(record["generated_tokens"], 6, "{record}");
+    // The chat's engine knobs, not rank 0's defaults, ran the turn.
+    assert_eq!(record["prefill_step_size"], 32, "{record}");
     assert!(
         record["split_prefill_bytes"].as_u64().unwrap() > 0,
         "{record}"

@@ -19,7 +19,7 @@ use crate::engine::constrain::OutputConstraint;
 use crate::engine::stream::RunOutcome;
 use crate::engine::{CancelToken, GenerateRequest, Prompt, RunEvent, ToolCall};
 use crate::resolve::ResolvedModel;
-use crate::run_kinds::{LoadKind, RunKind, StopReason};
+use crate::run_kinds::{LoadKind, LoopShape, RunKind, StopReason};
 use crate::session::KeepAlive;
 use crate::session::chat::GenerationSettings;
 use crate::session::record::RunContext;
@@ -37,6 +37,12 @@ pub(crate) struct SettingsAsked {
     pub repetition_penalty: Option<f32>,
     pub seed: Option<u64>,
     pub max_kv_size: Option<usize>,
+    /// Ondo's engine knobs, which a request may set too (OpenAI's `ondo`
+    /// object, Ollama's `num_batch`): the app's chat with a model split
+    /// over several machines sends its own this way.
+    pub prefill_step_size: Option<usize>,
+    pub kv_bits: Option<u8>,
+    pub loop_shape: Option<LoopShape>,
 }
 
 impl SettingsAsked {
@@ -51,6 +57,9 @@ impl SettingsAsked {
             repetition_penalty: self.repetition_penalty.or(defaults.repetition_penalty),
             seed: self.seed.or(defaults.seed),
             max_kv_size: self.max_kv_size.or(defaults.max_kv_size),
+            prefill_step_size: self.prefill_step_size.unwrap_or(defaults.prefill_step_size),
+            kv_bits: self.kv_bits.or(defaults.kv_bits),
+            loop_shape: self.loop_shape.unwrap_or(defaults.loop_shape),
             ..defaults.clone()
         };
         settings.check().map_err(ApiError::InvalidSettings)?;

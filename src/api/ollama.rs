@@ -45,6 +45,8 @@ struct OptionsIn {
     repeat_penalty: Option<f32>,
     num_predict: Option<i64>,
     num_ctx: Option<i64>,
+    /// Prompt tokens per prefill pass (Ondo's prefill step size).
+    num_batch: Option<i64>,
     seed: Option<i64>,
     stop: Option<Vec<String>>,
 }
@@ -55,6 +57,15 @@ impl OptionsIn {
             Some(n) if n <= 0 => {
                 return Err(ApiError::InvalidField(format!(
                     "num_ctx is {n}; give the context a size in tokens"
+                )));
+            }
+            Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+            None => None,
+        };
+        let prefill_step_size = match self.num_batch {
+            Some(n) if n <= 0 => {
+                return Err(ApiError::InvalidField(format!(
+                    "num_batch is {n}; give the prompt batch a size in tokens"
                 )));
             }
             Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
@@ -80,6 +91,8 @@ impl OptionsIn {
             // A negative seed is Ollama's "random".
             seed: self.seed.and_then(|s| u64::try_from(s).ok()),
             max_kv_size,
+            prefill_step_size,
+            ..SettingsAsked::default()
         })
     }
 }

@@ -27,6 +27,7 @@ use crate::engine::chat_template::ChatMessage;
 use crate::engine::reply::{FunctionCall, ToolCallKind};
 use crate::engine::{Prompt, ToolCall};
 use crate::resolve::TINY;
+use crate::run_kinds::LoopShape;
 use crate::store::RunRecord;
 
 /// `stop`: one string or a list.
@@ -69,6 +70,20 @@ struct SamplingIn {
     ignore_eos: Option<bool>,
     stream: Option<bool>,
     stream_options: Option<StreamOptions>,
+    ondo: Option<EngineKnobsIn>,
+}
+
+/// Ondo's engine knobs a request may set, under one `ondo` field (the
+/// field that carries Ondo's record in the answer); OpenAI's clients send
+/// it as an extra body field. Unset knobs keep the server's defaults.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EngineKnobsIn {
+    prefill_step_size: Option<usize>,
+    max_kv_size: Option<usize>,
+    kv_bits: Option<u8>,
+    #[serde(rename = "loop")]
+    loop_shape: Option<LoopShape>,
 }
 
 impl SamplingIn {
@@ -97,6 +112,7 @@ impl SamplingIn {
             Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
             None => None,
         };
+        let knobs = self.ondo.unwrap_or_default();
         Ok(SettingsAsked {
             max_tokens,
             temperature: self.temperature,
@@ -109,7 +125,10 @@ impl SamplingIn {
             repetition_penalty: self.repetition_penalty,
             // Negative seeds are seeds too: the same bits each time.
             seed: self.seed.map(|s| s as u64),
-            max_kv_size: None,
+            max_kv_size: knobs.max_kv_size,
+            prefill_step_size: knobs.prefill_step_size,
+            kv_bits: knobs.kv_bits,
+            loop_shape: knobs.loop_shape,
         })
     }
 
