@@ -114,9 +114,12 @@ pub struct ServedSplit {
     status: Arc<Mutex<SplitStatus>>,
     /// The model's name as the child's clients name it.
     client_name: String,
-    /// The ring's hostfile the child reads; removed with this.
-    _hostfile: tempfile::NamedTempFile,
 }
+
+/// The hosts file of the app's split, in Ondo's data folder: one split at
+/// a time, so each start overwrites it, and nothing is left behind by an
+/// app that was killed. It also serves as-is for `ondo serve --hostfile`.
+pub const HOSTS_FILE_NAME: &str = "split-hosts.json";
 
 impl ServedSplit {
     /// Starts `program` (Ondo's command) as `ondo serve MODEL --hostfile
@@ -127,19 +130,17 @@ impl ServedSplit {
         if ask.model.trim().is_empty() {
             return Err("pick the model to split".into());
         }
-        let mut hostfile = tempfile::Builder::new()
-            .prefix("ondo-split-hosts-")
-            .suffix(".json")
-            .tempfile()
-            .map_err(|e| format!("could not write the hosts' file: {e}"))?;
-        serde_json::to_writer(&mut hostfile, &hosts)
-            .map_err(|e| format!("could not write the hosts' file: {e}"))?;
+        let data_dir = crate::paths::DataDirs::from_env().data_dir;
+        let hostfile = data_dir.join(HOSTS_FILE_NAME);
+        std::fs::create_dir_all(&data_dir)
+            .and_then(|()| std::fs::write(&hostfile, serde_json::json!(hosts).to_string()))
+            .map_err(|e| format!("could not write {}: {e}", hostfile.display()))?;
         let mut command = Command::new(program);
         command
             .arg("serve")
             .arg(ask.model.trim())
             .arg("--hostfile")
-            .arg(hostfile.path())
+            .arg(&hostfile)
             .args(["--split", ask.split.name(), "--port", "0"])
             .arg("--until-stdin-closes")
             .stdin(Stdio::piped())
@@ -179,7 +180,6 @@ impl ServedSplit {
             child,
             status,
             client_name,
-            _hostfile: hostfile,
         })
     }
 

@@ -130,6 +130,15 @@ fn a_model_split_from_the_app_answers_shows_a_lost_rank_and_stops_every_rank() {
             .contains("stop that split first"),
         "{again}"
     );
+    // Rank 0's hosts file is in Ondo's data folder (an app killed leaves
+    // nothing in the temp folder), ready for `ondo serve --hostfile`.
+    let hosts_file = FIXTURE
+        .0
+        .path()
+        .join("ondo")
+        .join(ondo::served_split::HOSTS_FILE_NAME);
+    let written: Value = serde_json::from_slice(&std::fs::read(&hosts_file).unwrap()).unwrap();
+    assert_eq!(written, json!(["localhost", "127.0.0.1"]));
     let serving = wait_for(&popover, "serving", Duration::from_secs(120));
     let said = serving["status"]["lines"].to_string();
     assert!(said.contains("over 2 ranks"), "{said}");
