@@ -51,26 +51,21 @@ struct OptionsIn {
     stop: Option<Vec<String>>,
 }
 
+/// An option that counts tokens, refused unless it is at least 1.
+fn token_count(name: &str, value: Option<i64>, what: &str) -> Result<Option<usize>, ApiError> {
+    match value {
+        Some(n) if n <= 0 => Err(ApiError::InvalidField(format!(
+            "{name} is {n}; give {what} a size in tokens"
+        ))),
+        Some(n) => Ok(Some(usize::try_from(n).unwrap_or(usize::MAX))),
+        None => Ok(None),
+    }
+}
+
 impl OptionsIn {
     fn settings(&self) -> Result<SettingsAsked, ApiError> {
-        let max_kv_size = match self.num_ctx {
-            Some(n) if n <= 0 => {
-                return Err(ApiError::InvalidField(format!(
-                    "num_ctx is {n}; give the context a size in tokens"
-                )));
-            }
-            Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
-            None => None,
-        };
-        let prefill_step_size = match self.num_batch {
-            Some(n) if n <= 0 => {
-                return Err(ApiError::InvalidField(format!(
-                    "num_batch is {n}; give the prompt batch a size in tokens"
-                )));
-            }
-            Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
-            None => None,
-        };
+        let max_kv_size = token_count("num_ctx", self.num_ctx, "the context")?;
+        let prefill_step_size = token_count("num_batch", self.num_batch, "the prompt batch")?;
         Ok(SettingsAsked {
             // Ollama's -1 (and -2) mean "until the model stops": as many
             // as this server allows.
