@@ -125,14 +125,14 @@ impl ServedSplit {
     /// Starts `program` (Ondo's command) as `ondo serve MODEL --hostfile
     /// FILE --split HOW --port 0` and returns at once; `status` says when
     /// it serves. The child stops when this process's end closes its stdin.
-    pub fn start(ask: SplitAsk, program: &Path) -> Result<Self, String> {
+    /// The hosts file goes in `data_dir` (Ondo's data folder).
+    pub fn start(ask: SplitAsk, program: &Path, data_dir: &Path) -> Result<Self, String> {
         let hosts = ask.hosts()?;
         if ask.model.trim().is_empty() {
             return Err("pick the model to split".into());
         }
-        let data_dir = crate::paths::DataDirs::from_env().data_dir;
         let hostfile = data_dir.join(HOSTS_FILE_NAME);
-        std::fs::create_dir_all(&data_dir)
+        std::fs::create_dir_all(data_dir)
             .and_then(|()| std::fs::write(&hostfile, serde_json::json!(hosts).to_string()))
             .map_err(|e| format!("could not write {}: {e}", hostfile.display()))?;
         let mut command = Command::new(program);

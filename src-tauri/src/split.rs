@@ -63,7 +63,8 @@ pub fn split_start(
     }
     let exe = std::env::current_exe().map_err(|e| CommandError::Internal(e.to_string()))?;
     let program = ondo::served_split::ondo_command(&exe).map_err(CommandError::InvalidInput)?;
-    let split = ServedSplit::start(ask.clone(), &program).map_err(CommandError::InvalidInput)?;
+    let split = ServedSplit::start(ask.clone(), &program, &state.dirs().data_dir)
+        .map_err(CommandError::InvalidInput)?;
     *slot = Some(Arc::new(split));
     drop(slot);
     if let Ok(text) = serde_json::to_string(&ask) {
