@@ -9,7 +9,7 @@ use std::time::Duration;
 use ondo::engine::CancelToken;
 use ondo::engine::chat_template::ChatMessage;
 
-use ondo::run_kinds::{RunKind, StopReason};
+use ondo::run_kinds::RunKind;
 use ondo::served_split::{APP_CHAT_AGENT, ServedSplit, SplitAsk, SplitState, SplitStatus};
 use ondo::session::chat::{ChatEvent, GenerationSettings};
 use ondo::store::{RunQuery, RunRecord};
@@ -171,7 +171,8 @@ pub struct ChatTurn {
 const STOPPED_RECORD_WAIT: Duration = Duration::from_secs(15);
 
 /// The id of the run rank 0 recorded for the app's chat turn asked at
-/// `asked_at` and stopped since; None when none arrived in time.
+/// `asked_at` and stopped since (the newest from the app's client, not yet
+/// filed under a chat); None when none arrived in time.
 async fn stopped_run(state: &AppState, asked_at: &str) -> Option<String> {
     let query = RunQuery {
         kind: Some(RunKind::Api),
@@ -186,11 +187,10 @@ async fn stopped_run(state: &AppState, asked_at: &str) -> Option<String> {
             .and_then(Result::ok)
             .unwrap_or_default();
         // Record times share one format (UTC, milliseconds), so they
-        // compare as text.
+        // compare as text. Any stop reason: an answer that ended just as
+        // Stop was pressed is recorded as it ended.
         let stopped = recent.into_iter().rev().find(|run| {
-            run.user_agent.as_deref() == Some(APP_CHAT_AGENT)
-                && run.created_at.as_str() >= asked_at
-                && run.stop_reason == StopReason::Cancelled
+            run.user_agent.as_deref() == Some(APP_CHAT_AGENT) && run.created_at.as_str() >= asked_at
         });
         if let Some(run) = stopped {
             return Some(run.run_id);
