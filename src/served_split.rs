@@ -133,7 +133,9 @@ impl ServedSplit {
         }
         let hostfile = data_dir.join(HOSTS_FILE_NAME);
         std::fs::create_dir_all(data_dir)
-            .and_then(|()| std::fs::write(&hostfile, serde_json::json!(hosts).to_string()))
+            .and_then(|()| {
+                crate::whole_file::write_atomically(&hostfile, json!(hosts).to_string().as_bytes())
+            })
             .map_err(|e| format!("could not write {}: {e}", hostfile.display()))?;
         let mut command = Command::new(program);
         command
@@ -427,18 +429,14 @@ fn request_body(
     if let Some(think) = think {
         body["chat_template_kwargs"] = json!({"enable_thinking": think});
     }
-    // The chat's engine knobs, not the ones rank 0 started with.
-    let mut knobs = json!({
+    // The chat's engine knobs, not the ones rank 0 started with (a null
+    // is an unset knob).
+    body["ondo"] = json!({
         "prefill_step_size": settings.prefill_step_size,
         "loop": settings.loop_shape,
+        "max_kv_size": settings.max_kv_size,
+        "kv_bits": settings.kv_bits,
     });
-    if let Some(bound) = settings.max_kv_size {
-        knobs["max_kv_size"] = bound.into();
-    }
-    if let Some(bits) = settings.kv_bits {
-        knobs["kv_bits"] = bits.into();
-    }
-    body["ondo"] = knobs;
     body
 }
 

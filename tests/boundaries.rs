@@ -112,7 +112,13 @@ const MAY_USE: &[(&str, &[&str])] = &[
     // A split model served for the app by Ondo's own command, as a child.
     (
         "served_split",
-        &["engine", "environment", "error_kind", "session"],
+        &[
+            "engine",
+            "environment",
+            "error_kind",
+            "session",
+            "whole_file",
+        ],
     ),
     // The doors people and programs use.
     (
