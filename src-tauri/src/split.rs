@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use ondo::engine::CancelToken;
 use ondo::engine::chat_template::ChatMessage;
-
 use ondo::run_kinds::RunKind;
 use ondo::served_split::{APP_CHAT_AGENT, ServedSplit, SplitAsk, SplitState, SplitStatus};
 use ondo::session::chat::{ChatEvent, GenerationSettings};
@@ -131,8 +130,8 @@ pub async fn chat(
             message: e.message,
         })?,
         // The answer's connection is closed: rank 0 stops at its next step
-        // (or prefill chunk) and records the turn as cancelled, which the
-        // chat then shows as it shows a stopped turn of an unsplit model.
+        // (or prefill chunk) and records the turn, which the chat then
+        // shows as it shows a stopped turn of an unsplit model.
         None => stopped_run(state, &asked_at)
             .await
             .ok_or_else(|| CommandError::Split {
